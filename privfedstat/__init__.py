@@ -1,0 +1,32 @@
+"""privfedstat: differentially private federated M-estimation with exact mu-GDP accounting.
+
+Estimators :class:`FedSGD`, :class:`FedHybrid`, :class:`FedAvg` and :class:`FedNewton` implement
+Algorithms 1-4 of Peng & Paul ("Statistical limits and efficient algorithms for differentially
+private federated learning"); :class:`FederatedData` holds the clients' data; the privacy math and
+the ledger live in :mod:`privfedstat.privacy`.
+"""
+
+from .data import FederatedData
+from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedNewton, FedSGD, clone
+from .exceptions import ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
+from .families import get_family
+from .privacy import AutoClip, PrivacyLedger
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FederatedData",
+    "FedSGD",
+    "FedHybrid",
+    "FedAvg",
+    "FedNewton",
+    "FederatedEstimator",
+    "clone",
+    "get_family",
+    "AutoClip",
+    "PrivacyLedger",
+    "PrivacyLeakWarning",
+    "ConvergenceWarning",
+    "DivergenceError",
+    "NotFittedError",
+]

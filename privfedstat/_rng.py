@@ -1,0 +1,43 @@
+"""The single entry point for randomness.
+
+``random_state`` (``None``, an ``int``, a :class:`numpy.random.SeedSequence` or a
+:class:`numpy.random.Generator`) is resolved once into a :class:`~numpy.random.SeedSequence`;
+everything random is drawn from children of it (``SeedSequence.spawn``), one per purpose and per
+client, so streams are independent and the same seed gives bit-identical results. Global numpy
+state is never touched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from typing import Union
+
+RandomState = Union[int, np.random.SeedSequence, np.random.Generator, None]
+
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators"]
+
+
+def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
+    """Resolve ``random_state`` into a :class:`numpy.random.SeedSequence`.
+
+    A ``Generator`` is consumed once (one 128-bit draw) to seed the sequence, so passing the same
+    generator twice gives different, but still reproducible, streams.
+    """
+    if random_state is None or isinstance(random_state, (int, np.integer)):
+        if random_state is not None and int(random_state) < 0:
+            raise ValueError(f"random_state must be a non-negative integer, got {random_state}.")
+        return np.random.SeedSequence(None if random_state is None else int(random_state))
+    if isinstance(random_state, np.random.SeedSequence):
+        return random_state
+    if isinstance(random_state, np.random.Generator):
+        return np.random.SeedSequence(random_state.integers(0, 2**63, size=2).tolist())
+    raise TypeError(
+        "random_state must be None, an int, a numpy SeedSequence or a numpy Generator; "
+        f"got {type(random_state).__name__}."
+    )
+
+
+def spawn_generators(seed: np.random.SeedSequence, n: int) -> list[np.random.Generator]:
+    """Return ``n`` independent generators spawned from ``seed``."""
+    return [np.random.Generator(np.random.PCG64(s)) for s in seed.spawn(n)]

@@ -1,0 +1,5 @@
+"""Federated data containers."""
+
+from .federated import FederatedData
+
+__all__ = ["FederatedData"]

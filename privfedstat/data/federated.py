@@ -1,0 +1,195 @@
+"""``FederatedData``: the clients' data stored concatenated with offsets.
+
+Client ``i`` owns rows ``offsets[i]:offsets[i + 1]`` of ``X`` and ``y``; one numba kernel can then
+sweep all clients in one pass. The object is immutable by convention (arrays are made read-only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from .._rng import RandomState, as_seed_sequence, spawn_generators
+from .._validation import check_finite_array, check_matrix
+
+__all__ = ["FederatedData"]
+
+
+class FederatedData:
+    """Data held by ``n_clients`` clients, each with a design matrix and a response vector.
+
+    Use the constructors :meth:`from_arrays` and :meth:`from_pooled`. ``X`` is used as given: add
+    a column of ones for an intercept.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        All clients' rows, concatenated client after client.
+    y : ndarray of shape (n_samples,)
+        Responses in the same order.
+    offsets : ndarray of shape (n_clients + 1,)
+        ``offsets[0] = 0``, ``offsets[-1] = n_samples``, strictly increasing (no empty client).
+    """
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, offsets: np.ndarray) -> None:
+        X = check_matrix(X, "X")
+        y = check_finite_array(y, "y", ndim=1)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries; they must match.")
+        if X.shape[1] == 0:
+            raise ValueError("X has no columns; give at least one feature (e.g. a column of ones).")
+        if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != X.shape[0]:
+            raise ValueError("offsets must start at 0, end at n_samples and list one boundary per client.")
+        sizes = np.diff(offsets)
+        if np.any(sizes <= 0):
+            empty = np.flatnonzero(sizes <= 0).tolist()
+            raise ValueError(f"client(s) {empty[:10]} have no rows; every client needs at least one sample.")
+        self.X = np.ascontiguousarray(X)
+        self.y = np.ascontiguousarray(y)
+        self.offsets = offsets
+        for a in (self.X, self.y, self.offsets):
+            a.setflags(write=False)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_arrays(cls, clients: Sequence[tuple[np.ndarray, np.ndarray]]) -> FederatedData:
+        """Build from a list of ``(X_i, y_i)`` pairs, one per client."""
+        if isinstance(clients, (np.ndarray, str)) or len(clients) == 0:
+            raise ValueError("clients must be a non-empty list of (X_i, y_i) pairs.")
+        Xs, ys = [], []
+        for i, pair in enumerate(clients):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"client {i}: expected an (X, y) pair, got {type(pair).__name__}.")
+            Xi = check_matrix(pair[0], f"X of client {i}")
+            yi = check_finite_array(pair[1], f"y of client {i}", ndim=1)
+            if Xi.shape[0] != yi.shape[0]:
+                raise ValueError(f"client {i}: X has {Xi.shape[0]} rows but y has {yi.shape[0]} entries.")
+            if Xi.shape[0] == 0:
+                raise ValueError(f"client {i} has no rows; every client needs at least one sample.")
+            if Xs and Xi.shape[1] != Xs[0].shape[1]:
+                raise ValueError(f"client {i} has {Xi.shape[1]} features but client 0 has {Xs[0].shape[1]}.")
+            Xs.append(Xi)
+            ys.append(yi)
+        offsets = np.concatenate([[0], np.cumsum([len(v) for v in ys])])
+        return cls(np.concatenate(Xs), np.concatenate(ys), offsets)
+
+    @classmethod
+    def from_pooled(
+        cls,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        clients: Sequence | np.ndarray | None = None,
+        sizes: Sequence[int] | np.ndarray | None = None,
+    ) -> FederatedData:
+        """Split pooled data across clients.
+
+        Parameters
+        ----------
+        X, y : array-like
+            Pooled design matrix (n_samples, n_features) and responses (n_samples,).
+        clients : array-like of shape (n_samples,), optional
+            Client label of each row (any hashable values). Clients are ordered by sorted label;
+            rows keep their original order within a client.
+        sizes : sequence of int, optional
+            Consecutive block sizes (``sum(sizes) == n_samples``): the first ``sizes[0]`` rows go
+            to client 0, and so on.
+
+        Exactly one of ``clients`` and ``sizes`` must be given.
+        """
+        if (clients is None) == (sizes is None):
+            raise ValueError("give exactly one of clients= (a label per row) or sizes= (rows per client).")
+        X = check_matrix(X, "X")
+        y = check_finite_array(y, "y", ndim=1)
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries; they must match.")
+        if sizes is not None:
+            sizes = np.asarray(sizes)
+            if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer):
+                raise TypeError("sizes must be a non-empty 1-D sequence of integers.")
+            if np.any(sizes <= 0):
+                raise ValueError("every entry of sizes must be >= 1 (no empty clients).")
+            if sizes.sum() != X.shape[0]:
+                raise ValueError(f"sizes sum to {int(sizes.sum())} but there are {X.shape[0]} rows.")
+            return cls(X, y, np.concatenate([[0], np.cumsum(sizes)]))
+        labels = np.asarray(clients)
+        if labels.shape != (X.shape[0],):
+            raise ValueError(f"clients must have one label per row ({X.shape[0]}), got shape {labels.shape}.")
+        try:
+            _, codes = np.unique(labels, return_inverse=True)
+        except TypeError as exc:
+            raise TypeError(f"client labels must be sortable (all numbers or all strings): {exc}") from None
+        order = np.argsort(codes, kind="stable")
+        counts = np.bincount(codes)
+        return cls(X[order], y[order], np.concatenate([[0], np.cumsum(counts)]))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_clients(self) -> int:
+        """Number of clients (m)."""
+        return self.offsets.size - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Rows per client (n_i), shape (n_clients,)."""
+        return np.diff(self.offsets)
+
+    @property
+    def n_features(self) -> int:
+        """Number of columns of X (d)."""
+        return self.X.shape[1]
+
+    @property
+    def n_samples(self) -> int:
+        """Total number of rows (N)."""
+        return self.X.shape[0]
+
+    @cached_property
+    def row_norms(self) -> np.ndarray:
+        """Euclidean norm of every row of X, shape (n_samples,) (for clipping without per-sample gradients)."""
+        r = np.sqrt(np.einsum("ij,ij->i", self.X, self.X))
+        r.setflags(write=False)
+        return r
+
+    def client(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return client ``i``'s ``(X_i, y_i)`` (read-only views)."""
+        if not -self.n_clients <= i < self.n_clients:
+            raise IndexError(f"client index {i} out of range for {self.n_clients} clients.")
+        i %= self.n_clients
+        sl = slice(self.offsets[i], self.offsets[i + 1])
+        return self.X[sl], self.y[sl]
+
+    def take(self, rows: np.ndarray, sizes: np.ndarray) -> FederatedData:
+        """New data with the given global ``rows``, grouped into consecutive clients of ``sizes``."""
+        return FederatedData(self.X[rows], self.y[rows], np.concatenate([[0], np.cumsum(sizes)]))
+
+    def split_halves(self, random_state: RandomState = None) -> tuple[FederatedData, FederatedData]:
+        """Randomly split every client's rows into two disjoint halves (FedNewton's sample splitting).
+
+        Client ``i`` gets ``floor(n_i / 2)`` rows in the first half and the rest in the second; the
+        permutation of each client comes from its own stream spawned from ``random_state``.
+        """
+        gens = spawn_generators(as_seed_sequence(random_state), self.n_clients)
+        first, second = [], []
+        for i, g in enumerate(gens):
+            perm = self.offsets[i] + g.permutation(self.sizes[i])
+            h = self.sizes[i] // 2
+            first.append(perm[:h])
+            second.append(perm[h:])
+        s1 = np.array([len(a) for a in first])
+        if np.any(s1 == 0):
+            raise ValueError("sample splitting needs at least 2 rows per client.")
+        return (
+            self.take(np.concatenate(first), s1),
+            self.take(np.concatenate(second), np.array([len(b) for b in second])),
+        )
+
+    def __repr__(self) -> str:
+        s = self.sizes
+        return (
+            f"FederatedData(n_clients={self.n_clients}, n_samples={self.n_samples}, n_features={self.n_features}, "
+            f"sizes min/median/max={s.min()}/{int(np.median(s))}/{s.max()})"
+        )

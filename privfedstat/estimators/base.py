@@ -1,0 +1,315 @@
+"""Shared machinery of the federated estimators: parameters, fit set-up, clipping, results.
+
+A subclass implements ``_run(ctx)``, the protocol of its algorithm, in terms of the oracle (client
+computations), the channel (every client message) and the server steps in :mod:`._steps`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .._rng import as_seed_sequence, spawn_generators
+from .._validation import check_mu, check_positive_float
+from ..data.federated import FederatedData
+from ..exceptions import NotFittedError, PrivacyLeakWarning
+from ..families import Family, get_family
+from ..federation.channel import Channel
+from ..federation.oracle import ClientOracle, GLMOracle
+from ..privacy.clipping import AutoClip, private_grid_quantile
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.mechanisms import ClientNoise
+from .summary import Summary
+
+__all__ = ["FederatedEstimator", "FitContext", "clone"]
+
+
+@dataclass
+class FitContext:
+    """Everything a protocol needs during one fit.
+
+    Attributes
+    ----------
+    oracle : ClientOracle
+        Client-side computations on the full data.
+    channel : Channel
+        The only path from clients to server.
+    clip : float
+        Per-sample gradient clipping bound (B).
+    hessian_clip : float
+        Per-sample Hessian norm bound (only set by estimators that need one, else ``nan``).
+    mu : float
+        Per-client GDP budget left for estimation after choosing the bounds.
+    seed : numpy.random.SeedSequence
+        Seed for the protocol's own randomness (e.g. sample splitting).
+    """
+
+    oracle: ClientOracle
+    channel: Channel
+    clip: float
+    hessian_clip: float
+    mu: float
+    seed: np.random.SeedSequence
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.oracle.sizes
+
+    @property
+    def size_weights(self) -> np.ndarray:
+        """w_i = n_i / N."""
+        return self.sizes / self.sizes.sum()
+
+
+class FederatedEstimator:
+    """Base class (scikit-learn contract): ``__init__`` only stores keyword-only parameters.
+
+    Subclasses set ``method`` (display name) and implement ``_run(ctx) -> (theta, path, n_iter)``.
+    """
+
+    method: str = ""
+    #: per-sample norms whose clipping bound ``fit`` must choose
+    _norms: tuple[str, ...] = ("gradient",)
+
+    # ------------------------------------------------------------------ sklearn-style parameters
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.kind == p.KEYWORD_ONLY]
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Parameters of this estimator (``deep`` is accepted for scikit-learn compatibility)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params) -> FederatedEstimator:
+        """Set parameters; unknown names raise ``ValueError``."""
+        valid = self._param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}; valid: {valid}.")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        sig = inspect.signature(type(self).__init__)
+        changed = [
+            f"{k}={v!r}" for k, v in self.get_params().items()
+            if not _same(v, sig.parameters[k].default)
+        ]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, data: FederatedData) -> FederatedEstimator:
+        """Run the federated protocol on ``data`` and store the results.
+
+        Parameters
+        ----------
+        data : FederatedData
+            The clients' data. ``X`` is used as given (add a column of ones for an intercept).
+
+        Returns
+        -------
+        self
+        """
+        if not isinstance(data, FederatedData):
+            raise TypeError(
+                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
+                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
+            )
+        family = get_family(self.family)
+        family.check_y(data.y)
+        mu = check_mu(self.mu)
+        self._validate_params(mu)
+
+        seed = as_seed_sequence(self.random_state)
+        noise_seed, protocol_seed = seed.spawn(2)
+        ledger = PrivacyLedger(data.n_clients)
+        channel = Channel(data.sizes, ClientNoise(spawn_generators(noise_seed, data.n_clients)), ledger)
+        oracle = GLMOracle(data, family)
+        bounds, mu_est = self._choose_bounds(oracle, channel, mu)
+        ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
+
+        theta, path, n_iter = self._run(ctx)
+
+        self.family_ = family
+        self.coef_ = theta
+        self.history_ = np.asarray(path)
+        self.n_iter_ = n_iter
+        self.clip_ = ctx.clip
+        self.privacy_ = ledger
+        self.communication_ = channel.communication
+        self.n_features_in_ = data.n_features
+        self.n_clients_ = data.n_clients
+        self.n_samples_ = data.n_samples
+        self.mu_ = mu
+        return self
+
+    def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
+        raise NotImplementedError
+
+    def _validate_params(self, mu: float) -> None:
+        """Check the parameters common to all estimators (subclasses extend)."""
+        check_positive_float(self.step_size, "step_size")
+        clip = self.clip
+        if isinstance(clip, str):
+            if clip not in ("auto", "paper"):
+                raise ValueError(f"clip must be a positive number, 'auto', 'paper' or an AutoClip, got {clip!r}.")
+        elif not isinstance(clip, AutoClip):
+            clip = check_positive_float(clip, "clip", allow_inf=True)
+            if math.isinf(clip) and math.isfinite(mu):
+                raise ValueError(
+                    "clip=inf (no clipping) gives infinite sensitivity, so it is only allowed with "
+                    "mu=float('inf'); set a finite clip or clip='auto'."
+                )
+
+    # ------------------------------------------------------------------ clipping bounds
+    def _fixed_bound(self, which: str) -> float | None:
+        """The user's fixed bound for ``which`` norm, or None if it must be chosen from data.
+
+        ``hessian_clip=None`` follows ``clip``: chosen the same way when ``clip`` is ``"auto"``,
+        ``"paper"`` or an :class:`AutoClip`; infinite when ``clip`` is infinite.
+        """
+        value = self.clip if which == "gradient" else self.hessian_clip  # type: ignore[attr-defined]
+        if value is None:
+            if isinstance(self.clip, (str, AutoClip)):
+                return None
+            if math.isinf(float(self.clip)):
+                return math.inf
+            raise ValueError(
+                "with a fixed clip, also give hessian_clip (bound on per-sample Hessian norms), "
+                "or use clip='auto' to choose both privately."
+            )
+        if isinstance(value, (str, AutoClip)):
+            return None
+        return check_positive_float(value, f"{which} clip", allow_inf=True)
+
+    def _choose_bounds(self, oracle: ClientOracle, channel: Channel, mu: float) -> tuple[dict, float]:
+        """Resolve the clipping bound(s); return them and the mu left for estimation."""
+        bounds: dict[str, float] = {}
+        todo = []
+        for which in self._norms:
+            fixed = self._fixed_bound(which)
+            if fixed is None:
+                todo.append(which)
+            else:
+                bounds[which] = fixed
+        if not todo:
+            return bounds, mu
+        theta0 = np.zeros(oracle.n_features)
+        if self.clip == "paper":
+            warnings.warn(
+                "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
+                "per-sample norms at theta=0) without privacy accounting; the fit is not fully private. "
+                "Use clip='auto' (default) for a private choice.",
+                PrivacyLeakWarning,
+                stacklevel=3,
+            )
+            for which in todo:
+                norms = oracle.sample_norms(which, theta0)
+                bounds[which] = float(np.max(oracle.client_quantiles(norms, 0.9)))
+                channel.ledger.add_leak(f"{which} clipping bound {bounds[which]:.4g} chosen from raw data (clip='paper')")
+            return bounds, mu
+        config = self.clip if isinstance(self.clip, AutoClip) else AutoClip()
+        mu_clip = config.budget * mu if math.isfinite(mu) else math.inf
+        mu_query = mu_clip / math.sqrt(len(todo) * config.n_queries)
+        n_total = float(np.sum(oracle.sizes))
+        m = oracle.n_clients
+        for which in todo:
+            norms = oracle.sample_norms(which, theta0)
+
+            def noisy_count(threshold: float, norms=norms, which=which) -> float:
+                counts = oracle.count_at_most(norms, threshold)[:, None]
+                noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"clip-{which}", weights=np.ones(m))
+                return float(noisy.sum())
+
+            bounds[which] = private_grid_quantile(noisy_count, config.grid, config.quantile * n_total)
+        mu_est = math.sqrt(mu * mu - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
+        return bounds, mu_est
+
+    def _resolve_weights(self, ctx: FitContext, noise_var: np.ndarray | None = None) -> np.ndarray:
+        """Server aggregation weights from the ``weights`` parameter.
+
+        ``"size"``: n_i / N. ``"optimal"`` (eq. (2) of the core paper, only where ``noise_var`` is
+        given): w_i proportional to ``1 / (trace(Sigma)/n_i + d * s_i^2)``, with ``s_i^2`` the
+        per-coordinate variance of client i's noise and trace(Sigma) replaced by its bound B^2
+        (clipped gradients have norm <= B), as Remark 3.3 suggests replacing it by a constant.
+        An array is used as given (non-negative, summing to 1).
+        """
+        w = self.weights
+        m = ctx.oracle.n_clients
+        if isinstance(w, str):
+            if w == "size":
+                return ctx.size_weights
+            if w == "optimal":
+                if noise_var is None:
+                    raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not {self.method}; use 'size' or an array.")
+                B2 = ctx.clip**2 if math.isfinite(ctx.clip) else 1.0
+                inv = 1.0 / (B2 / ctx.sizes + ctx.oracle.n_features * noise_var)
+                return inv / inv.sum()
+            raise ValueError(f"weights must be 'size', 'optimal' or an array of {m} numbers, got {w!r}.")
+        arr = np.asarray(w, dtype=np.float64)
+        if arr.shape != (m,) or np.any(~np.isfinite(arr)) or np.any(arr < 0):
+            raise ValueError(f"weights must be {m} non-negative finite numbers (one per client), got shape {arr.shape}.")
+        if abs(arr.sum() - 1.0) > 1e-8:
+            raise ValueError(f"weights must sum to 1, they sum to {arr.sum():.6g}; divide by their sum.")
+        return arr
+
+    # ------------------------------------------------------------------ results
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(data) first.")
+
+    def mse(self, theta_true) -> float:
+        """Squared error ``||coef_ - theta_true||^2`` (the paper's per-replicate MSE)."""
+        self._check_fitted()
+        t = np.asarray(theta_true, dtype=np.float64)
+        if t.shape != self.coef_.shape:
+            raise ValueError(f"theta_true must have shape {self.coef_.shape}, got {t.shape}.")
+        return float(np.sum((self.coef_ - t) ** 2))
+
+    def predict(self, X) -> np.ndarray:
+        """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData)."""
+        self._check_fitted()
+        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
+        return self.family_.mean(X @ self.coef_)
+
+    def summary(self, delta: float = 1e-5) -> Summary:
+        """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, coefficients."""
+        self._check_fitted()
+        led = self.privacy_
+        if np.isfinite(led.mu):
+            privacy = f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}); third-party mu = {led.third_party_mu:.4g}"
+        else:
+            privacy = "none (mu = inf)"
+        comm = self.communication_
+        header = {
+            "Family": self.family_.name,
+            "Method": self.method,
+            "Clients": f"{self.n_clients_} (N = {self.n_samples_}, d = {self.n_features_in_})",
+            "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
+            "Privacy": privacy,
+            "Clipping bound B": f"{self.clip_:.4g}",
+            "Iterations": str(self.n_iter_),
+        }
+        coefs = pd.DataFrame({"coef": self.coef_}, index=pd.Index([f"x{j}" for j in range(self.coef_.size)], name="term"))
+        notes = [f"NOT fully private: {leak}" for leak in led.leaks]
+        return Summary(f"{self.method} results", header, coefs, notes)
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) if not isinstance(a, np.ndarray) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def clone(estimator: FederatedEstimator) -> FederatedEstimator:
+    """A new unfitted estimator with the same parameters."""
+    return type(estimator)(**estimator.get_params())

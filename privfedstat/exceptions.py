@@ -1,0 +1,31 @@
+"""Exception and warning classes of privfedstat.
+
+Every warning the package emits has its own class so that users can filter
+them precisely (``warnings.simplefilter("error", PrivacyLeakWarning)``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["PrivacyLeakWarning", "ConvergenceWarning", "DivergenceError", "NotFittedError"]
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A data-dependent quantity is used without being accounted for in the privacy ledger.
+
+    Emitted, for example, by ``clip="paper"``: the clipping bound is the maximum over clients of
+    the 90th percentile of per-sample gradient norms, computed from the raw data and not
+    privatized (Section 4.1 of the core paper). The run's ledger then reports
+    ``is_private == False``.
+    """
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative procedure ended far from a stationary point."""
+
+
+class DivergenceError(ValueError):
+    """Iterates became non-finite or exploded; the message names the setting to change."""
+
+
+class NotFittedError(ValueError, AttributeError):
+    """An estimator was used before ``fit`` was called."""

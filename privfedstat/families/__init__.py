@@ -1,0 +1,33 @@
+"""Loss families (the loss rho of the core paper) and the registry ``get_family``."""
+
+from __future__ import annotations
+
+from .base import Family
+from .glm import POISSON_MAX_ETA, Gaussian, Huber, Logistic, Poisson
+
+__all__ = ["Family", "Logistic", "Poisson", "Gaussian", "Huber", "get_family", "FAMILIES", "POISSON_MAX_ETA"]
+
+FAMILIES: dict[str, type[Family]] = {"logistic": Logistic, "poisson": Poisson, "gaussian": Gaussian, "huber": Huber}
+
+
+def get_family(family: str | Family, **params) -> Family:
+    """Return a :class:`Family` instance.
+
+    Parameters
+    ----------
+    family : str or Family
+        One of ``"logistic"``, ``"poisson"``, ``"gaussian"``, ``"huber"``, or a ``Family``
+        instance (returned unchanged).
+    **params
+        Family parameters, e.g. ``get_family("huber", c=2.0)``.
+    """
+    if isinstance(family, Family):
+        if params:
+            raise TypeError("family parameters can only be given with a family name, not an instance.")
+        return family
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a name or a Family instance, got {type(family).__name__}.")
+    key = family.lower()
+    if key not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}.")
+    return FAMILIES[key](**params)

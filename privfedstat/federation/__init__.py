@@ -1,0 +1,6 @@
+"""Federation: client oracles and the channel through which every client message passes."""
+
+from .channel import Channel, Communication
+from .oracle import ClientOracle, GLMOracle
+
+__all__ = ["Channel", "Communication", "ClientOracle", "GLMOracle"]

@@ -1,0 +1,115 @@
+"""Client oracles: everything a client computes on its own data, for all clients in one call.
+
+Algorithms talk to an oracle, never to numba or torch directly. :class:`GLMOracle` implements the
+protocol for linear-predictor losses with the numba kernels of :mod:`privfedstat.kernels.glm_nb`;
+a torch oracle for deep models implements the same methods.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from ..data.federated import FederatedData
+from ..families.base import Family
+from ..kernels import glm_nb
+
+__all__ = ["ClientOracle", "GLMOracle"]
+
+
+class ClientOracle(Protocol):
+    """What the federated algorithms need from the clients' side."""
+
+    n_clients: int
+    n_features: int
+    sizes: np.ndarray
+
+    def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Per-client mean of per-sample gradients clipped to norm ``clip``, shape (n_clients, d)."""
+
+    def losses(self, theta: np.ndarray) -> np.ndarray:
+        """Per-client mean loss, shape (n_clients,)."""
+
+    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
+        """Per-client mean Hessian with per-sample contributions clipped in norm, (n_clients, d, d)."""
+
+    def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
+        """Per-sample gradient (``"gradient"``) or Hessian (``"hessian"``) norms, shape (n_samples,)."""
+
+    def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
+        """Per-client number of ``values`` (one per sample) that are <= ``threshold``."""
+
+    def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
+        """Per-client ``q``-quantile of ``values`` (one per sample); non-private."""
+
+    def split_halves(self, random_state) -> tuple[ClientOracle, ClientOracle]:
+        """Oracles on a random half of every client's rows and on the other half."""
+
+
+class GLMOracle:
+    """Client oracle for a loss ``ell(y, x^T theta)`` on :class:`FederatedData`.
+
+    Parameters
+    ----------
+    data : FederatedData
+    family : Family
+    """
+
+    def __init__(self, data: FederatedData, family: Family) -> None:
+        self.data = data
+        self.family = family
+        self.n_clients = data.n_clients
+        self.n_features = data.n_features
+        self.sizes = data.sizes
+
+    def _theta2d(self, theta: np.ndarray) -> np.ndarray:
+        theta = np.ascontiguousarray(np.atleast_2d(np.asarray(theta, dtype=np.float64)))
+        if theta.shape[1] != self.n_features or theta.shape[0] not in (1, self.n_clients):
+            raise ValueError(
+                f"theta must have shape ({self.n_features},) or ({self.n_clients}, {self.n_features}), got {theta.shape}."
+            )
+        return theta
+
+    def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        out = np.empty((self.n_clients, self.n_features))
+        d = self.data
+        glm_nb.glm_clipped_mean_grad(
+            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(clip), self.family.code, self.family.param, out
+        )
+        return out
+
+    def losses(self, theta: np.ndarray) -> np.ndarray:
+        out = np.empty(self.n_clients)
+        d = self.data
+        glm_nb.glm_client_loss(d.X, d.y, d.offsets, self._theta2d(theta), self.family.code, self.family.param, out)
+        return out
+
+    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
+        out = np.empty((self.n_clients, self.n_features, self.n_features))
+        d = self.data
+        glm_nb.glm_client_hessian(
+            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(hessian_clip),
+            self.family.code, self.family.param, out,
+        )
+        return out
+
+    def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
+        d = self.data
+        z = d.X @ np.asarray(theta, dtype=np.float64)
+        if which == "gradient":
+            return np.abs(self.family.deriv(d.y, z)) * d.row_norms
+        if which == "hessian":
+            return self.family.deriv2(d.y, z) * d.row_norms**2
+        raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+
+    def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
+        return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
+
+    def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
+        o = self.data.offsets
+        return np.array([np.quantile(values[o[i]: o[i + 1]], q) for i in range(self.n_clients)])
+
+    def split_halves(self, random_state) -> tuple[GLMOracle, GLMOracle]:
+        first, second = self.data.split_halves(random_state)
+        return GLMOracle(first, self.family), GLMOracle(second, self.family)

@@ -1,0 +1,1 @@
+"""Compute kernels: numba (``*_nb.py``) and their numpy twins (``reference``)."""

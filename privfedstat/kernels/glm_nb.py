@@ -1,0 +1,141 @@
+"""numba kernels for linear-predictor losses, sweeping all clients in one parallel pass.
+
+Data layout: the clients' rows are stored concatenated in ``X`` (N, d) and ``y`` (N,), client
+``c`` owning rows ``offsets[c]:offsets[c + 1]``. ``theta`` is either one row (1, d), shared by all
+clients, or one row per client (n_clients, d). Outputs are preallocated by the caller.
+
+The family is selected by an integer code (see ``privfedstat.families``) and one float parameter;
+the per-sample branch on the code is outside the feature loops, which stay vectorisable. Clipping
+uses ``||ell'(y, z) x|| = |ell'(y, z)| ||x||`` with precomputed row norms, so no per-sample
+gradient is ever formed, and the clip factor is written branch-free as
+``min(1, B / max(norm, tiny))`` (see ../shared/PERFORMANCE-NOTES.md).
+
+Every kernel has a plain numpy twin in :mod:`privfedstat.kernels.reference`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..families.glm import POISSON_MAX_ETA
+
+__all__ = ["glm_clipped_mean_grad", "glm_client_loss", "glm_client_hessian", "FASTMATH"]
+
+#: fastmath flags used by every kernel: never ``nnan``/``ninf`` (NaN and inf must propagate so
+#: that divergence is detected, and ``clip = inf`` means "no clipping").
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+_TINY = 1e-300
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _deriv(code, param, y, z):
+    if code == 0:  # logistic: sigmoid(z) - y, stable for both signs
+        e = math.exp(-abs(z))
+        q = 1.0 / (1.0 + e)
+        return (q if z >= 0 else e * q) - y
+    if code == 1:  # poisson
+        return math.exp(min(z, POISSON_MAX_ETA)) - y
+    if code == 2:  # gaussian
+        return z - y
+    return min(max(z - y, -param), param)  # huber
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _deriv2(code, param, y, z):
+    if code == 0:
+        e = math.exp(-abs(z))
+        return e / ((1.0 + e) * (1.0 + e))
+    if code == 1:
+        return math.exp(min(z, POISSON_MAX_ETA))
+    if code == 2:
+        return 1.0
+    return 1.0 if abs(y - z) <= param else 0.0
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _loss(code, param, y, z):
+    if code == 0:  # log(1 + e^z) - y z = max(z, 0) + log1p(e^-|z|) - y z
+        return max(z, 0.0) + math.log1p(math.exp(-abs(z))) - y * z
+    if code == 1:
+        return math.exp(min(z, POISSON_MAX_ETA)) - y * z
+    if code == 2:
+        return 0.5 * (y - z) * (y - z)
+    r = abs(y - z)
+    return 0.5 * r * r if r <= param else param * r - 0.5 * param * param
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _dot(x, t):
+    s = 0.0
+    for k in range(x.shape[0]):
+        s += x[k] * t[k]
+    return s
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out):
+    """Per-client mean of per-sample gradients, each clipped to L2 norm ``clip``.
+
+    ``out[c] = (1/n_c) sum_{j in c} ell'(y_j, z_j) x_j * min(1, clip / (|ell'(y_j, z_j)| ||x_j||))``.
+    """
+    m = offsets.shape[0] - 1
+    d = X.shape[1]
+    shared = theta.shape[0] == 1
+    for c in prange(m):
+        t = theta[0] if shared else theta[c]
+        acc = out[c]
+        acc[:] = 0.0
+        for j in range(offsets[c], offsets[c + 1]):
+            xj = X[j]
+            r = _deriv(code, param, y[j], _dot(xj, t))
+            s = r * min(1.0, clip / max(abs(r) * row_norm[j], _TINY))
+            for k in range(d):
+                acc[k] += s * xj[k]
+        inv = 1.0 / (offsets[c + 1] - offsets[c])
+        for k in range(d):
+            acc[k] *= inv
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_client_loss(X, y, offsets, theta, code, param, out):
+    """Per-client mean loss ``out[c] = (1/n_c) sum_{j in c} ell(y_j, x_j^T theta_c)``."""
+    m = offsets.shape[0] - 1
+    shared = theta.shape[0] == 1
+    for c in prange(m):
+        t = theta[0] if shared else theta[c]
+        s = 0.0
+        for j in range(offsets[c], offsets[c + 1]):
+            s += _loss(code, param, y[j], _dot(X[j], t))
+        out[c] = s / (offsets[c + 1] - offsets[c])
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_client_hessian(X, y, row_norm, offsets, theta, hclip, code, param, out):
+    """Per-client mean Hessian with per-sample contributions clipped in norm.
+
+    ``out[c] = (1/n_c) sum_j w_j x_j x_j^T`` with ``w_j = ell''(y_j, z_j) min(1, hclip / (ell'' ||x_j||^2))``,
+    so each contribution has spectral (= Frobenius, rank one) norm at most ``hclip``.
+    """
+    m = offsets.shape[0] - 1
+    d = X.shape[1]
+    shared = theta.shape[0] == 1
+    for c in prange(m):
+        t = theta[0] if shared else theta[c]
+        h = out[c]
+        h[:, :] = 0.0
+        for j in range(offsets[c], offsets[c + 1]):
+            xj = X[j]
+            w = _deriv2(code, param, y[j], _dot(xj, t))
+            w = w * min(1.0, hclip / max(w * row_norm[j] * row_norm[j], _TINY))
+            for a in range(d):
+                wa = w * xj[a]
+                for b in range(a, d):
+                    h[a, b] += wa * xj[b]
+        inv = 1.0 / (offsets[c + 1] - offsets[c])
+        for a in range(d):
+            for b in range(a, d):
+                h[a, b] *= inv
+                h[b, a] = h[a, b]

@@ -1,0 +1,99 @@
+"""Choosing the clipping bound B privately.
+
+The core paper (Section 4.1) sets B to the maximum over clients of the 90th percentile of the
+per-sample gradient norms at theta = 0, computed from the raw data, and notes that this leaks; it
+suggests spending a share of mu (e.g. mu/10) on B instead. :class:`AutoClip` does that:
+
+* the per-sample norms at theta = 0 are compared with a public, data-independent geometric grid
+  of ``n_grid`` candidate bounds between ``lower`` and ``upper``;
+* the server finds the smallest grid point at which at least a fraction ``quantile`` of all
+  samples (pooled over clients) has norm <= the candidate, by bisection. Each bisection step asks
+  every client for its count of norms <= the candidate; a count changes by at most 1 when one
+  datum is replaced (sensitivity 1), and each client adds Gaussian noise calibrated to its share
+  of the budget. Bisection over a power-of-two grid always takes exactly ``log2(n_grid)`` queries,
+  so the budget is fixed in advance: each query is ``mu_clip / sqrt(log2(n_grid))``-GDP and the
+  whole search is ``mu_clip``-GDP per client.
+
+The client sizes n_i are treated as public, as in the paper (they set the noise scales and the
+aggregation weights). The estimate is the pooled quantile, not the paper's maximum of per-client
+quantiles: a per-client quantile of a noisy count is too inaccurate at the paper's client sizes.
+The result is always a grid point, so B lies in [lower, upper] for any data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AutoClip", "private_grid_quantile"]
+
+
+@dataclass(frozen=True)
+class AutoClip:
+    """Private data-driven clipping bound (the default ``clip="auto"``).
+
+    Parameters
+    ----------
+    quantile : float, default 0.9
+        Target fraction of per-sample norms below the bound (the paper's 90th percentile).
+    budget : float, default 0.1
+        Fraction of each client's mu spent on choosing the bound(s): ``mu_clip = budget * mu``; the
+        estimation gets ``sqrt(mu^2 - mu_clip^2)`` so that the total is exactly ``mu`` (GDP
+        composition). The paper's Section 4.1 suggests mu/10.
+    lower, upper : float, default 1e-2 and 1e4
+        Range of the public candidate grid. Bounds outside it are clamped to it.
+    n_grid : int, default 64
+        Number of grid points; a power of two (bisection then takes ``log2(n_grid)`` queries).
+    """
+
+    quantile: float = 0.9
+    budget: float = 0.1
+    lower: float = 1e-2
+    upper: float = 1e4
+    n_grid: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0 < self.quantile < 1:
+            raise ValueError(f"AutoClip.quantile must lie in (0, 1), got {self.quantile}.")
+        if not 0 < self.budget < 1:
+            raise ValueError(f"AutoClip.budget must lie in (0, 1), got {self.budget}.")
+        if not 0 < self.lower < self.upper < math.inf:
+            raise ValueError(f"AutoClip needs 0 < lower < upper < inf, got lower={self.lower}, upper={self.upper}.")
+        if self.n_grid < 2 or self.n_grid & (self.n_grid - 1):
+            raise ValueError(f"AutoClip.n_grid must be a power of two >= 2, got {self.n_grid}.")
+
+    @property
+    def grid(self) -> np.ndarray:
+        """The public candidate bounds, increasing."""
+        return np.geomspace(self.lower, self.upper, self.n_grid)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of noisy count queries per estimated bound."""
+        return int(math.log2(self.n_grid))
+
+
+def private_grid_quantile(noisy_count: Callable[[float], float], grid: np.ndarray, target: float) -> float:
+    """Smallest grid point whose (noisy) count reaches ``target``, by bisection.
+
+    Parameters
+    ----------
+    noisy_count : callable
+        ``noisy_count(threshold)`` returns the privatized number of samples with norm <= threshold.
+        It is called exactly ``log2(len(grid))`` times.
+    grid : ndarray
+        Increasing candidate thresholds, length a power of two.
+    target : float
+        Count to reach (quantile times the public total sample size).
+    """
+    lo, hi = 0, len(grid) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if noisy_count(float(grid[mid])) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(grid[lo])

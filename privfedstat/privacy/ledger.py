@@ -1,0 +1,197 @@
+"""``PrivacyLedger``: every noisy release a client makes, and the guarantees they add up to.
+
+A release is one Gaussian mechanism run by every client at once: client ``i`` adds
+``N(0, sigma_i^2 I)`` to a statistic of L2 sensitivity ``Delta_i``. The ledger stores
+``(stage, round, kind, Delta_i, sigma_i, server weights)`` for each release and derives:
+
+* **per-client mu** (Definition 2.2 of the core paper, the guarantee towards the server, which
+  sees every release): ``mu_i = sqrt(sum_releases (Delta_i / sigma_i)^2)`` by GDP composition.
+* **third-party mu** (Definition 2.1, an observer who sees only what the server publishes). For a
+  release the server aggregates linearly, ``sum_j w_j (s_j + sigma_j Z_j)``, a datum of client i
+  moves the aggregate by at most ``w_i Delta_i`` while its noise has standard deviation
+  ``sqrt(sum_j w_j^2 sigma_j^2)``; this is an exact Gaussian mechanism, so
+  ``mu_i = w_i Delta_i / sqrt(sum_j w_j^2 sigma_j^2)`` holds for any sizes and weights (for equal
+  sizes and weights it reduces to the paper's ``mu / sqrt(m)``). Noise added inside a client's
+  local iterations ("local" releases, as in FedAvg) reaches the published model only after
+  further non-linear local steps, where the propagated noise is no longer Gaussian; there the
+  ledger uses the post-processing bound ``Delta_i / sigma_i`` (no amplification by aggregation).
+  The paper's ``mu / sqrt(m)`` for FedAvg (Lemma 3.6) needs a contraction argument that treats the
+  propagated noise as Gaussian, which is not exact, so it is not used.
+
+  The reported third-party mu is the maximum over clients of the composed per-client values.
+* ``(epsilon, delta)`` through the exact GDP duality (:func:`~privfedstat.privacy.gdp.epsilon_from_mu`).
+
+Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*;
+a ledger with a leak, or with a non-private release, reports ``is_private == False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .gdp import delta_from_mu, epsilon_from_mu
+
+__all__ = ["Release", "PrivacyLedger"]
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Gaussian mechanism run by all clients.
+
+    Attributes
+    ----------
+    stage : str
+        Which part of the algorithm released it (e.g. ``"gradient"``, ``"local-step"``).
+    round : int
+        Communication round during which the mechanism ran (0-based).
+    kind : {"aggregated", "local"}
+        ``"aggregated"``: the noisy values are sent and the server publishes only
+        ``sum_i weights[i] * value_i``; ``"local"``: noise added inside local computation whose
+        result is sent later.
+    sensitivity : ndarray of shape (n_clients,)
+        L2 sensitivity Delta_i of client i's statistic (one datum replaced).
+    sigma : ndarray of shape (n_clients,)
+        Noise standard deviation used by client i (0 = no noise).
+    weights : ndarray of shape (n_clients,) or None
+        Server aggregation weights (``"aggregated"`` releases).
+    """
+
+    stage: str
+    round: int
+    kind: str
+    sensitivity: np.ndarray
+    sigma: np.ndarray
+    weights: np.ndarray | None = None
+
+    def client_mu(self) -> np.ndarray:
+        """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = np.where(self.sensitivity == 0, 0.0, self.sensitivity / self.sigma)
+        return np.where(np.isnan(mu), np.inf, mu)
+
+    def third_party_mu(self) -> np.ndarray:
+        """Per-client GDP parameter towards an observer of the published aggregate."""
+        if self.kind != "aggregated":
+            return self.client_mu()
+        w = self.weights
+        noise_sd = float(np.sqrt(np.sum((w * self.sigma) ** 2)))
+        shift = np.abs(w) * self.sensitivity
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = np.where(shift == 0, 0.0, shift / noise_sd)
+        return np.where(np.isnan(mu), np.inf, mu)
+
+
+class PrivacyLedger:
+    """Record of all releases of one fit, with the per-client and third-party guarantees.
+
+    Parameters
+    ----------
+    n_clients : int
+        Number of clients (m).
+    """
+
+    def __init__(self, n_clients: int) -> None:
+        self.n_clients = int(n_clients)
+        self.releases: list[Release] = []
+        self.leaks: list[str] = []
+
+    # ------------------------------------------------------------------ recording
+    def record(self, release: Release) -> None:
+        """Append a release (arrays are validated against ``n_clients``)."""
+        for name in ("sensitivity", "sigma"):
+            a = getattr(release, name)
+            if a.shape != (self.n_clients,) or np.any(a < 0) or np.any(np.isnan(a)):
+                raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
+        if release.kind not in ("aggregated", "local"):
+            raise ValueError(f"unknown release kind {release.kind!r}.")
+        if release.kind == "aggregated" and (release.weights is None or release.weights.shape != (self.n_clients,)):
+            raise ValueError("an aggregated release needs one server weight per client.")
+        self.releases.append(release)
+
+    def add_leak(self, description: str) -> None:
+        """Note a data-dependent quantity used without privacy accounting."""
+        self.leaks.append(description)
+
+    # ------------------------------------------------------------------ guarantees
+    @property
+    def client_mu(self) -> np.ndarray:
+        """Composed GDP parameter of each client towards the server (Definition 2.2), shape (n_clients,)."""
+        if not self.releases:
+            return np.zeros(self.n_clients)
+        mus = np.stack([r.client_mu() for r in self.releases])
+        return np.sqrt(np.sum(mus**2, axis=0))
+
+    @property
+    def third_party_mu(self) -> float:
+        """GDP parameter of the published model towards a third party (Definition 2.1), worst client."""
+        if not self.releases:
+            return 0.0
+        mus = np.stack([r.third_party_mu() for r in self.releases])
+        return float(np.max(np.sqrt(np.sum(mus**2, axis=0))))
+
+    @property
+    def mu(self) -> float:
+        """The worst client's mu (the fit is ``mu``-fed-GDP)."""
+        return float(np.max(self.client_mu))
+
+    @property
+    def is_private(self) -> bool:
+        """True when every client's mu is finite and nothing data-dependent leaked."""
+        return bool(np.all(np.isfinite(self.client_mu))) and not self.leaks
+
+    def epsilon(self, delta: float = 1e-5) -> float:
+        """Epsilon of the worst client at the given delta (exact GDP-to-DP conversion)."""
+        return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
+
+    def delta(self, epsilon: float) -> float:
+        """Delta of the worst client at the given epsilon."""
+        return delta_from_mu(self.mu, epsilon) if self.mu > 0 else 0.0
+
+    def third_party_epsilon(self, delta: float = 1e-5) -> float:
+        """Epsilon towards a third party at the given delta."""
+        return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
+
+    # ------------------------------------------------------------------ reporting
+    def to_frame(self) -> pd.DataFrame:
+        """One row per release and client: stage, round, kind, client, sensitivity, sigma, mu, weight."""
+        m = self.n_clients
+        rows = {
+            "stage": np.repeat([r.stage for r in self.releases], m),
+            "round": np.repeat([r.round for r in self.releases], m),
+            "kind": np.repeat([r.kind for r in self.releases], m),
+            "client": np.tile(np.arange(m), len(self.releases)),
+            "sensitivity": np.concatenate([r.sensitivity for r in self.releases]) if self.releases else [],
+            "sigma": np.concatenate([r.sigma for r in self.releases]) if self.releases else [],
+            "mu": np.concatenate([r.client_mu() for r in self.releases]) if self.releases else [],
+            "weight": np.concatenate(
+                [r.weights if r.weights is not None else np.full(m, np.nan) for r in self.releases]
+            )
+            if self.releases
+            else [],
+        }
+        return pd.DataFrame(rows)
+
+    def by_stage(self) -> pd.DataFrame:
+        """Per stage: number of releases and the worst client's composed mu."""
+        df = self.to_frame()
+        df["mu2"] = df["mu"] ** 2
+        g = df.groupby(["stage", "client"], sort=False)["mu2"].sum().groupby("stage", sort=False)
+        n = df.groupby("stage", sort=False)["round"].count() // max(self.n_clients, 1)
+        return pd.DataFrame({"releases": n, "mu (worst client)": np.sqrt(g.max())})
+
+    def __repr__(self) -> str:
+        cm = self.client_mu
+        if not self.is_private and np.all(np.isinf(cm)):
+            return f"PrivacyLedger(non-private: no noise, {len(self.releases)} releases, {self.n_clients} clients)"
+        eps = self.epsilon(1e-5)
+        text = (
+            f"PrivacyLedger({self.n_clients} clients, {len(self.releases)} releases: "
+            f"client mu max {cm.max():.4g} (min {cm.min():.4g}), third-party mu {self.third_party_mu:.4g}, "
+            f"(eps, delta) = ({eps:.4g}, 1e-05), private={self.is_private})"
+        )
+        if self.leaks:
+            text += "\n  NOT fully private: " + "; ".join(self.leaks)
+        return text
