@@ -1,0 +1,19 @@
+# The two quick-start commands: `make demo` (main job) and `make test` (full test suite).
+# Both create .venv and install the package with its test extras on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test bench
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/privfedstat demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_kernels.py
