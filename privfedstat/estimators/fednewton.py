@@ -11,7 +11,7 @@ from ..privacy.clipping import AutoClip
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "floor_eigenvalues"]
+__all__ = ["FedNewton", "floor_eigenvalues", "newton_step"]
 
 
 def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
@@ -22,6 +22,32 @@ def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
     """
     vals, vecs = np.linalg.eigh(H)
     return (vecs * np.maximum(vals, floor)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
+
+
+def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
+                grad_clip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta`` and its L2 sensitivity.
+
+    ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
+    (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
+    half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
+    ``grad_clip[i]`` (G_i). Sensitivity (one datum replaced, in either half):
+    ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``; see :class:`FedNewton`.
+
+    Returns
+    -------
+    step : ndarray of shape (n_clients, d)
+    sensitivity : ndarray of shape (n_clients,)
+    """
+    n1, n2 = half1.sizes, half2.sizes
+    H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
+    g = half2.clipped_gradients(theta, clip)
+    norms = np.linalg.norm(g, axis=1)
+    g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
+    step = np.linalg.solve(H, g[..., None])[..., 0]
+    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
+        sens = np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
+    return step, sens
 
 
 class FedNewton(FederatedEstimator):
@@ -148,20 +174,13 @@ class FedNewton(FederatedEstimator):
         path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
                           step_size=self.step_size, mu=mu_stage, weights=weights)
         theta1 = path[-1]
-
         if self.newton_grad_clip is not None:
             G = np.full(n1.size, float(self.newton_grad_clip))
         elif math.isinf(ctx.mu):
             G = np.full(n1.size, math.inf)
         else:
             G = np.minimum(B, lam * B * n1 / (C_H * n2))
-        H = floor_eigenvalues(half1.hessians(theta1, C_H), lam)
-        g = half2.clipped_gradients(theta1, B)
-        norms = np.linalg.norm(g, axis=1)
-        g = g * np.minimum(1.0, G / np.maximum(norms, 1e-300))[:, None]
-        step = np.linalg.solve(H, g[..., None])[..., 0]
-        with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
-            sens = np.fmax(2.0 * B / (lam * n2), 2.0 * C_H * G / (lam**2 * n1))
+        step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
         local = ctx.channel.release(theta1 - step, sensitivity=sens, mu=mu_stage, stage="newton", weights=weights)
         theta2 = weights @ local
         return theta2, path + [theta2], self.n_rounds * self.n_local_steps + 1

@@ -1,0 +1,32 @@
+import numpy as np
+import pytest
+
+from privfedstat import FederatedData
+
+
+def simulate(family: str, sizes, beta, seed: int = 0, sigma_c: float = 1.0):
+    """X = [1, C], C ~ N(0, sigma_c^2); y from the family's canonical GLM."""
+    rng = np.random.default_rng(seed)
+    sizes = np.asarray(sizes)
+    N = int(sizes.sum())
+    beta = np.asarray(beta, dtype=float)
+    X = np.column_stack([np.ones(N), sigma_c * rng.standard_normal((N, beta.size - 1))])
+    eta = X @ beta
+    if family == "logistic":
+        y = (rng.random(N) < 1 / (1 + np.exp(-eta))).astype(float)
+    elif family == "poisson":
+        y = rng.poisson(np.exp(eta)).astype(float)
+    else:
+        y = eta + rng.standard_normal(N)
+    return FederatedData.from_pooled(X, y, sizes=sizes)
+
+
+@pytest.fixture
+def logistic_data():
+    return simulate("logistic", [200] * 20, [0.5, -0.5, 0.5, -0.25])
+
+
+@pytest.fixture
+def unequal_logistic_data():
+    rng = np.random.default_rng(5)
+    return simulate("logistic", rng.integers(40, 160, size=15), [0.3, 0.8, -0.4], seed=3)

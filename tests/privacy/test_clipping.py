@@ -1,0 +1,170 @@
+"""Tests for privfedstat.privacy.clipping (AutoClip and the private grid quantile search)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privfedstat.privacy.clipping import AutoClip, private_grid_quantile
+
+
+# --------------------------------------------------------------------------- AutoClip
+class TestAutoClipValidation:
+    def test_defaults(self):
+        a = AutoClip()
+        assert (a.quantile, a.budget, a.lower, a.upper, a.n_grid) == (0.9, 0.1, 1e-2, 1e4, 64)
+        assert a.n_queries == 6
+
+    @pytest.mark.parametrize("q", [0.0, 1.0, -0.1, 1.5, math.nan])
+    def test_quantile(self, q):
+        with pytest.raises(ValueError, match="quantile"):
+            AutoClip(quantile=q)
+
+    @pytest.mark.parametrize("b", [0.0, 1.0, -0.5, 2.0, math.nan])
+    def test_budget(self, b):
+        with pytest.raises(ValueError, match="budget"):
+            AutoClip(budget=b)
+
+    @pytest.mark.parametrize(
+        "lower,upper",
+        [(0.0, 1.0), (-1.0, 1.0), (1.0, 1.0), (2.0, 1.0), (1.0, math.inf), (math.nan, 1.0), (1.0, math.nan)],
+    )
+    def test_lower_upper(self, lower, upper):
+        with pytest.raises(ValueError, match="lower"):
+            AutoClip(lower=lower, upper=upper)
+
+    @pytest.mark.parametrize("n", [0, 1, 3, 6, 12, 63, 65, 100, -4])
+    def test_n_grid_not_power_of_two(self, n):
+        with pytest.raises(ValueError, match="n_grid"):
+            AutoClip(n_grid=n)
+
+    @pytest.mark.parametrize("n", [2, 4, 8, 64, 1024])
+    def test_n_grid_power_of_two_ok(self, n):
+        a = AutoClip(n_grid=n)
+        assert a.n_queries == int(round(math.log2(n)))
+        assert 2**a.n_queries == n
+
+    def test_frozen(self):
+        a = AutoClip()
+        with pytest.raises(Exception):
+            a.quantile = 0.5  # type: ignore[misc]
+
+
+class TestAutoClipGrid:
+    @pytest.mark.parametrize("lower,upper,n", [(1e-2, 1e4, 64), (0.5, 2.0, 2), (1.0, 1e6, 16), (3e-3, 7.0, 128)])
+    def test_geometric(self, lower, upper, n):
+        g = AutoClip(lower=lower, upper=upper, n_grid=n).grid
+        assert g.shape == (n,)
+        assert g[0] == pytest.approx(lower, rel=1e-12)
+        assert g[-1] == pytest.approx(upper, rel=1e-12)
+        assert np.all(np.diff(g) > 0)
+        ratios = g[1:] / g[:-1]
+        np.testing.assert_allclose(ratios, (upper / lower) ** (1 / (n - 1)), rtol=1e-10)
+        np.testing.assert_allclose(np.log(g), np.linspace(np.log(lower), np.log(upper), n), rtol=0, atol=1e-12)
+
+    def test_grid_is_data_independent(self):
+        np.testing.assert_array_equal(AutoClip().grid, AutoClip().grid)
+
+
+# --------------------------------------------------------------------------- private_grid_quantile
+class CountingCounter:
+    """Exact (noise-free) count of values <= threshold that records its calls."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=float)
+        self.calls: list[float] = []
+
+    def __call__(self, t: float) -> float:
+        assert isinstance(t, float)
+        self.calls.append(t)
+        return float(np.count_nonzero(self.values <= t))
+
+
+def brute_force(values, grid, target):
+    values = np.asarray(values, dtype=float)
+    for g in grid:
+        if np.count_nonzero(values <= g) >= target:
+            return float(g)
+    return float(grid[-1])  # nothing reaches the target: the search ends at the largest grid point
+
+
+def test_simple_example():
+    grid = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0])
+    values = [0.5, 1.5, 3.0, 3.5, 5.0, 9.0, 20.0, 100.0, 100.0, 100.0]
+    counter = CountingCounter(values)
+    # counts at grid: 1, 2, 4, 5, 6, 7, 7, 10 ; target 5 -> 8.0
+    assert private_grid_quantile(counter, grid, 5) == 8.0
+    assert len(counter.calls) == 3
+    assert set(counter.calls) <= set(grid.tolist())
+
+
+def test_quantile_of_uniform_data():
+    rng = np.random.default_rng(0)
+    values = rng.uniform(0, 10, size=10_000)
+    grid = np.linspace(0.0, 10.0, 1024)
+    counter = CountingCounter(values)
+    b = private_grid_quantile(counter, grid, 0.9 * values.size)
+    assert len(counter.calls) == 10
+    assert b == brute_force(values, grid, 0.9 * values.size)
+    assert b == pytest.approx(np.quantile(values, 0.9), abs=0.03)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 64, 256])
+@pytest.mark.parametrize("target", [-1.0, 0.0, 0.5, 3.0, 50.0, 1e9])
+def test_number_of_calls_is_log2(n, target):
+    grid = np.geomspace(0.01, 100.0, n)
+    counter = CountingCounter(np.geomspace(0.001, 1000.0, 100))
+    b = private_grid_quantile(counter, grid, target)
+    assert len(counter.calls) == int(math.log2(n))
+    assert b == brute_force(counter.values, grid, target)
+
+
+def test_target_unreachable_returns_upper_end():
+    grid = np.geomspace(1.0, 8.0, 4)
+    counter = CountingCounter([100.0, 200.0])
+    assert private_grid_quantile(counter, grid, 1) == grid[-1]
+
+
+def test_target_reached_everywhere_returns_lower_end():
+    grid = np.geomspace(1.0, 8.0, 8)
+    counter = CountingCounter([0.1, 0.2])
+    assert private_grid_quantile(counter, grid, 2) == grid[0]
+    assert len(counter.calls) == 3
+
+
+def test_works_with_autoclip_grid_and_noisy_counts_stay_in_grid():
+    ac = AutoClip(n_grid=32)
+    rng = np.random.default_rng(3)
+    calls = []
+
+    def noisy(t):
+        calls.append(t)
+        return rng.normal(0, 1e6)  # pure noise: result must still be a grid point
+
+    b = private_grid_quantile(noisy, ac.grid, 10.0)
+    assert len(calls) == ac.n_queries
+    assert b in ac.grid.tolist()
+    assert ac.lower <= b <= ac.upper
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=1, max_size=200),
+    log2n=st.integers(1, 9),
+    q=st.floats(0.0, 1.2, allow_nan=False),
+    lower=st.floats(1e-3, 1.0),
+    span=st.floats(1.5, 1e6),
+)
+def test_matches_brute_force(values, log2n, q, lower, span):
+    n = 2**log2n
+    grid = np.geomspace(lower, lower * span, n)
+    target = q * len(values)
+    counter = CountingCounter(values)
+    got = private_grid_quantile(counter, grid, target)
+    assert len(counter.calls) == log2n
+    assert got == brute_force(values, grid, target)
+    assert got in grid.tolist()
