@@ -1,0 +1,117 @@
+"""Bad input gets a clear error, never a silent wrong answer."""
+
+import numpy as np
+import pytest
+
+from conftest import simulate
+from privfedstat import AutoClip, DivergenceError, FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD, NotFittedError
+
+ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+@pytest.mark.parametrize(
+    "params, exc, match",
+    [
+        ({"mu": 0.0}, ValueError, "mu must be > 0"),
+        ({"mu": -1.0}, ValueError, "mu must be > 0"),
+        ({"mu": float("nan")}, ValueError, "mu must be > 0"),
+        ({"mu": "2"}, TypeError, "mu must be a positive number"),
+        ({"clip": 0.0}, ValueError, "clip must be > 0"),
+        ({"clip": -1.0}, ValueError, "clip must be > 0"),
+        ({"clip": "median"}, ValueError, "clip must be"),
+        ({"clip": float("inf")}, ValueError, "only allowed with"),
+        ({"step_size": 0.0}, ValueError, "step_size must be > 0"),
+        ({"step_size": float("inf")}, ValueError, "step_size must be finite"),
+        ({"family": "gamma"}, ValueError, "unknown family"),
+        ({"weights": "equal"}, ValueError, "weights must be"),
+        ({"weights": np.ones(3)}, ValueError, "one per client"),
+        ({"random_state": "seed"}, TypeError, "random_state"),
+    ],
+)
+def test_bad_parameters(Est, params, exc, match, logistic_data):
+    with pytest.raises(exc, match=match):
+        Est(**params).fit(logistic_data)
+
+
+@pytest.mark.parametrize(
+    "Est, params, exc",
+    [
+        (FedSGD, {"n_iter": 0}, ValueError),
+        (FedSGD, {"n_iter": 2.5}, TypeError),
+        (FedHybrid, {"n_local_steps": 0}, ValueError),
+        (FedHybrid, {"n_server_iter": -3}, ValueError),
+        (FedAvg, {"n_rounds": 0}, ValueError),
+        (FedAvg, {"n_local_steps": True}, TypeError),
+        (FedNewton, {"hessian_floor": 0.0}, ValueError),
+        (FedNewton, {"hessian_clip": float("inf"), "clip": 1.0}, ValueError),
+        (FedNewton, {"clip": 1.0}, ValueError),  # fixed clip needs a fixed hessian_clip
+        (FedSGD, {"init": [1.0, 2.0]}, ValueError),
+    ],
+)
+def test_bad_method_parameters(Est, params, exc, logistic_data):
+    with pytest.raises(exc):
+        Est(**params).fit(logistic_data)
+
+
+def test_weights_must_sum_to_one(logistic_data):
+    with pytest.raises(ValueError, match="sum to 1"):
+        FedSGD(weights=np.full(20, 0.1)).fit(logistic_data)
+
+
+def test_fit_needs_federated_data():
+    with pytest.raises(TypeError, match="FederatedData"):
+        FedSGD().fit(np.zeros((10, 2)))
+
+
+def test_labels_outside_support():
+    data = simulate("poisson", [50] * 4, [0.1, 0.2])
+    with pytest.raises(ValueError, match="0, 1"):
+        FedSGD(family="logistic").fit(data)
+    X = np.ones((20, 1))
+    with pytest.raises(ValueError, match="non-negative integer"):
+        FedSGD(family="poisson").fit(FederatedData.from_pooled(X, -np.ones(20), sizes=[10, 10]))
+    with pytest.raises(ValueError, match="non-negative integer"):
+        FedSGD(family="poisson").fit(FederatedData.from_pooled(X, np.full(20, 0.5), sizes=[10, 10]))
+
+
+def test_nan_and_empty_clients_rejected():
+    X = np.ones((10, 2))
+    y = np.zeros(10)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        FederatedData.from_pooled(X, y, sizes=[5, 5])
+    with pytest.raises(ValueError, match="no rows"):
+        FederatedData.from_arrays([(np.ones((3, 2)), np.zeros(3)), (np.ones((0, 2)), np.zeros(0))])
+
+
+def test_fednewton_needs_two_d_rows_per_client():
+    data = simulate("logistic", [10] * 5, [0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.1])
+    with pytest.raises(ValueError, match="n_i >= 2 d"):
+        FedNewton().fit(data)
+
+
+def test_divergence_is_reported_with_the_knob_to_turn():
+    data = simulate("poisson", [50] * 4, [1.0, 1.0, 1.0], seed=1)
+    with pytest.raises(DivergenceError, match="step_size"):
+        FedSGD(family="poisson", mu=float("inf"), clip=float("inf"), step_size=5.0, n_iter=200).fit(data)
+
+
+def test_unfitted_estimator():
+    with pytest.raises(NotFittedError, match="fit"):
+        FedSGD().mse(np.zeros(2))
+
+
+def test_mse_shape_checked(logistic_data):
+    est = FedSGD(random_state=0).fit(logistic_data)
+    with pytest.raises(ValueError, match="shape"):
+        est.mse(np.zeros(3))
+    with pytest.raises(ValueError, match="shape"):
+        est.predict(np.zeros((3, 2)))
+
+
+def test_auto_clip_config_validated():
+    with pytest.raises(ValueError, match="power of two"):
+        AutoClip(n_grid=50)
+    with pytest.raises(ValueError, match="budget"):
+        AutoClip(budget=1.0)
