@@ -21,7 +21,7 @@ __all__ = ["RandomState", "as_seed_sequence", "spawn_generators"]
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
     """Resolve ``random_state`` into a :class:`numpy.random.SeedSequence`.
 
-    A ``Generator`` is consumed once (one 128-bit draw) to seed the sequence, so passing the same
+    The same int or SeedSequence always gives the same streams. A ``Generator`` is consumed once (one 128-bit draw) to seed the sequence, so passing the same
     generator twice gives different, but still reproducible, streams.
     """
     if random_state is None or isinstance(random_state, (int, np.integer)):
@@ -29,7 +29,10 @@ def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
             raise ValueError(f"random_state must be a non-negative integer, got {random_state}.")
         return np.random.SeedSequence(None if random_state is None else int(random_state))
     if isinstance(random_state, np.random.SeedSequence):
-        return random_state
+        # a fresh copy: spawning from the caller's object would advance its child counter, so
+        # fitting twice with the same SeedSequence would give different streams
+        return np.random.SeedSequence(random_state.entropy, spawn_key=random_state.spawn_key,
+                                      pool_size=random_state.pool_size)
     if isinstance(random_state, np.random.Generator):
         return np.random.SeedSequence(random_state.integers(0, 2**63, size=2).tolist())
     raise TypeError(

@@ -126,3 +126,12 @@ def test_reproducible_bit_identical(Est, logistic_data):
     b = Est(random_state=123).fit(logistic_data)
     assert a.coef_.tobytes() == b.coef_.tobytes()
     assert a.history_.tobytes() == b.history_.tobytes()
+
+
+def test_same_seed_sequence_object_gives_same_fit(logistic_data):
+    ss = np.random.SeedSequence(42)
+    a = FedSGD(random_state=ss).fit(logistic_data)
+    b = FedSGD(random_state=ss).fit(logistic_data)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(FedSGD(random_state=ss).fit(logistic_data).coef_,
+                                  FedSGD(random_state=np.random.SeedSequence(42)).fit(logistic_data).coef_)
