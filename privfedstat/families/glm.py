@@ -21,7 +21,8 @@ class Logistic(Family):
     code = 0
 
     def loss(self, y, z):
-        return np.logaddexp(0.0, z) - y * z
+        # log(1 + e^z) - y z = (1 - y) softplus(z) + y softplus(-z): no cancellation in either tail
+        return (1.0 - y) * np.logaddexp(0.0, z) + y * np.logaddexp(0.0, -z)
 
     def deriv(self, y, z):
         return expit(z) - y
@@ -45,15 +46,18 @@ class Logistic(Family):
 class Poisson(Family):
     """Poisson family with log link: ``ell(y, z) = exp(z) - y z`` (the constant log y! is dropped).
 
-    The linear predictor inside ``exp`` is capped at :data:`POISSON_MAX_ETA` so that every quantity
-    stays finite; a fit whose iterates reach the cap raises ``DivergenceError``.
+    Above :data:`POISSON_MAX_ETA` the exponential is continued linearly (loss) and held constant
+    (derivatives), so every quantity stays finite for any theta while ``deriv`` remains the exact
+    derivative of ``loss``.
     """
 
     name = "poisson"
     code = 1
 
     def loss(self, y, z):
-        return np.exp(np.minimum(z, POISSON_MAX_ETA)) - y * z
+        # above the cap exp is continued linearly, so deriv is the exact derivative everywhere
+        zc = np.minimum(z, POISSON_MAX_ETA)
+        return np.exp(zc) * (1.0 + (z - zc)) - y * z
 
     def deriv(self, y, z):
         return np.exp(np.minimum(z, POISSON_MAX_ETA)) - y

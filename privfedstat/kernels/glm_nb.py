@@ -57,10 +57,12 @@ def _deriv2(code, param, y, z):
 
 @njit(inline="always", fastmath=FASTMATH)
 def _loss(code, param, y, z):
-    if code == 0:  # log(1 + e^z) - y z = max(z, 0) + log1p(e^-|z|) - y z
-        return max(z, 0.0) + math.log1p(math.exp(-abs(z))) - y * z
-    if code == 1:
-        return math.exp(min(z, POISSON_MAX_ETA)) - y * z
+    if code == 0:  # log(1 + e^z) - y z = (1 - y) softplus(z) + y softplus(-z)
+        sp = math.log1p(math.exp(-abs(z)))
+        return (1.0 - y) * (max(z, 0.0) + sp) + y * (max(-z, 0.0) + sp)
+    if code == 1:  # exp continued linearly above the cap
+        zc = min(z, POISSON_MAX_ETA)
+        return math.exp(zc) * (1.0 + (z - zc)) - y * z
     if code == 2:
         return 0.5 * (y - z) * (y - z)
     r = abs(y - z)

@@ -94,6 +94,8 @@ def compose(mus) -> float:
 
 def _delta(eps: float, mu: float) -> float:
     # Phi(-eps/mu + mu/2) - exp(eps) Phi(-eps/mu - mu/2), second term in log space.
+    if eps == 0.0:  # 2 Phi(mu/2) - 1 without cancellation
+        return math.erf(mu / (2.0 * math.sqrt(2.0)))
     a = math.exp(log_ndtr(-eps / mu + mu / 2))
     b = math.exp(eps + log_ndtr(-eps / mu - mu / 2))
     return max(a - b, 0.0)
@@ -139,9 +141,9 @@ def mu_from_epsilon_delta(epsilon: float, delta: float) -> float:
     delta = float(delta)
     if not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta}.")
-    hi = 1.0
+    lo, hi = 0.5, 1.0
     while _delta(epsilon, hi) < delta:
-        hi *= 2.0
-        if hi > 1e6:  # pragma: no cover - unreachable for delta < 1
-            raise ValueError("could not bracket mu; check epsilon and delta.")
-    return float(brentq(lambda m: _delta(epsilon, m) - delta, 1e-12, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
+        lo, hi = hi, 2.0 * hi
+    while _delta(epsilon, lo) > delta:
+        lo, hi = 0.5 * lo, lo
+    return float(brentq(lambda m: _delta(epsilon, m) - delta, lo, hi, xtol=1e-300, rtol=1e-15, maxiter=500))
