@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from .._validation import check_positive_float, check_positive_int
+from ..exceptions import PrivacyLeakWarning
 from ..privacy.clipping import AutoClip
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
@@ -103,6 +105,13 @@ class FedNewton(FederatedEstimator):
     newton_grad_clip : float or None, default None
         Radius G for the mean gradient of the Newton step; None for the balanced default above
         (infinite when ``mu`` is infinite).
+    newton_noise : {"robust", "paper"}, default "robust"
+        ``"robust"``: the construction above, private for any data. ``"paper"``: Algorithm 4's
+        calibration, ``sigma_i = 2 B_new / (mu n_i)`` with ``B_new = 4 sqrt(2) B / tau_1`` and
+        ``tau_1 = hessian_floor``, on the unclipped Hessian (floored at tau_1 only to stay
+        invertible) and the unclipped mean gradient. It is a guarantee only if the data satisfy
+        Assumption 2 with that tau_1, so it warns with ``PrivacyLeakWarning`` and the ledger
+        marks the run as not fully private. Offered to reproduce the paper.
     weights : "size" or array, default "size"
         Server averaging weights (w_i = n_i / N in Algorithm 4).
     random_state : int, Generator, SeedSequence or None
@@ -115,7 +124,10 @@ class FedNewton(FederatedEstimator):
     """
 
     method = "FedNewton"
-    _norms = ("gradient", "hessian")
+
+    @property
+    def _norms(self) -> tuple[str, ...]:
+        return ("gradient",) if self.newton_noise == "paper" else ("gradient", "hessian")
 
     def __init__(
         self,
@@ -129,6 +141,7 @@ class FedNewton(FederatedEstimator):
         hessian_clip: float | None = None,
         hessian_floor: float = 0.1,
         newton_grad_clip: float | None = None,
+        newton_noise: str = "robust",
         weights="size",
         random_state=None,
     ) -> None:
@@ -141,6 +154,7 @@ class FedNewton(FederatedEstimator):
         self.hessian_clip = hessian_clip
         self.hessian_floor = hessian_floor
         self.newton_grad_clip = newton_grad_clip
+        self.newton_noise = newton_noise
         self.weights = weights
         self.random_state = random_state
 
@@ -149,6 +163,8 @@ class FedNewton(FederatedEstimator):
         check_positive_int(self.n_rounds, "n_rounds")
         check_positive_int(self.n_local_steps, "n_local_steps")
         check_positive_float(self.hessian_floor, "hessian_floor")
+        if self.newton_noise not in ("robust", "paper"):
+            raise ValueError(f"newton_noise must be 'robust' or 'paper', got {self.newton_noise!r}.")
         if self.newton_grad_clip is not None:
             check_positive_float(self.newton_grad_clip, "newton_grad_clip", allow_inf=True)
         if math.isfinite(mu):
@@ -174,13 +190,27 @@ class FedNewton(FederatedEstimator):
         path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
                           step_size=self.step_size, mu=mu_stage, weights=weights)
         theta1 = path[-1]
-        if self.newton_grad_clip is not None:
-            G = np.full(n1.size, float(self.newton_grad_clip))
-        elif math.isinf(ctx.mu):
-            G = np.full(n1.size, math.inf)
+        if self.newton_noise == "paper":
+            step, _ = newton_step(half1, half2, theta1, clip=B, hessian_clip=math.inf, hessian_floor=lam,
+                                  grad_clip=np.full(n1.size, math.inf))
+            sens = 8.0 * B / (lam * ctx.sizes)  # sigma_i = 2 B_new / (mu n_i) = (8 B / (tau_1 n_i)) / (mu / sqrt 2)
+            warnings.warn(
+                "newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau_1 "
+                "(= hessian_floor), which bounds its sensitivity only under Assumption 2; use the default "
+                "'robust' for a guarantee that holds for any data.",
+                PrivacyLeakWarning,
+                stacklevel=4,
+            )
+            ctx.channel.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {lam:g} "
+                                        "(valid only under Assumption 2)")
         else:
-            G = np.minimum(B, lam * B * n1 / (C_H * n2))
-        step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
+            if self.newton_grad_clip is not None:
+                G = np.full(n1.size, float(self.newton_grad_clip))
+            elif math.isinf(ctx.mu):
+                G = np.full(n1.size, math.inf)
+            else:
+                G = np.minimum(B, lam * B * n1 / (C_H * n2))
+            step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
         local = ctx.channel.release(theta1 - step, sensitivity=sens, mu=mu_stage, stage="newton", weights=weights)
         theta2 = weights @ local
         return theta2, path + [theta2], self.n_rounds * self.n_local_steps + 1
