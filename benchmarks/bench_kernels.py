@@ -11,8 +11,10 @@ Cases (random float64 X, logistic y in {0, 1}, one shared theta of shape (1, d),
 
 Client sizes are unequal (lognormal, seeded), as in real federated data. Every timing is the
 median over repeats of ``time.perf_counter``; the implementations are interleaved round-robin
-within each repeat so that noise from other processes hits all of them alike. Ratios are only
-meaningful within one run (the machines are shared and noisy).
+within each repeat so that noise from other processes hits all of them alike, with OpenBLAS held
+at one thread; multi-threaded OpenBLAS is timed apart at the end (its worker threads busy-wait after
+each call and, on a 2-core machine, take a core from numba's threads). Ratios are only meaningful
+within one run (the machines are shared and noisy): run it when the load average is low.
 
 Timed per case:
 
@@ -148,12 +150,31 @@ def with_threads(n: int, f):
     return g
 
 
-def with_blas_threads(n: int, f):
-    def g():
-        BLAS.set(n)
-        f()
+class ForeignCPU:
+    """CPU time used by *other* processes while a block runs (system busy time minus ours).
 
-    return g
+    Reported as an average number of cores: on a 2-core machine, anything above ~0.05 means the
+    timings (above all the multi-threaded ones) were disturbed.
+    """
+
+    @staticmethod
+    def _busy() -> float | None:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)  # user nice system irq softirq steal
+        return busy / os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self):
+        self.b0, self.t0, self.w0 = self._busy(), sum(os.times()[:2]), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        b1, t1, w1 = self._busy(), sum(os.times()[:2]), time.perf_counter()
+        self.cores = None if b1 is None or self.b0 is None else max(0.0, (b1 - self.b0) - (t1 - self.t0)) / (w1 - self.w0)
+        return False
 
 
 def sh(cmd: list[str]) -> str:
@@ -221,15 +242,19 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     rows.append(("clipped grad", "numpy `reference.clipped_mean_grad`", "1", "ref"))
     fns["sum"] = lambda: X.sum(axis=0)
     rows.append(("one pass", "numpy `X.sum(axis=0)`", "1", "sum"))
+    # Multi-threaded OpenBLAS calls are timed apart, after everything else: OpenBLAS worker threads
+    # busy-wait after each call and would take the second core from the numba threads (this made
+    # 2-thread numba calls 2-10x slower when everything was interleaved).
+    late = {}
     if BLAS.available:
-        fns["blas1"] = with_blas_threads(1, lambda: X @ v)
+        fns["blas1"] = lambda: X @ v
         rows.append(("one pass", "OpenBLAS `X @ v`", "1", "blas1"))
         if BLAS.default != 1:
-            fns["blasT"] = with_blas_threads(BLAS.default, lambda: X @ v)
-            rows.append(("one pass", "OpenBLAS `X @ v`", str(BLAS.default), "blasT"))
+            late["blasT"] = lambda: X @ v
+            rows.append(("one pass", "OpenBLAS `X @ v` (timed apart)", str(BLAS.default), "blasT"))
     else:
-        fns["blasT"] = lambda: X @ v
-        rows.append(("one pass", "OpenBLAS `X @ v`", "default", "blasT"))
+        late["blasT"] = lambda: X @ v
+        rows.append(("one pass", "OpenBLAS `X @ v` (timed apart)", "default", "blasT"))
     fns["pass1"] = with_threads(1, lambda: _nb_matvec_pass(X, v, z))
     rows.append(("one pass", "numba row-dot pass `z = X @ t`", "1", "pass1"))
     if T != 1:
@@ -257,9 +282,15 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     else:
         herr = None
 
-    res = timed_rounds(fns, repeats)
-    numba.set_num_threads(T)
-    BLAS.set(BLAS.default if BLAS.available else 0)
+    BLAS.set(1)  # keep OpenBLAS single-threaded (no spinning workers) while numba runs
+    with ForeignCPU() as foreign:
+        res = timed_rounds(fns, repeats)
+        numba.set_num_threads(T)
+        if BLAS.available:
+            BLAS.set(BLAS.default)
+        for f in late.values():
+            f()
+        res.update(timed_rounds(late, repeats))
 
     pass_keys = [r[3] for r in rows if r[0] == "one pass"]
     fastest_pass = min(res[k][0] for k in pass_keys)
@@ -279,7 +310,7 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     info = {
         "label": label, "N": N, "d": d, "m": m, "repeats": repeats, "mb": nbytes / 1e6,
         "sizes": (int(sizes.min()), int(np.median(sizes)), int(sizes.max())),
-        "err": err, "herr": herr, "table": table,
+        "err": err, "herr": herr, "table": table, "foreign": foreign.cores,
         "clipped_frac": float(np.mean(np.abs(expit(X @ theta[0]) - y) * row_norm > CLIP)),
     }
     return info
@@ -294,14 +325,15 @@ def format_section(mi: dict, results: list[dict]) -> str:
     )
     L.append(
         f"- Threads: numba default {mi['numba_threads']} (NUMBA_NUM_THREADS), OpenBLAS default {mi['blas_threads']}; "
-        f"load average at start {mi['load']}"
+        f"load average at start {mi['load']}, at end {mi['load_end']}"
     )
     L.append(
         "- Data: random float64 X ~ N(0, 1), logistic y in {0, 1}, shared theta (1, d) ~ N(0, 0.01^2), clip = 1.0; "
         "unequal client sizes (lognormal, sigma 0.5)."
     )
     L.append(
-        "- Columns: median and best of `time.perf_counter` over the repeats (implementations interleaved); "
+        "- Columns: median and best of `time.perf_counter` over the repeats (implementations interleaved round-robin with OpenBLAS held at 1 thread; "
+        "multi-threaded OpenBLAS is timed apart afterwards, as its workers busy-wait and steal the second core); "
         "GB/s = bytes of X / median; speedup = numpy twin / this; "
         "x pass (same thr) = this / numba row-dot pass with the same thread count; "
         "x fastest pass = this / fastest one-pass baseline of the case."
@@ -323,6 +355,8 @@ def format_section(mi: dict, results: list[dict]) -> str:
         if r["herr"] is not None:
             notes += f"; Hessian: {r['herr']:.1e}"
         notes += f". Fraction of samples clipped: {r['clipped_frac']:.2f}."
+        if r["foreign"] is not None:
+            notes += f" Other processes used {r['foreign']:.2f} cores on average while this case was timed."
         L.append(notes)
         L.append("")
     return "\n".join(L).rstrip() + "\n"
@@ -349,6 +383,8 @@ def main() -> None:
     mi = machine_info()
     print(f"{mi['model']} x{mi['cpus']}, python {mi['python']}, numpy {mi['numpy']}, numba {mi['numba']}, "
           f"numba threads {DEFAULT_THREADS}, load {mi['load']}", flush=True)
+    if os.getloadavg()[0] > 1.5:
+        print("WARNING: load average > 1.5, timings (2-thread ones above all) will be noisy", flush=True)
     rng = np.random.default_rng(SEED)
     results = []
     for case in CASES:
@@ -360,6 +396,10 @@ def main() -> None:
             print(f"  {kind:15s} {impl:40s} thr={thr:>2s} {med:9.3f} ms  {gbs:6.1f} GB/s  "
                   f"{sp:>7s} {vs_same:>6s} {vs_fast:>6s}")
         print(f"  max abs err grad {r['err']:.1e}" + (f", hessian {r['herr']:.1e}" if r["herr"] is not None else ""))
+        if r["foreign"] is not None:
+            print(f"  other processes used {r['foreign']:.2f} cores on average during the timing"
+                  + ("  <-- NOISY, rerun at a quieter moment" if r["foreign"] > 0.05 else ""))
+    mi["load_end"] = "%.2f %.2f %.2f" % os.getloadavg()
     update_results(format_section(mi, results))
     print(f"\nwrote {RESULTS.relative_to(HERE.parent)}")
 
