@@ -362,7 +362,8 @@ def format_section(mi: dict, results: list[dict]) -> str:
     return "\n".join(L).rstrip() + "\n"
 
 
-def update_results(section: str) -> None:
+def update_results(section: str, heading: str = HEADING) -> None:
+    """Replace (or append) the section that starts with ``heading`` in RESULTS.md."""
     if RESULTS.exists():
         text = RESULTS.read_text()
     else:
@@ -371,7 +372,7 @@ def update_results(section: str) -> None:
             "Each benchmark script owns one `## ...` section below and replaces only that section when it runs.\n"
             "Numbers come from shared, noisy machines: compare ratios within one section, not across runs.\n"
         )
-    pattern = re.compile(r"^" + re.escape(HEADING) + r"[ \t]*\n.*?(?=^## |\Z)", re.M | re.S)
+    pattern = re.compile(r"^" + re.escape(heading) + r"[ \t]*\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1)
     else:

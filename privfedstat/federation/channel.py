@@ -62,18 +62,22 @@ class Channel:
 
     def _sigma(self, sensitivity, mu) -> tuple[np.ndarray, np.ndarray]:
         m = self.sizes.size
-        sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (m,)).copy()
-        mu = np.broadcast_to(np.asarray(mu, dtype=np.float64), (m,))
-        if np.any(~(mu > 0)):
+        sens = np.array(sensitivity, dtype=np.float64)
+        mu = np.asarray(mu, dtype=np.float64)
+        if sens.ndim == 0:
+            sens = np.full(m, float(sens))
+        if not (mu > 0).all():
             raise ValueError("every release needs mu > 0.")
-        if np.any(np.isinf(sens) & np.isfinite(mu)):
+        finite_mu = np.isfinite(mu)
+        if finite_mu.any() and not np.isfinite(sens[finite_mu] if mu.ndim else sens).all():
             raise ValueError(
                 "a release with infinite sensitivity cannot be private: set a finite clipping bound "
                 "(clip=...) or use mu=float('inf')."
             )
+        if finite_mu.all():
+            return sens, sens / mu
         with np.errstate(invalid="ignore"):
-            sigma = np.where(np.isinf(mu), 0.0, sens / mu)
-        return sens, sigma
+            return sens, np.where(finite_mu, sens / mu, 0.0)
 
     def _noisy(self, values: np.ndarray, sigma: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.float64)

@@ -103,7 +103,7 @@ class PrivacyLedger:
         """Append a release (arrays are validated against ``n_clients``)."""
         for name in ("sensitivity", "sigma"):
             a = getattr(release, name)
-            if a.shape != (self.n_clients,) or np.any(a < 0) or np.any(np.isnan(a)):
+            if a.shape != (self.n_clients,) or not (a >= 0).all():  # also rejects NaN
                 raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
         if release.kind not in ("aggregated", "local"):
             raise ValueError(f"unknown release kind {release.kind!r}.")

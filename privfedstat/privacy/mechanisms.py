@@ -22,10 +22,10 @@ class ClientNoise:
     generators : list of numpy.random.Generator
         One generator per client (spawned from a ``SeedSequence``).
     chunk : int
-        Number of normals drawn per client at each refill of the buffer.
+        Normals drawn per client at the first refill of the buffer; each refill doubles it.
     """
 
-    def __init__(self, generators: list[np.random.Generator], chunk: int = 4096) -> None:
+    def __init__(self, generators: list[np.random.Generator], chunk: int = 256) -> None:
         self._gens = list(generators)
         self._chunk = int(chunk)
         self._buf = np.empty((len(self._gens), 0))
@@ -41,7 +41,10 @@ class ClientNoise:
         unread = self._buf[:, self._pos:]
         if unread.shape[1] < size:
             width = max(self._chunk, size)
-            fresh = np.stack([g.standard_normal(width) for g in self._gens]) if self._gens else np.empty((0, width))
+            self._chunk *= 2  # geometric refills: few generator calls, at most ~2x over-drawn
+            fresh = np.empty((self.n_clients, width))
+            for i, g in enumerate(self._gens):
+                g.standard_normal(out=fresh[i])
             self._buf = np.concatenate([unread, fresh], axis=1)
             self._pos = 0
         out = self._buf[:, self._pos: self._pos + size]
