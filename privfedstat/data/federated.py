@@ -154,6 +154,13 @@ class FederatedData:
         r.setflags(write=False)
         return r
 
+    @cached_property
+    def columns(self) -> np.ndarray:
+        """X transposed, C-contiguous, shape (n_features, n_samples) (for the small-d kernels)."""
+        c = np.ascontiguousarray(self.X.T)
+        c.setflags(write=False)
+        return c
+
     def client(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Return client ``i``'s ``(X_i, y_i)`` (read-only views)."""
         if not -self.n_clients <= i < self.n_clients:

@@ -74,9 +74,11 @@ class GLMOracle:
     def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
         out = np.empty((self.n_clients, self.n_features))
         d = self.data
-        glm_nb.glm_clipped_mean_grad(
-            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(clip), self.family.code, self.family.param, out
-        )
+        if self.n_features <= glm_nb.COLUMN_KERNEL_MAX_D:
+            kernel, X = glm_nb.glm_clipped_mean_grad_cols, d.columns
+        else:
+            kernel, X = glm_nb.glm_clipped_mean_grad, d.X
+        kernel(X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(clip), self.family.code, self.family.param, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
