@@ -97,6 +97,9 @@ class PrivacyLedger:
         self.n_clients = int(n_clients)
         self.releases: list[Release] = []
         self.leaks: list[str] = []
+        # running sums of squared per-release mu (GDP composition), kept up to date by record()
+        self._mu2 = np.zeros(self.n_clients)
+        self._tp2 = np.zeros(self.n_clients)
 
     # ------------------------------------------------------------------ recording
     def record(self, release: Release) -> None:
@@ -110,6 +113,10 @@ class PrivacyLedger:
         if release.kind == "aggregated" and (release.weights is None or release.weights.shape != (self.n_clients,)):
             raise ValueError("an aggregated release needs one server weight per client.")
         self.releases.append(release)
+        cm = release.client_mu()
+        self._mu2 += cm * cm
+        tp = cm if release.kind == "local" else release.third_party_mu()
+        self._tp2 += tp * tp
 
     def add_leak(self, description: str) -> None:
         """Note a data-dependent quantity used without privacy accounting."""
@@ -119,18 +126,12 @@ class PrivacyLedger:
     @property
     def client_mu(self) -> np.ndarray:
         """Composed GDP parameter of each client towards the server (Definition 2.2), shape (n_clients,)."""
-        if not self.releases:
-            return np.zeros(self.n_clients)
-        mus = np.stack([r.client_mu() for r in self.releases])
-        return np.sqrt(np.sum(mus**2, axis=0))
+        return np.sqrt(self._mu2)
 
     @property
     def third_party_mu(self) -> float:
         """GDP parameter of the published model towards a third party (Definition 2.1), worst client."""
-        if not self.releases:
-            return 0.0
-        mus = np.stack([r.third_party_mu() for r in self.releases])
-        return float(np.max(np.sqrt(np.sum(mus**2, axis=0))))
+        return float(np.sqrt(self._tp2.max())) if self.n_clients else 0.0
 
     @property
     def mu(self) -> float:
