@@ -97,7 +97,7 @@ def local_gradient_descent(
     """
     sens = 2.0 * ctx.clip * step_size / oracle.sizes
     mu_step = mu / math.sqrt(n_steps)
-    theta = np.array(np.broadcast_to(theta0, (oracle.n_clients, oracle.n_features)), dtype=np.float64)
+    theta = np.array(np.broadcast_to(theta0, (oracle.n_clients, oracle.n_params)), dtype=np.float64)
     for _ in range(n_steps):
         g = oracle.clipped_gradients(theta, ctx.clip)
         theta = ctx.channel.perturb(theta - step_size * g, sensitivity=sens, mu=mu_step, stage=stage)

@@ -20,7 +20,7 @@ from ..data.federated import FederatedData
 from ..exceptions import NotFittedError, PrivacyLeakWarning
 from ..families import Family, get_family
 from ..federation.channel import Channel
-from ..federation.oracle import ClientOracle, GLMOracle
+from ..federation.oracle import ClientOracle, make_oracle
 from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise
@@ -130,14 +130,14 @@ class FederatedEstimator:
         noise_seed, protocol_seed = seed.spawn(2)
         ledger = PrivacyLedger(data.n_clients)
         channel = Channel(data.sizes, ClientNoise(spawn_generators(noise_seed, data.n_clients)), ledger)
-        oracle = GLMOracle(data, family)
+        oracle = make_oracle(data, family)
         bounds, mu_est = self._choose_bounds(oracle, channel, mu)
         ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
 
         theta, path, n_iter = self._run(ctx)
 
         self.family_ = family
-        self.coef_ = theta
+        self.coef_ = theta.reshape(data.n_features, family.n_outputs) if family.n_outputs > 1 else theta
         self.history_ = np.asarray(path)
         self.n_iter_ = n_iter
         self.clip_ = ctx.clip
@@ -200,7 +200,7 @@ class FederatedEstimator:
                 bounds[which] = fixed
         if not todo:
             return bounds, mu
-        theta0 = np.zeros(oracle.n_features)
+        theta0 = np.zeros(oracle.n_params)
         if self.clip == "paper":
             warnings.warn(
                 "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
@@ -249,7 +249,7 @@ class FederatedEstimator:
                 if noise_var is None:
                     raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not {self.method}; use 'size' or an array.")
                 B2 = ctx.clip**2 if math.isfinite(ctx.clip) else 1.0
-                inv = 1.0 / (B2 / ctx.sizes + ctx.oracle.n_features * noise_var)
+                inv = 1.0 / (B2 / ctx.sizes + ctx.oracle.n_params * noise_var)
                 return inv / inv.sum()
             raise ValueError(f"weights must be 'size', 'optimal' or an array of {m} numbers, got {w!r}.")
         arr = np.asarray(w, dtype=np.float64)
@@ -298,7 +298,11 @@ class FederatedEstimator:
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
-        coefs = pd.DataFrame({"coef": self.coef_}, index=pd.Index([f"x{j}" for j in range(self.coef_.size)], name="term"))
+        if self.coef_.ndim == 1:
+            names = [f"x{j}" for j in range(self.coef_.size)]
+        else:  # multinomial: one coefficient per feature and non-reference class
+            names = [f"x{j}[class {k + 1}]" for j in range(self.coef_.shape[0]) for k in range(self.coef_.shape[1])]
+        coefs = pd.DataFrame({"coef": self.coef_.ravel()}, index=pd.Index(names, name="term"))
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         return Summary(f"{self.method} results", header, coefs, notes)
 

@@ -22,7 +22,7 @@ def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, st
     ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6).
     """
     mu_round = mu / math.sqrt(n_rounds)
-    path = [np.zeros(oracle.n_features)]
+    path = [np.zeros(oracle.n_params)]
     for _ in range(n_rounds):
         local = local_gradient_descent(ctx, oracle, path[-1], n_steps=n_local_steps, step_size=step_size,
                                        mu=mu_round, stage="local-step")

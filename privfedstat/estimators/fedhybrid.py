@@ -81,7 +81,7 @@ class FedHybrid(FederatedEstimator):
     def _run(self, ctx: FitContext):
         K1, K2, eta = self.n_local_steps, self.n_server_iter, self.step_size
         mu_stage = ctx.mu / math.sqrt(2.0)
-        d = ctx.oracle.n_features
+        d = ctx.oracle.n_params
         local = local_gradient_descent(ctx, ctx.oracle, np.zeros(d), n_steps=K1, step_size=eta, mu=mu_stage, stage="local-step")
         theta_bar = ctx.size_weights @ ctx.channel.send(local)
         weights = self._resolve_weights(ctx, noise_var=gradient_noise_sd(ctx, K2, mu_stage) ** 2)

@@ -36,16 +36,16 @@ class FedSGD(FederatedEstimator):
     weights : "size", "optimal" or array of shape (n_clients,), default "size"
         Server aggregation weights (w_i): ``n_i / N``, the optimal weights of eq. (2) (with
         trace(Sigma) replaced by B^2), or given.
-    init : array of shape (n_features,) or None, default None
+    init : array of shape (n_params,) or None, default None
         Initial value (theta^(0)); zeros by default, as in the paper's simulations.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
+    coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
         theta^(K).
-    history_ : ndarray of shape (K + 1, n_features)
+    history_ : ndarray of shape (K + 1, n_params)
         theta^(0), ..., theta^(K).
     n_iter_ : int
         Gradient evaluations per client (K).
@@ -89,7 +89,7 @@ class FedSGD(FederatedEstimator):
     def _run(self, ctx: FitContext):
         K = self.n_iter
         weights = self._resolve_weights(ctx, noise_var=gradient_noise_sd(ctx, K, ctx.mu) ** 2)
-        theta0 = _initial(self.init, ctx.oracle.n_features)
+        theta0 = _initial(self.init, ctx.oracle.n_params)
         theta, path = server_gradient_descent(
             ctx, theta0, n_iter=K, step_size=self.step_size, mu=ctx.mu, weights=weights, stage="gradient"
         )

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from .base import Family
 from .glm import POISSON_MAX_ETA, Gaussian, Huber, Logistic, Poisson
+from .multinomial import Multinomial
 
-__all__ = ["Family", "Logistic", "Poisson", "Gaussian", "Huber", "get_family", "FAMILIES", "POISSON_MAX_ETA"]
+__all__ = ["Family", "Logistic", "Poisson", "Gaussian", "Huber", "Multinomial", "get_family", "FAMILIES", "POISSON_MAX_ETA"]
 
-FAMILIES: dict[str, type[Family]] = {"logistic": Logistic, "poisson": Poisson, "gaussian": Gaussian, "huber": Huber}
+FAMILIES: dict[str, type[Family]] = {
+    "logistic": Logistic,
+    "poisson": Poisson,
+    "gaussian": Gaussian,
+    "huber": Huber,
+    "multinomial": Multinomial,
+}
 
 
 def get_family(family: str | Family, **params) -> Family:
@@ -16,10 +23,10 @@ def get_family(family: str | Family, **params) -> Family:
     Parameters
     ----------
     family : str or Family
-        One of ``"logistic"``, ``"poisson"``, ``"gaussian"``, ``"huber"``, or a ``Family``
-        instance (returned unchanged).
+        One of ``"logistic"``, ``"poisson"``, ``"gaussian"``, ``"huber"``, ``"multinomial"``, or a
+        ``Family`` instance (returned unchanged).
     **params
-        Family parameters, e.g. ``get_family("huber", c=2.0)``.
+        Family parameters, e.g. ``get_family("huber", c=2.0)``, ``get_family("multinomial", n_classes=10)``.
     """
     if isinstance(family, Family):
         if params:

@@ -31,6 +31,8 @@ class Family:
     name: str = ""
     code: int = -1
     param: float = 0.0
+    #: columns of the parameter matrix (1 for scalar-response families)
+    n_outputs: int = 1
 
     def loss(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Per-sample loss ``ell(y, z)``."""

@@ -13,9 +13,9 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..families.base import Family
-from ..kernels import glm_nb
+from ..kernels import glm_nb, multinomial_nb
 
-__all__ = ["ClientOracle", "GLMOracle"]
+__all__ = ["ClientOracle", "GLMOracle", "MultinomialOracle", "make_oracle"]
 
 
 class ClientOracle(Protocol):
@@ -23,16 +23,17 @@ class ClientOracle(Protocol):
 
     n_clients: int
     n_features: int
+    n_params: int
     sizes: np.ndarray
 
     def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
-        """Per-client mean of per-sample gradients clipped to norm ``clip``, shape (n_clients, d)."""
+        """Per-client mean of per-sample gradients clipped to norm ``clip``, shape (n_clients, n_params)."""
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
         """Per-client mean loss, shape (n_clients,)."""
 
     def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
-        """Per-client mean Hessian with per-sample contributions clipped in norm, (n_clients, d, d)."""
+        """Per-client mean Hessian, per-sample terms clipped in Frobenius norm, (n_clients, n_params, n_params)."""
 
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         """Per-sample gradient (``"gradient"``) or Hessian (``"hessian"``) norms, shape (n_samples,)."""
@@ -47,29 +48,46 @@ class ClientOracle(Protocol):
         """Oracles on a random half of every client's rows and on the other half."""
 
 
-class GLMOracle:
-    """Client oracle for a loss ``ell(y, x^T theta)`` on :class:`FederatedData`.
-
-    Parameters
-    ----------
-    data : FederatedData
-    family : Family
-    """
+class _ConcatenatedOracle:
+    """Shared parts of the oracles over :class:`FederatedData` (clients concatenated with offsets)."""
 
     def __init__(self, data: FederatedData, family: Family) -> None:
         self.data = data
         self.family = family
         self.n_clients = data.n_clients
         self.n_features = data.n_features
+        self.n_params = data.n_features * family.n_outputs
         self.sizes = data.sizes
 
     def _theta2d(self, theta: np.ndarray) -> np.ndarray:
         theta = np.ascontiguousarray(np.atleast_2d(np.asarray(theta, dtype=np.float64)))
-        if theta.shape[1] != self.n_features or theta.shape[0] not in (1, self.n_clients):
+        if theta.shape[1] != self.n_params or theta.shape[0] not in (1, self.n_clients):
             raise ValueError(
-                f"theta must have shape ({self.n_features},) or ({self.n_clients}, {self.n_features}), got {theta.shape}."
+                f"theta must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}), got {theta.shape}."
             )
         return theta
+
+    def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
+        return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
+
+    def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
+        o = self.data.offsets
+        return np.array([np.quantile(values[o[i]: o[i + 1]], q) for i in range(self.n_clients)])
+
+    def split_halves(self, random_state):
+        first, second = self.data.split_halves(random_state)
+        return type(self)(first, self.family), type(self)(second, self.family)
+
+
+class GLMOracle(_ConcatenatedOracle):
+    """Client oracle for a loss ``ell(y, x^T theta)`` on :class:`FederatedData`.
+
+    Parameters
+    ----------
+    data : FederatedData
+    family : Family
+        A scalar-response family (logistic, poisson, gaussian, huber).
+    """
 
     def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
         out = np.empty((self.n_clients, self.n_features))
@@ -105,13 +123,40 @@ class GLMOracle:
             return self.family.deriv2(d.y, z) * d.row_norms**2
         raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
 
-    def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
-        return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
 
-    def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
-        o = self.data.offsets
-        return np.array([np.quantile(values[o[i]: o[i + 1]], q) for i in range(self.n_clients)])
+class MultinomialOracle(_ConcatenatedOracle):
+    """Client oracle for multinomial logistic regression (parameter Theta (d, K-1), flattened)."""
 
-    def split_halves(self, random_state) -> tuple[GLMOracle, GLMOracle]:
-        first, second = self.data.split_halves(random_state)
-        return GLMOracle(first, self.family), GLMOracle(second, self.family)
+    def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        out = np.empty((self.n_clients, self.n_params))
+        d = self.data
+        multinomial_nb.multinomial_clipped_mean_grad(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
+                                                     float(clip), self.family.n_outputs, out)
+        return out
+
+    def losses(self, theta: np.ndarray) -> np.ndarray:
+        out = np.empty(self.n_clients)
+        d = self.data
+        multinomial_nb.multinomial_client_loss(d.X, d.y, d.offsets, self._theta2d(theta), self.family.n_outputs, out)
+        return out
+
+    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
+        out = np.empty((self.n_clients, self.n_params, self.n_params))
+        d = self.data
+        multinomial_nb.multinomial_client_hessian(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
+                                                  float(hessian_clip), self.family.n_outputs, out)
+        return out
+
+    def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
+        d = self.data
+        Z = d.X @ np.asarray(theta, dtype=np.float64).reshape(self.n_features, self.family.n_outputs)
+        if which == "gradient":
+            return np.linalg.norm(self.family.residual(d.y, Z), axis=1) * d.row_norms
+        if which == "hessian":
+            return np.linalg.norm(self.family.curvature(Z), axis=(1, 2)) * d.row_norms**2
+        raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+
+
+def make_oracle(data: FederatedData, family: Family) -> ClientOracle:
+    """The oracle for ``family``: multinomial or scalar-response linear predictor."""
+    return MultinomialOracle(data, family) if family.n_outputs > 1 else GLMOracle(data, family)

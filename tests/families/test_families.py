@@ -43,13 +43,14 @@ def fam(request):
 
 
 def test_registry_covers_all_families():
-    assert set(FAMILIES) == {"logistic", "poisson", "gaussian", "huber"}
+    assert set(FAMILIES) == {"logistic", "poisson", "gaussian", "huber", "multinomial"}
+    params = {"multinomial": {"n_classes": 3}}
     for name, cls in FAMILIES.items():
-        f = get_family(name)
+        f = get_family(name, **params.get(name, {}))
         assert isinstance(f, cls)
         assert f.name == name
-    codes = [get_family(n).code for n in FAMILIES]
-    assert sorted(codes) == [0, 1, 2, 3]
+    codes = [get_family(n, **params.get(n, {})).code for n in FAMILIES]
+    assert sorted(codes) == [0, 1, 2, 3, 4]
 
 
 # --------------------------------------------------------------------------- scalar derivatives
