@@ -24,6 +24,7 @@ from ..federation.oracle import ClientOracle, make_oracle
 from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise
+from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .summary import Summary
 
 __all__ = ["FederatedEstimator", "FitContext", "clone"]
@@ -130,14 +131,20 @@ class FederatedEstimator:
         noise_seed, protocol_seed = seed.spawn(2)
         ledger = PrivacyLedger(data.n_clients)
         channel = Channel(data.sizes, ClientNoise(spawn_generators(noise_seed, data.n_clients)), ledger)
-        oracle = make_oracle(data, family)
-        bounds, mu_est = self._choose_bounds(oracle, channel, mu)
+        scaler, mu_left = self._fit_scaler(data, channel, mu)
+        oracle = make_oracle(data if scaler is None else scaler.transform(data), family)
+        bounds, mu_est = self._choose_bounds(oracle, channel, mu, mu_left)
         ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
 
         theta, path, n_iter = self._run(ctx)
 
+        shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
+        path = [t.reshape(shape) for t in path]
+        if scaler is not None:
+            path = [scaler.coef_to_original(t) for t in path]
         self.family_ = family
-        self.coef_ = theta.reshape(data.n_features, family.n_outputs) if family.n_outputs > 1 else theta
+        self.scaler_ = scaler
+        self.coef_ = path[-1]
         self.history_ = np.asarray(path)
         self.n_iter_ = n_iter
         self.clip_ = ctx.clip
@@ -188,8 +195,32 @@ class FederatedEstimator:
             return None
         return check_positive_float(value, f"{which} clip", allow_inf=True)
 
-    def _choose_bounds(self, oracle: ClientOracle, channel: Channel, mu: float) -> tuple[dict, float]:
-        """Resolve the clipping bound(s); return them and the mu left for estimation."""
+    def _fit_scaler(self, data: FederatedData, channel: Channel, mu: float) -> tuple[Scaler | None, float]:
+        """Fit the feature rescaling requested by ``scaling``; return it and the mu left."""
+        scaling = getattr(self, "scaling", None)
+        if scaling is None:
+            return None, mu
+        if isinstance(scaling, FeatureBounds):
+            return Scaler.from_bounds(scaling, data.n_features), mu
+        if scaling == "private":
+            scaling = PrivateStandardize()
+        if not isinstance(scaling, PrivateStandardize):
+            raise ValueError(f"scaling must be None, 'private', a PrivateStandardize or a FeatureBounds, got {scaling!r}.")
+        mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
+        m = data.n_clients
+
+        def release(counts, mu_q, stage):
+            return channel.release(counts, sensitivity=1.0, mu=mu_q, stage=stage, weights=np.ones(m))
+
+        scaler = Scaler.private(scaling, data, release, mu_scale)
+        return scaler, (math.sqrt(mu * mu - mu_scale * mu_scale) if math.isfinite(mu) else math.inf)
+
+    def _choose_bounds(self, oracle: ClientOracle, channel: Channel, mu: float, mu_left: float) -> tuple[dict, float]:
+        """Resolve the clipping bound(s); return them and the mu left for estimation.
+
+        ``mu`` is the client's total budget (the clip budget is a share of it), ``mu_left`` what
+        remains after feature scaling.
+        """
         bounds: dict[str, float] = {}
         todo = []
         for which in self._norms:
@@ -199,7 +230,7 @@ class FederatedEstimator:
             else:
                 bounds[which] = fixed
         if not todo:
-            return bounds, mu
+            return bounds, mu_left
         theta0 = np.zeros(oracle.n_params)
         if self.clip == "paper":
             warnings.warn(
@@ -213,7 +244,7 @@ class FederatedEstimator:
                 norms = oracle.sample_norms(which, theta0)
                 bounds[which] = float(np.max(oracle.client_quantiles(norms, 0.9)))
                 channel.ledger.add_leak(f"{which} clipping bound {bounds[which]:.4g} chosen from raw data (clip='paper')")
-            return bounds, mu
+            return bounds, mu_left
         config = self.clip if isinstance(self.clip, AutoClip) else AutoClip()
         mu_clip = config.budget * mu if math.isfinite(mu) else math.inf
         mu_query = mu_clip / math.sqrt(len(todo) * config.n_queries)
@@ -228,7 +259,9 @@ class FederatedEstimator:
                 return float(noisy.sum())
 
             bounds[which] = private_grid_quantile(noisy_count, config.grid, config.quantile * n_total)
-        mu_est = math.sqrt(mu * mu - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
+        if math.isfinite(mu) and mu_left * mu_left - mu_clip * mu_clip <= 0:
+            raise ValueError("the clipping and scaling budgets leave nothing for estimation; lower their shares.")
+        mu_est = math.sqrt(mu_left * mu_left - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
         return bounds, mu_est
 
     def _resolve_weights(self, ctx: FitContext, noise_var: np.ndarray | None = None) -> np.ndarray:
@@ -298,10 +331,11 @@ class FederatedEstimator:
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
+        features = getattr(self, "feature_names_in_", None) or [f"x{j}" for j in range(self.coef_.shape[0])]
         if self.coef_.ndim == 1:
-            names = [f"x{j}" for j in range(self.coef_.size)]
+            names = list(features)
         else:  # multinomial: one coefficient per feature and non-reference class
-            names = [f"x{j}[class {k + 1}]" for j in range(self.coef_.shape[0]) for k in range(self.coef_.shape[1])]
+            names = [f"{f}[class {k + 1}]" for f in features for k in range(self.coef_.shape[1])]
         coefs = pd.DataFrame({"coef": self.coef_.ravel()}, index=pd.Index(names, name="term"))
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         return Summary(f"{self.method} results", header, coefs, notes)

@@ -52,6 +52,9 @@ class FedAvg(FederatedEstimator):
         Per-sample gradient clipping bound (B).
     weights : "size" or array, default "size"
         Server averaging weights (w_i = n_i / N in Algorithm 3).
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns and report coefficients on the original scale (see
+        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
 
     Notes
@@ -78,6 +81,7 @@ class FedAvg(FederatedEstimator):
         step_size: float = 0.5,
         clip: float | str | AutoClip = "auto",
         weights="size",
+        scaling=None,
         random_state=None,
     ) -> None:
         self.family = family
@@ -87,6 +91,7 @@ class FedAvg(FederatedEstimator):
         self.step_size = step_size
         self.clip = clip
         self.weights = weights
+        self.scaling = scaling
         self.random_state = random_state
 
     def _validate_params(self, mu: float) -> None:

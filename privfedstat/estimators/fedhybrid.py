@@ -39,6 +39,9 @@ class FedHybrid(FederatedEstimator):
         Per-sample gradient clipping bound (B); see :class:`~privfedstat.FedSGD`.
     weights : "size", "optimal" or array, default "size"
         Stage II server weights (w_i); stage I always averages with n_i / N as in Algorithm 2.
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns and report coefficients on the original scale (see
+        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
 
     Attributes
@@ -62,6 +65,7 @@ class FedHybrid(FederatedEstimator):
         step_size: float = 0.5,
         clip: float | str | AutoClip = "auto",
         weights="size",
+        scaling=None,
         random_state=None,
     ) -> None:
         self.family = family
@@ -71,6 +75,7 @@ class FedHybrid(FederatedEstimator):
         self.step_size = step_size
         self.clip = clip
         self.weights = weights
+        self.scaling = scaling
         self.random_state = random_state
 
     def _validate_params(self, mu: float) -> None:

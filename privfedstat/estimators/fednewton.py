@@ -114,6 +114,9 @@ class FedNewton(FederatedEstimator):
         marks the run as not fully private. Offered to reproduce the paper.
     weights : "size" or array, default "size"
         Server averaging weights (w_i = n_i / N in Algorithm 4).
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns and report coefficients on the original scale (see
+        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls the sample splitting and all noise.
 
@@ -143,6 +146,7 @@ class FedNewton(FederatedEstimator):
         newton_grad_clip: float | None = None,
         newton_noise: str = "robust",
         weights="size",
+        scaling=None,
         random_state=None,
     ) -> None:
         self.family = family
@@ -156,6 +160,7 @@ class FedNewton(FederatedEstimator):
         self.newton_grad_clip = newton_grad_clip
         self.newton_noise = newton_noise
         self.weights = weights
+        self.scaling = scaling
         self.random_state = random_state
 
     def _validate_params(self, mu: float) -> None:

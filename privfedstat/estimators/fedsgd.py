@@ -38,6 +38,9 @@ class FedSGD(FederatedEstimator):
         trace(Sigma) replaced by B^2), or given.
     init : array of shape (n_params,) or None, default None
         Initial value (theta^(0)); zeros by default, as in the paper's simulations.
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns and report coefficients on the original scale (see
+        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
 
@@ -71,6 +74,7 @@ class FedSGD(FederatedEstimator):
         clip: float | str | AutoClip = "auto",
         weights="size",
         init=None,
+        scaling=None,
         random_state=None,
     ) -> None:
         self.family = family
@@ -80,6 +84,7 @@ class FedSGD(FederatedEstimator):
         self.clip = clip
         self.weights = weights
         self.init = init
+        self.scaling = scaling
         self.random_state = random_state
 
     def _validate_params(self, mu: float) -> None:
