@@ -1,5 +1,6 @@
-"""Federated data containers."""
+"""Federated data containers and offline data loaders."""
 
 from .federated import FederatedData
+from .loaders import load_cifar10, load_digits, load_mnist, load_randhie, read_idx
 
-__all__ = ["FederatedData"]
+__all__ = ["FederatedData", "load_cifar10", "load_digits", "load_mnist", "load_randhie", "read_idx"]

@@ -313,6 +313,50 @@ class FederatedEstimator:
             raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
         return self.family_.mean(X @ self.coef_)
 
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities for classifiers: (n, 2) for logistic, (n, K) for multinomial."""
+        self._check_fitted()
+        if self.family_.name not in ("logistic", "multinomial"):
+            raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
+        p = self.predict(X)
+        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+
+    def score(self, data, metric: str | None = None) -> float:
+        """Score on held-out data: ``"auc"`` (binary), ``"accuracy"`` (classifiers) or ``"deviance"``.
+
+        Parameters
+        ----------
+        data : FederatedData or tuple (X, y)
+        metric : str or None
+            Default: AUC for logistic, accuracy for multinomial, mean deviance otherwise. The
+            deviance is per observation (``2 * (loglik_saturated - loglik) / n``; the mean
+            squared residual for gaussian, twice the mean loss for huber).
+        """
+        X, y = (data.X, data.y) if isinstance(data, FederatedData) else (np.asarray(data[0], float), np.asarray(data[1], float))
+        self._check_fitted()
+        name = self.family_.name
+        metric = metric or {"logistic": "auc", "multinomial": "accuracy"}.get(name, "deviance")
+        if metric == "auc":
+            if name != "logistic":
+                raise ValueError("AUC needs a binary (logistic) model.")
+            return _auc(y, self.predict(X))
+        if metric == "accuracy":
+            if name == "logistic":
+                return float(np.mean((self.predict(X) >= 0.5) == (y == 1)))
+            if name == "multinomial":
+                return float(np.mean(np.argmax(self.predict(X), axis=1) == y))
+            raise ValueError("accuracy needs a classifier (logistic or multinomial).")
+        if metric == "deviance":
+            Z = X @ self.coef_
+            fam = self.family_
+            if name == "poisson":  # 2 [y log(y / mu) - (y - mu)]
+                mu = fam.mean(Z)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    t = np.where(y > 0, y * np.log(y / mu), 0.0)
+                return float(2 * np.mean(t - (y - mu)))
+            return float(2 * np.mean(fam.loss(y, Z))) if name != "gaussian" else float(np.mean((y - Z) ** 2))
+        raise ValueError(f"unknown metric {metric!r}; use 'auc', 'accuracy' or 'deviance'.")
+
     def summary(self, delta: float = 1e-5) -> Summary:
         """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, coefficients."""
         self._check_fitted()
@@ -339,6 +383,18 @@ class FederatedEstimator:
         coefs = pd.DataFrame({"coef": self.coef_.ravel()}, index=pd.Index(names, name="term"))
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         return Summary(f"{self.method} results", header, coefs, notes)
+
+
+def _auc(y: np.ndarray, score: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney statistic with mid-ranks for ties)."""
+    from scipy.stats import rankdata
+
+    pos = y == 1
+    n1, n0 = int(pos.sum()), int((~pos).sum())
+    if n1 == 0 or n0 == 0:
+        raise ValueError("AUC needs both classes in the evaluation data.")
+    ranks = rankdata(score)
+    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def _same(a, b) -> bool:

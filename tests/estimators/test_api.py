@@ -80,3 +80,29 @@ def test_other_families_fit(family):
     for Est in ESTIMATORS:
         est = Est(family=family, mu=4.0, random_state=0).fit(data)
         assert est.mse(beta) < 0.1, (family, Est.__name__, est.coef_)
+
+
+def test_scores_against_independent_formulas():
+    from sklearn.metrics import roc_auc_score
+
+    data = simulate("logistic", [300] * 5, [0.3, 1.0, -1.0], seed=8)
+    est = FedSGD(mu=float("inf"), clip=float("inf"), n_iter=500, step_size=1.0).fit(data)
+    p = est.predict(data.X)
+    assert est.score(data) == pytest.approx(roc_auc_score(data.y, p), rel=1e-12)
+    assert est.score(data, metric="accuracy") == pytest.approx(np.mean((p >= 0.5) == data.y))
+    dev = -2 * np.mean(data.y * np.log(p) + (1 - data.y) * np.log(1 - p))
+    assert est.score((data.X, data.y), metric="deviance") == pytest.approx(dev, rel=1e-10)
+    np.testing.assert_allclose(est.predict_proba(data.X[:3]).sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="unknown metric"):
+        est.score(data, metric="f1")
+
+
+def test_poisson_deviance_matches_statsmodels():
+    import statsmodels.api as sm
+
+    data = simulate("poisson", [300] * 4, [0.3, 0.2, -0.2], seed=9)
+    est = FedSGD(family="poisson", mu=float("inf"), clip=float("inf"), n_iter=2000, step_size=0.3).fit(data)
+    fit = sm.GLM(data.y, data.X, family=sm.families.Poisson()).fit()
+    assert est.score(data) == pytest.approx(fit.deviance / data.n_samples, rel=1e-6)
+    with pytest.raises(ValueError, match="classifiers"):
+        est.predict_proba(data.X)
