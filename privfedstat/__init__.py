@@ -7,10 +7,13 @@ the ledger live in :mod:`privfedstat.privacy`.
 """
 
 from .data import FederatedData
-from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedNewton, FedSGD, clone
+from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
 from .exceptions import ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
 from .families import get_family
+from .formula import glm
+from .estimators.scaling import FeatureBounds, PrivateStandardize
 from .privacy import AutoClip, PrivacyLedger
+from . import theory
 
 __version__ = "0.1.0"
 
@@ -20,9 +23,15 @@ __all__ = [
     "FedHybrid",
     "FedAvg",
     "FedNewton",
+    "Scaffold",
+    "PooledMLE",
+    "LocalFit",
     "FederatedEstimator",
     "clone",
     "get_family",
+    "glm",
+    "FeatureBounds",
+    "PrivateStandardize",
     "AutoClip",
     "PrivacyLedger",
     "PrivacyLeakWarning",

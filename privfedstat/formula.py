@@ -131,7 +131,9 @@ def glm(
     cls = table[method_key]
     accepted = set(inspect.signature(cls.__init__).parameters)
     kwargs = dict(params)
-    kwargs.update(family=family if not fam_params else _family(family, fam_params), mu=mu, random_state=random_state)
+    kwargs["family"] = family if not fam_params else _family(family, fam_params)
+    # non-private baselines (pooled, localfit) take neither a budget nor randomness
+    kwargs.update({k: v for k, v in (("mu", mu), ("random_state", random_state)) if k in accepted})
     if "scaling" in accepted:
         if scaling == "private":
             scaling = PrivateStandardize(intercept=intercept)

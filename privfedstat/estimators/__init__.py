@@ -1,9 +1,11 @@
-"""Private federated estimators (one file per algorithm)."""
+"""Federated estimators (one file per algorithm) and the non-private baselines."""
 
 from .base import FederatedEstimator, clone
+from .baselines import LocalFit, PooledMLE
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
 from .fednewton import FedNewton
 from .fedsgd import FedSGD
+from .scaffold import Scaffold
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "clone"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "Scaffold", "PooledMLE", "LocalFit", "clone"]

@@ -102,3 +102,12 @@ def test_scaling_validation():
         PrivateStandardize(budget=1.5)
     with pytest.raises(ValueError, match="lower <= upper"):
         FeatureBounds(lower=(0, 1), upper=(1, 0))
+
+
+@pytest.mark.parametrize("method", ["scaffold", "pooled", "localfit"])
+def test_baseline_methods_through_glm(df, method):
+    est = glm("y ~ age + income", data=df, client="site", family="logistic", method=method, random_state=0)
+    assert est.feature_names_in_ == ["Intercept", "age", "income"]
+    assert np.all(np.isfinite(est.coef_))
+    if method != "scaffold":
+        assert not est.privacy_.is_private

@@ -1,0 +1,417 @@
+"""Non-private baselines of Section 5.1: NP-Pooled (:class:`PooledMLE`) and NP-LocalFit (:class:`LocalFit`).
+
+Both fit by damped Newton-Raphson (:func:`newton_fit`) on raw data and have the same API as the
+private estimators (``fit(data)``, ``coef_``, ``privacy_``, ``communication_``, ``history_``,
+``n_iter_``, ``mse``, ``predict``, ``summary``). Their ledgers say plainly that they are not
+private (``privacy_.is_private is False``, with the reason recorded as a leak).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import scipy.linalg
+
+from .._validation import check_positive_float, check_positive_int
+from ..data.federated import FederatedData
+from ..exceptions import ConvergenceWarning, DivergenceError
+from ..families import Family, get_family
+from ..federation.channel import Communication
+from ..privacy.ledger import PrivacyLedger, Release
+from .base import FederatedEstimator
+from .summary import Summary
+
+__all__ = ["PooledMLE", "LocalFit", "newton_fit"]
+
+#: step halvings tried before a Newton iteration is declared stuck
+MAX_HALVINGS = 50
+#: eigenvalues below this fraction of the largest are treated as zero curvature
+RCOND = 1e-12
+
+
+def _n_outputs(family: Family) -> int:
+    return int(getattr(family, "n_outputs", 1))
+
+
+def _objective(family: Family, X, y, theta, alpha, q) -> float:
+    Z = X @ (theta if q == 1 else theta.reshape(X.shape[1], q))
+    return float(np.mean(family.loss(y, Z)) + 0.5 * alpha * (theta @ theta))
+
+
+def _grad_hess(family: Family, X, y, theta, alpha, q) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient and Hessian of ``mean loss + alpha/2 ||theta||^2`` (theta flattened in C order)."""
+    n, d = X.shape
+    if q == 1:
+        z = X @ theta
+        g = X.T @ family.deriv(y, z) / n
+        H = (X.T * (family.deriv2(y, z) / n)) @ X
+    else:  # parameter matrix (d, q): gradient X^T R, Hessian sum_s C_s kron x_s x_s^T
+        Z = X @ theta.reshape(d, q)
+        g = (X.T @ family.residual(y, Z) / n).ravel()
+        C = family.curvature(Z)
+        H4 = np.empty((d, q, d, q))
+        for k in range(q):  # block (k, m) is X^T diag(C[:, k, m]) X; 50x faster than one einsum
+            for m in range(k, q):
+                block = (X.T * C[:, k, m]) @ X
+                H4[:, k, :, m] = block
+                H4[:, m, :, k] = block
+        H = H4.reshape(d * q, d * q) / n
+    if alpha:
+        g = g + alpha * theta
+        H = H + alpha * np.eye(H.shape[0])
+    return g, H
+
+
+def _newton_direction(H: np.ndarray, g: np.ndarray, design_scale) -> np.ndarray:
+    """``H^{-1} g``; for a (near-)singular ``H``: pseudo-inverse on the curved directions plus a
+    gradient step ``g / L`` on the flat ones (rank-deficient X, Huber with no residual inside the
+    threshold), with ``L = max(lambda_max(H), design_scale())`` (``design_scale``: a callable
+    giving lambda_max(X^T X / n), evaluated only here)."""
+    try:
+        L, lower = scipy.linalg.cho_factor(H, lower=True, check_finite=False)
+        piv = np.diag(L) ** 2
+        if piv.min() > RCOND * piv.max():
+            return scipy.linalg.cho_solve((L, lower), g, check_finite=False)
+    except np.linalg.LinAlgError:
+        pass
+    vals, vecs = np.linalg.eigh(H)
+    top = max(float(vals.max()), 0.0)
+    curved = vals > RCOND * top if top > 0 else np.zeros(vals.size, dtype=bool)
+    coef = vecs.T @ g
+    lipschitz = max(top, design_scale())
+    lipschitz = lipschitz if lipschitz > 0 else 1.0
+    scale = np.where(curved, 1.0 / np.where(curved, vals, 1.0), 1.0 / lipschitz)
+    return vecs @ (scale * coef)
+
+
+def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0.0, tol: float = 1e-10,
+               max_iter: int = 100, where: str = "the fit") -> tuple[np.ndarray, list[np.ndarray], bool]:
+    """Minimise ``mean_j ell(y_j, x_j^T theta) + alpha/2 ||theta||^2`` by damped Newton-Raphson.
+
+    Starts at 0 (Huber: at the least-squares fit, where Newton on the piecewise-quadratic loss
+    needs only a few steps, rather than at 0, where every residual may lie beyond the threshold
+    and the Hessian vanishes); each iteration takes the Newton step ``-H^{-1} g`` and halves it
+    until the objective does not increase (up to rounding). Converged when the accepted step satisfies
+    ``max|step| <= tol * (1 + max|theta|)``. A singular Hessian is handled by a pseudo-inverse
+    (the minimum-norm step, as statsmodels' IRLS does with ``pinv``), with a gradient step on
+    directions without curvature.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    y : ndarray of shape (n,)
+    family : Family
+    alpha : float, default 0
+        Ridge penalty on all coefficients (including an intercept column).
+    tol : float, default 1e-10
+    max_iter : int, default 100
+    where : str
+        Names the fit in error messages.
+
+    Returns
+    -------
+    theta : ndarray of shape (d * q,)
+        ``q`` = ``family.n_outputs`` (1 except for the multinomial family).
+    path : list of ndarray
+        Iterates theta^(0), ..., theta^(T).
+    converged : bool
+
+    Raises
+    ------
+    DivergenceError
+        If the objective or the iterates become non-finite.
+    """
+    q = _n_outputs(family)
+    n, d = X.shape
+    theta = np.zeros(d * q)
+    if family.name == "huber":
+        theta = np.linalg.lstsq(np.vstack([X, math.sqrt(n * alpha) * np.eye(d)]),
+                                np.concatenate([y, np.zeros(d)]), rcond=None)[0]
+    path = [theta]
+    f = _objective(family, X, y, theta, alpha, q)
+    cache: list[float] = []
+
+    def design_scale() -> float:
+        if not cache:
+            cache.append(float(np.linalg.eigvalsh(X.T @ X / n).max()) + alpha)
+        return cache[0]
+
+    for _ in range(max_iter):
+        g, H = _grad_hess(family, X, y, theta, alpha, q)
+        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
+            raise DivergenceError(f"Newton-Raphson diverged in {where}: non-finite gradient or Hessian. "
+                                  "Standardise the covariates or set alpha > 0.")
+        step = _newton_direction(H, g, design_scale)
+        slack = 1e-13 * max(1.0, abs(f))
+        t = 1.0
+        for _ in range(MAX_HALVINGS):
+            cand = theta - t * step
+            fc = _objective(family, X, y, cand, alpha, q)
+            if math.isfinite(fc) and fc <= f + slack:
+                break
+            t *= 0.5
+        else:  # no decrease along the Newton direction: at the optimum up to rounding, or stuck
+            return theta, path, bool(np.max(np.abs(g)) <= math.sqrt(tol))
+        theta, f = cand, fc
+        path.append(theta)
+        if not np.all(np.isfinite(theta)):
+            raise DivergenceError(f"Newton-Raphson diverged in {where}: non-finite coefficients. Set alpha > 0.")
+        if np.max(np.abs(t * step)) <= tol * (1.0 + np.max(np.abs(theta))):
+            return theta, path, True
+    return theta, path, False
+
+
+def _separated(family: Family, X, y, theta, q) -> int:
+    """Number of observations with fitted probabilities numerically 0 or 1 (binary / multinomial)."""
+    if family.name not in ("logistic", "multinomial"):
+        return 0
+    P = family.mean(X @ (theta if q == 1 else theta.reshape(X.shape[1], q)))
+    P = P if P.ndim == 2 else np.column_stack([1.0 - P, P])
+    return int(np.sum(P.max(axis=1) > 1.0 - 1e-10))
+
+
+class _NonPrivateBaseline(FederatedEstimator):
+    """Shared fitting and reporting of the non-private baselines (no mu, no clipping, no noise)."""
+
+    #: text of the summary's privacy line
+    _privacy_line = "none (non-private baseline)"
+
+    def _validate_params(self, mu: float = math.inf) -> None:
+        check_positive_int(self.max_iter, "max_iter")
+        check_positive_float(self.tol, "tol")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float, np.floating, np.integer)):
+            raise TypeError(f"alpha must be a number >= 0 (ridge penalty), got {self.alpha!r}.")
+        if not (math.isfinite(float(self.alpha)) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0 (ridge penalty), got {self.alpha}.")
+
+    def fit(self, data: FederatedData) -> _NonPrivateBaseline:
+        """Fit on ``data`` (a :class:`~privfedstat.FederatedData`); returns ``self``."""
+        if not isinstance(data, FederatedData):
+            raise TypeError(
+                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
+                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
+            )
+        family = get_family(self.family)
+        family.check_y(data.y)
+        self._validate_params()
+        ledger = PrivacyLedger(data.n_clients)
+        theta, path, n_iter, communication = self._fit(data, family, ledger)
+        q = _n_outputs(family)
+        shape = (data.n_features, q) if q > 1 else (data.n_features,)
+        self.family_ = family
+        self.scaler_ = None
+        self.coef_ = theta.reshape(shape)
+        self.history_ = np.asarray([t.reshape(shape) for t in path])
+        self.n_iter_ = n_iter
+        self.clip_ = math.inf
+        self.privacy_ = ledger
+        self.communication_ = communication
+        self.n_features_in_ = data.n_features
+        self.n_clients_ = data.n_clients
+        self.n_samples_ = data.n_samples
+        self.mu_ = math.inf
+        return self
+
+    def _fit(self, data, family, ledger):
+        raise NotImplementedError
+
+    def summary(self, delta: float = 1e-5) -> Summary:
+        """Summary of the fit (privacy: none; clipping: none)."""
+        s = super().summary(delta)
+        s.header["Privacy"] = self._privacy_line
+        s.header["Clipping bound B"] = "none (no clipping)"
+        return s
+
+
+class PooledMLE(_NonPrivateBaseline):
+    """NP-Pooled: the (penalised) M-estimator on all clients' data pooled in one place.
+
+    Damped Newton-Raphson (:func:`newton_fit`) on the pooled rows; with ``alpha = 0`` this is the
+    MLE that statsmodels' ``GLM(...).fit()`` returns (canonical links: Newton = IRLS).
+
+    **Not private.** The raw data are sent to the server. The ledger records that transfer as a
+    noise-free release of infinite sensitivity (so every client's ``mu`` is ``inf``) and a leak
+    ``"raw data pooled at the server"``; ``privacy_.is_private`` is False.
+
+    **Communication convention.** One round in which client i sends its n_i rows of (x, y), i.e.
+    ``n_i (d + 1)`` floats. ``communication_.total_floats`` is exact, ``N (d + 1)``;
+    ``communication_.floats_per_client`` is the largest client's upload, ``max_i n_i (d + 1)``
+    (every client's when sizes are equal).
+
+    Parameters
+    ----------
+    family : str or Family, default "logistic"
+    alpha : float, default 0.0
+        Ridge penalty: minimises ``mean loss + alpha/2 ||theta||^2`` (all coefficients penalised,
+        an intercept column too). 0 gives the MLE; set a small value if the MLE does not exist
+        (separated logistic data).
+    tol : float, default 1e-10
+        Convergence: the last Newton step satisfies ``max|step| <= tol (1 + max|theta|)``.
+    max_iter : int, default 100
+        Maximum Newton iterations; a ``ConvergenceWarning`` is raised if they are used up.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
+    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+        Newton iterates from theta^(0) = 0 (Huber: the least-squares fit).
+    n_iter_ : int
+        Newton iterations taken.
+    converged_ : bool
+    privacy_, communication_ : see above.
+
+    References
+    ----------
+    Core paper, Section 5.1 (NP-Pooled).
+    """
+
+    method = "PooledMLE"
+    _privacy_line = "none: NP-Pooled (raw data pooled at the server)"
+
+    def __init__(self, *, family="logistic", alpha: float = 0.0, tol: float = 1e-10, max_iter: int = 100) -> None:
+        self.family = family
+        self.alpha = alpha
+        self.tol = tol
+        self.max_iter = max_iter
+
+    def _fit(self, data, family, ledger):
+        m = data.n_clients
+        ledger.record(Release("raw-data", 0, "local", np.full(m, math.inf), np.zeros(m)))
+        ledger.add_leak("raw data pooled at the server (NP-Pooled baseline)")
+        floats = data.sizes * (data.n_features + 1)
+        communication = Communication(1, int(floats.max()), int(floats.sum()))
+        alpha = float(self.alpha)
+        theta, path, ok = newton_fit(data.X, data.y, family, alpha=alpha, tol=self.tol, max_iter=self.max_iter,
+                                     where="PooledMLE")
+        self.converged_ = ok
+        _warn(ok, _separated(family, data.X, data.y, theta, _n_outputs(family)) if alpha == 0 else 0,
+              "PooledMLE", self.max_iter)
+        return theta, path, len(path) - 1, communication
+
+
+class LocalFit(_NonPrivateBaseline):
+    """NP-LocalFit: every client fits the model on its own data alone.
+
+    Client i's fit minimises ``mean over its rows of the loss + alpha/2 ||theta||^2`` by damped
+    Newton-Raphson (:func:`newton_fit`). ``predict(X, client=i)`` uses client i's model, as in the
+    paper's evaluation of NP-LocalFit; ``coef_`` is the size-weighted average
+    ``sum_i (n_i / N) theta_i`` of the local fits (a summary used by ``predict`` without
+    ``client`` and by ``mse``; the protocol itself never computes it).
+
+    **Ridge default.** ``alpha = 1e-4`` keeps every local fit defined when a client's data are
+    separable (logistic) or rank-deficient (n_i < d, constant columns), where the local MLE does
+    not exist or is not unique. For a well-posed client it moves the fit by about
+    ``alpha ||H_i^{-1} theta_i||``, far below the local standard errors; ``alpha = 0`` gives the
+    local MLEs (statsmodels' ``GLM`` per client).
+
+    **Not private, no communication.** Nothing is sent (``communication_`` is 0 rounds, 0 floats),
+    so the server learns nothing during the protocol; but the local models are noise-free
+    functions of the clients' raw data, and the estimator publishes them (``local_coefs_``,
+    ``coef_``, predictions). The ledger therefore records one noise-free release of the local
+    models (stage ``"local-models"``, sensitivity inf, sigma 0: every client's ``mu`` is inf,
+    not the 0 an empty ledger would suggest) and a leak; ``privacy_.is_private`` is False.
+
+    Parameters
+    ----------
+    family : str or Family, default "logistic"
+    alpha : float, default 1e-4
+        Ridge penalty of every local fit (all coefficients, an intercept column too).
+    tol : float, default 1e-10
+    max_iter : int, default 100
+        Per client; a ``ConvergenceWarning`` names the clients that used them up.
+
+    Attributes
+    ----------
+    local_coefs_ : ndarray of shape (n_clients, n_features) (or (n_clients, n_features, K - 1))
+        Client i's fit in row i.
+    coef_ : ndarray of shape (n_features,)
+        ``sum_i (n_i / N) local_coefs_[i]``.
+    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+        Size-weighted average of the clients' Newton iterates (a client that has converged stays
+        at its fit).
+    n_iter_ : int
+        Largest number of Newton iterations over clients.
+    converged_ : ndarray of bool, shape (n_clients,)
+
+    References
+    ----------
+    Core paper, Section 5.1 (NP-LocalFit).
+    """
+
+    method = "LocalFit"
+    _privacy_line = "none: NP-LocalFit (local models fitted on raw data; nothing sent)"
+
+    def __init__(self, *, family="logistic", alpha: float = 1e-4, tol: float = 1e-10, max_iter: int = 100) -> None:
+        self.family = family
+        self.alpha = alpha
+        self.tol = tol
+        self.max_iter = max_iter
+
+    def _fit(self, data, family, ledger):
+        m = data.n_clients
+        ledger.record(Release("local-models", 0, "local", np.full(m, math.inf), np.zeros(m)))
+        ledger.add_leak("local models fitted on raw data without noise are published (NP-LocalFit baseline; "
+                        "nothing is sent to the server)")
+        q = _n_outputs(family)
+        alpha = float(self.alpha)
+        fits, paths, ok, separated = [], [], [], []
+        for i in range(data.n_clients):
+            Xi, yi = data.client(i)
+            theta, path, conv = newton_fit(Xi, yi, family, alpha=alpha, tol=self.tol, max_iter=self.max_iter,
+                                           where=f"LocalFit (client {i})")
+            fits.append(theta)
+            paths.append(path)
+            ok.append(conv)
+            separated.append(alpha == 0 and _separated(family, Xi, yi, theta, q) > 0)
+        self.converged_ = np.array(ok)
+        T = max(len(p) for p in paths)
+        stacked = np.stack([np.stack(p + [p[-1]] * (T - len(p))) for p in paths])  # (m, T, p)
+        w = data.sizes / data.n_samples
+        history = np.einsum("i,itp->tp", w, stacked)
+        local = np.stack(fits)
+        self.local_coefs_ = local.reshape(data.n_clients, data.n_features, q) if q > 1 else local
+        bad = np.flatnonzero(~self.converged_).tolist()
+        sep = np.flatnonzero(separated).tolist()
+        if bad or sep:
+            warnings.warn(
+                f"LocalFit: client(s) {sorted(set(bad + sep))[:20]} did not reach a local MLE "
+                f"(not converged in max_iter={self.max_iter}: {bad[:20]}; fitted probabilities numerically 0 or 1, "
+                f"probably separated data: {sep[:20]}). Set alpha > 0 (ridge) for these clients to have a defined fit.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return w @ local, list(history), T - 1, Communication(0, 0, 0)
+
+    def predict(self, X, client: int | None = None) -> np.ndarray:
+        """Mean response for rows of ``X`` with client ``client``'s model, or ``coef_`` if None."""
+        if client is None:
+            return super().predict(X)
+        self._check_fitted()
+        if isinstance(client, bool) or not isinstance(client, (int, np.integer)):
+            raise TypeError(f"client must be an integer client index, got {client!r}.")
+        if not -self.n_clients_ <= client < self.n_clients_:
+            raise IndexError(f"client {client} out of range for {self.n_clients_} clients.")
+        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
+        return self.family_.mean(X @ self.local_coefs_[client])
+
+
+def _warn(converged: bool, n_separated: int, where: str, max_iter: int) -> None:
+    if n_separated:
+        warnings.warn(
+            f"{where}: {n_separated} fitted probabilities are numerically 0 or 1: the data are probably "
+            "(quasi-)separated, and then the MLE does not exist (coefficients drift to infinity). "
+            "Set alpha > 0 for a ridge fit.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    elif not converged:
+        warnings.warn(
+            f"{where}: Newton-Raphson did not converge in max_iter={max_iter} iterations; "
+            "increase max_iter, standardise the covariates, or set alpha > 0.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )

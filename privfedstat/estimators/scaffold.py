@@ -1,0 +1,173 @@
+"""SCAFFOLD with control variates: NP-SCAFFOLD (mu = inf) and DP-SCAFFOLD (finite mu)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validation import check_positive_float, check_positive_int
+from ..privacy.clipping import AutoClip
+from ._steps import check_iterate
+from .base import FederatedEstimator, FitContext
+
+__all__ = ["Scaffold"]
+
+
+class Scaffold(FederatedEstimator):
+    """SCAFFOLD (Karimireddy et al. 2020) and DP-SCAFFOLD (Noble et al. 2022), full participation.
+
+    Server state: model x and control variate c; client state: control variate c_i (all start at
+    0, as does x). Round r = 1..R:
+
+    1. the server broadcasts (x, c); every client sets y_i = x and takes ``n_local_steps`` (K)
+       full-batch steps ``y_i <- y_i - eta_l (g~_i(y_i) - c_i + c)``, where ``g~_i`` is the mean
+       of its per-sample gradients, each clipped to norm B, plus Gaussian noise
+       ``N(0, sigma_i^2 I)`` with ``sigma_i = 2 B sqrt(R K) / (mu n_i)`` (no noise when mu = inf);
+    2. option II control variate: ``c_i+ = c_i - c + (x - y_i) / (K eta_l)``, which equals the
+       mean of the K noisy gradients g~_i of the round;
+    3. the client uploads ``(y_i - x, c_i+ - c_i)`` (2 d floats) and keeps ``c_i <- c_i+``;
+    4. the server updates ``x <- x + eta_g sum_i w_i (y_i - x)`` and ``c <- c + sum_i w_i (c_i+ - c_i)``.
+
+    **Privacy argument** (each client is ``mu``-GDP towards the server, for any data):
+    (a) each local step runs a Gaussian mechanism on the clipped mean gradient, whose L2
+    sensitivity is ``2B/n_i`` wherever it is evaluated (one datum replaced changes one clipped
+    term); (b) it is calibrated to budget ``mu / sqrt(R K)``, and the R K steps compose adaptively
+    (their query points depend only on earlier outputs) to ``mu`` (GDP composition; with
+    ``clip="auto"`` or ``scaling="private"`` their shares are included and the total is still
+    exactly mu);
+    (c) ``y_i``, ``c_i+`` (the mean of the noisy gradients) and the uploads are computed from the
+    noisy gradients, the previous ``c_i`` and the broadcast ``(x, c)`` only: by induction over
+    rounds every state variable is post-processing of privatized outputs (the data are never
+    touched except through the mechanism); (d) the server's x and c are post-processing of the
+    uploads. The ledger records the R K releases (stage ``"local-gradient"``) and the uploads go
+    through ``Channel.send``, which refuses to send anything not preceded by a perturbation.
+
+    **Differences from Noble et al.'s code, on purpose.** Full participation and full-batch local
+    steps: client subsampling and minibatching, which would give privacy amplification, are not
+    used (the guarantee is then exact GDP composition with no subsampling analysis). Their
+    heuristic of resetting the clipping bound to the median per-sample norm at every step is
+    *not* copied: it makes B a function of the raw data and breaks the guarantee; here B is fixed
+    or chosen privately once (``clip="auto"``). The server averages the control variates with the
+    same weights w_i as the model (``n_i / N``; Noble et al. and Karimireddy et al. use 1/m):
+    with size weights on the model and 1/m on c, the fixed point of the non-private iteration is
+    the minimiser of the unweighted average of client losses, not the pooled M-estimator; with
+    the same weights it is exactly the pooled estimator (the two coincide for equal sizes). With
+    a finite clip the fixed point is the zero of the weighted mean *clipped* gradient, as for
+    every clipped method here.
+
+    Parameters
+    ----------
+    family : str or Family, default "logistic"
+    mu : float, default 2.0
+        GDP budget per client (mu); ``float('inf')`` gives NP-SCAFFOLD.
+    n_rounds : int, default 10
+        Communication rounds (R).
+    n_local_steps : int, default 10
+        Local full-batch steps per round (K). The defaults R = K = 10 give R K = 100 gradient
+        evaluations per client, as FedAvg's defaults (R = 2, K = 50): equal compute and, since
+        the noise per step depends on R K only, equal noise per step. Among the splits of R K =
+        100 into (R, K) = (2, 50), (4, 25), (5, 20), (10, 10), R = 10 had the smallest squared
+        distance to the pooled MLE at mu = 2 in every setting we measured (logistic; 6
+        heterogeneous clients, N = 7000: 0.0127, 0.0090, 0.0066, 0.0038, FedAvg 0.0048; 100
+        clients of 100: 0.029, 0.024, 0.024, 0.022, FedAvg 0.025): the control variates need
+        several rounds to pay off (round 1 is a FedAvg round). The price is communication:
+        2 d floats per round, i.e. 20 d per client against FedAvg's 2 d.
+    step_size : float, default 0.5
+        Local learning rate (eta_l), as FedAvg's.
+    server_step_size : float, default 1.0
+        Global learning rate (eta_g), as in Karimireddy et al.
+    clip : float, "auto", "paper" or AutoClip, default "auto"
+        Per-sample gradient clipping bound (B); see :class:`~privfedstat.FedSGD`.
+    weights : "size" or array of shape (n_clients,), default "size"
+        Server weights w_i for the model and the control variate (``n_i / N``).
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns and report coefficients on the original scale (see
+        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+    random_state : int, Generator, SeedSequence or None
+        Controls all noise.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
+        x after R rounds.
+    history_ : ndarray of shape (R + 1, n_features) (or (R + 1, n_features, K - 1))
+        x^(0) = 0, ..., x^(R).
+    control_ : ndarray of shape (n_params,)
+        The server control variate c after R rounds (flattened, on the fitting scale: the
+        rescaled columns when ``scaling`` is used).
+    n_iter_ : int
+        Gradient evaluations per client (R K).
+    clip_ : float
+    privacy_ : PrivacyLedger
+    communication_ : Communication
+        R rounds of 2 d floats per client (plus the private clip search's counts).
+
+    References
+    ----------
+    Karimireddy et al. (2020), SCAFFOLD, Algorithm 1 (option II); Noble, Bellet & Dieuleveut
+    (2022), Differentially private federated learning on heterogeneous data (DP-SCAFFOLD);
+    core paper, Section 5.1.
+    """
+
+    method = "SCAFFOLD"
+
+    def __init__(
+        self,
+        *,
+        family="logistic",
+        mu: float = 2.0,
+        n_rounds: int = 10,
+        n_local_steps: int = 10,
+        step_size: float = 0.5,
+        server_step_size: float = 1.0,
+        clip: float | str | AutoClip = "auto",
+        weights="size",
+        scaling=None,
+        random_state=None,
+    ) -> None:
+        self.family = family
+        self.mu = mu
+        self.n_rounds = n_rounds
+        self.n_local_steps = n_local_steps
+        self.step_size = step_size
+        self.server_step_size = server_step_size
+        self.clip = clip
+        self.weights = weights
+        self.scaling = scaling
+        self.random_state = random_state
+
+    def _validate_params(self, mu: float) -> None:
+        super()._validate_params(mu)
+        check_positive_int(self.n_rounds, "n_rounds")
+        check_positive_int(self.n_local_steps, "n_local_steps")
+        check_positive_float(self.server_step_size, "server_step_size")
+
+    def _run(self, ctx: FitContext):
+        R, K = self.n_rounds, self.n_local_steps
+        eta, eta_g = float(self.step_size), float(self.server_step_size)
+        w = self._resolve_weights(ctx)
+        oracle = ctx.oracle
+        m, p = oracle.n_clients, oracle.n_params
+        sens = 2.0 * ctx.clip / ctx.sizes  # clipped mean gradient, one datum replaced
+        mu_step = ctx.mu / math.sqrt(R * K)
+        x, c = np.zeros(p), np.zeros(p)
+        c_local = np.zeros((m, p))
+        path = [x]
+        for _ in range(R):
+            y = np.tile(x, (m, 1))
+            correction = c - c_local  # fixed during the round
+            for _ in range(K):
+                g = oracle.clipped_gradients(y, ctx.clip)
+                g = ctx.channel.perturb(g, sensitivity=sens, mu=mu_step, stage="local-gradient")
+                y = y - eta * (g + correction)
+                check_iterate(y, "SCAFFOLD local steps", eta)
+            c_new = c_local - c + (x - y) / (K * eta)
+            upload = ctx.channel.send(np.hstack([y - x, c_new - c_local]))
+            c_local = c_new
+            x = x + eta_g * (w @ upload[:, :p])
+            c = c + w @ upload[:, p:]
+            check_iterate(x, "the SCAFFOLD server update", eta)
+            path.append(x)
+        self.control_ = c
+        return x, path, R * K
