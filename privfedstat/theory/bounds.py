@@ -224,6 +224,10 @@ def fedavg_bound(*, mu, d, n_local_steps, sizes=None, n_samples=None, n_clients=
 
     Notes
     -----
+    Remark 3.5 (fixed d): the federation term is O(m^2/N^2), below the centralised O(1/N) while
+    m = O(N^(1/2)); the privacy term is O(K^2 m^4/(mu^4 N^4)), negligible for mu = O(1) while
+    m = O(N^(3/4)).
+
     Inferred: Theorem 3.7's statement shows "2mCRKd(d v log N)" and "RKd(d v log N)/(mu^2 n_i)";
     its proof (eq. (15)) has 2 m B^2 R K d and B^2 R K d/(mu^2 n_i) with B^2 = C_B^2 (d v log N),
     so C_B^2 is restored in both. For R = 1 the formula is Theorem 3.3 verbatim.

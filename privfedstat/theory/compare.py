@@ -1,0 +1,280 @@
+"""Put Monte-Carlo results next to theory: matching bound, lower bound, predictor, fitted rate slope.
+
+This module sits at the edge of the package (it turns tidy result tables into tidy tables and
+figures): it builds estimators with :func:`privfedstat.simulations.make_estimator`, imported inside
+the function, so that the theory layer itself does not depend on the simulation layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .bounds import fedavg_bound, fedhybrid_bound, fedsgd_bound
+from .constants import problem_constants
+from .lower_bound import lower_bound
+from .newton import fednewton_bound
+from .predictor import Problem, predict_mse
+
+__all__ = ["compare_to_theory", "plot_theory_comparison"]
+
+_BOUND_NAMES = {
+    "FedSGD": "Thm 3.2 eq. (2), K explicit",
+    "FedHybrid": "Thm 3.5, K2 explicit",
+    "FedAvg": "Thm 3.3/3.7",
+    "FedNewton": "Thm 3.9 eq. (6)",
+}
+
+
+def _equal_sizes(N: int, m: int) -> list[int]:
+    base, extra = divmod(int(N), int(m))
+    return [base + 1] * extra + [base] * (m - extra)
+
+
+def _clip_rule(row) -> str:
+    key = str(row.get("scenario", ""))
+    for rule in ("auto", "paper"):
+        if f"clip={rule}" in key:
+            return rule
+    return "numeric"
+
+
+def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, tau2=None, trace_sigma=None,
+                      C=1.0, C_B=1.0, C1=1.0, C2=1.0, predict: bool = True, hessian_clip=None, by=None,
+                      n_mc: int = 2**13, random_state=0) -> pd.DataFrame:
+    """Add theoretical columns to a tidy Monte-Carlo table.
+
+    Parameters
+    ----------
+    results : DataFrame
+        One row per replicate with columns ``method`` (FedSGD, FedHybrid, FedAvg, FedNewton),
+        ``m``, ``N`` (or ``n_mean``), ``mu``, ``mse`` and optionally ``K`` (the runner's iteration
+        budget; NaN keeps each method's default), ``clip`` (the bound B used) and ``scenario``, as
+        produced by :class:`privfedstat.simulations.MonteCarlo`.
+    design : GLMDesign, optional
+        The data-generating process. Gives d and, through :func:`problem_constants`, tau1, tau2 and
+        trace(Sigma); required for the predictor.
+    d, tau1, tau2, trace_sigma : optional
+        Override the constants (without a design: d is required, tau1 = tau2 = 1, trace_sigma = d).
+    C, C_B, C1, C2 : float, default 1
+        Constants of the upper bounds (C, C_B) and of the lower bound (C1, C2).
+    predict : bool, default True
+        Add ``predicted_mse`` from :func:`predict_mse` (needs ``design``).
+    hessian_clip : float, optional
+        FedNewton's C_H for the predictor when it was chosen from data (default: the population 90%
+        quantile of per-sample Hessian norms at theta = 0, the limit of the private rule).
+    by : list of str, optional
+        Extra columns defining groups for the slope fit (default: ``["method"]`` plus
+        ``"allocation"`` and ``"family"`` when present).
+    n_mc : int, default 8192
+        Monte-Carlo size of the predictor's population expectations.
+    random_state : int, default 0
+
+    Returns
+    -------
+    DataFrame
+        A copy of ``results`` with ``d``, ``bound`` (the method's upper bound, see ``bound_name``),
+        ``bound_name``, ``lower_bound`` (Theorem 3.10; NaN unless 0 < mu < 1), ``predicted_mse``
+        (NaN when not computed, or when the predictor rejects the cell, e.g. FedNewton with
+        n_i < 2 d) and ``rate_slope``: the least-squares slope of log(mean MSE per
+        cell) on log(bound) within each group -- 1 when the empirical MSE follows the theoretical
+        rate.
+
+    Notes
+    -----
+    Client sizes enter the bounds and the predictor as m equal clients of N/m rows; for random
+    allocations (uniform, lognormal) this is an approximation. With ``clip="auto"`` (read from the
+    ``scenario`` key) the predictor uses the median B of the cell's replicates and mu reduced by
+    the clip budget. Bounds use the cell's K (FedSGD's K, FedHybrid's K2, FedAvg's R and K).
+
+    References
+    ----------
+    Core paper, Theorems 3.2, 3.3, 3.5, 3.7, 3.9, 3.10.
+    """
+    need = {"method", "m", "mu", "mse"}
+    missing = need - set(results.columns)
+    if missing or not ({"N", "n_mean"} & set(results.columns)):
+        raise ValueError(f"results needs columns {sorted(need)} and N (or n_mean); missing {sorted(missing) or ['N']}.")
+    from ..privacy.clipping import AutoClip
+    from ..simulations.allocations import Equal
+    from ..simulations.runner import Scenario, make_estimator
+
+    df = results.copy()
+    if "N" not in df:
+        df["N"] = np.rint(df["n_mean"] * df["m"]).astype(int)
+    consts = problem_constants(design=design) if design is not None else None
+    if d is None:
+        if consts is None:
+            raise TypeError("give design= or d= (the number of parameters).")
+        d = consts.d
+    t1 = tau1 if tau1 is not None else (consts.tau1 if consts else 1.0)
+    t2 = tau2 if tau2 is not None else (consts.tau2 if consts else 1.0)
+    tr = trace_sigma if trace_sigma is not None else (consts.trace_sigma if consts else None)
+    hclip = hessian_clip
+    if hclip is None and design is not None:
+        from ._population import Population, make_spec
+
+        pop = Population(make_spec(design), n_mc, random_state)
+        hclip = float(np.quantile(pop.hessian_norms(np.zeros(len(design.beta_true))), AutoClip().quantile))
+    K = df["K"] if "K" in df else pd.Series(np.nan, index=df.index)
+    df["_K"] = K.astype(float)
+    cell_cols = ["method", "m", "N", "mu", "_K"] + (["scenario"] if "scenario" in df else [])
+    out_cols = {"bound": [], "bound_name": [], "lower_bound": [], "predicted_mse": []}
+    keys = []
+    for key, cell in df.groupby(cell_cols, sort=False, dropna=False):
+        method, m, N, mu, Kc = key[:5]
+        m, N, mu = int(m), int(N), float(mu)
+        Kint = None if not np.isfinite(Kc) else int(Kc)
+        if method not in _BOUND_NAMES:
+            raise ValueError(f"unknown method {method!r} in results.")
+        rule = _clip_rule(cell.iloc[0])
+        clip_setting = rule if rule != "numeric" else float(cell["clip"].median()) if "clip" in cell else "auto"
+        if design is not None:
+            scen = Scenario(design=design, n_clients=m, allocation=Equal(max(1, N // m)), mu=mu, n_iter=Kint,
+                            clip=clip_setting)
+            est = make_estimator(method, scen, None)
+        else:
+            est = None
+        p = est.get_params() if est is not None else _default_params(method, Kint)
+        common = dict(mu=mu, d=d, n_samples=N, n_clients=m, trace_sigma=tr, C=C, C_B=C_B)
+        if method == "FedSGD":
+            b = fedsgd_bound(form="optimal", n_iter=p["n_iter"], tau1=t1, tau2=t2, **common)
+        elif method == "FedHybrid":
+            b = fedhybrid_bound(form="theorem", n_server_iter=p["n_server_iter"], tau1=t1, tau2=t2, **common)
+        elif method == "FedAvg":
+            b = fedavg_bound(n_local_steps=p["n_local_steps"], n_rounds=p["n_rounds"], tau1=t1, **common)
+        else:
+            b = fednewton_bound(form="eq6", tau1=t1, tau2=t2, **common)
+        lb = lower_bound(mu=mu, d=d, n_samples=N, n_clients=m, C1=C1, C2=C2) if 0 < mu < 1 else np.nan
+        pred = np.nan
+        if predict and est is not None:
+            clip_b = float(cell["clip"].median()) if "clip" in cell and rule != "numeric" else None
+            if clip_b is not None or rule == "numeric":
+                kw = {"clip": clip_b} if rule != "numeric" else {}
+                if method == "FedNewton" and not math.isfinite(mu) and rule == "numeric":
+                    kw["hessian_clip"] = math.inf
+                elif method == "FedNewton":
+                    kw["hessian_clip"] = hclip
+                try:
+                    pred = predict_mse(est, Problem(design, _equal_sizes(N, m)), n_mc=n_mc,
+                                       random_state=random_state, **kw).total
+                except ValueError:  # e.g. FedNewton with n_i < 2 d: no prediction for this cell
+                    pred = np.nan
+        keys.append(cell.index)
+        for k, v in zip(out_cols, (float(b), _BOUND_NAMES[method], float(lb), float(pred))):
+            out_cols[k].append(v)
+    for k, vals in out_cols.items():
+        col = pd.Series(index=df.index, dtype=object if k == "bound_name" else float)
+        for idx, v in zip(keys, vals):
+            col.loc[idx] = v
+        df[k] = col
+    df["d"] = d
+    df["rate_slope"] = _slopes(df, by)
+    return df.drop(columns="_K")
+
+
+def _default_params(method, K):
+    """Each estimator's defaults (as in ``make_estimator``), for tables without a design."""
+    if method == "FedSGD":
+        return {"n_iter": K or 50}
+    if method == "FedHybrid":
+        k1 = 30 if K is None else max(1, min(K - 1, round(0.6 * K)))
+        return {"n_local_steps": k1, "n_server_iter": 20 if K is None else K - k1}
+    if method == "FedAvg":
+        return {"n_local_steps": K or 50, "n_rounds": 2}
+    return {"n_local_steps": K or 50, "n_rounds": 1}
+
+
+def _slopes(df: pd.DataFrame, by) -> pd.Series:
+    groups = by if by is not None else ["method"] + [c for c in ("allocation", "family") if c in df]
+    cells = df.groupby(groups + ["bound"], sort=False, dropna=False)["mse"].mean().reset_index()
+    slope = pd.Series(np.nan, index=df.index)
+    for key, g in cells.groupby(groups, sort=False, dropna=False):
+        ok = (g["bound"] > 0) & (g["mse"] > 0) & np.isfinite(g["bound"])
+        x, y = np.log(g.loc[ok, "bound"]), np.log(g.loc[ok, "mse"])
+        if x.nunique() < 2:
+            continue
+        s = float(np.polyfit(x, y, 1)[0])
+        key = key if isinstance(key, tuple) else (key,)
+        mask = np.ones(len(df), dtype=bool)
+        for c, v in zip(groups, key):
+            mask &= (df[c] == v).to_numpy() | (pd.isna(df[c]) & pd.isna(v)).to_numpy()
+        slope[mask] = s
+    return slope
+
+
+def plot_theory_comparison(df: pd.DataFrame, *, x: str = "m", methods=None, ax=None, logx: bool = True,
+                           **compare_kwargs):
+    """Empirical mean MSE against x, with the matching bound (constant fitted) and the lower bound.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Output of :func:`compare_to_theory`, or raw Monte-Carlo results (then ``compare_kwargs``
+        are passed to :func:`compare_to_theory`).
+    x : str, default "m"
+        Column for the x axis (e.g. ``"m"``, ``"N"``, ``"K"``, ``"mu"``).
+    methods : list of str, optional
+        Methods to draw (default: all in ``df``).
+    ax : matplotlib Axes, optional
+        Draw into this axes (all methods together); default: a new Figure with one panel per method.
+    logx : bool, default True
+        Log scale on x.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Notes
+    -----
+    Per method, the bound's unknown constant c is fitted by least squares on the log scale with the
+    slope fixed at 1 (log c = mean(log mean-MSE - log bound)), so the drawn curve c * bound shows
+    whether the *rate* matches. The lower bound (Theorem 3.10, only for 0 < mu < 1) and the
+    predictor (if present) are drawn unscaled. Error bars: +-2 standard errors.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state
+
+    if "bound" not in df:
+        df = compare_to_theory(df, **compare_kwargs)
+    if x not in df:
+        raise ValueError(f"the table has no column {x!r}.")
+    methods = list(dict.fromkeys(df["method"])) if methods is None else list(methods)
+    if ax is None:
+        fig = Figure(figsize=(4.2 * len(methods), 3.6))
+        axes = list(fig.subplots(1, len(methods), squeeze=False)[0])
+    else:
+        fig, axes = ax.figure, [ax] * len(methods)
+    for i, (a, method) in enumerate(zip(axes, methods)):
+        sub = df[df["method"] == method]
+        if sub.empty:
+            raise ValueError(f"no rows for method {method!r}.")
+        g = sub.groupby(x).agg(mse=("mse", "mean"), sd=("mse", "std"), reps=("mse", "count"), bound=("bound", "mean"),
+                               lower=("lower_bound", "mean"), pred=("predicted_mse", "mean")).reset_index()
+        se = g["sd"].fillna(0.0) / np.sqrt(g["reps"])
+        color = f"C{i}" if ax is not None else "C0"
+        a.errorbar(g[x], g["mse"], yerr=2 * se, fmt="o", ms=4, color=color, label=f"{method}: empirical")
+        ok = (g["bound"] > 0) & (g["mse"] > 0) & np.isfinite(g["bound"])
+        if ok.any():
+            c = float(np.exp(np.mean(np.log(g.loc[ok, "mse"]) - np.log(g.loc[ok, "bound"]))))
+            a.plot(g[x], c * g["bound"], "-", color=color, alpha=0.8,
+                   label=f"{method}: {c:.2g} x bound ({sub['bound_name'].iloc[0]})")
+        if np.isfinite(g["lower"]).any():
+            first = ax is None or i == 0
+            a.plot(g[x], g["lower"], "--", color="0.4", label="lower bound (Thm 3.10)" if first else None)
+        if np.isfinite(g["pred"]).any():
+            a.plot(g[x], g["pred"], ":", color=color, lw=2, label=f"{method}: predict_mse")
+        a.set_yscale("log")
+        if logx:
+            a.set_xscale("log")
+        a.set_xlabel(x)
+        a.set_ylabel("MSE")
+        a.grid(True, which="both", alpha=0.3)
+        if ax is None:
+            a.set_title(method)
+            a.legend(fontsize=7)
+    if ax is not None:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
