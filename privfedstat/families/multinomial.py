@@ -76,7 +76,10 @@ class Multinomial(Family):
     def curvature(self, Z):
         """Per-sample ``diag(p) - p p^T`` over classes 1..K-1, shape (n, K - 1, K - 1)."""
         P = self.mean(Z)[:, 1:]
-        return np.einsum("ij,jk->ijk", P, np.eye(P.shape[1])) - np.einsum("ij,ik->ijk", P, P)
+        C = -P[:, :, None] * P[:, None, :]
+        k = np.arange(P.shape[1])
+        C[:, k, k] += P
+        return C
 
     def check_y(self, y):
         bad = (y < 0) | (y >= self.n_classes) | (y != np.floor(y))
