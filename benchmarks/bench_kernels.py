@@ -238,6 +238,23 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     if T != 1:
         fns["nbT"] = with_threads(T, k_nb)
         rows.append(("clipped grad", "numba `glm_clipped_mean_grad`", str(T), "nbT"))
+    if d <= glm_nb.COLUMN_KERNEL_MAX_D:  # the layout the oracle actually uses for small d
+        Xt = np.ascontiguousarray(X.T)
+        out_c = np.empty((m, d))
+
+        def k_cols():
+            glm_nb.glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, CLIP, fam.code, fam.param, out_c)
+
+        for n in sorted({1, T}):
+            numba.set_num_threads(n)
+            k_cols()
+        numba.set_num_threads(T)
+        err = max(err, float(np.max(np.abs(out_c - out))))
+        fns["col1"] = with_threads(1, k_cols)
+        rows.append(("clipped grad", "numba `glm_clipped_mean_grad_cols` (column-major; used for d <= 32)", "1", "col1"))
+        if T != 1:
+            fns["colT"] = with_threads(T, k_cols)
+            rows.append(("clipped grad", "numba `glm_clipped_mean_grad_cols` (column-major; used for d <= 32)", str(T), "colT"))
     fns["ref"] = k_ref
     rows.append(("clipped grad", "numpy `reference.clipped_mean_grad`", "1", "ref"))
     fns["sum"] = lambda: X.sum(axis=0)

@@ -13,7 +13,10 @@ from ..privacy.clipping import AutoClip
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "floor_eigenvalues", "newton_step"]
+__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "MAX_HESSIAN_GB"]
+
+#: memory allowed for the clients' Hessians (all clients are processed in one pass)
+MAX_HESSIAN_GB = 4.0
 
 
 def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
@@ -187,6 +190,13 @@ class FedNewton(FederatedEstimator):
             raise ValueError(
                 f"FedNewton inverts a Hessian on half of each client's rows: client {i} has {n1[i]} rows "
                 f"in that half but there are {d} features. FedNewton needs n_i >= 2 d; use FedAvg or merge small clients."
+            )
+        p = ctx.oracle.n_params
+        need_gb = n1.size * p * p * 8 / 1e9
+        if need_gb > MAX_HESSIAN_GB:
+            raise ValueError(
+                f"FedNewton forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {n1.size} clients, "
+                f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
         lam, B, C_H = float(self.hessian_floor), ctx.clip, ctx.hessian_clip
         mu_stage = ctx.mu / math.sqrt(2.0)

@@ -115,3 +115,11 @@ def test_auto_clip_config_validated():
         AutoClip(n_grid=50)
     with pytest.raises(ValueError, match="budget"):
         AutoClip(budget=1.0)
+
+
+def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logistic_data):
+    import privfedstat.estimators.fednewton as fn
+
+    monkeypatch.setattr(fn, "MAX_HESSIAN_GB", 1e-9)
+    with pytest.raises(ValueError, match="Hessian on every client"):
+        FedNewton(random_state=0).fit(logistic_data)
