@@ -13,11 +13,13 @@ from .families import get_family
 from .formula import glm
 from .estimators.scaling import FeatureBounds, PrivateStandardize
 from .privacy import AutoClip, PrivacyLedger
-from . import theory
+from . import simulations, theory
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "theory",
+    "simulations",
     "FederatedData",
     "FedSGD",
     "FedHybrid",

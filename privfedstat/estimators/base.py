@@ -18,12 +18,13 @@ from .._rng import as_seed_sequence, spawn_generators
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
 from ..exceptions import NotFittedError, PrivacyLeakWarning
-from ..families import Family, get_family
+from ..families import get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, make_oracle
 from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise
+from . import scoring
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .summary import Summary
 
@@ -328,34 +329,12 @@ class FederatedEstimator:
         ----------
         data : FederatedData or tuple (X, y)
         metric : str or None
-            Default: AUC for logistic, accuracy for multinomial, mean deviance otherwise. The
-            deviance is per observation (``2 * (loglik_saturated - loglik) / n``; the mean
-            squared residual for gaussian, twice the mean loss for huber).
+            Default: AUC for logistic, accuracy for multinomial, mean deviance otherwise (see
+            :func:`privfedstat.estimators.scoring.score`).
         """
-        X, y = (data.X, data.y) if isinstance(data, FederatedData) else (np.asarray(data[0], float), np.asarray(data[1], float))
         self._check_fitted()
-        name = self.family_.name
-        metric = metric or {"logistic": "auc", "multinomial": "accuracy"}.get(name, "deviance")
-        if metric == "auc":
-            if name != "logistic":
-                raise ValueError("AUC needs a binary (logistic) model.")
-            return _auc(y, self.predict(X))
-        if metric == "accuracy":
-            if name == "logistic":
-                return float(np.mean((self.predict(X) >= 0.5) == (y == 1)))
-            if name == "multinomial":
-                return float(np.mean(np.argmax(self.predict(X), axis=1) == y))
-            raise ValueError("accuracy needs a classifier (logistic or multinomial).")
-        if metric == "deviance":
-            Z = X @ self.coef_
-            fam = self.family_
-            if name == "poisson":  # 2 [y log(y / mu) - (y - mu)]
-                mu = fam.mean(Z)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    t = np.where(y > 0, y * np.log(y / mu), 0.0)
-                return float(2 * np.mean(t - (y - mu)))
-            return float(2 * np.mean(fam.loss(y, Z))) if name != "gaussian" else float(np.mean((y - Z) ** 2))
-        raise ValueError(f"unknown metric {metric!r}; use 'auc', 'accuracy' or 'deviance'.")
+        X, y = (data.X, data.y) if isinstance(data, FederatedData) else (np.asarray(data[0], float), np.asarray(data[1], float))
+        return scoring.score(self.family_, X @ self.coef_, y, metric)
 
     def summary(self, delta: float = 1e-5) -> Summary:
         """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, coefficients."""
@@ -383,18 +362,6 @@ class FederatedEstimator:
         coefs = pd.DataFrame({"coef": self.coef_.ravel()}, index=pd.Index(names, name="term"))
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         return Summary(f"{self.method} results", header, coefs, notes)
-
-
-def _auc(y: np.ndarray, score: np.ndarray) -> float:
-    """Area under the ROC curve (Mann-Whitney statistic with mid-ranks for ties)."""
-    from scipy.stats import rankdata
-
-    pos = y == 1
-    n1, n0 = int(pos.sum()), int((~pos).sum())
-    if n1 == 0 or n0 == 0:
-        raise ValueError("AUC needs both classes in the evaluation data.")
-    ranks = rankdata(score)
-    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def _same(a, b) -> bool:

@@ -31,6 +31,7 @@ import pandas as pd
 from ..data.federated import FederatedData
 from ..estimators import FedAvg, FedHybrid, FedNewton, FedSGD
 from ..estimators.fednewton import MAX_HESSIAN_GB
+from ..estimators.scoring import auc
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families import get_family
 
@@ -75,13 +76,9 @@ def _client_score(est, name, X, y, client, task):
     pred = est.predict(X, client=client) if name == "NP-LocalFit" else est.predict(X)
     if task == "multiclass":
         return float(np.mean(np.argmax(pred, axis=1) == y))
-    pos = y == 1
-    if pos.all() or not pos.any():
+    if np.all(y == 1) or not np.any(y == 1):
         return math.nan  # AUC undefined on a one-class fold
-    from scipy.stats import rankdata
-
-    r = rankdata(pred)
-    return float((r[pos].sum() - pos.sum() * (pos.sum() + 1) / 2) / (pos.sum() * (~pos).sum()))
+    return auc(y, pred)
 
 
 def realdata_study(X: np.ndarray, y: np.ndarray, *, task: str = "binary", n_clients: int = 80, min_size: int = 800,

@@ -320,8 +320,6 @@ def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     w = _weights(params, "FedNewton", n, d, B, None)
     mu_stage = mu / math.sqrt(2)
     out1 = _fedavg(lin, w, n1, _sd(B, mu_stage, 2.0 * eta * math.sqrt(R * K) / n1), R, K, path)
-    mean1 = out1["optimisation"] + out1["drift"]
-    E1 = out1["sampling"] + out1["privacy"] + np.outer(mean1, mean1)
     paper = params.get("newton_noise", "robust") == "paper"
     Hc = lin.pop.clipped_hessian(lin.theta_star, np.inf if paper or CH is None else CH)
     ev, vec = np.linalg.eigh((Hc + Hc.T) / 2)

@@ -5,7 +5,7 @@ import pytest
 import statsmodels.api as sm
 
 from conftest import simulate
-from privfedstat import FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD
+from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
 
 INF = float("inf")
 SM_FAMILY = {"logistic": sm.families.Binomial(), "poisson": sm.families.Poisson(), "gaussian": sm.families.Gaussian()}
