@@ -1,5 +1,14 @@
+import os
+
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Deterministic property-based tests: the same examples on every run (CI must not be flaky);
+# run with HYPOTHESIS_PROFILE=explore to search new examples locally.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from privfedstat import FederatedData
 
