@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from privfedstat import FederatedData
+
 # Deterministic property-based tests: the same examples on every run (CI must not be flaky);
 # run with HYPOTHESIS_PROFILE=explore to search new examples locally.
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-from privfedstat import FederatedData
 
 
 def simulate(family: str, sizes, beta, seed: int = 0, sigma_c: float = 1.0):
