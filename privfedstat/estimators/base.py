@@ -259,7 +259,9 @@ class FederatedEstimator:
                 noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"clip-{which}", weights=np.ones(m))
                 return float(noisy.sum())
 
-            bounds[which] = private_grid_quantile(noisy_count, config.grid, config.quantile * n_total)
+            count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
+            target = config.quantile * n_total - config.margin * count_sd
+            bounds[which] = private_grid_quantile(noisy_count, config.grid, target)
         if math.isfinite(mu) and mu_left * mu_left - mu_clip * mu_clip <= 0:
             raise ValueError("the clipping and scaling budgets leave nothing for estimation; lower their shares.")
         mu_est = math.sqrt(mu_left * mu_left - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
