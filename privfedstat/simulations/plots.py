@@ -10,7 +10,8 @@ from .studies import Study
 __all__ = ["plot_study", "plot_mse"]
 
 
-def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | None = None, logx: bool = False):
+def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | None = None, logx: bool = False,
+             axes=None):
     """Mean MSE (log scale) with +-2 standard-error bands: one panel per value of ``panel``.
 
     Parameters
@@ -19,6 +20,8 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
         Tidy results with columns ``x``, ``line``, ``panel`` and ``mse``.
     x, line, panel : str
         Columns for the x axis, the lines and the panels.
+    axes : sequence of matplotlib Axes or None
+        One Axes per panel to draw into (their figure is returned); None creates a new Figure.
 
     Returns
     -------
@@ -30,11 +33,17 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
     if missing:
         raise ValueError(f"the results table lacks column(s) {sorted(missing)}.")
     panels = list(dict.fromkeys(df[panel]))
-    fig = Figure(figsize=(4.2 * len(panels), 3.6))
-    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)
+    if axes is None:
+        fig = Figure(figsize=(4.2 * len(panels), 3.6))
+        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    else:
+        axes = list(np.ravel(axes))
+        if len(axes) != len(panels):
+            raise ValueError(f"need {len(panels)} axes (one per {panel!r}), got {len(axes)}.")
+        fig = axes[0].figure
     stats = df.groupby([panel, line, x], sort=False)["mse"].agg(["mean", "std", "count"]).reset_index()
     stats["se"] = stats["std"].fillna(0.0) / np.sqrt(stats["count"])
-    for ax, p in zip(axes[0], panels):
+    for ax, p in zip(axes, panels):
         sub = stats[stats[panel] == p]
         for name, g in sub.groupby(line, sort=False):
             g = g.sort_values(x)
@@ -47,16 +56,16 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
         ax.set_title(str(p))
         ax.set_xlabel(x)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("empirical MSE")
-    axes[0][-1].legend(fontsize=8, title=line, title_fontsize=8)
+    axes[0].set_ylabel("empirical MSE")
+    axes[-1].legend(fontsize=8, title=line, title_fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def plot_study(df: pd.DataFrame, study: Study):
-    """Draw ``study``'s figure from its tidy results (see :func:`plot_mse`)."""
+def plot_study(df: pd.DataFrame, study: Study, axes=None):
+    """Draw ``study``'s figure from its tidy results (see :func:`plot_mse`; ``axes``: one per panel)."""
     family = df["family"].iloc[0] if "family" in df and len(df) else study.family
-    return plot_mse(df, x=study.x, line=study.line, panel=study.panel, logx=study.x == "K",
+    return plot_mse(df, x=study.x, line=study.line, panel=study.panel, logx=study.x == "K", axes=axes,
                     title=f"{study.name}: {study.description.split(' (')[0]} ({family})")

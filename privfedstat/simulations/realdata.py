@@ -140,13 +140,20 @@ def realdata_study(X: np.ndarray, y: np.ndarray, *, task: str = "binary", n_clie
     return pd.DataFrame(rows)
 
 
-def plot_realdata(df: pd.DataFrame, title: str | None = None):
-    """Boxplots of client-level scores per method, one panel per private mu (NP methods in every panel)."""
+def plot_realdata(df: pd.DataFrame, title: str | None = None, axes=None):
+    """Boxplots of client-level scores per method, one panel per private mu (NP methods in every panel).
+
+    ``axes``: one matplotlib Axes per panel to draw into, or None for a new Figure (returned).
+    """
     from matplotlib.figure import Figure
 
     mus = sorted({m for m in df["mu"] if math.isfinite(m)}, reverse=True)
-    fig = Figure(figsize=(5.5 * max(len(mus), 1), 4.2))
-    axes = fig.subplots(1, max(len(mus), 1), sharey=True, squeeze=False)[0]
+    if axes is None:
+        fig = Figure(figsize=(5.5 * max(len(mus), 1), 4.2))
+        axes = fig.subplots(1, max(len(mus), 1), sharey=True, squeeze=False)[0]
+    else:
+        axes = list(np.ravel(axes))
+        fig = axes[0].figure
     order = [m for m in REALDATA_METHODS if m in set(df["method"])]
     for ax, mu in zip(axes, mus or [INF]):
         sub = df[(df["mu"] == mu) | ~np.isfinite(df["mu"])]

@@ -99,3 +99,15 @@ def test_paper_grids():
     fig4 = get_study("fig4").scenarios()
     assert {s.mu for s in fig4} == {2.0, 6.0, float("inf")}
     assert all(s.allocation.total == 20000 for s in get_study("fig5").scenarios())
+
+
+def test_plot_into_given_axes():
+    from matplotlib.figure import Figure
+
+    study = get_study("fig5")
+    df = MonteCarlo(study.scenarios()[:1] + study.scenarios()[5:6], study.methods, n_reps=1, progress=False).run()
+    fig = Figure()
+    axes = fig.subplots(1, 2)
+    assert plot_study(df, study, axes=axes) is fig
+    with pytest.raises(ValueError, match="need 2 axes"):
+        plot_study(df, study, axes=axes[:1])
