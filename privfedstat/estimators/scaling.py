@@ -86,6 +86,13 @@ class PrivateStandardize:
             raise ValueError(f"n_grid must be a power of two >= 4, got {self.n_grid}.")
 
 
+    def columns_to_scale(self, n_features: int) -> list[int]:
+        """The columns this configuration rescales for a design with ``n_features`` columns."""
+        if self.columns is None:
+            return [j for j in range(n_features) if j != self.intercept]
+        return list(self.columns)
+
+
 class Scaler:
     """Affine rescaling of columns, fitted from a :class:`FeatureBounds` or privately."""
 
@@ -115,7 +122,7 @@ class Scaler:
         noisy values; it is the estimator's channel. ``mu`` is the budget of the whole procedure.
         """
         d = data.n_features
-        cols = [j for j in range(d) if j != config.intercept] if config.columns is None else list(config.columns)
+        cols = config.columns_to_scale(d)
         center, scale = np.zeros(d), np.ones(d)
         if not cols:
             return cls(center, scale, config.intercept)

@@ -111,3 +111,18 @@ def test_baseline_methods_through_glm(df, method):
     assert np.all(np.isfinite(est.coef_))
     if method != "scaffold":
         assert not est.privacy_.is_private
+
+
+def test_scaling_checks_the_intercept_column():
+    from conftest import simulate
+
+    data = simulate("logistic", [100] * 4, [0.2, 0.3])  # column 0 is the intercept
+    no_intercept = FederatedData(data.X[:, 1:], data.y, data.offsets)
+    with pytest.raises(ValueError, match="intercept"):
+        FedSGD(scaling="private").fit(no_intercept)
+    est = FedSGD(scaling=PrivateStandardize(intercept=None), random_state=0).fit(no_intercept)
+    np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
+    only_intercept = FederatedData(data.X[:, :1], data.y, data.offsets)
+    est = FedSGD(scaling="private", random_state=0).fit(only_intercept)  # nothing to scale: no budget spent
+    np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
+    assert est.scaler_ is None
