@@ -28,6 +28,7 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
     matplotlib.figure.Figure
     """
     from matplotlib.figure import Figure  # no pyplot: no global state, works without a display
+    from matplotlib.ticker import NullFormatter
 
     missing = {x, line, panel, "mse"} - set(df.columns)
     if missing:
@@ -53,6 +54,7 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # no overlapping minor labels
         ax.set_title(str(p))
         ax.set_xlabel(x)
         ax.grid(True, which="both", alpha=0.3)
