@@ -13,7 +13,7 @@ from ..privacy.clipping import AutoClip
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "MAX_HESSIAN_GB"]
+__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
 
 #: memory allowed for the clients' Hessians (all clients are processed in one pass)
 MAX_HESSIAN_GB = 4.0
@@ -27,6 +27,15 @@ def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
     """
     vals, vecs = np.linalg.eigh(H)
     return (vecs * np.maximum(vals, floor)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
+
+
+def resolve_hessian_floor(value, family, mu: float) -> float:
+    """The eigenvalue floor lambda: ``value``; for "auto" the family's ``curvature_at_zero`` when
+    ``mu`` is finite, and 1e-8 of it when ``mu`` is infinite (then the floor only keeps the
+    Hessian invertible: no sensitivity needs bounding, and a high floor would damp the step)."""
+    if value != "auto":
+        return float(value)
+    return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
 
 
 def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
@@ -102,9 +111,14 @@ class FedNewton(FederatedEstimator):
     hessian_clip : float or None, default None
         Bound on per-sample Hessian norms (C_H). None: chosen like ``clip`` ("auto": privately, at
         the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is).
-    hessian_floor : float, default 0.1
+    hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda (plays the role of tau_1). Larger means less noise and a more
-        damped Newton step.
+        damped Newton step. "auto" uses the family's curvature at linear predictor 0,
+        ``ell''(0)`` (logistic 0.25, Poisson/Gaussian/Huber 1, multinomial 1/K): the scale of the
+        Hessian for standardised covariates, known without looking at the data (with ``mu=inf``
+        1e-8 of it, only to keep the Hessian invertible). Measured against
+        a fixed 0.1 (N = 20000, m = 25/100/400, 6 reps): logistic 0.017/0.030/0.32 vs
+        0.021/0.030/0.32; Poisson 0.0009/0.007 vs 0.010/0.076 (m = 25/100).
     newton_grad_clip : float or None, default None
         Radius G for the mean gradient of the Newton step; None for the balanced default above
         (infinite when ``mu`` is infinite).
@@ -145,7 +159,7 @@ class FedNewton(FederatedEstimator):
         step_size: float = 0.5,
         clip: float | str | AutoClip = "auto",
         hessian_clip: float | None = None,
-        hessian_floor: float = 0.1,
+        hessian_floor: float | str = "auto",
         newton_grad_clip: float | None = None,
         newton_noise: str = "robust",
         weights="size",
@@ -170,7 +184,8 @@ class FedNewton(FederatedEstimator):
         super()._validate_params(mu)
         check_positive_int(self.n_rounds, "n_rounds")
         check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_float(self.hessian_floor, "hessian_floor")
+        if self.hessian_floor != "auto":
+            check_positive_float(self.hessian_floor, "hessian_floor")
         if self.newton_noise not in ("robust", "paper"):
             raise ValueError(f"newton_noise must be 'robust' or 'paper', got {self.newton_noise!r}.")
         if self.newton_grad_clip is not None:
@@ -198,7 +213,7 @@ class FedNewton(FederatedEstimator):
                 f"FedNewton forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {n1.size} clients, "
                 f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
-        lam, B, C_H = float(self.hessian_floor), ctx.clip, ctx.hessian_clip
+        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, ctx.oracle.family, ctx.mu), ctx.clip, ctx.hessian_clip
         mu_stage = ctx.mu / math.sqrt(2.0)
         weights = self._resolve_weights(ctx)
 

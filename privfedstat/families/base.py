@@ -33,6 +33,9 @@ class Family:
     param: float = 0.0
     #: columns of the parameter matrix (1 for scalar-response families)
     n_outputs: int = 1
+    #: curvature of the loss at linear predictor 0, ell''(y, 0) (a data-independent scale of the
+    #: Hessian for standardised covariates; FedNewton's default eigenvalue floor)
+    curvature_at_zero: float = 1.0
 
     def loss(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Per-sample loss ``ell(y, z)``."""

@@ -19,6 +19,7 @@ class Logistic(Family):
 
     name = "logistic"
     code = 0
+    curvature_at_zero = 0.25
 
     def loss(self, y, z):
         # log(1 + e^z) - y z = (1 - y) softplus(z) + y softplus(-z): no cancellation in either tail

@@ -42,6 +42,7 @@ class Multinomial(Family):
             raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
         self.n_classes = int(n_classes)
         self.param = float(n_classes)
+        self.curvature_at_zero = 1.0 / self.n_classes  # smallest eigenvalue scale of diag(p) - p p^T at p = 1/K
 
     @property
     def n_outputs(self) -> int:

@@ -25,6 +25,7 @@ class ClientOracle(Protocol):
     n_features: int
     n_params: int
     sizes: np.ndarray
+    family: Family
 
     def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
         """Per-client mean of per-sample gradients clipped to norm ``clip``, shape (n_clients, n_params)."""

@@ -311,7 +311,11 @@ def _fedavg(lin, w, sizes, sig, R, K, path):
 def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
     R, K = int(params["n_rounds"]), int(params["n_local_steps"])
-    lam = float(params["hessian_floor"])
+    from ..estimators.fednewton import resolve_hessian_floor
+    from ..families import get_family
+
+    family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
+    lam = resolve_hessian_floor(params["hessian_floor"], family, mu)
     d = spec.d
     n1 = np.floor(n / 2)
     n2 = n - n1

@@ -123,3 +123,16 @@ def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logisti
     monkeypatch.setattr(fn, "MAX_HESSIAN_GB", 1e-9)
     with pytest.raises(ValueError, match="Hessian on every client"):
         FedNewton(random_state=0).fit(logistic_data)
+
+
+def test_hessian_floor_auto_uses_the_family_curvature():
+    from privfedstat.estimators.fednewton import resolve_hessian_floor
+    from privfedstat.families import get_family
+
+    assert resolve_hessian_floor("auto", get_family("logistic"), 2.0) == 0.25
+    assert resolve_hessian_floor("auto", get_family("poisson"), 2.0) == 1.0
+    assert resolve_hessian_floor("auto", get_family("multinomial", n_classes=4), 2.0) == 0.25
+    assert resolve_hessian_floor("auto", get_family("logistic"), float("inf")) == pytest.approx(0.25e-8)
+    assert resolve_hessian_floor(0.3, get_family("logistic"), 2.0) == 0.3
+    with pytest.raises(ValueError, match="hessian_floor"):
+        FedNewton(hessian_floor=-1.0).fit(simulate("logistic", [100] * 3, [0.1, 0.2]))

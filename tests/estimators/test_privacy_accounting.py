@@ -58,7 +58,8 @@ def test_fedavg_noise_is_algorithm_3():
 def test_fednewton_noise_is_algorithm_4_for_the_fedavg_stage():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])  # even sizes: halves are n_i / 2
     B, K, eta, mu = 1.1, 9, 0.5, 3.0
-    est = FedNewton(mu=mu, clip=B, hessian_clip=1.0, n_local_steps=K, step_size=eta, random_state=0).fit(data)
+    est = FedNewton(mu=mu, clip=B, hessian_clip=1.0, hessian_floor=0.1, n_local_steps=K, step_size=eta,
+                    random_state=0).fit(data)
     s = 4 * B * eta * math.sqrt(2 * K) / (mu * data.sizes)  # sigma_i = 4 B eta sqrt(2K) / (mu n_i)
     np.testing.assert_allclose(_sigmas(est.privacy_, "local-step"), np.tile(s, (K, 1)), rtol=1e-14)
     newton = [r for r in est.privacy_.releases if r.stage == "newton"]
