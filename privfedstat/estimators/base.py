@@ -18,7 +18,7 @@ from .._rng import as_seed_sequence, spawn_generators
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
 from ..exceptions import NotFittedError, PrivacyLeakWarning
-from ..families import get_family
+from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, make_oracle
 from ..privacy.clipping import AutoClip, private_grid_quantile
@@ -118,13 +118,7 @@ class FederatedEstimator:
         -------
         self
         """
-        if not isinstance(data, FederatedData):
-            raise TypeError(
-                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
-                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
-            )
-        family = get_family(self.family)
-        family.check_y(data.y)
+        family = self._check_data(data)
         mu = check_mu(self.mu)
         self._validate_params(mu)
 
@@ -156,6 +150,17 @@ class FederatedEstimator:
         self.n_samples_ = data.n_samples
         self.mu_ = mu
         return self
+
+    def _check_data(self, data) -> Family:
+        """Check that ``data`` is a FederatedData whose responses fit the family; return the family."""
+        if not isinstance(data, FederatedData):
+            raise TypeError(
+                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
+                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
+            )
+        family = get_family(self.family)
+        family.check_y(data.y)
+        return family
 
     def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
         raise NotImplementedError

@@ -16,7 +16,6 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning
-from ..families import get_family
 from ..federation.channel import Communication
 from ..privacy.ledger import PrivacyLedger, Release
 from .base import FederatedEstimator
@@ -42,13 +41,7 @@ class _NonPrivateBaseline(FederatedEstimator):
 
     def fit(self, data: FederatedData) -> _NonPrivateBaseline:
         """Fit on ``data`` (a :class:`~privfedstat.FederatedData`); returns ``self``."""
-        if not isinstance(data, FederatedData):
-            raise TypeError(
-                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
-                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
-            )
-        family = get_family(self.family)
-        family.check_y(data.y)
+        family = self._check_data(data)
         self._validate_params()
         ledger = PrivacyLedger(data.n_clients)
         theta, path, n_iter, communication = self._fit(data, family, ledger)
