@@ -9,22 +9,13 @@ import pandas as pd
 
 from .data.federated import FederatedData
 from .estimators.base import FederatedEstimator
+from .estimators.registry import REGISTRY, get_method
 from .estimators.scaling import PrivateStandardize
 
 __all__ = ["glm", "METHODS"]
 
 
-def _methods() -> dict[str, type[FederatedEstimator]]:
-    from . import estimators as e
-
-    table = {"fedsgd": e.FedSGD, "fedhybrid": e.FedHybrid, "fedavg": e.FedAvg, "fednewton": e.FedNewton}
-    for name, cls in (("scaffold", "Scaffold"), ("pooled", "PooledMLE"), ("localfit", "LocalFit")):
-        if hasattr(e, cls):
-            table[name] = getattr(e, cls)
-    return table
-
-
-METHODS = ("fedsgd", "fedhybrid", "fedavg", "fednewton", "scaffold", "pooled", "localfit")
+METHODS = tuple(REGISTRY)
 
 
 def glm(
@@ -90,10 +81,7 @@ def glm(
         raise ValueError(f"formula must look like 'y ~ x1 + x2', got {formula!r}.")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
-    method_key = method.lower()
-    table = _methods()
-    if method_key not in table:
-        raise ValueError(f"unknown method {method!r}; choose one of {[m for m in METHODS if m in table]}.")
+    spec = get_method(method)
     if na_action not in ("raise", "drop"):
         raise ValueError(f"na_action must be 'raise' or 'drop', got {na_action!r}.")
     if data[client].isna().any():
@@ -128,7 +116,7 @@ def glm(
     names = list(X_frame.columns)
     intercept = names.index("Intercept") if "Intercept" in names else None
 
-    cls = table[method_key]
+    cls = spec.cls
     accepted = set(inspect.signature(cls.__init__).parameters)
     kwargs = dict(params)
     kwargs["family"] = family if not fam_params else _family(family, fam_params)

@@ -7,5 +7,6 @@ from .fedhybrid import FedHybrid
 from .fednewton import FedNewton
 from .fedsgd import FedSGD
 from .scaffold import Scaffold
+from .registry import REGISTRY, MethodSpec, get_method, methods, register
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "Scaffold", "PooledMLE", "LocalFit", "clone"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "Scaffold", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]
