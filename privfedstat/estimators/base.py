@@ -211,15 +211,16 @@ class FederatedEstimator:
         if not isinstance(scaling, (FeatureBounds, PrivateStandardize)):
             raise ValueError(f"scaling must be None, 'private', a PrivateStandardize or a FeatureBounds, got {scaling!r}.")
         j = scaling.intercept
-        if j is not None and not (0 <= j < data.n_features and np.all(data.X[:, j] == 1.0)):
+        if j is not None and not 0 <= j < data.n_features:
             raise ValueError(
-                f"scaling assumes column {j} is the intercept (a column of ones), but it is not; pass "
+                f"scaling's intercept index {j} is not a column of X (it has {data.n_features}); pass "
                 "intercept=None (no intercept: columns are scaled, not centred) or the intercept's index."
             )
         if isinstance(scaling, FeatureBounds):
             return Scaler.from_bounds(scaling, data.n_features), mu
-        if not scaling.columns_to_scale(data.n_features):
-            return None, mu  # nothing to rescale: no budget spent
+        if not scaling.columns_to_scale(data.n_features):  # nothing to rescale: no budget spent
+            d = data.n_features
+            return (None if j is None else Scaler(np.zeros(d), np.ones(d), j)), mu
         mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
         m = data.n_clients
 

@@ -151,7 +151,15 @@ class Scaler:
         return cls(center, scale, config.intercept)
 
     def transform(self, data: FederatedData) -> FederatedData:
-        return FederatedData((data.X - self.center) / self.scale, data.y, data.offsets)
+        """Rescale every column; the declared intercept column is set to 1, its value in the data domain.
+
+        A client never inspects the intercept column's values (an error raised on one row's value
+        would itself be a release): declaring a column the intercept declares it constant 1.
+        """
+        X = (data.X - self.center) / self.scale
+        if self.intercept is not None:
+            X[:, self.intercept] = 1.0
+        return FederatedData(X, data.y, data.offsets)
 
     def coef_to_original(self, theta: np.ndarray) -> np.ndarray:
         """Map coefficients of shape (d,) or (d, q) fitted on scaled columns to the original scale."""

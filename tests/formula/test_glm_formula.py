@@ -113,16 +113,22 @@ def test_baseline_methods_through_glm(df, method):
         assert not est.privacy_.is_private
 
 
-def test_scaling_checks_the_intercept_column():
+def test_declared_intercept_column_is_one_by_the_data_domain():
+    """Declaring a column the intercept fixes it to 1: no error is raised on (released about) a data value."""
     from conftest import simulate
 
     data = simulate("logistic", [100] * 4, [0.2, 0.3])  # column 0 is the intercept
     no_intercept = FederatedData(data.X[:, 1:], data.y, data.offsets)
-    with pytest.raises(ValueError, match="intercept"):
-        FedSGD(scaling="private").fit(no_intercept)
+    ones = no_intercept.X.copy()
+    ones[:, 0] = 1.0
+    declared = FedSGD(scaling="private", random_state=3).fit(no_intercept)
+    projected = FedSGD(scaling="private", random_state=3).fit(FederatedData(ones, data.y, data.offsets))
+    np.testing.assert_array_equal(declared.coef_, projected.coef_)
+    with pytest.raises(ValueError, match="intercept index 5"):
+        FedSGD(scaling=PrivateStandardize(intercept=5)).fit(no_intercept)
     est = FedSGD(scaling=PrivateStandardize(intercept=None), random_state=0).fit(no_intercept)
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
     only_intercept = FederatedData(data.X[:, :1], data.y, data.offsets)
     est = FedSGD(scaling="private", random_state=0).fit(only_intercept)  # nothing to scale: no budget spent
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
-    assert est.scaler_ is None
+    assert not est.privacy_.to_frame()["stage"].str.startswith("scaling").any()
