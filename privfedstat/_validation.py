@@ -75,9 +75,14 @@ def check_finite_array(a, name: str, *, ndim: int | tuple[int, ...]) -> np.ndarr
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
         raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {arr.shape}.")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them before fitting.")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = int(finite.size - np.count_nonzero(finite))
+        where = ""
+        if arr.ndim == 2:
+            cols = np.flatnonzero(~finite.all(axis=0)).tolist()
+            where = f" in column(s) {cols[:10]}{' ...' if len(cols) > 10 else ''}"
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s){where}; remove or impute them before fitting.")
     return arr
 
 

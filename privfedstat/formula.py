@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import inspect
+import math
+import warnings
+from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
 
+from ._formula_design import build_design
+from ._validation import check_mu
 from .data.federated import FederatedData
 from .estimators.base import FederatedEstimator
 from .estimators.registry import REGISTRY, get_method
 from .estimators.scaling import PrivateStandardize
+from .exceptions import PrivacyLeakWarning
 
 __all__ = ["glm", "METHODS"]
 
 
 METHODS = tuple(REGISTRY)
+
+#: the leak recorded when na_action="drop" is used with a finite mu
+NA_DROP_LEAK = (
+    "na_action='drop': the client sizes n_i after dropping rows with missing values are released "
+    "unaccounted (a row's missingness shows in the noise scale, the weights and n_samples_)"
+)
 
 
 def glm(
@@ -27,7 +38,9 @@ def glm(
     method: str = "fedsgd",
     mu: float = 2.0,
     scaling="private",
+    levels: Mapping[str, list] | None = None,
     na_action: str = "raise",
+    budget=None,
     random_state=None,
     **params,
 ) -> FederatedEstimator:
@@ -37,24 +50,47 @@ def glm(
     ----------
     formula : str
         Wilkinson formula handled by formulaic, e.g. ``"mdvis ~ lncoins + idp + C(region)"``. An
-        intercept is included unless the formula removes it (``- 1`` or ``0 +``); string and
-        ``C(...)`` terms get treatment coding with the first level as reference, as in statsmodels.
+        intercept is included unless the formula removes it (``- 1`` or ``0 +``); categorical terms
+        get treatment coding with the first level as reference, as in statsmodels. The formula sees
+        the data's columns and formulaic's transforms (``np``, ``log``, ``C``, ...), nothing else.
+        With finite ``mu`` the model's structure must be public (see Notes): categorical levels
+        declared, no stateful transforms (``scale()``, ``center()``, ``standardize()``, ``poly()``,
+        ``bs()``, ``cr()``, ...: use ``scaling=``), and every term computed from its own row only.
     data : pandas.DataFrame
         One row per observation.
     client : str
         Column naming the client that holds each row (not part of the model).
     family : {"gaussian", "logistic", "poisson", "huber", "multinomial"}
-        For ``"multinomial"`` the response must be categorical (or have a known, public set of
-        labels); its categories define the classes, the first being the reference.
+        For ``"multinomial"`` the response's declared levels are the classes (K of them), the first
+        being the reference; with finite ``mu`` the response must be a pandas Categorical or be
+        named in ``levels``.
     method : {"fedsgd", "fedhybrid", "fedavg", "fednewton", "scaffold", "pooled", "localfit"}
+        ``"pooled"`` and ``"localfit"`` are non-private baselines: they need ``mu=float("inf")``.
     mu : float, default 2.0
         GDP budget per client; ``float("inf")`` for non-private fits.
     scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
         Rescale the covariates before fitting (coefficients are reported on the original scale).
         The default spends 10% of mu on private centres and scales, so raw-scale covariates (ages,
         incomes) work with the default step sizes.
+    levels : dict of {str: list}, optional
+        Declared levels of categorical columns, ``{"region": ["north", "south", "west"]}``, in
+        order (the first is the reference level); a named column is treated as categorical even if
+        numeric. Also declares a multinomial response's classes. A pandas Categorical column is
+        declared by its categories (observed or not); ``levels`` overrides them. A declared level
+        that no row has still gets its (all-zero) column, so neighbouring datasets have the same
+        design; a row whose value is outside the declared levels raises (the message gives the
+        column and the number of such rows, never the values). With finite ``mu`` every categorical
+        column must be declared; with ``mu = inf`` undeclared levels are read from the data.
     na_action : {"raise", "drop"}, default "raise"
-        Rows with missing values raise an error (the default) or are dropped.
+        Rows with missing values raise an error (the default) or are dropped. **Dropping is leaky
+        with finite mu**: the client sizes n_i after dropping are released without accounting (they
+        set the noise scale, the weights and ``n_samples_``, so one row's missingness shows). It
+        warns with ``PrivacyLeakWarning`` and records the leak in ``privacy_`` (``is_private`` is
+        then False). To stay private, impute missing values beforehand or drop incomplete rows
+        before the data are assigned to clients.
+    budget : PrivacyBudget, optional
+        A privacy budget shared across fits, passed to ``fit(data, budget=budget)``: the fit is
+        refused before any noise is drawn if it would exceed what is left.
     random_state : int, Generator, SeedSequence or None
     **params
         Further estimator parameters (``n_iter``, ``step_size``, ``clip``, ...).
@@ -62,19 +98,21 @@ def glm(
     Returns
     -------
     FederatedEstimator
-        The fitted estimator, with ``feature_names_in_`` (the design columns) and
-        ``response_name_`` set; ``summary()`` shows the named coefficients.
+        The fitted estimator, with ``feature_names_in_`` (the design columns), ``response_name_``
+        and ``levels_`` set: ``levels_`` maps every categorical column (and a multinomial
+        response) to the levels used, in order; with ``mu = inf`` a categorical term computed by
+        an expression is keyed by the term. ``summary()`` shows the named coefficients.
 
     Notes
     -----
-    The set of categorical levels, the column names and the client labels are treated as public
-    (the model specification); no data values are released outside the ledger.
+    Public, as part of the model specification: the formula, the column names, the declared levels,
+    the client labels and the client sizes n_i. Everything else about the rows is released only
+    through the ledger. Learning the structure from private data would break this: one row with a
+    rare level adds a coefficient (a perfect distinguisher), ``scale(x)`` uses the raw mean and
+    standard deviation, and ``lag(x)`` or ``x - np.mean(x)`` let one row change others' design rows
+    (so the per-row clipping bound no longer bounds one person's influence). For finite mu these
+    raise before anything is computed for the fit.
     """
-    try:
-        from formulaic import model_matrix
-    except ImportError as exc:  # pragma: no cover - formulaic is a dependency
-        raise ImportError("glm() needs formulaic: pip install formulaic") from exc
-
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if not isinstance(formula, str) or "~" not in formula:
@@ -82,44 +120,26 @@ def glm(
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
     spec = get_method(method)
+    mu = check_mu(mu)
+    private = math.isfinite(mu)
+    if private and not spec.private:
+        raise ValueError(
+            f"method={method!r} is a non-private baseline ({spec.description}); it cannot give a finite mu. "
+            "Pass mu=float('inf') to fit it, or choose a private method."
+        )
     if na_action not in ("raise", "drop"):
         raise ValueError(f"na_action must be 'raise' or 'drop', got {na_action!r}.")
     if data[client].isna().any():
         raise ValueError(f"client column {client!r} has missing values; every row needs a client.")
 
-    lhs_name = formula.split("~", 1)[0].strip()
-    response = data[lhs_name] if lhs_name in data.columns else None
-    fam_params = {}
-    work = data
-    if family == "multinomial":
-        if response is None:
-            raise ValueError(f"response column {lhs_name!r} is not in the data.")
-        cat = response.astype("category")
-        fam_params["n_classes"] = len(cat.cat.categories)
-        work = data.assign(**{lhs_name: cat.cat.codes.where(cat.notna()).astype(float)})
-
-    try:
-        mm = model_matrix(formula, work, na_action=na_action)
-    except Exception as exc:  # formulaic raises several error types; report them uniformly
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "missing" in msg.lower() or "null" in msg.lower() or "nan" in msg.lower():
-            raise ValueError(f"{msg}. The data has missing values in the model's columns; "
-                             "remove or impute them, or pass na_action='drop'.") from None
-        raise ValueError(f"could not build the model from {formula!r}: {msg}. "
-                         f"Available columns: {list(data.columns)}.") from None
-    y_frame, X_frame = mm.lhs, mm.rhs
-    if y_frame.shape[1] != 1:
-        raise ValueError(f"the formula must have one numeric response; got columns {list(y_frame.columns)}.")
-    X = np.asarray(X_frame, dtype=np.float64)
-    y = np.asarray(y_frame, dtype=np.float64).ravel()
-    labels = data.loc[X_frame.index, client].to_numpy()
-    names = list(X_frame.columns)
-    intercept = names.index("Intercept") if "Intercept" in names else None
+    design = build_design(formula, data, client=client, multinomial=family == "multinomial", levels=levels,
+                          na_action=na_action, private=private)
+    intercept = design.names.index("Intercept") if "Intercept" in design.names else None
 
     cls = spec.cls
     accepted = set(inspect.signature(cls.__init__).parameters)
     kwargs = dict(params)
-    kwargs["family"] = family if not fam_params else _family(family, fam_params)
+    kwargs["family"] = family if design.n_classes is None else _family(family, {"n_classes": design.n_classes})
     # non-private baselines (pooled, localfit) take neither a budget nor randomness
     kwargs.update({k: v for k, v in (("mu", mu), ("random_state", random_state)) if k in accepted})
     if "scaling" in accepted:
@@ -129,9 +149,22 @@ def glm(
     unknown = set(kwargs) - accepted
     if unknown:
         raise TypeError(f"{cls.__name__} does not take {sorted(unknown)}; its parameters are {sorted(accepted - {'self'})}.")
-    est = cls(**kwargs).fit(FederatedData.from_pooled(X, y, clients=labels))
-    est.feature_names_in_ = names
-    est.response_name_ = lhs_name
+    est = cls(**kwargs)
+    leaky_drop = private and na_action == "drop"
+    if leaky_drop:
+        warnings.warn(
+            f"{NA_DROP_LEAK}. The fit is not fully private; to avoid this, impute missing values beforehand or "
+            "drop incomplete rows before the data are assigned to clients.",
+            PrivacyLeakWarning,
+            stacklevel=2,
+        )
+    fit_kwargs = {} if budget is None else {"budget": budget}
+    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients), **fit_kwargs)
+    if leaky_drop:
+        est.privacy_.add_leak(NA_DROP_LEAK)
+    est.feature_names_in_ = design.names
+    est.response_name_ = design.response
+    est.levels_ = design.levels
     return est
 
 

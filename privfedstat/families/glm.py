@@ -39,7 +39,7 @@ class Logistic(Family):
         bad = (y != 0) & (y != 1)
         if np.any(bad):
             raise ValueError(
-                f"logistic family needs y in {{0, 1}}; found {int(bad.sum())} other value(s), e.g. {y[bad][0]!r}. "
+                f"logistic family needs y in {{0, 1}}; found {int(bad.sum())} row(s) with another value. "
                 "Recode the response as 0/1."
             )
 
@@ -73,8 +73,8 @@ class Poisson(Family):
         bad = (y < 0) | (y != np.floor(y))
         if np.any(bad):
             raise ValueError(
-                f"poisson family needs non-negative integer counts; found {int(bad.sum())} invalid value(s), "
-                f"e.g. {y[bad][0]!r}."
+                f"poisson family needs non-negative integer counts; found {int(bad.sum())} row(s) with a "
+                "negative or non-integer value."
             )
 
 

@@ -87,7 +87,7 @@ class Multinomial(Family):
         if np.any(bad):
             raise ValueError(
                 f"multinomial family with {self.n_classes} classes needs labels 0..{self.n_classes - 1}; "
-                f"found {int(bad.sum())} other value(s), e.g. {y[bad][0]!r}."
+                f"found {int(bad.sum())} row(s) with another value."
             )
 
     def __repr__(self) -> str:

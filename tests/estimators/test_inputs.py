@@ -75,6 +75,27 @@ def test_labels_outside_support():
         FedSGD(family="poisson").fit(FederatedData.from_pooled(X, np.full(20, 0.5), sizes=[10, 10]))
 
 
+@pytest.mark.parametrize("family, value", [("logistic", 7.25), ("poisson", -3.5), ("poisson", 2.75),
+                                           ("multinomial", 17.0), ("multinomial", 0.5)])
+def test_out_of_support_messages_give_a_count_never_the_value(family, value):
+    from privfedstat.families import get_family
+
+    y = np.zeros(20)
+    y[[2, 11, 15]] = value
+    fam = get_family(family, n_classes=3) if family == "multinomial" else get_family(family)
+    with pytest.raises(ValueError, match="found 3 row") as info:
+        fam.check_y(y)
+    assert str(value) not in str(info.value) and repr(value) not in str(info.value)
+
+
+def test_non_finite_messages_name_columns_and_counts_not_values():
+    X = np.ones((10, 3))
+    X[[1, 4], 2] = np.inf
+    X[7, 0] = -np.inf
+    with pytest.raises(ValueError, match=r"X contains 3 NaN or infinite value\(s\) in column\(s\) \[0, 2\]"):
+        FederatedData.from_pooled(X, np.zeros(10), sizes=[5, 5])
+
+
 def test_nan_and_empty_clients_rejected():
     X = np.ones((10, 2))
     y = np.zeros(10)

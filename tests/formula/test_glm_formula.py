@@ -25,7 +25,8 @@ def df():
 
 def test_names_and_equivalence_with_array_api(df):
     est = glm("y ~ age + income + C(region)", data=df, client="site", family="logistic", method="fedsgd",
-              mu=2.0, scaling=None, random_state=3, step_size=1e-9, clip=1.0)
+              mu=2.0, scaling=None, random_state=3, step_size=1e-9, clip=1.0,
+              levels={"region": ["north", "south", "west"]})
     assert est.feature_names_in_ == ["Intercept", "age", "income", "C(region)[T.south]", "C(region)[T.west]"]
     X = np.column_stack([np.ones(len(df)), df["age"], df["income"], df["region"] == "south", df["region"] == "west"]).astype(float)
     data = FederatedData.from_pooled(X, df["y"].to_numpy(), clients=df["site"].to_numpy())
@@ -34,6 +35,7 @@ def test_names_and_equivalence_with_array_api(df):
     frame = est.summary().to_frame()
     assert list(frame.index) == est.feature_names_in_
     assert "C(region)[T.south]" in est.summary().as_text()
+    assert est.levels_ == {"region": ["north", "south", "west"]}
 
 
 @pytest.mark.parametrize("method", ["fedsgd", "fedhybrid", "fedavg", "fednewton"])
@@ -87,7 +89,8 @@ def test_formula_errors(df):
     bad.loc[5, "age"] = np.nan
     with pytest.raises(ValueError, match="missing"):
         glm("y ~ age", data=bad, client="site", family="logistic")
-    est = glm("y ~ age", data=bad, client="site", family="logistic", na_action="drop", random_state=0)
+    est = glm("y ~ age", data=bad, client="site", family="logistic", na_action="drop", mu=float("inf"),
+              clip=float("inf"))
     assert est.n_samples_ == len(df) - 1
     with pytest.raises(ValueError, match="unknown method"):
         glm("y ~ age", data=df, client="site", family="logistic", method="fedprox")
@@ -106,11 +109,11 @@ def test_scaling_validation():
 
 @pytest.mark.parametrize("method", ["scaffold", "pooled", "localfit"])
 def test_baseline_methods_through_glm(df, method):
-    est = glm("y ~ age + income", data=df, client="site", family="logistic", method=method, random_state=0)
+    mu = 2.0 if method == "scaffold" else float("inf")
+    est = glm("y ~ age + income", data=df, client="site", family="logistic", method=method, mu=mu, random_state=0)
     assert est.feature_names_in_ == ["Intercept", "age", "income"]
     assert np.all(np.isfinite(est.coef_))
-    if method != "scaffold":
-        assert not est.privacy_.is_private
+    assert est.privacy_.is_private == (method == "scaffold")
 
 
 def test_declared_intercept_column_is_one_by_the_data_domain():

@@ -1,0 +1,299 @@
+"""Design matrices from formulas whose structure is public: glm()'s bridge to formulaic.
+
+With a finite ``mu`` everything that shapes the model (the design columns, the categorical levels,
+the number of multinomial classes, the transforms' parameters) must be public: a function of the
+formula and the declarations, never of the private rows. One row with a rare level would otherwise
+add a coefficient (a perfect distinguisher), and ``scale(x)`` would standardise with the raw mean.
+:func:`build_design` therefore, when ``private``:
+
+* takes categorical levels only from declarations (a pandas Categorical's categories, or
+  ``levels={"col": [...]}``) and refuses undeclared ones;
+* refuses stateful transforms (formulaic's ``scale``, ``center``, ``standardize``, ``poly``,
+  ``bs``, ``cr``, ...), detected from the model spec's transform state: every stateful transform
+  that learned anything from the data stored it there;
+* refuses terms that are not row by row (``lag(x)``, ``x - np.mean(x)``): the design rows of two
+  kept rows, rebuilt from those rows alone, must equal their rows in the full design.
+
+With ``mu = inf`` levels may come from the data and every transform is allowed, as in statsmodels.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Design", "build_design"]
+
+_DECLARE_HINT = (
+    "pass levels={{{col!r}: [...]}} to glm() or make the column a pandas Categorical with all its categories "
+    "(pd.Categorical(values, categories=[...])); with mu=float('inf') levels may be taken from the data"
+)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A model's design from a formula.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+        Responses (class codes 0..K-1 for a multinomial fit).
+    clients : ndarray of shape (n_samples,)
+        Client label of each kept row.
+    names : list of str
+        Design column names.
+    response : str
+        Left-hand side of the formula.
+    levels : dict
+        Levels of every categorical term (key: the column, or the term for a categorical expression,
+        possible only with ``mu = inf``) and the multinomial classes (key: the response), in order
+        (the first is the reference).
+    n_classes : int or None
+        K for a multinomial fit.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    clients: np.ndarray
+    names: list[str]
+    response: str
+    levels: dict[str, list]
+    n_classes: int | None
+
+
+def build_design(
+    formula: str,
+    data: pd.DataFrame,
+    *,
+    client: str,
+    multinomial: bool,
+    levels: Mapping | None,
+    na_action: str,
+    private: bool,
+) -> Design:
+    """Materialise ``formula`` on ``data``; with ``private`` its structure may not depend on the rows.
+
+    Parameters
+    ----------
+    formula, data, client, levels, na_action
+        As in :func:`privfedstat.glm`.
+    multinomial : bool
+        Encode the response as class codes 0..K-1 (K from its declared levels).
+    private : bool
+        True for a finite ``mu``: levels must be declared and transforms must be stateless and row
+        by row (see the module docstring).
+
+    Returns
+    -------
+    Design
+    """
+    from formulaic import model_matrix
+    from formulaic.errors import DataMismatchWarning
+
+    work = data.reset_index(drop=True)  # positions as index: kept rows are positions
+    declared = {c: list(work[c].cat.categories) for c in work.columns if isinstance(work[c].dtype, pd.CategoricalDtype)}
+    for col, cats in _check_levels(levels, work).items():
+        work[col] = _as_declared(work[col], cats, col)
+        declared[col] = cats
+
+    response = formula.split("~", 1)[0].strip()
+    classes = None
+    if multinomial:
+        if response not in work.columns:
+            raise ValueError(f"response column {response!r} is not in the data.")
+        classes = _classes(work[response], declared.get(response), response, private)
+        codes = pd.Categorical(work[response], categories=classes).codes
+        work[response] = np.where(codes >= 0, codes, np.nan)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DataMismatchWarning)
+            mm = model_matrix(formula, work, na_action=na_action, context={})
+    except DataMismatchWarning:
+        raise ValueError(
+            f"a C(..., levels=[...]) term of {formula!r} has rows with values outside the levels it lists; "
+            "declare every level with glm(levels={...}) instead (it counts such rows per column)."
+        ) from None
+    except Exception as exc:  # formulaic raises several error types; report them uniformly
+        raise _formula_error(exc, formula, work) from None
+    y_frame, X_frame = mm.lhs, mm.rhs
+    if private:
+        _check_no_stateful_transforms(mm)
+        _check_declared(mm, declared, work.columns)
+        _check_row_by_row(mm, work, X_frame)
+    if y_frame.shape[1] != 1:
+        raise ValueError(
+            f"the formula must have one numeric response column; {response!r} gives {y_frame.shape[1]}. "
+            "For a categorical response use family='multinomial' (or recode it as numbers)."
+        )
+    found = _term_levels(mm.rhs.model_spec, work.columns)
+    if classes is not None:
+        found[response] = classes
+    return Design(
+        X=np.asarray(X_frame, dtype=np.float64),
+        y=np.asarray(y_frame, dtype=np.float64).ravel(),
+        clients=data[client].to_numpy()[X_frame.index.to_numpy()],
+        names=list(X_frame.columns),
+        response=response,
+        levels=found,
+        n_classes=None if classes is None else len(classes),
+    )
+
+
+# ---------------------------------------------------------------------- declarations
+def _check_levels(levels, data: pd.DataFrame) -> dict[str, list]:
+    """Validate glm()'s ``levels`` argument: {column: distinct, non-missing levels}."""
+    if levels is None:
+        return {}
+    if not isinstance(levels, Mapping):
+        raise TypeError(f"levels must be a dict {{column: [level, ...]}}, got {type(levels).__name__}.")
+    out = {}
+    for col, cats in levels.items():
+        if col not in data.columns:
+            raise ValueError(f"levels names column {col!r}, which is not in the data; columns are {list(data.columns)}.")
+        if isinstance(cats, (str, bytes)) or not hasattr(cats, "__iter__"):
+            raise TypeError(f"levels[{col!r}] must be a list of levels, got {type(cats).__name__}.")
+        cats = list(cats)
+        if not cats:
+            raise ValueError(f"levels[{col!r}] is empty; list every level the column can take.")
+        if pd.isna(pd.Series(cats, dtype=object)).any():
+            raise ValueError(f"levels[{col!r}] contains a missing value; missing values are not a level.")
+        if pd.Series(cats, dtype=object).duplicated().any():
+            raise ValueError(f"levels[{col!r}] lists a level twice; levels must be distinct.")
+        out[col] = cats
+    return out
+
+
+def _as_declared(values: pd.Series, cats: list, col: str) -> pd.Series:
+    """``values`` as a Categorical with the declared categories; rows outside them raise (counted)."""
+    outside = int((values.notna() & ~values.isin(cats)).sum())
+    if outside:
+        raise ValueError(
+            f"column {col!r}: {outside} row(s) have a value outside the declared levels ({len(cats)} levels); "
+            "add the missing levels to the declaration, or recode or remove those rows."
+        )
+    return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
+
+
+def _classes(values: pd.Series, declared: list | None, response: str, private: bool) -> list:
+    """The multinomial classes: declared, or (only with ``mu = inf``) the observed values."""
+    if declared is not None:
+        return declared
+    if private:
+        raise ValueError(
+            f"family='multinomial' needs its classes declared, not read from the data (a row with a rare "
+            f"class would add one): {_DECLARE_HINT.format(col=response)}."
+        )
+    return list(values.astype("category").cat.categories)
+
+
+# ---------------------------------------------------------------------- checks for finite mu
+def _check_no_stateful_transforms(mm) -> None:
+    """Refuse transforms whose parameters (means, scales, knots, bases) were computed from the data."""
+    fitted = [name for spec in (mm.lhs.model_spec, mm.rhs.model_spec)
+              for name, state in spec.transform_state.items() if state]
+    if fitted:
+        raise ValueError(
+            f"the formula's stateful transform(s) {fitted} compute their parameters (means, scales, knots, bases) "
+            "from the private data, which no privacy accounting covers. With finite mu rescale with glm's "
+            "scaling= (private standardisation recorded in the ledger, or public FeatureBounds) and build other "
+            "transforms beforehand from public constants; or fit with mu=float('inf')."
+        )
+
+
+def _check_declared(mm, declared: dict[str, list], columns: pd.Index) -> None:
+    """Every categorical term must be a declared column (or C(column)) using exactly its declared levels."""
+    for spec in (mm.lhs.model_spec, mm.rhs.model_spec):
+        for expr, (kind, state) in spec.encoder_state.items():
+            if getattr(kind, "value", kind) != "categorical":
+                continue
+            col = _factor_column(expr, columns)
+            if col is None:
+                raise ValueError(
+                    f"the categorical term {expr!r} is computed from the data, so its levels are not declared. "
+                    "With finite mu make it a column of the data first (a pandas Categorical with all its "
+                    "categories, or a column named in glm(levels=...)) and use the column in the formula."
+                )
+            if col not in declared:
+                raise ValueError(
+                    f"column {col!r} is categorical, and with finite mu its levels must be declared, not read "
+                    f"from the data (a row with a rare level would add a coefficient): {_DECLARE_HINT.format(col=col)}."
+                )
+            if list(state["categories"]) != list(declared[col]):
+                raise ValueError(
+                    f"the term {expr!r} does not use the declared levels of column {col!r}; drop levels= from "
+                    "C(...) and declare the levels once (glm(levels=...) or a pandas Categorical)."
+                )
+
+
+def _check_row_by_row(mm, work: pd.DataFrame, X_frame: pd.DataFrame) -> None:
+    """Refuse terms that read other rows: two kept rows rebuilt alone must give their full-design rows."""
+    kept = X_frame.index.to_numpy()
+    if kept.size < 2:
+        return
+    rows = [kept[0], kept[-1]]
+    alone = mm.model_spec.get_model_matrix(work.iloc[rows], na_action="ignore")
+    moved = []
+    for full, part in ((mm.lhs, alone.lhs), (mm.rhs, alone.rhs)):
+        a = np.asarray(full.loc[rows], dtype=np.float64)
+        b = np.asarray(part, dtype=np.float64)
+        moved += [name for j, name in enumerate(full.columns)
+                  if not np.allclose(a[:, j], b[:, j], rtol=1e-10, atol=0.0, equal_nan=True)]
+    if moved:
+        raise ValueError(
+            f"the formula column(s) {moved} use values of other rows (e.g. lag(x) or x - np.mean(x)): with finite "
+            "mu every row's design must depend on that row alone, or one person's data would change other rows "
+            "and the clipping bound would not hold. Compute such columns beforehand from public constants, or use "
+            "glm's scaling= to rescale."
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+def _factor_column(expr: str, columns: pd.Index) -> str | None:
+    """The data column a categorical factor encodes (``col`` or ``C(col, ...)``), else None."""
+    if expr in columns:
+        return expr
+    quoted: dict[str, str] = {}
+
+    def alias(match: re.Match) -> str:
+        quoted[f"_q{len(quoted)}_"] = match.group(1)
+        return f"_q{len(quoted) - 1}_"
+
+    try:
+        node = ast.parse(re.sub(r"`([^`]*)`", alias, expr), mode="eval").body
+    except SyntaxError:
+        return None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
+            and node.args and isinstance(node.args[0], ast.Name)):
+        name = quoted.get(node.args[0].id, node.args[0].id)
+        return name if name in columns else None
+    return None
+
+
+def _term_levels(spec, columns: pd.Index) -> dict[str, list]:
+    """Levels of each categorical term, keyed by its column (or by the term if it is an expression)."""
+    out = {}
+    for expr, (kind, state) in spec.encoder_state.items():
+        if getattr(kind, "value", kind) == "categorical":
+            out[_factor_column(expr, columns) or expr] = list(state["categories"])
+    return out
+
+
+def _formula_error(exc: Exception, formula: str, data: pd.DataFrame) -> ValueError:
+    """A formulaic error as a ValueError that names the term but never echoes data values."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if " [" in first:  # formulaic appends the inner error in brackets; it may quote a data value
+        inner = re.search(r"\[(\w+)", first[first.index(" ["):])
+        first = first[: first.index(" [")] + (f" ({inner.group(1)})" if inner else "")
+    if "null values" in first:
+        return ValueError(f"{first} The data has missing values in the model's columns; remove or impute them "
+                          "(or pass na_action='drop', which releases the client sizes after dropping).")
+    return ValueError(f"could not build the model from {formula!r}: {first}. Available columns: {list(data.columns)}.")
