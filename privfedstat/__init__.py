@@ -8,11 +8,11 @@ the ledger live in :mod:`privfedstat.privacy`.
 
 from .data import FederatedData
 from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
-from .exceptions import ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
+from .exceptions import BudgetExceededError, ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
 from .families import get_family
 from .formula import glm
 from .estimators.scaling import FeatureBounds, PrivateStandardize
-from .privacy import AutoClip, PrivacyLedger
+from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
 from . import simulations, theory
 
 __version__ = "0.1.0"
@@ -36,6 +36,8 @@ __all__ = [
     "PrivateStandardize",
     "AutoClip",
     "PrivacyLedger",
+    "PrivacyBudget",
+    "BudgetExceededError",
     "PrivacyLeakWarning",
     "ConvergenceWarning",
     "DivergenceError",

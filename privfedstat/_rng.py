@@ -5,6 +5,10 @@
 everything random is drawn from children of it (``SeedSequence.spawn``), one per purpose and per
 client, so streams are independent and the same seed gives bit-identical results. Global numpy
 state is never touched.
+
+In secure mode (``secure_mode=True`` on the private estimators) no seed may be given:
+:func:`check_secure_mode` refuses anything but ``random_state=None``, so every stream is seeded
+from the operating system's entropy and the noise cannot be replayed by anyone who knows a seed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Union
 
 RandomState = Union[int, np.random.SeedSequence, np.random.Generator, None]
 
-__all__ = ["RandomState", "as_seed_sequence", "spawn_generators"]
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "check_secure_mode"]
 
 
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
@@ -44,3 +48,21 @@ def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
 def spawn_generators(seed: np.random.SeedSequence, n: int) -> list[np.random.Generator]:
     """Return ``n`` independent generators spawned from ``seed``."""
     return [np.random.Generator(np.random.PCG64(s)) for s in seed.spawn(n)]
+
+
+def check_secure_mode(secure_mode: bool, random_state: RandomState) -> bool:
+    """Validate ``secure_mode`` against ``random_state``; return ``secure_mode``.
+
+    Secure mode draws its noise from the operating system's CSPRNG, so an explicit seed (an int,
+    a SeedSequence or a Generator) would be ignored at best and, where it seeded anything, would
+    let whoever knows it reproduce the noise. It is refused with an error rather than ignored.
+    """
+    if not isinstance(secure_mode, (bool, np.bool_)):
+        raise TypeError(f"secure_mode must be True or False, got {secure_mode!r}.")
+    if secure_mode and random_state is not None:
+        raise ValueError(
+            f"secure_mode=True takes its randomness from the operating system, so random_state must be "
+            f"None, got a {type(random_state).__name__}: a known seed would let anyone who knows it "
+            "reproduce and subtract the noise. Use secure_mode=False for reproducible fits."
+        )
+    return bool(secure_mode)

@@ -6,7 +6,7 @@ them precisely (``warnings.simplefilter("error", PrivacyLeakWarning)``).
 
 from __future__ import annotations
 
-__all__ = ["PrivacyLeakWarning", "ConvergenceWarning", "DivergenceError", "NotFittedError"]
+__all__ = ["PrivacyLeakWarning", "ConvergenceWarning", "DivergenceError", "NotFittedError", "BudgetExceededError"]
 
 
 class PrivacyLeakWarning(UserWarning):
@@ -29,3 +29,10 @@ class DivergenceError(ValueError):
 
 class NotFittedError(ValueError, AttributeError):
     """An estimator was used before ``fit`` was called."""
+
+
+class BudgetExceededError(ValueError):
+    """A fit would spend more than is left of its :class:`~privfedstat.PrivacyBudget`.
+
+    Raised before the fit draws any noise: nothing was released and nothing was charged.
+    """

@@ -14,16 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .._rng import as_seed_sequence, spawn_generators
+from .._rng import as_seed_sequence, check_secure_mode, spawn_generators
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
 from ..exceptions import NotFittedError, PrivacyLeakWarning
 from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, make_oracle
+from ..privacy.budget import PrivacyBudget, reserve
 from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.mechanisms import ClientNoise
+from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .summary import Summary
@@ -72,6 +73,19 @@ class FederatedEstimator:
     """Base class (scikit-learn contract): ``__init__`` only stores keyword-only parameters.
 
     Subclasses set ``method`` (display name) and implement ``_run(ctx) -> (theta, path, n_iter)``.
+
+    Every private estimator takes ``secure_mode`` (documented here once):
+
+    secure_mode : bool, default False
+        Draw every client's noise from the operating system's CSPRNG as a sum of four normal
+        draws (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`), the mitigation of
+        floating-point attacks on the Gaussian mechanism that Opacus' ``secure_mode`` uses
+        (Holohan & Braghin 2021; Jin et al. 2022). ``random_state`` must then be None (a seed is
+        refused), the fit is not reproducible, noise generation is about 30 times slower, and
+        ``privacy_.secure_mode`` is True. The default draws from seeded numpy streams:
+        reproducible and fast, private against an observer of the released values, but not
+        hardened against floating-point or PRNG-state attacks. Timing side channels are not
+        covered in either mode (README, "Privacy model").
     """
 
     method: str = ""
@@ -106,13 +120,17 @@ class FederatedEstimator:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, data: FederatedData) -> FederatedEstimator:
+    def fit(self, data: FederatedData, *, budget: PrivacyBudget | None = None) -> FederatedEstimator:
         """Run the federated protocol on ``data`` and store the results.
 
         Parameters
         ----------
         data : FederatedData
             The clients' data. ``X`` is used as given (add a column of ones for an intercept).
+        budget : PrivacyBudget, optional
+            A budget across fits: this fit's ``mu`` is charged to it before any noise is drawn,
+            and the fit is refused (:class:`~privfedstat.BudgetExceededError`) if it would exceed
+            the total; see :class:`~privfedstat.PrivacyBudget`.
 
         Returns
         -------
@@ -121,17 +139,21 @@ class FederatedEstimator:
         family = self._check_data(data)
         mu = check_mu(self.mu)
         self._validate_params(mu)
+        secure = check_secure_mode(self.secure_mode, self.random_state)
+        ledger = PrivacyLedger(data.n_clients, secure_mode=secure)
+        charge = reserve(budget, ledger, mu=mu, method=self.method)  # refuses before any randomness is used
 
         seed = as_seed_sequence(self.random_state)
         noise_seed, protocol_seed = seed.spawn(2)
-        ledger = PrivacyLedger(data.n_clients)
-        channel = Channel(data.sizes, ClientNoise(spawn_generators(noise_seed, data.n_clients)), ledger)
+        noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(noise_seed, data.n_clients))
+        channel = Channel(data.sizes, noise, ledger)
         scaler, mu_left = self._fit_scaler(data, channel, mu)
         oracle = make_oracle(data if scaler is None else scaler.transform(data), family)
         bounds, mu_est = self._choose_bounds(oracle, channel, mu, mu_left)
         ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
 
         theta, path, n_iter = self._run(ctx)
+        charge.settle()  # the ledger must show exactly mu per client
 
         shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
         path = [t.reshape(shape) for t in path]

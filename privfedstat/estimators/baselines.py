@@ -17,6 +17,7 @@ from .._validation import check_positive_float, check_positive_int
 from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
+from ..privacy.budget import PrivacyBudget, reserve
 from ..privacy.ledger import PrivacyLedger, Release
 from .base import FederatedEstimator
 from .newton_solver import n_outputs, newton_fit, separated
@@ -39,12 +40,15 @@ class _NonPrivateBaseline(FederatedEstimator):
         if not (math.isfinite(float(self.alpha)) and self.alpha >= 0):
             raise ValueError(f"alpha must be a finite number >= 0 (ridge penalty), got {self.alpha}.")
 
-    def fit(self, data: FederatedData) -> _NonPrivateBaseline:
-        """Fit on ``data`` (a :class:`~privfedstat.FederatedData`); returns ``self``."""
+    def fit(self, data: FederatedData, *, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
+        """Fit on ``data`` (a :class:`~privfedstat.FederatedData`); returns ``self``. A finite
+        ``budget`` is refused (the fit is not private); an infinite one records the fit."""
         family = self._check_data(data)
         self._validate_params()
         ledger = PrivacyLedger(data.n_clients)
+        charge = reserve(budget, ledger, mu=math.inf, method=self.method)
         theta, path, n_iter, communication = self._fit(data, family, ledger)
+        charge.settle()
         q = n_outputs(family)
         shape = (data.n_features, q) if q > 1 else (data.n_features,)
         self.family_ = family

@@ -56,6 +56,9 @@ class FedAvg(FederatedEstimator):
         Fit on rescaled columns and report coefficients on the original scale (see
         :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
+    secure_mode : bool, default False
+        Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
+        :class:`~privfedstat.FederatedEstimator`.
 
     Notes
     -----
@@ -83,6 +86,7 @@ class FedAvg(FederatedEstimator):
         weights="size",
         scaling=None,
         random_state=None,
+        secure_mode: bool = False,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -93,6 +97,7 @@ class FedAvg(FederatedEstimator):
         self.weights = weights
         self.scaling = scaling
         self.random_state = random_state
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

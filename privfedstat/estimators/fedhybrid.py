@@ -43,6 +43,9 @@ class FedHybrid(FederatedEstimator):
         Fit on rescaled columns and report coefficients on the original scale (see
         :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
+    secure_mode : bool, default False
+        Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
+        :class:`~privfedstat.FederatedEstimator`.
 
     Attributes
     ----------
@@ -67,6 +70,7 @@ class FedHybrid(FederatedEstimator):
         weights="size",
         scaling=None,
         random_state=None,
+        secure_mode: bool = False,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -77,6 +81,7 @@ class FedHybrid(FederatedEstimator):
         self.weights = weights
         self.scaling = scaling
         self.random_state = random_state
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

@@ -136,6 +136,9 @@ class FedNewton(FederatedEstimator):
         :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls the sample splitting and all noise.
+    secure_mode : bool, default False
+        Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
+        :class:`~privfedstat.FederatedEstimator`.
 
     References
     ----------
@@ -165,6 +168,7 @@ class FedNewton(FederatedEstimator):
         weights="size",
         scaling=None,
         random_state=None,
+        secure_mode: bool = False,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -179,6 +183,7 @@ class FedNewton(FederatedEstimator):
         self.weights = weights
         self.scaling = scaling
         self.random_state = random_state
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

@@ -43,6 +43,9 @@ class FedSGD(FederatedEstimator):
         :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
+    secure_mode : bool, default False
+        Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
+        :class:`~privfedstat.FederatedEstimator`.
 
     Attributes
     ----------
@@ -76,6 +79,7 @@ class FedSGD(FederatedEstimator):
         init=None,
         scaling=None,
         random_state=None,
+        secure_mode: bool = False,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -86,6 +90,7 @@ class FedSGD(FederatedEstimator):
         self.init = init
         self.scaling = scaling
         self.random_state = random_state
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

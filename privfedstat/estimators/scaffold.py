@@ -86,6 +86,9 @@ class Scaffold(FederatedEstimator):
         :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
+    secure_mode : bool, default False
+        Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
+        :class:`~privfedstat.FederatedEstimator`.
 
     Attributes
     ----------
@@ -125,6 +128,7 @@ class Scaffold(FederatedEstimator):
         weights="size",
         scaling=None,
         random_state=None,
+        secure_mode: bool = False,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -136,6 +140,7 @@ class Scaffold(FederatedEstimator):
         self.weights = weights
         self.scaling = scaling
         self.random_state = random_state
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

@@ -91,10 +91,14 @@ class PrivacyLedger:
     ----------
     n_clients : int
         Number of clients (m).
+    secure_mode : bool, default False
+        Whether the fit drew its noise in secure mode
+        (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`); shown in the repr.
     """
 
-    def __init__(self, n_clients: int) -> None:
+    def __init__(self, n_clients: int, *, secure_mode: bool = False) -> None:
         self.n_clients = int(n_clients)
+        self.secure_mode = bool(secure_mode)
         self.releases: list[Release] = []
         self.leaks: list[str] = []
         # running sums of squared per-release mu (GDP composition), kept up to date by record()
@@ -191,7 +195,8 @@ class PrivacyLedger:
         text = (
             f"PrivacyLedger({self.n_clients} clients, {len(self.releases)} releases: "
             f"client mu max {cm.max():.4g} (min {cm.min():.4g}), third-party mu {self.third_party_mu:.4g}, "
-            f"(eps, delta) = ({eps:.4g}, 1e-05), private={self.is_private})"
+            f"(eps, delta) = ({eps:.4g}, 1e-05), private={self.is_private}"
+            f"{', secure_mode=True' if self.secure_mode else ''})"
         )
         if self.leaks:
             text += "\n  NOT fully private: " + "; ".join(self.leaks)

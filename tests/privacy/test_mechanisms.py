@@ -1,4 +1,4 @@
-"""Tests for privfedstat.privacy.mechanisms.ClientNoise (per-client reproducible noise streams)."""
+"""Tests for privfedstat.privacy.mechanisms: reproducible per-client streams, secure noise, secure_mode."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privfedstat.privacy.mechanisms import ClientNoise
+from privfedstat.privacy import mechanisms
+from privfedstat.privacy.mechanisms import ClientNoise, SecureClientNoise
 
 
 def _children(seed: int, m: int):
@@ -105,3 +106,125 @@ def test_same_seed_reproducible_different_seed_differs():
     c = _noise(_children(6, 2), 10).standard_normal((30,))
     np.testing.assert_array_equal(a, b)
     assert not np.any(a == c)
+
+
+# ---------------------------------------------------------------------- secure mode
+def _bits(sign: int, k: int) -> bytes:
+    """One little-endian 64-bit word: top bit ``sign``, low 52 bits ``k`` (as SecureClientNoise reads it)."""
+    return ((sign << 63) | k).to_bytes(8, "little")
+
+
+def test_secure_noise_is_the_halved_sum_of_four_inverse_cdf_draws(monkeypatch):
+    from scipy.stats import norm
+
+    words = [(0, 0), (1, 0), (1, 2**51), (0, 2**52 - 1)]  # u = 2^-54, 2^-54, ~1/4, 1/2 - 2^-54
+    requested = []
+
+    def fake_urandom(n):
+        requested.append(n)
+        return b"".join(_bits(s, k) for s, k in words)
+
+    monkeypatch.setattr(mechanisms.os, "urandom", fake_urandom)
+    z = SecureClientNoise(1).standard_normal(())
+    assert requested == [32]  # 4 draws x 8 bytes, nothing else
+    u = [(2 * k + 1) * 2.0**-54 for _, k in words]
+    expected = sum((1 if s else -1) * norm.isf(ui) for (s, _), ui in zip(words, u)) / 2
+    assert z.shape == (1,)
+    assert z[0] == pytest.approx(expected, rel=1e-12)
+    # the extreme draws: |Z_k| = -Phi^{-1}(2^-54) < 8.3, and a sign bit is an exact negation
+    assert 8.2 < norm.isf(2.0**-54) < 8.3
+    monkeypatch.setattr(mechanisms.os, "urandom", lambda n: _bits(0, 5) * (n // 8))
+    low = SecureClientNoise(2).standard_normal((3,))
+    monkeypatch.setattr(mechanisms.os, "urandom", lambda n: _bits(1, 5) * (n // 8))
+    high = SecureClientNoise(2).standard_normal((3,))
+    assert low.shape == (2, 3)
+    np.testing.assert_array_equal(high, -low)
+
+
+def test_secure_noise_is_standard_normal():
+    from scipy.stats import kstest
+
+    out = SecureClientNoise(4).standard_normal((50_000,))
+    assert out.shape == (4, 50_000) and out.dtype == np.float64
+    flat = out.ravel()
+    # OS randomness: thresholds at ~6 standard errors (false alarm < 1e-8)
+    assert abs(flat.mean()) < 6 / np.sqrt(flat.size)
+    assert abs(flat.var() - 1) < 6 * np.sqrt(2 / flat.size)
+    assert kstest(flat, "norm").pvalue > 1e-8
+    assert np.all(np.abs(flat) < 16.6)
+
+
+def test_secure_noise_is_not_reproducible_and_clients_differ():
+    a = SecureClientNoise(3).standard_normal((20,))
+    b = SecureClientNoise(3).standard_normal((20,))
+    assert not np.any(a == b)
+    assert not np.any(a[0] == a[1])
+    assert SecureClientNoise(3).standard_normal((0,)).shape == (3, 0)
+
+
+# ---------------------------------------------------------------------- secure_mode on the estimators
+def _private_specs():
+    from privfedstat.estimators.registry import methods
+
+    return methods(private=True)
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    from conftest import simulate
+
+    return simulate("logistic", [60, 90, 150], [0.2, 0.5, -0.4])
+
+
+@pytest.mark.parametrize("spec", _private_specs(), ids=lambda s: s.name)
+def test_secure_mode_fit_draws_secure_noise_and_records_it(spec, small_data, monkeypatch):
+    requested = []
+    urandom = mechanisms.os.urandom
+
+    def counted(n):
+        requested.append(n)
+        return urandom(n)
+
+    monkeypatch.setattr(mechanisms.os, "urandom", counted)
+    monkeypatch.setattr(ClientNoise, "standard_normal", lambda self, shape: pytest.fail("seeded stream used"))
+    a = spec.cls(**spec.test_params, mu=1.0, secure_mode=True).fit(small_data)
+    b = spec.cls(**spec.test_params, mu=1.0, secure_mode=True).fit(small_data)
+    assert requested and all(n % 32 == 0 for n in requested)
+    assert a.privacy_.secure_mode and "secure_mode=True" in repr(a.privacy_)
+    np.testing.assert_allclose(a.privacy_.client_mu, 1.0, rtol=1e-12)
+    assert not np.array_equal(a.coef_, b.coef_)
+    assert a.get_params()["secure_mode"] is True
+
+
+@pytest.mark.parametrize("spec", _private_specs(), ids=lambda s: s.name)
+@pytest.mark.parametrize("seed", [0, np.random.SeedSequence(1), np.random.default_rng(2)], ids=["int", "seedseq", "gen"])
+def test_secure_mode_refuses_a_seed(spec, seed, small_data):
+    est = spec.cls(**spec.test_params, secure_mode=True, random_state=seed)
+    with pytest.raises(ValueError, match="random_state must be None"):
+        est.fit(small_data)
+    assert not hasattr(est, "coef_")
+
+
+def test_secure_mode_must_be_a_bool(small_data):
+    from privfedstat import FedSGD
+
+    with pytest.raises(TypeError, match="secure_mode must be True or False"):
+        FedSGD(n_iter=2, secure_mode="yes").fit(small_data)
+
+
+def test_default_mode_draws_from_the_seeded_streams(small_data):
+    """secure_mode=False keeps the reproducible path: client i's noise is stream i spawned from the seed."""
+    from privfedstat import FedSGD
+    from privfedstat._rng import as_seed_sequence, spawn_generators
+    from privfedstat.families import get_family
+    from privfedstat.federation.oracle import make_oracle
+
+    est = FedSGD(mu=1.0, n_iter=2, clip=1.0, step_size=0.5, random_state=11).fit(small_data)
+    assert not est.privacy_.secure_mode
+    noise_seed, _ = as_seed_sequence(11).spawn(2)
+    z = np.stack([g.standard_normal(3) for g in spawn_generators(noise_seed, small_data.n_clients)])
+    grads = make_oracle(small_data, get_family("logistic")).clipped_gradients(np.zeros(3), 1.0)
+    sigma = est.privacy_.releases[0].sigma
+    w = small_data.sizes / small_data.n_samples
+    # Algorithm 1 from theta^(0) = 0: theta^(1) = -eta sum_i w_i (g_i + sigma_i z_i)
+    np.testing.assert_allclose(est.history_[1], -0.5 * (w @ (grads + sigma[:, None] * z)), rtol=1e-12, atol=1e-15)
