@@ -115,8 +115,8 @@ def glm(
     """
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
-    if not isinstance(formula, str) or "~" not in formula:
-        raise ValueError(f"formula must look like 'y ~ x1 + x2', got {formula!r}.")
+    if not isinstance(formula, str) or "~" not in formula or not formula.split("~", 1)[0].strip():
+        raise ValueError(f"formula must look like 'y ~ x1 + x2' (a response, '~', the terms), got {formula!r}.")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
     spec = get_method(method)

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat import FederatedData, FedSGD
+from privfedstat import FederatedData, FedSGD, PrivacyLeakWarning
 from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.formula import glm
 
@@ -83,6 +83,8 @@ def test_multinomial_formula():
 def test_formula_errors(df):
     with pytest.raises(ValueError, match="nonexistent"):
         glm("y ~ nonexistent", data=df, client="site", family="logistic")
+    with pytest.raises(ValueError, match="a response, '~'"):
+        glm("~ age", data=df, client="site", family="logistic")
     with pytest.raises(ValueError, match="client column"):
         glm("y ~ age", data=df, client="hospital", family="logistic")
     bad = df.copy()
@@ -135,3 +137,20 @@ def test_declared_intercept_column_is_one_by_the_data_domain():
     est = FedSGD(scaling="private", random_state=0).fit(only_intercept)  # nothing to scale: no budget spent
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
     assert not est.privacy_.to_frame()["stage"].str.startswith("scaling").any()
+
+
+def test_budget_is_charged_by_glm(df):
+    from privfedstat import BudgetExceededError, PrivacyBudget
+
+    budget = PrivacyBudget(mu=2.5, n_clients=10)
+    est = glm("y ~ age", data=df, client="site", family="logistic", mu=2.0, budget=budget, random_state=0,
+              n_iter=3, clip=1.0, scaling=None)
+    np.testing.assert_allclose(budget.spent, est.privacy_.client_mu, rtol=1e-12)
+    with pytest.raises(BudgetExceededError, match="only 1.5 of the budget"):
+        glm("y ~ age", data=df, client="site", family="logistic", mu=2.0, budget=budget)
+    bad = df.copy()
+    bad.loc[5, "age"] = np.nan
+    with pytest.warns(PrivacyLeakWarning):
+        glm("y ~ age", data=bad, client="site", family="logistic", mu=1.0, budget=budget, na_action="drop",
+            random_state=0, n_iter=3, clip=1.0, scaling=None)
+    assert len(budget.fits) == 2 and "na_action='drop'" in budget.leaks[0] and not budget.is_private
