@@ -6,6 +6,7 @@ computations), the channel (every client message) and the server steps in :mod:`
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import warnings
@@ -26,6 +27,7 @@ from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
+from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .summary import Summary
 
@@ -120,13 +122,22 @@ class FederatedEstimator:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, data: FederatedData, *, budget: PrivacyBudget | None = None) -> FederatedEstimator:
-        """Run the federated protocol on ``data`` and store the results.
+    def fit(self, X, y=None, *, clients=None, budget: PrivacyBudget | None = None) -> FederatedEstimator:
+        """Run the federated protocol on the clients' data and store the results.
 
         Parameters
         ----------
-        data : FederatedData
-            The clients' data. ``X`` is used as given (add a column of ones for an intercept).
+        X : FederatedData or array-like of shape (n_samples, n_features)
+            The clients' data, or the pooled design matrix (then give ``y`` and ``clients``).
+            Columns are used as given (add a column of ones for an intercept).
+        y : array-like of shape (n_samples,), optional
+            Responses, with an array ``X``.
+        clients : array-like of shape (n_samples,), optional
+            Client label of each row, with an array ``X`` (scikit-learn style); clients are
+            ordered by sorted label (the order of ``privacy_.client_mu``). In scikit-learn's
+            cross-validation keep clients whole with a group-aware splitter
+            (``GroupKFold``, ``groups=clients``) and pass ``params={"clients": clients}``; see
+            :mod:`privfedstat.estimators._sklearn` for what such tools spend.
         budget : PrivacyBudget, optional
             A budget across fits: this fit's ``mu`` is charged to it before any noise is drawn,
             and the fit is refused (:class:`~privfedstat.BudgetExceededError`) if it would exceed
@@ -136,7 +147,7 @@ class FederatedEstimator:
         -------
         self
         """
-        family = self._check_data(data)
+        data, family = self._check_data(X, y, clients)
         mu = check_mu(self.mu)
         self._validate_params(mu)
         secure = check_secure_mode(self.secure_mode, self.random_state)
@@ -173,16 +184,12 @@ class FederatedEstimator:
         self.mu_ = mu
         return self
 
-    def _check_data(self, data) -> Family:
-        """Check that ``data`` is a FederatedData whose responses fit the family; return the family."""
-        if not isinstance(data, FederatedData):
-            raise TypeError(
-                f"fit expects a FederatedData, got {type(data).__name__}; build one with "
-                "FederatedData.from_arrays([(X1, y1), ...]) or FederatedData.from_pooled(X, y, sizes=...)."
-            )
+    def _check_data(self, X, y=None, clients=None) -> tuple[FederatedData, Family]:
+        """The FederatedData given to ``fit`` (see :func:`as_federated_data`), checked against the family."""
+        data = as_federated_data(X, y, clients)
         family = get_family(self.family)
         family.check_y(data.y)
-        return family
+        return data, family
 
     def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
         raise NotImplementedError
@@ -344,35 +351,69 @@ class FederatedEstimator:
             raise ValueError(f"theta_true must have shape {self.coef_.shape}, got {t.shape}.")
         return float(np.sum((self.coef_ - t) ** 2))
 
-    def predict(self, X) -> np.ndarray:
-        """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData)."""
-        self._check_fitted()
+    def _check_X(self, X) -> np.ndarray:
+        """Rows to predict for: an array of shape (n, n_features_in_) or a FederatedData's X."""
         X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
-        return self.family_.mean(X @ self.coef_)
+        return X
+
+    def predict(self, X) -> np.ndarray:
+        """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData).
+
+        For classifiers this is the probability of class 1 (logistic; shape (n,)) or of every
+        class (multinomial; shape (n, K)), as in statsmodels, not a class label.
+        """
+        self._check_fitted()
+        return self.family_.mean(self._check_X(X) @ self.coef_)
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities for classifiers: (n, 2) for logistic, (n, K) for multinomial."""
+        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
         self._check_fitted()
-        if self.family_.name not in ("logistic", "multinomial"):
+        if class_labels(self.family_) is None:
             raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
         p = self.predict(X)
         return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
 
-    def score(self, data, metric: str | None = None) -> float:
+    @property
+    def classes_(self) -> np.ndarray:
+        """Class labels of a classifier, fixed by the family (``[0, 1]``; multinomial ``0, ..., K-1``)."""
+        self._check_fitted()
+        classes = class_labels(self.family_)
+        if classes is None:
+            raise AttributeError(f"classes_ is defined for classifiers (logistic, multinomial), not {self.family_.name}.")
+        return classes
+
+    def score(self, X, y=None, *, metric: str | None = None) -> float:
         """Score on held-out data: ``"auc"`` (binary), ``"accuracy"`` (classifiers) or ``"deviance"``.
 
         Parameters
         ----------
-        data : FederatedData or tuple (X, y)
+        X : FederatedData or array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), optional
+            Responses, with an array ``X`` (scikit-learn's ``score(X, y)``).
         metric : str or None
-            Default: AUC for logistic, accuracy for multinomial, mean deviance otherwise (see
-            :func:`privfedstat.estimators.scoring.score`).
+            ``"auc"``, ``"accuracy"``, ``"deviance"`` or ``"neg_deviance"``. Default: AUC for
+            logistic, accuracy for multinomial, minus the mean deviance otherwise, so that greater
+            is better (as scikit-learn's model selection assumes); see
+            :func:`privfedstat.estimators.scoring.score`.
         """
         self._check_fitted()
-        X, y = (data.X, data.y) if isinstance(data, FederatedData) else (np.asarray(data[0], float), np.asarray(data[1], float))
+        if isinstance(X, FederatedData):
+            if y is not None:
+                raise TypeError("a FederatedData already holds y; call score(data) without y.")
+            y = X.y
+        elif y is None:
+            raise TypeError("score needs the responses: score(X, y), or score(data) with a FederatedData.")
+        X = self._check_X(X)
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},) (one response per row of X), got {y.shape}.")
+        self.family_.check_y(y)
         return scoring.score(self.family_, X @ self.coef_, y, metric)
+
+    def __sklearn_tags__(self):
+        return sklearn_tags(self)
 
     def summary(self, delta: float = 1e-5) -> Summary:
         """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, coefficients."""
@@ -410,5 +451,5 @@ def _same(a, b) -> bool:
 
 
 def clone(estimator: FederatedEstimator) -> FederatedEstimator:
-    """A new unfitted estimator with the same parameters."""
-    return type(estimator)(**estimator.get_params())
+    """A new unfitted estimator with deep copies of the parameters (as ``sklearn.base.clone``)."""
+    return type(estimator)(**copy.deepcopy(estimator.get_params()))

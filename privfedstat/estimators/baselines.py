@@ -14,7 +14,6 @@ import warnings
 import numpy as np
 
 from .._validation import check_positive_float, check_positive_int
-from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
 from ..privacy.budget import PrivacyBudget, reserve
@@ -40,10 +39,11 @@ class _NonPrivateBaseline(FederatedEstimator):
         if not (math.isfinite(float(self.alpha)) and self.alpha >= 0):
             raise ValueError(f"alpha must be a finite number >= 0 (ridge penalty), got {self.alpha}.")
 
-    def fit(self, data: FederatedData, *, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
-        """Fit on ``data`` (a :class:`~privfedstat.FederatedData`); returns ``self``. A finite
-        ``budget`` is refused (the fit is not private); an infinite one records the fit."""
-        family = self._check_data(data)
+    def fit(self, X, y=None, *, clients=None, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
+        """Fit on a :class:`~privfedstat.FederatedData`, or on ``X, y, clients=labels`` (see
+        :meth:`FederatedEstimator.fit`); returns ``self``. A finite ``budget`` is refused (the
+        fit is not private); an infinite one records the fit."""
+        data, family = self._check_data(X, y, clients)
         self._validate_params()
         ledger = PrivacyLedger(data.n_clients)
         charge = reserve(budget, ledger, mu=math.inf, method=self.method)
@@ -233,7 +233,7 @@ class LocalFit(_NonPrivateBaseline):
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        return w @ local, list(history), T - 1, Communication(0, 0, 0)
+        return history[-1], list(history), T - 1, Communication(0, 0, 0)  # history[-1] = w @ local
 
     def predict(self, X, client: int | None = None) -> np.ndarray:
         """Mean response for rows of ``X`` with client ``client``'s model, or ``coef_`` if None."""
@@ -244,10 +244,7 @@ class LocalFit(_NonPrivateBaseline):
             raise TypeError(f"client must be an integer client index, got {client!r}.")
         if not -self.n_clients_ <= client < self.n_clients_:
             raise IndexError(f"client {client} out of range for {self.n_clients_} clients.")
-        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
-        return self.family_.mean(X @ self.local_coefs_[client])
+        return self.family_.mean(self._check_X(X) @ self.local_coefs_[client])
 
 
 def _warn(converged: bool, n_separated: int, where: str, max_iter: int) -> None:

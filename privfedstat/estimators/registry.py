@@ -40,6 +40,15 @@ class MethodSpec:
     description: str
     test_params: dict = field(default_factory=dict)
 
+    def fixed_clip_params(self, bound: float = 1.0) -> dict:
+        """Parameters that fix every clipping bound of the estimator (with ``test_params``) at ``bound``.
+
+        ``clip`` bounds per-sample gradient norms (B); an estimator that also clips another
+        per-sample quantity (listed in its ``_norms``, e.g. ``"hessian"``) takes ``<quantity>_clip``.
+        """
+        norms = self.cls(**self.test_params)._norms
+        return {"clip" if norm == "gradient" else f"{norm}_clip": bound for norm in norms}
+
 
 REGISTRY: dict[str, MethodSpec] = {}
 

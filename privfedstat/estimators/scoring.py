@@ -23,13 +23,17 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 def score(family: Family, Z: np.ndarray, y: np.ndarray, metric: str | None = None) -> float:
     """Score linear predictors ``Z`` against responses ``y``.
 
-    ``metric``: ``"auc"`` (logistic), ``"accuracy"`` (logistic at 0.5, multinomial by argmax) or
+    ``metric``: ``"auc"`` (logistic), ``"accuracy"`` (logistic at 0.5, multinomial by argmax),
     ``"deviance"`` per observation (``2 (loglik_saturated - loglik) / n``; the mean squared
-    residual for gaussian, twice the mean loss for huber and the classifiers). Default: AUC for
-    logistic, accuracy for multinomial, deviance otherwise.
+    residual for gaussian, twice the mean loss for huber and the classifiers) or
+    ``"neg_deviance"`` (its negative). Default: AUC for logistic, accuracy for multinomial,
+    ``"neg_deviance"`` otherwise, so that the default score is greater-is-better as scikit-learn's
+    model selection assumes (the sign convention of its ``neg_mean_poisson_deviance`` scorer).
     """
     name = family.name
-    metric = metric or {"logistic": "auc", "multinomial": "accuracy"}.get(name, "deviance")
+    metric = metric or {"logistic": "auc", "multinomial": "accuracy"}.get(name, "neg_deviance")
+    if metric == "neg_deviance":
+        return -score(family, Z, y, "deviance")
     if metric == "auc":
         if name != "logistic":
             raise ValueError("AUC needs a binary (logistic) model.")
@@ -49,4 +53,4 @@ def score(family: Family, Z: np.ndarray, y: np.ndarray, metric: str | None = Non
         if name == "gaussian":
             return float(np.mean((y - Z) ** 2))
         return float(2 * np.mean(family.loss(y, Z)))
-    raise ValueError(f"unknown metric {metric!r}; use 'auc', 'accuracy' or 'deviance'.")
+    raise ValueError(f"unknown metric {metric!r}; use 'auc', 'accuracy', 'deviance' or 'neg_deviance'.")

@@ -1,58 +1,35 @@
-"""scikit-learn style contract, results objects, summary."""
+"""Results of particular estimators against independent references (the shared contract is in test_contract.py)."""
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import simulate
-from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, clone
+from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, get_family
+from test_contract import dataset
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 
 
-@pytest.mark.parametrize("Est", ESTIMATORS)
-def test_params_roundtrip_and_clone(Est):
-    est = Est(mu=3.0, random_state=4)
-    params = est.get_params()
-    assert params["mu"] == 3.0 and params["random_state"] == 4
-    est.set_params(mu=5.0)
-    assert est.mu == 5.0
-    c = clone(est)
-    assert type(c) is Est and c.get_params() == est.get_params() and c is not est
-    with pytest.raises(ValueError, match="invalid parameter"):
-        est.set_params(nonsense=1)
-    with pytest.raises(TypeError):
-        Est(2.0)  # keyword-only
-    assert "mu=5.0" in repr(est)
-
-
-def test_paper_defaults():
-    assert FedSGD().n_iter == 50 and FedSGD().step_size == 0.5
-    assert FedHybrid().n_local_steps == 30 and FedHybrid().n_server_iter == 20
-    assert FedAvg().n_local_steps == 50 and FedAvg().n_rounds == 2
-    assert FedNewton().n_local_steps == 50 and FedNewton().n_rounds == 1
-    assert FedSGD().clip == "auto"
-
-
-@pytest.mark.parametrize("Est", ESTIMATORS)
-def test_fitted_attributes(Est, logistic_data):
-    est = Est(random_state=0).fit(logistic_data)
-    assert est.coef_.shape == (4,)
-    assert est.history_.ndim == 2 and est.history_.shape[1] == 4
-    np.testing.assert_array_equal(est.history_[-1], est.coef_)
-    assert est.n_iter_ > 0
-    assert est.clip_ > 0
-    comm = est.communication_
-    assert comm.total_floats == comm.floats_per_client * 20
+def test_summary_names_the_terms_and_states_the_budget(logistic_data):
+    est = FedSGD(random_state=0).fit(logistic_data)
     s = est.summary()
-    text = s.as_text()
-    for needle in (est.method, "logistic", "mu = 2", "Clipping bound B", "x3", "20 (N = 4000"):
-        assert needle in text
-    assert isinstance(s.to_frame(), pd.DataFrame) and list(s.to_frame().index) == ["x0", "x1", "x2", "x3"]
-    assert "<table>" in s._repr_html_()
-    p = est.predict(logistic_data.X[:5])
-    np.testing.assert_allclose(p, 1 / (1 + np.exp(-logistic_data.X[:5] @ est.coef_)))
-    assert est.mse(np.zeros(4)) == pytest.approx(np.sum(est.coef_**2))
+    for needle in ("mu = 2 per client", "Clipping bound B", "x3", "20 (N = 4000"):
+        assert needle in s.as_text()
+    assert list(s.to_frame().index) == ["x0", "x1", "x2", "x3"]
+
+
+def test_predict_is_the_inverse_link_of_the_linear_predictor():
+    """Against the textbook formulas (not the family objects the code uses)."""
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    for family, beta in [("logistic", [0.5, -1.0, 2.0]), ("poisson", [0.1, 0.3, -0.2])]:
+        data = simulate(family, [100] * 3, beta)
+        est = FedSGD(family=family, n_iter=5, random_state=0).fit(data)
+        eta = X @ est.coef_
+        np.testing.assert_allclose(est.predict(X), 1 / (1 + np.exp(-eta)) if family == "logistic" else np.exp(eta),
+                                   rtol=1e-12)
+    est = FedSGD(family=get_family("multinomial", n_classes=3), n_iter=5, random_state=0).fit(dataset("multinomial"))
+    E = np.exp(np.column_stack([np.zeros(6), X @ est.coef_]))  # class 0 is the reference
+    np.testing.assert_allclose(est.predict(X), E / E.sum(axis=1, keepdims=True), rtol=1e-12)
 
 
 def test_communication_matches_table_1():
@@ -91,7 +68,7 @@ def test_scores_against_independent_formulas():
     assert est.score(data) == pytest.approx(roc_auc_score(data.y, p), rel=1e-12)
     assert est.score(data, metric="accuracy") == pytest.approx(np.mean((p >= 0.5) == data.y))
     dev = -2 * np.mean(data.y * np.log(p) + (1 - data.y) * np.log(1 - p))
-    assert est.score((data.X, data.y), metric="deviance") == pytest.approx(dev, rel=1e-10)
+    assert est.score(data.X, data.y, metric="deviance") == pytest.approx(dev, rel=1e-10)
     np.testing.assert_allclose(est.predict_proba(data.X[:3]).sum(axis=1), 1.0)
     with pytest.raises(ValueError, match="unknown metric"):
         est.score(data, metric="f1")
@@ -103,6 +80,6 @@ def test_poisson_deviance_matches_statsmodels():
     data = simulate("poisson", [300] * 4, [0.3, 0.2, -0.2], seed=9)
     est = FedSGD(family="poisson", mu=float("inf"), clip=float("inf"), n_iter=2000, step_size=0.3).fit(data)
     fit = sm.GLM(data.y, data.X, family=sm.families.Poisson()).fit()
-    assert est.score(data) == pytest.approx(fit.deviance / data.n_samples, rel=1e-6)
+    assert est.score(data, metric="deviance") == pytest.approx(fit.deviance / data.n_samples, rel=1e-6)
     with pytest.raises(ValueError, match="classifiers"):
         est.predict_proba(data.X)

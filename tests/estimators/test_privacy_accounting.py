@@ -16,16 +16,6 @@ def _sigmas(ledger, stage):
     return np.array([r.sigma for r in ledger.releases if r.stage == stage])
 
 
-@pytest.mark.parametrize("Est", ESTIMATORS)
-@pytest.mark.parametrize("clip", ["auto", 1.5, AutoClip(budget=0.3, quantile=0.5)])
-def test_every_client_spends_exactly_mu(Est, clip, unequal_logistic_data):
-    kw = {"hessian_clip": 2.0} if (Est is FedNewton and clip == 1.5) else {}
-    est = Est(mu=1.7, clip=clip, random_state=3, **kw).fit(unequal_logistic_data)
-    np.testing.assert_allclose(est.privacy_.client_mu, 1.7, rtol=1e-12)
-    assert est.privacy_.is_private
-    assert est.privacy_.leaks == []
-
-
 def test_fedsgd_noise_is_algorithm_1():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])
     B, K, mu = 1.3, 17, 0.8
