@@ -24,7 +24,9 @@ Timed per case:
   default threads when the OpenBLAS thread count can be set), and a minimal numba ``z = X @ t``
   row-dot pass (1 thread and default threads), i.e. what a streaming numba loop can achieve;
 * case (a) only: ``glm_client_hessian`` vs ``reference.client_hessian`` (the reference builds an
-  (N, d, d) array, far too big for case (b)).
+  (N, d, d) array, far too big for case (b));
+* ``row_norm_bounds`` (the kernels' row norms, computed once per dataset: plain where the sum of
+  squares is safe, rescaled elsewhere) against the plain ``sqrt(einsum)``.
 
 The results section "## Kernels (benchmarks/bench_kernels.py)" of ``benchmarks/RESULTS.md`` is
 replaced (or appended); other sections are left intact.
@@ -48,6 +50,7 @@ import numpy as np
 from numba import njit, prange
 from scipy.special import expit
 
+from privfedstat.data.federated import row_norm_bounds
 from privfedstat.families import Logistic
 from privfedstat.kernels import glm_nb, reference
 
@@ -125,7 +128,7 @@ def make_case(N: int, d: int, m: int, rng: np.random.Generator):
     assert sizes.min() >= 1 and sizes.sum() == N
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     theta = rng.normal(scale=0.01, size=(1, d))
-    row_norm = np.sqrt(np.einsum("ij,ij->i", X, X))
+    row_norm = row_norm_bounds(X)
     return X, y, offsets, theta, row_norm, sizes
 
 
@@ -272,6 +275,10 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     else:
         late["blasT"] = lambda: X @ v
         rows.append(("one pass", "OpenBLAS `X @ v` (timed apart)", "default", "blasT"))
+    fns["norms"] = lambda: row_norm_bounds(X)
+    rows.append(("row norms", "`row_norm_bounds` (once per dataset)", "1", "norms"))
+    fns["plain_norms"] = lambda: np.sqrt(np.einsum("ij,ij->i", X, X))
+    rows.append(("row norms", "plain `sqrt(einsum)` (underflows/overflows)", "1", "plain_norms"))
     fns["pass1"] = with_threads(1, lambda: _nb_matvec_pass(X, v, z))
     rows.append(("one pass", "numba row-dot pass `z = X @ t`", "1", "pass1"))
     if T != 1:

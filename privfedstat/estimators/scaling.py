@@ -28,7 +28,10 @@ import numpy as np
 from ..data.federated import FederatedData
 from ..privacy.clipping import private_grid_quantile
 
-__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler"]
+__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
+
+#: rescaled values are clamped to [-MAX_SCALED, MAX_SCALED]: (x - c) / s overflows for huge finite x
+MAX_SCALED = 1e300
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,9 @@ class Scaler:
         lo, hi = np.asarray(bounds.lower, float), np.asarray(bounds.upper, float)
         if lo.size != n_features:
             raise ValueError(f"FeatureBounds has {lo.size} columns but X has {n_features}.")
-        center = np.where(hi > lo, (lo + hi) / 2, 0.0)
-        scale = np.where(hi > lo, (hi - lo) / 2, 1.0)
+        half = hi / 2 - lo / 2  # (hi - lo) / 2 and (lo + hi) / 2 overflow for bounds near the largest double
+        center = np.where(half > 0, lo / 2 + hi / 2, 0.0)
+        scale = np.where(half > 0, half, 1.0)
         if bounds.intercept is None:
             center[:] = 0.0
         else:
@@ -145,8 +149,9 @@ class Scaler:
 
             if config.intercept is not None:
                 center[j] = private_grid_quantile(count(x), sym, 0.5 * n_total)
-            s = private_grid_quantile(count(np.abs(x - center[j])), np.geomspace(lo, hi, config.n_grid),
-                                      config.quantile * n_total)
+            with np.errstate(over="ignore"):  # |x - centre| = inf for x near the largest double: above every grid point
+                dev = np.abs(x - center[j])
+            s = private_grid_quantile(count(dev), np.geomspace(lo, hi, config.n_grid), config.quantile * n_total)
             scale[j] = s if s > lo else 1.0
         return cls(center, scale, config.intercept)
 
@@ -155,8 +160,15 @@ class Scaler:
 
         A client never inspects the intercept column's values (an error raised on one row's value
         would itself be a release): declaring a column the intercept declares it constant 1.
+
+        Rescaled values are clamped to ``[-MAX_SCALED, MAX_SCALED]``: for huge finite entries the
+        affine map overflows to +-inf, and non-finite data would be rejected -- an error on one
+        dataset and not on its neighbour. The clamp is a fixed, data-independent map of each row,
+        so it costs no privacy; it changes only entries whose rescaled magnitude exceeds 1e300.
         """
-        X = (data.X - self.center) / self.scale
+        with np.errstate(over="ignore"):
+            X = (data.X - self.center) / self.scale
+        np.clip(X, -MAX_SCALED, MAX_SCALED, out=X)
         if self.intercept is not None:
             X[:, self.intercept] = 1.0
         return FederatedData(X, data.y, data.offsets)

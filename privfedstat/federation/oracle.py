@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..data.federated import FederatedData
+from ..data.federated import FederatedData, row_norm_bounds
 from ..families.base import Family
 from ..kernels import glm_nb, multinomial_nb
 
@@ -97,7 +97,8 @@ class GLMOracle(_ConcatenatedOracle):
             kernel, X = glm_nb.glm_clipped_mean_grad_cols, d.columns
         else:
             kernel, X = glm_nb.glm_clipped_mean_grad, d.X
-        kernel(X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(clip), self.family.code, self.family.param, out)
+        kernel(X, d.y, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes), self.family.code,
+               self.family.param, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
@@ -110,18 +111,19 @@ class GLMOracle(_ConcatenatedOracle):
         out = np.empty((self.n_clients, self.n_features, self.n_features))
         d = self.data
         glm_nb.glm_client_hessian(
-            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), float(hessian_clip),
+            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), _bound(hessian_clip, "hessian_clip", self.sizes),
             self.family.code, self.family.param, out,
         )
         return out
 
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         d = self.data
-        z = d.X @ np.asarray(theta, dtype=np.float64)
-        if which == "gradient":
-            return np.abs(self.family.deriv(d.y, z)) * d.row_norms
-        if which == "hessian":
-            return self.family.deriv2(d.y, z) * d.row_norms**2
+        with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
+            z = d.X @ np.asarray(theta, dtype=np.float64)
+            if which == "gradient":
+                return _times_norm(np.abs(self.family.deriv(d.y, z)), d.row_norms)
+            if which == "hessian":
+                return _times_norm(_times_norm(self.family.deriv2(d.y, z), d.row_norms), d.row_norms)
         raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
 
 
@@ -132,7 +134,7 @@ class MultinomialOracle(_ConcatenatedOracle):
         out = np.empty((self.n_clients, self.n_params))
         d = self.data
         multinomial_nb.multinomial_clipped_mean_grad(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
-                                                     float(clip), self.family.n_outputs, out)
+                                                     _bound(clip, "clip", self.sizes), self.family.n_outputs, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
@@ -144,18 +146,44 @@ class MultinomialOracle(_ConcatenatedOracle):
     def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
         out = np.empty((self.n_clients, self.n_params, self.n_params))
         d = self.data
-        multinomial_nb.multinomial_client_hessian(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
-                                                  float(hessian_clip), self.family.n_outputs, out)
+        hclip = _bound(hessian_clip, "hessian_clip", self.sizes)
+        multinomial_nb.multinomial_client_hessian(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), hclip,
+                                                  self.family.n_outputs, out)
         return out
 
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         d = self.data
-        Z = d.X @ np.asarray(theta, dtype=np.float64).reshape(self.n_features, self.family.n_outputs)
-        if which == "gradient":
-            return np.linalg.norm(self.family.residual(d.y, Z), axis=1) * d.row_norms
+        with np.errstate(all="ignore"):  # as the kernels: predictors clamped to +-Z_MAX (huge rows overflow)
+            Z = d.X @ np.asarray(theta, dtype=np.float64).reshape(self.n_features, self.family.n_outputs)
+            Z = np.clip(Z, -multinomial_nb.Z_MAX, multinomial_nb.Z_MAX)
+        if which == "gradient":  # scaled norms: residual entries of order 1e-200 would square to 0
+            return _times_norm(row_norm_bounds(self.family.residual(d.y, Z)), d.row_norms)
         if which == "hessian":
-            return np.linalg.norm(self.family.curvature(Z), axis=(1, 2)) * d.row_norms**2
+            curvature_norms = row_norm_bounds(self.family.curvature(Z).reshape(d.n_samples, -1))
+            return _times_norm(_times_norm(curvature_norms, d.row_norms), d.row_norms)
         raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+
+
+def _times_norm(factor: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """``factor * norms`` for per-sample norms (compared with public thresholds by the private clip search):
+    a product beyond the largest double is ``inf`` (above every threshold, no warning), and a zero
+    factor gives 0 even for an infinite norm (the per-sample term is zero), as does a NaN factor
+    (a NaN linear predictor: the kernels give such a row 0)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where((factor == 0) | np.isnan(factor), 0.0, factor * norms)
+
+
+def _bound(value: float, name: str, sizes: np.ndarray) -> float:
+    """A clipping bound the kernels' guarantee covers: ``inf``, or at least ``MIN_BOUND`` and so small
+    that a client's sum of ``n_i`` clipped terms cannot overflow (``n_i B <= 1e307``)."""
+    value = float(value)
+    if not value >= glm_nb.MIN_BOUND:
+        raise ValueError(f"{name} must be at least {glm_nb.MIN_BOUND:g} (or inf for no clipping), got {value!r}.")
+    n_max = int(np.max(sizes))
+    if value != np.inf and value * n_max > 1e307:
+        raise ValueError(f"{name} = {value:g} is too large: a client's sum of {n_max} clipped terms could overflow; "
+                         f"use at most {1e307 / n_max:.3g} (or inf for no clipping).")
+    return value
 
 
 def make_oracle(data: FederatedData, family: Family) -> ClientOracle:

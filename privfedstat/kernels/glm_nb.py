@@ -7,9 +7,42 @@ clients, or one row per client (n_clients, d). Outputs are preallocated by the c
 The family is selected by an integer code (see ``privfedstat.families``) and one float parameter;
 the per-sample branch on the code is outside the feature loops, which stay vectorisable. Clipping
 uses ``||ell'(y, z) x|| = |ell'(y, z)| ||x||`` with precomputed row norms, so no per-sample
-gradient is ever formed: the clipped scalar is ``copysign(min(|ell'|, B / ||x||), ell')``,
-branch-free (see ../shared/PERFORMANCE-NOTES.md) and free of the subnormal intermediate that
-``ell' * min(1, B / (|ell'| ||x||))`` produces for huge gradients.
+gradient is ever formed: the clipped scalar is ``copysign(min(|ell'|, L), ell')`` with the limit
+``L = B kappa / ||x||`` (:func:`_limit`), branch-free.
+
+Sensitivity for every finite input (``X``, ``y``, ``theta`` finite; ``MIN_BOUND <= B`` and
+``n_i B <= 1e307``, so that a client's sum cannot overflow -- the oracle checks both): each row's
+clipped contribution has norm at most ``B`` (gradients, L2) or ``hclip`` (Hessians, Frobenius),
+also after rounding, because
+
+* ``row_norm[j] >= ||x_j||`` exactly (the precondition; :func:`privfedstat.data.federated.row_norm_bounds`
+  computes such bounds without underflow or overflow);
+* the kernels clip to ``B * kappa`` with ``kappa = CLIP_SAFETY = 1 - 2^-40``: the relative
+  roundings of the limit, the square roots and the products (each at most ``u = 2^-53``, a few
+  dozen in all, even where fastmath approximates a division or a square root to a few ulps)
+  stay far below ``2^-40``. Per-entry absolute roundings of subnormal results (at most
+  ``2^-1075`` each) stay below ``(1 - kappa) B`` for ``B >= MIN_BOUND``;
+* the limit is lowered by the smallest subnormal, which rounds it down where it is subnormal
+  (there a rounded quotient may exceed the exact one by a large relative amount) and changes a
+  normal one by at most an ulp, and it is capped at the largest double (a zero row, or a
+  tiny row with a large ``B``, would give ``inf * 0 = NaN``); only the limit ever multiplies a
+  row, never a rounded subnormal product. A subnormal limit (``||x|| > 4.5e307 B``) carries
+  fewer significant bits, so such a row's contribution is less accurate, never larger;
+* an infinite residual (``x^T theta`` or ``z - y`` overflowing) is clipped like a large one: it
+  contributes ``L x`` with its sign, the limit of large residuals;
+* a NaN residual (``x^T theta = inf - inf`` where products overflow; with FMA contraction and
+  reassociation the same row may instead give +-inf, equally bounded) contributes 0. NaN must
+  never reach a message: NaN against a finite value is a perfect distinguisher. With
+  ``B = inf`` (no clipping, non-private fits only) NaN and inf propagate, so that divergence
+  is detected;
+* a row whose norm exceeds the largest double has ``row_norm = inf``, hence ``L = 0``: it
+  contributes 0.
+
+What is not bounded by this argument: the sum over a client's rows is computed in floating point
+(absolute error up to ``(n_i - 1) u`` times the sum of the terms' magnitudes), so neighbouring
+datasets can differ by ``2 B / n_i`` plus that rounding. The margin ``1 - kappa`` absorbs it while
+``n_i (n_i - 1) sqrt(d) u <= 2^-40`` (e.g. ``n_i <= 30`` at ``d <= 6``, as the tests check exactly);
+beyond, it is the floating-point side channel that the privacy model leaves to secure mode.
 
 Every kernel has a plain numpy twin in :mod:`privfedstat.kernels.reference`.
 """
@@ -24,12 +57,21 @@ from numba import njit, prange
 from ..families.glm import POISSON_MAX_ETA
 
 __all__ = ["glm_clipped_mean_grad", "glm_clipped_mean_grad_cols", "glm_client_loss", "glm_client_hessian", "FASTMATH",
-           "COLUMN_KERNEL_MAX_D"]
+           "COLUMN_KERNEL_MAX_D", "CLIP_SAFETY", "MIN_BOUND"]
+
+# numba's cache does not notice changes to these helpers in the kernels of multinomial_nb that
+# inline them: after editing one, touch multinomial_nb.py (or clear __pycache__).
 
 #: fastmath flags used by every kernel: never ``nnan``/``ninf`` (NaN and inf must propagate so
-#: that divergence is detected, and ``clip = inf`` means "no clipping").
+#: that divergence is detected, the NaN guards of the clipping must not be optimised away, and
+#: ``clip = inf`` means "no clipping").
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
-_TINY = 1e-300
+#: kernels clip to ``bound * CLIP_SAFETY`` (kappa), so that rounding never lifts a contribution above ``bound``
+CLIP_SAFETY = 1.0 - 2.0**-40
+#: smallest clipping bound for which subnormal roundings stay inside the safety margin
+MIN_BOUND = 1e-280
+_DENORM_MIN = 5e-324  # smallest positive double
+_DOUBLE_MAX = 1.7976931348623157e308
 #: rows per block in the gradient kernel: per-row scalars of a block are computed in vectorisable
 #: loops, then the block is accumulated four rows at a time (about 1.6-1.8x faster than row by row)
 _BLOCK = 32
@@ -98,6 +140,38 @@ def _loss(code, param, y, z):
 
 
 @njit(inline="always", fastmath=FASTMATH)
+def _limit(bound, norm, cap):
+    """Largest multiplier ``L`` of a row with ``L ||x|| <= bound`` (up to one rounding), given ``norm >= ||x||``.
+
+    ``bound / norm`` lowered by the smallest subnormal: that makes a subnormal quotient (whose
+    rounding can add a large relative error; subnormal subtraction is exact) a lower bound, and
+    leaves a normal one unchanged or one ulp lower. At most ``cap`` (the largest double when
+    clipping, so that ``L * 0 = 0`` for zero rows; ``inf`` without clipping). ``norm = inf`` gives 0.
+    """
+    lim = bound / max(norm, _DENORM_MIN)
+    return min(max(lim - _DENORM_MIN, 0.0), cap)
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _clip_scalar(r, lim, nan_fill):
+    """``copysign(min(|r|, lim), r)``; ``nan_fill`` (0 when clipping, NaN without) for a NaN ``r``.
+
+    Written as two selects (``lim < |r|`` is false for NaN, ``NaN >= 0`` too), which vectorise.
+    """
+    a = abs(r)
+    c = lim if lim < a else a
+    return math.copysign(c if c >= 0.0 else nan_fill, r)
+
+
+@njit(inline="always")
+def _clip_constants(clip):
+    """``(bound, cap, nan_fill)`` for :func:`_limit` and :func:`_clip_scalar`: no clipping when ``clip = inf``."""
+    if math.isinf(clip):
+        return math.inf, math.inf, math.nan
+    return clip * CLIP_SAFETY, _DOUBLE_MAX, 0.0
+
+
+@njit(inline="always", fastmath=FASTMATH)
 def _dot(x, t):
     s = 0.0
     for k in range(x.shape[0]):
@@ -109,13 +183,17 @@ def _dot(x, t):
 def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out):
     """Per-client mean of per-sample gradients, each clipped to L2 norm ``clip``.
 
-    ``out[c] = (1/n_c) sum_{j in c} ell'(y_j, z_j) x_j * min(1, clip / (|ell'(y_j, z_j)| ||x_j||))``.
-    Rows are processed in blocks of ``_BLOCK``: linear predictors, then clipped scalars (a
-    vectorisable loop), then the accumulation four rows at a time.
+    ``out[c] = (1/n_c) sum_{j in c} ell'(y_j, z_j) x_j * min(1, clip / (|ell'(y_j, z_j)| ||x_j||))``,
+    with ``clip`` applied as ``clip * CLIP_SAFETY`` and the treatment of non-finite residuals of
+    the module docstring, so every term has norm ``<= clip`` for every finite input.
+    ``row_norm[j] >= ||x_j||`` is required. Rows are processed in blocks of ``_BLOCK``: linear
+    predictors, then clipped scalars (a vectorisable loop), then the accumulation four rows at a
+    time.
     """
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    bound, cap, nan_fill = _clip_constants(clip)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         acc = out[c]
@@ -128,7 +206,7 @@ def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out
                 zb[j] = _dot(X[b0 + j], t)
             for j in range(nb):
                 r = _deriv(code, param, y[b0 + j], zb[j])
-                zb[j] = math.copysign(min(abs(r), clip / max(row_norm[b0 + j], _TINY)), r)
+                zb[j] = _clip_scalar(r, _limit(bound, row_norm[b0 + j], cap), nan_fill)
             j = 0
             while j + 4 <= nb:
                 x0, x1, x2, x3 = X[b0 + j], X[b0 + j + 1], X[b0 + j + 2], X[b0 + j + 3]
@@ -156,6 +234,7 @@ def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, para
     m = offsets.shape[0] - 1
     d = Xt.shape[0]
     shared = theta.shape[0] == 1
+    bound, cap, nan_fill = _clip_constants(clip)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         acc = out[c]
@@ -175,7 +254,7 @@ def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, para
             rn = row_norm[b0:b0 + nb]
             for j in range(nb):
                 r = _deriv(code, param, yb[j], z[j])
-                z[j] = math.copysign(min(abs(r), clip / max(rn[j], _TINY)), r)
+                z[j] = _clip_scalar(r, _limit(bound, rn[j], cap), nan_fill)
             for k in range(d):
                 xk = Xt[k, b0:b0 + nb]
                 s = 0.0
@@ -205,23 +284,32 @@ def glm_client_hessian(X, y, row_norm, offsets, theta, hclip, code, param, out):
     """Per-client mean Hessian with per-sample contributions clipped in norm.
 
     ``out[c] = (1/n_c) sum_j w_j x_j x_j^T`` with ``w_j = ell''(y_j, z_j) min(1, hclip / (ell'' ||x_j||^2))``,
-    so each contribution has spectral (= Frobenius, rank one) norm at most ``hclip``.
+    so each contribution has spectral (= Frobenius, rank one) norm at most ``hclip``. It is
+    accumulated as ``v_j v_j^T`` with ``v_j = g_j x_j`` and ``g_j = min(sqrt(ell''), L_j)``,
+    ``L_j = sqrt(hclip kappa) / ||x_j||`` (:func:`_limit`): ``||x||^2`` is never formed, so rows
+    with ``||x|| > 1e154`` are clipped correctly, and ``|v_a v_b| <= hclip`` cannot overflow. A
+    NaN ``ell''`` contributes 0 (see the module docstring); ``row_norm[j] >= ||x_j||`` is required.
     """
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    bound, cap, nan_fill = _clip_constants(hclip)
+    sqrt_bound = math.sqrt(bound)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         h = out[c]
         h[:, :] = 0.0
+        v = np.empty(d)
         for j in range(offsets[c], offsets[c + 1]):
             xj = X[j]
-            w = _deriv2(code, param, y[j], _dot(xj, t))
-            w = min(w, hclip / max(row_norm[j] * row_norm[j], _TINY))
+            g = _clip_scalar(math.sqrt(_deriv2(code, param, y[j], _dot(xj, t))), _limit(sqrt_bound, row_norm[j], cap),
+                             nan_fill)
             for a in range(d):
-                wa = w * xj[a]
+                v[a] = g * xj[a]
+            for a in range(d):
+                va = v[a]
                 for b in range(a, d):
-                    h[a, b] += wa * xj[b]
+                    h[a, b] += va * v[b]
         inv = 1.0 / (offsets[c + 1] - offsets[c])
         for a in range(d):
             for b in range(a, d):

@@ -3,6 +3,13 @@
 Same layout and conventions as :mod:`privfedstat.kernels.glm_nb`: clients concatenated with
 offsets, ``theta`` of shape (1, d q) or (n_clients, d q) holding Theta flattened in C order,
 outputs preallocated, prange over clients. Labels ``y`` are floats 0..K-1 (class 0 = reference).
+
+The clipping holds for every finite input exactly as in :mod:`~privfedstat.kernels.glm_nb` (same
+safety factor, limits and NaN rule). In addition: linear predictors are clamped to
+``[-Z_MAX, Z_MAX]`` before the softmax, so an infinite ``x^T theta_k`` gives the limiting
+probabilities instead of ``inf - inf``; a NaN predictor makes the row contribute 0; and the norms
+of the residual ``r = p - e_y`` and of the curvature ``A = diag(p) - p p^T`` are computed scaled
+(an entry of order 1e-200 squares to 0) and rounded up like the row norms.
 """
 
 from __future__ import annotations
@@ -12,20 +19,33 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .glm_nb import _TINY, FASTMATH
+from .glm_nb import _DENORM_MIN, FASTMATH, _clip_constants, _limit
 
-__all__ = ["multinomial_clipped_mean_grad", "multinomial_client_loss", "multinomial_client_hessian"]
+__all__ = ["multinomial_clipped_mean_grad", "multinomial_client_loss", "multinomial_client_hessian", "Z_MAX"]
+
+#: linear predictors are clamped to [-Z_MAX, Z_MAX] (softmax of the clamped values is the limit for infinite ones)
+Z_MAX = 1e300
+_U = 2.0**-53
+_TINY = 1e-300  # floor of divisors whose reciprocal is taken
+_SMALL_SQ = 2.0**-960  # sums of squares below this are recomputed scaled
 
 
 @njit(inline="always", fastmath=FASTMATH)
 def _probs(x, t, q, z, p):
-    """Fill z with x^T Theta and p with the class probabilities of classes 1..q; return log(sum e^z) incl. class 0."""
+    """Fill z with x^T Theta (clamped to +-Z_MAX, NaN kept) and p with the probabilities of classes 1..q.
+
+    Returns log(sum e^z) including class 0.
+    """
     d = x.shape[0]
     mx = 0.0
     for k in range(q):
         s = 0.0
         for j in range(d):
             s += x[j] * t[j * q + k]
+        if s > Z_MAX:
+            s = Z_MAX
+        elif s < -Z_MAX:
+            s = -Z_MAX
         z[k] = s
         mx = max(mx, s)
     tot = math.exp(-mx)
@@ -37,12 +57,47 @@ def _probs(x, t, q, z, p):
     return mx + math.log(tot)
 
 
+@njit(inline="always", fastmath=FASTMATH)
+def _norm_bound(a, n):
+    """Upper bound on the Euclidean norm of ``a[:n]``, entries of magnitude <= 1; NaN if an entry is NaN.
+
+    As :func:`~privfedstat.data.federated.row_norm_bounds`: the plain sum of squares where it is
+    at least ``2^-960`` (terms that underflow change it by a relative ``n 2^-115`` at most),
+    otherwise rescaled by the largest entry; then rounded up by ``1 + 2 (n + 8) u`` and ``4 * 2^-1074``.
+    """
+    s = 0.0
+    for k in range(n):
+        s += a[k] * a[k]
+    if not s >= _SMALL_SQ:  # tiny entries (or NaN)
+        if s != s:
+            return math.nan
+        mx = 0.0
+        for k in range(n):
+            mx = max(mx, abs(a[k]))
+        if mx == 0.0:
+            return 0.0
+        s = 0.0
+        for k in range(n):
+            v = a[k] / mx
+            s += v * v
+        return mx * math.sqrt(s) * (1.0 + 2 * (n + 8) * _U) + 4 * _DENORM_MIN
+    return math.sqrt(s) * (1.0 + 2 * (n + 8) * _U) + 4 * _DENORM_MIN
+
+
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def multinomial_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, q, out):
-    """Per-client mean of per-sample gradients ``x (p - e_y)^T`` clipped to Frobenius norm ``clip``."""
+    """Per-client mean of per-sample gradients ``x (p - e_y)^T`` clipped to Frobenius norm ``clip``.
+
+    A row's gradient ``x r^T`` has norm ``||r|| ||x||`` and is scaled by
+    ``f = min(1, clip kappa / (||r|| ||x||))``, lowered by the smallest subnormal as in
+    :func:`~privfedstat.kernels.glm_nb._limit` (``||r|| <= sqrt(2)``, so the product of the norms
+    cannot overflow for ``||x|| <= 1e300``; larger rows divide in two steps).
+    ``row_norm[i] >= ||x_i||`` is required.
+    """
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    bound, cap, nan_fill = _clip_constants(clip)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         acc = out[c]
@@ -55,10 +110,15 @@ def multinomial_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, q, out):
             yi = int(y[i])
             if yi > 0:
                 r[yi - 1] -= 1.0
-            nr = 0.0
-            for k in range(q):
-                nr += r[k] * r[k]
-            f = min(1.0, clip / max(math.sqrt(nr) * row_norm[i], _TINY))
+            nr = _norm_bound(r, q)
+            n = row_norm[i]
+            if nr != nr:  # NaN predictor
+                if nan_fill == 0.0:
+                    continue
+                f = nan_fill
+            else:
+                f = bound / max(nr * n, _DENORM_MIN) if n <= 1e300 else _limit(bound, n, cap) / max(nr, _TINY)
+                f = min(max(f - _DENORM_MIN, 0.0), 1.0)
             for j in range(d):
                 fx = f * xi[j]
                 for k in range(q):
@@ -87,10 +147,19 @@ def multinomial_client_loss(X, y, offsets, theta, q, out):
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def multinomial_client_hessian(X, y, row_norm, offsets, theta, hclip, q, out):
-    """Per-client mean Hessian ``(diag(p) - p p^T) kron x x^T``, each term clipped to Frobenius norm ``hclip``."""
+    """Per-client mean Hessian ``(diag(p) - p p^T) kron x x^T``, each term clipped to Frobenius norm ``hclip``.
+
+    A term has norm ``||A||_F ||x||^2`` (``A = diag(p) - p p^T``). With ``a >= ||A||_F`` it is
+    accumulated as ``(A / a) kron v v^T``, ``v = t x``, ``t = min(sqrt(a), sqrt(hclip kappa) / ||x||)``:
+    unclipped ``t^2 = a`` gives the exact term; clipped, ``||v||^2 <= hclip kappa``. Every factor
+    is bounded (``|A / a| <= 1``, ``|v_j v_l| <= hclip``), so nothing overflows for huge rows.
+    ``row_norm[i] >= ||x_i||`` is required; a NaN predictor contributes 0.
+    """
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    bound, cap, nan_fill = _clip_constants(hclip)
+    sqrt_bound = math.sqrt(bound)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         h = out[c]
@@ -98,20 +167,32 @@ def multinomial_client_hessian(X, y, row_norm, offsets, theta, hclip, q, out):
         z = np.empty(q)
         p = np.empty(q)
         A = np.empty((q, q))
+        v = np.empty(d)
         for i in range(offsets[c], offsets[c + 1]):
             xi = X[i]
             _probs(xi, t, q, z, p)
-            fa = 0.0
             for k in range(q):
                 for l in range(q):
                     A[k, l] = (p[k] if k == l else 0.0) - p[k] * p[l]
-                    fa += A[k, l] * A[k, l]
-            f = min(1.0, hclip / max(math.sqrt(fa) * row_norm[i] * row_norm[i], _TINY))
+            na = _norm_bound(A.reshape(q * q), q * q)
+            if na != na:  # NaN predictor
+                if nan_fill == 0.0:
+                    continue
+                na = 1.0
+            a = max(na, _TINY)  # >= ||A||_F, with 1 / a finite
+            ia = 1.0 / a
+            for k in range(q):
+                for l in range(q):
+                    A[k, l] *= ia
+            g = math.sqrt(a)
+            lim = _limit(sqrt_bound, row_norm[i], cap)
+            g = g if g < lim else lim
             for j in range(d):
-                fxj = f * xi[j]
+                v[j] = g * xi[j]
+            for j in range(d):
                 for k in range(q):
                     for jj in range(d):
-                        w = fxj * xi[jj]
+                        w = v[j] * v[jj]
                         for l in range(q):
                             h[j * q + k, jj * q + l] += w * A[k, l]
         inv = 1.0 / (offsets[c + 1] - offsets[c])

@@ -1,14 +1,26 @@
 """Plain numpy twins of the numba kernels: slow, obviously correct, used by the tests.
 
-They form the explicit per-sample gradient (Hessian) matrix and compute norms directly, so they
-also check the row-norm shortcut the numba kernels use.
+They form the explicit per-sample gradient (Hessian) matrix and compute its norm directly, so
+they also check the row-norm shortcut the numba kernels use. To do that for every finite input,
+each per-sample matrix is held as ``M 2^E`` (:func:`_scaled_products`): its factors (residual,
+row, curvature) are split exactly into mantissas of magnitude <= 1 and binary exponents
+(``frexp``/``ldexp``), so ``M`` neither overflows nor underflows and ``||M|| 2^E`` is the norm.
+The clipping rule is the kernels' (:mod:`privfedstat.kernels.glm_nb`): clip to
+``bound * CLIP_SAFETY``; infinite residuals count as +-(largest double); a sample whose residual
+or curvature is NaN contributes 0 (NaN propagates when ``bound = inf``); multinomial linear
+predictors are clamped to ``+-Z_MAX``. One difference: a row whose norm exceeds the largest
+double is clipped here, while the kernels (which only have its norm bound, ``inf``) give it 0.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..families.base import Family
+from .glm_nb import CLIP_SAFETY
+from .multinomial_nb import Z_MAX
 
 __all__ = [
     "clipped_mean_grad",
@@ -19,6 +31,8 @@ __all__ = [
     "multinomial_client_hessian",
 ]
 
+_DOUBLE_MAX = np.finfo(np.float64).max
+
 
 def _theta_rows(theta: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     sizes = np.diff(offsets)
@@ -26,15 +40,44 @@ def _theta_rows(theta: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.repeat(theta, sizes, axis=0) if theta.shape[0] > 1 else np.broadcast_to(theta, (offsets[-1], theta.shape[1]))
 
 
+def _split(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``A = M 2^E`` per sample (first axis): ``E`` the binary exponent of ``max |A_j|``, ``max |M_j|`` in [1/2, 1).
+
+    Exact (``ldexp`` by a power of two), except for entries below ``2^-1022 max |A_j|``, which
+    lose bits to subnormals. Infinite entries become +-(largest double) first; NaN stays NaN.
+    """
+    A = np.clip(A, -_DOUBLE_MAX, _DOUBLE_MAX)
+    _, E = np.frexp(np.max(np.abs(A.reshape(A.shape[0], -1)), axis=1))
+    return np.ldexp(A, E.reshape((-1,) + (1,) * (A.ndim - 1)) * -1), E
+
+
+def _scaled_products(spec: str, *factors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample products of ``factors`` (``np.einsum(spec, ...)``) as mantissas (N, ...) and exponents (N,)."""
+    parts = [_split(f) for f in factors]
+    return np.einsum(spec, *(p[0] for p in parts)), sum(p[1] for p in parts)
+
+
+def _clip_mean(M: np.ndarray, E: np.ndarray, bound: float, offsets: np.ndarray) -> np.ndarray:
+    """Per-client mean of the per-sample matrices ``M_j 2^{E_j}``, each scaled to norm <= ``bound * CLIP_SAFETY``."""
+    N = M.shape[0]
+    norms = np.sqrt(np.einsum("ij,ij->i", M.reshape(N, -1), M.reshape(N, -1)))  # ||M_j|| in [1/8, sqrt(size)] or 0
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        scale = np.minimum(np.ldexp(1.0, E), bound * CLIP_SAFETY / norms)  # 2^E (unclipped) or the clipped scale
+        scale[norms == 0] = 0.0  # a zero sample stays 0 (not 0 * inf)
+        G = M * scale.reshape((-1,) + (1,) * (M.ndim - 1))
+    if math.isfinite(bound):
+        G[np.isnan(norms)] = 0.0  # a NaN residual contributes 0
+    sizes = np.diff(offsets).reshape((-1,) + (1,) * (M.ndim - 1))
+    return np.add.reduceat(G, offsets[:-1], axis=0) / sizes
+
+
 def clipped_mean_grad(X, y, offsets, theta, clip, family: Family) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_clipped_mean_grad`."""
-    z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
-    G = family.deriv(y, z)[:, None] * X  # explicit per-sample gradients (N, d)
-    norms = np.linalg.norm(G, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norms > clip, clip / norms, 1.0)
-    G = G * factor[:, None]
-    return np.add.reduceat(G, offsets[:-1], axis=0) / np.diff(offsets)[:, None]
+    with np.errstate(all="ignore"):
+        z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
+        r = family.deriv(y, z)
+    M, E = _scaled_products("i,ij->ij", r, X)  # explicit per-sample gradients r_j x_j (N, d)
+    return _clip_mean(M, E, clip, offsets)
 
 
 def client_loss(X, y, offsets, theta, family: Family) -> np.ndarray:
@@ -45,34 +88,32 @@ def client_loss(X, y, offsets, theta, family: Family) -> np.ndarray:
 
 def client_hessian(X, y, offsets, theta, hclip, family: Family) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_hessian`."""
-    z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
-    Hs = family.deriv2(y, z)[:, None, None] * np.einsum("ij,ik->ijk", X, X)
-    norms = np.linalg.norm(Hs, axis=(1, 2))  # Frobenius = spectral norm for rank one
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norms > hclip, hclip / norms, 1.0)
-    Hs = Hs * factor[:, None, None]
-    return np.add.reduceat(Hs, offsets[:-1], axis=0) / np.diff(offsets)[:, None, None]
+    with np.errstate(all="ignore"):
+        z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
+        w = family.deriv2(y, z)
+    M, E = _scaled_products("i,ij,ik->ijk", w, X, X)  # w_j x_j x_j^T; Frobenius = spectral norm (rank one)
+    return _clip_mean(M, E, hclip, offsets)
 
 
 def _multinomial_Z(X, offsets, theta, q):
-    """Linear predictors (N, q) for flattened Theta rows of shape (1 or m, d q)."""
+    """Linear predictors (N, q) for flattened Theta rows of shape (1 or m, d q), clamped to +-Z_MAX."""
     theta = np.atleast_2d(theta)
     d = X.shape[1]
-    if theta.shape[0] == 1:
-        return X @ theta[0].reshape(d, q)
-    rows = np.repeat(np.arange(theta.shape[0]), np.diff(offsets))
-    return np.einsum("ij,ijk->ik", X, theta.reshape(-1, d, q)[rows])
+    with np.errstate(all="ignore"):
+        if theta.shape[0] == 1:
+            Z = X @ theta[0].reshape(d, q)
+        else:
+            rows = np.repeat(np.arange(theta.shape[0]), np.diff(offsets))
+            Z = np.einsum("ij,ijk->ik", X, theta.reshape(-1, d, q)[rows])
+    return np.clip(Z, -Z_MAX, Z_MAX)
 
 
 def multinomial_clipped_mean_grad(X, y, offsets, theta, clip, family) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.multinomial_nb.multinomial_clipped_mean_grad`."""
     q = family.n_outputs
     R = family.residual(y, _multinomial_Z(X, offsets, theta, q))
-    G = np.einsum("ij,ik->ijk", X, R).reshape(X.shape[0], -1)  # explicit per-sample gradients (N, d q)
-    norms = np.linalg.norm(G, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norms > clip, clip / norms, 1.0)
-    return np.add.reduceat(G * factor[:, None], offsets[:-1], axis=0) / np.diff(offsets)[:, None]
+    M, E = _scaled_products("ij,ik->ijk", X, R)  # explicit per-sample gradients x_j r_j^T (N, d, q)
+    return _clip_mean(M, E, clip, offsets).reshape(offsets.size - 1, -1)
 
 
 def multinomial_client_loss(X, y, offsets, theta, family) -> np.ndarray:
@@ -83,11 +124,7 @@ def multinomial_client_loss(X, y, offsets, theta, family) -> np.ndarray:
 
 def multinomial_client_hessian(X, y, offsets, theta, hclip, family) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.multinomial_nb.multinomial_client_hessian`."""
-    q = family.n_outputs
+    q, d = family.n_outputs, X.shape[1]
     A = family.curvature(_multinomial_Z(X, offsets, theta, q))  # (N, q, q)
-    Hs = np.einsum("ij,il,ikm->ijklm", X, X, A)  # (N, d, q, d, q): H[(j,k),(l,m)] = x_j x_l A_km
-    Hs = Hs.reshape(X.shape[0], X.shape[1] * q, X.shape[1] * q)
-    norms = np.linalg.norm(Hs, axis=(1, 2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norms > hclip, hclip / norms, 1.0)
-    return np.add.reduceat(Hs * factor[:, None, None], offsets[:-1], axis=0) / np.diff(offsets)[:, None, None]
+    M, E = _scaled_products("ij,il,ikm->ijklm", X, X, A)  # H[(j,k),(l,m)] = x_j x_l A_km
+    return _clip_mean(M, E, hclip, offsets).reshape(offsets.size - 1, d * q, d * q)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from privfedstat.data.federated import FederatedData
+from privfedstat.data.federated import FederatedData, row_norm_bounds
 
 
 def _clients(sizes, d=3, seed=0):
@@ -40,7 +44,8 @@ class TestFromArrays:
 
     def test_row_norms(self):
         fd = FederatedData.from_arrays([(np.array([[3.0, 4.0], [1.0, 0.0]]), np.zeros(2))])
-        np.testing.assert_allclose(fd.row_norms, [5.0, 1.0], rtol=1e-15)
+        np.testing.assert_allclose(fd.row_norms, [5.0, 1.0], rtol=1e-14)
+        assert np.all(fd.row_norms >= [5.0, 1.0])  # upper bounds
         assert not fd.row_norms.flags.writeable
 
     def test_does_not_alias_input(self):
@@ -312,3 +317,77 @@ class TestSplitHalves:
         a, b = _split_data().split_halves(0)
         for part in (a, b):
             assert not part.X.flags.writeable and not part.y.flags.writeable
+
+
+# --------------------------------------------------------------------------- row norms for every finite row
+U = 2.0**-53
+DENORM = 5e-324
+
+
+def exact_sq_norm(x) -> Fraction:
+    return sum((Fraction(float(v)) ** 2 for v in x), Fraction(0))
+
+
+def assert_tight_upper_bound(X, b):
+    """b_j >= ||x_j|| exactly (Fractions), and b_j <= ||x_j|| (1 + (2.5 d + 21) u) + 5 * 2^-1074."""
+    d = X.shape[1]
+    rel = Fraction(1) + Fraction(5 * d + 42, 2) * Fraction(U)
+    for x, bj in zip(X, b):
+        sq = exact_sq_norm(x)
+        if np.isinf(bj):  # only when the norm exceeds the largest double
+            assert sq > Fraction(np.finfo(float).max) ** 2 / rel**2
+            continue
+        assert Fraction(float(bj)) ** 2 >= sq, (x, bj)
+        excess = Fraction(float(bj)) - 5 * Fraction(DENORM)  # b - 5 * 2^-1074 <= ||x|| rel, compared squared
+        assert excess <= 0 or excess**2 <= sq * rel**2, (x, bj)
+
+
+EXTREMES = [0.0, DENORM, -DENORM, 1e-310, 2.2250738585072014e-308, 1e-300, -1e-200, 1e-163, 1e-150, 1.0, -3.5, 1e150,
+            1e155, -1e200, 1e300, 1.7976931348623157e308, -1.7976931348623157e308]
+entries = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(EXTREMES),
+                    st.floats(-10, 10))
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 7).flatmap(lambda d: st.lists(st.lists(entries, min_size=d, max_size=d), min_size=1, max_size=8)),
+       st.sampled_from([1e-300, 1e-160, 1.0, 1e160, 1e300]))
+def test_row_norm_bounds_hold_for_every_finite_row(rows, scale):
+    X = np.array(rows, dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        Xs = X * scale  # also a whole row at an extreme scale
+    Xs[~np.isfinite(Xs)] = 1.0
+    for A in (X, Xs):
+        assert_tight_upper_bound(A, row_norm_bounds(A))
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ([1e-300, 1e-300], np.sqrt(2) * 1e-300),  # sum of squares underflows to 0
+        ([3e-200, 4e-200], 5e-200),
+        ([3e200, 4e200], 5e200),  # sum of squares overflows to inf
+        ([1e300, 1e-300], 1e300),  # mixed scales
+        ([1.7976931348623157e308], 1.7976931348623157e308),
+        ([DENORM, 0.0], DENORM),
+    ],
+)
+def test_row_norm_bounds_extreme_rows(row, expected):
+    b = row_norm_bounds(np.array([row]))[0]
+    assert expected <= b <= expected * (1 + 1e-14) + 5 * DENORM
+
+
+def test_row_norm_bounds_zero_and_overflowing_rows():
+    b = row_norm_bounds(np.array([[0.0, 0.0], [1.5e308, 1.5e308]]))
+    assert 0 < b[0] <= 5 * DENORM  # a positive bound: the kernels' limit B / b stays finite-capped
+    assert np.isinf(b[1])  # the norm exceeds the largest double: the kernels give this row 0
+
+
+def test_row_norm_bounds_many_rows_rescaled_in_chunks():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(10_000, 3)) * 10.0 ** rng.choice([-300, -170, 0, 170, 300], size=(10_000, 1))
+    b = row_norm_bounds(X)
+    with np.errstate(over="ignore", under="ignore"):
+        m = np.max(np.abs(X), axis=1, keepdims=True)
+        exact = m[:, 0] * np.linalg.norm(X / m, axis=1)
+    assert np.all(b >= exact * (1 - 4 * U))
+    np.testing.assert_allclose(b, exact, rtol=1e-14)

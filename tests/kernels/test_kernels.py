@@ -13,9 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from privfedstat.data.federated import row_norm_bounds as row_norms
 from privfedstat.families import get_family
 from privfedstat.kernels import reference as ref
 from privfedstat.kernels.glm_nb import (
+    CLIP_SAFETY,
     glm_client_hessian,
     glm_client_loss,
     glm_clipped_mean_grad,
@@ -29,11 +31,6 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 # --------------------------------------------------------------------------- helpers
-def row_norms(X):
-    # same formula as FederatedData.row_norms
-    return np.sqrt(np.einsum("ij,ij->i", X, X))
-
-
 def k_grad(X, y, offsets, theta, clip, fam):
     """Row-major kernel; also runs the column-major (small-d) kernel and checks the two agree."""
     out = np.full((offsets.size - 1, X.shape[1]), np.nan)
@@ -185,22 +182,24 @@ def test_per_client_theta_is_used_per_client():
     theta = np.array([[2.0], [-5.0]])
     np.testing.assert_array_equal(k_grad(X, y, offsets, theta, np.inf, fam), [[2.0], [-5.0]])
     np.testing.assert_array_equal(k_loss(X, y, offsets, theta, fam), [2.0, 12.5])
-    np.testing.assert_array_equal(k_grad(X, y, offsets, theta, 1.0, fam), [[1.0], [-1.0]])
+    np.testing.assert_allclose(k_grad(X, y, offsets, theta, 1.0, fam), [[CLIP_SAFETY], [-CLIP_SAFETY]], rtol=1e-14)
 
 
 def test_hand_computed_clipping():
     # one client, gradients (3, 4) (norm 5) and (0.6, 0.8) (norm 1); clip 2 scales the first only
+    # (to 2 kappa: the kernels keep a relative safety margin of 2^-40 against rounding)
     fam = get_family("gaussian")
     X = np.array([[3.0, 4.0], [0.6, 0.8]])
     y = np.array([-1.0, -1.0])
     offsets = np.array([0, 2], dtype=np.int64)
     theta = np.zeros((1, 2))
     g = k_grad(X, y, offsets, theta, 2.0, fam)
-    np.testing.assert_allclose(g, [[(1.2 + 0.6) / 2, (1.6 + 0.8) / 2]], rtol=1e-15)
+    k = CLIP_SAFETY
+    np.testing.assert_allclose(g, [[(1.2 * k + 0.6) / 2, (1.6 * k + 0.8) / 2]], rtol=1e-14)
     # Hessian: x x^T with norms 25 and 1; hclip 5 scales the first by 1/5
     H = k_hess(X, y, offsets, theta, 5.0, fam)
-    expected = (np.outer(X[0], X[0]) / 5 + np.outer(X[1], X[1])) / 2
-    np.testing.assert_allclose(H[0], expected, rtol=1e-15)
+    expected = (np.outer(X[0], X[0]) * k / 5 + np.outer(X[1], X[1])) / 2
+    np.testing.assert_allclose(H[0], expected, rtol=1e-14)
 
 
 # --------------------------------------------------------------------------- privacy-critical bounds
@@ -260,7 +259,7 @@ def test_each_sample_reaches_clip_when_clipping_active(name):
     offsets = np.arange(7, dtype=np.int64)
     theta = rng.normal(size=(1, 3))
     g = k_grad(X, y, offsets, theta, 1e-4, fam)
-    np.testing.assert_allclose(np.linalg.norm(g, axis=1), 1e-4, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(g, axis=1), 1e-4 * CLIP_SAFETY, rtol=1e-14)
     # direction is kept: parallel to deriv * x
     r = fam.deriv(y, X @ theta[0])
     np.testing.assert_allclose(g, 1e-4 * (r[:, None] * X) / np.linalg.norm(r[:, None] * X, axis=1, keepdims=True), rtol=1e-10)
