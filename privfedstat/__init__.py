@@ -7,7 +7,7 @@ the ledger live in :mod:`privfedstat.privacy`.
 """
 
 from .data import FederatedData
-from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
+from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
 from .exceptions import BudgetExceededError, ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
 from .families import get_family
 from .formula import glm
@@ -25,6 +25,7 @@ __all__ = [
     "FedHybrid",
     "FedAvg",
     "FedNewton",
+    "FedIRLS",
     "Scaffold",
     "PooledMLE",
     "LocalFit",

@@ -4,9 +4,10 @@ from .base import FederatedEstimator, clone
 from .baselines import LocalFit, PooledMLE
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
+from .fedirls import FedIRLS
 from .fednewton import FedNewton
 from .fedsgd import FedSGD
 from .scaffold import Scaffold
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "Scaffold", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]

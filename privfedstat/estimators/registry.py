@@ -80,6 +80,7 @@ def _register_builtin() -> None:
     from .baselines import LocalFit, PooledMLE
     from .fedavg import FedAvg
     from .fedhybrid import FedHybrid
+    from .fedirls import FedIRLS
     from .fednewton import FedNewton
     from .fedsgd import FedSGD
     from .scaffold import Scaffold
@@ -93,6 +94,8 @@ def _register_builtin() -> None:
                    {"n_local_steps": 3, "n_rounds": 2}),
         MethodSpec("fednewton", FedNewton, True, "DP-FedNewton (Algorithm 4): local fit, one private Newton correction",
                    {"n_local_steps": 3}),
+        MethodSpec("fedirls", FedIRLS, True, "DP-FedIRLS: private Newton on server-aggregated noisy gradients and Hessians",
+                   {"n_rounds": 2}),
         MethodSpec("scaffold", Scaffold, True, "DP-SCAFFOLD: local noisy steps with control variates",
                    {"n_rounds": 2, "n_local_steps": 2}),
         MethodSpec("pooled", PooledMLE, False, "NP-Pooled: MLE on the pooled raw data (not private)"),
