@@ -231,8 +231,8 @@ class FedIRLS(FederatedEstimator):
     ``glm()`` defaults, median of 5 seeds of max |coef - MLE| / SE): mu = inf 0.000 SE in 0.1 s
     (FedSGD 0.15 in 5.7 s, FedAvg 0.15, Scaffold 1.7, FedNewton 2.1); mu = 2 5.4 SE (Scaffold
     9.2, FedAvg 9.3, FedNewton 11.9, FedSGD 12.2), limited by the clipping bias and by the
-    private scaling (smallest Hessian eigenvalue 0.0018
-    after it vs 0.015 with z-scores); with z-scores and B = C_H = 5, 1.4 SE.
+    private scaling (smallest Hessian eigenvalue 0.0018 after it, 0.015 with z-scores); with
+    z-scores and B = C_H = 5, 1.4 SE.
 
     Parameters
     ----------
