@@ -8,16 +8,111 @@ when one of client i's n_i data is replaced (the paper's Lemma 3.1).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..exceptions import DivergenceError
-from .base import FitContext
 
-__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM"]
+if TYPE_CHECKING:  # base imports this module (through diagnostics)
+    from .base import FitContext
+
+__all__ = [
+    "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM",
+    "auto_step_size", "resolve_step_size", "resolve_count", "settled", "aggregate_sd", "calibrated_sigma", "TOL", "MAX_ITER_NONPRIVATE",
+    "MAX_ROUNDS_NONPRIVATE",
+]
 
 #: An iterate with a larger Euclidean norm (or a non-finite entry) is reported as divergence.
 DIVERGENCE_NORM = 1e10
+#: Relative size of the last update below which an iteration counts as settled (``converged_``).
+TOL = 1e-6
+#: Cap on the iterations of an ``"auto"`` count with mu = inf (the loop stops earlier once settled).
+MAX_ITER_NONPRIVATE = 5000
+#: Cap on the rounds (each of many local steps) of an ``"auto"`` round count with mu = inf.
+MAX_ROUNDS_NONPRIVATE = 200
+#: Linear predictor at which ``step_size="auto"`` evaluates the curvature of a family whose
+#: curvature is unbounded (Poisson: ``ell''(1) = e``, i.e. fitted means up to e on average).
+UNBOUNDED_CURVATURE_AT = 1.0
+
+
+def auto_step_size(family, n_features: int) -> float:
+    """The public step size ``eta = 1 / L`` of ``step_size="auto"``.
+
+    The Hessian of the (size-weighted, clipped or not) empirical loss is
+    ``sum_i w_i mean_j ell''(y_j, x_j^T theta) x_j x_j^T`` (for the multinomial family the factor
+    ``ell''`` is the matrix ``diag(p) - p p^T``), so its largest eigenvalue is at most
+    ``L = kappa * mean_j ||x_j||^2`` with ``kappa = sup ell''`` (:attr:`Family.max_curvature`:
+    logistic 1/4, Gaussian and Huber 1, multinomial 1/2; clipping a per-sample gradient is a
+    projection and does not increase it). For columns on the unit scale (standardised, as
+    ``scaling="private"`` and ``glm()`` make them, each column's mean square is about 1)
+    ``mean ||x||^2 <= d``, the number of columns, so ``L = kappa d`` uses only public quantities
+    and gradient descent with ``eta = 1 / L`` decreases the loss at every step (descent lemma).
+    Families with unbounded curvature (Poisson) use ``ell''`` at linear predictor
+    :data:`UNBOUNDED_CURVATURE_AT` instead (fitted means up to e on average); if that is too
+    optimistic the iterates blow up and :class:`~privfedstat.DivergenceError` says so.
+    The bound ``tr >= lambda_max`` is loose by up to a factor d on uncorrelated designs
+    (slower, never unstable); on collinear designs it is nearly tight.
+
+    Parameters
+    ----------
+    family : Family
+    n_features : int
+        d, the number of columns of the (scaled) design, intercept included.
+
+    Returns
+    -------
+    float
+    """
+    kappa = float(family.max_curvature)
+    if not math.isfinite(kappa):
+        z = np.full(1, UNBOUNDED_CURVATURE_AT)
+        kappa = float(family.deriv2(np.zeros(1), z)[0])
+    return 1.0 / (kappa * n_features)
+
+
+def resolve_step_size(step_size, family, n_features: int) -> float:
+    """``step_size`` as a number: :func:`auto_step_size` for ``"auto"``, else the given value."""
+    return auto_step_size(family, n_features) if step_size == "auto" else float(step_size)
+
+
+def resolve_count(value, mu: float, private_default: int, cap: int = MAX_ITER_NONPRIVATE) -> tuple[int, bool]:
+    """An iteration count that may be ``"auto"``, and whether the loop may stop once settled.
+
+    ``"auto"`` is ``private_default`` (the paper's setting) with finite mu, where the noise of
+    every round is calibrated to the number of rounds fixed in advance; with mu = inf it is
+    ``cap`` (:data:`MAX_ITER_NONPRIVATE` for single steps), and the loop stops as soon as the
+    update is below :data:`TOL` (:func:`settled`).
+    """
+    if value != "auto":
+        return int(value), False
+    if math.isfinite(mu):
+        return int(private_default), False
+    return cap, True
+
+
+def calibrated_sigma(sensitivity, mu: float) -> np.ndarray:
+    """The Gaussian mechanism's noise sd ``sensitivity / mu`` (0 with mu = inf, as the Channel uses)."""
+    sens = np.asarray(sensitivity, dtype=np.float64)
+    return np.zeros_like(sens) if math.isinf(mu) else sens / mu
+
+
+def aggregate_sd(sigma, weights: np.ndarray) -> float:
+    """Per-coordinate sd ``sqrt(sum_i w_i^2 sigma_i^2)`` of the weighted average of independent client noises."""
+    return float(np.sqrt(np.sum((np.asarray(weights) * np.asarray(sigma)) ** 2)))
+
+
+def settled(new: np.ndarray, old: np.ndarray, noise_sd: float = 0.0, tol: float = TOL, scale: int = 1) -> bool:
+    """Whether the mean update ``(new - old) / scale`` over ``scale`` updates is negligible.
+
+    Negligible: ``max|new - old| / scale <= tol (1 + max|new|) + 4 noise_sd``, where
+    ``noise_sd`` is the public standard deviation (per coordinate) of the privacy noise in that
+    mean update (``s / sqrt(scale)`` for updates with independent noise of sd s): a drift no
+    larger than a few noise standard deviations is all the released values can resolve, and
+    averaging over a window makes a slow drift visible under noise.
+    """
+    change = float(np.max(np.abs(new - old))) / scale if np.size(new) else 0.0
+    return change <= tol * (1.0 + float(np.max(np.abs(new)))) + 4.0 * float(np.max(noise_sd))
 
 
 def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
@@ -45,13 +140,16 @@ def server_gradient_descent(
     mu: float,
     weights: np.ndarray,
     stage: str,
+    stop_early: bool = False,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """K steps of FedSGD (Algorithm 1): clients send noisy clipped mean gradients, the server steps.
 
     Each client's message ``g_i + sigma_i Z`` has sensitivity ``2B/n_i`` and budget
-    ``mu / sqrt(K)``, i.e. ``sigma_i = 2 B sqrt(K) / (mu n_i)`` as in Algorithm 1.
+    ``mu / sqrt(K)``, i.e. ``sigma_i = 2 B sqrt(K) / (mu n_i)`` as in Algorithm 1. With
+    ``stop_early`` (only with mu = inf, where nothing is calibrated to K) the loop ends once a
+    step is negligible (:func:`settled`).
 
-    Returns the final parameter and the path ``[theta^(1), ..., theta^(K)]``.
+    Returns the final parameter and the path ``[theta^(1), ..., theta^(k)]``.
     """
     sens = 2.0 * ctx.clip / ctx.sizes
     mu_msg = mu / math.sqrt(n_iter)
@@ -60,9 +158,11 @@ def server_gradient_descent(
     for _ in range(n_iter):
         g = ctx.oracle.clipped_gradients(theta, ctx.clip)
         g_noisy = ctx.channel.release(g, sensitivity=sens, mu=mu_msg, stage=stage, weights=weights)
-        theta = theta - step_size * (weights @ g_noisy)
+        old, theta = theta, theta - step_size * (weights @ g_noisy)
         check_iterate(theta, stage, step_size)
         path.append(theta)
+        if stop_early and settled(theta, old):
+            break
     return theta, path
 
 

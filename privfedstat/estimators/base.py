@@ -29,6 +29,7 @@ from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
 from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
+from .diagnostics import diagnose
 from .summary import Summary
 
 __all__ = ["FederatedEstimator", "FitContext", "clone"]
@@ -52,6 +53,17 @@ class FitContext:
         Per-client GDP budget left for estimation after choosing the bounds.
     seed : numpy.random.SeedSequence
         Seed for the protocol's own randomness (e.g. sample splitting).
+    noise_sd : float or ndarray of shape (n_params,)
+        Set by the protocol: a lower bound on the standard deviation, per coordinate of the
+        returned theta (fitting scale), of its privacy noise, known from the calibrated sigmas
+        (typically the noise of the last release, which nothing after it removes); 0 with mu = inf.
+    update_noise_sd : float or None
+        Set by the protocol: the noise standard deviation per coordinate that the last server
+        update (``path[-1] - path[-2]``) carries, used to judge convergence; None if unknown
+        (then ``converged_`` is only judged with mu = inf).
+    hessian : ndarray of shape (n_params, n_params) or None
+        Set by protocols that release a Hessian: the server's aggregated released Hessian of the
+        last round (before any eigenvalue floor), checked for ill-conditioning.
     """
 
     oracle: ClientOracle
@@ -60,6 +72,9 @@ class FitContext:
     hessian_clip: float
     mu: float
     seed: np.random.SeedSequence
+    noise_sd: float | np.ndarray = 0.0
+    update_noise_sd: float | None = None
+    hessian: np.ndarray | None = None
 
     @property
     def sizes(self) -> np.ndarray:
@@ -88,6 +103,27 @@ class FederatedEstimator:
         reproducible and fast, private against an observer of the released values, but not
         hardened against floating-point or PRNG-state attacks. Timing side channels are not
         covered in either mode (README, "Privacy model").
+
+    Every estimator sets ``converged_`` (documented here once), judged from released values
+    only (post-processing, no privacy cost):
+
+    converged_ : bool or None
+        Whether the last server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
+        (1 + max|theta^(K)|) + 4 s``, with ``s`` the public noise standard deviation that update
+        carries (:func:`~privfedstat.estimators._steps.settled`). FedSGD / FedHybrid: the last
+        gradient step; FedAvg / SCAFFOLD: the last round's change of the averaged model;
+        FedNewton: the Newton correction (one step from FedAvg's output: False means the
+        FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
+        the loop stops as soon as this holds. None where an estimator gives no noise level at
+        finite mu. When False a :class:`~privfedstat.ConvergenceWarning` says what to change.
+
+    Also from released values only: a :class:`~privfedstat.DivergenceError` when iterates
+    become non-finite or explode; a ``UserWarning`` when the privacy noise of a coefficient
+    (a lower bound from the calibrated sigmas) exceeds a public sampling-SE proxy
+    ``1 / sqrt(ell''(0) N)`` (standardised columns; the coefficients below it in size are
+    named as indistinguishable from noise), or when a site is so small that its
+    messages are noise-dominated (the minimum size is given); and a warning when a released
+    Hessian is ill-conditioned.
     """
 
     method: str = ""
@@ -165,6 +201,7 @@ class FederatedEstimator:
 
         theta, path, n_iter = self._run(ctx)
         charge.settle()  # the ledger must show exactly mu per client
+        converged = diagnose(self, ctx, path, data.n_samples)
 
         shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
         path = [t.reshape(shape) for t in path]
@@ -175,6 +212,7 @@ class FederatedEstimator:
         self.coef_ = path[-1]
         self.history_ = np.asarray(path)
         self.n_iter_ = n_iter
+        self.converged_ = converged
         self.clip_ = ctx.clip
         self.privacy_ = ledger
         self.communication_ = channel.communication
@@ -194,9 +232,14 @@ class FederatedEstimator:
     def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
         raise NotImplementedError
 
+    def _advice(self) -> str:
+        """What to change when the fit did not converge (the ConvergenceWarning's last sentence)."""
+        return "Increase the number of iterations or rounds, or lower step_size."
+
     def _validate_params(self, mu: float) -> None:
         """Check the parameters common to all estimators (subclasses extend)."""
-        check_positive_float(self.step_size, "step_size")
+        if self.step_size != "auto":
+            check_positive_float(self.step_size, "step_size")
         clip = self.clip
         if isinstance(clip, str):
             if clip not in ("auto", "paper"):
@@ -275,6 +318,8 @@ class FederatedEstimator:
                 bounds[which] = fixed
         if not todo:
             return bounds, mu_left
+        if self.clip == "auto" and math.isinf(mu):  # no privacy: no clipping (no bias) unless asked
+            return {**bounds, **{which: math.inf for which in todo}}, mu_left
         theta0 = np.zeros(oracle.n_params)
         if self.clip == "paper":
             warnings.warn(

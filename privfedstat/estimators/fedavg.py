@@ -8,18 +8,25 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import local_gradient_descent
+from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, local_gradient_descent, resolve_count, resolve_step_size,
+                     settled)
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["FedAvg", "run_fedavg"]
 
+#: R of the paper's simulations (Section 4.1), the "auto" count with finite mu
+PAPER_N_ROUNDS = 2
+
 
 def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, step_size: float, mu: float,
-               weights: np.ndarray) -> list[np.ndarray]:
+               weights: np.ndarray, stop_early: bool = False) -> list[np.ndarray]:
     """R rounds of FedAvg from 0 on ``oracle``'s data; returns the server path theta^(0..R).
 
     The budget ``mu`` is split evenly over the R K local steps, i.e. each step adds noise with
-    ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6).
+    ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6). Sets ``ctx.noise_sd``
+    (the last local step's noise, averaged) and ``ctx.update_noise_sd`` (sqrt(K) times it, the
+    K steps of a round). With ``stop_early`` (mu = inf only) the rounds end once the averaged
+    model stops moving (:func:`~privfedstat.estimators._steps.settled`).
     """
     mu_round = mu / math.sqrt(n_rounds)
     path = [np.zeros(oracle.n_params)]
@@ -27,6 +34,11 @@ def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, st
         local = local_gradient_descent(ctx, oracle, path[-1], n_steps=n_local_steps, step_size=step_size,
                                        mu=mu_round, stage="local-step")
         path.append(weights @ ctx.channel.send(local))
+        if stop_early and settled(path[-1], path[-2]):
+            break
+    step_mu = mu_round / math.sqrt(n_local_steps)
+    ctx.noise_sd = aggregate_sd(calibrated_sigma(2.0 * ctx.clip * step_size / oracle.sizes, step_mu), weights)
+    ctx.update_noise_sd = math.sqrt(n_local_steps) * ctx.noise_sd
     return path
 
 
@@ -42,14 +54,17 @@ class FedAvg(FederatedEstimator):
     family : str or Family, default "logistic"
     mu : float, default 2.0
         GDP budget per client (mu); ``inf`` for no privacy.
-    n_rounds : int, default 2
-        Communication rounds (R).
+    n_rounds : int or "auto", default "auto"
+        Communication rounds (R). "auto": the paper's R = 2 with finite mu; with mu = inf until
+        the averaged model stops moving (``converged_``), at most
+        :data:`~privfedstat.estimators._steps.MAX_ROUNDS_NONPRIVATE`.
     n_local_steps : int, default 50
         Local iterations per round (K).
-    step_size : float, default 0.5
-        Local learning rate (eta).
+    step_size : float or "auto", default "auto"
+        Local learning rate (eta); "auto": ``1 / L`` from a public curvature bound (see
+        :class:`~privfedstat.FedSGD`). The paper's simulations use 0.5.
     clip : float, "auto", "paper" or AutoClip, default "auto"
-        Per-sample gradient clipping bound (B).
+        Per-sample gradient clipping bound (B) ("auto" with ``mu=inf``: no clipping).
     weights : "size" or array, default "size"
         Server averaging weights (w_i = n_i / N in Algorithm 3).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
@@ -79,9 +94,9 @@ class FedAvg(FederatedEstimator):
         *,
         family="logistic",
         mu: float = 2.0,
-        n_rounds: int = 2,
+        n_rounds: int | str = "auto",
         n_local_steps: int = 50,
-        step_size: float = 0.5,
+        step_size: float | str = "auto",
         clip: float | str | AutoClip = "auto",
         weights="size",
         scaling=None,
@@ -101,10 +116,16 @@ class FedAvg(FederatedEstimator):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_int(self.n_rounds, "n_rounds")
+        if self.n_rounds != "auto":
+            check_positive_int(self.n_rounds, "n_rounds")
         check_positive_int(self.n_local_steps, "n_local_steps")
 
+    def _advice(self) -> str:
+        return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."
+
     def _run(self, ctx: FitContext):
-        path = run_fedavg(ctx, ctx.oracle, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                          step_size=self.step_size, mu=ctx.mu, weights=self._resolve_weights(ctx))
-        return path[-1], path, self.n_rounds * self.n_local_steps
+        R, stop_early = resolve_count(self.n_rounds, ctx.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
+        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        path = run_fedavg(ctx, ctx.oracle, n_rounds=R, n_local_steps=self.n_local_steps, step_size=eta, mu=ctx.mu,
+                          weights=self._resolve_weights(ctx), stop_early=stop_early)
+        return path[-1], path, (len(path) - 1) * self.n_local_steps

@@ -8,10 +8,14 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import gradient_noise_sd, local_gradient_descent, server_gradient_descent
+from ._steps import (aggregate_sd, gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size,
+                     server_gradient_descent)
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["FedHybrid"]
+
+#: K2 of the paper's simulations (Section 4.1), the "auto" count with finite mu
+PAPER_N_SERVER_ITER = 20
 
 
 class FedHybrid(FederatedEstimator):
@@ -31,12 +35,16 @@ class FedHybrid(FederatedEstimator):
         GDP budget per client (mu); ``inf`` for no privacy.
     n_local_steps : int, default 30
         Stage I local iterations (K1; the same K1i = K1 for every client).
-    n_server_iter : int, default 20
-        Stage II server iterations (K2).
-    step_size : float, default 0.5
-        Learning rate of both stages (eta_1 = eta_2, as in the paper's simulations).
+    n_server_iter : int or "auto", default "auto"
+        Stage II server iterations (K2). "auto": the paper's 20 with finite mu; with mu = inf
+        until the step is negligible (``converged_``), at most
+        :data:`~privfedstat.estimators._steps.MAX_ITER_NONPRIVATE`.
+    step_size : float or "auto", default "auto"
+        Learning rate of both stages (eta_1 = eta_2, as in the paper's simulations, which use
+        0.5). "auto": ``1 / L`` from a public curvature bound (see :class:`~privfedstat.FedSGD`).
     clip : float, "auto", "paper" or AutoClip, default "auto"
-        Per-sample gradient clipping bound (B); see :class:`~privfedstat.FedSGD`.
+        Per-sample gradient clipping bound (B); see :class:`~privfedstat.FedSGD` ("auto" with
+        ``mu=inf``: no clipping).
     weights : "size", "optimal" or array, default "size"
         Stage II server weights (w_i); stage I always averages with n_i / N as in Algorithm 2.
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
@@ -49,7 +57,7 @@ class FedHybrid(FederatedEstimator):
 
     Attributes
     ----------
-    coef_, history_, n_iter_ (K1 + K2), clip_, privacy_, communication_ : see FedSGD.
+    coef_, history_, n_iter_ (K1 + K2), converged_, clip_, privacy_, communication_ : see FedSGD.
 
     References
     ----------
@@ -64,8 +72,8 @@ class FedHybrid(FederatedEstimator):
         family="logistic",
         mu: float = 2.0,
         n_local_steps: int = 30,
-        n_server_iter: int = 20,
-        step_size: float = 0.5,
+        n_server_iter: int | str = "auto",
+        step_size: float | str = "auto",
         clip: float | str | AutoClip = "auto",
         weights="size",
         scaling=None,
@@ -86,16 +94,25 @@ class FedHybrid(FederatedEstimator):
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
         check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_int(self.n_server_iter, "n_server_iter")
+        if self.n_server_iter != "auto":
+            check_positive_int(self.n_server_iter, "n_server_iter")
+
+    def _advice(self) -> str:
+        return "Increase n_server_iter (K2), or use step_size='auto' if a larger step oscillated."
 
     def _run(self, ctx: FitContext):
-        K1, K2, eta = self.n_local_steps, self.n_server_iter, self.step_size
+        K1 = self.n_local_steps
+        K2, stop_early = resolve_count(self.n_server_iter, ctx.mu, PAPER_N_SERVER_ITER)
+        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
         mu_stage = ctx.mu / math.sqrt(2.0)
         d = ctx.oracle.n_params
         local = local_gradient_descent(ctx, ctx.oracle, np.zeros(d), n_steps=K1, step_size=eta, mu=mu_stage, stage="local-step")
         theta_bar = ctx.size_weights @ ctx.channel.send(local)
-        weights = self._resolve_weights(ctx, noise_var=gradient_noise_sd(ctx, K2, mu_stage) ** 2)
+        sd = gradient_noise_sd(ctx, K2, mu_stage)
+        weights = self._resolve_weights(ctx, noise_var=sd**2)
         theta, path = server_gradient_descent(
-            ctx, theta_bar, n_iter=K2, step_size=eta, mu=mu_stage, weights=weights, stage="gradient"
+            ctx, theta_bar, n_iter=K2, step_size=eta, mu=mu_stage, weights=weights, stage="gradient",
+            stop_early=stop_early,
         )
-        return theta, [np.zeros(d), theta_bar] + path, K1 + K2
+        ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
+        return theta, [np.zeros(d), theta_bar] + path, K1 + len(path)

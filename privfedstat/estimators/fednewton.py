@@ -10,6 +10,7 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.clipping import AutoClip
+from ._steps import aggregate_sd, calibrated_sigma, resolve_step_size
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
 
@@ -104,8 +105,9 @@ class FedNewton(FederatedEstimator):
         FedAvg rounds before the Newton step (R).
     n_local_steps : int, default 50
         Local iterations per FedAvg round (K).
-    step_size : float, default 0.5
-        Local learning rate (eta).
+    step_size : float or "auto", default "auto"
+        Local learning rate (eta) of the FedAvg stage; "auto": ``1 / L`` from a public curvature
+        bound (see :class:`~privfedstat.FedSGD`). The paper's simulations use 0.5.
     clip : float, "auto", "paper" or AutoClip, default "auto"
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
@@ -159,7 +161,7 @@ class FedNewton(FederatedEstimator):
         mu: float = 2.0,
         n_rounds: int = 1,
         n_local_steps: int = 50,
-        step_size: float = 0.5,
+        step_size: float | str = "auto",
         clip: float | str | AutoClip = "auto",
         hessian_clip: float | None = None,
         hessian_floor: float | str = "auto",
@@ -201,6 +203,10 @@ class FedNewton(FederatedEstimator):
                 if value is not None and math.isinf(float(value)):
                     raise ValueError(f"{name}=inf gives the Newton step infinite sensitivity; it needs mu=inf.")
 
+    def _advice(self) -> str:
+        return ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "
+                "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
+
     def _run(self, ctx: FitContext):
         half1, half2 = ctx.oracle.split_halves(ctx.seed)
         n1, n2 = half1.sizes, half2.sizes
@@ -223,7 +229,7 @@ class FedNewton(FederatedEstimator):
         weights = self._resolve_weights(ctx)
 
         path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                          step_size=self.step_size, mu=mu_stage, weights=weights)
+                          step_size=resolve_step_size(self.step_size, ctx.oracle.family, d), mu=mu_stage, weights=weights)
         theta1 = path[-1]
         if self.newton_noise == "paper":
             step, _ = newton_step(half1, half2, theta1, clip=B, hessian_clip=math.inf, hessian_floor=lam,
@@ -248,4 +254,5 @@ class FedNewton(FederatedEstimator):
             step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
         local = ctx.channel.release(theta1 - step, sensitivity=sens, mu=mu_stage, stage="newton", weights=weights)
         theta2 = weights @ local
+        ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(calibrated_sigma(sens, mu_stage), weights)
         return theta2, path + [theta2], self.n_rounds * self.n_local_steps + 1

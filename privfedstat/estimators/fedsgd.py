@@ -6,10 +6,13 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import gradient_noise_sd, server_gradient_descent
+from ._steps import aggregate_sd, gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedSGD"]
+__all__ = ["FedSGD", "PAPER_N_ITER"]
+
+#: K of the paper's simulations (Section 4.1), the "auto" count with finite mu
+PAPER_N_ITER = 50
 
 
 class FedSGD(FederatedEstimator):
@@ -25,14 +28,21 @@ class FedSGD(FederatedEstimator):
         The loss rho: ``"logistic"``, ``"poisson"``, ``"gaussian"`` or ``"huber"``.
     mu : float, default 2.0
         GDP budget per client (mu); ``float('inf')`` for a non-private fit.
-    n_iter : int, default 50
-        Number of server iterations (K); also the number of communication rounds.
-    step_size : float, default 0.5
-        Server learning rate (eta).
+    n_iter : int or "auto", default "auto"
+        Number of server iterations (K); also the number of communication rounds. "auto": the
+        paper's K = 50 with finite mu (every round's noise is calibrated to K, fixed in
+        advance); with mu = inf, iterate until the step is negligible (``converged_``), at most
+        :data:`~privfedstat.estimators._steps.MAX_ITER_NONPRIVATE`.
+    step_size : float or "auto", default "auto"
+        Server learning rate (eta). "auto": ``1 / L`` from a public bound L on the Hessian's
+        largest eigenvalue (the family's maximum curvature times the number of columns, for
+        columns on the unit scale; :func:`~privfedstat.estimators._steps.auto_step_size`).
+        The paper's simulations use 0.5.
     clip : float, "auto", "paper" or AutoClip, default "auto"
         Per-sample gradient clipping bound (B). ``"auto"`` chooses it privately with 10% of mu
-        (see :class:`~privfedstat.privacy.AutoClip`); ``"paper"`` uses the paper's non-private
-        rule and warns; ``float('inf')`` (no clipping) needs ``mu=inf``.
+        (see :class:`~privfedstat.privacy.AutoClip`), and with ``mu=inf`` means no clipping
+        (B = inf: no clipping bias; pass an AutoClip to clip anyway); ``"paper"`` uses the
+        paper's non-private rule and warns; ``float('inf')`` (no clipping) needs ``mu=inf``.
     weights : "size", "optimal" or array of shape (n_clients,), default "size"
         Server aggregation weights (w_i): ``n_i / N``, the optimal weights of eq. (2) (with
         trace(Sigma) replaced by B^2), or given.
@@ -55,6 +65,8 @@ class FedSGD(FederatedEstimator):
         theta^(0), ..., theta^(K).
     n_iter_ : int
         Gradient evaluations per client (K).
+    converged_ : bool
+        Whether the last step was negligible (see :class:`~privfedstat.FederatedEstimator`).
     clip_ : float
         The clipping bound B used.
     privacy_ : PrivacyLedger
@@ -72,8 +84,8 @@ class FedSGD(FederatedEstimator):
         *,
         family="logistic",
         mu: float = 2.0,
-        n_iter: int = 50,
-        step_size: float = 0.5,
+        n_iter: int | str = "auto",
+        step_size: float | str = "auto",
         clip: float | str | AutoClip = "auto",
         weights="size",
         init=None,
@@ -94,16 +106,24 @@ class FedSGD(FederatedEstimator):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_int(self.n_iter, "n_iter")
+        if self.n_iter != "auto":
+            check_positive_int(self.n_iter, "n_iter")
+
+    def _advice(self) -> str:
+        return ("Increase n_iter (K), or use step_size='auto' if a larger step oscillated; with finite mu more "
+                "rounds also mean more noise per round, so consider FedIRLS (Newton steps) on correlated designs.")
 
     def _run(self, ctx: FitContext):
-        K = self.n_iter
-        weights = self._resolve_weights(ctx, noise_var=gradient_noise_sd(ctx, K, ctx.mu) ** 2)
+        K, stop_early = resolve_count(self.n_iter, ctx.mu, PAPER_N_ITER)
+        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        sd = gradient_noise_sd(ctx, K, ctx.mu)
+        weights = self._resolve_weights(ctx, noise_var=sd**2)
         theta0 = _initial(self.init, ctx.oracle.n_params)
         theta, path = server_gradient_descent(
-            ctx, theta0, n_iter=K, step_size=self.step_size, mu=ctx.mu, weights=weights, stage="gradient"
+            ctx, theta0, n_iter=K, step_size=eta, mu=ctx.mu, weights=weights, stage="gradient", stop_early=stop_early
         )
-        return theta, [theta0] + path, K
+        ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
+        return theta, [theta0] + path, len(path)
 
 
 def _initial(init, d: int) -> np.ndarray:

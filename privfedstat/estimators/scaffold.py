@@ -8,10 +8,13 @@ import numpy as np
 
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import check_iterate
+from ._steps import MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, check_iterate, resolve_count, resolve_step_size, settled
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["Scaffold"]
+
+#: R with finite mu (the measurements in :class:`Scaffold`'s ``n_local_steps``)
+DEFAULT_ROUNDS = 10
 
 
 class Scaffold(FederatedEstimator):
@@ -61,8 +64,10 @@ class Scaffold(FederatedEstimator):
     family : str or Family, default "logistic"
     mu : float, default 2.0
         GDP budget per client (mu); ``float('inf')`` gives NP-SCAFFOLD.
-    n_rounds : int, default 10
-        Communication rounds (R).
+    n_rounds : int or "auto", default "auto"
+        Communication rounds (R). "auto": 10 with finite mu (see ``n_local_steps``); with mu = inf
+        until the model stops moving (``converged_``), at most
+        :data:`~privfedstat.estimators._steps.MAX_ROUNDS_NONPRIVATE`.
     n_local_steps : int, default 10
         Local full-batch steps per round (K). The defaults R = K = 10 give R K = 100 gradient
         evaluations per client, as FedAvg's defaults (R = 2, K = 50): equal compute and, since
@@ -73,8 +78,9 @@ class Scaffold(FederatedEstimator):
         clients of 100: 0.029, 0.024, 0.024, 0.022, FedAvg 0.025): the control variates need
         several rounds to pay off (round 1 is a FedAvg round). The price is communication:
         2 d floats per round, i.e. 20 d per client against FedAvg's 2 d.
-    step_size : float, default 0.5
-        Local learning rate (eta_l), as FedAvg's.
+    step_size : float or "auto", default "auto"
+        Local learning rate (eta_l), as FedAvg's ("auto": ``1 / L`` from a public curvature
+        bound, see :class:`~privfedstat.FedSGD`; the measurements above used 0.5).
     server_step_size : float, default 1.0
         Global learning rate (eta_g), as in Karimireddy et al.
     clip : float, "auto", "paper" or AutoClip, default "auto"
@@ -120,9 +126,9 @@ class Scaffold(FederatedEstimator):
         *,
         family="logistic",
         mu: float = 2.0,
-        n_rounds: int = 10,
+        n_rounds: int | str = "auto",
         n_local_steps: int = 10,
-        step_size: float = 0.5,
+        step_size: float | str = "auto",
         server_step_size: float = 1.0,
         clip: float | str | AutoClip = "auto",
         weights="size",
@@ -144,13 +150,19 @@ class Scaffold(FederatedEstimator):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_int(self.n_rounds, "n_rounds")
+        if self.n_rounds != "auto":
+            check_positive_int(self.n_rounds, "n_rounds")
         check_positive_int(self.n_local_steps, "n_local_steps")
         check_positive_float(self.server_step_size, "server_step_size")
 
+    def _advice(self) -> str:
+        return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."
+
     def _run(self, ctx: FitContext):
-        R, K = self.n_rounds, self.n_local_steps
-        eta, eta_g = float(self.step_size), float(self.server_step_size)
+        R, stop_early = resolve_count(self.n_rounds, ctx.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
+        K = self.n_local_steps
+        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        eta_g = float(self.server_step_size)
         w = self._resolve_weights(ctx)
         oracle = ctx.oracle
         m, p = oracle.n_clients, oracle.n_params
@@ -174,5 +186,9 @@ class Scaffold(FederatedEstimator):
             c = c + w @ upload[:, p:]
             check_iterate(x, "the SCAFFOLD server update", eta)
             path.append(x)
+            if stop_early and settled(path[-1], path[-2]):
+                break
         self.control_ = c
-        return x, path, R * K
+        ctx.noise_sd = eta_g * eta * aggregate_sd(calibrated_sigma(sens, mu_step), w)  # the last local step's
+        ctx.update_noise_sd = math.sqrt(K) * ctx.noise_sd
+        return x, path, (len(path) - 1) * K

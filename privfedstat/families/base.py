@@ -36,6 +36,10 @@ class Family:
     #: curvature of the loss at linear predictor 0, ell''(y, 0) (a data-independent scale of the
     #: Hessian for standardised covariates; FedNewton's default eigenvalue floor)
     curvature_at_zero: float = 1.0
+    #: sup over y and z of the loss curvature ell''(y, z) (largest eigenvalue of the per-sample
+    #: Hessian factor; inf where it is unbounded, e.g. Poisson): the public smoothness constant
+    #: behind ``step_size="auto"``
+    max_curvature: float = 1.0
 
     def loss(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Per-sample loss ``ell(y, z)``."""

@@ -20,6 +20,7 @@ class Logistic(Family):
     name = "logistic"
     code = 0
     curvature_at_zero = 0.25
+    max_curvature = 0.25
 
     def loss(self, y, z):
         # log(1 + e^z) - y z = (1 - y) softplus(z) + y softplus(-z): no cancellation in either tail
@@ -54,6 +55,7 @@ class Poisson(Family):
 
     name = "poisson"
     code = 1
+    max_curvature = float("inf")
 
     def loss(self, y, z):
         # above the cap exp is continued linearly, so deriv is the exact derivative everywhere

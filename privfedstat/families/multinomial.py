@@ -43,6 +43,7 @@ class Multinomial(Family):
         self.n_classes = int(n_classes)
         self.param = float(n_classes)
         self.curvature_at_zero = 1.0 / self.n_classes  # smallest eigenvalue scale of diag(p) - p p^T at p = 1/K
+        self.max_curvature = 0.5  # lambda_max(diag(p) - p p^T) <= 1/2: Gershgorin, row k sums to 2 p_k (1 - p_k)
 
     @property
     def n_outputs(self) -> int:

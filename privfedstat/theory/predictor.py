@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .._rng import as_seed_sequence
+from ..families import get_family
 from ..privacy.clipping import AutoClip
 from ._engine import Linearisation, Stage, propagate
 from ._newton_step import newton_moments
@@ -120,6 +121,29 @@ REGIME = (
     "pooled O(1/N) second-order bias, client-to-client variation of local Hessians in the noise "
     "propagation (relative O(d/n_i)), and the effect of clipping on second-order terms."
 )
+
+
+def _resolve_auto(params: dict, method: str, mu: float, d: int) -> dict:
+    """``"auto"`` settings resolved as ``fit`` resolves them (public: the family, d, mu)."""
+    from ..estimators._steps import auto_step_size
+    from ..estimators.fedavg import PAPER_N_ROUNDS
+    from ..estimators.fedhybrid import PAPER_N_SERVER_ITER
+    from ..estimators.fedsgd import PAPER_N_ITER
+
+    params = dict(params)
+    counts = {"n_iter": PAPER_N_ITER, "n_server_iter": PAPER_N_SERVER_ITER, "n_rounds": PAPER_N_ROUNDS}
+    for key, default in counts.items():
+        if params.get(key) == "auto":
+            if not math.isfinite(mu):
+                raise ValueError(
+                    f"with mu = inf, {method}'s {key}='auto' runs until convergence, which the predictor cannot "
+                    f"know in advance; pass {key} as a number."
+                )
+            params[key] = default
+    if params.get("step_size") == "auto":
+        family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
+        params["step_size"] = auto_step_size(family, d)
+    return params
 
 
 def _clip_and_mu(params: dict, method: str, clip, hessian_clip):
@@ -270,6 +294,7 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     B, mu, CH = _clip_and_mu(params, method, clip, hessian_clip)
     n = np.asarray(problem.sizes, dtype=np.float64)
     d = spec.d
+    params = _resolve_auto(params, method, mu, d)
     eta = float(params["step_size"])
     pop_seed, newton_seed = as_seed_sequence(random_state).spawn(2)
     pop = Population(spec, n_mc, pop_seed)
@@ -312,7 +337,6 @@ def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
     R, K = int(params["n_rounds"]), int(params["n_local_steps"])
     from ..estimators.fednewton import resolve_hessian_floor
-    from ..families import get_family
 
     family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
     lam = resolve_hessian_floor(params["hessian_floor"], family, mu)

@@ -44,14 +44,14 @@ def test_fedavg_with_one_client_is_the_mle():
 
 
 def test_fednewton_nonprivate_beats_fedavg_on_many_small_clients():
-    """Many clients with little data and a strong signal: FedAvg (K = 50) is far from the pooled MLE
+    """Many clients with little data and a strong signal: FedAvg (K = 50, the paper's eta = 0.5) is far from the pooled MLE
     (federation bias plus unfinished local optimisation, Remark 3.7); the Newton step removes most of it."""
     errs_avg, errs_newton = [], []
     for seed in range(3):
         data = simulate("logistic", [60] * 150, [1.0, -1.5, 1.5], seed=seed)
         ref = mle(data, "logistic")
-        avg = FedAvg(mu=INF, clip=INF, n_rounds=1, n_local_steps=50).fit(data)
-        newton = FedNewton(mu=INF, clip=INF, n_rounds=1, n_local_steps=50, random_state=seed).fit(data)
+        avg = FedAvg(mu=INF, clip=INF, n_rounds=1, n_local_steps=50, step_size=0.5).fit(data)
+        newton = FedNewton(mu=INF, clip=INF, n_rounds=1, n_local_steps=50, step_size=0.5, random_state=seed).fit(data)
         errs_avg.append(np.sum((avg.coef_ - ref) ** 2))
         errs_newton.append(np.sum((newton.coef_ - ref) ** 2))
     assert np.mean(errs_newton) < 0.5 * np.mean(errs_avg)

@@ -147,7 +147,7 @@ def test_np_scaffold_multinomial_reaches_the_pooled_mle():
     y = rng.integers(0, 3, size=n).astype(float)
     data = FederatedData.from_pooled(X, y, sizes=[100, 150, 200])
     fam = get_family("multinomial", n_classes=3)
-    est = Scaffold(family=fam, mu=INF, clip=INF, n_rounds=30, n_local_steps=20).fit(data)
+    est = Scaffold(family=fam, mu=INF, clip=INF, n_rounds=30, n_local_steps=20, step_size=0.5).fit(data)
     np.testing.assert_allclose(est.coef_, PooledMLE(family=fam).fit(data).coef_, atol=1e-6)
 
 

@@ -54,10 +54,10 @@ def test_fig5_fednewton_with_paper_calibration_beats_fedavg_at_largest_m():
     for rep in range(10):
         rng = np.random.default_rng(rep)
         data = design.sample(FixedTotal(20000).sizes(400, rng), rng)
-        avg.append(FedAvg(random_state=rep).fit(data).mse(design.beta_true))
+        avg.append(FedAvg(step_size=0.5, n_rounds=2, random_state=rep).fit(data).mse(design.beta_true))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            newton.append(FedNewton(newton_noise="paper", hessian_floor=tau1, random_state=rep).fit(data)
+            newton.append(FedNewton(newton_noise="paper", hessian_floor=tau1, step_size=0.5, random_state=rep).fit(data)
                           .mse(design.beta_true))
     assert np.mean(newton) < np.mean(avg)
 

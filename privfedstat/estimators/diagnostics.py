@@ -1,0 +1,156 @@
+"""Diagnostics of a fit from released values only (post-processing: no privacy cost, no raw data).
+
+:func:`diagnose` runs after every protocol (see :class:`~privfedstat.FederatedEstimator` for what
+``converged_`` means per algorithm). Its inputs are the server's path of iterates, the public
+noise levels the protocol reports in its :class:`~privfedstat.estimators.base.FitContext`, the
+privacy ledger's calibrated sigmas and sensitivities, the public client sizes and, where one was
+released, the aggregated Hessian.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..exceptions import ConvergenceWarning
+from ._steps import settled
+
+__all__ = ["diagnose", "noise_dominated", "undersized_clients", "hessian_condition", "CONDITION_LIMIT"]
+
+#: a released Hessian whose condition number exceeds this (or that is not positive definite) warns
+CONDITION_LIMIT = 1e8
+#: ledger stages that only choose public settings (clipping bounds, scaling): pooled counts,
+#: whose per-client noise does not enter the estimate
+SELECTION_STAGES = ("clip-", "scaling-")
+
+
+def noise_dominated(theta: np.ndarray, noise_sd, se_proxy: float) -> tuple[np.ndarray, np.ndarray]:
+    """Coefficients whose privacy noise sd exceeds the sampling-SE proxy, and those of them below it in size.
+
+    Returns
+    -------
+    dominated : ndarray of int
+        Indices j with ``noise_sd_j > se_proxy``: privacy noise, not sampling, dominates their error.
+    indistinguishable : ndarray of int
+        The subset with also ``|theta_j| < noise_sd_j``: the estimate is within one noise sd of 0.
+    """
+    sd = np.broadcast_to(np.asarray(noise_sd, dtype=np.float64), theta.shape)
+    dominated = sd > se_proxy
+    return np.flatnonzero(dominated), np.flatnonzero(dominated & (np.abs(theta) < sd))
+
+
+def undersized_clients(ledger, sizes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Clients whose estimation messages are noise-dominated, and the smallest size that is not.
+
+    A release of a mean of per-sample quantities bounded by ``b`` has sensitivity ``2 b / n_i``,
+    so its largest possible value is ``b = sensitivity n_i / 2``. A client whose noise sd
+    ``sigma_i`` exceeds that sends a message that is noise everywhere (its noise-to-signal
+    ratio ``2 sigma_i / (sensitivity_i n_i) = 2 / (mu_release n_i)`` is above 1); the size
+    that brings the ratio to 1 is ``n_i * ratio``. Selection stages (clip search, scaling),
+    whose per-client counts are pooled before use, are not considered.
+
+    Returns
+    -------
+    clients : ndarray of int
+        Indices of the noise-dominated clients.
+    n_min : int
+        Smallest client size at which every estimation release has ratio <= 1 (0 if none is noisy).
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    worst = np.zeros(sizes.size)
+    for rel in ledger.releases:
+        if rel.stage.startswith(SELECTION_STAGES):
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where((rel.sensitivity > 0) & np.isfinite(rel.sensitivity), 2.0 * rel.sigma / (rel.sensitivity * sizes), 0.0)
+        worst = np.maximum(worst, ratio)
+    bad = np.flatnonzero(worst > 1.0)
+    n_min = int(math.ceil(float(np.max(worst * sizes)))) if bad.size else 0
+    return bad, n_min
+
+
+def hessian_condition(H: np.ndarray) -> float:
+    """Condition number ``lambda_max / lambda_min`` of a symmetric matrix (inf if not positive definite)."""
+    vals = np.linalg.eigvalsh(0.5 * (H + H.T))
+    return math.inf if vals[0] <= 0 else float(vals[-1] / vals[0])
+
+
+def _names(idx, limit: int = 8) -> str:
+    shown = ", ".join(f"x{j}" for j in idx[:limit])
+    return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
+
+
+def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
+    """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
+
+    Parameters
+    ----------
+    est : FederatedEstimator
+        The estimator (its ``method`` and ``_advice()`` word the messages).
+    ctx : FitContext
+        After the protocol ran: ``noise_sd``, ``update_noise_sd``, ``hessian``, the ledger.
+    path : list of ndarray
+        Server iterates on the fitting scale, the last one being the estimate.
+    n_samples : int
+        N (public).
+
+    Returns
+    -------
+    bool or None
+        ``converged_``.
+    """
+    theta = np.ravel(path[-1])
+    finite = math.isfinite(ctx.mu)
+    update_sd = 0.0 if not finite else ctx.update_noise_sd
+    # window: with noise, the mean update over the last quarter of the path (a slow drift shows
+    # through the noise); without noise, the last update (as the "auto" loops stop)
+    k = max(1, (len(path) - 1) // 4) if finite else 1
+    if len(path) < 2 or update_sd is None:
+        converged = None
+    else:
+        converged = settled(theta, np.ravel(path[-1 - k]), update_sd / math.sqrt(k), scale=k)
+    if converged is False:
+        change = float(np.max(np.abs(theta - np.ravel(path[-1 - k])))) / k
+        warnings.warn(
+            f"{est.method} did not converge: over its last {k} update(s) a coefficient moved by {change:.3g} per "
+            "update on average (fitting scale), "
+            f"more than the tolerance{' and the noise of those updates' if finite else ''}. {est._advice()}",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if finite:
+        c0 = float(ctx.oracle.family.curvature_at_zero)
+        se = 1.0 / math.sqrt(c0 * n_samples)
+        idx, small = noise_dominated(theta, ctx.noise_sd, se)
+        if idx.size:
+            sd = float(np.max(np.broadcast_to(ctx.noise_sd, theta.shape)[idx]))
+            tail = f"; {_names(small)} are within one noise sd of 0" if small.size else ""
+            warnings.warn(
+                f"privacy noise dominates the error of coefficient(s) {_names(idx)} of {est.method}: the protocol's "
+                f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se:.3g}{tail}. "
+                "Increase mu, pool small sites, or use fewer rounds/parameters.",
+                UserWarning,
+                stacklevel=4,
+            )
+        bad, n_min = undersized_clients(ctx.channel.ledger, ctx.sizes)
+        if bad.size:
+            warnings.warn(
+                f"{bad.size} site(s) are too small for mu = {ctx.mu:.3g} with {est.method} (e.g. site {int(bad[0])}, "
+                f"n = {int(ctx.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
+                "at these settings; merge small sites, increase mu, or use fewer rounds.",
+                UserWarning,
+                stacklevel=4,
+            )
+    if ctx.hessian is not None:
+        cond = hessian_condition(ctx.hessian)
+        if cond > CONDITION_LIMIT:
+            what = "not positive definite" if math.isinf(cond) else f"ill-conditioned (condition number {cond:.2g})"
+            warnings.warn(
+                f"the released Hessian of {est.method} is {what}: collinear covariates or privacy noise. Coefficients "
+                "along its smallest eigenvectors are unreliable; drop or combine collinear columns, or increase mu.",
+                UserWarning,
+                stacklevel=4,
+            )
+    return converged
