@@ -27,8 +27,8 @@ from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.families import get_family
 from privfedstat.federation.channel import Channel
 
-pytestmark = [pytest.mark.usefixtures("one_numba_thread"),
-              pytest.mark.filterwarnings("ignore::privfedstat.exceptions.ConvergenceWarning")]
+# the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are irrelevant here
+pytestmark = [pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 SIZES = (20, 20, 20)
 N_COVARIATES = 2
