@@ -8,7 +8,8 @@ the ledger live in :mod:`privfedstat.privacy`.
 
 from .data import FederatedData
 from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
-from .exceptions import BudgetExceededError, ConvergenceWarning, DivergenceError, NotFittedError, PrivacyLeakWarning
+from .exceptions import (BudgetExceededError, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
+                         PrivacyLeakWarning, PrivacyNoiseWarning)
 from .families import get_family
 from .formula import glm
 from .estimators.scaling import FeatureBounds, PrivateStandardize
@@ -41,6 +42,8 @@ __all__ = [
     "BudgetExceededError",
     "PrivacyLeakWarning",
     "ConvergenceWarning",
+    "PrivacyNoiseWarning",
+    "IllConditionedWarning",
     "DivergenceError",
     "NotFittedError",
 ]

@@ -6,7 +6,10 @@ them precisely (``warnings.simplefilter("error", PrivacyLeakWarning)``).
 
 from __future__ import annotations
 
-__all__ = ["PrivacyLeakWarning", "ConvergenceWarning", "DivergenceError", "NotFittedError", "BudgetExceededError"]
+__all__ = [
+    "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
+    "NotFittedError", "BudgetExceededError",
+]
 
 
 class PrivacyLeakWarning(UserWarning):
@@ -20,7 +23,20 @@ class PrivacyLeakWarning(UserWarning):
 
 
 class ConvergenceWarning(UserWarning):
-    """An iterative procedure ended far from a stationary point."""
+    """An iterative procedure ended far from a stationary point.
+
+    Judged from released values only (``converged_``; see :class:`~privfedstat.FederatedEstimator`);
+    the message names the setting to change.
+    """
+
+
+class PrivacyNoiseWarning(UserWarning):
+    """Privacy noise dominates: a coefficient's noise sd exceeds its sampling-SE proxy, or a site is
+    too small for the requested mu (the message gives the minimum size). From public noise levels."""
+
+
+class IllConditionedWarning(UserWarning):
+    """A released Hessian is ill-conditioned or not positive definite (collinear columns or noise)."""
 
 
 class DivergenceError(ValueError):

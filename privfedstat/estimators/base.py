@@ -118,12 +118,12 @@ class FederatedEstimator:
         finite mu. When False a :class:`~privfedstat.ConvergenceWarning` says what to change.
 
     Also from released values only: a :class:`~privfedstat.DivergenceError` when iterates
-    become non-finite or explode; a ``UserWarning`` when the privacy noise of a coefficient
+    become non-finite or explode; a :class:`~privfedstat.PrivacyNoiseWarning` when the privacy noise of a coefficient
     (a lower bound from the calibrated sigmas) exceeds a public sampling-SE proxy
     ``1 / sqrt(ell''(0) N)`` (standardised columns; the coefficients below it in size are
     named as indistinguishable from noise), or when a site is so small that its
-    messages are noise-dominated (the minimum size is given); and a warning when a released
-    Hessian is ill-conditioned.
+    messages are noise-dominated (the minimum size is given); and an
+    :class:`~privfedstat.IllConditionedWarning` when a released Hessian is ill-conditioned.
     """
 
     method: str = ""

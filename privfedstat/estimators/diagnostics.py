@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from ..exceptions import ConvergenceWarning
+from ..exceptions import ConvergenceWarning, IllConditionedWarning, PrivacyNoiseWarning
 from ._steps import settled
 
 __all__ = ["diagnose", "noise_dominated", "undersized_clients", "hessian_condition", "CONDITION_LIMIT"]
@@ -131,7 +131,7 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 f"privacy noise dominates the error of coefficient(s) {_names(idx)} of {est.method}: the protocol's "
                 f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se:.3g}{tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
-                UserWarning,
+                PrivacyNoiseWarning,
                 stacklevel=4,
             )
         bad, n_min = undersized_clients(ctx.channel.ledger, ctx.sizes)
@@ -140,7 +140,7 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 f"{bad.size} site(s) are too small for mu = {ctx.mu:.3g} with {est.method} (e.g. site {int(bad[0])}, "
                 f"n = {int(ctx.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
                 "at these settings; merge small sites, increase mu, or use fewer rounds.",
-                UserWarning,
+                PrivacyNoiseWarning,
                 stacklevel=4,
             )
     if ctx.hessian is not None:
@@ -150,7 +150,7 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             warnings.warn(
                 f"the released Hessian of {est.method} is {what}: collinear covariates or privacy noise. Coefficients "
                 "along its smallest eigenvectors are unreliable; drop or combine collinear columns, or increase mu.",
-                UserWarning,
+                IllConditionedWarning,
                 stacklevel=4,
             )
     return converged

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import simulate
-from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FedNewton, FedSGD
+from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FedNewton, FedSGD, PrivacyNoiseWarning
 from privfedstat.estimators.diagnostics import hessian_condition, noise_dominated, undersized_clients
 from privfedstat.estimators.registry import methods
 
@@ -44,7 +44,7 @@ def test_tiny_sites_warn_with_the_minimum_size():
     """FedSGD, K = 50, fixed clip (mu_est = mu = 1): each message has mu / sqrt(50), so a site
     needs n >= 2 sqrt(50) = 14.1, i.e. 15 rows."""
     small = simulate("logistic", [10] * 30, [0.3, -0.8, 0.6], seed=4)
-    with pytest.warns(UserWarning, match="at least n = 15 rows"):
+    with pytest.warns(PrivacyNoiseWarning, match="at least n = 15 rows"):
         FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(small)
     big = simulate("logistic", [15] * 30, [0.3, -0.8, 0.6], seed=4)
     with warnings.catch_warnings(record=True) as caught:
@@ -72,7 +72,7 @@ def test_noise_dominance_and_its_warning():
     assert dominated.tolist() == [0, 1, 2] and small.tolist() == [1, 2]
     assert noise_dominated(theta, 0.05, 0.1)[0].size == 0  # below the sampling-SE proxy: not dominant
     data = simulate("logistic", [100] * 10, [0.3, -0.8, 0.0], seed=5)
-    with pytest.warns(UserWarning, match="privacy noise dominates"):
+    with pytest.warns(PrivacyNoiseWarning, match="privacy noise dominates"):
         FedAvg(mu=0.05, clip=1.0, random_state=0).fit(data)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
