@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["Design", "build_design"]
+__all__ = ["Design", "apply_design", "build_design"]
 
 _DECLARE_HINT = (
     "pass levels={{{col!r}: [...]}} to glm() or make the column a pandas Categorical with all its categories "
@@ -57,6 +57,9 @@ class Design:
         (the first is the reference).
     n_classes : int or None
         K for a multinomial fit.
+    spec : formulaic.ModelSpecs
+        The materialised formula (terms, levels, transform state), to build new rows the same way
+        (:func:`apply_design`).
     """
 
     X: np.ndarray
@@ -66,6 +69,7 @@ class Design:
     response: str
     levels: dict[str, list]
     n_classes: int | None
+    spec: object
 
 
 def build_design(
@@ -144,7 +148,71 @@ def build_design(
         response=response,
         levels=found,
         n_classes=None if classes is None else len(classes),
+        spec=mm.model_spec,
     )
+
+
+def apply_design(
+    spec,
+    data: pd.DataFrame,
+    *,
+    levels: Mapping[str, list],
+    response: str,
+    classes: list | None,
+    with_y: bool,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """New rows through a fitted formula: the fit's design columns, levels and transform state.
+
+    Parameters
+    ----------
+    spec : formulaic.ModelSpecs
+        :attr:`Design.spec` of the fit.
+    data : pandas.DataFrame
+        New rows (held-out data); the client column is not needed.
+    levels : dict
+        :attr:`Design.levels` of the fit: a value outside a column's levels raises (the message
+        gives the column and the number of such rows, never the values).
+    response : str
+        The formula's response.
+    classes : list or None
+        The multinomial classes (the response is encoded as codes 0..K-1), else None.
+    with_y : bool
+        Also build the response (for scoring); else only the design matrix.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,) or None
+        None unless ``with_y``.
+    """
+    from formulaic.errors import DataMismatchWarning
+
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
+    work = data.reset_index(drop=True)
+    if with_y and response not in work.columns:
+        raise ValueError(f"the response column {response!r} is not in the data; it is needed to score.")
+    for col, cats in levels.items():
+        if col in work.columns and (with_y or col != response):
+            work[col] = _as_declared(work[col], cats, col, fitted=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DataMismatchWarning)
+            X = spec.rhs.get_model_matrix(work, na_action="raise")
+            y = None
+            if with_y and classes is None:
+                y = np.asarray(spec.lhs.get_model_matrix(work, na_action="raise"), dtype=np.float64).ravel()
+    except DataMismatchWarning:
+        raise ValueError("a categorical term has rows with values outside the fitted model's levels; "
+                         "recode or remove those rows.") from None
+    except Exception as exc:  # formulaic raises several error types; report them uniformly
+        raise _formula_error(exc, str(spec.rhs.formula), work) from None
+    if with_y and classes is not None:
+        codes = pd.Categorical(work[response], categories=classes).codes
+        if np.any(codes < 0):
+            raise ValueError(f"column {response!r}: {int(np.sum(codes < 0))} row(s) have a missing response.")
+        y = codes.astype(np.float64)
+    return np.asarray(X, dtype=np.float64), y
 
 
 # ---------------------------------------------------------------------- declarations
@@ -171,13 +239,16 @@ def _check_levels(levels, data: pd.DataFrame) -> dict[str, list]:
     return out
 
 
-def _as_declared(values: pd.Series, cats: list, col: str) -> pd.Series:
-    """``values`` as a Categorical with the declared categories; rows outside them raise (counted)."""
+def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) -> pd.Series:
+    """``values`` as a Categorical with the declared categories (or, ``fitted``, a fitted model's
+    levels); rows outside them raise (counted)."""
     outside = int((values.notna() & ~values.isin(cats)).sum())
     if outside:
+        what, fix = (("the fitted model's levels", "the model has no coefficients for them") if fitted else
+                     ("the declared levels", "or add the missing levels to the declaration"))
         raise ValueError(
-            f"column {col!r}: {outside} row(s) have a value outside the declared levels ({len(cats)} levels); "
-            "add the missing levels to the declaration, or recode or remove those rows."
+            f"column {col!r}: {outside} row(s) have a value outside {what} ({len(cats)} levels); "
+            f"recode or remove those rows ({fix})."
         )
     return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
 

@@ -98,10 +98,16 @@ def glm(
     Returns
     -------
     FederatedEstimator
-        The fitted estimator, with ``feature_names_in_`` (the design columns), ``response_name_``
-        and ``levels_`` set: ``levels_`` maps every categorical column (and a multinomial
-        response) to the levels used, in order; with ``mu = inf`` a categorical term computed by
-        an expression is keyed by the term. ``summary()`` shows the named coefficients.
+        The fitted estimator, with ``feature_names_in_`` (the design columns), ``response_name_``,
+        ``levels_`` and ``model_spec_`` set: ``levels_`` maps every categorical column (and a
+        multinomial response) to the levels used, in order; with ``mu = inf`` a categorical term
+        computed by an expression is keyed by the term. ``model_spec_`` is formulaic's
+        ``ModelSpecs`` of the fit: ``predict(df)``, ``predict_proba(df)`` and ``score(df)`` build
+        new rows' design with it (same columns, levels and transform state; a value outside a
+        column's levels raises with the column and the number of such rows). ``summary()`` shows
+        the named coefficients: ``Intercept``, formulaic's term names, and for a multinomial fit
+        one equation per non-reference class named ``response=level`` (statsmodels' ``MNLogit``
+        convention), the reference class stated in the header.
 
     Notes
     -----
@@ -165,6 +171,7 @@ def glm(
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
     est.levels_ = design.levels
+    est.model_spec_ = design.spec
     return est
 
 

@@ -28,6 +28,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
 from ._sklearn import as_federated_data, class_labels, sklearn_tags
+from .._formula_design import apply_design
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .diagnostics import diagnose
 from .summary import Summary
@@ -396,8 +397,17 @@ class FederatedEstimator:
             raise ValueError(f"theta_true must have shape {self.coef_.shape}, got {t.shape}.")
         return float(np.sum((self.coef_ - t) ** 2))
 
+    def _formula_rows(self, df: pd.DataFrame, with_y: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """A DataFrame through the stored formula of a ``glm()`` fit (see :func:`apply_design`)."""
+        classes = self.levels_.get(self.response_name_) if self.family_.name == "multinomial" else None
+        return apply_design(self.model_spec_, df, levels=self.levels_, response=self.response_name_,
+                            classes=classes, with_y=with_y)
+
     def _check_X(self, X) -> np.ndarray:
-        """Rows to predict for: an array of shape (n, n_features_in_) or a FederatedData's X."""
+        """Rows to predict for: an array of shape (n, n_features_in_), a FederatedData's X, or (for a
+        ``glm()`` fit) a DataFrame, transformed by the fit's formula."""
+        if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
+            X = self._formula_rows(X, with_y=False)[0]
         X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
@@ -405,6 +415,9 @@ class FederatedEstimator:
 
     def predict(self, X) -> np.ndarray:
         """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData).
+
+        A ``glm()`` fit also takes a DataFrame: its rows go through the fit's formula
+        (``model_spec_``: same columns, levels and transforms; values outside the fit's levels raise).
 
         For classifiers this is the probability of class 1 (logistic; shape (n,)) or of every
         class (multinomial; shape (n, K)), as in statsmodels, not a class label.
@@ -434,7 +447,8 @@ class FederatedEstimator:
 
         Parameters
         ----------
-        X : FederatedData or array-like of shape (n_samples, n_features)
+        X : FederatedData, array-like of shape (n_samples, n_features), or DataFrame
+            A DataFrame (``glm()`` fits only) goes through the fit's formula, response included.
         y : array-like of shape (n_samples,), optional
             Responses, with an array ``X`` (scikit-learn's ``score(X, y)``).
         metric : str or None
@@ -444,7 +458,11 @@ class FederatedEstimator:
             :func:`privfedstat.estimators.scoring.score`.
         """
         self._check_fitted()
-        if isinstance(X, FederatedData):
+        if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
+            if y is not None:
+                raise TypeError("the formula gives the response from the DataFrame; call score(df) without y.")
+            X, y = self._formula_rows(X, with_y=True)
+        elif isinstance(X, FederatedData):
             if y is not None:
                 raise TypeError("a FederatedData already holds y; call score(data) without y.")
             y = X.y
@@ -469,6 +487,7 @@ class FederatedEstimator:
         else:
             privacy = "none (mu = inf)"
         comm = self.communication_
+        names, response, classes = self._coef_names()
         header = {
             "Family": self.family_.name,
             "Method": self.method,
@@ -478,14 +497,32 @@ class FederatedEstimator:
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
-        features = getattr(self, "feature_names_in_", None) or [f"x{j}" for j in range(self.coef_.shape[0])]
-        if self.coef_.ndim == 1:
-            names = list(features)
-        else:  # multinomial: one coefficient per feature and non-reference class
-            names = [f"{f}[class {k + 1}]" for f in features for k in range(self.coef_.shape[1])]
-        coefs = pd.DataFrame({"coef": self.coef_.ravel()}, index=pd.Index(names, name="term"))
+        if classes is not None:
+            header["Reference class"] = f"{response}={classes[0]}"
+        coefs = pd.DataFrame({"coef": self.coef_.ravel(order="F")}, index=names)
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         return Summary(f"{self.method} results", header, coefs, notes)
+
+    def _coef_names(self) -> tuple[pd.Index, str, list | None]:
+        """Coefficient names in ``coef_.ravel(order="F")`` order, the response name and the classes.
+
+        Features: ``feature_names_in_`` (a ``glm()`` fit) or ``x0, x1, ...``, with the column that
+        the scaling declares as intercept named ``Intercept`` (it is 1 by declaration). Multinomial:
+        a (equation, term) MultiIndex, one equation ``response=level`` per non-reference class, as
+        statsmodels' ``MNLogit`` summary labels them; classes are ``levels_[response]`` of a
+        ``glm()`` fit, else ``0, ..., K-1`` with response ``y``.
+        """
+        features = list(getattr(self, "feature_names_in_", None) or [f"x{j}" for j in range(self.coef_.shape[0])])
+        j = getattr(getattr(self, "scaler_", None), "intercept", None)
+        if j is not None and getattr(self, "feature_names_in_", None) is None:
+            features[j] = "Intercept"
+        response = getattr(self, "response_name_", "y")
+        if self.coef_.ndim == 1:
+            return pd.Index(features, name="term"), response, None
+        classes = getattr(self, "levels_", {}).get(response) or list(range(self.coef_.shape[1] + 1))
+        equations = [f"{response}={c}" for c in classes[1:]]
+        index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
+        return index, response, classes
 
 
 def _same(a, b) -> bool:

@@ -254,5 +254,5 @@ def test_summary_text_frame_html(spec, family):
         assert needle in text
     frame = s.to_frame()
     assert isinstance(frame, pd.DataFrame) and len(frame) == est.coef_.size
-    np.testing.assert_array_equal(frame["coef"].to_numpy(), est.coef_.ravel())
+    np.testing.assert_array_equal(frame["coef"].to_numpy(), est.coef_.ravel(order="F"))  # one equation per class
     assert "<table>" in s._repr_html_()
