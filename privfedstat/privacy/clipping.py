@@ -94,7 +94,9 @@ class AutoClip:
         return int(math.log2(self.n_grid))
 
 
-def private_grid_quantile(noisy_count: Callable[[float], float], grid: np.ndarray, target: float) -> float:
+def private_grid_quantile(
+    noisy_count: Callable[[float], float], grid: np.ndarray, target: float | Callable[[float], float]
+) -> float:
     """Smallest grid point whose (noisy) count reaches ``target``, by bisection.
 
     Parameters
@@ -104,13 +106,17 @@ def private_grid_quantile(noisy_count: Callable[[float], float], grid: np.ndarra
         It is called exactly ``log2(len(grid))`` times.
     grid : ndarray
         Increasing candidate thresholds, length a power of two.
-    target : float
-        Count to reach (quantile times the public total sample size).
+    target : float or callable
+        Count to reach (quantile times the public total sample size), or a public,
+        non-increasing function ``target(threshold)`` of the grid point (decisions that lean
+        towards a preferred grid region; the noise-free predicate stays monotone).
     """
+    reach = target if callable(target) else (lambda _threshold: target)
     lo, hi = 0, len(grid) - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if noisy_count(float(grid[mid])) >= target:
+        threshold = float(grid[mid])
+        if noisy_count(threshold) >= reach(threshold):
             hi = mid
         else:
             lo = mid + 1

@@ -1,0 +1,112 @@
+"""Private feature scaling for any finite scale (issue 9 item 5): binary and rare columns, constant
+columns, covariates on scales from 1e-12 to 1e12, and no catastrophic centre or scale when the
+count noise is comparable to N."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from privfedstat.data.federated import FederatedData
+from privfedstat.estimators import FedIRLS, FedSGD, PooledMLE
+from privfedstat.estimators.scaling import PrivateStandardize, Scaler
+
+def _noisy_release(rng):
+    """A channel stand-in: every client's count gets N(0, 1 / mu_q^2) noise (sensitivity 1)."""
+    return lambda counts, mu, stage: counts + rng.standard_normal(counts.shape) / mu
+
+
+def _federate(X, y, n_clients):
+    n = X.shape[0]
+    sizes = [n // n_clients + (i < n % n_clients) for i in range(n_clients)]
+    return FederatedData.from_pooled(X, y, sizes=sizes)
+
+
+def _randhie_like(rng, n=20190, p=0.077):
+    """Intercept, a continuous column and a binary column with a rare level (randhie's hlthf)."""
+    return np.column_stack([np.ones(n), rng.gamma(2.0, 3.0, n), (rng.random(n) < p).astype(float)])
+
+
+def test_exact_centre_and_scale_are_the_median_and_quantile_of_non_zero_deviations():
+    rng = np.random.default_rng(0)
+    X = _randhie_like(rng, n=4000)
+    scaler = Scaler.private(PrivateStandardize(), _federate(X, np.zeros(len(X)), 10), lambda c, mu, s: c, math.inf)
+    ratio = 10 ** (30 / 255)  # spacing of the public grid
+    med = np.median(X[:, 1])
+    assert med <= scaler.center[1] <= med * ratio**2  # symmetric grid: every other point of the scale grid
+    dev = np.abs(X[:, 1] - scaler.center[1])
+    q = np.quantile(dev, 0.9)
+    assert q <= scaler.scale[1] <= q * ratio
+    # binary column: centre 0 (the median), the non-zero deviations are all 1
+    assert scaler.center[2] == 0.0 and 1.0 <= scaler.scale[2] <= ratio
+
+
+def test_rare_binary_column_gets_a_scale_near_one_at_finite_mu():
+    # the old search took the 0.9 quantile of |x - 0|, which lies on the atom at 0 (92.3% zeros):
+    # the noisy bisection then returned grid points down to 1e-11 (fits 1e10 SE off on randhie)
+    rng = np.random.default_rng(1)
+    X = _randhie_like(rng)
+    data = _federate(X, np.zeros(len(X)), 20)
+    config = PrivateStandardize()
+    scales = [Scaler.private(config, data, _noisy_release(np.random.default_rng(s)), 0.2).scale[2] for s in range(30)]
+    assert min(scales) >= 1.0  # never below the values: leaning up, atom cleared
+    assert np.median(scales) < 2.0
+
+
+def test_indicator_too_rare_to_locate_is_left_unscaled():
+    # 3% ones over 3000 rows: the non-zero deviations are within the count noise of N at mu = 0.2
+    rng = np.random.default_rng(4)
+    X = np.column_stack([np.ones(3000), rng.random(3000) < 0.03])
+    data = _federate(X, np.zeros(3000), 10)
+    for seed in range(10):
+        scaler = Scaler.private(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.2)
+        assert (scaler.center[1], scaler.scale[1]) == (0.0, 1.0)
+
+
+def test_pure_noise_gives_centre_zero_and_a_harmless_scale():
+    # tiny data, small budget: the pooled count noise is far above N; the search must not put the
+    # centre far outside the data nor the scale far below it (the intercept absorbs c * theta / s)
+    rng = np.random.default_rng(2)
+    X = np.column_stack([np.ones(32), 1e3 + rng.standard_normal(32), rng.standard_normal(32)])
+    data = _federate(X, np.zeros(32), 5)
+    for seed in range(20):
+        scaler = Scaler.private(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.2)
+        assert np.all(np.abs(scaler.center[1:]) <= 1.0)  # 0 up to rare wrong decisions (Phi(-2) per step)
+        np.testing.assert_array_equal(scaler.scale[1:], 1e15)  # the top of the grid: columns shrink to ~0
+
+
+@pytest.mark.parametrize("factor", [1e-12, 1e12])
+def test_constant_column_without_intercept_is_scaled_to_one(factor):
+    X = np.column_stack([np.full(200, 3.0 * factor), np.linspace(-1, 1, 200)])
+    scaler = Scaler.private(PrivateStandardize(intercept=None), _federate(X, np.zeros(200), 4), lambda c, mu, s: c, math.inf)
+    assert scaler.center[0] == 0.0
+    assert 10 ** (-30 / 255) <= 3.0 * factor / scaler.scale[0] <= 1.0  # the grid point at or just above
+
+
+def _logistic_data(factors, n=3000, n_clients=10, seed=3):
+    rng = np.random.default_rng(seed)
+    Z = np.column_stack([rng.standard_normal(n), rng.random(n) < 0.5, rng.gamma(2.0, 1.0, n)])
+    eta = -0.5 + Z @ np.array([0.8, 1.0, -0.4])
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+    X = np.column_stack([np.ones(n), Z * np.asarray(factors)])
+    return _federate(X, y, n_clients)
+
+
+@pytest.mark.parametrize("method", [FedSGD, FedIRLS])
+def test_fit_on_columns_scaled_by_1e12_and_1e_12(method):
+    factors = np.array([1e12, 1e-12, 1e12])
+    data = _logistic_data(factors)
+    base = _logistic_data(np.ones(3))
+    mle = PooledMLE(family="logistic").fit(base).coef_
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exact = method(family="logistic", mu=math.inf, scaling="private", random_state=0).fit(data)
+        private = [method(family="logistic", mu=2.0, scaling="private", random_state=s).fit(data) for s in range(3)]
+    back = lambda est: est.coef_ * np.r_[1.0, factors]  # noqa: E731 -- coefficients on the unscaled columns
+    np.testing.assert_allclose(back(exact), mle, rtol=1e-3, atol=1e-3)
+    # at mu = 2 (N = 3000 over 10 sites) within a fraction of a unit of the MLE on the unscaled columns
+    err = np.median([np.max(np.abs(back(e) - mle)) for e in private])
+    assert err < 0.5, err
