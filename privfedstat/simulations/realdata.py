@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..data.federated import FederatedData
 from ..estimators import FedAvg, FedHybrid, FedNewton, FedSGD
+from ..privacy.clipping import AutoClip
 from ..estimators.fednewton import MAX_HESSIAN_GB
 from ..estimators.scoring import auc
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
@@ -58,16 +59,20 @@ def client_split(n: int, n_clients: int, min_size: int, rng: np.random.Generator
 def _estimators(family, mu_list, step_size, seed, newton: bool):
     from ..estimators import LocalFit, PooledMLE, Scaffold
 
+    # the paper's settings, explicit (the estimators' defaults are "auto")
     common = {"family": family, "step_size": step_size, "random_state": seed}
+    fedavg = {"n_rounds": 2, "n_local_steps": 50}
+    scaffold = {"n_rounds": 10, "n_local_steps": 10}
     for mu in mu_list:
-        yield "FedSGD", mu, FedSGD(mu=mu, **common)
-        yield "FedAvg", mu, FedAvg(mu=mu, **common)
-        yield "FedHybrid", mu, FedHybrid(mu=mu, **common)
+        private = {**common, "mu": mu, "clip": AutoClip()}
+        yield "FedSGD", mu, FedSGD(**private, n_iter=50)
+        yield "FedAvg", mu, FedAvg(**private, **fedavg)
+        yield "FedHybrid", mu, FedHybrid(**private, n_local_steps=30, n_server_iter=20)
         if newton:
-            yield "FedNewton", mu, FedNewton(mu=mu, **common)
-        yield "DP-SCAFFOLD", mu, Scaffold(mu=mu, **common)
-    yield "NP-SCAFFOLD", INF, Scaffold(mu=INF, clip=INF, **common)
-    yield "NP-FedAvg", INF, FedAvg(mu=INF, clip=INF, **common)
+            yield "FedNewton", mu, FedNewton(**private, n_rounds=1, n_local_steps=50)
+        yield "DP-SCAFFOLD", mu, Scaffold(**private, **scaffold)
+    yield "NP-SCAFFOLD", INF, Scaffold(mu=INF, clip=INF, **common, **scaffold)
+    yield "NP-FedAvg", INF, FedAvg(mu=INF, clip=INF, **common, **fedavg)
     yield "NP-LocalFit", INF, LocalFit(family=family, alpha=RIDGE)
     yield "NP-Pooled", INF, PooledMLE(family=family, alpha=RIDGE)
 
