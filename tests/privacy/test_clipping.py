@@ -66,9 +66,6 @@ class TestAutoClipGrid:
         np.testing.assert_allclose(ratios, (upper / lower) ** (1 / (n - 1)), rtol=1e-10)
         np.testing.assert_allclose(np.log(g), np.linspace(np.log(lower), np.log(upper), n), rtol=0, atol=1e-12)
 
-    def test_grid_is_data_independent(self):
-        np.testing.assert_array_equal(AutoClip().grid, AutoClip().grid)
-
 
 # --------------------------------------------------------------------------- private_grid_quantile
 class CountingCounter:
