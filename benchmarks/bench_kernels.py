@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
 HEADING = "## Kernels (benchmarks/bench_kernels.py)"
 CLIP = 1.0
+NO_OFFSET = np.empty(0)  # the kernels' "no offset of the linear predictor"
 SEED = 20240601
 
 CASES = [
@@ -219,7 +220,7 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
     T = DEFAULT_THREADS
 
     def k_nb():
-        glm_nb.glm_clipped_mean_grad(X, y, row_norm, offsets, theta, CLIP, fam.code, fam.param, out)
+        glm_nb.glm_clipped_mean_grad(X, y, NO_OFFSET, row_norm, offsets, theta, CLIP, fam.code, fam.param, out)
 
     def k_ref():
         reference.clipped_mean_grad(X, y, offsets, theta, CLIP, fam)
@@ -246,7 +247,7 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
         out_c = np.empty((m, d))
 
         def k_cols():
-            glm_nb.glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, CLIP, fam.code, fam.param, out_c)
+            glm_nb.glm_clipped_mean_grad_cols(Xt, y, NO_OFFSET, row_norm, offsets, theta, CLIP, fam.code, fam.param, out_c)
 
         for n in sorted({1, T}):
             numba.set_num_threads(n)
@@ -289,7 +290,7 @@ def bench_case(label, N, d, m, repeats, hessian, rng):
         hout = np.empty((m, d, d))
 
         def h_nb():
-            glm_nb.glm_client_hessian(X, y, row_norm, offsets, theta, CLIP, fam.code, fam.param, hout)
+            glm_nb.glm_client_hessian(X, y, NO_OFFSET, row_norm, offsets, theta, CLIP, fam.code, fam.param, hout)
 
         for n in sorted({1, T}):
             numba.set_num_threads(n)

@@ -47,6 +47,8 @@ class Design:
         Responses (class codes 0..K-1 for a multinomial fit).
     clients : ndarray of shape (n_samples,)
         Client label of each kept row.
+    rows : ndarray of shape (n_samples,)
+        Positions of the kept rows in the data (all rows unless ``na_action="drop"`` dropped some).
     names : list of str
         Design column names.
     response : str
@@ -65,6 +67,7 @@ class Design:
     X: np.ndarray
     y: np.ndarray
     clients: np.ndarray
+    rows: np.ndarray
     names: list[str]
     response: str
     levels: dict[str, list]
@@ -144,6 +147,7 @@ def build_design(
         X=np.asarray(X_frame, dtype=np.float64),
         y=np.asarray(y_frame, dtype=np.float64).ravel(),
         clients=data[client].to_numpy()[X_frame.index.to_numpy()],
+        rows=X_frame.index.to_numpy(),
         names=list(X_frame.columns),
         response=response,
         levels=found,

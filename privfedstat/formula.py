@@ -7,11 +7,13 @@ import math
 import warnings
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
 from ._formula_design import build_design
 from ._validation import check_mu
 from .data.federated import FederatedData
+from .estimators._offset import combine_offset
 from .estimators.base import FederatedEstimator
 from .estimators.registry import REGISTRY, get_method
 from .estimators.scaling import PrivateStandardize
@@ -40,6 +42,8 @@ def glm(
     scaling="private",
     levels: Mapping[str, list] | None = None,
     na_action: str = "raise",
+    offset=None,
+    exposure=None,
     budget=None,
     random_state=None,
     **params,
@@ -88,6 +92,19 @@ def glm(
         warns with ``PrivacyLeakWarning`` and records the leak in ``privacy_`` (``is_private`` is
         then False). To stay private, impute missing values beforehand or drop incomplete rows
         before the data are assigned to clients.
+    offset : str or array-like of shape (len(data),), optional
+        Offset ``o`` of the linear predictor, ``x^T theta + o`` (coefficient fixed at 1), as in R's
+        and statsmodels' ``offset``: a column of ``data`` or one value per row of ``data``. Every
+        family but multinomial.
+    exposure : str or array-like of shape (len(data),), optional
+        Exposure ``E > 0`` (a column or one value per row), entering as ``log(E)`` (added to any
+        ``offset``): a Poisson model of the rate ``E[y] / E = exp(x^T theta)`` (the log link only,
+        as in statsmodels). Offsets and
+        exposures are private per-row values like the covariates; they move only the residuals,
+        so the clipping bounds and sensitivities are unchanged. They must be finite (exposure
+        > 0) on the rows fitted (a missing value raises, also with ``na_action="drop"``).
+        ``predict(df)`` and ``score(df)`` read the same columns from the new rows; a fit given
+        arrays needs ``predict(df, offset=..., exposure=...)``.
     budget : PrivacyBudget, optional
         A privacy budget shared across fits, passed to ``fit(data, budget=budget)``: the fit is
         refused before any noise is drawn if it would exceed what is left.
@@ -165,15 +182,37 @@ def glm(
             stacklevel=2,
         )
     fit_kwargs = {} if budget is None else {"budget": budget}
-    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients), **fit_kwargs)
+    o = combine_offset(*(_per_row(data, v, name)[design.rows] if v is not None else None
+                         for name, v in (("offset", offset), ("exposure", exposure))), design.rows.size,
+                       getattr(family, "name", family))
+    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o), **fit_kwargs)
     if leaky_drop:
         est.privacy_.add_leak(NA_DROP_LEAK)
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
     est.levels_ = design.levels
     est.model_spec_ = design.spec
+    named = {k: v for k, v in (("offset", offset), ("exposure", exposure)) if v is not None}
+    est.offset_columns_ = named if named and all(isinstance(v, str) for v in named.values()) else None
     return est
 
+
+def _per_row(data: pd.DataFrame, value, name: str) -> np.ndarray:
+    """glm()'s ``offset`` / ``exposure``: a numeric column of ``data`` or one value per row, as float64."""
+    if isinstance(value, str):
+        if value not in data.columns:
+            raise ValueError(f"{name} column {value!r} is not in the data; columns are {list(data.columns)}.")
+        if not pd.api.types.is_numeric_dtype(data[value]) or pd.api.types.is_bool_dtype(data[value]):
+            raise TypeError(f"{name} column {value!r} must be numeric, got dtype {data[value].dtype}.")
+        return data[value].to_numpy(dtype=np.float64, na_value=np.nan)
+    try:
+        values = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a column name or numbers, one per row of data.") from None
+    if values.shape != (len(data),):
+        raise ValueError(f"{name} must be a column name or one value per row of data ({len(data)}), "
+                         f"got shape {values.shape}.")
+    return values
 
 def _family(name: str, params: dict):
     from .families import get_family

@@ -20,7 +20,7 @@ from ..families import Family, get_family
 __all__ = ["as_federated_data", "class_labels", "sklearn_tags"]
 
 
-def as_federated_data(X, y=None, clients=None) -> FederatedData:
+def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
     """The :class:`FederatedData` that ``fit(X, y, clients=...)`` or ``fit(data)`` describes.
 
     Parameters
@@ -30,10 +30,13 @@ def as_federated_data(X, y=None, clients=None) -> FederatedData:
         Responses; only with an array ``X``.
     clients : array-like of shape (n_samples,), optional
         Client label of each row; only with an array ``X``. Clients are ordered by sorted label.
+    offset : array-like of shape (n_samples,), optional
+        Offset of each row's linear predictor; only with an array ``X`` (a FederatedData holds its own).
     """
     if isinstance(X, FederatedData):
-        if y is not None or clients is not None:
-            raise TypeError("a FederatedData already holds y and the clients; call fit(data) without y or clients.")
+        if y is not None or clients is not None or offset is not None:
+            raise TypeError("a FederatedData already holds y, the clients and any offset; call fit(data) without "
+                            "y, clients or offset (build it with FederatedData.from_pooled(..., offset=...)).")
         return X
     if clients is None:
         raise TypeError(
@@ -43,7 +46,7 @@ def as_federated_data(X, y=None, clients=None) -> FederatedData:
         )
     if y is None:
         raise TypeError("fit(X, y, clients=labels) needs y, the response of every row.")
-    return FederatedData.from_pooled(X, y, clients=clients)
+    return FederatedData.from_pooled(X, y, clients=clients, offset=offset)
 
 
 def class_labels(family: Family) -> np.ndarray | None:

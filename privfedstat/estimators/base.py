@@ -21,12 +21,13 @@ from ..data.federated import FederatedData
 from ..exceptions import NotFittedError, PrivacyLeakWarning
 from ..families import Family, get_family
 from ..federation.channel import Channel
-from ..federation.oracle import ClientOracle, make_oracle
+from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
 from ..privacy.budget import PrivacyBudget, reserve
 from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
+from ._offset import prediction_offset
 from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .._formula_design import apply_design
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
@@ -159,7 +160,7 @@ class FederatedEstimator:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, *, clients=None, budget: PrivacyBudget | None = None) -> FederatedEstimator:
+    def fit(self, X, y=None, *, clients=None, offset=None, budget: PrivacyBudget | None = None) -> FederatedEstimator:
         """Run the federated protocol on the clients' data and store the results.
 
         Parameters
@@ -175,6 +176,11 @@ class FederatedEstimator:
             cross-validation keep clients whole with a group-aware splitter
             (``GroupKFold``, ``groups=clients``) and pass ``params={"clients": clients}``; see
             :mod:`privfedstat.estimators._sklearn` for what such tools spend.
+        offset : array-like of shape (n_samples,), optional
+            Offset ``o_j`` of each row's linear predictor, ``x_j^T theta + o_j``, with an array
+            ``X`` (e.g. ``np.log(exposure)`` for Poisson rates); a FederatedData carries its own.
+            It changes residuals only, so clipping and sensitivities are unchanged. ``predict``
+            and ``score`` then need the new rows' offset.
         budget : PrivacyBudget, optional
             A budget across fits: this fit's ``mu`` is charged to it before any noise is drawn,
             and the fit is refused (:class:`~privfedstat.BudgetExceededError`) if it would exceed
@@ -184,7 +190,7 @@ class FederatedEstimator:
         -------
         self
         """
-        data, family = self._check_data(X, y, clients)
+        data, family = self._check_data(X, y, clients, offset)
         mu = check_mu(self.mu)
         self._validate_params(mu)
         secure = check_secure_mode(self.secure_mode, self.random_state)
@@ -220,14 +226,16 @@ class FederatedEstimator:
         self.n_features_in_ = data.n_features
         self.n_clients_ = data.n_clients
         self.n_samples_ = data.n_samples
+        self.has_offset_ = data.offset is not None
         self.mu_ = mu
         return self
 
-    def _check_data(self, X, y=None, clients=None) -> tuple[FederatedData, Family]:
+    def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
         """The FederatedData given to ``fit`` (see :func:`as_federated_data`), checked against the family."""
-        data = as_federated_data(X, y, clients)
+        data = as_federated_data(X, y, clients, offset)
         family = get_family(self.family)
         family.check_y(data.y)
+        check_offset_family(data, family)
         return data, family
 
     def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
@@ -413,7 +421,13 @@ class FederatedEstimator:
             raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
         return X
 
-    def predict(self, X) -> np.ndarray:
+    def _linear_predictor(self, X, coef: np.ndarray, offset=None, exposure=None, rows=None) -> np.ndarray:
+        """``X coef + o`` for new rows (``rows``: ``X`` already checked), with the offset of :func:`prediction_offset`."""
+        A = self._check_X(X) if rows is None else rows
+        o = prediction_offset(self, X, A.shape[0], offset, exposure)
+        return A @ coef if o is None else A @ coef + o
+
+    def predict(self, X, *, offset=None, exposure=None) -> np.ndarray:
         """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData).
 
         A ``glm()`` fit also takes a DataFrame: its rows go through the fit's formula
@@ -421,16 +435,20 @@ class FederatedEstimator:
 
         For classifiers this is the probability of class 1 (logistic; shape (n,)) or of every
         class (multinomial; shape (n, K)), as in statsmodels, not a class label.
+
+        A model fitted with an offset predicts at ``x^T coef + o`` with the new rows' ``offset``
+        and/or ``exposure`` (``o = offset + log(exposure)``), or a FederatedData's own offset, or
+        (``glm()`` fits with offset columns) the same columns of a DataFrame; without any it raises.
         """
         self._check_fitted()
-        return self.family_.mean(self._check_X(X) @ self.coef_)
+        return self.family_.mean(self._linear_predictor(X, self.coef_, offset, exposure))
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
         """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
         self._check_fitted()
         if class_labels(self.family_) is None:
             raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
-        p = self.predict(X)
+        p = self.predict(X, offset=offset, exposure=exposure)
         return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
 
     @property
@@ -442,7 +460,7 @@ class FederatedEstimator:
             raise AttributeError(f"classes_ is defined for classifiers (logistic, multinomial), not {self.family_.name}.")
         return classes
 
-    def score(self, X, y=None, *, metric: str | None = None) -> float:
+    def score(self, X, y=None, *, metric: str | None = None, offset=None, exposure=None) -> float:
         """Score on held-out data: ``"auc"`` (binary), ``"accuracy"`` (classifiers) or ``"deviance"``.
 
         Parameters
@@ -456,8 +474,11 @@ class FederatedEstimator:
             logistic, accuracy for multinomial, minus the mean deviance otherwise, so that greater
             is better (as scikit-learn's model selection assumes); see
             :func:`privfedstat.estimators.scoring.score`.
+        offset, exposure : array-like of shape (n_samples,), optional
+            The rows' offset of the linear predictor, as in :meth:`predict`.
         """
         self._check_fitted()
+        source = X
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             if y is not None:
                 raise TypeError("the formula gives the response from the DataFrame; call score(df) without y.")
@@ -473,7 +494,8 @@ class FederatedEstimator:
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},) (one response per row of X), got {y.shape}.")
         self.family_.check_y(y)
-        return scoring.score(self.family_, X @ self.coef_, y, metric)
+        return scoring.score(self.family_, self._linear_predictor(source, self.coef_, offset, exposure, rows=X), y,
+                             metric)
 
     def __sklearn_tags__(self):
         return sklearn_tags(self)

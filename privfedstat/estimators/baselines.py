@@ -39,11 +39,11 @@ class _NonPrivateBaseline(FederatedEstimator):
         if not (math.isfinite(float(self.alpha)) and self.alpha >= 0):
             raise ValueError(f"alpha must be a finite number >= 0 (ridge penalty), got {self.alpha}.")
 
-    def fit(self, X, y=None, *, clients=None, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
-        """Fit on a :class:`~privfedstat.FederatedData`, or on ``X, y, clients=labels`` (see
+    def fit(self, X, y=None, *, clients=None, offset=None, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
+        """Fit on a :class:`~privfedstat.FederatedData`, or on ``X, y, clients=labels`` (and ``offset=``; see
         :meth:`FederatedEstimator.fit`); returns ``self``. A finite ``budget`` is refused (the
         fit is not private); an infinite one records the fit."""
-        data, family = self._check_data(X, y, clients)
+        data, family = self._check_data(X, y, clients, offset)
         self._validate_params()
         ledger = PrivacyLedger(data.n_clients)
         charge = reserve(budget, ledger, mu=math.inf, method=self.method)
@@ -62,6 +62,7 @@ class _NonPrivateBaseline(FederatedEstimator):
         self.n_features_in_ = data.n_features
         self.n_clients_ = data.n_clients
         self.n_samples_ = data.n_samples
+        self.has_offset_ = data.offset is not None
         self.mu_ = math.inf
         return self
 
@@ -135,9 +136,9 @@ class PooledMLE(_NonPrivateBaseline):
         communication = Communication(1, int(floats.max()), int(floats.sum()))
         alpha = float(self.alpha)
         theta, path, ok = newton_fit(data.X, data.y, family, alpha=alpha, tol=self.tol, max_iter=self.max_iter,
-                                     where="PooledMLE")
+                                     where="PooledMLE", offset=data.offset)
         self.converged_ = ok
-        _warn(ok, separated(family, data.X, data.y, theta, n_outputs(family)) if alpha == 0 else 0,
+        _warn(ok, separated(family, data.X, data.y, theta, n_outputs(family), data.offset) if alpha == 0 else 0,
               "PooledMLE", self.max_iter)
         return theta, path, len(path) - 1, communication
 
@@ -209,13 +210,14 @@ class LocalFit(_NonPrivateBaseline):
         alpha = float(self.alpha)
         fits, paths, ok, flagged = [], [], [], []
         for i in range(data.n_clients):
-            Xi, yi = data.client(i)
+            Xi, yi, *oi = data.client(i)  # (X_i, y_i) or, with an offset, (X_i, y_i, offset_i)
+            oi = oi[0] if oi else None
             theta, path, conv = newton_fit(Xi, yi, family, alpha=alpha, tol=self.tol, max_iter=self.max_iter,
-                                           where=f"LocalFit (client {i})")
+                                           where=f"LocalFit (client {i})", offset=oi)
             fits.append(theta)
             paths.append(path)
             ok.append(conv)
-            flagged.append(alpha == 0 and separated(family, Xi, yi, theta, q) > 0)
+            flagged.append(alpha == 0 and separated(family, Xi, yi, theta, q, oi) > 0)
         self.converged_ = np.array(ok)
         T = max(len(p) for p in paths)
         stacked = np.stack([np.stack(p + [p[-1]] * (T - len(p))) for p in paths])  # (m, T, p)
@@ -235,16 +237,17 @@ class LocalFit(_NonPrivateBaseline):
             )
         return history[-1], list(history), T - 1, Communication(0, 0, 0)  # history[-1] = w @ local
 
-    def predict(self, X, client: int | None = None) -> np.ndarray:
-        """Mean response for rows of ``X`` with client ``client``'s model, or ``coef_`` if None."""
+    def predict(self, X, client: int | None = None, *, offset=None, exposure=None) -> np.ndarray:
+        """Mean response for rows of ``X`` with client ``client``'s model, or ``coef_`` if None
+        (``offset`` / ``exposure`` as in :meth:`FederatedEstimator.predict`)."""
         if client is None:
-            return super().predict(X)
+            return super().predict(X, offset=offset, exposure=exposure)
         self._check_fitted()
         if isinstance(client, bool) or not isinstance(client, (int, np.integer)):
             raise TypeError(f"client must be an integer client index, got {client!r}.")
         if not -self.n_clients_ <= client < self.n_clients_:
             raise IndexError(f"client {client} out of range for {self.n_clients_} clients.")
-        return self.family_.mean(self._check_X(X) @ self.local_coefs_[client])
+        return self.family_.mean(self._linear_predictor(X, self.local_coefs_[client], offset, exposure))
 
 
 def _warn(converged: bool, n_separated: int, where: str, max_iter: int) -> None:

@@ -26,16 +26,21 @@ def n_outputs(family: Family) -> int:
     return int(getattr(family, "n_outputs", 1))
 
 
-def _objective(family: Family, X, y, theta, alpha, q) -> float:
+def _eta(X, theta, q, offset) -> np.ndarray:
+    """Linear predictor(s) ``X theta + o`` ((n,) for q = 1; (n, q) otherwise, where there is no offset)."""
     Z = X @ (theta if q == 1 else theta.reshape(X.shape[1], q))
-    return float(np.mean(family.loss(y, Z)) + 0.5 * alpha * (theta @ theta))
+    return Z if offset is None else Z + offset
 
 
-def _grad_hess(family: Family, X, y, theta, alpha, q) -> tuple[np.ndarray, np.ndarray]:
+def _objective(family: Family, X, y, theta, alpha, q, offset) -> float:
+    return float(np.mean(family.loss(y, _eta(X, theta, q, offset))) + 0.5 * alpha * (theta @ theta))
+
+
+def _grad_hess(family: Family, X, y, theta, alpha, q, offset) -> tuple[np.ndarray, np.ndarray]:
     """Gradient and Hessian of ``mean loss + alpha/2 ||theta||^2`` (theta flattened in C order)."""
     n, d = X.shape
     if q == 1:
-        z = X @ theta
+        z = _eta(X, theta, q, offset)
         g = X.T @ family.deriv(y, z) / n
         H = (X.T * (family.deriv2(y, z) / n)) @ X
     else:  # parameter matrix (d, q): gradient X^T R, Hessian sum_s C_s kron x_s x_s^T
@@ -78,8 +83,9 @@ def _newton_direction(H: np.ndarray, g: np.ndarray, design_scale) -> np.ndarray:
 
 
 def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0.0, tol: float = 1e-10,
-               max_iter: int = 100, where: str = "the fit") -> tuple[np.ndarray, list[np.ndarray], bool]:
-    """Minimise ``mean_j ell(y_j, x_j^T theta) + alpha/2 ||theta||^2`` by damped Newton-Raphson.
+               max_iter: int = 100, where: str = "the fit",
+               offset: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    """Minimise ``mean_j ell(y_j, x_j^T theta + o_j) + alpha/2 ||theta||^2`` by damped Newton-Raphson.
 
     Starts at 0 (Huber: at the least-squares fit, where Newton on the piecewise-quadratic loss
     needs only a few steps, rather than at 0, where every residual may lie beyond the threshold
@@ -100,6 +106,8 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
     max_iter : int, default 100
     where : str
         Names the fit in error messages.
+    offset : ndarray of shape (n,), optional
+        Offsets ``o_j`` of the linear predictor (scalar-response families); None for none.
 
     Returns
     -------
@@ -119,9 +127,9 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
     theta = np.zeros(d * q)
     if family.name == "huber":
         theta = np.linalg.lstsq(np.vstack([X, math.sqrt(n * alpha) * np.eye(d)]),
-                                np.concatenate([y, np.zeros(d)]), rcond=None)[0]
+                                np.concatenate([y if offset is None else y - offset, np.zeros(d)]), rcond=None)[0]
     path = [theta]
-    f = _objective(family, X, y, theta, alpha, q)
+    f = _objective(family, X, y, theta, alpha, q, offset)
     cache: list[float] = []
 
     def design_scale() -> float:
@@ -130,7 +138,7 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
         return cache[0]
 
     for _ in range(max_iter):
-        g, H = _grad_hess(family, X, y, theta, alpha, q)
+        g, H = _grad_hess(family, X, y, theta, alpha, q, offset)
         if not (np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
             raise DivergenceError(f"Newton-Raphson diverged in {where}: non-finite gradient or Hessian. "
                                   "Standardise the covariates or set alpha > 0.")
@@ -139,7 +147,7 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
         t = 1.0
         for _ in range(MAX_HALVINGS):
             cand = theta - t * step
-            fc = _objective(family, X, y, cand, alpha, q)
+            fc = _objective(family, X, y, cand, alpha, q, offset)
             if math.isfinite(fc) and fc <= f + slack:
                 break
             t *= 0.5
@@ -154,10 +162,10 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
     return theta, path, False
 
 
-def separated(family: Family, X, y, theta, q) -> int:
+def separated(family: Family, X, y, theta, q, offset=None) -> int:
     """Number of observations with fitted probabilities numerically 0 or 1 (binary / multinomial)."""
     if family.name not in ("logistic", "multinomial"):
         return 0
-    P = family.mean(X @ (theta if q == 1 else theta.reshape(X.shape[1], q)))
+    P = family.mean(_eta(X, theta, q, offset))
     P = P if P.ndim == 2 else np.column_stack([1.0 - P, P])
     return int(np.sum(P.max(axis=1) > 1.0 - 1e-10))

@@ -226,7 +226,7 @@ class Scaler:
         np.clip(X, -MAX_SCALED, MAX_SCALED, out=X)
         if self.intercept is not None:
             X[:, self.intercept] = 1.0
-        return FederatedData(X, data.y, data.offsets)
+        return FederatedData(X, data.y, data.offsets, data.offset)  # the offset is not a covariate: unscaled
 
     def coef_to_original(self, theta: np.ndarray) -> np.ndarray:
         """Map coefficients of shape (d,) or (d, q) fitted on scaled columns to the original scale."""

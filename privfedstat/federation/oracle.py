@@ -15,7 +15,7 @@ from ..data.federated import FederatedData, row_norm_bounds
 from ..families.base import Family
 from ..kernels import glm_nb, multinomial_nb
 
-__all__ = ["ClientOracle", "GLMOracle", "MultinomialOracle", "make_oracle"]
+__all__ = ["ClientOracle", "GLMOracle", "MultinomialOracle", "check_offset_family", "make_oracle"]
 
 
 class ClientOracle(Protocol):
@@ -86,6 +86,7 @@ class GLMOracle(_ConcatenatedOracle):
     Parameters
     ----------
     data : FederatedData
+        With an ``offset``, the linear predictor is ``x^T theta + o`` in every method.
     family : Family
         A scalar-response family (logistic, poisson, gaussian, huber).
     """
@@ -97,21 +98,21 @@ class GLMOracle(_ConcatenatedOracle):
             kernel, X = glm_nb.glm_clipped_mean_grad_cols, d.columns
         else:
             kernel, X = glm_nb.glm_clipped_mean_grad, d.X
-        kernel(X, d.y, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes), self.family.code,
+        kernel(X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes), self.family.code,
                self.family.param, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
         out = np.empty(self.n_clients)
         d = self.data
-        glm_nb.glm_client_loss(d.X, d.y, d.offsets, self._theta2d(theta), self.family.code, self.family.param, out)
+        glm_nb.glm_client_loss(d.X, d.y, d.eta_offset, d.offsets, self._theta2d(theta), self.family.code, self.family.param, out)
         return out
 
     def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
         out = np.empty((self.n_clients, self.n_features, self.n_features))
         d = self.data
         glm_nb.glm_client_hessian(
-            d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), _bound(hessian_clip, "hessian_clip", self.sizes),
+            d.X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(hessian_clip, "hessian_clip", self.sizes),
             self.family.code, self.family.param, out,
         )
         return out
@@ -120,6 +121,8 @@ class GLMOracle(_ConcatenatedOracle):
         d = self.data
         with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
             z = d.X @ np.asarray(theta, dtype=np.float64)
+            if d.offset is not None:
+                z = z + d.offset
             if which == "gradient":
                 return _times_norm(np.abs(self.family.deriv(d.y, z)), d.row_norms)
             if which == "hessian":
@@ -128,7 +131,15 @@ class GLMOracle(_ConcatenatedOracle):
 
 
 class MultinomialOracle(_ConcatenatedOracle):
-    """Client oracle for multinomial logistic regression (parameter Theta (d, K-1), flattened)."""
+    """Client oracle for multinomial logistic regression (parameter Theta (d, K-1), flattened).
+
+    Data with an ``offset`` are refused: one scalar offset per row does not say which of the K - 1
+    linear predictors it enters (statsmodels' ``MNLogit`` has no offset either).
+    """
+
+    def __init__(self, data: FederatedData, family: Family) -> None:
+        check_offset_family(data, family)
+        super().__init__(data, family)
 
     def clipped_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
         out = np.empty((self.n_clients, self.n_params))
@@ -162,6 +173,13 @@ class MultinomialOracle(_ConcatenatedOracle):
             curvature_norms = row_norm_bounds(self.family.curvature(Z).reshape(d.n_samples, -1))
             return _times_norm(_times_norm(curvature_norms, d.row_norms), d.row_norms)
         raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+
+
+def check_offset_family(data: FederatedData, family: Family) -> None:
+    """Refuse an offset with the multinomial family (a row's scalar offset would have to be given per class)."""
+    if data.offset is not None and family.n_outputs > 1:
+        raise ValueError("the multinomial family takes no offset (a row's offset would have to be given per class); "
+                         "fit without offset= / exposure=, or with a scalar-response family.")
 
 
 def _times_norm(factor: np.ndarray, norms: np.ndarray) -> np.ndarray:

@@ -3,6 +3,10 @@
 Data layout: the clients' rows are stored concatenated in ``X`` (N, d) and ``y`` (N,), client
 ``c`` owning rows ``offsets[c]:offsets[c + 1]``. ``theta`` is either one row (1, d), shared by all
 clients, or one row per client (n_clients, d). Outputs are preallocated by the caller.
+``eta_off`` is the per-row offset ``o_j`` of the linear predictor, ``z_j = x_j^T theta + o_j``
+(a covariate with coefficient fixed at 1, e.g. ``log(exposure)``), shape (N,), or an empty
+array for no offset: the kernels then skip the addition (one loop-invariant test), so the
+no-offset path does no extra work.
 
 The family is selected by an integer code (see ``privfedstat.families``) and one float parameter;
 the per-sample branch on the code is outside the feature loops, which stay vectorisable. Clipping
@@ -28,7 +32,9 @@ also after rounding, because
   tiny row with a large ``B``, would give ``inf * 0 = NaN``); only the limit ever multiplies a
   row, never a rounded subnormal product. A subnormal limit (``||x|| > 4.5e307 B``) carries
   fewer significant bits, so such a row's contribution is less accurate, never larger;
-* an infinite residual (``x^T theta`` or ``z - y`` overflowing) is clipped like a large one: it
+* the offset enters only the residual ``ell'(y, z)`` (and ``ell''``), never the row ``x``, so the
+  bounds above hold for every finite offset; ``x^T theta + o`` overflowing is an infinite residual;
+* an infinite residual (``x^T theta``, ``x^T theta + o`` or ``z - y`` overflowing) is clipped like a large one: it
   contributes ``L x`` with its sign, the limit of large residuals;
 * a NaN residual (``x^T theta = inf - inf`` where products overflow; with FMA contraction and
   reassociation the same row may instead give +-inf, equally bounded) contributes 0. NaN must
@@ -180,10 +186,11 @@ def _dot(x, t):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out):
+def glm_clipped_mean_grad(X, y, eta_off, row_norm, offsets, theta, clip, code, param, out):
     """Per-client mean of per-sample gradients, each clipped to L2 norm ``clip``.
 
-    ``out[c] = (1/n_c) sum_{j in c} ell'(y_j, z_j) x_j * min(1, clip / (|ell'(y_j, z_j)| ||x_j||))``,
+    ``out[c] = (1/n_c) sum_{j in c} ell'(y_j, z_j) x_j * min(1, clip / (|ell'(y_j, z_j)| ||x_j||))``
+    with ``z_j = x_j^T theta_c + o_j`` (``o = eta_off``, or 0 where it is empty),
     with ``clip`` applied as ``clip * CLIP_SAFETY`` and the treatment of non-finite residuals of
     the module docstring, so every term has norm ``<= clip`` for every finite input.
     ``row_norm[j] >= ||x_j||`` is required. Rows are processed in blocks of ``_BLOCK``: linear
@@ -193,6 +200,7 @@ def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    has_off = eta_off.shape[0] > 0
     bound, cap, nan_fill = _clip_constants(clip)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
@@ -204,6 +212,9 @@ def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out
             nb = min(_BLOCK, hi - b0)
             for j in range(nb):
                 zb[j] = _dot(X[b0 + j], t)
+            if has_off:
+                for j in range(nb):
+                    zb[j] += eta_off[b0 + j]
             for j in range(nb):
                 r = _deriv(code, param, y[b0 + j], zb[j])
                 zb[j] = _clip_scalar(r, _limit(bound, row_norm[b0 + j], cap), nan_fill)
@@ -225,7 +236,7 @@ def glm_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, code, param, out
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, param, out):
+def glm_clipped_mean_grad_cols(Xt, y, eta_off, row_norm, offsets, theta, clip, code, param, out):
     """Column-major twin of :func:`glm_clipped_mean_grad` for small d (``Xt`` is X transposed, (d, N)).
 
     Every loop runs along rows of a block, contiguous in memory, so the linear predictors, the
@@ -234,6 +245,7 @@ def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, para
     m = offsets.shape[0] - 1
     d = Xt.shape[0]
     shared = theta.shape[0] == 1
+    has_off = eta_off.shape[0] > 0
     bound, cap, nan_fill = _clip_constants(clip)
     for c in prange(m):
         t = theta[0] if shared else theta[c]
@@ -250,6 +262,10 @@ def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, para
                 tk = t[k]
                 for j in range(nb):
                     z[j] += xk[j] * tk
+            if has_off:
+                ob = eta_off[b0:b0 + nb]
+                for j in range(nb):
+                    z[j] += ob[j]
             yb = y[b0:b0 + nb]
             rn = row_norm[b0:b0 + nb]
             for j in range(nb):
@@ -267,24 +283,28 @@ def glm_clipped_mean_grad_cols(Xt, y, row_norm, offsets, theta, clip, code, para
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def glm_client_loss(X, y, offsets, theta, code, param, out):
-    """Per-client mean loss ``out[c] = (1/n_c) sum_{j in c} ell(y_j, x_j^T theta_c)``."""
+def glm_client_loss(X, y, eta_off, offsets, theta, code, param, out):
+    """Per-client mean loss ``out[c] = (1/n_c) sum_{j in c} ell(y_j, x_j^T theta_c + o_j)`` (``o_j = 0`` without ``eta_off``)."""
     m = offsets.shape[0] - 1
     shared = theta.shape[0] == 1
+    has_off = eta_off.shape[0] > 0
     for c in prange(m):
         t = theta[0] if shared else theta[c]
         s = 0.0
         for j in range(offsets[c], offsets[c + 1]):
-            s += _loss(code, param, y[j], _dot(X[j], t))
+            z = _dot(X[j], t)
+            if has_off:
+                z += eta_off[j]
+            s += _loss(code, param, y[j], z)
         out[c] = s / (offsets[c + 1] - offsets[c])
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def glm_client_hessian(X, y, row_norm, offsets, theta, hclip, code, param, out):
+def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, param, out):
     """Per-client mean Hessian with per-sample contributions clipped in norm.
 
     ``out[c] = (1/n_c) sum_j w_j x_j x_j^T`` with ``w_j = ell''(y_j, z_j) min(1, hclip / (ell'' ||x_j||^2))``,
-    so each contribution has spectral (= Frobenius, rank one) norm at most ``hclip``. It is
+    ``z_j = x_j^T theta_c + o_j``, so each contribution has spectral (= Frobenius, rank one) norm at most ``hclip``. It is
     accumulated as ``v_j v_j^T`` with ``v_j = g_j x_j`` and ``g_j = min(sqrt(ell''), L_j)``,
     ``L_j = sqrt(hclip kappa) / ||x_j||`` (:func:`_limit`): ``||x||^2`` is never formed, so rows
     with ``||x|| > 1e154`` are clipped correctly, and ``|v_a v_b| <= hclip`` cannot overflow. A
@@ -293,6 +313,7 @@ def glm_client_hessian(X, y, row_norm, offsets, theta, hclip, code, param, out):
     m = offsets.shape[0] - 1
     d = X.shape[1]
     shared = theta.shape[0] == 1
+    has_off = eta_off.shape[0] > 0
     bound, cap, nan_fill = _clip_constants(hclip)
     sqrt_bound = math.sqrt(bound)
     for c in prange(m):
@@ -302,8 +323,10 @@ def glm_client_hessian(X, y, row_norm, offsets, theta, hclip, code, param, out):
         v = np.empty(d)
         for j in range(offsets[c], offsets[c + 1]):
             xj = X[j]
-            g = _clip_scalar(math.sqrt(_deriv2(code, param, y[j], _dot(xj, t))), _limit(sqrt_bound, row_norm[j], cap),
-                             nan_fill)
+            z = _dot(xj, t)
+            if has_off:
+                z += eta_off[j]
+            g = _clip_scalar(math.sqrt(_deriv2(code, param, y[j], z)), _limit(sqrt_bound, row_norm[j], cap), nan_fill)
             for a in range(d):
                 v[a] = g * xj[a]
             for a in range(d):

@@ -10,6 +10,8 @@ The clipping rule is the kernels' (:mod:`privfedstat.kernels.glm_nb`): clip to
 or curvature is NaN contributes 0 (NaN propagates when ``bound = inf``); multinomial linear
 predictors are clamped to ``+-Z_MAX``. One difference: a row whose norm exceeds the largest
 double is clipped here, while the kernels (which only have its norm bound, ``inf``) give it 0.
+The GLM twins take the per-row offset ``o`` of the linear predictor (``z_j = x_j^T theta + o_j``)
+as ``offset`` (None: no offset).
 """
 
 from __future__ import annotations
@@ -71,25 +73,32 @@ def _clip_mean(M: np.ndarray, E: np.ndarray, bound: float, offsets: np.ndarray) 
     return np.add.reduceat(G, offsets[:-1], axis=0) / sizes
 
 
-def clipped_mean_grad(X, y, offsets, theta, clip, family: Family) -> np.ndarray:
-    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_clipped_mean_grad`."""
+def _eta(X, offsets, theta, offset) -> np.ndarray:
+    """Linear predictors ``x_j^T theta + o_j`` (overflow to +-inf or NaN is left to the callers' rules)."""
     with np.errstate(all="ignore"):
         z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
+        return z if offset is None else z + offset
+
+
+def clipped_mean_grad(X, y, offsets, theta, clip, family: Family, offset=None) -> np.ndarray:
+    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_clipped_mean_grad`."""
+    z = _eta(X, offsets, theta, offset)
+    with np.errstate(all="ignore"):
         r = family.deriv(y, z)
     M, E = _scaled_products("i,ij->ij", r, X)  # explicit per-sample gradients r_j x_j (N, d)
     return _clip_mean(M, E, clip, offsets)
 
 
-def client_loss(X, y, offsets, theta, family: Family) -> np.ndarray:
+def client_loss(X, y, offsets, theta, family: Family, offset=None) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_loss`."""
-    z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
+    z = _eta(X, offsets, theta, offset)
     return np.add.reduceat(family.loss(y, z), offsets[:-1]) / np.diff(offsets)
 
 
-def client_hessian(X, y, offsets, theta, hclip, family: Family) -> np.ndarray:
+def client_hessian(X, y, offsets, theta, hclip, family: Family, offset=None) -> np.ndarray:
     """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_hessian`."""
+    z = _eta(X, offsets, theta, offset)
     with np.errstate(all="ignore"):
-        z = np.einsum("ij,ij->i", X, _theta_rows(theta, offsets))
         w = family.deriv2(y, z)
     M, E = _scaled_products("i,ij,ik->ijk", w, X, X)  # w_j x_j x_j^T; Frobenius = spectral norm (rank one)
     return _clip_mean(M, E, hclip, offsets)

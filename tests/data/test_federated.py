@@ -96,7 +96,7 @@ class TestFromArrays:
 
     def test_not_a_pair(self):
         with pytest.raises(TypeError, match="pair"):
-            FederatedData.from_arrays([(np.ones((2, 2)), np.ones(2), np.ones(2))])
+            FederatedData.from_arrays([(np.ones((2, 2)), np.ones(2), np.ones(2), np.ones(2))])  # a triple has an offset
         with pytest.raises(TypeError, match="pair"):
             FederatedData.from_arrays([np.ones((2, 2))])
 

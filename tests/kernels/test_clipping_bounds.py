@@ -10,6 +10,8 @@ reference itself neither underflows nor overflows:
 * replacing one row of a client by an adversarial row moves the client's message by at most
   ``2 B / n_i`` (the sensitivity the Channel states);
 * kernel and twin agree on rows where both are finite and the computation is well-conditioned;
+* the same with per-row offsets of the linear predictor (any finite value, up to the largest
+  double: the offset only moves the residual, so the bounds must hold unchanged);
 * the documented treatment of non-finite intermediates (NaN predictor -> 0, infinite residual ->
   clipped with its sign, norm above the largest double -> 0) and the regressions of issue 8.
 """
@@ -49,8 +51,10 @@ entries = st.one_of(finite, st.sampled_from(EXTREMES), st.floats(-10, 10))
 
 
 # --------------------------------------------------------------------------- running kernels and twins
-def grads(fam, X, y, offsets, theta, clip) -> dict[str, np.ndarray]:
-    """Clipped mean gradients from every kernel layout (row-major, column-major) and from the twin."""
+def grads(fam, X, y, offsets, theta, clip, off=None) -> dict[str, np.ndarray]:
+    """Clipped mean gradients from every kernel layout (row-major, column-major) and from the twin.
+
+    ``off``: per-row offsets of the linear predictor (scalar-response families), or None."""
     m, p = offsets.size - 1, X.shape[1] * fam.n_outputs
     rn = row_norm_bounds(X)
     out = {}
@@ -60,14 +64,15 @@ def grads(fam, X, y, offsets, theta, clip) -> dict[str, np.ndarray]:
         out["twin"] = ref.multinomial_clipped_mean_grad(X, y, offsets, theta, clip, fam)
     else:
         out["rows"], out["cols"] = np.full((m, p), np.nan), np.full((m, p), np.nan)
-        glm_clipped_mean_grad(X, y, rn, offsets, theta, clip, fam.code, fam.param, out["rows"])
-        glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, rn, offsets, theta, clip, fam.code, fam.param,
+        eo = np.empty(0) if off is None else off
+        glm_clipped_mean_grad(X, y, eo, rn, offsets, theta, clip, fam.code, fam.param, out["rows"])
+        glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, eo, rn, offsets, theta, clip, fam.code, fam.param,
                                    out["cols"])
-        out["twin"] = ref.clipped_mean_grad(X, y, offsets, theta, clip, fam)
+        out["twin"] = ref.clipped_mean_grad(X, y, offsets, theta, clip, fam, off)
     return out
 
 
-def hessians(fam, X, y, offsets, theta, hclip) -> dict[str, np.ndarray]:
+def hessians(fam, X, y, offsets, theta, hclip, off=None) -> dict[str, np.ndarray]:
     m, p = offsets.size - 1, X.shape[1] * fam.n_outputs
     rn = row_norm_bounds(X)
     out = {"kernel": np.full((m, p, p), np.nan)}
@@ -75,8 +80,9 @@ def hessians(fam, X, y, offsets, theta, hclip) -> dict[str, np.ndarray]:
         multinomial_client_hessian(X, y, rn, offsets, theta, hclip, fam.n_outputs, out["kernel"])
         out["twin"] = ref.multinomial_client_hessian(X, y, offsets, theta, hclip, fam)
     else:
-        glm_client_hessian(X, y, rn, offsets, theta, hclip, fam.code, fam.param, out["kernel"])
-        out["twin"] = ref.client_hessian(X, y, offsets, theta, hclip, fam)
+        glm_client_hessian(X, y, np.empty(0) if off is None else off, rn, offsets, theta, hclip, fam.code, fam.param,
+                           out["kernel"])
+        out["twin"] = ref.client_hessian(X, y, offsets, theta, hclip, fam, off)
     return out
 
 
@@ -122,6 +128,13 @@ def draw_row(draw, d: int, p: int) -> tuple[np.ndarray, np.ndarray]:
     return x, theta
 
 
+def draw_offset(draw, fam, n: int) -> np.ndarray | None:
+    """None (no offset; always for the multinomial family, which takes none) or n finite offsets, huge included."""
+    if fam.n_outputs > 1 or draw(st.booleans()):
+        return None
+    return np.array(draw(st.lists(st.one_of(st.floats(-3, 3), entries), min_size=n, max_size=n)))
+
+
 def draw_family(draw):
     """A family, the number of features d and of parameters p = d q."""
     name, params = draw(st.sampled_from(FAMILIES))
@@ -141,7 +154,7 @@ def per_row_cases(draw):
         theta = theta[:1]
     y = np.array([draw_y(draw, fam) for _ in range(n)])
     return fam, np.ascontiguousarray(X), y, np.arange(n + 1, dtype=np.int64), np.ascontiguousarray(theta), \
-        draw(st.sampled_from(CLIPS))
+        draw(st.sampled_from(CLIPS)), draw_offset(draw, fam, n)
 
 
 @st.composite
@@ -157,8 +170,12 @@ def neighbour_cases(draw):
     j = draw(st.integers(0, n - 1))
     X2, y2 = X.copy(), y.copy()
     X2[j], y2[j] = x_adv, draw_y(draw, fam)
+    off = draw_offset(draw, fam, n)
+    off2 = None if off is None else off.copy()
+    if off is not None:  # the replaced row brings its own (adversarial) offset
+        off2[j] = draw(entries)
     offsets = np.array([0, n], dtype=np.int64)
-    return fam, X, y, X2, y2, offsets, np.ascontiguousarray(theta[None]), draw(st.sampled_from(CLIPS))
+    return fam, X, y, X2, y2, offsets, np.ascontiguousarray(theta[None]), draw(st.sampled_from(CLIPS)), off, off2
 
 
 # --------------------------------------------------------------------------- the bound, per sample
@@ -166,9 +183,9 @@ def neighbour_cases(draw):
 @SETTINGS
 @given(case=per_row_cases())
 def test_each_clipped_contribution_is_within_the_bound(which, case):
-    fam, X, y, offsets, theta, clip = case
+    fam, X, y, offsets, theta, clip, off = case
     run = grads if which == "gradient" else hessians
-    for layout, out in run(fam, X, y, offsets, theta, clip).items():
+    for layout, out in run(fam, X, y, offsets, theta, clip, off).items():
         for i, g in enumerate(out):
             assert_within(g, clip, f"{fam.name} {which}, {layout}, row {X[i]}, y {y[i]}")
 
@@ -179,11 +196,11 @@ def test_each_clipped_contribution_is_within_the_bound(which, case):
 def test_replacing_one_row_moves_a_message_by_at_most_2B_over_n(case):
     # with n <= 30 rows the rounding of the client's sum (relative (n - 1) u per message) stays
     # inside the kernels' safety margin 1 - CLIP_SAFETY = 2^-40, so the bound holds exactly here
-    fam, X, y, X2, y2, offsets, theta, clip = case
+    fam, X, y, X2, y2, offsets, theta, clip, off, off2 = case
     n = X.shape[0]
     bound = Fraction(2) * Fraction(clip) / n
     for which, run in (("gradient", grads), ("Hessian", hessians)):
-        a, b = run(fam, X, y, offsets, theta, clip), run(fam, X2, y2, offsets, theta, clip)
+        a, b = run(fam, X, y, offsets, theta, clip, off), run(fam, X2, y2, offsets, theta, clip, off2)
         for layout in a:
             assert np.all(np.isfinite(a[layout])) and np.all(np.isfinite(b[layout]))
             diff = sum(((Fraction(float(u)) - Fraction(float(v))) ** 2 for u, v in
@@ -192,7 +209,7 @@ def test_replacing_one_row_moves_a_message_by_at_most_2B_over_n(case):
 
 
 # --------------------------------------------------------------------------- kernel == twin where well-conditioned
-def well_conditioned(fam, x, theta, y, clip) -> bool:
+def well_conditioned(fam, x, theta, y, clip, o=0.0) -> bool:
     """True where x^T theta and the residual are computed to high relative accuracy by any summation order.
 
     Also excluded: rows whose norm exceeds the largest double (the kernels give them 0) and rows
@@ -201,7 +218,7 @@ def well_conditioned(fam, x, theta, y, clip) -> bool:
     """
     q = fam.n_outputs
     with np.errstate(all="ignore"):
-        terms = x[:, None] * theta.reshape(x.size, q)
+        terms = np.vstack([x[:, None] * theta.reshape(x.size, q), np.full((1, q), o)])  # the offset is one more term
         z, S = terms.sum(axis=0), np.abs(terms).sum(axis=0)
         if not (np.all(np.isfinite(S)) and np.all(S <= 1e4 * np.abs(z)) and np.all(np.abs(z) <= 10)):
             return False
@@ -227,13 +244,14 @@ def assert_rows_agree(kernel, twin, ok, what):
 @SETTINGS
 @given(per_row_cases())
 def test_kernels_equal_twins_where_well_conditioned(case):
-    fam, X, y, offsets, theta, clip = case
-    ok = [well_conditioned(fam, X[i], theta[min(i, theta.shape[0] - 1)], y[i], clip) for i in range(X.shape[0])]
-    g = grads(fam, X, y, offsets, theta, clip)
+    fam, X, y, offsets, theta, clip, off = case
+    o = np.zeros(X.shape[0]) if off is None else off
+    ok = [well_conditioned(fam, X[i], theta[min(i, theta.shape[0] - 1)], y[i], clip, o[i]) for i in range(X.shape[0])]
+    g = grads(fam, X, y, offsets, theta, clip, off)
     for layout in g:
         if layout != "twin":
             assert_rows_agree(g[layout], g["twin"], ok, f"{fam.name} gradient {layout}")
-    h = hessians(fam, X, y, offsets, theta, clip)
+    h = hessians(fam, X, y, offsets, theta, clip, off)
     assert_rows_agree(h["kernel"], h["twin"], ok, f"{fam.name} Hessian")
 
 
@@ -281,6 +299,29 @@ def test_infinite_residual_is_clipped_with_its_sign():
         case = one_row(fam, [1e300], 0.0, [t], 2.0)  # z = +-inf, residual z - y = +-inf
         for layout, g in grads(fam, *case, 2.0).items():
             np.testing.assert_allclose(g[0], [sign * 2.0 * CLIP_SAFETY], rtol=1e-14, err_msg=layout)
+
+
+@pytest.mark.parametrize("name", ["gaussian", "poisson", "logistic", "huber"])
+def test_huge_offsets_give_finite_clipped_messages(name):
+    # o = +-DMAX with x^T theta of either sign: the predictor overflows to +-inf or stays finite;
+    # every message is finite, within B (the residual is clipped with its sign), never NaN
+    fam = get_family(name)
+    X = np.array([[1.0, 2.0], [1.0, -3.0], [1e300, 1.0], [0.5, 0.5]])
+    y = np.array([1.0, 0.0, 1.0, 0.0])
+    offsets = np.arange(5, dtype=np.int64)
+    for o in (DMAX, -DMAX):
+        for t in ([1e308, 0.0], [-1e308, 0.0], [0.3, -0.2]):
+            off = np.full(4, o)
+            theta = np.array([t])
+            for run in (grads, hessians):
+                for layout, out in run(fam, X, y, offsets, theta, 2.0, off).items():
+                    for i, g in enumerate(out):
+                        assert_within(g, 2.0, f"{name} {run.__name__} {layout} o={o} theta={t} row {i}")
+    # the limit of large residuals: z = +inf (Gaussian residual +inf) contributes B x / ||x|| with its sign
+    if name == "gaussian":
+        g = grads(fam, X[:1], y[:1], offsets[:2], np.array([[1e308, 0.0]]), 2.0, np.array([DMAX]))
+        for layout, out in g.items():
+            np.testing.assert_allclose(out[0], 2.0 * CLIP_SAFETY * X[0] / np.linalg.norm(X[0]), rtol=1e-14, err_msg=layout)
 
 
 def test_multinomial_infinite_predictor_gives_limit_probabilities():

@@ -31,48 +31,55 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 # --------------------------------------------------------------------------- helpers
-def k_grad(X, y, offsets, theta, clip, fam):
+def _eo(off):
+    """The kernels' offset argument: the offset, or an empty array for none."""
+    return np.empty(0) if off is None else off
+
+
+def k_grad(X, y, offsets, theta, clip, fam, off=None):
     """Row-major kernel; also runs the column-major (small-d) kernel and checks the two agree."""
     out = np.full((offsets.size - 1, X.shape[1]), np.nan)
-    glm_clipped_mean_grad(X, y, row_norms(X), offsets, theta, float(clip), int(fam.code), float(fam.param), out)
+    glm_clipped_mean_grad(X, y, _eo(off), row_norms(X), offsets, theta, float(clip), int(fam.code), float(fam.param),
+                          out)
     cols = np.full_like(out, np.nan)
-    glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, row_norms(X), offsets, theta, float(clip), int(fam.code),
-                               float(fam.param), cols)
+    glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, _eo(off), row_norms(X), offsets, theta, float(clip),
+                               int(fam.code), float(fam.param), cols)
     with np.errstate(all="ignore"):
-        scale = grad_scale(X, y, offsets, theta, clip, fam)
+        scale = grad_scale(X, y, offsets, theta, clip, fam, off)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, np.abs(out))  # the twin's scale overflows for huge y
     assert np.all((cols == out) | (np.abs(cols - out) <= RTOL * scale + ATOL * min(1.0, float(clip)))), (cols, out)
     return out
 
 
-def k_loss(X, y, offsets, theta, fam):
+def k_loss(X, y, offsets, theta, fam, off=None):
     out = np.full(offsets.size - 1, np.nan)
-    glm_client_loss(X, y, offsets, theta, int(fam.code), float(fam.param), out)
+    glm_client_loss(X, y, _eo(off), offsets, theta, int(fam.code), float(fam.param), out)
     return out
 
 
-def k_hess(X, y, offsets, theta, hclip, fam):
+def k_hess(X, y, offsets, theta, hclip, fam, off=None):
     d = X.shape[1]
     out = np.full((offsets.size - 1, d, d), np.nan)
-    glm_client_hessian(X, y, row_norms(X), offsets, theta, float(hclip), int(fam.code), float(fam.param), out)
+    glm_client_hessian(X, y, _eo(off), row_norms(X), offsets, theta, float(hclip), int(fam.code), float(fam.param), out)
     return out
 
 
-def _z(X, offsets, theta):
+def _z(X, offsets, theta, off=None):
     rows = np.repeat(theta, np.diff(offsets), axis=0) if theta.shape[0] > 1 else np.broadcast_to(theta, X.shape)
-    return np.einsum("ij,ij->i", X, rows)
+    z = np.einsum("ij,ij->i", X, rows)
+    return z if off is None else z + off
 
 
-def grad_scale(X, y, offsets, theta, clip, fam):
+def grad_scale(X, y, offsets, theta, clip, fam, off=None):
     """Mean over each client of |clipped per-sample gradient| (elementwise): bounds |result|."""
-    G = fam.deriv(y, _z(X, offsets, theta))[:, None] * X
+    G = fam.deriv(y, _z(X, offsets, theta, off))[:, None] * X
     n = np.linalg.norm(G, axis=1)
     f = np.where(n > clip, clip / np.where(n > 0, n, 1.0), 1.0)
     return np.add.reduceat(np.abs(G * f[:, None]), offsets[:-1], axis=0) / np.diff(offsets)[:, None]
 
 
-def hess_scale(X, y, offsets, theta, hclip, fam):
-    w = fam.deriv2(y, _z(X, offsets, theta))
+def hess_scale(X, y, offsets, theta, hclip, fam, off=None):
+    w = fam.deriv2(y, _z(X, offsets, theta, off))
     H = w[:, None, None] * np.einsum("ij,ik->ijk", X, X)
     n = w * np.einsum("ij,ij->i", X, X)
     f = np.where(n > hclip, hclip / np.where(n > 0, n, 1.0), 1.0)
@@ -162,6 +169,40 @@ def test_client_hessian_matches_reference(case):
 
 
 @SETTINGS
+@given(cases(), st.sampled_from([0.1, 1.0, 3.0]), st.integers(0, 2**32 - 1))
+def test_kernels_with_offset_match_reference(case, o_scale, seed):
+    # z_j = x_j^T theta + o_j in all three kernels (both gradient layouts), against the twins
+    fam, X, y, offsets, theta, clip = case
+    off = np.random.default_rng(seed).normal(0.0, o_scale, size=y.size)
+    assert_close(k_grad(X, y, offsets, theta, clip, fam, off), ref.clipped_mean_grad(X, y, offsets, theta, clip, fam, off),
+                 grad_scale(X, y, offsets, theta, clip, fam, off), clip)
+    scale = np.add.reduceat(np.abs(fam.loss(y, _z(X, offsets, theta, off))), offsets[:-1]) / np.diff(offsets)
+    assert_close(k_loss(X, y, offsets, theta, fam, off), ref.client_loss(X, y, offsets, theta, fam, off), scale)
+    assert_close(k_hess(X, y, offsets, theta, clip, fam, off), ref.client_hessian(X, y, offsets, theta, clip, fam, off),
+                 hess_scale(X, y, offsets, theta, clip, fam, off), clip)
+
+
+@pytest.mark.parametrize("name", ["logistic", "poisson", "gaussian", "huber"])
+def test_constant_offset_is_a_shifted_intercept(name):
+    # an offset c on every row = the intercept coefficient moved by c (independent of the twins)
+    fam = get_family(name)
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.ones(40), rng.normal(size=(40, 2))])
+    y = make_y(name, rng, X @ [0.2, 0.5, -0.3])
+    offsets = np.array([0, 15, 40], dtype=np.int64)
+    theta = np.array([[0.1, 0.4, -0.2]])
+    shifted = theta + [[0.7, 0.0, 0.0]]
+    off = np.full(40, 0.7)
+    for clip in (0.3, np.inf):
+        np.testing.assert_allclose(k_grad(X, y, offsets, theta, clip, fam, off), k_grad(X, y, offsets, shifted, clip, fam),
+                                   rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(k_hess(X, y, offsets, theta, clip, fam, off), k_hess(X, y, offsets, shifted, clip, fam),
+                                   rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(k_loss(X, y, offsets, theta, fam, off), k_loss(X, y, offsets, shifted, fam), rtol=1e-12)
+    assert not np.allclose(k_loss(X, y, offsets, theta, fam, off), k_loss(X, y, offsets, theta, fam))  # it enters
+
+
+@SETTINGS
 @given(cases())
 def test_shared_theta_equals_repeated_theta(case):
     fam, X, y, offsets, theta, clip = case
@@ -225,14 +266,17 @@ def adversarial(draw):
         y = np.floor(np.abs(rng.standard_cauchy(size=N)) * 10.0 ** draw(st.floats(0, 15)))
     else:
         y = rng.standard_cauchy(size=N) * 10.0 ** draw(st.floats(0, 200))
-    return fam, np.ascontiguousarray(X), y, offsets, np.ascontiguousarray(theta), clip
+    log_o = draw(st.one_of(st.none(), st.floats(-3, 308)))  # offsets up to 1e308: x^T theta + o may overflow
+    with np.errstate(over="ignore"):
+        off = None if log_o is None else np.clip(rng.standard_cauchy(size=N) * 10.0**log_o, -1.7e308, 1.7e308)
+    return fam, np.ascontiguousarray(X), y, offsets, np.ascontiguousarray(theta), clip, off
 
 
 @SETTINGS
 @given(adversarial())
 def test_clipped_gradient_norm_bounded(case):
-    fam, X, y, offsets, theta, clip = case
-    g = k_grad(X, y, offsets, theta, clip, fam)
+    fam, X, y, offsets, theta, clip, off = case
+    g = k_grad(X, y, offsets, theta, clip, fam, off)
     assert np.all(np.isfinite(g))
     assert np.all(np.linalg.norm(g, axis=1) <= clip * (1 + 1e-12))
 
@@ -240,8 +284,8 @@ def test_clipped_gradient_norm_bounded(case):
 @SETTINGS
 @given(adversarial())
 def test_clipped_hessian_spectral_norm_bounded(case):
-    fam, X, y, offsets, theta, hclip = case
-    H = k_hess(X, y, offsets, theta, hclip, fam)
+    fam, X, y, offsets, theta, hclip, off = case
+    H = k_hess(X, y, offsets, theta, hclip, fam, off)
     assert np.all(np.isfinite(H))
     for h in H:
         assert np.linalg.norm(h, 2) <= hclip * (1 + 1e-12)
@@ -274,6 +318,6 @@ def test_outputs_do_not_depend_on_buffer_contents():
     theta = np.zeros((1, 2))
     a = np.full((2, 2), 1e300)
     b = np.zeros((2, 2))
-    glm_clipped_mean_grad(X, y, row_norms(X), offsets, theta, 1.0, fam.code, fam.param, a)
-    glm_clipped_mean_grad(X, y, row_norms(X), offsets, theta, 1.0, fam.code, fam.param, b)
+    glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, a)
+    glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, b)
     np.testing.assert_array_equal(a, b)
