@@ -23,13 +23,14 @@ from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
 from ..privacy.budget import PrivacyBudget, reserve
-from ..privacy.clipping import AutoClip, private_grid_quantile
+from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from . import scoring
 from ._offset import prediction_offset
 from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .._formula_design import apply_design
+from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .diagnostics import diagnose
 from .summary import Summary
@@ -343,22 +344,16 @@ class FederatedEstimator:
                 bounds[which] = float(np.max(oracle.client_quantiles(norms, 0.9)))
                 channel.ledger.add_leak(f"{which} clipping bound {bounds[which]:.4g} chosen from raw data (clip='paper')")
             return bounds, mu_left
-        config = self.clip if isinstance(self.clip, AutoClip) else AutoClip()
+        config = self.clip if isinstance(self.clip, AutoClip) else PILOT_AUTOCLIP
         mu_clip = config.budget * mu if math.isfinite(mu) else math.inf
-        mu_query = mu_clip / math.sqrt(len(todo) * config.n_queries)
-        n_total = float(np.sum(oracle.sizes))
-        m = oracle.n_clients
-        for which in todo:
-            norms = oracle.sample_norms(which, theta0)
-
-            def noisy_count(threshold: float, norms=norms, which=which) -> float:
-                counts = oracle.count_at_most(norms, threshold)[:, None]
-                noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"clip-{which}", weights=np.ones(m))
-                return float(noisy.sum())
-
-            count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
-            target = config.quantile * n_total - config.margin * count_sd
-            bounds[which] = private_grid_quantile(noisy_count, config.grid, target)
+        mu_stage = mu_clip / math.sqrt(config.n_stages)
+        bounds.update(_search_bounds(oracle, channel, todo, theta0, config.quantile, config, mu_stage))
+        if config.pilot_rounds:
+            pilot_ctx = FitContext(oracle, channel, bounds["gradient"], math.nan, mu_stage, np.random.SeedSequence(0))
+            eta = resolve_step_size("auto", oracle.family, oracle.n_features)
+            pilot, _ = server_gradient_descent(pilot_ctx, theta0, n_iter=config.pilot_rounds, step_size=eta,
+                                               mu=mu_stage, weights=pilot_ctx.size_weights, stage="clip-pilot")
+            bounds.update(_search_bounds(oracle, channel, todo, pilot, config.pilot_quantile, config, mu_stage))
         if math.isfinite(mu) and mu_left * mu_left - mu_clip * mu_clip <= 0:
             raise ValueError("the clipping and scaling budgets leave nothing for estimation; lower their shares.")
         mu_est = math.sqrt(mu_left * mu_left - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
@@ -545,6 +540,26 @@ class FederatedEstimator:
         equations = [f"{response}={c}" for c in classes[1:]]
         index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
         return index, response, classes
+
+
+def _search_bounds(oracle: ClientOracle, channel: Channel, todo: list[str], theta: np.ndarray, quantile: float,
+                   config: AutoClip, mu: float) -> dict[str, float]:
+    """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all."""
+    mu_query = mu / math.sqrt(len(todo) * config.n_queries)
+    n_total = float(np.sum(oracle.sizes))
+    m = oracle.n_clients
+    count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
+    bounds = {}
+    for which in todo:
+        norms = oracle.sample_norms(which, theta)
+
+        def noisy_count(threshold: float, norms=norms, which=which) -> float:
+            counts = oracle.count_at_most(norms, threshold)[:, None]
+            noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"clip-{which}", weights=np.ones(m))
+            return float(noisy.sum())
+
+        bounds[which] = private_grid_quantile(noisy_count, config.grid, quantile * n_total - config.margin * count_sd)
+    return bounds
 
 
 def _same(a, b) -> bool:

@@ -21,11 +21,13 @@ scaled j, ``theta_0 = theta'_0 - sum_j c_j theta'_j / s_j``.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..data.federated import FederatedData
+from ..exceptions import PrivacyNoiseWarning
 from ..privacy.clipping import private_grid_quantile
 
 __all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
@@ -182,9 +184,20 @@ class Scaler:
         sym = np.concatenate([-half[::-1], [0.0], half[:-1]])
         n_queries = config.queries_per_column()
         mu_q = mu / math.sqrt(len(cols) * n_queries) if math.isfinite(mu) else math.inf
-        lean = config.margin * math.sqrt(data.n_clients) / mu_q  # margin x sd of the pooled count (public)
+        count_sd = math.sqrt(data.n_clients) / mu_q  # sd of a pooled count's noise (public)
+        lean = config.margin * count_sd
         offsets = data.offsets
         n_total = float(data.n_samples)
+        pure_noise = n_total < 3.5 * lean  # public: no count can be located above the noise
+        if pure_noise:
+            warnings.warn(
+                f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
+                f"(sd {count_sd:.3g}) is comparable to N = {n_total:.0f}. The columns are shrunk to ~0 "
+                "and their coefficients stay near 0. Give public FeatureBounds (scaling=...), a larger mu, "
+                "or more data per site.",
+                PrivacyNoiseWarning,
+                stacklevel=4,
+            )
         for j in cols:
             x = data.X[:, j]
 
@@ -203,7 +216,7 @@ class Scaler:
             top = n_total - 1.5 * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
             s = private_grid_quantile(count(dev), grid, target)  # runs in every case: the budget is fixed in advance
-            if n_total < 3.5 * lean:  # public: no count can be located above the noise
+            if pure_noise:
                 scale[j] = hi
             else:
                 clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)

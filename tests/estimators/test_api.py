@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import simulate
-from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, get_family
+from privfedstat import AutoClip, FedAvg, FedHybrid, FedNewton, FedSGD, get_family
 from test_contract import dataset
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
@@ -34,9 +34,11 @@ def test_predict_is_the_inverse_link_of_the_linear_predictor():
 
 def test_communication_matches_table_1():
     data = simulate("logistic", [100] * 10, [0.2, 0.3, -0.1])
-    d, q = 3, 6  # q: log2(64) private clip queries of one float each
-    assert FedSGD(n_iter=50, random_state=0).fit(data).communication_.floats_per_client == 50 * d + q
-    hy = FedHybrid(random_state=0).fit(data).communication_
+    d, q = 3, 6  # q: log2(64) private clip queries of one float each (the paper's bound at theta = 0)
+    assert FedSGD(n_iter=50, clip=AutoClip(), random_state=0).fit(data).communication_.floats_per_client == 50 * d + q
+    pilot = FedSGD(n_iter=50, random_state=0).fit(data).communication_  # clip="auto": search, 5 pilot rounds, search
+    assert pilot.rounds == 50 + 2 * q + 5 and pilot.floats_per_client == (50 + 5) * d + 2 * q
+    hy = FedHybrid(clip=AutoClip(), random_state=0).fit(data).communication_
     assert hy.rounds == 1 + 20 + q and hy.floats_per_client == (1 + 20) * d + q
     assert FedAvg(clip=1.0).fit(data).communication_.rounds == 2
     nw = FedNewton(clip=1.0, hessian_clip=1.0).fit(data).communication_

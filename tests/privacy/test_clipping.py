@@ -165,3 +165,68 @@ def test_matches_brute_force(values, log2n, q, lower, span):
     assert len(counter.calls) == log2n
     assert got == brute_force(values, grid, target)
     assert got in grid.tolist()
+
+
+# --------------------------------------------------------------------------- bound at a private pilot (issue 9)
+class TestPilot:
+    def test_defaults(self):
+        from privfedstat.privacy.clipping import PILOT_AUTOCLIP
+
+        assert (AutoClip().pilot_rounds, AutoClip().n_stages) == (0, 1)  # the paper's bound at theta = 0
+        assert (PILOT_AUTOCLIP.pilot_rounds, PILOT_AUTOCLIP.pilot_quantile, PILOT_AUTOCLIP.n_stages) == (5, 0.99, 3)
+        assert PILOT_AUTOCLIP.budget == AutoClip().budget
+
+    @pytest.mark.parametrize("k", [-1, 1.5, True, "3"])
+    def test_pilot_rounds(self, k):
+        with pytest.raises(ValueError, match="pilot_rounds"):
+            AutoClip(pilot_rounds=k)
+
+    @pytest.mark.parametrize("q", [0.0, 1.0, math.nan])
+    def test_pilot_quantile(self, q):
+        with pytest.raises(ValueError, match="pilot_quantile"):
+            AutoClip(pilot_rounds=2, pilot_quantile=q)
+
+    def test_bound_is_the_quantile_at_the_pilot_estimate(self):
+        # independent numpy reference with exact counts (mu = inf): B0 at theta = 0, k clipped FedSGD
+        # steps from 0 with B0 and the 'auto' step, then the pilot_quantile of the norms at the pilot
+        from privfedstat.data.federated import FederatedData
+        from privfedstat.estimators import FedSGD
+        from privfedstat.estimators._steps import auto_step_size
+        from privfedstat.families import get_family
+
+        rng = np.random.default_rng(5)
+        n, d = 1200, 4
+        X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1)) * [1.0, 2.0, 0.5]])
+        y = (rng.random(n) < 1 / (1 + np.exp(-(X @ [0.5, 2.0, -1.0, 1.5])))).astype(float)
+        data = FederatedData.from_pooled(X, y, sizes=[300, 500, 400])
+        config = AutoClip(pilot_rounds=4, pilot_quantile=0.97)
+        est = FedSGD(family="logistic", mu=math.inf, clip=config, n_iter=1, random_state=0).fit(data)
+
+        def norms(theta):
+            return np.abs(1 / (1 + np.exp(-X @ theta)) - y) * np.linalg.norm(X, axis=1)
+
+        def grid_quantile(values, q):
+            return config.grid[np.argmax([np.sum(values <= b) >= q * n for b in config.grid])]
+
+        theta = np.zeros(d)
+        b0 = grid_quantile(norms(theta), 0.9)
+        eta = auto_step_size(get_family("logistic"), d)
+        for _ in range(config.pilot_rounds):
+            g = (1 / (1 + np.exp(-X @ theta)) - y)[:, None] * X
+            g *= np.minimum(1.0, b0 / np.maximum(np.linalg.norm(g, axis=1), 1e-300))[:, None]
+            theta = theta - eta * g.mean(axis=0)  # size weights: the pooled mean of clipped gradients
+        expected = grid_quantile(norms(theta), 0.97)
+        assert expected != b0  # the pilot moved the bound
+        assert est.clip_ == expected
+
+    def test_budget_is_exactly_mu(self):
+        from privfedstat.data.federated import FederatedData
+        from privfedstat.estimators import FedAvg
+
+        rng = np.random.default_rng(6)
+        X = np.column_stack([np.ones(600), rng.standard_normal((600, 2))])
+        y = (rng.random(600) < 0.4).astype(float)
+        data = FederatedData.from_pooled(X, y, sizes=[200, 200, 200])
+        est = FedAvg(family="logistic", mu=1.5, random_state=0).fit(data)  # clip="auto": the pilot bound
+        assert "clip-pilot" in {r.stage for r in est.privacy_.releases}
+        np.testing.assert_allclose(est.privacy_.client_mu, 1.5, rtol=1e-12)
