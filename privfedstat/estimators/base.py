@@ -18,7 +18,7 @@ import pandas as pd
 from .._rng import as_seed_sequence, check_secure_mode, spawn_generators
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
-from ..exceptions import NotFittedError, PrivacyLeakWarning
+from ..exceptions import NotFittedError, PrivacyLeakWarning, PrivacyNoiseWarning
 from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
@@ -305,6 +305,17 @@ class FederatedEstimator:
             return (None if j is None else Scaler(np.zeros(d), np.ones(d), j)), mu
         mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
         m = data.n_clients
+        if not scaling.locatable(data.n_samples, m, data.n_features, mu_scale):  # public: decided before any release
+            sd = scaling.count_noise_sd(m, data.n_features, mu_scale)
+            warnings.warn(
+                f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
+                f"(sd {sd:.3g}) is comparable to N = {data.n_samples}. The columns are left unscaled and no "
+                "budget is spent on them. Give public FeatureBounds (scaling=...), a larger mu, or more data.",
+                PrivacyNoiseWarning,
+                stacklevel=3,
+            )
+            d = data.n_features
+            return (None if j is None else Scaler(np.zeros(d), np.ones(d), j)), mu
 
         def release(counts, mu_q, stage):
             return channel.release(counts, sensitivity=1.0, mu=mu_q, stage=stage, weights=np.ones(m))

@@ -251,6 +251,14 @@ class FedIRLS(FederatedEstimator):
         share and the first Hessian share > 0; a zero Hessian share reuses the last Hessian.
     step_size : float, default 1.0
         Newton step length (eta); 1 is the full step.
+    max_step : float, default 2.0
+        With finite mu: trust region, the largest Euclidean norm of one update on the fitting
+        (scaled) coordinates; a longer Newton step is shortened to it (post-processing). Without
+        it, Newton from theta = 0 overshoots where the curvature grows fast along the path (the
+        Poisson family) and, with no private loss to backtrack on, does not recover: on
+        ``randhie`` (Poisson, 20 sites, mu = 2, 3 seeds) max |coef - MLE| / SE was 115-235 with
+        no region, 9-30 with 2 and 8-23 with 1, while on ``fair`` (logistic) 2 changed nothing
+        and 1 cost up to 2 SE. With mu = inf the step is backtracked on the loss instead.
     clip : float, "auto", "paper" or AutoClip, default "auto"
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
@@ -293,6 +301,7 @@ class FedIRLS(FederatedEstimator):
         n_rounds: int | str = "auto",
         budget_split="auto",
         step_size: float = 1.0,
+        max_step: float = 2.0,
         clip: float | str | AutoClip = "auto",
         hessian_clip: float | None = None,
         hessian_floor: float | str = "auto",
@@ -307,6 +316,7 @@ class FedIRLS(FederatedEstimator):
         self.n_rounds = n_rounds
         self.budget_split = budget_split
         self.step_size = step_size
+        self.max_step = max_step
         self.clip = clip
         self.hessian_clip = hessian_clip
         self.hessian_floor = hessian_floor
@@ -324,6 +334,7 @@ class FedIRLS(FederatedEstimator):
         if self.hessian_floor != "auto":
             check_positive_float(self.hessian_floor, "hessian_floor")
         check_positive_float(self.tol, "tol")
+        check_positive_float(self.max_step, "max_step", allow_inf=True)
         if math.isfinite(mu) and self.hessian_clip is not None and math.isinf(float(self.hessian_clip)):
             raise ValueError("hessian_clip=inf gives the Hessian release infinite sensitivity; it needs mu=inf.")
         if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
@@ -405,7 +416,7 @@ class FedIRLS(FederatedEstimator):
             step = self.step_size * np.linalg.solve(H_floored, g)
             rounds += 1
             if finite:
-                theta = theta - step
+                theta = theta - _within(step, self.max_step)
                 check_iterate(theta, "FedIRLS", self.step_size)
                 path.append(theta)
                 if r + 1 < R:
@@ -448,6 +459,12 @@ class FedIRLS(FederatedEstimator):
 def _noise_sd(sensitivity: np.ndarray, mu: float, weights: np.ndarray) -> float:
     """Per-coordinate noise sd of ``sum_i w_i release_i`` (0 with mu = inf)."""
     return 0.0 if math.isinf(mu) else float(np.sqrt(np.sum((weights * sensitivity) ** 2))) / mu
+
+
+def _within(step: np.ndarray, radius: float) -> np.ndarray:
+    """``step`` shortened to Euclidean norm ``radius`` if it is longer (a trust region)."""
+    norm = float(np.linalg.norm(step))
+    return step * (radius / norm) if norm > radius else step
 
 
 def _negligible(step: np.ndarray, theta: np.ndarray, tol: float) -> bool:

@@ -21,13 +21,11 @@ scaled j, ``theta_0 = theta'_0 - sum_j c_j theta'_j / s_j``.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..data.federated import FederatedData
-from ..exceptions import PrivacyNoiseWarning
 from ..privacy.clipping import private_grid_quantile
 
 __all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
@@ -84,10 +82,11 @@ class PrivateStandardize:
     noise (fewer than about ``3.5 margin sd``; constant columns at mu = inf), is left unscaled:
     right for indicator columns (dummies of a factor), the common case; a rare column on a
     huge scale then stays on it (clipping still bounds its sensitivity). With noise
-    comparable to N (public: ``N < 3.5 margin sd``; tiny sites, small mu) the centre ends at 0
-    and every scale is the top of the grid: columns shrink to ~0 and their coefficients stay
-    near 0, never at a catastrophic point (a noise-driven centre far outside the data, or a
-    scale 1e-11 of the spread, put wine and spector fits up to 1e9 SE off).
+    comparable to N (public: ``N < 3.5 margin sd``, see :meth:`locatable`; tiny sites, small mu)
+    no search can locate anything: the estimator then spends none of the scaling budget, leaves
+    the columns unscaled and warns (a noise-driven centre far outside the data, or a scale 1e-11
+    of the spread, put wine and spector fits up to 1e9 SE off; shrinking every column to ~0
+    pinned the coefficients at 0).
 
     Parameters
     ----------
@@ -137,6 +136,17 @@ class PrivateStandardize:
         searches = 2 if self.intercept is not None else 1
         return searches * int(math.log2(self.n_grid)) + 1
 
+    def count_noise_sd(self, n_clients: int, n_features: int, mu: float) -> float:
+        """sd of the noise of one pooled count when the whole procedure has budget ``mu`` (public)."""
+        if math.isinf(mu):
+            return 0.0
+        mu_q = mu / math.sqrt(len(self.columns_to_scale(n_features)) * self.queries_per_column())
+        return math.sqrt(n_clients) / mu_q
+
+    def locatable(self, n_samples: int, n_clients: int, n_features: int, mu: float) -> bool:
+        """Whether any pooled count can be located above its noise: ``N >= 3.5 margin sd`` (public)."""
+        return n_samples >= 3.5 * self.margin * self.count_noise_sd(n_clients, n_features, mu)
+
     def columns_to_scale(self, n_features: int) -> list[int]:
         """The columns this configuration rescales for a design with ``n_features`` columns."""
         if self.columns is None:
@@ -182,22 +192,13 @@ class Scaler:
         grid = np.geomspace(lo, hi, config.n_grid)
         half = grid[:: 2]  # n_grid / 2 points: the symmetric centre grid has n_grid points, 0 included
         sym = np.concatenate([-half[::-1], [0.0], half[:-1]])
-        n_queries = config.queries_per_column()
-        mu_q = mu / math.sqrt(len(cols) * n_queries) if math.isfinite(mu) else math.inf
-        count_sd = math.sqrt(data.n_clients) / mu_q  # sd of a pooled count's noise (public)
-        lean = config.margin * count_sd
+        if not config.locatable(data.n_samples, data.n_clients, d, mu):
+            raise ValueError("private scaling cannot locate the columns at this budget; check "
+                             "PrivateStandardize.locatable() first (the estimators do).")
+        mu_q = mu / math.sqrt(len(cols) * config.queries_per_column()) if math.isfinite(mu) else math.inf
+        lean = config.margin * config.count_noise_sd(data.n_clients, d, mu)
         offsets = data.offsets
         n_total = float(data.n_samples)
-        pure_noise = n_total < 3.5 * lean  # public: no count can be located above the noise
-        if pure_noise:
-            warnings.warn(
-                f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
-                f"(sd {count_sd:.3g}) is comparable to N = {n_total:.0f}. The columns are shrunk to ~0 "
-                "and their coefficients stay near 0. Give public FeatureBounds (scaling=...), a larger mu, "
-                "or more data per site.",
-                PrivacyNoiseWarning,
-                stacklevel=4,
-            )
         for j in cols:
             x = data.X[:, j]
 
@@ -216,11 +217,8 @@ class Scaler:
             top = n_total - 1.5 * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
             s = private_grid_quantile(count(dev), grid, target)  # runs in every case: the budget is fixed in advance
-            if pure_noise:
-                scale[j] = hi
-            else:
-                clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
-                scale[j] = s if clears_atom and s > lo else 1.0
+            clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
+            scale[j] = s if clears_atom and s > lo else 1.0
         return cls(center, scale, config.intercept)
 
     def transform(self, data: FederatedData) -> FederatedData:

@@ -67,17 +67,25 @@ def test_indicator_too_rare_to_locate_is_left_unscaled():
         assert (scaler.center[1], scaler.scale[1]) == (0.0, 1.0)
 
 
-def test_pure_noise_gives_centre_zero_and_a_harmless_scale():
-    # tiny data, small budget: the pooled count noise is far above N; the search must not put the
-    # centre far outside the data nor the scale far below it (the intercept absorbs c * theta / s)
+def test_pure_noise_is_decided_publicly_and_spends_nothing():
+    # tiny data, small budget: the pooled count noise is far above N, so no search can locate
+    # anything; this is known from public quantities before any release: the columns stay unscaled
+    # and the whole mu goes to estimation
+    from privfedstat import FedSGD
+
     rng = np.random.default_rng(2)
     X = np.column_stack([np.ones(32), 1e3 + rng.standard_normal(32), rng.standard_normal(32)])
-    data = _federate(X, np.zeros(32), 5)
-    for seed in range(20):
-        with pytest.warns(PrivacyNoiseWarning, match="cannot locate the columns"):
-            scaler = Scaler.private(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.2)
-        assert np.all(np.abs(scaler.center[1:]) <= 1.0)  # 0 up to rare wrong decisions (Phi(-2) per step)
-        np.testing.assert_array_equal(scaler.scale[1:], 1e15)  # the top of the grid: columns shrink to ~0
+    data = _federate(X, (rng.random(32) < 0.5).astype(float), 5)
+    assert not PrivateStandardize().locatable(32, 5, 3, 0.2)
+    assert PrivateStandardize().locatable(32, 5, 3, 20.0)
+    with pytest.warns(PrivacyNoiseWarning, match="cannot locate the columns"):
+        est = FedSGD(mu=2.0, scaling="private", random_state=0).fit(data)
+    np.testing.assert_array_equal(est.scaler_.center, 0.0)
+    np.testing.assert_array_equal(est.scaler_.scale, 1.0)
+    assert not est.privacy_.to_frame()["stage"].str.startswith("scaling").any()
+    np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="locatable"):
+        Scaler.private(PrivateStandardize(), data, _noisy_release(rng), 0.2)
 
 
 @pytest.mark.parametrize("factor", [1e-12, 1e12])
