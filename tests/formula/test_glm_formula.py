@@ -74,7 +74,7 @@ def test_multinomial_formula():
     p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     d["label"] = pd.Categorical(np.array(["a", "b", "c"])[(p.cumsum(1) < rng.random(n)[:, None]).sum(1)])
     est = glm("label ~ x", data=d, client="site", family="multinomial", mu=float("inf"), clip=float("inf"),
-              n_iter=2000, step_size=1.0)
+              method="fedsgd", n_iter=2000, step_size=1.0)
     assert est.coef_.shape == (2, 2)
     assert est.coef_[1, 0] > 1.0 and est.coef_[1, 1] < -1.0
     assert ("label=b", "x") in est.summary().to_frame().index
@@ -99,7 +99,7 @@ def test_formula_errors(df):
     with pytest.raises(TypeError, match="DataFrame"):
         glm("y ~ age", data=df.to_numpy(), client="site")
     with pytest.raises(TypeError, match="does not take"):
-        glm("y ~ age", data=df, client="site", family="logistic", n_rounds=3)  # FedSGD has no rounds
+        glm("y ~ age", data=df, client="site", family="logistic", n_iter=3)  # FedIRLS counts rounds
 
 
 def test_scaling_validation():
@@ -144,7 +144,7 @@ def test_budget_is_charged_by_glm(df):
 
     budget = PrivacyBudget(mu=2.5, n_clients=10)
     est = glm("y ~ age", data=df, client="site", family="logistic", mu=2.0, budget=budget, random_state=0,
-              n_iter=3, clip=1.0, scaling=None)
+              n_rounds=3, clip=1.0, hessian_clip=1.0, scaling=None)
     np.testing.assert_allclose(budget.spent, est.privacy_.client_mu, rtol=1e-12)
     with pytest.raises(BudgetExceededError, match="only 1.5 of the budget"):
         glm("y ~ age", data=df, client="site", family="logistic", mu=2.0, budget=budget)
@@ -152,5 +152,5 @@ def test_budget_is_charged_by_glm(df):
     bad.loc[5, "age"] = np.nan
     with pytest.warns(PrivacyLeakWarning):
         glm("y ~ age", data=bad, client="site", family="logistic", mu=1.0, budget=budget, na_action="drop",
-            random_state=0, n_iter=3, clip=1.0, scaling=None)
+            random_state=0, n_rounds=3, clip=1.0, hessian_clip=1.0, scaling=None)
     assert len(budget.fits) == 2 and "na_action='drop'" in budget.leaks[0] and not budget.is_private

@@ -74,7 +74,7 @@ def test_score_df_reads_the_response_through_the_formula(logistic_fits):
 
 
 def test_new_rows_outside_the_declared_levels_raise_with_column_and_count(df):
-    est = glm("y ~ age + C(region)", data=df, client="site", family="logistic", mu=2.0, n_iter=3, clip=1.0,
+    est = glm("y ~ age + C(region)", data=df, client="site", family="logistic", mu=2.0, method="fedsgd", n_iter=3, clip=1.0,
               scaling=None, random_state=0, levels={"region": REGIONS})
     bad = new_rows()
     bad["region"] = ["east", "east"]

@@ -13,7 +13,7 @@ from privfedstat.formula import NA_DROP_LEAK, glm
 
 INF = float("inf")
 REGIONS = ["north", "south", "west"]
-FAST = {"n_iter": 3, "clip": 1.0, "scaling": None}
+FAST = {"n_rounds": 3, "clip": 1.0, "hessian_clip": 1.0, "scaling": None}
 
 
 @pytest.fixture
