@@ -71,6 +71,18 @@ def undersized_clients(ledger, sizes: np.ndarray) -> tuple[np.ndarray, int]:
     return bad, n_min
 
 
+def _sampling_se_proxy(ctx, n_samples: int, n_params: int):
+    """Sampling SE proxy per coefficient: ``sqrt(diag(H^-1) / N)`` from a released (floored) Hessian
+    when the protocol released one (post-processing), else ``1 / sqrt(c0 N)`` with c0 the family's
+    curvature at 0 (unit-scale, uncorrelated columns)."""
+    H = ctx.hessian
+    if H is not None and H.shape == (n_params, n_params):
+        vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
+        floor = max(float(vals[-1]) * 1e-8, 1e-300)
+        return np.sqrt((vecs**2) @ (1.0 / np.maximum(vals, floor)) / n_samples)
+    return 1.0 / math.sqrt(float(ctx.oracle.family.curvature_at_zero) * n_samples)
+
+
 def hessian_condition(H: np.ndarray) -> float:
     """Condition number ``lambda_max / lambda_min`` of a symmetric matrix (inf if not positive definite)."""
     vals = np.linalg.eigvalsh(0.5 * (H + H.T))
@@ -121,15 +133,15 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             stacklevel=4,
         )
     if finite:
-        c0 = float(ctx.oracle.family.curvature_at_zero)
-        se = 1.0 / math.sqrt(c0 * n_samples)
+        se = _sampling_se_proxy(ctx, n_samples, theta.size)
         idx, small = noise_dominated(theta, ctx.noise_sd, se)
         if idx.size:
             sd = float(np.max(np.broadcast_to(ctx.noise_sd, theta.shape)[idx]))
+            se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
             tail = f"; {_names(small)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
                 f"privacy noise dominates the error of coefficient(s) {_names(idx)} of {est.method}: the protocol's "
-                f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se:.3g}{tail}. "
+                f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se_shown:.3g}{tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
                 stacklevel=4,
