@@ -17,8 +17,12 @@ import numpy as np
 from ..exceptions import ConvergenceWarning, IllConditionedWarning, PrivacyNoiseWarning
 from ._steps import settled
 
-__all__ = ["diagnose", "noise_dominated", "undersized_clients", "hessian_condition", "CONDITION_LIMIT"]
+__all__ = ["diagnose", "noise_dominated", "undersized_clients", "stationarity_gap", "hessian_condition", "CONDITION_LIMIT"]
 
+#: with mu = inf, a fit further than this many model-based SEs from the pooled optimum warns
+STATIONARITY_SE = 0.5
+#: the stationarity check forms one Hessian per client; skipped above this many bytes
+STATIONARITY_MAX_BYTES = 2e8
 #: a released Hessian whose condition number exceeds this (or that is not positive definite) warns
 CONDITION_LIMIT = 1e8
 #: ledger stages that only choose public settings (clipping bounds, scaling): pooled counts,
@@ -83,6 +87,33 @@ def _sampling_se_proxy(ctx, n_samples: int, n_params: int):
     return 1.0 / math.sqrt(float(ctx.oracle.family.curvature_at_zero) * n_samples)
 
 
+def stationarity_gap(ctx, theta: np.ndarray, n_samples: int) -> float:
+    """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
+
+    Only for non-private fits (mu = inf: nothing is released, so the server may evaluate the
+    size-weighted gradient g and Hessian H of the fit's own, possibly clipped, objective): one
+    Newton step ``s = H^-1 g`` measured against ``sqrt(diag(H^-1) / N)``, maximised over
+    coefficients. FedAvg's and SCAFFOLD's local steps can settle at a fixed point that is not the
+    pooled optimum without any iterate moving; this sees it. Skipped (0) when the per-client
+    Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H is singular.
+    """
+    oracle = ctx.oracle
+    p = int(oracle.n_params)
+    if oracle.n_clients * p * p * 8 > STATIONARITY_MAX_BYTES:
+        return 0.0
+    w = ctx.size_weights
+    g = w @ oracle.clipped_gradients(theta, ctx.clip)
+    H = np.tensordot(w, oracle.hessians(theta, math.inf), axes=1).reshape(p, p)
+    try:
+        step = np.linalg.solve(H, np.ravel(g))
+        var = np.diag(np.linalg.inv(H)) / n_samples
+    except np.linalg.LinAlgError:
+        return 0.0
+    if not (np.all(np.isfinite(step)) and np.all(var > 0)):
+        return 0.0
+    return float(np.max(np.abs(step) / np.sqrt(var)))
+
+
 def hessian_condition(H: np.ndarray) -> float:
     """Condition number ``lambda_max / lambda_min`` of a symmetric matrix (inf if not positive definite)."""
     vals = np.linalg.eigvalsh(0.5 * (H + H.T))
@@ -132,6 +163,17 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             ConvergenceWarning,
             stacklevel=4,
         )
+    if not finite and converged is not False:
+        gap = stationarity_gap(ctx, theta, n_samples)
+        if gap > STATIONARITY_SE:
+            converged = False
+            warnings.warn(
+                f"{est.method} settled about {gap:.3g} standard errors (model-based) away from the optimum of the "
+                "pooled objective: its fixed point is not the pooled estimate (with mu = inf this is checked on "
+                f"the pooled gradient and Hessian). {est._advice()}",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
     if finite:
         se = _sampling_se_proxy(ctx, n_samples, theta.size)
         idx, small = noise_dominated(theta, ctx.noise_sd, se)

@@ -78,3 +78,23 @@ def test_paper_settings_are_one_argument_away():
     assert a.n_iter_ == 50 and len(a.history_) == 51
     with pytest.raises(TypeError, match="step_size"):
         FedSGD(step_size="fast").fit(data)
+
+
+def test_nonprivate_fixed_point_away_from_the_optimum_warns():
+    """FedAvg's local steps settle where the pooled gradient is not zero; with mu = inf the fit says so."""
+    import warnings as _w
+
+    import privfedstat as pfs
+    from privfedstat import ConvergenceWarning
+    from privfedstat.data import load_randhie
+
+    df = load_randhie()
+    df["site"] = np.random.default_rng(0).permutation(len(df)) % 20
+    formula = "mdvis ~ lncoins + idp + lpi + fmde + physlm + disea + hlthg + hlthf + hlthp"
+    with pytest.warns(ConvergenceWarning, match="settled about 0.7"):  # one Newton step from the MLE: 0.77 SE
+        est = pfs.glm(formula, df, client="site", family="poisson", method="fedavg", mu=float("inf"))
+    assert est.converged_ is False
+    with _w.catch_warnings():
+        _w.simplefilter("error", ConvergenceWarning)
+        exact = pfs.glm(formula, df, client="site", family="poisson", method="fedirls", mu=float("inf"))
+    assert exact.converged_
