@@ -67,6 +67,10 @@ class FitContext:
     hessian : ndarray of shape (n_params, n_params) or None
         Set by protocols that release a Hessian: the server's aggregated released Hessian of the
         last round (before any eigenvalue floor), checked for ill-conditioning.
+    noise_model : object or None
+        Set by the protocol: its privacy-noise recursion (noise scales, weights, step sizes,
+        stages), from which :func:`privfedstat.theory.protocol_noise_covariance` gives the
+        covariance of the privacy noise in the returned theta, linearised at a Hessian.
     """
 
     oracle: ClientOracle
@@ -78,6 +82,7 @@ class FitContext:
     noise_sd: float | np.ndarray = 0.0
     update_noise_sd: float | None = None
     hessian: np.ndarray | None = None
+    noise_model: object | None = None
 
     @property
     def sizes(self) -> np.ndarray:

@@ -275,6 +275,10 @@ class FedIRLS(FederatedEstimator):
     random_state : int, Generator, SeedSequence or None
     secure_mode : bool, default False
         Secure noise: see :class:`~privfedstat.FederatedEstimator`.
+    inference : "auto", None or Inference, default "auto"
+        Standard errors, intervals and tests that count the privacy noise (``bse_``, ``conf_int``,
+        ...): see :class:`~privfedstat.Inference`. "auto" spends ``Inference().budget`` of mu on
+        them with finite mu; None skips them (all of mu goes to estimation).
 
     Attributes
     ----------
@@ -310,6 +314,7 @@ class FedIRLS(FederatedEstimator):
         tol: float = 1e-10,
         random_state=None,
         secure_mode: bool = False,
+        inference="auto",
     ) -> None:
         self.family = family
         self.mu = mu
@@ -325,6 +330,7 @@ class FedIRLS(FederatedEstimator):
         self.tol = tol
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.inference = inference
 
     # ------------------------------------------------------------------ parameters
     def _validate_params(self, mu: float) -> None:

@@ -56,6 +56,10 @@ class FedSGD(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    inference : "auto", None or Inference, default "auto"
+        Standard errors, intervals and tests that count the privacy noise (``bse_``, ``conf_int``,
+        ...): see :class:`~privfedstat.Inference`. "auto" spends ``Inference().budget`` of mu on
+        them with finite mu; None skips them (all of mu goes to estimation).
 
     Attributes
     ----------
@@ -92,6 +96,7 @@ class FedSGD(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        inference="auto",
     ) -> None:
         self.family = family
         self.mu = mu
@@ -103,6 +108,7 @@ class FedSGD(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)

@@ -1,0 +1,75 @@
+"""The ``inference`` parameter of every estimator: what uncertainty to report and what it may spend."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Inference", "COV_TYPES", "resolve_inference"]
+
+#: covariance estimators; "auto" is "model" for families with dispersion 1 (logistic, Poisson,
+#: multinomial) and "sandwich" otherwise (Gaussian, Huber)
+COV_TYPES = ("auto", "model", "sandwich", "bootstrap")
+
+
+@dataclass(frozen=True)
+class Inference:
+    """How a fit computes standard errors, confidence intervals, p-values and Wald tests.
+
+    The covariance of the private estimate has two parts, both reported:
+
+    * **sampling**: ``H^-1 / N`` (``"model"``) or the sandwich ``H^-1 Sigma H^-1 / N``
+      (``"sandwich"``) at the estimate, with the Hessian H and the score covariance Sigma
+      released privately by the clients (symmetric Gaussian noise, eigenvalues floored as
+      post-processing) from a declared share of mu;
+    * **privacy noise of the protocol**: known from the calibrated noise scales and the
+      algorithm's linearised recursion (:mod:`privfedstat.theory`), no budget needed.
+
+    ``"bootstrap"`` instead simulates the whole private fit from the fitted model (parametric
+    bootstrap; Ferrando, Wang & Sheldon 2022), which also reflects clipping bias.
+
+    Parameters
+    ----------
+    cov_type : {"auto", "model", "sandwich", "bootstrap"}, default "auto"
+    budget : float, default 0.25
+        Share of each client's mu spent on the inference releases, composed in squares: the
+        releases are ``budget * mu``-GDP and estimation keeps ``sqrt(mu_left^2 - (budget mu)^2)``.
+        Not used with mu = inf (nothing is noised).
+    bias_correction : bool, default True
+        Correct the inverse of the noisy released Hessian to second order in its noise
+        (see :mod:`privfedstat.inference.covariance`).
+    n_boot : int, default 200
+        Simulated fits of ``"bootstrap"``.
+    alpha : float, default 0.05
+        Default level of ``conf_int`` and of the summary's intervals.
+    """
+
+    cov_type: str = "auto"
+    budget: float = 0.25
+    bias_correction: bool = True
+    n_boot: int = 200
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.cov_type not in COV_TYPES:
+            raise ValueError(f"cov_type must be one of {COV_TYPES}, got {self.cov_type!r}.")
+        if not (isinstance(self.budget, (int, float)) and 0 < self.budget < 1 and math.isfinite(self.budget)):
+            raise ValueError(f"Inference budget must be a share of mu in (0, 1), got {self.budget!r}.")
+        if not (isinstance(self.n_boot, int) and self.n_boot >= 20):
+            raise ValueError(f"n_boot must be an integer >= 20, got {self.n_boot!r}.")
+        if not (0 < self.alpha < 1):
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}.")
+
+
+def resolve_inference(value) -> Inference | None:
+    """The estimator's ``inference`` parameter as an :class:`Inference` (None: no inference)."""
+    if value is None:
+        return None
+    if isinstance(value, Inference):
+        return value
+    if isinstance(value, str):
+        if value == "auto":
+            return Inference()
+        if value in COV_TYPES:
+            return Inference(cov_type=value)
+    raise ValueError(f"inference must be 'auto', None, one of {COV_TYPES} or an Inference(...), got {value!r}.")
