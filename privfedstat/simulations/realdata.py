@@ -59,8 +59,9 @@ def client_split(n: int, n_clients: int, min_size: int, rng: np.random.Generator
 def _estimators(family, mu_list, step_size, seed, newton: bool):
     from ..estimators import LocalFit, PooledMLE, Scaffold
 
-    # the paper's settings, explicit (the estimators' defaults are "auto")
-    common = {"family": family, "step_size": step_size, "random_state": seed}
+    # the paper's settings, explicit (the estimators' defaults are "auto"); no inference releases:
+    # the whole mu goes to estimation, as in the paper
+    common = {"family": family, "step_size": step_size, "random_state": seed, "inference": None}
     fedavg = {"n_rounds": 2, "n_local_steps": 50}
     scaffold = {"n_rounds": 10, "n_local_steps": 10}
     for mu in mu_list:

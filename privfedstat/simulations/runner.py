@@ -91,12 +91,14 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
     When ``scenario.n_iter`` (K) is set: FedSGD ``n_iter=K``; FedHybrid ``K1 = round(0.6 K)``,
     ``K2 = K - K1`` (the default 30/20 split, so both use K gradient evaluations); FedAvg and
     FedNewton ``n_local_steps=K``. These settings are passed explicitly (the estimators'
-    defaults are ``"auto"``), and ``clip="auto"`` becomes ``AutoClip()`` so that runs with
-    mu = inf also clip at the private 90% quantile, as in the paper's studies.
+    defaults are ``"auto"``), ``clip="auto"`` becomes ``AutoClip()`` so that runs with
+    mu = inf also clip at the private 90% quantile, as in the paper's studies, and
+    ``inference=None``: the whole mu goes to estimation, as in the paper (the default
+    ``inference="auto"`` would spend a share of it on standard errors).
     """
     clip = AutoClip() if isinstance(scenario.clip, str) and scenario.clip == "auto" else scenario.clip
     common = {"family": scenario.design.family, "mu": scenario.mu, "clip": clip, "random_state": random_state,
-              "step_size": PAPER_STEP_SIZE}
+              "step_size": PAPER_STEP_SIZE, "inference": None}
     K = scenario.n_iter
     if method == "FedSGD":
         return FedSGD(**common, n_iter=50 if K is None else K)
