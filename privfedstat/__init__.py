@@ -12,6 +12,7 @@ from .exceptions import (BudgetExceededError, ConvergenceWarning, DivergenceErro
                          PrivacyLeakWarning, PrivacyNoiseWarning)
 from .families import get_family
 from .formula import glm
+from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
 from .estimators.scaling import FeatureBounds, PrivateStandardize
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
 from . import simulations, theory
@@ -34,6 +35,10 @@ __all__ = [
     "clone",
     "get_family",
     "glm",
+    "Inference",
+    "InferenceResult",
+    "WaldTestResult",
+    "NoInferenceError",
     "FeatureBounds",
     "PrivateStandardize",
     "AutoClip",

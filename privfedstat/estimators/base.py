@@ -23,6 +23,9 @@ from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
 from ..privacy.budget import PrivacyBudget, reserve
+from ..inference.config import Inference, resolve_inference
+from ..inference.covariance import original_scale_map
+from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
@@ -71,6 +74,9 @@ class FitContext:
         Set by the protocol: its privacy-noise recursion (noise scales, weights, step sizes,
         stages), from which :func:`privfedstat.theory.protocol_noise_covariance` gives the
         covariance of the privacy noise in the returned theta, linearised at a Hessian.
+    weights : ndarray of shape (n_clients,) or None
+        The server's aggregation weights w_i of the estimate, recorded by
+        :meth:`FederatedEstimator._resolve_weights`; None: size weights (inference uses them).
     """
 
     oracle: ClientOracle
@@ -83,6 +89,7 @@ class FitContext:
     update_noise_sd: float | None = None
     hessian: np.ndarray | None = None
     noise_model: object | None = None
+    weights: np.ndarray | None = None
 
     @property
     def sizes(self) -> np.ndarray:
@@ -196,27 +203,42 @@ class FederatedEstimator:
         -------
         self
         """
+        from ..inference import core  # imports the estimators' matrix helpers, which import this module
+
         data, family = self._check_data(X, y, clients, offset)
         mu = check_mu(self.mu)
         self._validate_params(mu)
+        config = resolve_inference(self.inference)
+        cov_type = None if config is None else core.resolve_cov_type(config, family.name)
+        if cov_type is not None:
+            core.check_feasible(cov_type, data.n_clients, data.n_features * family.n_outputs)
         secure = check_secure_mode(self.secure_mode, self.random_state)
         ledger = PrivacyLedger(data.n_clients, secure_mode=secure)
         charge = reserve(budget, ledger, mu=mu, method=self.method)  # refuses before any randomness is used
 
         seed = as_seed_sequence(self.random_state)
-        noise_seed, protocol_seed = seed.spawn(2)
+        noise_seed, protocol_seed, inference_seed = seed.spawn(3)
         noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(noise_seed, data.n_clients))
         channel = Channel(data.sizes, noise, ledger)
         scaler, mu_left = self._fit_scaler(data, channel, mu)
         oracle = make_oracle(data if scaler is None else scaler.transform(data), family)
         bounds, mu_est = self._choose_bounds(oracle, channel, mu, mu_left)
+        mu_est, mu_inf = _reserve_inference(config, mu, mu_est)
         ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
 
         theta, path, n_iter = self._run(ctx)
-        charge.settle()  # the ledger must show exactly mu per client
         converged = diagnose(self, ctx, path, data.n_samples)
-
         shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
+        inference = None if config is None else core.private_inference(
+            ctx, theta, config, mu_inf, cov_type=cov_type,
+            to_original=original_scale_map(None if scaler is None else scaler.coef_to_original, data.n_features,
+                                           family.n_outputs),
+            search_bound=lambda at, mu_search: self._search_hessian_bound(ctx, at, mu_search),
+            bootstrap=lambda mu_boot: _bootstrap(self, ctx, theta, config, mu_boot, inference_seed),
+            privacy_covariance=lambda H, notes: _privacy_covariance(ctx, H, notes),
+        )
+        charge.settle()  # the ledger must show exactly mu per client, inference releases included
+
         path = [t.reshape(shape) for t in path]
         if scaler is not None:
             path = [scaler.coef_to_original(t) for t in path]
@@ -234,6 +256,7 @@ class FederatedEstimator:
         self.n_samples_ = data.n_samples
         self.has_offset_ = data.offset is not None
         self.mu_ = mu
+        self.inference_ = inference
         return self
 
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
@@ -375,6 +398,13 @@ class FederatedEstimator:
         mu_est = math.sqrt(mu_left * mu_left - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
         return bounds, mu_est
 
+    def _search_hessian_bound(self, ctx: FitContext, theta: np.ndarray, mu: float) -> float:
+        """C_H for the inference releases: the private ``pilot_quantile`` of the per-sample Hessian norms at
+        the estimate ``theta`` (the clip configuration's, 99% by default), ``mu``-GDP, stage ``"inference-clip"``."""
+        config = self.clip if isinstance(self.clip, AutoClip) else PILOT_AUTOCLIP
+        return _search_bounds(ctx.oracle, ctx.channel, ["hessian"], theta, config.pilot_quantile, config, mu,
+                              stage="inference-clip")["hessian"]
+
     def _resolve_weights(self, ctx: FitContext, noise_var: np.ndarray | None = None) -> np.ndarray:
         """Server aggregation weights from the ``weights`` parameter.
 
@@ -382,8 +412,14 @@ class FederatedEstimator:
         given): w_i proportional to ``1 / (trace(Sigma)/n_i + d * s_i^2)``, with ``s_i^2`` the
         per-coordinate variance of client i's noise and trace(Sigma) replaced by its bound B^2
         (clipped gradients have norm <= B), as Remark 3.3 suggests replacing it by a constant.
-        An array is used as given (non-negative, summing to 1).
+        An array is used as given (non-negative, summing to 1). The result is recorded in
+        ``ctx.weights`` (the inference stage aggregates with it).
         """
+        ctx.weights = self._weights(ctx, noise_var)
+        return ctx.weights
+
+    def _weights(self, ctx: FitContext, noise_var: np.ndarray | None) -> np.ndarray:
+        """The weights of :meth:`_resolve_weights`, checked."""
         w = self.weights
         m = ctx.oracle.n_clients
         if isinstance(w, str):
@@ -511,8 +547,73 @@ class FederatedEstimator:
     def __sklearn_tags__(self):
         return sklearn_tags(self)
 
+    # ------------------------------------------------------------------ inference
+    def _inference(self) -> InferenceResult:
+        self._check_fitted()
+        if self.inference_ is None:
+            raise NoInferenceError(
+                f"this {type(self).__name__} was fitted with inference=None, so it has no standard errors, intervals "
+                "or tests; refit with inference='auto' (it spends Inference().budget of mu on them)."
+            )
+        return self.inference_
+
+    @property
+    def bse_(self) -> np.ndarray:
+        """Standard errors of ``coef_`` (same shape), sampling and privacy noise together."""
+        return self._inference().bse.reshape(self.coef_.shape, order="F")
+
+    @property
+    def zvalues_(self) -> np.ndarray:
+        """``coef_ / bse_`` (same shape as ``coef_``)."""
+        return self._inference().zvalues.reshape(self.coef_.shape, order="F")
+
+    @property
+    def pvalues_(self) -> np.ndarray:
+        """Two-sided normal p-values of ``coef = 0`` (same shape as ``coef_``)."""
+        return self._inference().pvalues.reshape(self.coef_.shape, order="F")
+
+    def cov_params(self) -> pd.DataFrame:
+        """Covariance of the estimate (sampling + privacy noise), indexed by the coefficient names.
+
+        Coefficients in ``coef_.ravel(order="F")`` order (one equation after the other for the
+        multinomial family, as statsmodels' ``MNLogit``); ``inference_`` holds the two parts.
+        """
+        cov = self._inference().cov
+        names = self._coef_names()[0]
+        return pd.DataFrame(cov, index=names, columns=names)
+
+    def conf_int(self, alpha: float | None = None) -> pd.DataFrame:
+        """Confidence intervals of level ``1 - alpha`` (default: the fit's ``Inference.alpha``, 0.05).
+
+        Normal intervals ``coef -+ z bse``; with ``inference="bootstrap"`` the basic bootstrap
+        intervals. Columns ``["lower", "upper"]``, indexed by the coefficient names.
+        """
+        ci = self._inference().conf_int(alpha)
+        return pd.DataFrame(ci, index=self._coef_names()[0], columns=["lower", "upper"])
+
+    def wald_test(self, R, q=None) -> WaldTestResult:
+        """Wald test of ``R coef = q`` on ``cov_params()`` (chi-square, as statsmodels' ``use_f=False``).
+
+        Parameters
+        ----------
+        R : array-like of shape (r, p) or (p,), or list of coefficient names
+            Restrictions on ``coef_.ravel(order="F")``; a list of names tests that those
+            coefficients are all 0 (``q`` must then be None or zeros).
+        q : array-like of shape (r,), optional
+            Right-hand side (zeros by default).
+        """
+        result = self._inference()
+        if isinstance(R, (list, tuple)) and R and all(isinstance(r, (str, tuple)) for r in R):
+            names = self._coef_names()[0]
+            missing = [r for r in R if r not in names]
+            if missing:
+                raise ValueError(f"unknown coefficient name(s) {missing}; the names are {list(names)}.")
+            R = np.eye(len(names))[[names.get_loc(r) for r in R]]
+        return result.wald_test(R, q)
+
     def summary(self, delta: float = 1e-5) -> Summary:
-        """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, coefficients."""
+        """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, inference, coefficients
+        with standard errors, z, p-values and intervals (statsmodels' columns)."""
         self._check_fitted()
         led = self.privacy_
         if np.isfinite(led.mu):
@@ -534,6 +635,16 @@ class FederatedEstimator:
             header["Reference class"] = f"{response}={classes[0]}"
         coefs = pd.DataFrame({"coef": self.coef_.ravel(order="F")}, index=names)
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
+        result = self.inference_
+        if result is None:
+            header["Inference"] = "none (fitted with inference=None)"
+        else:
+            header["Inference"] = result.method
+            ci = result.conf_int()
+            a = result.alpha
+            coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues
+            coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
+            notes += result.notes
         return Summary(f"{self.method} results", header, coefs, notes)
 
     def _coef_names(self) -> tuple[pd.Index, str, list | None]:
@@ -559,8 +670,9 @@ class FederatedEstimator:
 
 
 def _search_bounds(oracle: ClientOracle, channel: Channel, todo: list[str], theta: np.ndarray, quantile: float,
-                   config: AutoClip, mu: float) -> dict[str, float]:
-    """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all."""
+                   config: AutoClip, mu: float, stage: str = "clip") -> dict[str, float]:
+    """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all;
+    ledger stages ``f"{stage}-{which}"``."""
     mu_query = mu / math.sqrt(len(todo) * config.n_queries)
     n_total = float(np.sum(oracle.sizes))
     m = oracle.n_clients
@@ -571,11 +683,59 @@ def _search_bounds(oracle: ClientOracle, channel: Channel, todo: list[str], thet
 
         def noisy_count(threshold: float, norms=norms, which=which) -> float:
             counts = oracle.count_at_most(norms, threshold)[:, None]
-            noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"clip-{which}", weights=np.ones(m))
+            noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"{stage}-{which}", weights=np.ones(m))
             return float(noisy.sum())
 
         bounds[which] = private_grid_quantile(noisy_count, config.grid, quantile * n_total - config.margin * count_sd)
     return bounds
+
+
+def _reserve_inference(config: Inference | None, mu: float, mu_est: float) -> tuple[float, float]:
+    """Reserve ``mu_inf = config.budget * mu`` for the inference releases before the protocol runs.
+
+    Returns the estimation budget ``sqrt(mu_est^2 - mu_inf^2)`` (GDP composition in squares, so the
+    ledger total stays exactly mu) and ``mu_inf``; with mu = inf both are inf, without inference
+    ``mu_inf`` is 0 and the estimation keeps ``mu_est``.
+    """
+    if config is None:
+        return mu_est, 0.0
+    if math.isinf(mu):
+        return math.inf, math.inf
+    mu_inf = config.budget * mu
+    left = mu_est * mu_est - mu_inf * mu_inf
+    if left <= 0:
+        raise ValueError(
+            f"the inference budget ({config.budget:g} of mu = {mu:.4g}) leaves nothing for estimation after the "
+            "clipping and scaling budgets; lower Inference(budget=...) or those shares, or fit with inference=None."
+        )
+    return math.sqrt(left), mu_inf
+
+
+def _privacy_covariance(ctx: FitContext, H: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (no noise: zeros).
+
+    From the protocol's noise model (:func:`privfedstat.theory.protocol_noise_covariance`); a protocol
+    that reports none (a user's subclass of this base; every registered estimator reports one) gets
+    ``diag(noise_sd^2)``, the lower bound of ``ctx.noise_sd``, and a note.
+    """
+    if math.isinf(ctx.mu):
+        return np.zeros_like(H)
+    if ctx.noise_model is None:
+        notes.append("the protocol reports no noise model: its privacy-noise variance is the lower bound "
+                     "noise_sd^2 of its last release (intervals may be too narrow)")
+        sd = np.broadcast_to(np.asarray(ctx.noise_sd, dtype=np.float64), (H.shape[0],))
+        return np.diag(sd * sd)
+    from ..theory.noise import protocol_noise_covariance  # theory imports the estimators
+
+    return protocol_noise_covariance(ctx.noise_model, H)
+
+
+def _bootstrap(estimator: FederatedEstimator, ctx: FitContext, theta: np.ndarray, config: Inference, mu: float,
+               seed: np.random.SeedSequence) -> tuple[np.ndarray, list[str]]:
+    """Parametric-bootstrap draws of the private fit (:func:`privfedstat.inference.bootstrap.run_bootstrap`)."""
+    from ..inference.bootstrap import run_bootstrap  # it refits estimators of this module
+
+    return run_bootstrap(estimator, ctx, theta, config, mu, seed)
 
 
 def _same(a, b) -> bool:

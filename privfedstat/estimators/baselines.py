@@ -16,6 +16,10 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
+from ..federation.oracle import make_oracle
+from ..inference.config import resolve_inference
+from ..inference.core import exact_result, floored, resolve_cov_type
+from ..inference.covariance import original_scale_map, sampling_covariance
 from ..privacy.budget import PrivacyBudget, reserve
 from ..privacy.ledger import PrivacyLedger, Release
 from .base import FederatedEstimator
@@ -45,12 +49,23 @@ class _NonPrivateBaseline(FederatedEstimator):
         fit is not private); an infinite one records the fit."""
         data, family = self._check_data(X, y, clients, offset)
         self._validate_params()
+        config = resolve_inference(self.inference)
+        cov_type = None if config is None else resolve_cov_type(config, family.name)
+        if cov_type == "bootstrap":
+            raise ValueError(f"{self.method} is not private: its exact covariance needs no bootstrap; use "
+                             "inference='auto', 'model' or 'sandwich'.")
         ledger = PrivacyLedger(data.n_clients)
         charge = reserve(budget, ledger, mu=math.inf, method=self.method)
         theta, path, n_iter, communication = self._fit(data, family, ledger)
         charge.settle()
         q = n_outputs(family)
         shape = (data.n_features, q) if q > 1 else (data.n_features,)
+        if config is None:
+            self.inference_ = None
+        else:
+            G = original_scale_map(None, data.n_features, q)
+            cov, notes = self._covariance(make_oracle(data, family), data, theta, cov_type)
+            self.inference_ = exact_result(G @ theta, G @ cov @ G.T, cov_type, config, self._inference_what, notes)
         self.family_ = family
         self.scaler_ = None
         self.coef_ = theta.reshape(shape)
@@ -68,6 +83,22 @@ class _NonPrivateBaseline(FederatedEstimator):
 
     def _fit(self, data, family, ledger):
         raise NotImplementedError
+
+    def _covariance(self, oracle, data, theta: np.ndarray, cov_type: str) -> tuple[np.ndarray, list[str]]:
+        """Exact sampling covariance of the fitted coefficients (flat, fitting order) and notes."""
+        raise NotImplementedError
+
+    def _matrices(self, oracle, theta: np.ndarray, cov_type: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's exact (unclipped) mean Hessian and, for the sandwich, mean score outer product
+        (model: the Hessians again, by the information identity), at ``theta`` (shared or one row per client)."""
+        H = oracle.hessians(theta, math.inf)
+        return H, (H if cov_type == "model" else oracle.score_outer(theta, math.inf))
+
+    def _sandwich(self, H: np.ndarray, S: np.ndarray, c: float, notes: list[str]) -> np.ndarray:
+        """``c Hp^-1 S Hp^-1`` with ``Hp = H + alpha I``, the Hessian of the penalised objective (with
+        ``alpha = 0`` and S = H this is the model-based ``c H^-1``; a singular Hp is lifted and noted)."""
+        Hp = floored(H + float(self.alpha) * np.eye(H.shape[0]), 0.0, "Hessian", notes)
+        return sampling_covariance(Hp, c, S)[0]
 
     def summary(self, delta: float = 1e-5) -> Summary:
         """Summary of the fit (privacy: none; clipping: none)."""
@@ -121,12 +152,22 @@ class PooledMLE(_NonPrivateBaseline):
 
     method = "PooledMLE"
     _privacy_line = "none: NP-Pooled (raw data pooled at the server)"
+    _inference_what = "pooled MLE"
 
-    def __init__(self, *, family="logistic", alpha: float = 0.0, tol: float = 1e-10, max_iter: int = 100) -> None:
+    def __init__(self, *, family="logistic", alpha: float = 0.0, tol: float = 1e-10, max_iter: int = 100,
+                 inference="auto") -> None:
         self.family = family
         self.alpha = alpha
         self.tol = tol
         self.max_iter = max_iter
+        self.inference = inference
+
+    def _covariance(self, oracle, data, theta, cov_type):
+        """Pooled: ``Hp^-1 S Hp^-1 / N`` with the pooled means ``sum_i (n_i / N) H_i`` and ``S``."""
+        notes: list[str] = []
+        w = data.sizes / data.n_samples
+        H, S = (np.tensordot(w, a, axes=1) for a in self._matrices(oracle, theta, cov_type))
+        return self._sandwich(H, S, 1.0 / data.n_samples, notes), notes
 
     def _fit(self, data, family, ledger):
         m = data.n_clients
@@ -194,12 +235,25 @@ class LocalFit(_NonPrivateBaseline):
 
     method = "LocalFit"
     _privacy_line = "none: NP-LocalFit (local models fitted on raw data; nothing sent)"
+    _inference_what = "average of local fits, sum_i w_i^2 V_i"
 
-    def __init__(self, *, family="logistic", alpha: float = 1e-4, tol: float = 1e-10, max_iter: int = 100) -> None:
+    def __init__(self, *, family="logistic", alpha: float = 1e-4, tol: float = 1e-10, max_iter: int = 100,
+                 inference="auto") -> None:
         self.family = family
         self.alpha = alpha
         self.tol = tol
         self.max_iter = max_iter
+        self.inference = inference
+
+    def _covariance(self, oracle, data, theta, cov_type):
+        """``coef_ = sum_i w_i theta_i`` of independent local fits: ``V = sum_i w_i^2 V_i``, with V_i
+        client i's own covariance ``Hp_i^-1 S_i Hp_i^-1 / n_i`` at its fit theta_i (model or sandwich)."""
+        notes: list[str] = []
+        w = data.sizes / data.n_samples
+        local = self.local_coefs_.reshape(data.n_clients, -1)
+        H, S = self._matrices(oracle, local, cov_type)
+        V = sum(w[i] ** 2 * self._sandwich(H[i], S[i], 1.0 / data.sizes[i], notes) for i in range(data.n_clients))
+        return V, notes
 
     def _fit(self, data, family, ledger):
         m = data.n_clients

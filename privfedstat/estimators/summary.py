@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import html
+import textwrap
 
 import pandas as pd
 
 __all__ = ["Summary"]
+
+#: header lines of the text summary wrap at this width
+HEADER_WIDTH = 100
 
 
 class Summary:
@@ -34,14 +38,15 @@ class Summary:
         return self.coefficients.copy()
 
     def as_text(self) -> str:
-        """Plain-text summary."""
-        width = max(60, max(len(f"{k}: {v}") for k, v in self.header.items()) + 2)
-        table = self.coefficients.to_string(float_format=lambda v: f"{v: .6f}")
-        width = max(width, max(len(line) for line in table.splitlines()))
-        lines = [self.title.center(width), "=" * width]
+        """Plain-text summary; header values longer than ``HEADER_WIDTH`` wrap onto indented lines."""
         keyw = max(len(k) for k in self.header)
-        lines += [f"{k:<{keyw}}  {v}" for k, v in self.header.items()]
-        lines += ["-" * width, table, "=" * width]
+        header = []
+        for k, v in self.header.items():
+            wrapped = textwrap.wrap(str(v), max(20, HEADER_WIDTH - keyw - 2)) or [""]
+            header += [f"{k:<{keyw}}  {wrapped[0]}"] + [" " * (keyw + 2) + line for line in wrapped[1:]]
+        table = self.coefficients.to_string(float_format=lambda v: f"{v: .6f}")
+        width = max(60, max(len(line) for line in header + table.splitlines()))
+        lines = [self.title.center(width), "=" * width, *header, "-" * width, table, "=" * width]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 

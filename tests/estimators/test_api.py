@@ -33,16 +33,30 @@ def test_predict_is_the_inverse_link_of_the_linear_predictor():
 
 
 def test_communication_matches_table_1():
+    """The protocols' own communication (inference=None: no inference releases after them)."""
     data = simulate("logistic", [100] * 10, [0.2, 0.3, -0.1])
     d, q = 3, 6  # q: log2(64) private clip queries of one float each (the paper's bound at theta = 0)
-    assert FedSGD(n_iter=50, clip=AutoClip(), random_state=0).fit(data).communication_.floats_per_client == 50 * d + q
-    pilot = FedSGD(n_iter=50, random_state=0).fit(data).communication_  # clip="auto": search, 5 pilot rounds, search
+    off = {"inference": None, "random_state": 0}
+    assert FedSGD(n_iter=50, clip=AutoClip(), **off).fit(data).communication_.floats_per_client == 50 * d + q
+    pilot = FedSGD(n_iter=50, **off).fit(data).communication_  # clip="auto": search, 5 pilot rounds, search
     assert pilot.rounds == 50 + 2 * q + 5 and pilot.floats_per_client == (50 + 5) * d + 2 * q
-    hy = FedHybrid(clip=AutoClip(), random_state=0).fit(data).communication_
+    hy = FedHybrid(clip=AutoClip(), **off).fit(data).communication_
     assert hy.rounds == 1 + 20 + q and hy.floats_per_client == (1 + 20) * d + q
-    assert FedAvg(clip=1.0).fit(data).communication_.rounds == 2
-    nw = FedNewton(clip=1.0, hessian_clip=1.0).fit(data).communication_
+    assert FedAvg(clip=1.0, inference=None).fit(data).communication_.rounds == 2
+    nw = FedNewton(clip=1.0, hessian_clip=1.0, inference=None).fit(data).communication_
     assert nw.rounds == 2 and nw.floats_per_client == 2 * d
+
+
+def test_inference_releases_add_one_round_each():
+    """Model-based inference at the default budget: FedSGD searches C_H (6 counts) and releases the Hessian
+    (d (d + 1) / 2 floats); FedNewton reuses its C_H."""
+    data = simulate("logistic", [100] * 10, [0.2, 0.3, -0.1])
+    d, q = 3, 6
+    base = FedSGD(n_iter=50, clip=AutoClip(), inference=None, random_state=0).fit(data).communication_
+    full = FedSGD(n_iter=50, clip=AutoClip(), random_state=0).fit(data).communication_
+    assert full.rounds - base.rounds == q + 1 and full.floats_per_client - base.floats_per_client == q + d * (d + 1) // 2
+    nw = FedNewton(clip=1.0, hessian_clip=1.0).fit(data).communication_
+    assert nw.rounds == 3 and nw.floats_per_client == 2 * d + d * (d + 1) // 2
 
 
 def test_fedsgd_history_starts_at_init(logistic_data):

@@ -7,6 +7,7 @@ names an estimator accepts.
 """
 
 import functools
+import math
 import pickle
 
 import numpy as np
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import simulate
-from privfedstat import AutoClip, FederatedData, NotFittedError, clone
+from privfedstat import AutoClip, FederatedData, NoInferenceError, NotFittedError, clone
 from privfedstat.estimators.registry import methods
 from privfedstat.families import get_family
 from privfedstat.federation.channel import Channel, Communication
@@ -256,3 +257,63 @@ def test_summary_text_frame_html(spec, family):
     assert isinstance(frame, pd.DataFrame) and len(frame) == est.coef_.size
     np.testing.assert_array_equal(frame["coef"].to_numpy(), est.coef_.ravel(order="F"))  # one equation per class
     assert "<table>" in s._repr_html_()
+
+
+# ---------------------------------------------------------------------------------- inference
+INFERENCE_STAGES = ("inference-",)
+
+
+def inference_stages(est) -> set:
+    return {r.stage for r in est.privacy_.releases if r.stage.startswith(INFERENCE_STAGES)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
+def test_every_fit_reports_its_uncertainty(spec, family):
+    """inference_ is there, its covariance is symmetric PSD, bse_ > 0 finite, intervals contain coef_,
+    and the summary shows statsmodels' columns; private fits spend exactly mu with inference stages listed."""
+    data = dataset(family)
+    params = {"mu": MU} if spec.private else {}
+    est = make(spec, family, **params).fit(data)
+    inf = est.inference_
+    p = est.coef_.size
+    names = est._coef_names()[0]
+    cov = est.cov_params()
+    assert cov.shape == (p, p) and list(cov.index) == list(names) and list(cov.columns) == list(names)
+    V = cov.to_numpy()
+    np.testing.assert_array_equal(V, V.T)
+    assert np.linalg.eigvalsh(V)[0] > 0
+    np.testing.assert_allclose(inf.cov, inf.cov_sampling + inf.cov_privacy, rtol=1e-12, atol=0)
+    assert est.bse_.shape == est.coef_.shape and np.all(np.isfinite(est.bse_)) and np.all(est.bse_ > 0)
+    np.testing.assert_allclose(est.bse_.ravel(order="F"), np.sqrt(np.diag(V)))
+    np.testing.assert_allclose(est.zvalues_, est.coef_ / est.bse_)
+    assert np.all((est.pvalues_ >= 0) & (est.pvalues_ <= 1))
+    ci = est.conf_int()
+    assert list(ci.columns) == ["lower", "upper"] and list(ci.index) == list(names)
+    coef = est.coef_.ravel(order="F")
+    assert np.all(ci["lower"].to_numpy() < coef) and np.all(coef < ci["upper"].to_numpy())
+    frame = est.summary().to_frame()
+    assert list(frame.columns) == ["coef", "std err", "z", "P>|z|", "[0.025", "0.975]"]
+    np.testing.assert_array_equal(frame["std err"].to_numpy(), est.bse_.ravel(order="F"))
+    assert "Inference" in est.summary().header
+    if spec.private:
+        np.testing.assert_allclose(est.privacy_.client_mu, MU, rtol=0, atol=1e-12)
+        assert "inference-hessian" in inference_stages(est)
+        assert inf.mu == pytest.approx(0.25 * MU) and inf.cov_type == ("model" if family != "gaussian" else "sandwich")
+    else:
+        assert inference_stages(est) == set() and math.isinf(inf.mu)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
+def test_inference_none_spends_nothing_on_it_and_says_how_to_get_it(spec):
+    data = dataset("logistic")
+    params = {"mu": MU} if spec.private else {}
+    est = make(spec, inference=None, **params).fit(data)
+    assert est.inference_ is None and inference_stages(est) == set()
+    if spec.private:
+        np.testing.assert_allclose(est.privacy_.client_mu, MU, rtol=0, atol=1e-12)
+    for call in (lambda: est.bse_, lambda: est.pvalues_, lambda: est.zvalues_, est.cov_params, est.conf_int,
+                 lambda: est.wald_test(np.eye(est.coef_.size))):
+        with pytest.raises(NoInferenceError, match="inference='auto'"):
+            call()
+    assert "std err" not in est.summary().to_frame() and "inference=None" in est.summary().as_text()

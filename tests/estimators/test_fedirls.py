@@ -122,7 +122,7 @@ def test_ledger_spends_exactly_mu_per_client(kw):
 def test_recorded_noise_scales_follow_the_split():
     data = simulate("logistic", [80, 120, 200], [0.2, 0.5, -0.3], seed=1)
     B, C_H, mu = 1.5, 2.5, 0.8
-    est = FedIRLS(mu=mu, clip=B, hessian_clip=C_H, random_state=0).fit(data)
+    est = FedIRLS(mu=mu, clip=B, hessian_clip=C_H, inference=None, random_state=0).fit(data)
     grads = [r for r in est.privacy_.releases if r.stage == "irls-gradient"]
     hess = [r for r in est.privacy_.releases if r.stage == "irls-hessian"]
     n = data.sizes.astype(float)

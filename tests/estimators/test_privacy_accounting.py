@@ -1,4 +1,7 @@
-"""Privacy invariants: ledger mu, noise scales typed from Algorithms 1-4, third-party mu, clipping rules."""
+"""Privacy invariants: ledger mu, noise scales typed from Algorithms 1-4, third-party mu, clipping rules.
+
+Tests of a protocol's own calibration fit with ``inference=None``, so that all of mu goes to the
+algorithm as in the papers (the inference releases are checked in tests/inference)."""
 
 import math
 import warnings
@@ -19,7 +22,7 @@ def _sigmas(ledger, stage):
 def test_fedsgd_noise_is_algorithm_1():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])
     B, K, mu = 1.3, 17, 0.8
-    est = FedSGD(mu=mu, clip=B, n_iter=K, random_state=0).fit(data)
+    est = FedSGD(mu=mu, clip=B, n_iter=K, inference=None, random_state=0).fit(data)
     expected = 2 * B * math.sqrt(K) / (mu * data.sizes)  # Algorithm 1: sigma_i = 2 B sqrt(K) / (mu n_i)
     sig = _sigmas(est.privacy_, "gradient")
     assert sig.shape == (K, 4)
@@ -29,7 +32,7 @@ def test_fedsgd_noise_is_algorithm_1():
 def test_fedhybrid_noise_is_algorithm_2():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])
     B, K1, K2, eta, mu = 0.9, 7, 5, 0.3, 2.5
-    est = FedHybrid(mu=mu, clip=B, n_local_steps=K1, n_server_iter=K2, step_size=eta, random_state=0).fit(data)
+    est = FedHybrid(mu=mu, clip=B, n_local_steps=K1, n_server_iter=K2, step_size=eta, inference=None, random_state=0).fit(data)
     a = 2 * B * eta * math.sqrt(2 * K1) / (mu * data.sizes)  # stage I: a_i = 2 B eta_1 sqrt(2 K1) / (mu n_i)
     s2 = 2 * B * math.sqrt(2 * K2) / (mu * data.sizes)  # stage II: 2 B sqrt(2 K2) / (mu n_i)
     np.testing.assert_allclose(_sigmas(est.privacy_, "local-step"), np.tile(a, (K1, 1)), rtol=1e-14)
@@ -39,7 +42,7 @@ def test_fedhybrid_noise_is_algorithm_2():
 def test_fedavg_noise_is_algorithm_3():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])
     B, R, K, eta, mu = 2.0, 3, 11, 0.4, 1.2
-    est = FedAvg(mu=mu, clip=B, n_rounds=R, n_local_steps=K, step_size=eta, random_state=0).fit(data)
+    est = FedAvg(mu=mu, clip=B, n_rounds=R, n_local_steps=K, step_size=eta, inference=None, random_state=0).fit(data)
     s = 2 * B * eta * math.sqrt(R * K) / (mu * data.sizes)  # sigma_i = 2 B eta sqrt(R K) / (mu n_i)
     np.testing.assert_allclose(_sigmas(est.privacy_, "local-step"), np.tile(s, (R * K, 1)), rtol=1e-14)
     assert est.communication_.rounds == R
@@ -49,7 +52,7 @@ def test_fednewton_noise_is_algorithm_4_for_the_fedavg_stage():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])  # even sizes: halves are n_i / 2
     B, K, eta, mu = 1.1, 9, 0.5, 3.0
     est = FedNewton(mu=mu, clip=B, hessian_clip=1.0, hessian_floor=0.1, n_local_steps=K, step_size=eta,
-                    random_state=0).fit(data)
+                    inference=None, random_state=0).fit(data)
     s = 4 * B * eta * math.sqrt(2 * K) / (mu * data.sizes)  # sigma_i = 4 B eta sqrt(2K) / (mu n_i)
     np.testing.assert_allclose(_sigmas(est.privacy_, "local-step"), np.tile(s, (K, 1)), rtol=1e-14)
     newton = [r for r in est.privacy_.releases if r.stage == "newton"]
@@ -64,7 +67,7 @@ def test_fednewton_noise_is_algorithm_4_for_the_fedavg_stage():
 def test_auto_clip_spends_the_declared_share():
     data = simulate("logistic", [100] * 6, [0.2, 0.3, -0.1])
     mu = 2.0
-    est = FedSGD(mu=mu, clip=AutoClip(budget=0.25), random_state=0).fit(data)
+    est = FedSGD(mu=mu, clip=AutoClip(budget=0.25), inference=None, random_state=0).fit(data)
     df = est.privacy_.to_frame()
     clip_mu = np.sqrt((df[df.stage == "clip-gradient"].groupby("client").mu.apply(lambda s: np.sum(s**2))))
     np.testing.assert_allclose(clip_mu, 0.25 * mu, rtol=1e-12)
@@ -124,7 +127,7 @@ def test_third_party_mu_unequal_weights_is_exact():
     data = simulate("logistic", sizes, [0.2, 0.3, -0.1])
     B, K, mu = 1.0, 10, 2.0
     w = np.full(4, 0.25)
-    est = FedSGD(mu=mu, clip=B, n_iter=K, weights=w, random_state=0).fit(data)
+    est = FedSGD(mu=mu, clip=B, n_iter=K, weights=w, inference=None, random_state=0).fit(data)
     sigma = 2 * B * math.sqrt(K) / (mu * sizes)
     per_step = w * (2 * B / sizes) / math.sqrt(np.sum((w * sigma) ** 2))
     assert est.privacy_.third_party_mu == pytest.approx(math.sqrt(K) * per_step.max(), rel=1e-12)
@@ -133,7 +136,7 @@ def test_third_party_mu_unequal_weights_is_exact():
 
 def test_third_party_for_local_steps_is_the_post_processing_bound():
     data = simulate("logistic", [100] * 9, [0.2, 0.3, -0.1])
-    est = FedAvg(mu=2.0, clip=1.0, random_state=0).fit(data)
+    est = FedAvg(mu=2.0, clip=1.0, inference=None, random_state=0).fit(data)
     assert est.privacy_.third_party_mu == pytest.approx(2.0, rel=1e-12)
 
 
@@ -147,7 +150,7 @@ def test_optimal_weights_follow_eq_2():
     sizes = np.array([20, 50, 300])
     data = simulate("logistic", sizes, [0.2, 0.3, -0.1])
     B, K, mu = 1.0, 10, 0.5
-    est = FedSGD(mu=mu, clip=B, n_iter=K, weights="optimal", random_state=0).fit(data)
+    est = FedSGD(mu=mu, clip=B, n_iter=K, weights="optimal", inference=None, random_state=0).fit(data)
     w = est.privacy_.releases[0].weights
     sigma = 2 * B * math.sqrt(K) / (mu * sizes)
     expected = 1 / (B**2 / sizes + 3 * sigma**2)

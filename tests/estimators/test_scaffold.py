@@ -59,7 +59,7 @@ def _sigmas(ledger, stage):
 def test_dp_scaffold_noise_and_ledger():
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])
     B, R, K, mu = 1.3, 3, 7, 0.9
-    est = Scaffold(mu=mu, clip=B, n_rounds=R, n_local_steps=K, step_size=0.3, random_state=0).fit(data)
+    est = Scaffold(mu=mu, clip=B, n_rounds=R, n_local_steps=K, step_size=0.3, inference=None, random_state=0).fit(data)
     sigma = 2 * B * math.sqrt(R * K) / (mu * data.sizes)  # sensitivity 2B/n_i over budget mu/sqrt(RK)
     sig = _sigmas(est.privacy_, "local-gradient")
     assert sig.shape == (R * K, 4)

@@ -1,0 +1,118 @@
+"""Covariance algebra of private inference: noisy-Hessian inverses, sandwiches, the original scale.
+
+Pure functions of released (or, for the non-private baselines, exact) matrices; no data, no
+privacy cost. Notation: H is the Hessian of the server's weighted objective at the estimate,
+Sigma the covariance of a per-sample score, both on the fitting scale in the oracle's order
+(flat index ``j q + k`` of the (d, q) parameter matrix); ``Xi`` is the symmetric Gaussian noise of
+a released Hessian, variance ``s^2`` on the diagonal and ``s^2 / 2`` off it (what ``sym_to_vec``
+releases with per-coordinate noise ``s``, see :func:`privfedstat.estimators.fedirls.sym_to_vec`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["sampling_covariance", "original_scale_map", "weighted_factor"]
+
+
+def _inverse(A: np.ndarray) -> np.ndarray:
+    vals, vecs = np.linalg.eigh(A)
+    return (vecs / vals) @ vecs.T
+
+
+def _positive_definite(A: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(A)) and np.linalg.eigvalsh(0.5 * (A + A.T))[0] > 0)
+
+
+def sampling_covariance(H: np.ndarray, c: float, Sigma: np.ndarray | None = None, s2: float = 0.0,
+                        bias_correction: bool = False) -> tuple[np.ndarray, list[str]]:
+    """Sampling covariance ``c H^-1`` (model) or ``c H^-1 Sigma H^-1`` (sandwich) from a released H.
+
+    Bias correction (inferred: our second-order reconstruction of the correction of
+    Avella-Medina, Bradshaw & Loh 2023 for a Hessian released with noise Xi; the paper's exact
+    form is not restated here): with ``Hi = H^-1`` and ``D(C) = E[Xi C Xi] = (s^2 / 2)(C + tr(C) I)``
+    (:func:`privfedstat.theory.noise.symmetric_noise_sandwich`),
+    ``(H + Xi)^-1 = Hi - Hi Xi Hi + Hi Xi Hi Xi Hi - ...``, so to second order
+    ``E[(H + Xi)^-1] = Hi + Hi D(Hi) Hi`` and, for Sigma with mean-zero noise independent of Xi,
+    ``E[(H + Xi)^-1 Sigma (H + Xi)^-1] = M + Hi D(Hi) M + M D(Hi) Hi + Hi D(M) Hi`` with
+    ``M = Hi Sigma Hi``. The corrected estimates subtract these terms, evaluated at the released
+    matrices. If the result is not positive definite (noise too large for the expansion) the
+    uncorrected estimate is used and a note says so.
+
+    Parameters
+    ----------
+    H : ndarray of shape (p, p)
+        Symmetric positive definite (eigenvalues already floored).
+    c : float
+        ``sum_i w_i^2 / n_i`` (1/N for size weights).
+    Sigma : ndarray of shape (p, p) or None
+        Score covariance ``sum_i v_i Sigma_i`` with ``v_i = w_i^2 / (n_i c)`` (sandwich); None for
+        the model-based ``c H^-1``.
+    s2 : float
+        Diagonal variance of the noise in H (0: exact H, no correction).
+    bias_correction : bool
+
+    Returns
+    -------
+    cov : ndarray of shape (p, p)
+    notes : list of str
+    """
+    from ..theory.noise import symmetric_noise_sandwich as noise_moment  # theory imports the estimators
+
+    Hi = _inverse(H)
+    M = Hi if Sigma is None else Hi @ Sigma @ Hi
+    M = 0.5 * (M + M.T)
+    if not (bias_correction and s2 > 0):
+        return c * M, []
+    DHi = noise_moment(Hi, s2)
+    if Sigma is None:
+        bias = Hi @ DHi @ Hi
+    else:
+        left = Hi @ DHi @ M
+        bias = left + left.T + Hi @ noise_moment(M, s2) @ Hi
+    corrected = M - 0.5 * (bias + bias.T)
+    if not _positive_definite(corrected):
+        return c * M, ["the bias correction of the noisy Hessian's inverse was not positive definite "
+                       "(Hessian noise too large for the second-order expansion); the uncorrected "
+                       "inverse was used, whose sampling variance is biased upwards"]
+    return c * corrected, []
+
+
+def weighted_factor(weights: np.ndarray, sizes: np.ndarray) -> tuple[float, np.ndarray]:
+    """``c = sum_i w_i^2 / n_i`` and the score-covariance weights ``v_i = w_i^2 / (n_i c)``.
+
+    An estimate solving ``sum_i w_i gbar_i(theta) = 0`` (``gbar_i`` client i's mean score over
+    n_i independent rows) has ``Var(sum_i w_i gbar_i) = sum_i w_i^2 Sigma_i / n_i = c sum_i v_i
+    Sigma_i``; with size weights ``w_i = n_i / N``, ``c = 1 / N`` and ``v = w``.
+    """
+    w2n = np.asarray(weights, dtype=np.float64) ** 2 / np.asarray(sizes, dtype=np.float64)
+    c = float(w2n.sum())
+    return c, w2n / c
+
+
+def original_scale_map(coef_to_original, n_features: int, n_outputs: int) -> np.ndarray:
+    """Matrix G with ``G theta = coef.ravel(order="F")`` for a fitting-scale ``theta`` (C order).
+
+    ``coef_to_original`` maps a (d,) or (d, q) coefficient array on the fitting scale to the
+    original scale and is linear (the scaler divides by scales and moves the centres into the
+    intercept: no constant term), so its Jacobian is read off the images of the unit vectors.
+    Covariances map as ``G V G^T``.
+
+    Parameters
+    ----------
+    coef_to_original : callable or None
+        The fit's ``Scaler.coef_to_original``; None for no rescaling (G is then the reordering).
+    n_features, n_outputs : int
+        d and q (q = 1 for scalar-response families).
+    """
+    d, q = n_features, n_outputs
+    p = d * q
+    G = np.empty((p, p))
+    for e in range(p):
+        unit = np.zeros(p)
+        unit[e] = 1.0
+        coef = unit.reshape(d, q) if q > 1 else unit
+        if coef_to_original is not None:
+            coef = coef_to_original(coef)
+        G[:, e] = coef.ravel(order="F")
+    return G

@@ -1,0 +1,144 @@
+"""What a fit reports about its uncertainty: :class:`InferenceResult` and :class:`WaldTestResult`.
+
+Everything here is on the original scale, in ``coef_.ravel(order="F")`` order (equation-major for
+the multinomial family, as statsmodels' ``MNLogit``), and is post-processing of the fit's released
+values: no privacy cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["InferenceResult", "WaldTestResult", "NoInferenceError"]
+
+
+class NoInferenceError(ValueError, AttributeError):
+    """Standard errors, intervals or tests were asked of a fit made with ``inference=None``."""
+
+
+@dataclass(frozen=True)
+class WaldTestResult:
+    """Wald test of ``R theta = q`` on the fit's covariance.
+
+    Attributes
+    ----------
+    statistic : float
+        ``(R theta - q)^T (R V R^T)^-1 (R theta - q)``, chi-square with ``df`` degrees of freedom
+        under the null (statsmodels' ``wald_test(..., use_f=False)``).
+    df : int
+        Number of restrictions (rows of R).
+    pvalue : float
+    """
+
+    statistic: float
+    df: int
+    pvalue: float
+
+
+@dataclass
+class InferenceResult:
+    """Uncertainty of a fit: covariance (sampling + privacy noise), intervals, tests.
+
+    Attributes
+    ----------
+    params : ndarray of shape (p,)
+        The estimate, ``coef_.ravel(order="F")``.
+    cov : ndarray of shape (p, p)
+        Total covariance, ``cov_sampling + cov_privacy`` (bootstrap: of the draws).
+    cov_sampling : ndarray of shape (p, p) or None
+        Sampling part: ``c H^-1`` or the sandwich ``c H^-1 Sigma H^-1`` (None for the bootstrap,
+        whose draws do not separate the parts).
+    cov_privacy : ndarray of shape (p, p) or None
+        Covariance of the protocol's privacy noise in the estimate (linearised; zeros with
+        mu = inf; None for the bootstrap).
+    cov_type : str
+        ``"model"``, ``"sandwich"`` or ``"bootstrap"``.
+    alpha : float
+        Default level of the intervals.
+    mu : float
+        GDP budget per client spent by the inference releases (inf when none was noised).
+    method : str
+        How the uncertainty was computed (the summary's "Inference" line).
+    draws : ndarray of shape (n_boot, p) or None
+        Bootstrap estimates (original scale), else None.
+    bias : ndarray of shape (p,) or None
+        Bootstrap bias ``mean(draws) - params``, else None.
+    notes : list of str
+        Anything the user should know (fallbacks, floors).
+    """
+
+    params: np.ndarray
+    cov: np.ndarray
+    cov_sampling: np.ndarray | None
+    cov_privacy: np.ndarray | None
+    cov_type: str
+    alpha: float
+    mu: float
+    method: str
+    draws: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bse(self) -> np.ndarray:
+        """Standard errors ``sqrt(diag(cov))``."""
+        return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
+
+    @property
+    def zvalues(self) -> np.ndarray:
+        """``params / bse``."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.params / self.bse
+
+    @property
+    def pvalues(self) -> np.ndarray:
+        """Two-sided normal p-values of ``params = 0``."""
+        return 2.0 * stats.norm.sf(np.abs(self.zvalues))
+
+    def conf_int(self, alpha: float | None = None) -> np.ndarray:
+        """Intervals of level ``1 - alpha``, shape (p, 2).
+
+        Normal (Wald) intervals ``params -+ z_{1 - alpha/2} bse``; with the bootstrap the "basic"
+        intervals ``[2 params - q_{1 - alpha/2}, 2 params - q_{alpha/2}]`` of the draws, which also
+        correct for the bias the draws show (e.g. from clipping).
+        """
+        alpha = self.alpha if alpha is None else _check_alpha(alpha)
+        if self.draws is not None:
+            lo, hi = np.quantile(self.draws, [alpha / 2, 1 - alpha / 2], axis=0)
+            return np.column_stack([2 * self.params - hi, 2 * self.params - lo])
+        half = stats.norm.ppf(1 - alpha / 2) * self.bse
+        return np.column_stack([self.params - half, self.params + half])
+
+    def wald_test(self, R, q=None) -> WaldTestResult:
+        """Wald test of ``R params = q`` (``q`` defaults to zeros) on ``cov``.
+
+        Parameters
+        ----------
+        R : array-like of shape (r, p) or (p,)
+            Restrictions (a 1-d array is one restriction).
+        q : array-like of shape (r,), optional
+        """
+        R = np.atleast_2d(np.asarray(R, dtype=np.float64))
+        p = self.params.size
+        if R.ndim != 2 or R.shape[1] != p or R.shape[0] < 1:
+            raise ValueError(f"R must have shape (r, {p}) (one row per restriction), got {R.shape}.")
+        q = np.zeros(R.shape[0]) if q is None else np.atleast_1d(np.asarray(q, dtype=np.float64))
+        if q.shape != (R.shape[0],):
+            raise ValueError(f"q must have one value per restriction ({R.shape[0]}), got shape {q.shape}.")
+        if np.linalg.matrix_rank(R) < R.shape[0]:
+            raise ValueError("the restrictions R are linearly dependent (rank < number of rows); drop redundant rows.")
+        diff = R @ self.params - q
+        stat = float(diff @ np.linalg.solve(R @ self.cov @ R.T, diff))
+        df = R.shape[0]
+        return WaldTestResult(stat, df, float(stats.chi2.sf(stat, df)))
+
+
+def _check_alpha(alpha) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1 \
+            or math.isnan(alpha):
+        raise ValueError(f"alpha must be a number in (0, 1), e.g. 0.05 for 95% intervals, got {alpha!r}.")
+    return float(alpha)
