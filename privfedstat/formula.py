@@ -115,7 +115,12 @@ def glm(
         refused before any noise is drawn if it would exceed what is left.
     random_state : int, Generator, SeedSequence or None
     **params
-        Further estimator parameters (``n_iter``, ``step_size``, ``clip``, ...).
+        Further estimator parameters (``n_iter``, ``step_size``, ``clip``, ...), among them
+        ``inference`` (default "auto": standard errors, intervals and tests that count the
+        privacy noise, from 25% of mu; None to spend all of mu on estimation; see
+        :class:`~privfedstat.Inference`). ``summary()`` then shows statsmodels' columns (coef,
+        std err, z, P>|z|, interval) with the formula's names, and ``conf_int()`` /
+        ``cov_params()`` are indexed by them.
 
     Returns
     -------

@@ -132,6 +132,23 @@ class FederatedEstimator:
         the loop stops as soon as this holds. None where an estimator gives no noise level at
         finite mu. When False a :class:`~privfedstat.ConvergenceWarning` says what to change.
 
+    Every estimator takes ``inference`` (documented here once) and reports its uncertainty:
+
+    inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
+        Standard errors, intervals, p-values and Wald tests that count both the sampling variance
+        and the privacy noise of the protocol (:class:`~privfedstat.Inference`,
+        :mod:`privfedstat.inference.core`). With finite mu they spend ``Inference().budget``
+        (25%) of each client's mu, reserved before the protocol runs (the estimation keeps
+        ``sqrt(mu_left^2 - (0.25 mu)^2)``, so the ledger total is still exactly mu); None
+        spends nothing on them and leaves these results undefined.
+
+    inference_ : InferenceResult or None
+        Covariance (total, sampling and privacy parts), how it was computed and what it spent.
+    bse_, zvalues_, pvalues_ : ndarray of the shape of ``coef_``
+        Standard errors, ``coef_ / bse_`` and two-sided normal p-values; with
+        :meth:`cov_params`, :meth:`conf_int` and :meth:`wald_test` (names and order of
+        ``coef_.ravel(order="F")``, as statsmodels).
+
     Also from released values only: a :class:`~privfedstat.DivergenceError` when iterates
     become non-finite or explode; a :class:`~privfedstat.PrivacyNoiseWarning` when the privacy noise of a coefficient
     (a lower bound from the calibrated sigmas) exceeds a public sampling-SE proxy

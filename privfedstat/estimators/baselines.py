@@ -2,7 +2,7 @@
 
 Both fit by damped Newton-Raphson (:func:`newton_fit`) on raw data and have the same API as the
 private estimators (``fit(data)``, ``coef_``, ``privacy_``, ``communication_``, ``history_``,
-``n_iter_``, ``mse``, ``predict``, ``summary``). Their ledgers say plainly that they are not
+``n_iter_``, ``mse``, ``predict``, ``summary``, and exact ``bse_``, ``conf_int``, ...). Their ledgers say plainly that they are not
 private (``privacy_.is_private is False``, with the reason recorded as a leak).
 """
 
@@ -134,6 +134,12 @@ class PooledMLE(_NonPrivateBaseline):
         Convergence: the last Newton step satisfies ``max|step| <= tol (1 + max|theta|)``.
     max_iter : int, default 100
         Maximum Newton iterations; a ``ConvergenceWarning`` is raised if they are used up.
+    inference : "auto", None, "model", "sandwich" or Inference, default "auto"
+        Exact standard errors on the pooled rows ("auto": model-based for logistic, Poisson and
+        multinomial, sandwich for Gaussian and Huber; statsmodels' ``GLM`` nonrobust and
+        ``cov_type="HC0"``, ``MNLogit``). With ``alpha > 0`` the Hessian of the penalised
+        objective, ``Hp = H + alpha I``, replaces H: ``Hp^-1 S Hp^-1 / N`` with S the score
+        covariance or, model-based, H itself.
 
     Attributes
     ----------
@@ -214,6 +220,10 @@ class LocalFit(_NonPrivateBaseline):
     tol : float, default 1e-10
     max_iter : int, default 100
         Per client; a ``ConvergenceWarning`` names the clients that used them up.
+    inference : "auto", None, "model", "sandwich" or Inference, default "auto"
+        Standard errors of ``coef_ = sum_i w_i theta_i``: the local fits are independent, so
+        ``V = sum_i w_i^2 V_i`` with V_i client i's own exact covariance at its fit (as
+        :class:`PooledMLE`'s, on its rows, with its ridge penalty).
 
     Attributes
     ----------
