@@ -7,6 +7,7 @@ a torch oracle for deep models implements the same methods.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -36,8 +37,16 @@ class ClientOracle(Protocol):
     def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
         """Per-client mean Hessian, per-sample terms clipped in Frobenius norm, (n_clients, n_params, n_params)."""
 
+    def score_outer(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Per-client mean of ``g_j g_j^T``, ``g_j`` the per-sample gradient clipped as in :meth:`clipped_gradients`,
+        shape (n_clients, n_params, n_params); each term has Frobenius norm ``<= clip^2``."""
+
+    def design_moments(self, row_clip: float) -> np.ndarray:
+        """Per-client mean of ``x_j x_j^T``, rows scaled to norm ``<= row_clip``, shape (n_clients, n_features, n_features)."""
+
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
-        """Per-sample gradient (``"gradient"``) or Hessian (``"hessian"``) norms, shape (n_samples,)."""
+        """Per-sample gradient (``"gradient"``), Hessian (``"hessian"``) or row (``"row"``, ``theta`` ignored) norms,
+        shape (n_samples,)."""
 
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         """Per-client number of ``values`` (one per sample) that are <= ``threshold``."""
@@ -79,6 +88,64 @@ class _ConcatenatedOracle:
         first, second = self.data.split_halves(random_state)
         return type(self)(first, self.family), type(self)(second, self.family)
 
+    def design_moments(self, row_clip: float) -> np.ndarray:
+        """Per-client mean of ``u_j u_j^T``, ``u_j = x_j min(1, row_clip / ||x_j||)`` (the rows scaled to norm ``row_clip``).
+
+        The design's second moments ``X_i^T X_i / n_i`` of each client with every row clipped, for
+        the model-based covariance of a Gaussian-type family and for private scaling of the
+        features (d = ``n_features`` for every family, also multinomial). Each term has Frobenius
+        norm ``||u_j||^2 <= row_clip^2 = C`` for every finite row, so ``sym_to_vec`` of a client's
+        mean moves by at most ``sqrt(2) C / n_i`` when one row is replaced
+        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity` with ``C``: the terms are PSD).
+
+        Parameters
+        ----------
+        row_clip : float
+            Bound on the row norms; ``inf`` for no clipping (non-private use only). Its square must lie
+            in ``[MIN_BOUND, 1e307 / max(n_i)]``.
+
+        Returns
+        -------
+        ndarray of shape (n_clients, n_features, n_features)
+            Exactly symmetric.
+        """
+        out = np.empty((self.n_clients, self.n_features, self.n_features))
+        d = self.data
+        glm_nb.glm_client_design_moments(d.X, d.row_norms, d.offsets, _bound(row_clip, "row_clip", self.sizes, square=True),
+                                         out)
+        return out
+
+    def score_outer(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Per-client mean of ``g_j g_j^T`` over the client's rows, ``g_j`` the per-sample gradient clipped to L2 norm ``clip``.
+
+        ``g_j`` is exactly the term of :meth:`clipped_gradients` (same clipping rule and treatment of
+        non-finite residuals), so the matrix is the clipped score covariance ``Sigma_i`` of the
+        sandwich ``H^-1 Sigma H^-1`` (uncentred: at the estimate the mean score is about 0). Each
+        term has Frobenius norm ``||g_j||^2 <= clip^2 = C`` and is PSD, so ``sym_to_vec`` of a
+        client's mean moves by at most ``sqrt(2) C / n_i`` when one row is replaced
+        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity` with ``C``).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,) or (n_clients, n_params)
+            The estimate (fitting scale, flat), shared or one per client.
+        clip : float
+            B, the bound on per-sample gradient norms; ``inf`` for no clipping (non-private use only).
+            ``clip^2`` must lie in ``[MIN_BOUND, 1e307 / max(n_i)]``.
+
+        Returns
+        -------
+        ndarray of shape (n_clients, n_params, n_params)
+            Exactly symmetric; parameters in the flat order of ``theta``.
+        """
+        out = np.empty((self.n_clients, self.n_params, self.n_params))
+        self._score_outer_kernel(self._theta2d(theta), _bound(clip, "clip", self.sizes, square=True), out)
+        return out
+
+    def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
+        """Fill ``out`` with the clipped score outer products (``theta`` of shape (1 or n_clients, n_params))."""
+        raise NotImplementedError
+
 
 class GLMOracle(_ConcatenatedOracle):
     """Client oracle for a loss ``ell(y, x^T theta)`` on :class:`FederatedData`.
@@ -117,17 +184,22 @@ class GLMOracle(_ConcatenatedOracle):
         )
         return out
 
+    def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
+        d = self.data
+        glm_nb.glm_client_score_outer(d.X, d.y, d.eta_offset, d.row_norms, d.offsets, theta, clip, self.family.code,
+                                      self.family.param, out)
+
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         d = self.data
+        if _check_which(which) == "row":
+            return d.row_norms
         with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
             z = d.X @ np.asarray(theta, dtype=np.float64)
             if d.offset is not None:
                 z = z + d.offset
             if which == "gradient":
                 return _times_norm(np.abs(self.family.deriv(d.y, z)), d.row_norms)
-            if which == "hessian":
-                return _times_norm(_times_norm(self.family.deriv2(d.y, z), d.row_norms), d.row_norms)
-        raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+            return _times_norm(_times_norm(self.family.deriv2(d.y, z), d.row_norms), d.row_norms)
 
 
 class MultinomialOracle(_ConcatenatedOracle):
@@ -162,17 +234,22 @@ class MultinomialOracle(_ConcatenatedOracle):
                                                   self.family.n_outputs, out)
         return out
 
+    def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
+        d = self.data
+        multinomial_nb.multinomial_client_score_outer(d.X, d.y, d.row_norms, d.offsets, theta, clip, self.family.n_outputs,
+                                                      out)
+
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         d = self.data
+        if _check_which(which) == "row":
+            return d.row_norms
         with np.errstate(all="ignore"):  # as the kernels: predictors clamped to +-Z_MAX (huge rows overflow)
             Z = d.X @ np.asarray(theta, dtype=np.float64).reshape(self.n_features, self.family.n_outputs)
             Z = np.clip(Z, -multinomial_nb.Z_MAX, multinomial_nb.Z_MAX)
         if which == "gradient":  # scaled norms: residual entries of order 1e-200 would square to 0
             return _times_norm(row_norm_bounds(self.family.residual(d.y, Z)), d.row_norms)
-        if which == "hessian":
-            curvature_norms = row_norm_bounds(self.family.curvature(Z).reshape(d.n_samples, -1))
-            return _times_norm(_times_norm(curvature_norms, d.row_norms), d.row_norms)
-        raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+        curvature_norms = row_norm_bounds(self.family.curvature(Z).reshape(d.n_samples, -1))
+        return _times_norm(_times_norm(curvature_norms, d.row_norms), d.row_norms)
 
 
 def check_offset_family(data: FederatedData, family: Family) -> None:
@@ -180,6 +257,13 @@ def check_offset_family(data: FederatedData, family: Family) -> None:
     if data.offset is not None and family.n_outputs > 1:
         raise ValueError("the multinomial family takes no offset (a row's offset would have to be given per class); "
                          "fit without offset= / exposure=, or with a scalar-response family.")
+
+
+def _check_which(which: str) -> str:
+    """``which`` of :meth:`ClientOracle.sample_norms`, checked before any work."""
+    if which not in ("gradient", "hessian", "row"):
+        raise ValueError(f"which must be 'gradient', 'hessian' or 'row', got {which!r}.")
+    return which
 
 
 def _times_norm(factor: np.ndarray, norms: np.ndarray) -> np.ndarray:
@@ -191,16 +275,21 @@ def _times_norm(factor: np.ndarray, norms: np.ndarray) -> np.ndarray:
         return np.where((factor == 0) | np.isnan(factor), 0.0, factor * norms)
 
 
-def _bound(value: float, name: str, sizes: np.ndarray) -> float:
-    """A clipping bound the kernels' guarantee covers: ``inf``, or at least ``MIN_BOUND`` and so small
-    that a client's sum of ``n_i`` clipped terms cannot overflow (``n_i B <= 1e307``)."""
+def _bound(value: float, name: str, sizes: np.ndarray, square: bool = False) -> float:
+    """A clipping bound the kernels' guarantee covers: ``inf``, or ``B`` whose per-term bound ``C`` (``B``, or
+    ``B^2`` with ``square`` for outer products ``v v^T`` with ``||v|| <= B``) is at least ``MIN_BOUND``
+    and so small that a client's sum of ``n_i`` clipped terms cannot overflow (``n_i C <= 1e307``)."""
     value = float(value)
-    if not value >= glm_nb.MIN_BOUND:
-        raise ValueError(f"{name} must be at least {glm_nb.MIN_BOUND:g} (or inf for no clipping), got {value!r}.")
+    term = value * value if square else value  # a float product: inf past the largest double (no OverflowError)
+    if not (value > 0 and term >= glm_nb.MIN_BOUND):
+        lowest = math.sqrt(glm_nb.MIN_BOUND) if square else glm_nb.MIN_BOUND
+        raise ValueError(f"{name} must be at least {lowest:g} (or inf for no clipping), got {value!r}.")
     n_max = int(np.max(sizes))
-    if value != np.inf and value * n_max > 1e307:
-        raise ValueError(f"{name} = {value:g} is too large: a client's sum of {n_max} clipped terms could overflow; "
-                         f"use at most {1e307 / n_max:.3g} (or inf for no clipping).")
+    if value != np.inf and term * n_max > 1e307:
+        largest = math.sqrt(1e307 / n_max) if square else 1e307 / n_max
+        what = f"outer products of norm up to {name}^2" if square else "clipped terms"
+        raise ValueError(f"{name} = {value:g} is too large: a client's sum of {n_max} {what} could overflow; "
+                         f"use at most {largest:.3g} (or inf for no clipping).")
     return value
 
 

@@ -44,6 +44,14 @@ also after rounding, because
 * a row whose norm exceeds the largest double has ``row_norm = inf``, hence ``L = 0``: it
   contributes 0.
 
+The outer-product kernels (:func:`glm_client_hessian`, :func:`glm_client_score_outer`,
+:func:`glm_client_design_moments`) accumulate ``v v^T`` with ``v = s x`` clipped as above:
+``||v|| <= B kappa`` for the clipped gradient (``B = clip``) or the clipped row
+(``B = row_clip``), ``||v|| <= sqrt(hclip kappa)`` for Hessians. A term's Frobenius norm
+``||v||^2`` thus stays below ``C = B^2`` or ``C = hclip`` by the same argument, every entry
+``|v_a v_b| <= C`` is finite, and ``MIN_BOUND <= C``, ``n_i C <= 1e307`` (checked by the oracle)
+keep subnormal roundings inside the margin and the client's sum finite.
+
 What is not bounded by this argument: the sum over a client's rows is computed in floating point
 (absolute error up to ``(n_i - 1) u`` times the sum of the terms' magnitudes), so neighbouring
 datasets can differ by ``2 B / n_i`` plus that rounding. The margin ``1 - kappa`` absorbs it while
@@ -62,8 +70,9 @@ from numba import njit, prange
 
 from ..families.glm import POISSON_MAX_ETA
 
-__all__ = ["glm_clipped_mean_grad", "glm_clipped_mean_grad_cols", "glm_client_loss", "glm_client_hessian", "FASTMATH",
-           "COLUMN_KERNEL_MAX_D", "CLIP_SAFETY", "MIN_BOUND"]
+__all__ = ["glm_clipped_mean_grad", "glm_clipped_mean_grad_cols", "glm_client_loss", "glm_client_hessian",
+           "glm_client_score_outer", "glm_client_design_moments", "FASTMATH", "COLUMN_KERNEL_MAX_D", "CLIP_SAFETY",
+           "MIN_BOUND"]
 
 # numba's cache does not notice changes to these helpers in the kernels of multinomial_nb that
 # inline them: after editing one, touch multinomial_nb.py (or clear __pycache__).
@@ -177,12 +186,57 @@ def _clip_constants(clip):
     return clip * CLIP_SAFETY, _DOUBLE_MAX, 0.0
 
 
+@njit(inline="always")
+def _outer_setup(theta, c, out):
+    """Client ``c``'s ``theta`` row (one shared row, or one per client), its zeroed output ``out[c]``, a scratch row."""
+    h = out[c]
+    h[:, :] = 0.0
+    return (theta[0] if theta.shape[0] == 1 else theta[c]), h, np.empty(h.shape[1])
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _scale_into(v, g, x):
+    """``v = g x`` (``v`` is scratch of the row's length)."""
+    for a in range(x.shape[0]):
+        v[a] = g * x[a]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _add_outer(h, v):
+    """``h += v v^T`` on the upper triangle (``a <= b``) only; :func:`_mirror_mean` completes it."""
+    p = v.shape[0]
+    for a in range(p):
+        va = v[a]
+        for b in range(a, p):
+            h[a, b] += va * v[b]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _mirror_mean(h, n):
+    """Divide the upper triangle of ``h`` by ``n`` and mirror it: the mean, exactly symmetric."""
+    p = h.shape[0]
+    inv = 1.0 / n
+    for a in range(p):
+        for b in range(a, p):
+            h[a, b] *= inv
+            h[b, a] = h[a, b]
+
+
 @njit(inline="always", fastmath=FASTMATH)
 def _dot(x, t):
     s = 0.0
     for k in range(x.shape[0]):
         s += x[k] * t[k]
     return s
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _predictor(x, t, eta_off, j):
+    """``z_j = x^T t + o_j`` (``o_j = 0`` where ``eta_off`` is empty)."""
+    z = _dot(x, t)
+    if eta_off.shape[0] > 0:
+        z += eta_off[j]
+    return z
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -309,32 +363,58 @@ def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, par
     ``L_j = sqrt(hclip kappa) / ||x_j||`` (:func:`_limit`): ``||x||^2`` is never formed, so rows
     with ``||x|| > 1e154`` are clipped correctly, and ``|v_a v_b| <= hclip`` cannot overflow. A
     NaN ``ell''`` contributes 0 (see the module docstring); ``row_norm[j] >= ||x_j||`` is required.
+    Exactly symmetric.
+    """
+    bound, cap, nan_fill = _clip_constants(hclip)
+    sqrt_bound = math.sqrt(bound)
+    for c in prange(offsets.shape[0] - 1):
+        t, h, v = _outer_setup(theta, c, out)
+        for j in range(offsets[c], offsets[c + 1]):
+            g = math.sqrt(_deriv2(code, param, y[j], _predictor(X[j], t, eta_off, j)))
+            _scale_into(v, _clip_scalar(g, _limit(sqrt_bound, row_norm[j], cap), nan_fill), X[j])
+            _add_outer(h, v)
+        _mirror_mean(h, offsets[c + 1] - offsets[c])
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_client_score_outer(X, y, eta_off, row_norm, offsets, theta, clip, code, param, out):
+    """Per-client mean outer product of the clipped per-sample gradients (the score covariance ``Sigma``).
+
+    ``out[c] = (1/n_c) sum_{j in c} g_j g_j^T`` with ``g_j`` the per-sample gradient of
+    :func:`glm_clipped_mean_grad` exactly: ``g_j = s_j x_j``, ``s_j = copysign(min(|ell'(y_j, z_j)|, L_j), ell')``,
+    ``L_j = clip kappa / ||x_j||`` (:func:`_limit`), ``z_j = x_j^T theta_c + o_j``, and the same
+    non-finite rules (a NaN residual contributes 0; an infinite one is clipped). Each term has
+    Frobenius norm ``||g_j||^2 <= clip^2``; ``||x_j||^2`` is never formed, and ``|g_a g_b| <= clip^2``
+    cannot overflow. ``clip = inf``: no clipping (NaN and inf propagate). ``row_norm[j] >= ||x_j||``
+    is required. Exactly symmetric.
+    """
+    bound, cap, nan_fill = _clip_constants(clip)
+    for c in prange(offsets.shape[0] - 1):
+        t, h, v = _outer_setup(theta, c, out)
+        for j in range(offsets[c], offsets[c + 1]):
+            r = _deriv(code, param, y[j], _predictor(X[j], t, eta_off, j))
+            _scale_into(v, _clip_scalar(r, _limit(bound, row_norm[j], cap), nan_fill), X[j])
+            _add_outer(h, v)
+        _mirror_mean(h, offsets[c + 1] - offsets[c])
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_client_design_moments(X, row_norm, offsets, row_clip, out):
+    """Per-client mean of ``u_j u_j^T`` with the rows scaled to norm ``row_clip``: ``u_j = min(1, L_j) x_j``.
+
+    ``L_j = row_clip kappa / ||x_j||`` (:func:`_limit`), so each term has Frobenius norm
+    ``||u_j||^2 <= row_clip^2`` for every finite row (``||x_j||^2`` is never formed; a row whose
+    norm exceeds the largest double contributes 0, a zero row 0). ``row_clip = inf``: the plain
+    ``(1/n_c) X_c^T X_c``. ``row_norm[j] >= ||x_j||`` is required. Exactly symmetric.
     """
     m = offsets.shape[0] - 1
     d = X.shape[1]
-    shared = theta.shape[0] == 1
-    has_off = eta_off.shape[0] > 0
-    bound, cap, nan_fill = _clip_constants(hclip)
-    sqrt_bound = math.sqrt(bound)
+    bound, cap, _ = _clip_constants(row_clip)
     for c in prange(m):
-        t = theta[0] if shared else theta[c]
         h = out[c]
         h[:, :] = 0.0
         v = np.empty(d)
         for j in range(offsets[c], offsets[c + 1]):
-            xj = X[j]
-            z = _dot(xj, t)
-            if has_off:
-                z += eta_off[j]
-            g = _clip_scalar(math.sqrt(_deriv2(code, param, y[j], z)), _limit(sqrt_bound, row_norm[j], cap), nan_fill)
-            for a in range(d):
-                v[a] = g * xj[a]
-            for a in range(d):
-                va = v[a]
-                for b in range(a, d):
-                    h[a, b] += va * v[b]
-        inv = 1.0 / (offsets[c + 1] - offsets[c])
-        for a in range(d):
-            for b in range(a, d):
-                h[a, b] *= inv
-                h[b, a] = h[a, b]
+            _scale_into(v, min(1.0, _limit(bound, row_norm[j], cap)), X[j])
+            _add_outer(h, v)
+        _mirror_mean(h, offsets[c + 1] - offsets[c])

@@ -19,9 +19,10 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .glm_nb import _DENORM_MIN, FASTMATH, _clip_constants, _limit
+from .glm_nb import _DENORM_MIN, FASTMATH, _add_outer, _clip_constants, _limit, _mirror_mean, _outer_setup
 
-__all__ = ["multinomial_clipped_mean_grad", "multinomial_client_loss", "multinomial_client_hessian", "Z_MAX"]
+__all__ = ["multinomial_clipped_mean_grad", "multinomial_client_loss", "multinomial_client_hessian",
+           "multinomial_client_score_outer", "Z_MAX"]
 
 #: linear predictors are clamped to [-Z_MAX, Z_MAX] (softmax of the clamped values is the limit for infinite ones)
 Z_MAX = 1e300
@@ -84,14 +85,43 @@ def _norm_bound(a, n):
     return math.sqrt(s) * (1.0 + 2 * (n + 8) * _U) + 4 * _DENORM_MIN
 
 
+@njit(inline="always", fastmath=FASTMATH)
+def _clipped_gradient(x, t, yi, q, n, bound, cap, nan_fill, z, r, g):
+    """Fill ``g`` with row ``x``'s clipped gradient ``f x r^T``, flattened (entry ``j q + k``); False where it is 0.
+
+    ``r = p - e_y`` (``z``, ``r``: scratch of length q); ``f = min(1, bound / (||r|| ||x||))``,
+    lowered by the smallest subnormal as in :func:`~privfedstat.kernels.glm_nb._limit`, so ``g``
+    has norm ``<= bound`` (``n >= ||x||``; ``||r|| <= sqrt(2)``, so the product of the norms cannot
+    overflow for ``||x|| <= 1e300``; larger rows divide in two steps). A NaN residual gives
+    ``f = nan_fill``: False when clipping (the row contributes 0), NaN entries without clipping.
+    False also where ``f = 0`` (callers then skip the row).
+    """
+    _probs(x, t, q, z, r)
+    label = int(yi)
+    if label > 0:
+        r[label - 1] -= 1.0
+    nr = _norm_bound(r, q)
+    if nr != nr:  # NaN predictor
+        f = nan_fill
+    else:
+        f = bound / max(nr * n, _DENORM_MIN) if n <= 1e300 else _limit(bound, n, cap) / max(nr, _TINY)
+        f = min(max(f - _DENORM_MIN, 0.0), 1.0)
+    if f == 0.0:
+        return False
+    for j in range(x.shape[0]):
+        fx = f * x[j]
+        for k in range(q):
+            g[j * q + k] = fx * r[k]
+    return True
+
+
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def multinomial_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, q, out):
     """Per-client mean of per-sample gradients ``x (p - e_y)^T`` clipped to Frobenius norm ``clip``.
 
     A row's gradient ``x r^T`` has norm ``||r|| ||x||`` and is scaled by
     ``f = min(1, clip kappa / (||r|| ||x||))``, lowered by the smallest subnormal as in
-    :func:`~privfedstat.kernels.glm_nb._limit` (``||r|| <= sqrt(2)``, so the product of the norms
-    cannot overflow for ``||x|| <= 1e300``; larger rows divide in two steps).
+    :func:`~privfedstat.kernels.glm_nb._limit` (:func:`_clipped_gradient`).
     ``row_norm[i] >= ||x_i||`` is required.
     """
     m = offsets.shape[0] - 1
@@ -104,25 +134,11 @@ def multinomial_clipped_mean_grad(X, y, row_norm, offsets, theta, clip, q, out):
         acc[:] = 0.0
         z = np.empty(q)
         r = np.empty(q)
+        g = np.empty(d * q)
         for i in range(offsets[c], offsets[c + 1]):
-            xi = X[i]
-            _probs(xi, t, q, z, r)
-            yi = int(y[i])
-            if yi > 0:
-                r[yi - 1] -= 1.0
-            nr = _norm_bound(r, q)
-            n = row_norm[i]
-            if nr != nr:  # NaN predictor
-                if nan_fill == 0.0:
-                    continue
-                f = nan_fill
-            else:
-                f = bound / max(nr * n, _DENORM_MIN) if n <= 1e300 else _limit(bound, n, cap) / max(nr, _TINY)
-                f = min(max(f - _DENORM_MIN, 0.0), 1.0)
-            for j in range(d):
-                fx = f * xi[j]
-                for k in range(q):
-                    acc[j * q + k] += fx * r[k]
+            if _clipped_gradient(X[i], t, y[i], q, row_norm[i], bound, cap, nan_fill, z, r, g):
+                for a in range(d * q):
+                    acc[a] += g[a]
         inv = 1.0 / (offsets[c + 1] - offsets[c])
         for a in range(d * q):
             acc[a] *= inv
@@ -199,3 +215,24 @@ def multinomial_client_hessian(X, y, row_norm, offsets, theta, hclip, q, out):
         for a in range(d * q):
             for b in range(d * q):
                 h[a, b] *= inv
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def multinomial_client_score_outer(X, y, row_norm, offsets, theta, clip, q, out):
+    """Per-client mean outer product ``(1/n_c) sum_i g_i g_i^T`` of the clipped per-sample gradients.
+
+    ``g_i`` is the gradient of :func:`multinomial_clipped_mean_grad` exactly: ``f x_i (p_i - e_{y_i})^T``
+    flattened in C order (entry ``j q + k``), by :func:`_clipped_gradient`, so each term
+    (``d q`` by ``d q``) has Frobenius norm ``||g_i||^2 <= clip^2`` and entries ``|g_a g_b| <= clip^2``.
+    A NaN predictor contributes 0 (NaN without clipping, ``clip = inf``). Exactly symmetric.
+    ``row_norm[i] >= ||x_i||`` is required.
+    """
+    bound, cap, nan_fill = _clip_constants(clip)
+    for c in prange(offsets.shape[0] - 1):
+        t, h, g = _outer_setup(theta, c, out)
+        z = np.empty(q)
+        r = np.empty(q)
+        for i in range(offsets[c], offsets[c + 1]):
+            if _clipped_gradient(X[i], t, y[i], q, row_norm[i], bound, cap, nan_fill, z, r, g):
+                _add_outer(h, g)
+        _mirror_mean(h, offsets[c + 1] - offsets[c])

@@ -11,7 +11,10 @@ or curvature is NaN contributes 0 (NaN propagates when ``bound = inf``); multino
 predictors are clamped to ``+-Z_MAX``. One difference: a row whose norm exceeds the largest
 double is clipped here, while the kernels (which only have its norm bound, ``inf``) give it 0.
 The GLM twins take the per-row offset ``o`` of the linear predictor (``z_j = x_j^T theta + o_j``)
-as ``offset`` (None: no offset).
+as ``offset`` (None: no offset). The outer-product twins form ``g_j g_j^T`` (``x_j x_j^T``) as
+mantissa products with exponent ``2 E_j`` and scale each to Frobenius norm
+``<= (bound * CLIP_SAFETY)^2``, which is clipping ``g_j`` (``x_j``) to ``bound * CLIP_SAFETY``
+first, as the kernels do.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ __all__ = [
     "multinomial_clipped_mean_grad",
     "multinomial_client_loss",
     "multinomial_client_hessian",
+    "client_score_outer",
+    "multinomial_client_score_outer",
+    "client_design_moments",
 ]
 
 _DOUBLE_MAX = np.finfo(np.float64).max
@@ -59,12 +65,16 @@ def _scaled_products(spec: str, *factors: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.einsum(spec, *(p[0] for p in parts)), sum(p[1] for p in parts)
 
 
-def _clip_mean(M: np.ndarray, E: np.ndarray, bound: float, offsets: np.ndarray) -> np.ndarray:
-    """Per-client mean of the per-sample matrices ``M_j 2^{E_j}``, each scaled to norm <= ``bound * CLIP_SAFETY``."""
+def _clip_mean(M: np.ndarray, E: np.ndarray, bound: float, offsets: np.ndarray, power: int = 1) -> np.ndarray:
+    """Per-client mean of the per-sample matrices ``M_j 2^{E_j}``, each scaled to norm <= ``(bound * CLIP_SAFETY)^power``.
+
+    ``power = 2`` for outer products ``v v^T``, whose norm ``||v||^2`` is the square of ``||v||``.
+    """
     N = M.shape[0]
-    norms = np.sqrt(np.einsum("ij,ij->i", M.reshape(N, -1), M.reshape(N, -1)))  # ||M_j|| in [1/8, sqrt(size)] or 0
+    norms = np.sqrt(np.einsum("ij,ij->i", M.reshape(N, -1), M.reshape(N, -1)))  # ||M_j|| >= 2^-(number of factors), or 0
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        scale = np.minimum(np.ldexp(1.0, E), bound * CLIP_SAFETY / norms)  # 2^E (unclipped) or the clipped scale
+        limit = np.float64(bound * CLIP_SAFETY) ** power  # numpy: inf (not OverflowError) past the largest double
+        scale = np.minimum(np.ldexp(1.0, E), limit / norms)  # 2^E (unclipped) or the clipped scale
         scale[norms == 0] = 0.0  # a zero sample stays 0 (not 0 * inf)
         G = M * scale.reshape((-1,) + (1,) * (M.ndim - 1))
     if math.isfinite(bound):
@@ -104,6 +114,21 @@ def client_hessian(X, y, offsets, theta, hclip, family: Family, offset=None) -> 
     return _clip_mean(M, E, hclip, offsets)
 
 
+def client_score_outer(X, y, offsets, theta, clip, family: Family, offset=None) -> np.ndarray:
+    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_score_outer`."""
+    z = _eta(X, offsets, theta, offset)
+    with np.errstate(all="ignore"):
+        r = family.deriv(y, z)
+    M, E = _scaled_products("i,i,ij,ik->ijk", r, r, X, X)  # g_j g_j^T = r_j^2 x_j x_j^T
+    return _clip_mean(M, E, clip, offsets, power=2)
+
+
+def client_design_moments(X, offsets, row_clip) -> np.ndarray:
+    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_design_moments`."""
+    M, E = _scaled_products("ij,ik->ijk", X, X)
+    return _clip_mean(M, E, row_clip, offsets, power=2)
+
+
 def _multinomial_Z(X, offsets, theta, q):
     """Linear predictors (N, q) for flattened Theta rows of shape (1 or m, d q), clamped to +-Z_MAX."""
     theta = np.atleast_2d(theta)
@@ -137,3 +162,11 @@ def multinomial_client_hessian(X, y, offsets, theta, hclip, family) -> np.ndarra
     A = family.curvature(_multinomial_Z(X, offsets, theta, q))  # (N, q, q)
     M, E = _scaled_products("ij,il,ikm->ijklm", X, X, A)  # H[(j,k),(l,m)] = x_j x_l A_km
     return _clip_mean(M, E, hclip, offsets).reshape(offsets.size - 1, d * q, d * q)
+
+
+def multinomial_client_score_outer(X, y, offsets, theta, clip, family) -> np.ndarray:
+    """Numpy twin of :func:`~privfedstat.kernels.multinomial_nb.multinomial_client_score_outer`."""
+    q, d = family.n_outputs, X.shape[1]
+    R = family.residual(y, _multinomial_Z(X, offsets, theta, q))
+    M, E = _scaled_products("ij,ik,il,im->ijklm", X, R, X, R)  # (x_j r_k)(x_l r_m), entry ((j, k), (l, m))
+    return _clip_mean(M, E, clip, offsets, power=2).reshape(offsets.size - 1, d * q, d * q)

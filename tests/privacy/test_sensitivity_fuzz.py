@@ -7,11 +7,17 @@ family, an intercept column or none, the clipping bound (chosen privately or fix
 feature scaling (private or public bounds). The replay harness (``tests/_replay.py``) records D's
 run, replays D' at the same history and checks every release, every client, every value sent and
 the fitted path. New estimators join by being registered as private.
+
+The inputs of the private sandwich covariance (issue 10: every client's clipped score outer
+products and clipped design moments, released as ``sym_to_vec`` with sensitivity
+``sqrt(2) C / n_i``) are fuzzed the same way through :class:`InferenceReleases`, a minimal private
+fit that makes just these two releases at a public estimate.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -22,10 +28,15 @@ from hypothesis import strategies as st
 
 from _replay import check_neighbours, one_numba_thread, tap_channel  # noqa: F401 (fixture)
 from privfedstat import FederatedData
+from privfedstat._rng import spawn_generators
+from privfedstat.estimators.fedirls import hessian_sensitivity, sym_to_vec
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.families import get_family
 from privfedstat.federation.channel import Channel
+from privfedstat.federation.oracle import make_oracle
+from privfedstat.privacy.ledger import PrivacyLedger
+from privfedstat.privacy.mechanisms import ClientNoise
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are irrelevant here
 pytestmark = [pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -215,3 +226,66 @@ def test_the_harness_catches_an_understated_sensitivity(spec, monkeypatch):
     monkeypatch.setattr(Channel, "_sigma", understated)
     with tap_channel(), pytest.raises(AssertionError, match="stated sensitivity"):
         check_neighbours(make, data, neighbour)
+
+
+
+class InferenceReleases:
+    """The two releases the private sandwich covariance needs, as a minimal fit for the replay harness.
+
+    ``sym_to_vec`` of every client's mean clipped score outer product (:meth:`score_outer` at the
+    public estimate ``theta``, ``C = clip^2``) and of its mean clipped design moments
+    (:meth:`design_moments`, ``C = row_clip^2``), each released through the Channel with the
+    sensitivity the oracle states, ``hessian_sensitivity(C, n_i) = sqrt(2) C / n_i`` (times
+    ``stated_factor``: the self-test understates it), and mu = 1. ``history_`` is the aggregated
+    released values (post-processing).
+    """
+
+    def __init__(self, family, theta: np.ndarray, clip: float, row_clip: float, stated_factor: float = 1.0) -> None:
+        self.family, self.theta, self.clip, self.row_clip, self.stated_factor = family, theta, clip, row_clip, stated_factor
+
+    def fit(self, data: FederatedData) -> InferenceReleases:
+        oracle = make_oracle(data, self.family)
+        m = data.n_clients
+        channel = Channel(data.sizes, ClientNoise(spawn_generators(np.random.SeedSequence(0), m)), PrivacyLedger(m))
+        w = data.sizes / data.sizes.sum()
+        released = []
+        for stage, values, C in (("inference-score", oracle.score_outer(self.theta, self.clip), self.clip**2),
+                                 ("inference-design", oracle.design_moments(self.row_clip), self.row_clip**2)):
+            sens = self.stated_factor * hessian_sensitivity(C, data.sizes)
+            released.append(w @ channel.release(sym_to_vec(values), sensitivity=sens, mu=1.0, stage=stage, weights=w))
+        self.history_ = np.concatenate(released)
+        return self
+
+
+def inference_factory(case: Case, d: int, theta_scale: float, clip: float, stated_factor: float = 1.0):
+    """Releases at theta = theta_scale (0.4 .. -0.3) (huge scales overflow x^T theta), row_clip = clip."""
+    family = _family(case.family)
+    theta = theta_scale * np.linspace(0.4, -0.3, d * family.n_outputs)
+    return lambda: InferenceReleases(family, theta, clip, row_clip=clip, stated_factor=stated_factor)
+
+
+@settings(max_examples=100)
+@given(case=cases(), theta_scale=st.sampled_from((0.0, 1.0, 1e300)), clip=st.sampled_from((1e-3, 1.0, 30.0)))
+@example(case=NORM_UNDERFLOW, theta_scale=1.0, clip=1.0)
+@example(case=NORM_OVERFLOW, theta_scale=1.0, clip=1.0)
+@example(case=MIXED_SCALES, theta_scale=1e300, clip=1.0)
+@example(case=EXTREMES, theta_scale=0.0, clip=30.0)
+def test_inference_releases_move_at_most_their_stated_sensitivity(case, theta_scale, clip):
+    data, neighbour = case.datasets()
+    with tap_channel():
+        check_neighbours(inference_factory(case, data.n_features, theta_scale, clip), data, neighbour)
+
+
+def test_the_harness_catches_an_understated_inference_sensitivity():
+    """Self-test: half the stated sensitivity (and half the noise) is caught. The row turns from one
+    direction to a nearly orthogonal one, so its clipped gradient's and clipped row's outer products
+    both move the release by about ``sqrt(2) C / n_i``."""
+    case = Case(family="gaussian", intercept=True, clip=1.0, scaling=None, index=3,
+                x_d=(1.0, 10.0, 0.0), y_d=1e6, x_nb=(1.0, 0.0, 10.0), y_nb=1e6)
+    data, neighbour = case.datasets()
+    with tap_channel():
+        check_neighbours(inference_factory(case, data.n_features, 0.0, 1.0), data, neighbour)
+        with pytest.raises(AssertionError) as caught:
+            check_neighbours(inference_factory(case, data.n_features, 0.0, 1.0, stated_factor=0.5), data, neighbour)
+    for stage in ("score", "design"):
+        assert re.search(f"inference-{stage}.*stated sensitivity", str(caught.value)), (stage, caught.value)
