@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "reproduce"]
+__all__ = ["main", "reproduce", "reproduce_coverage"]
 
 
 def reproduce(name: str, *, family: str | None = None, reps: int = 100, jobs: int = 1, out: str | Path = "results",
@@ -69,6 +69,45 @@ def reproduce_mnist(*, data_dir: str | None, dataset: str = "mnist", task: str =
     return df, stem
 
 
+def reproduce_coverage(*, reps: int = 100, jobs: int = 1, out: str | Path = "results", families=None, mus=None,
+                       seed: int = 0, backend: str = "loky", scheduler: str | None = None, progress: bool = True):
+    """Run the coverage study of private 95% intervals (issue 10); write CSV, summary CSV and figure.
+
+    Writes ``<out>/coverage.csv`` (one row per replicate, method and coefficient; incremental, so
+    rerunning resumes), ``<out>/coverage-summary.csv`` and ``<out>/coverage.png``. ``families`` and
+    ``mus`` restrict the grid (None: all of it; see :mod:`privfedstat.simulations.coverage`).
+    Returns (results, summary, stem).
+    """
+    from .simulations import COVERAGE, MonteCarlo, coverage_scenarios, plot_coverage, summarise_coverage
+    from .simulations.coverage import FAMILIES, MUS
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / "coverage"
+    scenarios = coverage_scenarios(families=tuple(families or FAMILIES), mus=tuple(mus or MUS))
+    mc = MonteCarlo(scenarios, n_reps=reps, random_state=seed, n_jobs=jobs, backend=backend, scheduler=scheduler,
+                    out=stem.with_suffix(".csv"), progress=progress, measure=COVERAGE)
+    df = mc.run()
+    table = summarise_coverage(df)
+    table.to_csv(out / "coverage-summary.csv", index=False)
+    fig = plot_coverage(table, title=f"Coverage of 95% intervals, {int(table['reps'].min())}+ replicates per cell")
+    fig.savefig(stem.with_suffix(".png"), dpi=130)
+    return df, table, stem
+
+
+def format_coverage(table) -> str:
+    """The coverage summary as text: one line per cell, percentages, ratios and seconds."""
+    import pandas as pd
+
+    show = table.assign(mu=table["mu"].map(lambda v: f"{v:g}"),
+                        **{c: (100 * table[c]).round(1) for c in ("coverage", "coverage_min", "coverage_max",
+                                                                  "converged", "failed")})
+    cols = ["family", "N", "m", "mu", "method", "reps", "coverage", "coverage_min", "coverage_max", "width_ratio",
+            "pred_ratio", "seconds", "converged", "failed", "verdict"]
+    with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 250, "display.max_rows", 1000):
+        return show[cols].to_string(index=False)
+
+
 def _print_table(table, by: list[str]) -> None:
     import pandas as pd
 
@@ -92,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
 
     p_rep = sub.add_parser("reproduce", help="run one of the paper's studies and write CSV, figure and summary")
     p_rep.add_argument("study", help="study name, e.g. fig5 (see `privfedstat studies`)")
-    p_rep.add_argument("--family", choices=["logistic", "poisson"], default=None, help="default: the figure's family")
+    p_rep.add_argument("--family", choices=["logistic", "poisson"], default=None,
+                       help="default: the figure's family (coverage: both)")
     p_rep.add_argument("--reps", type=int, default=100)
     p_rep.add_argument("--jobs", type=int, default=1)
     p_rep.add_argument("--out", default="results")
-    p_rep.add_argument("--mu", type=float, default=2.0, help="GDP budget per client where the study does not vary it")
+    p_rep.add_argument("--mu", type=float, default=None,
+                       help="GDP budget per client where the study does not vary it (default 2); coverage: only this mu")
     p_rep.add_argument("--clip", default="auto", help="'auto' (private, default), 'paper' (non-private rule) or a number")
     p_rep.add_argument("--seed", type=int, default=0)
     p_rep.add_argument("--backend", choices=["loky", "dask"], default="loky")
@@ -114,6 +155,25 @@ def main(argv: list[str] | None = None) -> int:
         for s in STUDIES.values():
             print(f"{s.name:<6} {s.description}")
         print("mnist-logistic  Section 5.1: client-level AUC/accuracy of nine estimators on MNIST (--data-dir) or digits")
+        print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
+              "methods at their defaults)")
+        return 0
+
+    if args.command == "reproduce" and args.study == "coverage":
+        if args.clip != "auto":
+            parser.error("the coverage study runs every method with its defaults; --clip does not apply.")
+        t0 = time.perf_counter()
+        try:
+            df, table, stem = reproduce_coverage(
+                reps=args.reps, jobs=args.jobs, out=args.out, families=[args.family] if args.family else None,
+                mus=None if args.mu is None else [args.mu], seed=args.seed, backend=args.backend,
+                scheduler=args.scheduler, progress=not args.no_progress)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"coverage of nominal 95% intervals (percent; min/max over coefficients), width ratio = private / "
+              f"non-private width, pred_ratio = sqrt(cov / cov_sampling), seconds per fit:\n{format_coverage(table)}")
+        print(f"\n{len(df)} rows in {time.perf_counter() - t0:.1f} s; results: {stem}.csv, "
+              f"summary: {stem}-summary.csv, figure: {stem}.png")
         return 0
 
     if args.command == "reproduce" and args.study == "mnist-logistic":
@@ -136,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         args.backend, args.scheduler, args.no_progress = "loky", None, False
         print("privfedstat demo: logistic GLM, N = 20000 split over m clients (equal / uniform / lognormal sizes),\n"
               f"mu = 2 per client (clipping bound chosen privately), {args.reps} replicates per cell\n")
+    elif args.mu is None:
+        args.mu = 2.0
     t0 = time.perf_counter()
     try:
         df, table, stem = reproduce(args.study, family=args.family, reps=args.reps, jobs=args.jobs, out=args.out,

@@ -1,7 +1,9 @@
 """Data-generating processes of Section 4.1 of the core paper.
 
 A pooled data set of N rows is drawn from a GLM with canonical link, X = [1, C] with
-C_ij ~ N(0, sigma_c^2), and split across clients in the order of ``sizes``.
+C_ij ~ N(0, sigma_c^2), and split across clients in the order of ``sizes``. The paper's covariates
+are independent; ``rho`` (not in the paper) correlates them: the rows of C are
+N(0, sigma_c^2 R) with R equicorrelated (``R_jk = rho``) or AR(1) (``R_jk = rho^|j-k|``).
 
 The paper does not state p, beta_true or sigma_c. Defaults (all overridable):
 
@@ -43,22 +45,54 @@ class GLMDesign:
         Standard deviation of the covariates C_ij.
     noise_sd : float
         Residual standard deviation (gaussian family only).
+    rho : float, default 0.0
+        Correlation among the non-intercept covariates; 0 gives the paper's independent
+        covariates (the same draws as without this parameter).
+    correlation : {"equi", "ar1"}, default "equi"
+        Structure R of that correlation: ``R_jk = rho`` (equicorrelation; needs
+        ``-1/(d-2) < rho < 1`` for d - 1 covariates) or ``R_jk = rho^|j-k|`` (AR(1); ``|rho| < 1``).
     """
 
     family: str = "logistic"
     beta: tuple[float, ...] | None = None
     sigma_c: float = 1.0
     noise_sd: float = 1.0
+    rho: float = 0.0
+    correlation: str = "equi"
 
     def __post_init__(self) -> None:
         if self.family not in DEFAULT_BETA:
             raise ValueError(f"family must be one of {sorted(DEFAULT_BETA)}, got {self.family!r}.")
         if not self.sigma_c > 0:
             raise ValueError(f"sigma_c must be > 0, got {self.sigma_c}.")
+        if self.correlation not in ("equi", "ar1"):
+            raise ValueError(f"correlation must be 'equi' or 'ar1', got {self.correlation!r}.")
+        if not (isinstance(self.rho, (int, float)) and -1 < self.rho < 1):
+            raise ValueError(f"rho must be a correlation in (-1, 1), got {self.rho!r}.")
+        k = self.beta_true.size - 1
+        if self.correlation == "equi" and k > 1 and not self.rho > -1 / (k - 1):
+            raise ValueError(f"an equicorrelation of {k} covariates must exceed -1/{k - 1} to be a correlation "
+                             f"matrix, got rho = {self.rho}; raise rho or use correlation='ar1'.")
 
     @property
     def beta_true(self) -> np.ndarray:
         return np.asarray(self.beta if self.beta is not None else DEFAULT_BETA[self.family], dtype=np.float64)
+
+    @property
+    def covariate_correlation(self) -> np.ndarray:
+        """The correlation matrix R of the non-intercept covariates, shape (d - 1, d - 1)."""
+        k = self.beta_true.size - 1
+        lag = np.abs(np.subtract.outer(np.arange(k), np.arange(k)))
+        if self.correlation == "ar1":
+            return float(self.rho) ** lag
+        return np.where(lag == 0, 1.0, float(self.rho))
+
+    @property
+    def label(self) -> str:
+        """Text naming the design's parameters, for scenario keys (the paper's designs keep their old text)."""
+        beta = "default" if self.beta is None else ",".join(f"{b:g}" for b in self.beta)
+        text = f"{self.family}|beta={beta}|sc={self.sigma_c:g}"
+        return text if self.rho == 0 else f"{text}|rho={self.rho:g}({self.correlation})"
 
     def sample(self, sizes, rng: np.random.Generator) -> FederatedData:
         """Draw a pooled data set of ``sum(sizes)`` rows and split it into clients of ``sizes``."""
@@ -73,6 +107,8 @@ def simulate_glm(design: GLMDesign, sizes, rng: np.random.Generator) -> Federate
     X = np.empty((N, beta.size))
     X[:, 0] = 1.0
     X[:, 1:] = design.sigma_c * rng.standard_normal((N, beta.size - 1))
+    if design.rho != 0:
+        X[:, 1:] = X[:, 1:] @ np.linalg.cholesky(design.covariate_correlation).T
     eta = X @ beta
     if design.family == "logistic":
         y = (rng.random(N) < 1.0 / (1.0 + np.exp(-eta))).astype(np.float64)

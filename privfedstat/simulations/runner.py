@@ -1,11 +1,12 @@
 """Monte-Carlo runner: scenarios x methods x replicates -> tidy DataFrame.
 
 Each task is one (scenario, replicate): the data are drawn once and every method is fitted on
-the same data. Seeds are deterministic per task: the data of replicate ``rep`` of a scenario use
-``SeedSequence(random_state, spawn_key=(scenario_hash, rep, 0))`` and method ``j`` uses
-``spawn_key=(scenario_hash, rep, method_hash)``, so any row can be rerun alone with
-:func:`run_replicate` and results do not depend on ``n_jobs``, the backend or the order of
-execution. Tasks run in the calling process (``n_jobs=1``), in joblib workers
+the same data; a :class:`Measure` says how each method is built and which rows a replicate gives
+(:data:`MSE`: the paper's settings and one MSE row per method). Seeds are deterministic per task:
+the data of replicate ``rep`` of a scenario use ``SeedSequence(random_state, spawn_key=(scenario_hash,
+rep, 0))`` and method ``j`` uses ``spawn_key=(scenario_hash, rep, method_hash)``, so any row can be
+rerun alone with :func:`run_replicate` and results do not depend on ``n_jobs``, the backend or the
+order of execution. Tasks run in the calling process (``n_jobs=1``), in joblib workers
 (``backend="loky"``) or on a ``dask.distributed`` cluster (``backend="dask"``); finished tasks are
 appended to a CSV file so that an interrupted study resumes where it stopped.
 """
@@ -16,20 +17,21 @@ import os
 import time
 import warnings
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ..data.federated import FederatedData
 from ..estimators import FedAvg, FedHybrid, FedNewton, FedSGD
 from ..estimators.base import FederatedEstimator
-from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign
 
-__all__ = ["Scenario", "MonteCarlo", "run_replicate", "METHODS", "make_estimator", "summarise"]
+__all__ = ["Scenario", "Fit", "Measure", "MSE", "MonteCarlo", "run_replicate", "mse_rows", "METHODS", "make_estimator",
+           "summarise"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,7 @@ class Scenario:
     @property
     def key(self) -> str:
         """Stable text identifier (independent of ``labels``), used for seeds and resuming."""
-        d = self.design
-        beta = "default" if d.beta is None else ",".join(f"{b:g}" for b in d.beta)
-        return (f"{d.family}|beta={beta}|sc={d.sigma_c:g}|m={self.n_clients}|{type(self.allocation).__name__}"
+        return (f"{self.design.label}|m={self.n_clients}|{type(self.allocation).__name__}"
                 f"{tuple(asdict(self.allocation).values())}|mu={self.mu:g}|K={self.n_iter}|clip={self.clip}")
 
     def columns(self) -> dict:
@@ -119,13 +119,109 @@ METHODS = ("FedSGD", "FedHybrid", "FedAvg", "FedNewton")
 PAPER_STEP_SIZE = 0.5
 
 
+@dataclass
+class Fit:
+    """One method's fit on one replicate, handed to a :class:`Measure`'s ``record``.
+
+    Attributes
+    ----------
+    method : str
+    estimator : FederatedEstimator or None
+        The fitted estimator; None when the fit raised one of the measure's ``tolerate`` errors.
+    seconds : float
+        Wall time of ``fit``.
+    warnings : tuple of str
+        Class names of the warnings the fit emitted, distinct, in order of first appearance.
+    error : str or None
+        ``"ClassName: message"`` of a tolerated error.
+    """
+
+    method: str
+    estimator: FederatedEstimator | None
+    seconds: float
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What every replicate of a Monte-Carlo study fits and what it records.
+
+    Parameters
+    ----------
+    name : str
+    methods : tuple of str
+        Methods ``make`` knows (and the default methods of a :class:`MonteCarlo` using it).
+    make : callable
+        ``make(method, scenario, seed) -> estimator`` (unfitted; ``seed`` a SeedSequence).
+    record : callable
+        ``record(scenario, rep, data, fits) -> list[dict]``: the tidy rows of one replicate from
+        its data (FederatedData) and its fits (list of :class:`Fit`, in method order).
+    tolerate : tuple of exception classes, default ()
+        Errors of ``fit`` that are recorded in :attr:`Fit.error` instead of stopping the study.
+
+    ``make`` and ``record`` must be module-level functions (workers receive them pickled).
+    """
+
+    name: str
+    methods: tuple[str, ...]
+    make: Callable[[str, Scenario, np.random.SeedSequence], FederatedEstimator]
+    record: Callable[[Scenario, int, FederatedData, list[Fit]], list[dict]]
+    tolerate: tuple[type[Exception], ...] = ()
+
+
+def mse_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[Fit]) -> list[dict]:
+    """The rows of the MSE studies: one per method (squared error, communication, privacy, time)."""
+    beta = scenario.design.beta_true
+    sizes = data.sizes
+    return [{
+        **scenario.columns(),
+        "n_mean": float(sizes.mean()),
+        "N": int(sizes.sum()),
+        "method": f.method,
+        "rep": rep,
+        "mse": f.estimator.mse(beta),
+        "rounds": f.estimator.communication_.rounds,
+        "floats_per_client": f.estimator.communication_.floats_per_client,
+        "total_floats": f.estimator.communication_.total_floats,
+        "clip": f.estimator.clip_,
+        "client_mu": f.estimator.privacy_.mu,
+        "converged": f.estimator.converged_,
+        "private": f.estimator.privacy_.is_private,
+        "seconds": f.seconds,
+    } for f in fits]
+
+
+#: the Section 4 studies: MSE of the paper's settings (:func:`make_estimator`), one row per method
+MSE = Measure("mse", METHODS, make_estimator, mse_rows)
+
+
 def _hash(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def run_replicate(scenario: Scenario, rep: int, *, methods: Iterable[str] = METHODS, random_state: int = 0,
-                  numba_threads: int | None = None) -> list[dict]:
-    """Run every method on replicate ``rep`` of ``scenario``; one tidy row per method."""
+def _fit(method: str, est: FederatedEstimator, data: FederatedData, tolerate: tuple) -> Fit:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", append=True)  # filters already set (e.g. "error") keep precedence
+        t0 = time.perf_counter()
+        try:
+            est.fit(data)
+        except tolerate as exc:
+            est, error = None, f"{type(exc).__name__}: {exc}"
+        else:
+            error = None
+        seconds = time.perf_counter() - t0
+    names = tuple(dict.fromkeys(w.category.__name__ for w in caught))
+    return Fit(method, est, seconds, names, error)
+
+
+def run_replicate(scenario: Scenario, rep: int, *, methods: Iterable[str] | None = None, random_state: int = 0,
+                  numba_threads: int | None = None, measure: Measure = MSE) -> list[dict]:
+    """Fit every method on replicate ``rep`` of ``scenario``; the tidy rows ``measure.record`` makes.
+
+    Warnings the fits emit are not shown: their class names go to :attr:`Fit.warnings` (the MSE
+    rows record convergence and leaks in their "converged" and "private" columns).
+    """
     if numba_threads is not None:
         import numba
 
@@ -134,33 +230,11 @@ def run_replicate(scenario: Scenario, rep: int, *, methods: Iterable[str] = METH
     data_rng = np.random.default_rng(np.random.SeedSequence(random_state, spawn_key=(skey, rep, 0)))
     sizes = scenario.allocation.sizes(scenario.n_clients, data_rng)
     data = scenario.design.sample(sizes, data_rng)
-    beta = scenario.design.beta_true
-    rows = []
-    for method in methods:
+    fits = []
+    for method in measure.methods if methods is None else methods:
         seed = np.random.SeedSequence(random_state, spawn_key=(skey, rep, _hash(method)))
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PrivacyLeakWarning)  # recorded in the "private" column
-            warnings.simplefilter("ignore", ConvergenceWarning)  # recorded in the "converged" column
-            est = make_estimator(method, scenario, seed).fit(data)
-        seconds = time.perf_counter() - t0
-        rows.append({
-            **scenario.columns(),
-            "n_mean": float(sizes.mean()),
-            "N": int(sizes.sum()),
-            "method": method,
-            "rep": rep,
-            "mse": est.mse(beta),
-            "rounds": est.communication_.rounds,
-            "floats_per_client": est.communication_.floats_per_client,
-            "total_floats": est.communication_.total_floats,
-            "clip": est.clip_,
-            "client_mu": est.privacy_.mu,
-            "converged": est.converged_,
-            "private": est.privacy_.is_private,
-            "seconds": seconds,
-        })
-    return rows
+        fits.append(_fit(method, measure.make(method, scenario, seed), data, measure.tolerate))
+    return measure.record(scenario, rep, data, fits)
 
 
 class MonteCarlo:
@@ -169,8 +243,8 @@ class MonteCarlo:
     Parameters
     ----------
     scenarios : list of Scenario
-    methods : sequence of str, default all four
-        Names accepted by :func:`make_estimator`.
+    methods : sequence of str or None, default None
+        Names ``measure.make`` accepts; None: all of ``measure.methods``.
     n_reps : int, default 100
         Replicates per scenario.
     random_state : int, default 0
@@ -186,13 +260,16 @@ class MonteCarlo:
         are not run again (resume) and are included in the result.
     progress : bool, default True
         Show a tqdm progress bar.
+    measure : Measure, default MSE
+        What each replicate fits and records (default: the paper's MSE studies).
     """
 
-    def __init__(self, scenarios: list[Scenario], methods: Iterable[str] = METHODS, *, n_reps: int = 100,
+    def __init__(self, scenarios: list[Scenario], methods: Iterable[str] | None = None, *, n_reps: int = 100,
                  random_state: int = 0, n_jobs: int = 1, backend: str = "loky", scheduler: str | None = None,
-                 out: str | os.PathLike | None = None, progress: bool = True) -> None:
+                 out: str | os.PathLike | None = None, progress: bool = True, measure: Measure = MSE) -> None:
         self.scenarios = list(scenarios)
-        self.methods = tuple(methods)
+        self.measure = measure
+        self.methods = measure.methods if methods is None else tuple(methods)
         self.n_reps = n_reps
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -205,8 +282,8 @@ class MonteCarlo:
         if not self.scenarios:
             raise ValueError("MonteCarlo needs at least one scenario.")
         for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"unknown method {m!r}; choose from {METHODS}.")
+            if m not in self.measure.methods:
+                raise ValueError(f"unknown method {m!r}; choose from {self.measure.methods}.")
         if not isinstance(self.n_reps, int) or self.n_reps < 1:
             raise ValueError(f"n_reps must be a positive integer, got {self.n_reps!r}.")
         if not isinstance(self.n_jobs, int) or self.n_jobs < 1:
@@ -217,7 +294,7 @@ class MonteCarlo:
             raise ValueError("scenarios must be distinct.")
 
     def run(self) -> pd.DataFrame:
-        """Run all missing replicates and return the tidy table (sorted by scenario, method, rep)."""
+        """Run all missing replicates and return the tidy table (sorted by scenario, method, rep; stable)."""
         self._validate()
         done_frames, done = [], set()
         if self.out is not None and os.path.exists(self.out) and os.path.getsize(self.out) > 0:
@@ -238,16 +315,24 @@ class MonteCarlo:
         df = pd.concat(frames, ignore_index=True)
         order = {s.key: i for i, s in enumerate(self.scenarios)}
         df = df.assign(_o=df["scenario"].map(order), _m=df["method"].map({m: i for i, m in enumerate(self.methods)}))
-        return df.sort_values(["_o", "_m", "rep"]).drop(columns=["_o", "_m"]).reset_index(drop=True)
+        return df.sort_values(["_o", "_m", "rep"], kind="stable").drop(columns=["_o", "_m"]).reset_index(drop=True)
 
     def _append(self, rows: list[dict]) -> None:
-        header = not os.path.exists(self.out) or os.path.getsize(self.out) == 0
-        pd.DataFrame(rows).to_csv(self.out, mode="a", header=header, index=False)
+        frame = pd.DataFrame(rows)
+        if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
+            columns = pd.read_csv(self.out, nrows=0).columns
+            extra = set(frame.columns) - set(columns)
+            if extra:
+                raise ValueError(f"{self.out} holds another table (no column(s) {sorted(extra)}); "
+                                 "give the study its own out file.")
+            frame.reindex(columns=columns).to_csv(self.out, mode="a", header=False, index=False)
+        else:
+            frame.to_csv(self.out, mode="a", header=True, index=False)
 
     def _execute(self, tasks):
         from tqdm.auto import tqdm
 
-        kw = {"methods": self.methods, "random_state": self.random_state}
+        kw = {"methods": self.methods, "random_state": self.random_state, "measure": self.measure}
         bar = tqdm(total=len(tasks), disable=not self.progress, desc="replicates", unit="rep")
         try:
             if self.backend == "dask":

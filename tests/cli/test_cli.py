@@ -10,7 +10,7 @@ from privfedstat.cli import main
 def test_studies_lists_all(capsys):
     assert main(["studies"]) == 0
     out = capsys.readouterr().out
-    for name in ("fig1", "fig3", "fig4", "fig5", "fig16"):
+    for name in ("fig1", "fig3", "fig4", "fig5", "fig16", "coverage"):
         assert name in out
 
 
@@ -37,3 +37,24 @@ def test_demo_via_python_dash_m(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "FedHybrid" in r.stdout and (tmp_path / "fig5-logistic.png").exists()
+
+
+def test_reproduce_coverage_writes_csv_summary_png_and_resumes(tmp_path, capsys):
+    args = ["reproduce", "coverage", "--family", "logistic", "--mu", "1", "--reps", "2", "--out", str(tmp_path),
+            "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "coverage_min" in out and "FedNewton" in out and "PooledMLE" in out and "verdict" in out
+    df = pd.read_csv(tmp_path / "coverage.csv")
+    # 4 cells (N in {2000, 20000} x m in {10, 50}) x 2 replicates x 5 methods x 5 coefficients
+    assert len(df) == 4 * 2 * 5 * 5 and set(df["family"]) == {"logistic"} and set(df["mu"]) == {1.0}
+    summary = pd.read_csv(tmp_path / "coverage-summary.csv")
+    assert len(summary) == 4 * 5 and (summary["reps"] == 2).all()
+    assert (tmp_path / "coverage.png").stat().st_size > 10_000
+    assert main(args) == 0  # resumes: nothing new
+    assert len(pd.read_csv(tmp_path / "coverage.csv")) == len(df)
+
+
+def test_reproduce_coverage_refuses_a_clip():
+    with pytest.raises(SystemExit):
+        main(["reproduce", "coverage", "--clip", "2", "--reps", "1"])

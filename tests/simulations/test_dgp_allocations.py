@@ -61,3 +61,51 @@ def test_fixed_total_errors():
         FixedTotal(100, "equal").sizes(10, np.random.default_rng(0))
     with pytest.raises(ValueError, match="scheme"):
         FixedTotal(100, "pareto")
+
+
+def test_rho_zero_keeps_the_paper_draws_and_key():
+    from privfedstat.simulations import Scenario
+
+    sizes = [30, 40]
+    a = GLMDesign("poisson").sample(sizes, np.random.default_rng(4))
+    b = GLMDesign("poisson", rho=0.0, correlation="ar1").sample(sizes, np.random.default_rng(4))
+    np.testing.assert_array_equal(a.X, b.X)
+    np.testing.assert_array_equal(a.y, b.y)
+    # the independent design, drawn by hand as before rho existed
+    rng = np.random.default_rng(4)
+    X = np.column_stack([np.ones(70), rng.standard_normal((70, 4))])
+    np.testing.assert_array_equal(a.X, X)
+    key = "logistic|beta=default|sc=1|m=8|Equal(60,)|mu=2|K=None|clip=auto"
+    assert Scenario(GLMDesign("logistic", rho=0.0), 8, Equal(60)).key == key
+    assert Scenario(GLMDesign("logistic", rho=0.5), 8, Equal(60)).key != key
+
+
+@pytest.mark.parametrize("correlation", ["equi", "ar1"])
+def test_correlated_covariates(correlation):
+    design = GLMDesign("logistic", rho=0.5, correlation=correlation, sigma_c=2.0)
+    R = design.covariate_correlation
+    lag = np.abs(np.subtract.outer(np.arange(4), np.arange(4)))
+    np.testing.assert_allclose(R, np.where(lag == 0, 1.0, 0.5) if correlation == "equi" else 0.5**lag)
+    data = design.sample([100000], np.random.default_rng(5))
+    np.testing.assert_array_equal(data.X[:, 0], 1.0)
+    C = data.X[:, 1:]
+    np.testing.assert_allclose(np.cov(C, rowvar=False), 4.0 * R, atol=0.06)  # sd(cov) ~ 0.03 at N = 1e5
+
+
+def test_correlated_design_recovers_beta_by_mle():
+    import statsmodels.api as sm
+
+    design = GLMDesign("poisson", rho=0.5)
+    data = design.sample([40000], np.random.default_rng(6))
+    fit = sm.GLM(data.y, data.X, family=sm.families.Poisson()).fit()
+    assert np.all(np.abs(fit.params - design.beta_true) < 4 * fit.bse)
+
+
+def test_correlation_validation():
+    with pytest.raises(ValueError, match="rho"):
+        GLMDesign(rho=1.0)
+    with pytest.raises(ValueError, match="correlation"):
+        GLMDesign(rho=0.5, correlation="toeplitz")
+    with pytest.raises(ValueError, match="exceed -1/3"):
+        GLMDesign(rho=-0.4)  # 4 equicorrelated covariates need rho > -1/3
+    assert GLMDesign(rho=-0.4, correlation="ar1").rho == -0.4

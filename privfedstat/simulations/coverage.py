@@ -1,0 +1,243 @@
+"""Coverage of private confidence intervals (issue 10): does a 95% interval cover beta_true 95% of the time?
+
+Design (issue 10, "How it is measured"): logistic and Poisson GLMs with an intercept and four
+covariates equicorrelated at ``rho = 0.5`` (:class:`~privfedstat.simulations.GLMDesign`, default
+beta: Poisson means stay moderate), N in {2000, 20000} rows split equally over m in {10, 50}
+sites, mu in {1, 2, inf} per site. Every method runs with **its defaults** (step sizes, iteration
+counts, ``clip="auto"``, ``inference="auto"``), as a user would fit it, not with the paper's
+Section 4 settings: FedIRLS (the default method of :func:`privfedstat.glm`; glm() also rescales
+privately by default, which the study leaves out because the simulated covariates are already
+standardised: an inferred choice), FedSGD, FedAvg and FedNewton, and the non-private pooled MLE
+(:class:`~privfedstat.PooledMLE`) as the reference: its coverage is what the design itself allows
+at this N (the large-sample theory behind every interval), and its standard errors give the
+non-private width.
+
+One row per (replicate, method, coefficient): ``covered`` (beta_true inside
+``est.conf_int(alpha)``), ``width``, ``np_width = 2 z_{1-alpha/2} SE_MLE`` (the pooled MLE's
+model-based standard error on the same data), ``width_ratio = width / np_width`` (the price of
+privacy in interval width), ``pred_ratio = sqrt(diag(cov) / diag(cov_sampling))`` of the fit's
+own :class:`~privfedstat.inference.results.InferenceResult` (the ratio its variance decomposition
+predicts), ``converged``, the warnings of the fit and its time. A fit that raises a privfedstat
+error (e.g. :class:`~privfedstat.exceptions.DivergenceError`) gives rows with ``covered`` NaN and
+the error text; :func:`summarise_coverage` reports the fraction.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from ..data.federated import FederatedData
+from ..estimators import FedAvg, FedIRLS, FedNewton, FedSGD, PooledMLE
+from ..estimators.base import FederatedEstimator
+from ..exceptions import BudgetExceededError, DivergenceError
+from .allocations import Equal
+from .dgp import GLMDesign
+from .runner import Fit, Measure, Scenario
+
+__all__ = ["COVERAGE", "COVERAGE_METHODS", "coverage_scenarios", "coverage_rows", "make_default_estimator",
+           "summarise_coverage", "binomial_halfwidth", "ALPHA", "TARGET"]
+
+INF = float("inf")
+#: nominal level of the intervals (95%)
+ALPHA = 0.05
+#: coverage target of issue 10
+TARGET = (0.93, 0.97)
+#: the study's grid (issue 10)
+FAMILIES = ("logistic", "poisson")
+TOTALS = (2000, 20000)
+CLIENTS = (10, 50)
+MUS = (1.0, 2.0, INF)
+RHO = 0.5
+_PRIVATE = {"FedIRLS": FedIRLS, "FedSGD": FedSGD, "FedAvg": FedAvg, "FedNewton": FedNewton}
+#: the methods of the study: the four private ones with their defaults, then the pooled MLE reference
+COVERAGE_METHODS = (*_PRIVATE, "PooledMLE")
+
+
+def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus=MUS, rho: float = RHO,
+                       correlation: str = "equi") -> list[Scenario]:
+    """The cells of the coverage study: every (family, N, m, mu), N split equally over m sites.
+
+    Parameters
+    ----------
+    families : sequence of {"logistic", "poisson"}
+    totals : sequence of int
+        Total rows N; each must be a multiple of every m.
+    clients : sequence of int
+        Numbers of sites m.
+    mus : sequence of float
+        GDP budgets per site (``inf``: non-private).
+    rho, correlation
+        Covariate correlation (see :class:`~privfedstat.simulations.GLMDesign`).
+    """
+    out = []
+    for family in families:
+        design = GLMDesign(family, rho=rho, correlation=correlation)
+        for N in totals:
+            for m in clients:
+                if N % m:
+                    raise ValueError(f"N = {N} rows cannot be split equally over m = {m} sites; "
+                                     "choose N a multiple of every m.")
+                out.extend(Scenario(design, m, Equal(N // m), mu, labels={"study": "coverage"}) for mu in mus)
+    return out
+
+
+def make_default_estimator(method: str, scenario: Scenario, random_state) -> FederatedEstimator:
+    """``method`` with its defaults (and ``scenario``'s family, mu and clip): what a user gets."""
+    if scenario.n_iter is not None:
+        raise ValueError("the coverage study runs every method with its default iteration counts; "
+                         f"build its scenarios with n_iter=None, got {scenario.n_iter}.")
+    if method == "PooledMLE":
+        return PooledMLE(family=scenario.design.family)
+    if method not in _PRIVATE:
+        raise ValueError(f"unknown method {method!r}; choose from {COVERAGE_METHODS}.")
+    return _PRIVATE[method](family=scenario.design.family, mu=scenario.mu, clip=scenario.clip,
+                            random_state=random_state)
+
+
+def _pooled_se(fits: list[Fit], data: FederatedData, family: str) -> np.ndarray:
+    """Model-based standard errors of the pooled MLE on ``data`` (reused from the fits if it is one)."""
+    for f in fits:
+        if f.method == "PooledMLE" and f.estimator is not None:
+            return np.ravel(f.estimator.bse_, order="F")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the baseline's PrivacyLeakWarning: it is the yardstick
+        return np.ravel(PooledMLE(family=family).fit(data).bse_, order="F")
+
+
+def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[Fit],
+                  alpha: float = ALPHA) -> list[dict]:
+    """One row per (method, coefficient) of one replicate: coverage, width, width ratios (see module)."""
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    np_width = 2 * z * _pooled_se(fits, data, scenario.design.family)
+    truth = scenario.design.beta_true
+    sizes = data.sizes
+    base = {**scenario.columns(), "N": int(sizes.sum()), "n_mean": float(sizes.mean()),
+            "rho": scenario.design.rho, "rep": rep}
+    rows = []
+    for f in fits:
+        est = f.estimator
+        row = {**base, "method": f.method, **dict.fromkeys(_FIT_COLUMNS, math.nan), "seconds": f.seconds,
+               "warnings": ";".join(f.warnings) or "none", "error": f.error or "none"}
+        if est is None:
+            rows.extend({**row, "coef": f"x{j}", "j": j, "truth": truth[j], "np_width": np_width[j]}
+                        for j in range(truth.size))
+            continue
+        ci = est.conf_int(alpha)
+        inf = est.inference_
+        lower, upper = ci["lower"].to_numpy(), ci["upper"].to_numpy()
+        estimate = np.ravel(est.coef_, order="F")
+        se = np.ravel(est.bse_, order="F")
+        pred = (np.sqrt(np.diag(inf.cov) / np.diag(inf.cov_sampling)) if inf.cov_sampling is not None
+                else np.full(truth.size, math.nan))
+        converged = math.nan if est.converged_ is None else float(bool(np.all(est.converged_)))
+        for j, name in enumerate(ci.index):
+            width = upper[j] - lower[j]
+            rows.append({**row, "coef": str(name), "j": j, "truth": truth[j], "estimate": estimate[j], "se": se[j],
+                         "lower": lower[j], "upper": upper[j], "covered": float(lower[j] <= truth[j] <= upper[j]),
+                         "width": width, "np_width": np_width[j], "width_ratio": width / np_width[j],
+                         "pred_ratio": pred[j], "cov_type": inf.cov_type, "inference_mu": inf.mu,
+                         "client_mu": est.privacy_.mu, "converged": converged})
+    return rows
+
+
+#: columns of a coverage row after the scenario's and the method (NaN where a fit failed), in order
+_FIT_COLUMNS = ("coef", "j", "truth", "estimate", "se", "lower", "upper", "covered", "width", "np_width",
+                "width_ratio", "pred_ratio", "cov_type", "inference_mu", "client_mu", "converged")
+
+#: the coverage study: methods at their defaults, one row per (method, coefficient); privfedstat's
+#: fit errors are recorded, not raised
+COVERAGE = Measure("coverage", COVERAGE_METHODS, make_default_estimator, coverage_rows,
+                   tolerate=(DivergenceError, BudgetExceededError, np.linalg.LinAlgError))
+
+
+def binomial_halfwidth(reps, level: float = 0.95, nominal: float = 1 - ALPHA):
+    """Half-width of the ``level`` band of an empirical coverage over ``reps`` replicates at ``nominal``.
+
+    ``z_{(1+level)/2} sqrt(nominal (1 - nominal) / reps)`` (normal approximation to the binomial).
+    """
+    return NormalDist().inv_cdf((1 + level) / 2) * np.sqrt(nominal * (1 - nominal) / np.asarray(reps, dtype=float))
+
+
+CELL = ["family", "N", "m", "mu", "method"]
+#: regime of a cell (inferred; the issue asks to state it, and it is fixed before looking at coverage):
+#: the fits converge (``converged_``, judged from released values) and do not fail
+MIN_CONVERGED = 0.9
+MAX_FAILED = 0.01
+
+
+def _per_coefficient(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (cell, coefficient): coverage, |bias| / sd of the estimates, sd / rms of the standard errors."""
+    g = df.assign(err=df["estimate"] - df["truth"], se2=df["se"] ** 2).groupby(CELL + ["coef"], sort=False)
+    sd = g["estimate"].std()
+    return pd.DataFrame({"covered": g["covered"].mean(), "bias_sd": g["err"].mean().abs() / sd,
+                         "sd_se": sd / np.sqrt(g["se2"].mean())})
+
+
+def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -> pd.DataFrame:
+    """Per cell (family, N, m, mu, method): coverage, width ratios, diagnostics, regime and verdict.
+
+    Columns
+
+    * ``n_mean`` (rows per site), ``reps``;
+    * ``coverage``: mean over coefficients and replicates (failed fits left out);
+      ``coverage_min`` / ``coverage_max``: over coefficients of the per-coefficient coverage;
+      ``band``: the binomial 95% half-width of one coefficient's coverage at the nominal level
+      (:func:`binomial_halfwidth`); ``mle_coverage``: coverage of the PooledMLE reference in the
+      same (family, N, m, mu) cell, where the table has it (what the design itself allows);
+    * ``width_ratio`` / ``width_ratio_median``: mean / median of private over non-private width;
+      ``pred_ratio`` / ``pred_ratio_median``: the same of the predicted ratio;
+    * why coverage misses: ``bias_sd``, the largest over coefficients of |mean(estimate - truth)|
+      / sd(estimate) (bias, e.g. of clipping, in units of the estimator's spread), and ``sd_se``,
+      the mean over coefficients of sd(estimate) / rms(se) (above 1: the standard errors are too
+      small);
+    * ``seconds`` (mean per fit); ``converged`` and ``failed`` (fractions of fits);
+    * ``on_target``: ``coverage`` lies in ``target`` and every coefficient's coverage in
+      ``target`` widened by ``band`` (the binomial noise of one coefficient over ``reps``
+      replicates); ``regime``: "yes" where at least ``MIN_CONVERGED`` of the fits converged and
+      at most ``MAX_FAILED`` failed (inferred criteria), else the reason; ``verdict``: "met" /
+      "missed" inside the regime, "outside regime" otherwise.
+    """
+    need = CELL + ["rep", "coef", "truth", "estimate", "se", "covered", "width_ratio", "pred_ratio", "seconds",
+                   "converged", "n_mean"]
+    missing = set(need) - set(df.columns)
+    if missing:
+        raise ValueError(f"the results table lacks column(s) {sorted(missing)}; is it a coverage study's table?")
+    lo, hi = target
+    coef = _per_coefficient(df).groupby(level=CELL, sort=False)
+    fits = df.drop_duplicates(CELL + ["rep"])
+    by_fit = fits.assign(failed=fits["covered"].isna()).groupby(CELL, sort=False)
+    g = df.groupby(CELL, sort=False)
+    out = pd.DataFrame({
+        "n_mean": by_fit["n_mean"].mean(),
+        "reps": by_fit["rep"].count(),
+        "coverage": g["covered"].mean(),
+        "coverage_min": coef["covered"].min(),
+        "coverage_max": coef["covered"].max(),
+        "width_ratio": g["width_ratio"].mean(),
+        "width_ratio_median": g["width_ratio"].median(),
+        "pred_ratio": g["pred_ratio"].mean(),
+        "pred_ratio_median": g["pred_ratio"].median(),
+        "bias_sd": coef["bias_sd"].max(),
+        "sd_se": coef["sd_se"].mean(),
+        "seconds": by_fit["seconds"].mean(),
+        "converged": by_fit["converged"].mean(),
+        "failed": by_fit["failed"].mean(),
+    }).reset_index()
+    out["band"] = binomial_halfwidth(out["reps"])
+    ref = out.loc[out["method"] == "PooledMLE", CELL[:-1] + ["coverage"]].rename(columns={"coverage": "mle_coverage"})
+    out["mle_coverage"] = out[CELL[:-1]].merge(ref, on=CELL[:-1], how="left")["mle_coverage"].to_numpy()
+    out["on_target"] = (out["coverage"].between(lo, hi) & (out["coverage_min"] >= lo - out["band"])
+                        & (out["coverage_max"] <= hi + out["band"]))
+    regime = []
+    for r in out.itertuples():
+        reasons = [f"{r.converged:.0%} converged"] if not r.converged >= MIN_CONVERGED else []
+        reasons += [f"{r.failed:.0%} failed"] if r.failed > MAX_FAILED else []
+        regime.append("; ".join(reasons) or "yes")
+    out["regime"] = regime
+    out["verdict"] = np.where(out["regime"] != "yes", "outside regime", np.where(out["on_target"], "met", "missed"))
+    return out
