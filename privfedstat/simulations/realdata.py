@@ -74,8 +74,8 @@ def _estimators(family, mu_list, step_size, seed, newton: bool):
         yield "DP-SCAFFOLD", mu, Scaffold(**private, **scaffold)
     yield "NP-SCAFFOLD", INF, Scaffold(mu=INF, clip=INF, **common, **scaffold)
     yield "NP-FedAvg", INF, FedAvg(mu=INF, clip=INF, **common, **fedavg)
-    yield "NP-LocalFit", INF, LocalFit(family=family, alpha=RIDGE)
-    yield "NP-Pooled", INF, PooledMLE(family=family, alpha=RIDGE)
+    yield "NP-LocalFit", INF, LocalFit(family=family, alpha=RIDGE, inference=None)
+    yield "NP-Pooled", INF, PooledMLE(family=family, alpha=RIDGE, inference=None)
 
 
 def _client_score(est, name, X, y, client, task):
