@@ -101,11 +101,15 @@ def format_coverage(table) -> str:
 
     show = table.assign(mu=table["mu"].map(lambda v: f"{v:g}"),
                         **{c: (100 * table[c]).round(1) for c in ("coverage", "coverage_min", "coverage_max",
-                                                                  "converged", "failed")})
-    cols = ["family", "N", "m", "mu", "method", "reps", "coverage", "coverage_min", "coverage_max", "width_ratio",
-            "pred_ratio", "seconds", "converged", "failed", "verdict"]
+                                                                  "mle_coverage", "converged", "failed")})
+    cols = ["family", "N", "m", "mu", "method", "reps", "coverage", "coverage_min", "coverage_max", "mle_coverage",
+            "width_ratio", "width_ratio_median", "pred_ratio", "pred_ratio_median", "bias_sd", "sd_se", "seconds",
+            "converged", "failed", "verdict"]
+    short = {"coverage": "cover", "coverage_min": "min", "coverage_max": "max", "mle_coverage": "mle",
+             "width_ratio": "width", "width_ratio_median": "width_med", "pred_ratio": "pred",
+             "pred_ratio_median": "pred_med", "seconds": "s/fit", "converged": "conv"}
     with pd.option_context("display.float_format", "{:.3g}".format, "display.width", 250, "display.max_rows", 1000):
-        return show[cols].to_string(index=False)
+        return show[cols].rename(columns=short).to_string(index=False)
 
 
 def _print_table(table, by: list[str]) -> None:
@@ -170,8 +174,15 @@ def main(argv: list[str] | None = None) -> int:
                 scheduler=args.scheduler, progress=not args.no_progress)
         except ValueError as exc:
             parser.error(str(exc))
-        print(f"coverage of nominal 95% intervals (percent; min/max over coefficients), width ratio = private / "
-              f"non-private width, pred_ratio = sqrt(cov / cov_sampling), seconds per fit:\n{format_coverage(table)}")
+        print("cover: coverage of nominal 95% intervals in percent (min / max over coefficients; mle: the pooled "
+              "MLE's); width: private / non-private width, pred: sqrt(cov / cov_sampling) (means, medians); "
+              "bias_sd: max |bias| / sd; sd_se: sd / rms(se); s/fit: seconds per fit; conv, failed: percent of fits "
+              "(see summarise_coverage):\n" + format_coverage(table))
+        errors = df.loc[df["error"] != "none"].drop_duplicates(["scenario", "method", "rep"])
+        if len(errors):
+            print(f"\n{len(errors)} fit(s) raised (rows with covered = NaN):")
+            for (method, error), n in errors.groupby(["method", "error"]).size().items():
+                print(f"  {method}: {n} x {error}")
         print(f"\n{len(df)} rows in {time.perf_counter() - t0:.1f} s; results: {stem}.csv, "
               f"summary: {stem}-summary.csv, figure: {stem}.png")
         return 0

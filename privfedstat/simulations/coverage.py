@@ -17,9 +17,11 @@ One row per (replicate, method, coefficient): ``covered`` (beta_true inside
 model-based standard error on the same data), ``width_ratio = width / np_width`` (the price of
 privacy in interval width), ``pred_ratio = sqrt(diag(cov) / diag(cov_sampling))`` of the fit's
 own :class:`~privfedstat.inference.results.InferenceResult` (the ratio its variance decomposition
-predicts), ``converged``, the warnings of the fit and its time. A fit that raises a privfedstat
-error (e.g. :class:`~privfedstat.exceptions.DivergenceError`) gives rows with ``covered`` NaN and
-the error text; :func:`summarise_coverage` reports the fraction.
+predicts), ``converged``, the warnings of the fit and its time. A fit that raises (e.g.
+:class:`~privfedstat.exceptions.DivergenceError`) gives rows with ``covered`` NaN and the error
+text in ``error``: fits are deterministic per replicate, so an error that stopped the study would
+stop it again on every resume; :func:`summarise_coverage` reports the fraction failed per cell and
+``privfedstat reproduce coverage`` lists the errors.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import pandas as pd
 from ..data.federated import FederatedData
 from ..estimators import FedAvg, FedIRLS, FedNewton, FedSGD, PooledMLE
 from ..estimators.base import FederatedEstimator
-from ..exceptions import BudgetExceededError, DivergenceError
 from .allocations import Equal
 from .dgp import GLMDesign
 from .runner import Fit, Measure, Scenario
@@ -149,10 +150,9 @@ def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[
 _FIT_COLUMNS = ("coef", "j", "truth", "estimate", "se", "lower", "upper", "covered", "width", "np_width",
                 "width_ratio", "pred_ratio", "cov_type", "inference_mu", "client_mu", "converged")
 
-#: the coverage study: methods at their defaults, one row per (method, coefficient); privfedstat's
-#: fit errors are recorded, not raised
-COVERAGE = Measure("coverage", COVERAGE_METHODS, make_default_estimator, coverage_rows,
-                   tolerate=(DivergenceError, BudgetExceededError, np.linalg.LinAlgError))
+#: the coverage study: methods at their defaults, one row per (method, coefficient); errors of a
+#: fit are recorded (``error``), counted and listed, not raised
+COVERAGE = Measure("coverage", COVERAGE_METHODS, make_default_estimator, coverage_rows, tolerate=(Exception,))
 
 
 def binomial_halfwidth(reps, level: float = 0.95, nominal: float = 1 - ALPHA):
@@ -195,7 +195,8 @@ def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -
       / sd(estimate) (bias, e.g. of clipping, in units of the estimator's spread), and ``sd_se``,
       the mean over coefficients of sd(estimate) / rms(se) (above 1: the standard errors are too
       small);
-    * ``seconds`` (mean per fit); ``converged`` and ``failed`` (fractions of fits);
+    * ``seconds`` (mean per fit); ``converged`` (fraction of the fits that finished) and
+      ``failed`` (fraction of fits that raised);
     * ``on_target``: ``coverage`` lies in ``target`` and every coefficient's coverage in
       ``target`` widened by ``band`` (the binomial noise of one coefficient over ``reps``
       replicates); ``regime``: "yes" where at least ``MIN_CONVERGED`` of the fits converged and
@@ -235,7 +236,7 @@ def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -
                         & (out["coverage_max"] <= hi + out["band"]))
     regime = []
     for r in out.itertuples():
-        reasons = [f"{r.converged:.0%} converged"] if not r.converged >= MIN_CONVERGED else []
+        reasons = [f"{r.converged:.0%} converged"] if r.converged < MIN_CONVERGED else []  # NaN: none finished
         reasons += [f"{r.failed:.0%} failed"] if r.failed > MAX_FAILED else []
         regime.append("; ".join(reasons) or "yes")
     out["regime"] = regime

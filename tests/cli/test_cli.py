@@ -44,7 +44,7 @@ def test_reproduce_coverage_writes_csv_summary_png_and_resumes(tmp_path, capsys)
             "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "coverage_min" in out and "FedNewton" in out and "PooledMLE" in out and "verdict" in out
+    assert "cover" in out and "FedNewton" in out and "PooledMLE" in out and "verdict" in out and "sd_se" in out
     df = pd.read_csv(tmp_path / "coverage.csv")
     # 4 cells (N in {2000, 20000} x m in {10, 50}) x 2 replicates x 5 methods x 5 coefficients
     assert len(df) == 4 * 2 * 5 * 5 and set(df["family"]) == {"logistic"} and set(df["mu"]) == {1.0}

@@ -157,3 +157,27 @@ def test_coverage_at_mu_inf_is_nominal():
         assert abs(s.loc[method, "coverage"] - 0.95) < h, s
         assert 0.95 - 1.5 * h < s.loc[method, "coverage_min"] and s.loc[method, "coverage_max"] < 0.95 + 1.5 * h, s
         assert s.loc[method, "width_ratio"] == pytest.approx(1.0, rel=1e-5)
+
+
+def _make_or_break(method, scenario, seed):
+    """The study's estimators, with FedAvg given a step size its fit refuses."""
+    from privfedstat.simulations.coverage import make_default_estimator
+
+    est = make_default_estimator(method, scenario, seed)
+    return est.set_params(step_size=-1.0) if method == "FedAvg" else est
+
+
+def test_a_failing_fit_is_recorded_not_raised():
+    from privfedstat.simulations import Measure
+    from privfedstat.simulations.coverage import coverage_rows
+
+    measure = Measure("broken", ("FedIRLS", "FedAvg"), _make_or_break, coverage_rows, tolerate=(Exception,))
+    df = MonteCarlo([PRIVATE], n_reps=2, progress=False, measure=measure).run()
+    bad = df[df["method"] == "FedAvg"]
+    assert len(bad) == 2 * 5 and bad["covered"].isna().all() and bad["width"].isna().all()
+    assert bad["error"].str.startswith("ValueError: step_size").all() and np.isfinite(bad["np_width"]).all()
+    assert (df.loc[df["method"] == "FedIRLS", "error"] == "none").all()
+    s = summarise_coverage(df).set_index("method")
+    assert s.loc["FedAvg", "failed"] == 1.0 and s.loc["FedAvg", "regime"] == "100% failed"
+    assert s.loc["FedIRLS", "failed"] == 0.0
+    assert COVERAGE.tolerate == (Exception,)
