@@ -87,7 +87,8 @@ def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus
     return out
 
 
-def make_default_estimator(method: str, scenario: Scenario, random_state) -> FederatedEstimator:
+def make_default_estimator(method: str, scenario: Scenario,
+                           random_state: np.random.SeedSequence | int | None) -> FederatedEstimator:
     """``method`` with its defaults (and ``scenario``'s family, mu and clip): what a user gets."""
     if scenario.n_iter is not None:
         raise ValueError("the coverage study runs every method with its default iteration counts; "
@@ -129,11 +130,11 @@ def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[
                         for j in range(truth.size))
             continue
         ci = est.conf_int(alpha)
-        inf = est.inference_
+        res = est.inference_
         lower, upper = ci["lower"].to_numpy(), ci["upper"].to_numpy()
         estimate = np.ravel(est.coef_, order="F")
         se = np.ravel(est.bse_, order="F")
-        pred = (np.sqrt(np.diag(inf.cov) / np.diag(inf.cov_sampling)) if inf.cov_sampling is not None
+        pred = (np.sqrt(np.diag(res.cov) / np.diag(res.cov_sampling)) if res.cov_sampling is not None
                 else np.full(truth.size, math.nan))
         converged = math.nan if est.converged_ is None else float(bool(np.all(est.converged_)))
         for j, name in enumerate(ci.index):
@@ -141,7 +142,7 @@ def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[
             rows.append({**row, "coef": str(name), "j": j, "truth": truth[j], "estimate": estimate[j], "se": se[j],
                          "lower": lower[j], "upper": upper[j], "covered": float(lower[j] <= truth[j] <= upper[j]),
                          "width": width, "np_width": np_width[j], "width_ratio": width / np_width[j],
-                         "pred_ratio": pred[j], "cov_type": inf.cov_type, "inference_mu": inf.mu,
+                         "pred_ratio": pred[j], "cov_type": res.cov_type, "inference_mu": res.mu,
                          "client_mu": est.privacy_.mu, "converged": converged})
     return rows
 
