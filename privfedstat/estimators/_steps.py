@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # base imports this module (through diagnostics)
 __all__ = [
     "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM",
     "auto_step_size", "resolve_step_size", "resolve_count", "settled", "aggregate_sd", "calibrated_sigma", "TOL", "MAX_ITER_NONPRIVATE",
-    "MAX_ROUNDS_NONPRIVATE",
+    "MAX_ROUNDS_NONPRIVATE", "gradient_calibration", "local_step_calibration", "stage_budget",
 ]
 
 #: An iterate with a larger Euclidean norm (or a non-finite entry) is reported as divergence.
@@ -97,6 +97,42 @@ def calibrated_sigma(sensitivity, mu: float) -> np.ndarray:
     return np.zeros_like(sens) if math.isinf(mu) else sens / mu
 
 
+def gradient_calibration(clip: float, sizes: np.ndarray, n_iter: int, mu: float) -> tuple[np.ndarray, float]:
+    """Sensitivity and budget of each gradient message of :func:`server_gradient_descent` (Algorithm 1).
+
+    A client's mean of per-sample gradients clipped to norm B moves by at most ``2 B / n_i`` in L2
+    norm when one of its rows is replaced (Lemma 3.1); the K messages share ``mu`` equally in
+    squares, ``mu / sqrt(K)`` each. The noise sd is ``calibrated_sigma(*gradient_calibration(...))``
+    ``= 2 B sqrt(K) / (mu n_i)``.
+
+    Returns
+    -------
+    sensitivity : ndarray of shape (n_clients,)
+    mu_message : float
+    """
+    return 2.0 * clip / sizes, mu / math.sqrt(n_iter)
+
+
+def local_step_calibration(clip: float, step_size: float, sizes: np.ndarray, n_steps: int,
+                           mu: float) -> tuple[np.ndarray, float]:
+    """Sensitivity and budget of each noisy step of :func:`local_gradient_descent` (Algorithms 2-4).
+
+    The statistic ``eta g_i`` has sensitivity ``2 B eta / n_i``; the ``n_steps`` steps share
+    ``mu`` equally in squares. Noise sd ``2 B eta sqrt(n_steps) / (mu n_i)`` on the parameter.
+
+    Returns
+    -------
+    sensitivity : ndarray of shape (n_clients,)
+    mu_step : float
+    """
+    return 2.0 * clip * step_size / sizes, mu / math.sqrt(n_steps)
+
+
+def stage_budget(mu: float, n_stages: int) -> float:
+    """Budget of each of ``n_stages`` stages that share ``mu`` equally: ``mu / sqrt(n_stages)`` (GDP composition)."""
+    return mu / math.sqrt(n_stages)
+
+
 def aggregate_sd(sigma, weights: np.ndarray) -> float:
     """Per-coordinate sd ``sqrt(sum_i w_i^2 sigma_i^2)`` of the weighted average of independent client noises."""
     return float(np.sqrt(np.sum((np.asarray(weights) * np.asarray(sigma)) ** 2)))
@@ -125,7 +161,11 @@ def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
 
 
 def gradient_noise_sd(ctx: FitContext, n_iter: int, mu: float) -> np.ndarray:
-    """Noise sd of each client's gradient message in :func:`server_gradient_descent`: ``2 B sqrt(K) / (mu n_i)``."""
+    """Noise sd of each client's gradient message in :func:`server_gradient_descent`: ``2 B sqrt(K) / (mu n_i)``.
+
+    The closed form of ``calibrated_sigma(*gradient_calibration(...))`` (equal up to rounding), the
+    form the ``"optimal"`` weights have always used (kept so that those fits are unchanged).
+    """
     if math.isinf(mu):
         return np.zeros(ctx.sizes.size)
     return 2.0 * ctx.clip * math.sqrt(n_iter) / (mu * ctx.sizes)
@@ -151,8 +191,7 @@ def server_gradient_descent(
 
     Returns the final parameter and the path ``[theta^(1), ..., theta^(k)]``.
     """
-    sens = 2.0 * ctx.clip / ctx.sizes
-    mu_msg = mu / math.sqrt(n_iter)
+    sens, mu_msg = gradient_calibration(ctx.clip, ctx.sizes, n_iter, mu)
     theta = np.array(theta0, dtype=np.float64)
     path = []
     for _ in range(n_iter):
@@ -195,8 +234,7 @@ def local_gradient_descent(
     -------
     ndarray of shape (n_clients, d)
     """
-    sens = 2.0 * ctx.clip * step_size / oracle.sizes
-    mu_step = mu / math.sqrt(n_steps)
+    sens, mu_step = local_step_calibration(ctx.clip, step_size, oracle.sizes, n_steps, mu)
     theta = np.array(np.broadcast_to(theta0, (oracle.n_clients, oracle.n_params)), dtype=np.float64)
     for _ in range(n_steps):
         g = oracle.clipped_gradients(theta, ctx.clip)

@@ -8,8 +8,9 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, local_gradient_descent, resolve_count, resolve_step_size,
-                     settled)
+from ..theory.noise import fedavg_noise
+from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, local_gradient_descent, local_step_calibration,
+                     resolve_count, resolve_step_size, settled, stage_budget)
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["FedAvg", "run_fedavg"]
@@ -25,10 +26,11 @@ def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, st
     The budget ``mu`` is split evenly over the R K local steps, i.e. each step adds noise with
     ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6). Sets ``ctx.noise_sd``
     (the last local step's noise, averaged) and ``ctx.update_noise_sd`` (sqrt(K) times it, the
-    K steps of a round). With ``stop_early`` (mu = inf only) the rounds end once the averaged
-    model stops moving (:func:`~privfedstat.estimators._steps.settled`).
+    K steps of a round) and ``ctx.noise_model`` (:func:`~privfedstat.theory.noise.fedavg_noise`).
+    With ``stop_early`` (mu = inf only) the rounds end once the averaged model stops moving
+    (:func:`~privfedstat.estimators._steps.settled`).
     """
-    mu_round = mu / math.sqrt(n_rounds)
+    mu_round = stage_budget(mu, n_rounds)
     path = [np.zeros(oracle.n_params)]
     for _ in range(n_rounds):
         local = local_gradient_descent(ctx, oracle, path[-1], n_steps=n_local_steps, step_size=step_size,
@@ -36,9 +38,11 @@ def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, st
         path.append(weights @ ctx.channel.send(local))
         if stop_early and settled(path[-1], path[-2]):
             break
-    step_mu = mu_round / math.sqrt(n_local_steps)
-    ctx.noise_sd = aggregate_sd(calibrated_sigma(2.0 * ctx.clip * step_size / oracle.sizes, step_mu), weights)
+    ctx.noise_sd = aggregate_sd(calibrated_sigma(*local_step_calibration(ctx.clip, step_size, oracle.sizes, n_local_steps,
+                                                                         mu_round)), weights)
     ctx.update_noise_sd = math.sqrt(n_local_steps) * ctx.noise_sd
+    ctx.noise_model = fedavg_noise(clip=ctx.clip, sizes=oracle.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
+                                   step_size=step_size, weights=weights)
     return path
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
+from ..theory.noise import fedhybrid_noise
 from ._steps import (aggregate_sd, gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size,
-                     server_gradient_descent)
+                     server_gradient_descent, stage_budget)
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["FedHybrid"]
@@ -110,7 +109,7 @@ class FedHybrid(FederatedEstimator):
         K1 = self.n_local_steps
         K2, stop_early = resolve_count(self.n_server_iter, ctx.mu, PAPER_N_SERVER_ITER)
         eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
-        mu_stage = ctx.mu / math.sqrt(2.0)
+        mu_stage = stage_budget(ctx.mu, 2)
         d = ctx.oracle.n_params
         local = local_gradient_descent(ctx, ctx.oracle, np.zeros(d), n_steps=K1, step_size=eta, mu=mu_stage, stage="local-step")
         theta_bar = ctx.size_weights @ ctx.channel.send(local)
@@ -121,4 +120,6 @@ class FedHybrid(FederatedEstimator):
             stop_early=stop_early,
         )
         ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
+        ctx.noise_model = fedhybrid_noise(clip=ctx.clip, sizes=ctx.sizes, mu=ctx.mu, n_local_steps=K1, n_server_iter=K2,
+                                          step_size=eta, weights=weights)
         return theta, [np.zeros(d), theta_bar] + path, K1 + len(path)

@@ -15,7 +15,8 @@ import numpy as np
 
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import DIVERGENCE_NORM, check_iterate
+from ..theory.noise import IRLSNoise
+from ._steps import DIVERGENCE_NORM, calibrated_sigma, check_iterate
 from .base import FederatedEstimator, FitContext
 from .fednewton import MAX_HESSIAN_GB, floor_eigenvalues
 
@@ -412,6 +413,7 @@ class FedIRLS(FederatedEstimator):
         else:
             g, f = gradient_and_loss(theta)
         H_floored, lam, rounds = None, math.nan, 0
+        hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
         for r in range(R):
             if shares[r, 1] > 0:
                 hess = sym_to_vec(oracle.hessians(theta, ctx.hessian_clip))
@@ -419,6 +421,8 @@ class FedIRLS(FederatedEstimator):
                 lam = self._floor(ctx, _noise_sd(sens_h, mu_h[r], w))
                 H_floored = floor_eigenvalues(H, lam)
                 ctx.hessian = H
+                h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
+            hessian_var[r], floors[r] = h_var, lam
             step = self.step_size * np.linalg.solve(H_floored, g)
             rounds += 1
             if finite:
@@ -439,6 +443,8 @@ class FedIRLS(FederatedEstimator):
             path.append(theta)
         self.budget_split_ = shares[:rounds]
         self.hessian_floor_ = lam
+        gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(rounds)])
+        ctx.noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
         if finite:
             self._report_noise(ctx, H_floored, np.array([_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
         return theta, path, rounds

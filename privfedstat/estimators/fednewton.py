@@ -10,11 +10,13 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.clipping import AutoClip
-from ._steps import aggregate_sd, calibrated_sigma, resolve_step_size
+from ..theory.noise import NewtonNoise
+from ._steps import aggregate_sd, calibrated_sigma, resolve_step_size, stage_budget
 from .fedavg import run_fedavg
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
+__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "resolve_hessian_floor", "newton_grad_radius",
+           "newton_sensitivity", "paper_newton_sensitivity", "MAX_HESSIAN_GB"]
 
 #: memory allowed for the clients' Hessians (all clients are processed in one pass)
 MAX_HESSIAN_GB = 4.0
@@ -39,6 +41,30 @@ def resolve_hessian_floor(value, family, mu: float) -> float:
     return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
 
 
+def newton_grad_radius(newton_grad_clip, clip: float, hessian_clip: float, hessian_floor: float, n1: np.ndarray,
+                       n2: np.ndarray, mu: float) -> np.ndarray:
+    """The radius G_i of each client's Newton gradient: ``newton_grad_clip`` if given, infinite with
+    mu = inf, else the balanced default ``min(B, lambda B n1_i / (C_H n2_i))`` (see :class:`FedNewton`)."""
+    if newton_grad_clip is not None:
+        return np.full(n1.size, float(newton_grad_clip))
+    if math.isinf(mu):
+        return np.full(n1.size, math.inf)
+    return np.minimum(clip, hessian_floor * clip * n1 / (hessian_clip * n2))
+
+
+def newton_sensitivity(clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray, n1: np.ndarray,
+                       n2: np.ndarray) -> np.ndarray:
+    """L2 sensitivity of every client's Newton step: ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``."""
+    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
+        return np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
+
+
+def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarray) -> np.ndarray:
+    """Algorithm 4's Newton-step sensitivity with tau_1 = ``hessian_floor``: ``8 B / (tau_1 n_i)``, so that
+    with budget ``mu / sqrt 2`` the noise is ``sigma_i = 2 B_new / (mu n_i)``, ``B_new = 4 sqrt(2) B / tau_1``."""
+    return 8.0 * clip / (hessian_floor * sizes)
+
+
 def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
                 grad_clip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta`` and its L2 sensitivity.
@@ -60,9 +86,7 @@ def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessia
     norms = np.linalg.norm(g, axis=1)
     g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
     step = np.linalg.solve(H, g[..., None])[..., 0]
-    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
-        sens = np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
-    return step, sens
+    return step, newton_sensitivity(clip, hessian_clip, hessian_floor, grad_clip, n1, n2)
 
 
 class FedNewton(FederatedEstimator):
@@ -231,16 +255,17 @@ class FedNewton(FederatedEstimator):
                 f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
         lam, B, C_H = resolve_hessian_floor(self.hessian_floor, ctx.oracle.family, ctx.mu), ctx.clip, ctx.hessian_clip
-        mu_stage = ctx.mu / math.sqrt(2.0)
+        mu_stage = stage_budget(ctx.mu, 2)
         weights = self._resolve_weights(ctx)
 
         path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
                           step_size=resolve_step_size(self.step_size, ctx.oracle.family, d), mu=mu_stage, weights=weights)
+        fedavg_model = ctx.noise_model
         theta1 = path[-1]
         if self.newton_noise == "paper":
             step, _ = newton_step(half1, half2, theta1, clip=B, hessian_clip=math.inf, hessian_floor=lam,
                                   grad_clip=np.full(n1.size, math.inf))
-            sens = 8.0 * B / (lam * ctx.sizes)  # sigma_i = 2 B_new / (mu n_i) = (8 B / (tau_1 n_i)) / (mu / sqrt 2)
+            sens = paper_newton_sensitivity(B, lam, ctx.sizes)
             warnings.warn(
                 "newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau_1 "
                 "(= hessian_floor), which bounds its sensitivity only under Assumption 2; use the default "
@@ -251,14 +276,11 @@ class FedNewton(FederatedEstimator):
             ctx.channel.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {lam:g} "
                                         "(valid only under Assumption 2)")
         else:
-            if self.newton_grad_clip is not None:
-                G = np.full(n1.size, float(self.newton_grad_clip))
-            elif math.isinf(ctx.mu):
-                G = np.full(n1.size, math.inf)
-            else:
-                G = np.minimum(B, lam * B * n1 / (C_H * n2))
+            G = newton_grad_radius(self.newton_grad_clip, B, C_H, lam, n1, n2, ctx.mu)
             step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
         local = ctx.channel.release(theta1 - step, sensitivity=sens, mu=mu_stage, stage="newton", weights=weights)
         theta2 = weights @ local
-        ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(calibrated_sigma(sens, mu_stage), weights)
+        sigma = calibrated_sigma(sens, mu_stage)
+        ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(sigma, weights)
+        ctx.noise_model = NewtonNoise(fedavg_model, sigma**2, weights, lam)
         return theta2, path + [theta2], self.n_rounds * self.n_local_steps + 1

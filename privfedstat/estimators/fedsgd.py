@@ -6,6 +6,7 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
+from ..theory.noise import fedsgd_noise
 from ._steps import aggregate_sd, gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
 from .base import FederatedEstimator, FitContext
 
@@ -129,6 +130,7 @@ class FedSGD(FederatedEstimator):
             ctx, theta0, n_iter=K, step_size=eta, mu=ctx.mu, weights=weights, stage="gradient", stop_early=stop_early
         )
         ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
+        ctx.noise_model = fedsgd_noise(clip=ctx.clip, sizes=ctx.sizes, mu=ctx.mu, n_iter=K, step_size=eta, weights=weights)
         return theta, [theta0] + path, len(path)
 
 

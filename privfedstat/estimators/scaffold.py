@@ -8,7 +8,9 @@ import numpy as np
 
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
-from ._steps import MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, check_iterate, resolve_count, resolve_step_size, settled
+from ..theory.noise import ScaffoldNoise
+from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, check_iterate, gradient_calibration, resolve_count,
+                     resolve_step_size, settled)
 from .base import FederatedEstimator, FitContext
 
 __all__ = ["Scaffold"]
@@ -172,8 +174,7 @@ class Scaffold(FederatedEstimator):
         w = self._resolve_weights(ctx)
         oracle = ctx.oracle
         m, p = oracle.n_clients, oracle.n_params
-        sens = 2.0 * ctx.clip / ctx.sizes  # clipped mean gradient, one datum replaced
-        mu_step = ctx.mu / math.sqrt(R * K)
+        sens, mu_step = gradient_calibration(ctx.clip, ctx.sizes, R * K, ctx.mu)  # R K noisy gradients
         x, c = np.zeros(p), np.zeros(p)
         c_local = np.zeros((m, p))
         path = [x]
@@ -195,6 +196,8 @@ class Scaffold(FederatedEstimator):
             if stop_early and settled(path[-1], path[-2]):
                 break
         self.control_ = c
-        ctx.noise_sd = eta_g * eta * aggregate_sd(calibrated_sigma(sens, mu_step), w)  # the last local step's
+        sigma = calibrated_sigma(sens, mu_step)
+        ctx.noise_sd = eta_g * eta * aggregate_sd(sigma, w)  # the last local step's
         ctx.update_noise_sd = math.sqrt(K) * ctx.noise_sd
+        ctx.noise_model = ScaffoldNoise(eta**2 * float(np.sum(w**2 * sigma**2)), K, len(path) - 1, eta, eta_g)
         return x, path, (len(path) - 1) * K

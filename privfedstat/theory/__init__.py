@@ -8,6 +8,8 @@
   :func:`communication_table` (Table 1).
 * Problem constants: :func:`problem_constants` (tau1, tau2, trace(Sigma) of a GLM design).
 * Prediction: :func:`predict_mse` (linearised recursion, summed exactly), :class:`Problem`.
+* Inference: :func:`protocol_noise_covariance`, the covariance of a fit's privacy noise from the
+  noise model its protocol records (:mod:`privfedstat.theory.noise`), linearised at a Hessian.
 * Comparison with simulations: :func:`compare_to_theory`, :func:`plot_theory_comparison`.
 
 All functions are pure, keyword-only and broadcast over numpy arrays; every unknown constant is an
@@ -21,6 +23,7 @@ from .constants import ProblemConstants, problem_constants
 from .lower_bound import effective_sample_size, lower_bound
 from .newton import ClientCondition, fednewton_bound, fednewton_max_clients
 from .planning import Iterations, optimal_weights, recommended_iterations
+from .noise import protocol_noise_covariance
 from .predictor import MSEPrediction, Problem, predict_mse
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "communication_table",
     "problem_constants",
     "predict_mse",
+    "protocol_noise_covariance",
     "compare_to_theory",
     "plot_theory_comparison",
     "Problem",

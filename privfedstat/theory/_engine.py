@@ -20,12 +20,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Stage", "Linearisation", "propagate"]
+__all__ = ["Stage", "Linearisation", "propagate", "privacy_transport"]
 
 
 @dataclass
 class Stage:
-    """``n_steps`` steps sharing data weights ``omega`` (shape (m,)) and noise variance ``noise_var``."""
+    """``n_steps`` steps sharing data weights ``omega`` (shape (m,)) and noise variance ``noise_var``.
+
+    ``noise_var`` is the per-coordinate variance of the privacy noise that one step adds to the
+    server's parameter (isotropic): ``eta^2 sum_i omega_i^2 sigma_i^2`` for a server gradient step
+    on messages with noise sd sigma_i, ``sum_i omega_i^2 s_i^2`` for a local step adding noise of
+    sd s_i to every client's parameter (averaged with omega after the stage); ``client_noise``
+    holds the s_i^2 of local stages.
+    """
 
     n_steps: int
     omega: np.ndarray
@@ -100,6 +107,42 @@ class Linearisation:
         return float(np.sum(np.diag(Vt) * (1 - a**K) ** 2)), float(np.sum(geo))
 
 
+def privacy_transport(jac, noise) -> np.ndarray:
+    """Covariance that independent per-step noises leave after S linear steps.
+
+    ``sum_{s<S} P_{s+1->S} N_s P_{s+1->S}^T`` with ``P_{s+1->S} = J_{S-1} ... J_{s+1}`` (the
+    identity for s = S - 1): the noise of step s is added after that step's map and goes through
+    every later one. It is the privacy term of :func:`propagate` (``predict_mse``) and of
+    :func:`privfedstat.theory.protocol_noise_covariance`.
+
+    Parameters
+    ----------
+    jac : sequence of S arrays of shape (d, d)
+        Step Jacobians J_s (an array (S, d, d), a broadcast view or a list repeating one matrix).
+    noise : array of shape (S,) or (S, d, d)
+        Noise of each step: a per-coordinate variance (N_s = noise[s] I) or a covariance matrix.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+    """
+    noise = np.asarray(noise, dtype=np.float64)
+    S = len(jac)
+    if noise.shape[0] != S:
+        raise ValueError(f"one noise term per step is needed: {S} steps, {noise.shape[0]} noise terms.")
+    d = np.shape(jac[0])[-1] if S else (noise.shape[-1] if noise.ndim == 3 else 0)
+    out = np.zeros((d, d))
+    P = np.eye(d)  # P_{s+1->S}, built backwards
+    for s in range(S - 1, -1, -1):
+        if noise.ndim == 1:
+            if noise[s] != 0:
+                out += noise[s] * P @ P.T
+        else:
+            out += P @ noise[s] @ P.T
+        P = P @ jac[s]
+    return out
+
+
 def propagate(lin: Linearisation, stages: list[Stage], sizes: np.ndarray, init: np.ndarray, *,
               path: bool) -> dict:
     """Second moment of theta_S - theta* for a scheme; see the module docstring.
@@ -134,11 +177,9 @@ def propagate(lin: Linearisation, stages: list[Stage], sizes: np.ndarray, init: 
     for s in range(S - 1, -1, -1):
         P[s] = P[s + 1] @ jac[s]
     after = P[1:]  # after[s] = P_{s+1->S}
-    privacy = np.zeros((d, d))
+    privacy = privacy_transport(jac, np.array([stages[a].noise_var for a in stage_of], dtype=np.float64))
     M = np.zeros((len(stages), d, d))
     for s in range(S):
-        st = stages[stage_of[s]]
-        privacy += st.noise_var * after[s] @ after[s].T
         M[stage_of[s]] += eta * after[s]
     sampling = np.zeros((d, d))
     for a, sa in enumerate(stages):

@@ -16,9 +16,12 @@ import pandas as pd
 
 from .._rng import as_seed_sequence
 from ..families import get_family
+from ..inference.config import resolve_inference
 from ..privacy.clipping import AutoClip
-from ._engine import Linearisation, Stage, propagate
+from ..estimators._steps import calibrated_sigma, gradient_calibration, stage_budget
+from ._engine import Linearisation, propagate
 from ._newton_step import newton_moments
+from .noise import fedavg_noise, fedhybrid_noise, fedsgd_noise
 from ._population import Population, make_spec
 
 __all__ = ["Problem", "MSEPrediction", "predict_mse"]
@@ -165,7 +168,12 @@ def _clip_and_mu(params: dict, method: str, clip, hessian_clip):
         raise ValueError(f"the clipping bound must be > 0, got {B}.")
     if math.isinf(B) and math.isfinite(mu):
         raise ValueError("clip=inf (no clipping) has infinite sensitivity; it is only possible with mu=inf.")
-    mu_est = math.sqrt(mu * mu - (budget * mu) ** 2) if math.isfinite(mu) else math.inf
+    # what fit keeps for estimation: the clip budget, then the inference share (Inference.budget), in squares
+    config = resolve_inference(params.get("inference"))
+    share = 0.0 if config is None else config.budget
+    if math.isfinite(mu) and budget**2 + share**2 >= 1:
+        raise ValueError("the clipping and inference budgets leave nothing for estimation; lower their shares.")
+    mu_est = math.sqrt(mu * mu - (budget * mu) ** 2 - (share * mu) ** 2) if math.isfinite(mu) else math.inf
     CH = None
     if method == "FedNewton" and params.get("newton_noise", "robust") == "robust":
         h = params.get("hessian_clip")
@@ -197,11 +205,6 @@ def _weights(params, method, n, d, B, noise_sd):
     return arr
 
 
-def _sd(B, mu, scale):
-    """Noise sd ``B * scale / mu`` (0 when mu is infinite)."""
-    return np.zeros_like(scale) if math.isinf(mu) else B * scale / mu
-
-
 def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, linearise: str = "path",
                 n_mc: int = 2**15, random_state=0) -> MSEPrediction:
     """Predict E||theta_hat - theta_0||^2 of an (unfitted) private federated estimator.
@@ -213,6 +216,8 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
         ``clip="auto"`` (or an :class:`~privfedstat.AutoClip`) pass the bound B it will choose as
         ``clip=`` -- the prediction then uses the mu left for estimation,
         ``sqrt(mu^2 - (budget mu)^2)`` (budget 0.1 by default); ``clip="paper"`` uses all of mu.
+        The estimator's ``inference`` share (``Inference().budget`` for the default "auto", none
+        for ``inference=None``) is taken off in squares as well, as ``fit`` does.
     problem : Problem
         The data-generating process and the client sizes.
     clip : float, optional
@@ -303,40 +308,32 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     path = linearise == "path"
     zeros = np.zeros(d)
 
+    # the stages come from the noise models the estimators record (theory.noise), with the same calibration
     if method == "FedSGD":
         K = int(params["n_iter"])
-        sig = _sd(B, mu, 2.0 * math.sqrt(K) / n)
-        w = _weights(params, method, n, d, B, sig)
+        w = _weights(params, method, n, d, B, calibrated_sigma(*gradient_calibration(B, n, K, mu)))
         init = zeros if params.get("init") is None else np.asarray(params["init"], dtype=np.float64)
-        out = propagate(lin, [Stage(K, w, eta**2 * float(np.sum(w**2 * sig**2)))], n, init, path=path)
+        model = fedsgd_noise(clip=B, sizes=n, mu=mu, n_iter=K, step_size=eta, weights=w)
+        out = propagate(lin, list(model.stages), n, init, path=path)
     elif method == "FedAvg":
-        R, K = int(params["n_rounds"]), int(params["n_local_steps"])
         w = _weights(params, method, n, d, B, None)
-        out = _fedavg(lin, w, n, _sd(B, mu, 2.0 * eta * math.sqrt(R * K) / n), R, K, path)
+        model = fedavg_noise(clip=B, sizes=n, mu=mu, n_rounds=int(params["n_rounds"]),
+                             n_local_steps=int(params["n_local_steps"]), step_size=eta, weights=w)
+        out = propagate(lin, list(model.stages), n, zeros, path=path)
     elif method == "FedHybrid":
         K1, K2 = int(params["n_local_steps"]), int(params["n_server_iter"])
-        u = n / n.sum()
-        a = _sd(B, mu / math.sqrt(2), 2.0 * eta * math.sqrt(K1) / n)
-        sig = _sd(B, mu / math.sqrt(2), 2.0 * math.sqrt(K2) / n)
-        w = _weights(params, method, n, d, B, sig)
-        stages = [Stage(K1, u, float(np.sum(u**2 * a**2)), local=True, client_noise=a**2),
-                  Stage(K2, w, eta**2 * float(np.sum(w**2 * sig**2)))]
-        out = propagate(lin, stages, n, zeros, path=path)
+        w = _weights(params, method, n, d, B, calibrated_sigma(*gradient_calibration(B, n, K2, stage_budget(mu, 2))))
+        model = fedhybrid_noise(clip=B, sizes=n, mu=mu, n_local_steps=K1, n_server_iter=K2, step_size=eta, weights=w)
+        out = propagate(lin, list(model.stages), n, zeros, path=path)
     else:
         return _fednewton(lin, params, spec, n, B, CH, mu, eta, path, newton_seed)
     return _result(method, lin, spec, out, B, mu, n)
 
 
-def _fedavg(lin, w, sizes, sig, R, K, path):
-    """R rounds of K local steps on clients of ``sizes`` with per-step parameter noise sd ``sig``."""
-    stages = [Stage(K, w, float(np.sum(w**2 * sig**2)), local=True, client_noise=sig**2) for _ in range(R)]
-    return propagate(lin, stages, sizes, np.zeros(lin.H.shape[0]), path=path)
-
-
 def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
-    R, K = int(params["n_rounds"]), int(params["n_local_steps"])
-    from ..estimators.fednewton import resolve_hessian_floor
+    from ..estimators.fednewton import (newton_grad_radius, newton_sensitivity, paper_newton_sensitivity,
+                                        resolve_hessian_floor)
 
     family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
     lam = resolve_hessian_floor(params["hessian_floor"], family, mu)
@@ -346,25 +343,21 @@ def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     if np.any(n1 < d):
         raise ValueError("FedNewton needs n_i >= 2 d (each half must identify the parameter).")
     w = _weights(params, "FedNewton", n, d, B, None)
-    mu_stage = mu / math.sqrt(2)
-    out1 = _fedavg(lin, w, n1, _sd(B, mu_stage, 2.0 * eta * math.sqrt(R * K) / n1), R, K, path)
+    mu_stage = stage_budget(mu, 2)
+    stage1 = fedavg_noise(clip=B, sizes=n1, mu=mu_stage, n_rounds=int(params["n_rounds"]),
+                          n_local_steps=int(params["n_local_steps"]), step_size=eta, weights=w)
+    out1 = propagate(lin, list(stage1.stages), n1, np.zeros(d), path=path)
     paper = params.get("newton_noise", "robust") == "paper"
     Hc = lin.pop.clipped_hessian(lin.theta_star, np.inf if paper or CH is None else CH)
     ev, vec = np.linalg.eigh((Hc + Hc.T) / 2)
     Ht = (vec * np.maximum(ev, lam)) @ vec.T
     if paper:
-        sens = 8.0 * B / (lam * n)
+        sens = paper_newton_sensitivity(B, lam, n)
         G = np.full(n.size, np.inf)
     else:
-        if params.get("newton_grad_clip") is not None:
-            G = np.full(n.size, float(params["newton_grad_clip"]))
-        elif math.isinf(mu):
-            G = np.full(n.size, np.inf)
-        else:
-            G = np.minimum(B, lam * B * n1 / (CH * n2))
-        with np.errstate(invalid="ignore"):
-            sens = np.fmax(2.0 * B / (lam * n2), 2.0 * CH * G / (lam**2 * n1))
-    s = np.zeros(n.size) if math.isinf(mu) else sens / mu_stage
+        G = newton_grad_radius(params.get("newton_grad_clip"), B, CH, lam, n1, n2, mu)
+        sens = newton_sensitivity(B, CH, lam, G, n1, n2)
+    s = calibrated_sigma(sens, mu_stage)
     out, caveats = newton_moments(lin, out1, w, n1, n2, Ht, G, s**2, seed)
     if ev[0] < lam:
         caveats.append(f"the eigenvalue floor hessian_floor={lam:g} exceeds lambda_min of the Newton matrix "

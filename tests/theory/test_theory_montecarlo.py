@@ -14,24 +14,14 @@ import pytest
 from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
 from privfedstat.simulations import GLMDesign
 from privfedstat.theory import Problem, predict_mse
+from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_numba_thread")]
 
 DESIGN = GLMDesign("logistic", beta=(0.5, -0.5, 0.5))
 SETTINGS = {"few-large": [400] * 5, "many-small": [100] * 100}
 REPS = {"few-large": 400, "many-small": 200}  # few-large fits are cheap and their MSE is more variable
 TOL = 0.25
-
-
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Run the kernels on one thread: on a loaded 2-core machine threading slows these small fits a lot."""
-    import numba
-
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
 
 
 def _monte_carlo(make, sizes, seed, reps=200):

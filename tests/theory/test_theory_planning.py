@@ -69,11 +69,12 @@ def test_communication_table_matches_the_estimators():
     sizes = [40] * 6
     X = np.column_stack([np.ones(240), rng.standard_normal((240, 2))])
     data = FederatedData.from_pooled(X, (rng.random(240) < 0.5).astype(float), sizes=sizes)
-    ests = {
-        "FedSGD": FedSGD(mu=2.0, n_iter=7, clip=2.0, random_state=0),
-        "FedHybrid": FedHybrid(mu=2.0, n_local_steps=4, n_server_iter=5, clip=2.0, random_state=0),
-        "FedAvg": FedAvg(mu=2.0, n_rounds=3, n_local_steps=4, clip=2.0, random_state=0),
-        "FedNewton": FedNewton(mu=2.0, n_rounds=1, n_local_steps=4, clip=2.0, hessian_clip=3.0, random_state=0),
+    ests = {  # the protocols' own communication (Table 1): no inference releases
+        "FedSGD": FedSGD(mu=2.0, n_iter=7, clip=2.0, random_state=0, inference=None),
+        "FedHybrid": FedHybrid(mu=2.0, n_local_steps=4, n_server_iter=5, clip=2.0, random_state=0, inference=None),
+        "FedAvg": FedAvg(mu=2.0, n_rounds=3, n_local_steps=4, clip=2.0, random_state=0, inference=None),
+        "FedNewton": FedNewton(mu=2.0, n_rounds=1, n_local_steps=4, clip=2.0, hessian_clip=3.0, random_state=0,
+                               inference=None),
     }
     tab = communication_table(n_clients=6, d=3, n_iter=7, n_server_iter=5, n_rounds=3, newton_rounds=1).set_index("method")
     for name, est in ests.items():

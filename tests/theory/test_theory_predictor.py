@@ -23,7 +23,7 @@ def test_fedsgd_target_formula_by_hand():
     with sigma_i = 2 B sqrt(K)/(mu n_i) per coordinate, optimisation ||A^K theta0||^2."""
     sizes = [100, 300, 600]
     B, mu, K, eta = 8.0, 3.0, 40, 0.5
-    est = FedSGD(mu=mu, n_iter=K, step_size=eta, clip=B)
+    est = FedSGD(mu=mu, n_iter=K, step_size=eta, clip=B, inference=None)  # all of mu on estimation
     p = predict_mse(est, Problem(LOGIT, sizes), linearise="target", n_mc=2**15)
     pc = problem_constants(design=LOGIT)
     H, S = pc.hessian, pc.gradient_cov
@@ -50,8 +50,8 @@ def test_fedavg_target_privacy_formula_by_hand():
     privacy = sum_{s < RK} ||A^s||_F^2 sum_i w_i^2 sigma_i^2."""
     sizes = [200] * 4
     B, mu, K, R, eta = 8.0, 2.0, 30, 2, 0.5
-    p = predict_mse(FedAvg(mu=mu, n_rounds=R, n_local_steps=K, step_size=eta, clip=B), Problem(LOGIT, sizes),
-                    linearise="target", n_mc=2**15)
+    p = predict_mse(FedAvg(mu=mu, n_rounds=R, n_local_steps=K, step_size=eta, clip=B, inference=None),
+                    Problem(LOGIT, sizes), linearise="target", n_mc=2**15)
     A = _A(problem_constants(design=LOGIT).hessian, eta)
     sig = 2 * B * eta * math.sqrt(R * K) / (mu * 200.0)
     privacy = sum(np.sum(np.linalg.matrix_power(A, s) ** 2) for s in range(R * K)) * 4 * (0.25 * sig) ** 2
@@ -73,9 +73,13 @@ def test_auto_clip_uses_the_budget_left_for_estimation():
     prob = Problem(LOGIT, [300] * 5)
     with pytest.raises(ValueError, match="clip=B"):
         predict_mse(FedSGD(mu=2.0, clip="auto"), prob)
-    auto = predict_mse(FedSGD(mu=2.0, clip="auto"), prob, clip=7.0, n_mc=NMC)
-    fixed = predict_mse(FedSGD(mu=2.0 * math.sqrt(0.99), clip=7.0), prob, n_mc=NMC)
+    auto = predict_mse(FedSGD(mu=2.0, clip="auto", inference=None), prob, clip=7.0, n_mc=NMC)
+    fixed = predict_mse(FedSGD(mu=2.0 * math.sqrt(0.99), clip=7.0, inference=None), prob, n_mc=NMC)
     assert auto.privacy == pytest.approx(fixed.privacy, rel=1e-12)
+    # the default inference="auto" also keeps Inference().budget = 0.25 of mu (in squares) off estimation
+    with_inference = predict_mse(FedSGD(mu=2.0, clip="auto"), prob, clip=7.0, n_mc=NMC)
+    fixed = predict_mse(FedSGD(mu=2.0 * math.sqrt(1 - 0.01 - 0.0625), clip=7.0, inference=None), prob, n_mc=NMC)
+    assert with_inference.privacy == pytest.approx(fixed.privacy, rel=1e-12)
     with pytest.raises(ValueError, match="conflicts"):
         predict_mse(FedSGD(mu=2.0, clip=3.0), prob, clip=4.0)
 

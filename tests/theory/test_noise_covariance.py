@@ -1,0 +1,440 @@
+"""protocol_noise_covariance: the privacy-noise covariance of every protocol's estimate.
+
+The core check reruns each estimator on ONE fixed data set over 300 noise seeds (fixed clip,
+``inference=None``, finite mu: only the privacy noise varies) and compares the empirical
+covariance of the coefficients with the prediction linearised at H, the Jacobian of the weighted
+mean clipped score at its root, computed here by Newton's method with central differences on the
+oracle (independent of the package's Hessians). Each per-coordinate variance must be within 25%
+(3 Monte-Carlo standard deviations at 300 seeds), the trace and the whitened statistic
+``mean z^T C^-1 z / p`` (which checks the whole matrix, off-diagonals included) within 15%.
+
+Regimes (where the linearisation holds, see :mod:`privfedstat.theory.noise`), near the defaults:
+10 clients, mu = 2; logistic with B = 1.5 (4% of gradients clipped at the root; about their 95%
+quantile), C_H = 3 (above the 99.9% quantile of per-sample Hessian norms); Poisson with
+n_i = 1000, B = 6 (3% clipped), C_H = 30 (about the 97% quantile; with C_H = 10, below the 90%,
+the Newton matrices differ much from H: FedIRLS is over-predicted by ~20% and FedNewton
+under-predicted by up to ~30% at n_i = 400); multinomial (K = 3, p = 6) as logistic. FedNewton's
+random split of each client's rows is data randomness, not privacy noise: it is held fixed. The
+exact (non-Monte-Carlo) pieces are checked against naive loops, closed forms, a full state-space
+recursion (SCAFFOLD), a simulation of the linearised FedIRLS rounds and the Channel's ledger.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from privfedstat import FedAvg, FederatedData, FedHybrid, FedIRLS, FedNewton, FedSGD, Scaffold, get_family
+from privfedstat.estimators.fedirls import vec_to_sym
+from privfedstat.federation.oracle import make_oracle
+from privfedstat.simulations import GLMDesign
+from privfedstat.theory import protocol_noise_covariance
+from privfedstat.theory._engine import Linearisation, Stage, privacy_transport, propagate
+from privfedstat.theory._population import Population, make_spec
+from privfedstat.theory.noise import (GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise, fedavg_noise,
+                                      fedhybrid_noise, fedsgd_noise, symmetric_noise_sandwich)
+from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
+
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
+
+SEEDS = range(300)
+REGIMES = {  # family: (clients, rows per client, mu, B, C_H)
+    "logistic": (10, 400, 2.0, 1.5, 3.0),
+    "poisson": (10, 1000, 2.0, 6.0, 30.0),
+    "multinomial": (10, 400, 2.0, 1.5, 3.0),
+}
+#: FedNewton inverts every client's Hessian of half its rows, floored at ell''(0) = 0.25 (above H's
+#: eigenvalues here): client-level floors shorten the steps beyond floor(N)^-1 H, +9% variance at
+#: n_i = 400 (1000 seeds), +2% at n_i = 1000
+ROWS = {("logistic", "FedNewton"): 1000}
+
+
+def _family(name):
+    return get_family("multinomial", n_classes=3) if name == "multinomial" else get_family(name)
+
+
+def _data(name: str, m: int, n: int, seed: int = 0) -> FederatedData:
+    rng = np.random.default_rng(seed)
+    N = m * n
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    if name == "multinomial":
+        eta = X @ np.array([[0.0, 0.3, -0.2], [0.0, -0.5, 0.4], [0.0, 0.5, 0.3]])
+        prob = np.exp(eta) / np.exp(eta).sum(axis=1, keepdims=True)
+        y = (rng.random(N)[:, None] > np.cumsum(prob, axis=1)).sum(axis=1).astype(float)
+    else:
+        eta = X @ np.array([0.3, -0.5, 0.5])
+        y = (rng.random(N) < 1 / (1 + np.exp(-eta))).astype(float) if name == "logistic" else rng.poisson(np.exp(eta)) * 1.0
+    return FederatedData.from_pooled(X, y, sizes=[n] * m)
+
+
+def _root_and_jacobian(data, family, clip):
+    """Root of the size-weighted mean clipped score and its Jacobian, by Newton with central differences
+    (first without clipping, then with it, so that Newton starts where few gradients are clipped)."""
+    orc = make_oracle(data, family)
+    w = data.sizes / data.sizes.sum()
+    p = orc.n_params
+    theta = np.zeros(p)
+
+    def jacobian(F, t, h=1e-6):
+        return np.column_stack([(F(t + h * e) - F(t - h * e)) / (2 * h) for e in np.eye(p)])
+
+    for c in (math.inf, clip):
+        def F(t, c=c):
+            return w @ orc.clipped_gradients(t, c)
+        for _ in range(60):
+            step = np.linalg.solve(jacobian(F, theta), F(theta))
+            theta = theta - step
+            if np.linalg.norm(step) < 1e-12:
+                break
+    J = jacobian(F, theta)
+    return theta, (J + J.T) / 2, orc
+
+
+def _noise_models_and_coefs(est, data, fixed_split=False):
+    """Fit over SEEDS; return the coefficients (oracle order) and each fit's recorded noise model."""
+    models, coefs = [], []
+    cls = type(est)
+    original = cls._run
+
+    def run(self, ctx):
+        if fixed_split:  # FedNewton's split is data randomness, not privacy noise: hold it fixed
+            split = type(ctx.oracle).split_halves
+            ctx.oracle.split_halves = lambda _seed, orc=ctx.oracle: split(orc, 12345)
+        out = original(self, ctx)
+        models.append(ctx.noise_model)
+        return out
+
+    cls._run = run
+    try:
+        for seed in SEEDS:
+            coefs.append(est.set_params(random_state=seed).fit(data).coef_.ravel(order="C").copy())
+    finally:
+        cls._run = original
+    return np.array(coefs), models
+
+
+def _estimators(family, mu, B, C_H):
+    common = dict(family=family, mu=mu, clip=B, inference=None)
+    return {
+        "FedSGD": FedSGD(**common, n_iter=40),
+        "FedHybrid": FedHybrid(**common, n_local_steps=20, n_server_iter=20),
+        "FedAvg": FedAvg(**common, n_rounds=2, n_local_steps=30),
+        "Scaffold": Scaffold(**common, n_rounds=5, n_local_steps=5, server_step_size=0.8),
+        "FedIRLS": FedIRLS(**common, hessian_clip=C_H),
+        "FedNewton": FedNewton(**common, n_local_steps=30, hessian_clip=C_H),
+    }
+
+
+CASES = [(f, name) for f in ("logistic", "poisson") for name in _estimators("logistic", 1.0, 1.0, 1.0)]
+CASES += [("multinomial", "FedSGD"), ("multinomial", "FedIRLS")]
+
+
+@pytest.mark.parametrize("family_name, method", CASES)
+def test_empirical_covariance_over_noise_seeds_matches_the_prediction(family_name, method):
+    m, n, mu, B, C_H = REGIMES[family_name]
+    n = ROWS.get((family_name, method), n)
+    family = _family(family_name)
+    data = _data(family_name, m, n)
+    theta_hat, H, orc = _root_and_jacobian(data, family, B)
+    est = _estimators(family, mu, B, C_H)[method]
+    coefs, models = _noise_models_and_coefs(est, data, fixed_split=method == "FedNewton")
+    w = data.sizes / data.sizes.sum()
+    N = np.einsum("i,ijk->jk", w, orc.hessians(theta_hat, C_H)) if method == "FedNewton" else None
+    # FedIRLS's model holds its released Hessian (different in every fit): average the predictions
+    pred = np.mean([protocol_noise_covariance(model, H, newton_matrix=N) for model in models], axis=0)
+    emp = np.cov(coefs, rowvar=False)
+    z = coefs - coefs.mean(axis=0)
+    whitened = float(np.mean(np.einsum("ij,jk,ik->i", z, np.linalg.inv(pred), z))) / H.shape[0]
+    ratio = np.diag(emp) / np.diag(pred)
+    msg = f"{family_name} {method}: var ratios {np.round(ratio, 3)}, trace {np.trace(emp) / np.trace(pred):.3f}, " \
+          f"whitened {whitened:.3f}"
+    print(msg)
+    assert np.all(np.abs(ratio - 1) < 0.25), msg
+    assert abs(np.trace(emp) / np.trace(pred) - 1) < 0.15, msg
+    assert abs(whitened - 1) < 0.15, msg
+    assert np.all(np.linalg.eigvalsh(pred) > 0)
+    # the fits scatter around the root at which H was computed (up to FedAvg's and FedNewton's drift)
+    assert float(np.max(np.abs(coefs.mean(axis=0) - theta_hat))) < 0.1
+
+
+# ---------------------------------------------------------------------------------------------- exact pieces
+def _random_spd(rng, p, low=0.1, high=0.5):
+    U = np.linalg.qr(rng.standard_normal((p, p)))[0]
+    return (U * rng.uniform(low, high, p)) @ U.T
+
+
+def test_privacy_transport_is_the_naive_sum_of_transported_noises():
+    rng = np.random.default_rng(0)
+    S, d = 7, 3
+    jac = np.eye(d) + 0.3 * rng.standard_normal((S, d, d))  # not symmetric
+    var = rng.uniform(0, 1, S)
+    covs = np.array([_random_spd(rng, d) for _ in range(S)])
+    naive_scalar, naive_matrix = np.zeros((d, d)), np.zeros((d, d))
+    for s in range(S):
+        P = np.eye(d)
+        for t in range(s + 1, S):  # the noise of step s goes through steps s+1, ..., S-1
+            P = jac[t] @ P
+        naive_scalar += var[s] * P @ P.T
+        naive_matrix += P @ covs[s] @ P.T
+    np.testing.assert_allclose(privacy_transport(jac, var), naive_scalar, rtol=1e-12)
+    np.testing.assert_allclose(privacy_transport(list(jac), covs), naive_matrix, rtol=1e-12)
+    with pytest.raises(ValueError, match="one noise term per step"):
+        privacy_transport(jac, var[:-1])
+
+
+def test_gradient_schemes_match_closed_forms():
+    """FedSGD: eta^2 sum_i w_i^2 sigma_i^2 sum_k A^2k with sigma_i = 2 B sqrt(K)/(mu n_i); FedAvg: the
+    same over R K steps with s_i = 2 B eta sqrt(R K)/(mu n_i); FedHybrid: stage I (K1 local steps,
+    weights n_i/N, budget mu/sqrt 2) carried through the K2 server steps of stage II."""
+    rng = np.random.default_rng(1)
+    H = _random_spd(rng, 3)
+    ev, U = np.linalg.eigh(H)
+    sizes = np.array([100.0, 300.0, 600.0])
+    u = sizes / sizes.sum()
+    w = np.array([0.2, 0.3, 0.5])
+    B, mu, eta = 1.7, 1.3, 0.8
+    a = 1 - eta * ev
+
+    def geo(k, start=0):  # sum_{t<k} A^(2t), times A^(2 start)
+        return (U * (np.sum(a[None, :] ** (2 * np.arange(k))[:, None], axis=0) * a ** (2 * start))) @ U.T
+
+    K = 40
+    sig = 2 * B * math.sqrt(K) / (mu * sizes)
+    model = fedsgd_noise(clip=B, sizes=sizes, mu=mu, n_iter=K, step_size=eta, weights=w)
+    np.testing.assert_allclose(protocol_noise_covariance(model, H), eta**2 * np.sum(w**2 * sig**2) * geo(K), rtol=1e-10)
+    R, K = 3, 20
+    s = 2 * B * eta * math.sqrt(R * K) / (mu * sizes)
+    model = fedavg_noise(clip=B, sizes=sizes, mu=mu, n_rounds=R, n_local_steps=K, step_size=eta, weights=w)
+    np.testing.assert_allclose(protocol_noise_covariance(model, H), np.sum(w**2 * s**2) * geo(R * K), rtol=1e-10)
+    K1, K2 = 15, 10
+    s1 = 2 * B * eta * math.sqrt(K1) / (mu / math.sqrt(2) * sizes)
+    s2 = 2 * B * math.sqrt(K2) / (mu / math.sqrt(2) * sizes)
+    model = fedhybrid_noise(clip=B, sizes=sizes, mu=mu, n_local_steps=K1, n_server_iter=K2, step_size=eta, weights=w)
+    expected = np.sum(u**2 * s1**2) * geo(K1, start=K2) + eta**2 * np.sum(w**2 * s2**2) * geo(K2)
+    np.testing.assert_allclose(protocol_noise_covariance(model, H), expected, rtol=1e-10)
+
+
+def test_predict_mse_privacy_term_is_the_same_transport():
+    """predict_mse's privacy term (target linearisation) and the fit's noise covariance are one computation."""
+    spec = make_spec(GLMDesign("logistic", beta=(0.5, -0.5, 0.5)))
+    eta = 0.7
+    lin = Linearisation(Population(spec, 2**12, 0), 6.0, eta)
+    sizes = np.array([200.0, 300.0, 500.0])
+    model = fedavg_noise(clip=6.0, sizes=sizes, mu=2.0, n_rounds=2, n_local_steps=10, step_size=eta, weights=sizes / 1000)
+    out = propagate(lin, list(model.stages), sizes, np.zeros(3), path=False)
+    np.testing.assert_allclose(out["privacy"], protocol_noise_covariance(model, lin.H), rtol=1e-12)
+
+
+def _scaffold_state_space(H, sigma, w, eta, eta_g, K, R):
+    """Exact covariance of x after R rounds of the linearised SCAFFOLD recursion on the full state
+    (x, c, c_1..c_m, y_1..y_m), every client's control variate kept (no cancellation assumed)."""
+    p, m = H.shape[0], len(w)
+    dim = (2 * m + 2) * p
+    X, C = slice(0, p), slice(p, 2 * p)
+
+    def ci(i):
+        return slice((2 + i) * p, (3 + i) * p)
+
+    def yi(i):
+        return slice((2 + m + i) * p, (3 + m + i) * p)
+
+    I, A = np.eye(p), np.eye(p) - eta * H
+    cov = np.zeros((dim, dim))
+    for _ in range(R):
+        T = np.eye(dim)
+        for i in range(m):  # y_i <- x
+            T[yi(i), :] = 0
+            T[yi(i), X] = I
+        cov = T @ cov @ T.T
+        for _ in range(K):  # y_i <- A y_i - eta (c - c_i) - eta sigma_i z
+            T, Q = np.eye(dim), np.zeros((dim, dim))
+            for i in range(m):
+                T[yi(i), yi(i)] = A
+                T[yi(i), C] = -eta * I
+                T[yi(i), ci(i)] = eta * I
+                Q[yi(i), yi(i)] = eta**2 * sigma[i] ** 2 * I
+            cov = T @ cov @ T.T + Q
+        # c_i+ = c_i - c + (x - y_i)/(K eta); x+ = x + eta_g sum w_i (y_i - x); c+ = c + sum w_i (c_i+ - c_i)
+        T = np.eye(dim)
+        for i in range(m):
+            T[ci(i), C] = -I
+            T[ci(i), X] = I / (K * eta)
+            T[ci(i), yi(i)] = -I / (K * eta)
+            T[X, X] -= eta_g * w[i] * I
+            T[X, yi(i)] = eta_g * w[i] * I
+            T[C, C] -= w[i] * I
+            T[C, X] += w[i] * I / (K * eta)
+            T[C, yi(i)] = -w[i] * I / (K * eta)
+        cov = T @ cov @ T.T
+    return cov[X, X]
+
+
+@pytest.mark.parametrize("eta_g", [1.0, 0.6])
+def test_scaffold_model_matches_the_full_state_space_recursion(eta_g):
+    rng = np.random.default_rng(2)
+    H = _random_spd(rng, 2, 0.2, 0.9)
+    sigma, w = np.array([0.3, 0.5, 0.2]), np.array([0.5, 0.3, 0.2])
+    eta, K, R = 0.5, 4, 3
+    model = ScaffoldNoise(eta**2 * float(np.sum(w**2 * sigma**2)), K, R, eta, eta_g)
+    np.testing.assert_allclose(protocol_noise_covariance(model, H),
+                               _scaffold_state_space(H, sigma, w, eta, eta_g, K, R), rtol=1e-10, atol=1e-15)
+    if eta_g == 1.0:  # then it is FedSGD's transport over R K steps
+        sgd = GradientNoise(eta, (Stage(R * K, w, model.step_var),))
+        np.testing.assert_allclose(protocol_noise_covariance(model, H), protocol_noise_covariance(sgd, H), rtol=1e-10)
+
+
+def test_newton_model_carries_the_fedavg_noise_through_the_damped_step():
+    rng = np.random.default_rng(3)
+    H = _random_spd(rng, 3, 0.1, 0.6)
+    w, sizes = np.array([0.5, 0.5]), np.array([200.0, 200.0])
+    stage = fedavg_noise(clip=1.0, sizes=sizes, mu=1.0, n_rounds=1, n_local_steps=10, step_size=1.0, weights=w)
+    newton_var = np.array([0.01, 0.02])
+    C1 = protocol_noise_covariance(stage, H)
+    lam = 0.3  # above some eigenvalues of H: (I - floor(H)^-1 H) C1 (.)^T survives
+    ev, U = np.linalg.eigh(H)
+    D = (U * (1 - ev / np.maximum(ev, lam))) @ U.T
+    expected = D @ C1 @ D.T + float(np.sum(w**2 * newton_var)) * np.eye(3)
+    got = protocol_noise_covariance(NewtonNoise(stage, newton_var, w, lam), H)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-16)
+    assert np.any(np.abs(D) > 0.1)  # the carried term is exercised
+    # a floor below H's spectrum: the Newton step removes the FedAvg noise, only its own remains
+    np.testing.assert_allclose(protocol_noise_covariance(NewtonNoise(stage, newton_var, w, 1e-6), H),
+                               float(np.sum(w**2 * newton_var)) * np.eye(3), atol=1e-14)
+    # a Newton matrix N other than H: D = I - floor(N)^-1 H
+    N = H + 0.05 * np.eye(3)
+    D = np.eye(3) - np.linalg.solve(N, H)
+    np.testing.assert_allclose(protocol_noise_covariance(NewtonNoise(stage, newton_var, w, 1e-6), H, newton_matrix=N),
+                               D @ C1 @ D.T + float(np.sum(w**2 * newton_var)) * np.eye(3), rtol=1e-10)
+
+
+def test_symmetric_noise_sandwich_by_enumerating_the_noise_basis():
+    """E[Xi C Xi] = sum_e Var(e) E_e C E_e over the independent entries e of the symmetric noise."""
+    rng = np.random.default_rng(4)
+    p, s2 = 4, 0.3
+    C = _random_spd(rng, p)
+    expected = np.zeros((p, p))
+    for j in range(p):
+        for k in range(j, p):
+            E = np.zeros((p, p))
+            E[j, k] = E[k, j] = 1.0
+            expected += (s2 if j == k else s2 / 2) * E @ C @ E
+    np.testing.assert_allclose(symmetric_noise_sandwich(C, s2), expected, rtol=1e-12)
+
+
+def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
+    """e_r = e_{r-1} - (N + Xi_r)^-1 (H e_{r-1} + xi_r), Xi_r symmetric noise as a sym_to_vec release
+    (diagonal variance s^2, off-diagonal s^2 / 2) of up to a third of N's eigenvalues, N != H (a
+    linearly converging Newton). The model is conditional on the released last Hessian
+    Hf_R = N + Xi_R: its average over Xi_R is compared with the simulation's covariance."""
+    rng = np.random.default_rng(5)
+    p, R = 3, 4
+    H = _random_spd(rng, p, 0.5, 1.5)
+    N = H + 0.2 * _random_spd(rng, p, 0.1, 0.5)
+    g_var = np.array([0.4, 0.1, 0.03, 0.01])
+    h_var = np.array([0.03, 0.02, 0.01, 0.005])
+    reps = 40000
+    e = np.zeros((reps, p))
+    for r in range(R):
+        Xi = vec_to_sym(rng.standard_normal((reps, p * (p + 1) // 2)) * math.sqrt(h_var[r]), p)
+        xi = rng.standard_normal((reps, p)) * math.sqrt(g_var[r])
+        e = e - np.linalg.solve(N + Xi, (e @ H + xi)[..., None])[..., 0]
+    emp = np.cov(e, rowvar=False)
+    released = N + vec_to_sym(rng.standard_normal((2000, p * (p + 1) // 2)) * math.sqrt(h_var[-1]), p)
+    pred = np.mean([protocol_noise_covariance(IRLSNoise(g_var, h_var, np.zeros(R), 1.0, Hf), H) for Hf in released],
+                   axis=0)
+    np.testing.assert_allclose(np.diag(emp) / np.diag(pred), 1.0, atol=0.04)  # MC sd ~1%
+    # the Hessian noise matters here: without it (and with the noise-free N) the prediction is 5-8% low
+    without = protocol_noise_covariance(IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N), H)
+    assert np.trace(without) < 0.97 * np.trace(emp)
+
+
+@pytest.mark.parametrize("method", ["FedSGD", "FedHybrid", "FedAvg", "Scaffold", "FedIRLS", "FedNewton"])
+def test_noise_models_use_the_sigmas_the_channel_was_given(method):
+    data = _data("logistic", 6, 150)
+    w = np.array([0.1, 0.1, 0.2, 0.2, 0.2, 0.2])
+    eta = 0.9
+    common = dict(mu=1.5, clip=1.2, inference=None, random_state=0, weights=w)
+    est = {
+        "FedSGD": FedSGD(**common, n_iter=5, step_size=eta),
+        "FedHybrid": FedHybrid(**common, n_local_steps=3, n_server_iter=4, step_size=eta),
+        "FedAvg": FedAvg(**common, n_rounds=2, n_local_steps=3, step_size=eta),
+        "Scaffold": Scaffold(**common, n_rounds=2, n_local_steps=3, step_size=eta, server_step_size=0.7),
+        "FedIRLS": FedIRLS(**common, n_rounds=3, hessian_clip=2.0, step_size=eta),
+        "FedNewton": FedNewton(**common, n_local_steps=3, hessian_clip=2.0, step_size=eta),
+    }[method]
+    captured = []
+    original = type(est)._run
+
+    def run(self, ctx):
+        out = original(self, ctx)
+        captured.append(ctx.noise_model)
+        return out
+
+    type(est)._run = run
+    try:
+        est.fit(data)
+    finally:
+        type(est)._run = original
+    model = captured[0]
+    rel = est.privacy_.releases
+
+    def agg(stage, weights=w):  # per-release aggregated variance from the ledger's sigmas
+        return [float(np.sum(weights**2 * r.sigma**2)) for r in rel if r.stage == stage]
+
+    u = data.sizes / data.sizes.sum()
+    if method == "FedSGD":
+        assert model.step_variances() == pytest.approx([eta**2 * v for v in agg("gradient")], rel=1e-12)
+    elif method == "FedHybrid":
+        assert model.step_variances() == pytest.approx(agg("local-step", u) + [eta**2 * v for v in agg("gradient")],
+                                                       rel=1e-12)
+    elif method == "FedAvg":
+        assert model.step_variances() == pytest.approx(agg("local-step"), rel=1e-12)
+    elif method == "Scaffold":
+        v = agg("local-gradient")
+        assert len(v) == model.n_rounds * model.n_local_steps
+        assert model.step_var == pytest.approx(eta**2 * v[0], rel=1e-12) and max(v) == pytest.approx(min(v), rel=1e-12)
+        assert (model.step_size, model.server_step_size) == (eta, 0.7)
+    elif method == "FedIRLS":
+        assert list(model.gradient_var) == pytest.approx(agg("irls-gradient"), rel=1e-12)
+        assert list(model.hessian_var) == pytest.approx(agg("irls-hessian"), rel=1e-12)
+        assert model.step_size == eta and model.last_hessian.shape == (3, 3)
+    else:
+        assert model.fedavg.step_variances() == pytest.approx(agg("local-step"), rel=1e-12)
+        newton = [r for r in rel if r.stage == "newton"]
+        assert len(newton) == 1 and model.newton_var == pytest.approx(newton[0].sigma**2, rel=1e-12)
+        assert model.hessian_floor == 0.25  # ell''(0) of the logistic loss ("auto")
+
+
+def test_mu_inf_gives_zeros_and_bad_input_says_what_to_change():
+    data = _data("logistic", 4, 100)
+    captured = []
+    original = FedSGD._run
+
+    def run(self, ctx):
+        out = original(self, ctx)
+        captured.append(ctx.noise_model)
+        return out
+
+    FedSGD._run = run
+    try:
+        FedSGD(mu=math.inf, clip=2.0, n_iter=5).fit(data)
+    finally:
+        FedSGD._run = original
+    H = np.diag([0.2, 0.3, 0.4])
+    assert np.array_equal(protocol_noise_covariance(captured[0], H), np.zeros((3, 3)))
+    model = fedsgd_noise(clip=1.0, sizes=np.array([50.0, 50.0]), mu=1.0, n_iter=3, step_size=1.0, weights=np.array([0.5, 0.5]))
+    with pytest.raises(TypeError, match="noise model"):
+        protocol_noise_covariance(None, H)
+    with pytest.raises(ValueError, match="square"):
+        protocol_noise_covariance(model, np.ones((3, 2)))
+    with pytest.raises(ValueError, match="symmetric"):
+        protocol_noise_covariance(model, H + np.triu(np.ones((3, 3)), 1))
+    with pytest.raises(ValueError, match="positive definite"):
+        protocol_noise_covariance(model, np.diag([1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="finite"):
+        protocol_noise_covariance(model, np.diag([1.0, np.nan, 1.0]))
+    with pytest.raises(ValueError, match="newton_matrix has shape"):
+        protocol_noise_covariance(model, H, newton_matrix=np.eye(2))
+    irls = IRLSNoise(np.array([0.1]), np.array([0.01]), np.zeros(1), 1.0, np.eye(2))
+    with pytest.raises(ValueError, match="2 parameters"):
+        protocol_noise_covariance(irls, H)
