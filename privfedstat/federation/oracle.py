@@ -34,8 +34,9 @@ class ClientOracle(Protocol):
     def losses(self, theta: np.ndarray) -> np.ndarray:
         """Per-client mean loss, shape (n_clients,)."""
 
-    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
-        """Per-client mean Hessian, per-sample terms clipped in Frobenius norm, (n_clients, n_params, n_params)."""
+    def hessians(self, theta: np.ndarray, hessian_clip: float, gradient_clip: float | None = None) -> np.ndarray:
+        """Per-client mean Hessian, per-sample terms clipped in Frobenius norm, (n_clients, n_params, n_params);
+        with ``gradient_clip`` (B) the Jacobian of the mean score clipped at B (scalar-response families)."""
 
     def score_outer(self, theta: np.ndarray, clip: float) -> np.ndarray:
         """Per-client mean of ``g_j g_j^T``, ``g_j`` the per-sample gradient clipped as in :meth:`clipped_gradients`,
@@ -175,13 +176,42 @@ class GLMOracle(_ConcatenatedOracle):
         glm_nb.glm_client_loss(d.X, d.y, d.eta_offset, d.offsets, self._theta2d(theta), self.family.code, self.family.param, out)
         return out
 
-    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
+    def hessians(self, theta: np.ndarray, hessian_clip: float, gradient_clip: float | None = None) -> np.ndarray:
+        """Per-client mean of the per-sample Hessians ``ell''(y_j, z_j) x_j x_j^T``, each clipped to Frobenius norm C_H.
+
+        With ``gradient_clip`` (B), the Jacobian of the estimating equation a fit with gradient
+        clipping B solves, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``: rows whose gradient
+        :meth:`clipped_gradients` clips (``|ell'| ||x_j|| > B CLIP_SAFETY``, the kernel's test) or
+        zeroes (NaN residual) contribute 0 -- their clipped gradient ``B sign(ell') x_j / ||x_j||``
+        is locally constant in theta (the boundary, where ``|ell'| ||x_j||`` equals the bound, has
+        measure zero; clipping is continuous, so it adds no mass either) -- and every other row
+        its clipped Hessian. A zero term is PSD with norm 0, so each term still has Frobenius
+        norm ``<= C_H`` and ``sym_to_vec`` of a client's mean moves by at most
+        ``sqrt(2) C_H / n_i`` when one row is replaced
+        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity`), whether the row is kept or not.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,) or (n_clients, n_params)
+        hessian_clip : float
+            C_H; ``inf`` for no clipping (non-private use only).
+        gradient_clip : float or None, default None
+            B of the fit's gradients (``inf``: no row is clipped, the same as None). None: every
+            row (what the FedIRLS / FedNewton protocols release).
+
+        Returns
+        -------
+        ndarray of shape (n_clients, n_features, n_features)
+            Exactly symmetric.
+        """
         out = np.empty((self.n_clients, self.n_features, self.n_features))
         d = self.data
-        glm_nb.glm_client_hessian(
-            d.X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(hessian_clip, "hessian_clip", self.sizes),
-            self.family.code, self.family.param, out,
-        )
+        args = (d.X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta),
+                _bound(hessian_clip, "hessian_clip", self.sizes), self.family.code, self.family.param, out)
+        if gradient_clip is None:
+            glm_nb.glm_client_hessian(*args)
+        else:
+            glm_nb.glm_client_hessian(*args, _bound(gradient_clip, "gradient_clip", self.sizes))
         return out
 
     def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
@@ -226,7 +256,17 @@ class MultinomialOracle(_ConcatenatedOracle):
         multinomial_nb.multinomial_client_loss(d.X, d.y, d.offsets, self._theta2d(theta), self.family.n_outputs, out)
         return out
 
-    def hessians(self, theta: np.ndarray, hessian_clip: float) -> np.ndarray:
+    def hessians(self, theta: np.ndarray, hessian_clip: float, gradient_clip: float | None = None) -> np.ndarray:
+        """Per-client mean of the per-sample Hessians ``(x_j x_j^T) kron A(z_j)``, each clipped to Frobenius norm C_H.
+
+        ``gradient_clip`` is accepted for the oracle protocol and does not change the result: the
+        all-rows Hessian is returned (inferred approximation of the clipped score's Jacobian).
+        Unlike a scalar GLM's, a clipped multinomial gradient ``B g_j / ||g_j||`` still moves with
+        theta (it rotates with the residual vector), with Jacobian
+        ``(B / ||g_j||) (I - u_j u_j^T) dg_j/dtheta``, ``u_j = g_j / ||g_j||``, which is not
+        symmetric and so cannot be released as a ``sym_to_vec`` Hessian; near the clip quantiles
+        of the defaults few rows are clipped and their terms are damped, not removed.
+        """
         out = np.empty((self.n_clients, self.n_params, self.n_params))
         d = self.data
         hclip = _bound(hessian_clip, "hessian_clip", self.sizes)

@@ -13,20 +13,39 @@
    sensitivity ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
    ``mean_j g_j g_j^T`` with the fit's own gradient clip B (stage ``"inference-score"``,
    sensitivity ``sqrt(2) B^2 / n_i``: PSD terms of Frobenius norm ``||g_j||^2 <= B^2``, the
-   argument of :func:`~privfedstat.estimators.fedirls.hessian_sensitivity`). It is the clipped
-   score the fit solved, so the sandwich describes the clipped estimator. The rest of ``mu_inf``
-   is split between the two in squares as ``2 C_H : B^2`` (inferred: this minimises the
-   first-order relative error of ``H^-1 Sigma H^-1``, ``4 Var(dH/H) + Var(dSigma/Sigma)``, when H
-   and Sigma have eigenvalues of the same size, as for canonical GLMs at the truth).
+   argument of :func:`~privfedstat.estimators.fedirls.hessian_sensitivity`). Both describe the
+   estimating equation the fit solved, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``: Sigma is the
+   clipped score's covariance and, for scalar-response families, the Hessian is that equation's
+   Jacobian, the mean over the rows whose gradient is *not* clipped
+   (:meth:`~privfedstat.federation.oracle.GLMOracle.hessians` with ``gradient_clip=B``; a clipped
+   row's gradient ``B sign(ell') x / ||x||`` does not move with theta). It is also the H at
+   which the protocol's privacy noise is linearised. Multinomial: the all-rows Hessian
+   (inferred approximation; the clipped score's Jacobian is not symmetric there). The rest of
+   ``mu_inf`` is split between the two in squares as ``2 C_H : B^2`` (inferred: this minimises
+   the first-order relative error of ``H^-1 Sigma H^-1``, ``4 Var(dH/H) + Var(dSigma/Sigma)``,
+   when H and Sigma have eigenvalues of the same size, as for canonical GLMs at the truth), each
+   share kept within ``[SHARE_LIMIT, 1 - SHARE_LIMIT]`` so that neither release goes without
+   budget. A clip outside the range of the score release is served at the nearest bound
+   (:func:`score_bound`), so no fit is refused after its protocol has spent.
 3. **Post-processing**: aggregate with the fit's weights (H with w_i, Sigma with
    ``w_i^2 / (n_i c)``, :func:`~privfedstat.inference.covariance.weighted_factor`), floor
    eigenvalues at ``FLOOR_NOISE_SDS`` = 1 noise standard deviation s (``v^T Xi v`` has sd s for a
    unit v), the sampling covariance with the second-order bias correction
-   (:func:`~privfedstat.inference.covariance.sampling_covariance`), plus the privacy-noise
-   covariance of the protocol from :func:`privfedstat.theory.protocol_noise_covariance`
-   linearised at the floored Hessian; both mapped to the original scale.
+   (:func:`~privfedstat.inference.covariance.sampling_covariance`) -- ``c M`` with ``M = H^-1`` or
+   ``H^-1 Sigma H^-1``, or, where the estimate is not the M-estimate of all rows (FedNewton), the
+   protocol's own map of M (:func:`_sampling_part`) -- plus the privacy-noise covariance of the
+   protocol from :func:`privfedstat.theory.protocol_noise_covariance` linearised at the floored
+   Hessian; both mapped to the original scale.
 
 ``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`.
+
+**Jacobian (measured).** Logistic design (20 clients x 200 rows, 4 coefficients, correlated
+covariates), B fixed at the 95% quantile of the gradient norms at the truth (5% of rows clipped
+at the estimate); empirical over predicted variance per coefficient. Privacy part (one data set,
+200 noise seeds, mu = 1): FedSGD 0.93-1.08 linearised at J, 0.99-1.17 at the all-rows Hessian;
+FedAvg 1.00-1.22 vs 1.11-1.31; FedIRLS 0.93-1.14 vs 0.89-1.09 (its Newton matrix is its own
+released Hessian either way). Sampling part (mu = inf, 400 data replicates): sandwich 0.84-1.04
+with J vs 1.00-1.24 with the all-rows Hessian; model-based 0.86-1.06 vs 0.93-1.13.
 
 **Floor (measured).** An eigenvalue of H that the noise cannot resolve is raised to the floor, which
 shrinks the variance along it; FedIRLS floors at 3 s for a stable step, but inference is better
@@ -45,14 +64,18 @@ import numpy as np
 
 from ..estimators.fedirls import _noise_sd, hessian_sensitivity, sym_to_vec, vec_to_sym
 from ..estimators.fednewton import MAX_HESSIAN_GB, floor_eigenvalues
+from ..kernels.glm_nb import MIN_BOUND
 from .config import Inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
 
-__all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "SEARCH_SHARE", "DISPERSION_ONE"]
+__all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",
+           "SEARCH_SHARE", "SHARE_LIMIT", "DISPERSION_ONE"]
 
 #: share of mu_inf^2 spent on the private Hessian-bound search when the estimator chose no C_H
 SEARCH_SHARE = 0.1
+#: least share of the rest of mu_inf^2 that either sandwich release gets (B^2 far from 2 C_H)
+SHARE_LIMIT = 0.01
 #: families whose model-based covariance needs no dispersion (the variance is fixed by the mean)
 DISPERSION_ONE = ("logistic", "poisson", "multinomial")
 #: eigenvalues below this fraction of the largest count as zero (a singular Hessian with mu = inf)
@@ -152,6 +175,7 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
     notes: list[str] = []
     w = ctx.weights if ctx.weights is not None else ctx.size_weights
     c, v = weighted_factor(w, ctx.sizes)
+    B = ctx.clip
     C_H, mu_rest, bound_text = ctx.hessian_clip, mu, "the fit's"
     if math.isnan(C_H):
         if finite:
@@ -160,20 +184,23 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
             bound_text = "privately chosen"
         else:
             C_H = math.inf
-    B = ctx.clip
+    B_release, rescale = score_bound(B, ctx.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
     share_h = 1.0  # of mu_rest^2 for the Hessian: all of it (model), 2 C_H : B^2 (sandwich; any share with mu = inf)
     if cov_type == "sandwich":
-        share_h = 2.0 * C_H / (2.0 * C_H + B * B) if finite else 0.5
-    H, s_H = _release(ctx, oracle.hessians(theta, C_H), C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian")
+        share_h = 2.0 * C_H / (2.0 * C_H + B_release**2 * rescale) if finite else 0.5
+        share_h = min(max(share_h, SHARE_LIMIT), 1.0 - SHARE_LIMIT)
+    hessians = oracle.hessians(theta, C_H, gradient_clip=B)  # the clipped score's Jacobian (scalar families)
+    H, s_H = _release(ctx, hessians, C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian")
     H = floored(H, s_H, "Hessian", notes)
     Sigma = None
     if cov_type == "sandwich":
-        Sigma, s_S = _release(ctx, oracle.score_outer(theta, B), B * B, mu_rest * math.sqrt(1.0 - share_h), v,
-                              "inference-score")
-        Sigma = floored(Sigma, s_S, "score covariance", notes)
+        Sigma, s_S = _release(ctx, oracle.score_outer(theta, B_release), B_release**2, mu_rest * math.sqrt(1.0 - share_h),
+                              v, "inference-score")
+        Sigma = floored(Sigma * rescale, s_S * rescale, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
-    V_s, more = sampling_covariance(H, c, Sigma, s_H * s_H, correct)
+    M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
     notes += more
+    V_s = _sampling_part(ctx, H, M, c, notes)
     V_p = privacy_covariance(H, notes)
     V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T
     clip_text = "unclipped" if math.isinf(C_H) else f"C_H = {C_H:.3g} ({bound_text})"
@@ -181,6 +208,61 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
               + (" + privacy noise of the protocol (linearised)" if math.isfinite(ctx.mu) else ""))
     return InferenceResult(params, V_s + V_p, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes)
+
+
+def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:
+    """The bound B' at which the score outer products are released, and the factor that maps them back to B.
+
+    :meth:`~privfedstat.federation.oracle.GLMOracle.score_outer` needs ``B'^2`` in
+    ``[MIN_BOUND, 1e307 / max n_i]`` (its terms ``g g^T`` have norm up to ``B'^2``). Any B the fit
+    accepted is served, so nothing is refused after the protocol has spent its budget:
+
+    * B above the range (``B^2 max n_i > 1e307``): released at the largest B'. Identical for every
+      row whose gradient norm is below B' (about ``3e153 / sqrt(max n_i)``); larger ones are
+      understated;
+    * B below it (``B < 1e-140``): released at ``B' = 1e-140`` and multiplied by ``(B / B')^2``
+      (post-processing; noise sd and sensitivity scale alike, so it is the release at B). Identical
+      for every row whose gradient is clipped at B' (norm above 1e-140); rows with
+      ``0 < ||g|| <= 1e-140`` are understated;
+    * B = inf (mu = inf only): no clipping.
+
+    A note says when B' differs from B.
+
+    Returns
+    -------
+    B_release : float
+    rescale : float
+        ``(B / B')^2`` below the range, else 1.
+    """
+    if math.isinf(B):
+        return B, 1.0
+    low = math.sqrt(MIN_BOUND) * (1.0 + 1e-12)  # squares (rounded) stay inside the oracle's range
+    high = math.sqrt(1e307 / float(np.max(sizes))) * (1.0 - 1e-12)
+    if low <= B <= high:
+        return B, 1.0
+    released = min(max(B, low), high)
+    what = ("gradients above it are understated" if B > high
+            else f"rescaled by (clip / {released:.3g})^2; rows with gradient norm in (0, {released:.3g}] are understated")
+    notes.append(f"the score outer products were released at the bound {released:.3g} instead of the fit's clip "
+                 f"{B:.3g}, whose square is outside the range a client's sum can hold ({what})")
+    return released, (B / released) ** 2 if B < low else 1.0
+
+
+def _sampling_part(ctx, H: np.ndarray, M: np.ndarray, c: float, notes: list[str]) -> np.ndarray:
+    """The sampling covariance ``c M`` (``M = H^-1`` or ``H^-1 Sigma H^-1``), or the protocol's own map of M.
+
+    A protocol whose estimate is not the M-estimate of all rows (FedNewton: a Newton step on the
+    second half of every client's rows from a FedAvg stage on the first) has a noise model with
+    ``sampling_maps(H, sizes) -> [(c_k, L_k)]``; its sampling covariance is ``sum_k c_k L_k M L_k^T``
+    (:meth:`privfedstat.theory.noise.NewtonNoise.sampling_maps`).
+    """
+    maps = getattr(ctx.noise_model, "sampling_maps", None)
+    if maps is None:
+        return c * M
+    V = sum(ck * L @ M @ L.T for ck, L in maps(H, ctx.sizes))
+    notes.append(f"the estimate's last step uses half of each client's rows: sampling variance from the "
+                 f"protocol's linearised map ({np.trace(V) / np.trace(c * M):.3g} times the full-data one in trace)")
+    return 0.5 * (V + V.T)
 
 
 def exact_result(params: np.ndarray, cov: np.ndarray, cov_type: str, config: Inference, what: str,

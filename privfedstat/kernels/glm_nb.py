@@ -354,7 +354,7 @@ def glm_client_loss(X, y, eta_off, offsets, theta, code, param, out):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, param, out):
+def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, param, out, gclip=math.inf):
     """Per-client mean Hessian with per-sample contributions clipped in norm.
 
     ``out[c] = (1/n_c) sum_j w_j x_j x_j^T`` with ``w_j = ell''(y_j, z_j) min(1, hclip / (ell'' ||x_j||^2))``,
@@ -364,13 +364,24 @@ def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, par
     with ``||x|| > 1e154`` are clipped correctly, and ``|v_a v_b| <= hclip`` cannot overflow. A
     NaN ``ell''`` contributes 0 (see the module docstring); ``row_norm[j] >= ||x_j||`` is required.
     Exactly symmetric.
+
+    ``gclip`` (B, default ``inf``: every row) gives the Jacobian of the mean *clipped* score of
+    :func:`glm_clipped_mean_grad` instead: a row whose gradient that kernel clips (``|ell'| > L``
+    with ``L = B kappa / ||x_j||``, :func:`_limit`, exactly its test) or zeroes (NaN residual)
+    contributes 0, since its clipped gradient ``L x_j sign(ell')`` does not move with theta; every
+    other row as above. A zero term keeps the per-term bound ``hclip``.
     """
     bound, cap, nan_fill = _clip_constants(hclip)
     sqrt_bound = math.sqrt(bound)
+    gbound, gcap, _ = _clip_constants(gclip)
+    select = not math.isinf(gclip)
     for c in prange(offsets.shape[0] - 1):
         t, h, v = _outer_setup(theta, c, out)
         for j in range(offsets[c], offsets[c + 1]):
-            g = math.sqrt(_deriv2(code, param, y[j], _predictor(X[j], t, eta_off, j)))
+            z = _predictor(X[j], t, eta_off, j)
+            if select and not abs(_deriv(code, param, y[j], z)) <= _limit(gbound, row_norm[j], gcap):
+                continue
+            g = math.sqrt(_deriv2(code, param, y[j], z))
             _scale_into(v, _clip_scalar(g, _limit(sqrt_bound, row_norm[j], cap), nan_fill), X[j])
             _add_outer(h, v)
         _mirror_mean(h, offsets[c + 1] - offsets[c])

@@ -105,11 +105,19 @@ def client_loss(X, y, offsets, theta, family: Family, offset=None) -> np.ndarray
     return np.add.reduceat(family.loss(y, z), offsets[:-1]) / np.diff(offsets)
 
 
-def client_hessian(X, y, offsets, theta, hclip, family: Family, offset=None) -> np.ndarray:
-    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_hessian`."""
+def client_hessian(X, y, offsets, theta, hclip, family: Family, offset=None, gradient_clip=None) -> np.ndarray:
+    """Numpy twin of :func:`~privfedstat.kernels.glm_nb.glm_client_hessian`.
+
+    With ``gradient_clip`` (B), a row whose explicit per-sample gradient has norm above
+    ``B * CLIP_SAFETY`` (or a NaN residual) contributes 0 (the kernel's ``gclip``).
+    """
     z = _eta(X, offsets, theta, offset)
     with np.errstate(all="ignore"):
         w = family.deriv2(y, z)
+        if gradient_clip is not None and math.isfinite(gradient_clip):
+            M, E = _scaled_products("i,ij->ij", family.deriv(y, z), X)  # explicit per-sample gradients
+            kept = np.ldexp(np.sqrt(np.einsum("ij,ij->i", M, M)), E) <= gradient_clip * CLIP_SAFETY
+            w = np.where(kept, w, 0.0)
     M, E = _scaled_products("i,ij,ik->ijk", w, X, X)  # w_j x_j x_j^T; Frobenius = spectral norm (rank one)
     return _clip_mean(M, E, hclip, offsets)
 

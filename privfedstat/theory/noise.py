@@ -211,6 +211,53 @@ class NewtonNoise:
     def is_zero(self) -> bool:
         return self.fedavg.is_zero and not np.any(self.newton_var)
 
+    def sampling_maps(self, H: np.ndarray, sizes: np.ndarray) -> list[tuple[float, np.ndarray]]:
+        """FedNewton's sampling covariance as ``sum_k c_k L_k M L_k^T``, ``M = H^-1 S H^-1`` (S: per-sample score covariance).
+
+        Linearised at the estimate with one Jacobian H for all clients and the Newton matrix N
+        taken as H (as in :meth:`covariance` without ``newton_matrix``): FedAvg on the first halves
+        (n1_i = floor(n_i / 2) rows) ends at ``theta_1 = theta* + P e_1``, ``e_1`` the error of the
+        first halves' weighted M-estimate (covariance ``c1 M``, ``c1 = sum_i w_i^2 / n1_i``) and
+        ``P = I - A^S`` the part of it the S local steps of size eta (``A = I - eta H``) reach from
+        the start; the Newton step on the second halves' gradients (n2_i = n_i - n1_i rows,
+        independent of e_1) gives ``theta_2 - theta* = D P e_1 - Ht^-1 sum_i w_i gbar_i2(theta*)``
+        with ``Ht = floor(H, lambda)`` and ``D = I - Ht^-1 H``. Hence
+
+            Cov = c2 (Ht^-1 H) M (Ht^-1 H)^T + c1 (D P) M (D P)^T,   c2 = sum_i w_i^2 / n2_i,
+
+        about twice the pooled ``M / N`` when the floor is inactive (D = 0), less along the
+        directions it lifts (the step is shortened there; part of e_1 survives instead). Inferred
+        approximations, as for the privacy noise: the clients' own floored first-half Hessians
+        are replaced by Ht (their inverses average higher at small n1_i, O(p / n1_i)); FedAvg's
+        deterministic remainder ``A^S (theta_0 - theta*)`` is a bias, not a variance.
+
+        Measured (``tests/inference/test_private.py``, mu = inf, 8 clients x 400 rows, 200 data
+        replicates; SD of the estimates over RMS of the SE): 0.99-1.11 (logistic, Poisson), 0.93-1.13
+        with a floor of 0.5 above H's spectrum and 3 or 50 local steps, where ``sqrt(c2 / c)`` times
+        the pooled SE gives 0.50-0.80. At n_i = 100-200 the ratio is 1.09-1.3 (the clients' own
+        first-half Hessian inverses, above); with FedAvg far from the optimum (Poisson, 3 local
+        steps: bias of 1.7-4.7 SDs) the linearisation fails.
+
+        Parameters
+        ----------
+        H : ndarray of shape (p, p)
+            Symmetric positive definite Jacobian of the clipped score at the estimate.
+        sizes : ndarray of shape (n_clients,)
+            n_i, the clients' full sizes (split as in :meth:`~privfedstat.FederatedData.split_halves`).
+
+        Returns
+        -------
+        list of (float, ndarray of shape (p, p))
+            ``[(c2, Ht^-1 H), (c1, D P)]``.
+        """
+        n = np.asarray(sizes, dtype=np.int64)
+        n1 = n // 2
+        w2 = np.asarray(self.weights, dtype=np.float64) ** 2
+        p = H.shape[0]
+        step = np.linalg.solve(_floored(H, self.hessian_floor), H)
+        P = np.eye(p) - np.linalg.matrix_power(np.eye(p) - self.fedavg.step_size * H, self.fedavg.n_steps)
+        return [(float(np.sum(w2 / (n - n1))), step), (float(np.sum(w2 / n1)), (np.eye(p) - step) @ P)]
+
     def covariance(self, H: np.ndarray, newton_matrix: np.ndarray | None = None) -> np.ndarray:
         p = H.shape[0]
         N = H if newton_matrix is None else newton_matrix

@@ -9,9 +9,10 @@ import pytest
 
 import privfedstat.inference.bootstrap as bootstrap_module
 from conftest import simulate
-from privfedstat import (AutoClip, FederatedData, FedIRLS, FedSGD, FeatureBounds, Inference, NoInferenceError,
-                         NotFittedError, PrivacyBudget, glm)
+from privfedstat import (AutoClip, FederatedData, FedIRLS, FedNewton, FedSGD, FeatureBounds, Inference,
+                         NoInferenceError, NotFittedError, PrivacyBudget, glm)
 from privfedstat.estimators.fedirls import hessian_sensitivity
+from privfedstat.kernels.glm_nb import CLIP_SAFETY
 
 MU = 2.0
 BETA = [0.3, 0.5, -0.5]
@@ -212,3 +213,71 @@ def test_protocol_without_noise_model_gets_the_noise_sd_lower_bound_and_a_note(d
     V_p = est.inference_.cov_privacy
     np.testing.assert_array_equal(V_p, np.diag(np.diag(V_p)))  # diagonal: noise_sd^2 per coordinate
     assert np.all(np.diag(V_p) > 0) and np.all(np.diag(V_p) <= np.diag(ref.inference_.cov_privacy) * 1.0001)
+
+
+def clipped_score_matrices(data, theta, B):
+    """Naive numpy: the clipped score's Jacobian J (rows with |ell'| ||x|| <= B kappa) and score covariance S."""
+    p = 1 / (1 + np.exp(-data.X @ theta))
+    r = p - data.y
+    norms = np.abs(r) * np.linalg.norm(data.X, axis=1)
+    kept = norms <= B * CLIP_SAFETY
+    g = r * np.minimum(1.0, B * CLIP_SAFETY / norms)
+    J = (data.X.T * (kept * p * (1 - p))) @ data.X / data.n_samples
+    S = (data.X.T * g**2) @ data.X / data.n_samples
+    return J, S, float(np.mean(~kept))
+
+
+@pytest.mark.parametrize("cov_type", ["model", "sandwich"])
+def test_released_hessian_is_the_clipped_scores_jacobian(data, cov_type):
+    """With gradient clipping B the fit solves mean_j clip_B(g_j) = 0, whose Jacobian leaves out the clipped rows:
+    at mu = inf the sampling covariance is (J^-1 or J^-1 S J^-1) / N with that J, not with the all-rows Hessian."""
+    B = 0.9
+    est = FedIRLS(mu=math.inf, clip=B, hessian_clip=math.inf, inference=cov_type).fit(data)
+    J, S, clipped = clipped_score_matrices(data, est.coef_, B)
+    assert 0.05 < clipped < 0.3
+    Ji = np.linalg.inv(J)
+    want = (Ji if cov_type == "model" else Ji @ S @ Ji) / data.n_samples
+    np.testing.assert_allclose(est.cov_params().to_numpy(), want, rtol=1e-8)
+    H_all = clipped_score_matrices(data, est.coef_, math.inf)[0]
+    assert np.all(np.diag(want) > 1.05 * np.diag(np.linalg.inv(H_all)) / data.n_samples)  # not the all-rows one
+
+
+def replicate_fits(make, sizes, n_rep, family="logistic"):
+    coefs, ses = [], []
+    for r in range(n_rep):
+        est = quiet_fit(make(r), simulate(family, sizes, BETA, seed=1000 + r))
+        coefs.append(est.coef_)
+        ses.append(est.bse_)
+    return np.std(coefs, axis=0, ddof=1) / np.sqrt(np.mean(np.square(ses), axis=0))
+
+
+@pytest.mark.parametrize("family, floor, steps", [("logistic", "auto", 50), ("poisson", "auto", 50),
+                                                  ("logistic", 0.5, 50), ("logistic", 0.5, 3)])
+def test_fednewton_standard_errors_match_the_spread_over_data_replicates(family, floor, steps):
+    """mu = inf, 200 data sets of 8 clients x 400 rows: FedNewton's last step uses the second half of each client's
+    rows, about twice the pooled variance (sum w_i^2 / n2_i); with a floor above H's spectrum (0.5, logistic) the
+    shortened step keeps part of the first stage's error, D P e_1 (NewtonNoise.sampling_maps), and with 3 local steps
+    the FedAvg stage reaches only P = I - A^3 of it. SD over replicates / RMS of the SE: measured 0.93-1.13 (the
+    sd of this ratio is ~0.05); sqrt(2) times the pooled SE gives 0.72-0.80 with the floor and 0.50-0.55 with
+    3 steps. At n_i = 100-200 the ratio is 1.09-1.3: the clients' own first-half Hessian inverses average higher,
+    O(p / n1_i), which the linearisation leaves out."""
+    ratio = replicate_fits(lambda r: FedNewton(family=family, mu=math.inf, hessian_floor=floor, n_local_steps=steps,
+                                               random_state=r), [400] * 8, 200, family)
+    assert np.all(np.abs(ratio - 1) < 0.15), ratio
+
+
+@pytest.mark.parametrize("clip", [1e-150, 1e200])
+def test_a_clip_outside_the_score_releases_range_is_served_at_the_nearest_bound(data, clip):
+    """score_outer needs clip^2 in [1e-280, 1e307 / max n_i]; any clip the fit accepted is released at the nearest
+    bound B' (and rescaled by (clip / B')^2 below the range) with a note, so nothing is refused after the protocol."""
+    if clip > 1:  # mu = inf: the release at B' ~ 1.8e152 clips nothing, so it is the unclipped sandwich exactly
+        est = FedIRLS(mu=math.inf, clip=clip, hessian_clip=math.inf, inference="sandwich").fit(data)
+        ref = FedIRLS(mu=math.inf, clip=math.inf, hessian_clip=math.inf, inference="sandwich").fit(data)
+        np.testing.assert_allclose(est.cov_params().to_numpy(), ref.cov_params().to_numpy(), rtol=1e-10)
+    else:  # every gradient is clipped at 1e-140 and at clip: the rescaled release is the one at clip
+        est = quiet_fit(FedSGD(family="gaussian", mu=MU, clip=clip, n_iter=5, random_state=0), data)
+        score = [r for r in est.privacy_.releases if r.stage == "inference-score"][0]
+        np.testing.assert_allclose(score.sensitivity, math.sqrt(2) * 1e-280 / data.sizes, rtol=1e-10)
+        np.testing.assert_allclose(est.privacy_.client_mu, MU, rtol=1e-12)
+        assert np.all(np.isfinite(est.bse_))
+    assert any("instead of the fit's clip" in note for note in est.inference_.notes)
