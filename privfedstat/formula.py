@@ -195,12 +195,13 @@ def glm(
     o = combine_offset(*(_per_row(data, v, name)[design.rows] if v is not None else None
                          for name, v in (("offset", offset), ("exposure", exposure))), design.rows.size,
                        getattr(family, "name", family))
-    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o), **fit_kwargs)
-    if leaky_drop:
-        est.privacy_.add_leak(NA_DROP_LEAK)
+    # names first: the fit's warnings (noise-dominated or unconverged coefficients) name the terms
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
     est.levels_ = design.levels
+    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o), **fit_kwargs)
+    if leaky_drop:
+        est.privacy_.add_leak(NA_DROP_LEAK)
     est.model_spec_ = design.spec
     named = {k: v for k, v in (("offset", offset), ("exposure", exposure)) if v is not None}
     est.offset_columns_ = named if named and all(isinstance(v, str) for v in named.values()) else None

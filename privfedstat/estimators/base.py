@@ -35,7 +35,7 @@ from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .._formula_design import apply_design
 from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
-from .diagnostics import diagnose
+from .diagnostics import diagnose, optimisation_gap, warn_optimisation_gap
 from .summary import Summary
 
 __all__ = ["FederatedEstimator", "FitContext", "clone"]
@@ -246,13 +246,19 @@ class FederatedEstimator:
         theta, path, n_iter = self._run(ctx)
         converged = diagnose(self, ctx, path, data.n_samples)
         shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
+        to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, data.n_features,
+                                         family.n_outputs)
+        released: dict = {}  # the Hessian the inference released at theta (fitting scale)
+
+        def privacy_covariance(H, notes):
+            released["H"] = H
+            return _privacy_covariance(ctx, H, notes)
+
         inference = None if config is None else core.private_inference(
-            ctx, theta, config, mu_inf, cov_type=cov_type,
-            to_original=original_scale_map(None if scaler is None else scaler.coef_to_original, data.n_features,
-                                           family.n_outputs),
+            ctx, theta, config, mu_inf, cov_type=cov_type, to_original=to_original,
             search_bound=lambda at, mu_search: self._search_hessian_bound(ctx, at, mu_search),
             bootstrap=lambda mu_boot: _bootstrap(self, ctx, theta, config, mu_boot, inference_seed),
-            privacy_covariance=lambda H, notes: _privacy_covariance(ctx, H, notes),
+            privacy_covariance=privacy_covariance,
         )
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
 
@@ -274,7 +280,19 @@ class FederatedEstimator:
         self.has_offset_ = data.offset is not None
         self.mu_ = mu
         self.inference_ = inference
+        if "H" in released and math.isfinite(mu) and inference.cov_sampling is not None:
+            self._check_optimisation(ctx, released["H"], theta, to_original, inference)
         return self
+
+    def _check_optimisation(self, ctx: FitContext, H: np.ndarray, theta: np.ndarray, to_original: np.ndarray,
+                            inference) -> None:
+        """Warn when a fixed-iteration protocol stopped short of the optimum (see :func:`optimisation_gap`)."""
+        init = getattr(self, "init", None)
+        theta0 = np.zeros_like(theta) if init is None else np.asarray(init, dtype=np.float64).ravel()
+        gap = optimisation_gap(ctx.noise_model, H, theta, theta0)
+        if gap is not None:
+            se = np.sqrt(np.diag(inference.cov))
+            warn_optimisation_gap(self, to_original @ gap, se, list(self._coef_names()[0]))
 
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
         """The FederatedData given to ``fit`` (see :func:`as_federated_data`), checked against the family."""

@@ -120,8 +120,10 @@ def hessian_condition(H: np.ndarray) -> float:
     return math.inf if vals[0] <= 0 else float(vals[-1] / vals[0])
 
 
-def _names(idx, limit: int = 8) -> str:
-    shown = ", ".join(f"x{j}" for j in idx[:limit])
+def _names(idx, limit: int = 8, features=None) -> str:
+    """Coefficients ``idx`` (flat fitting-scale order) by name: the fit's feature names for a
+    scalar-response family when it has them (a ``glm()`` fit), else ``x<j>``."""
+    shown = ", ".join(str(features[j]) if features is not None else f"x{j}" for j in idx[:limit])
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
@@ -178,11 +180,13 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
         se = _sampling_se_proxy(ctx, n_samples, theta.size)
         idx, small = noise_dominated(theta, ctx.noise_sd, se)
         if idx.size:
+            features = getattr(est, "feature_names_in_", None)
+            features = features if features is not None and len(features) == theta.size else None
             sd = float(np.max(np.broadcast_to(ctx.noise_sd, theta.shape)[idx]))
             se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
-            tail = f"; {_names(small)} are within one noise sd of 0" if small.size else ""
+            tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
-                f"privacy noise dominates the error of coefficient(s) {_names(idx)} of {est.method}: the protocol's "
+                f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of {est.method}: the protocol's "
                 f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se_shown:.3g}{tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
@@ -208,3 +212,63 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 stacklevel=4,
             )
     return converged
+
+
+#: with finite mu, a fixed-iteration fit whose estimated optimisation error exceeds this many of its
+#: standard errors warns (a bias of 0.5 SE lowers the coverage of a 95% interval to about 92%)
+OPTIMISATION_SE = 0.5
+
+
+def error_transport(noise_model, H: np.ndarray) -> np.ndarray | None:
+    """P with ``theta_S - theta* ~ P (theta_0 - theta*)``: how the protocol's noise-free path transports
+    its initial error, linearised at H (None for Newton-type protocols, which are judged by their steps).
+
+    Gradient steps (FedSGD, FedHybrid, FedAvg; local steps from a common point average to the same
+    map to first order): ``A^S`` with ``A = I - eta H`` over all S steps; SCAFFOLD: ``Q^R`` with
+    ``Q = I - eta_g (I - A^K)`` per round (:mod:`privfedstat.theory.noise`).
+    """
+    from ..theory.noise import GradientNoise, ScaffoldNoise  # theory imports the estimators
+
+    eye = np.eye(H.shape[0])
+    if isinstance(noise_model, GradientNoise):
+        return np.linalg.matrix_power(eye - noise_model.step_size * H, noise_model.n_steps)
+    if isinstance(noise_model, ScaffoldNoise):
+        A = eye - noise_model.step_size * H
+        Q = eye - noise_model.server_step_size * (eye - np.linalg.matrix_power(A, noise_model.n_local_steps))
+        return np.linalg.matrix_power(Q, noise_model.n_rounds)
+    return None
+
+
+def optimisation_gap(noise_model, H: np.ndarray, theta: np.ndarray, theta0: np.ndarray) -> np.ndarray | None:
+    """Estimated optimisation error ``theta* - theta_S`` of a fixed-iteration fit (fitting scale), or None.
+
+    From ``theta_S - theta* = P (theta_0 - theta*)`` (:func:`error_transport`):
+    ``theta* - theta_S = P (I - P)^-1 (theta_S - theta_0)``. Post-processing of the released
+    Hessian H and the estimate; it says how far the noise-free path still was from the optimum of
+    the (clipped) objective after its S steps, which the convergence check on the noisy path cannot
+    see when the remaining steps are shorter than their noise.
+    """
+    P = error_transport(noise_model, H)
+    if P is None:
+        return None
+    try:
+        return P @ np.linalg.solve(np.eye(P.shape[0]) - P, theta - theta0)
+    except np.linalg.LinAlgError:
+        return None
+
+
+def warn_optimisation_gap(estimator, gap: np.ndarray, se: np.ndarray, names) -> None:
+    """ConvergenceWarning when ``|gap_j| > OPTIMISATION_SE se_j`` for some coefficient (original scale)."""
+    ratio = np.abs(gap) / se
+    if not np.any(ratio > OPTIMISATION_SE):
+        return
+    j = int(np.argmax(ratio))
+    warnings.warn(
+        f"{estimator.method} stopped before the optimum: from the released Hessian, its fixed number of "
+        f"steps leaves an optimisation error of about {ratio[j]:.2g} standard errors in {names[j]} "
+        f"({int(np.sum(ratio > OPTIMISATION_SE))} coefficient(s) above {OPTIMISATION_SE} SE), which the "
+        "intervals do not include. " + estimator._advice() + " Or use FedIRLS (glm()'s default), which "
+        "converges in a few rounds.",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
