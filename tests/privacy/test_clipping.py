@@ -173,7 +173,7 @@ class TestPilot:
         from privfedstat.privacy.clipping import PILOT_AUTOCLIP
 
         assert (AutoClip().pilot_rounds, AutoClip().n_stages) == (0, 1)  # the paper's bound at theta = 0
-        assert (PILOT_AUTOCLIP.pilot_rounds, PILOT_AUTOCLIP.pilot_quantile, PILOT_AUTOCLIP.n_stages) == (5, 0.99, 3)
+        assert (PILOT_AUTOCLIP.pilot_rounds, PILOT_AUTOCLIP.pilot_quantile, PILOT_AUTOCLIP.n_stages) == (5, 0.999, 3)
         assert PILOT_AUTOCLIP.budget == AutoClip().budget
 
     @pytest.mark.parametrize("k", [-1, 1.5, True, "3"])
