@@ -132,8 +132,8 @@ class FederatedEstimator:
         the loop stops as soon as this holds. None where an estimator gives no noise level at
         finite mu. With finite mu and inference on, also False when the released inference
         Hessian shows that the noise-free path stopped more than 0.5 standard errors short of the
-        optimum (:func:`~privfedstat.estimators.diagnostics.optimisation_gap`: fixed-K gradient
-        methods, or FedIRLS rounds damped by their eigenvalue floor). When False a
+        optimum (:func:`~privfedstat.estimators.diagnostics.optimisation_gap`: the fixed-K
+        gradient methods and SCAFFOLD). When False a
         :class:`~privfedstat.ConvergenceWarning` says what to change.
 
     Every estimator takes ``inference`` (documented here once) and reports its uncertainty:

@@ -460,10 +460,6 @@ class FedIRLS(FederatedEstimator):
         ctx.noise_sd = gradient_sd[-1] * scale
         ctx.update_noise_sd = float(np.max(np.sqrt(np.sum(gradient_sd[-2:] ** 2)) * scale))
 
-    def _advice(self) -> str:
-        return ("Its Newton steps were damped by the eigenvalue floor (Hessian noise above the Hessian's small "
-                "eigenvalues): give it more rounds (n_rounds), a larger mu, or fewer, larger sites.")
-
     def _floor(self, ctx: FitContext, noise_sd: float) -> float:
         """Eigenvalue floor lambda for a Hessian whose averaged noise has diagonal sd ``noise_sd``."""
         if self.hessian_floor != "auto":
