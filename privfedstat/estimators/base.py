@@ -131,7 +131,7 @@ class FederatedEstimator:
         FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
         the loop stops as soon as this holds. None where an estimator gives no noise level at
         finite mu. With finite mu and inference on, also False when the released inference
-        Hessian shows that the noise-free path stopped more than 0.5 standard errors short of the
+        Hessian shows that the noise-free path stopped more than 1 standard error short of the
         optimum (:func:`~privfedstat.estimators.diagnostics.optimisation_gap`: the fixed-K
         gradient methods and SCAFFOLD). When False a
         :class:`~privfedstat.ConvergenceWarning` says what to change.

@@ -215,8 +215,10 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
 
 
 #: with finite mu, a fixed-iteration fit whose estimated optimisation error exceeds this many of its
-#: standard errors warns (a bias of 0.5 SE lowers the coverage of a 95% interval to about 92%)
-OPTIMISATION_SE = 0.5
+#: standard errors warns (a bias of 1 SE lowers the coverage of a 95% interval to about 83%). 0.5
+#: flagged 96% of FedSGD's fits in a coverage cell (logistic, N = 20000, 10 sites, mu = 1) whose
+#: intervals covered 95.1%: the estimated gaps sat near 0.5 SE while the measured bias was 0.27 sd
+OPTIMISATION_SE = 1.0
 
 
 def error_transport(noise_model, H: np.ndarray) -> np.ndarray | None:
