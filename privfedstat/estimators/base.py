@@ -1,7 +1,9 @@
-"""Shared machinery of the federated estimators: parameters, fit set-up, clipping, results.
+"""Shared machinery of the federated estimators: parameters, fit set-up, clipping, the inference stage.
 
 A subclass implements ``_run(ctx)``, the protocol of its algorithm, in terms of the oracle (client
-computations), the channel (every client message) and the server steps in :mod:`._steps`.
+computations), the channel (every client message) and the server steps in :mod:`._steps`. What a
+fitted estimator reports (predictions, scores, standard errors, intervals, tests, the summary) is
+the mixin :class:`~privfedstat.estimators._results.FittedResults`.
 """
 
 from __future__ import annotations
@@ -13,30 +15,25 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .._rng import as_seed_sequence, check_secure_mode, spawn_generators
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
-from ..exceptions import NotFittedError, PrivacyLeakWarning, PrivacyNoiseWarning
+from ..exceptions import PrivacyLeakWarning, PrivacyNoiseWarning
 from ..families import Family, get_family
 from ..federation.channel import Channel
 from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
 from ..privacy.budget import PrivacyBudget, reserve
 from ..inference.config import Inference, resolve_inference
 from ..inference.covariance import original_scale_map
-from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip, private_grid_quantile
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
-from . import scoring
-from ._offset import prediction_offset
-from ._sklearn import as_federated_data, class_labels, sklearn_tags
-from .._formula_design import apply_design
+from ._sklearn import as_federated_data
 from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .diagnostics import diagnose, optimisation_gap, warn_clipping, warn_optimisation_gap
-from .summary import Summary
+from ._results import FittedResults
 
 __all__ = ["FederatedEstimator", "FitContext", "clone"]
 
@@ -101,7 +98,7 @@ class FitContext:
         return self.sizes / self.sizes.sum()
 
 
-class FederatedEstimator:
+class FederatedEstimator(FittedResults):
     """Base class (scikit-learn contract): ``__init__`` only stores keyword-only parameters.
 
     Subclasses set ``method`` (display name) and implement ``_run(ctx) -> (theta, path, n_iter)``.
@@ -481,237 +478,6 @@ class FederatedEstimator:
             raise ValueError(f"weights must sum to 1, they sum to {arr.sum():.6g}; divide by their sum.")
         return arr
 
-    # ------------------------------------------------------------------ results
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(data) first.")
-
-    def mse(self, theta_true) -> float:
-        """Squared error ``||coef_ - theta_true||^2`` (the paper's per-replicate MSE)."""
-        self._check_fitted()
-        t = np.asarray(theta_true, dtype=np.float64)
-        if t.shape != self.coef_.shape:
-            raise ValueError(f"theta_true must have shape {self.coef_.shape}, got {t.shape}.")
-        return float(np.sum((self.coef_ - t) ** 2))
-
-    def _formula_rows(self, df: pd.DataFrame, with_y: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """A DataFrame through the stored formula of a ``glm()`` fit (see :func:`apply_design`)."""
-        classes = self.levels_.get(self.response_name_) if self.family_.name == "multinomial" else None
-        return apply_design(self.model_spec_, df, levels=self.levels_, response=self.response_name_,
-                            classes=classes, with_y=with_y)
-
-    def _check_X(self, X) -> np.ndarray:
-        """Rows to predict for: an array of shape (n, n_features_in_), a FederatedData's X, or (for a
-        ``glm()`` fit) a DataFrame, transformed by the fit's formula."""
-        if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
-            X = self._formula_rows(X, with_y=False)[0]
-        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
-        return X
-
-    def _linear_predictor(self, X, coef: np.ndarray, offset=None, exposure=None, rows=None) -> np.ndarray:
-        """``X coef + o`` for new rows (``rows``: ``X`` already checked), with the offset of :func:`prediction_offset`."""
-        A = self._check_X(X) if rows is None else rows
-        o = prediction_offset(self, X, A.shape[0], offset, exposure)
-        return A @ coef if o is None else A @ coef + o
-
-    def predict(self, X, *, offset=None, exposure=None) -> np.ndarray:
-        """Mean response ``E[y | x]`` at the fitted coefficients for rows of ``X`` (or a FederatedData).
-
-        A ``glm()`` fit also takes a DataFrame: its rows go through the fit's formula
-        (``model_spec_``: same columns, levels and transforms; values outside the fit's levels raise).
-
-        For classifiers this is the probability of class 1 (logistic; shape (n,)) or of every
-        class (multinomial; shape (n, K)), as in statsmodels, not a class label.
-
-        A model fitted with an offset predicts at ``x^T coef + o`` with the new rows' ``offset``
-        and/or ``exposure`` (``o = offset + log(exposure)``), or a FederatedData's own offset, or
-        (``glm()`` fits with offset columns) the same columns of a DataFrame; without any it raises.
-        """
-        self._check_fitted()
-        return self.family_.mean(self._linear_predictor(X, self.coef_, offset, exposure))
-
-    def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
-        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
-        self._check_fitted()
-        if class_labels(self.family_) is None:
-            raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
-        p = self.predict(X, offset=offset, exposure=exposure)
-        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
-
-    @property
-    def classes_(self) -> np.ndarray:
-        """Class labels of a classifier, fixed by the family (``[0, 1]``; multinomial ``0, ..., K-1``)."""
-        self._check_fitted()
-        classes = class_labels(self.family_)
-        if classes is None:
-            raise AttributeError(f"classes_ is defined for classifiers (logistic, multinomial), not {self.family_.name}.")
-        return classes
-
-    def score(self, X, y=None, *, metric: str | None = None, offset=None, exposure=None) -> float:
-        """Score on held-out data: ``"auc"`` (binary), ``"accuracy"`` (classifiers) or ``"deviance"``.
-
-        Parameters
-        ----------
-        X : FederatedData, array-like of shape (n_samples, n_features), or DataFrame
-            A DataFrame (``glm()`` fits only) goes through the fit's formula, response included.
-        y : array-like of shape (n_samples,), optional
-            Responses, with an array ``X`` (scikit-learn's ``score(X, y)``).
-        metric : str or None
-            ``"auc"``, ``"accuracy"``, ``"deviance"`` or ``"neg_deviance"``. Default: AUC for
-            logistic, accuracy for multinomial, minus the mean deviance otherwise, so that greater
-            is better (as scikit-learn's model selection assumes); see
-            :func:`privfedstat.estimators.scoring.score`.
-        offset, exposure : array-like of shape (n_samples,), optional
-            The rows' offset of the linear predictor, as in :meth:`predict`.
-        """
-        self._check_fitted()
-        source = X
-        if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
-            if y is not None:
-                raise TypeError("the formula gives the response from the DataFrame; call score(df) without y.")
-            X, y = self._formula_rows(X, with_y=True)
-        elif isinstance(X, FederatedData):
-            if y is not None:
-                raise TypeError("a FederatedData already holds y; call score(data) without y.")
-            y = X.y
-        elif y is None:
-            raise TypeError("score needs the responses: score(X, y), or score(data) with a FederatedData.")
-        X = self._check_X(X)
-        y = np.asarray(y, dtype=np.float64)
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},) (one response per row of X), got {y.shape}.")
-        self.family_.check_y(y)
-        return scoring.score(self.family_, self._linear_predictor(source, self.coef_, offset, exposure, rows=X), y,
-                             metric)
-
-    def __sklearn_tags__(self):
-        return sklearn_tags(self)
-
-    # ------------------------------------------------------------------ inference
-    def _inference(self) -> InferenceResult:
-        self._check_fitted()
-        if self.inference_ is None:
-            raise NoInferenceError(
-                f"this {type(self).__name__} was fitted with inference=None, so it has no standard errors, intervals "
-                "or tests; refit with inference='auto' (it spends Inference().budget of mu on them)."
-            )
-        return self.inference_
-
-    @property
-    def bse_(self) -> np.ndarray:
-        """Standard errors of ``coef_`` (same shape), sampling and privacy noise together."""
-        return self._inference().bse.reshape(self.coef_.shape, order="F")
-
-    @property
-    def zvalues_(self) -> np.ndarray:
-        """``coef_ / bse_`` (same shape as ``coef_``)."""
-        return self._inference().zvalues.reshape(self.coef_.shape, order="F")
-
-    @property
-    def pvalues_(self) -> np.ndarray:
-        """Two-sided normal p-values of ``coef = 0`` (same shape as ``coef_``)."""
-        return self._inference().pvalues.reshape(self.coef_.shape, order="F")
-
-    def cov_params(self) -> pd.DataFrame:
-        """Covariance of the estimate (sampling + privacy noise), indexed by the coefficient names.
-
-        Coefficients in ``coef_.ravel(order="F")`` order (one equation after the other for the
-        multinomial family, as statsmodels' ``MNLogit``); ``inference_`` holds the two parts.
-        """
-        cov = self._inference().cov
-        names = self._coef_names()[0]
-        return pd.DataFrame(cov, index=names, columns=names)
-
-    def conf_int(self, alpha: float | None = None) -> pd.DataFrame:
-        """Confidence intervals of level ``1 - alpha`` (default: the fit's ``Inference.alpha``, 0.05).
-
-        Normal intervals ``coef -+ z bse``; with ``inference="bootstrap"`` the basic bootstrap
-        intervals. Columns ``["lower", "upper"]``, indexed by the coefficient names.
-        """
-        ci = self._inference().conf_int(alpha)
-        return pd.DataFrame(ci, index=self._coef_names()[0], columns=["lower", "upper"])
-
-    def wald_test(self, R, q=None) -> WaldTestResult:
-        """Wald test of ``R coef = q`` on ``cov_params()`` (chi-square, as statsmodels' ``use_f=False``).
-
-        Parameters
-        ----------
-        R : array-like of shape (r, p) or (p,), or list of coefficient names
-            Restrictions on ``coef_.ravel(order="F")``; a list of names tests that those
-            coefficients are all 0 (``q`` must then be None or zeros).
-        q : array-like of shape (r,), optional
-            Right-hand side (zeros by default).
-        """
-        result = self._inference()
-        if isinstance(R, (list, tuple)) and R and all(isinstance(r, (str, tuple)) for r in R):
-            names = self._coef_names()[0]
-            missing = [r for r in R if r not in names]
-            if missing:
-                raise ValueError(f"unknown coefficient name(s) {missing}; the names are {list(names)}.")
-            R = np.eye(len(names))[[names.get_loc(r) for r in R]]
-        return result.wald_test(R, q)
-
-    def summary(self, delta: float = 1e-5) -> Summary:
-        """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, inference, coefficients
-        with standard errors, z, p-values and intervals (statsmodels' columns)."""
-        self._check_fitted()
-        led = self.privacy_
-        if np.isfinite(led.mu):
-            privacy = f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}); third-party mu = {led.third_party_mu:.4g}"
-        else:
-            privacy = "none (mu = inf)"
-        comm = self.communication_
-        names, response, classes = self._coef_names()
-        header = {
-            "Family": self.family_.name,
-            "Method": self.method,
-            "Clients": f"{self.n_clients_} (N = {self.n_samples_}, d = {self.n_features_in_})",
-            "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
-            "Privacy": privacy,
-            "Clipping bound B": f"{self.clip_:.4g}",
-            "Iterations": str(self.n_iter_),
-        }
-        if classes is not None:
-            header["Reference class"] = f"{response}={classes[0]}"
-        coefs = pd.DataFrame({"coef": self.coef_.ravel(order="F")}, index=names)
-        notes = [f"NOT fully private: {leak}" for leak in led.leaks]
-        result = self.inference_
-        if result is None:
-            header["Inference"] = "none (fitted with inference=None)"
-        else:
-            header["Inference"] = result.method
-            if result.clipped_fraction is not None:
-                share, sd = result.clipped_fraction
-                header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
-            ci = result.conf_int()
-            a = result.alpha
-            coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues
-            coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
-            notes += result.notes
-        return Summary(f"{self.method} results", header, coefs, notes)
-
-    def _coef_names(self) -> tuple[pd.Index, str, list | None]:
-        """Coefficient names in ``coef_.ravel(order="F")`` order, the response name and the classes.
-
-        Features: ``feature_names_in_`` (a ``glm()`` fit) or ``x0, x1, ...``, with the column that
-        the scaling declares as intercept named ``Intercept`` (it is 1 by declaration). Multinomial:
-        a (equation, term) MultiIndex, one equation ``response=level`` per non-reference class, as
-        statsmodels' ``MNLogit`` summary labels them; classes are ``levels_[response]`` of a
-        ``glm()`` fit, else ``0, ..., K-1`` with response ``y``.
-        """
-        features = list(getattr(self, "feature_names_in_", None) or [f"x{j}" for j in range(self.coef_.shape[0])])
-        j = getattr(getattr(self, "scaler_", None), "intercept", None)
-        if j is not None and getattr(self, "feature_names_in_", None) is None:
-            features[j] = "Intercept"
-        response = getattr(self, "response_name_", "y")
-        if self.coef_.ndim == 1:
-            return pd.Index(features, name="term"), response, None
-        classes = getattr(self, "levels_", {}).get(response) or list(range(self.coef_.shape[1] + 1))
-        equations = [f"{response}={c}" for c in classes[1:]]
-        index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
-        return index, response, classes
 
 
 def _search_bounds(oracle: ClientOracle, channel: Channel, todo: list[str], theta: np.ndarray, quantile: float,
