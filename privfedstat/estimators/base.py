@@ -227,7 +227,7 @@ class FederatedEstimator(FittedResults):
         mu = check_mu(self.mu)
         self._validate_params(mu)
         config = resolve_inference(self.inference)
-        cov_type = None if config is None else core.resolve_cov_type(config, family.name)
+        cov_type = None if config is None else core.resolve_cov_type(config, family)
         if cov_type is not None:
             core.check_feasible(cov_type, data.n_clients, data.n_features * family.n_outputs)
         secure = check_secure_mode(self.secure_mode, self.random_state)

@@ -50,7 +50,7 @@ class _NonPrivateBaseline(FederatedEstimator):
         data, family = self._check_data(X, y, clients, offset)
         self._validate_params()
         config = resolve_inference(self.inference)
-        cov_type = None if config is None else resolve_cov_type(config, family.name)
+        cov_type = None if config is None else resolve_cov_type(config, family)
         if cov_type == "bootstrap":
             raise ValueError(f"{self.method} is not private: its exact covariance needs no bootstrap; use "
                              "inference='auto', 'model' or 'sandwich'.")

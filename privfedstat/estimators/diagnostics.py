@@ -223,25 +223,16 @@ OPTIMISATION_SE = 1.0
 
 def error_transport(noise_model, H: np.ndarray) -> np.ndarray | None:
     """P with ``theta_S - theta* ~ P (theta_0 - theta*)``: how the protocol's noise-free path transports
-    its initial error, linearised at H (None for the Newton-type protocols, judged by their steps).
+    its initial error, linearised at H; the noise model's ``error_transport`` (FedSGD, FedHybrid,
+    FedAvg: ``A^S``; SCAFFOLD: ``Q^R``; :mod:`privfedstat.theory.noise`), None where it has none.
 
-    Gradient steps (FedSGD, FedHybrid, FedAvg; local steps from a common point average to the same
-    map to first order): ``A^S`` with ``A = I - eta H`` over all S steps; SCAFFOLD: ``Q^R`` with
-    ``Q = I - eta_g (I - A^K)`` per round. Not for the Newton-type protocols (FedIRLS, FedNewton):
-    tried for FedIRLS with the product of its rounds' floored Newton maps, the extrapolation
-    ``P (I - P)^-1`` blew up along the directions the floor damps (``fair``, mu = 2: an estimated
-    gap of 2.8 SE where the fit was 0.7 MLE SE from the MLE), so it was left out.
+    Not for the Newton-type protocols (FedIRLS, FedNewton): tried for FedIRLS with the product of
+    its rounds' floored Newton maps, the extrapolation ``P (I - P)^-1`` blew up along the directions
+    the floor damps (``fair``, mu = 2: an estimated gap of 2.8 SE where the fit was 0.7 MLE SE from
+    the MLE), so it was left out.
     """
-    from ..theory.noise import GradientNoise, ScaffoldNoise, step_map  # theory imports the estimators
-
-    eye = np.eye(H.shape[0])
-    if isinstance(noise_model, GradientNoise):
-        return np.linalg.matrix_power(step_map(H, noise_model.step_size), noise_model.n_steps)
-    if isinstance(noise_model, ScaffoldNoise):
-        A = step_map(H, noise_model.step_size)
-        Q = eye - noise_model.server_step_size * (eye - np.linalg.matrix_power(A, noise_model.n_local_steps))
-        return np.linalg.matrix_power(Q, noise_model.n_rounds)
-    return None
+    transport = getattr(noise_model, "error_transport", None)
+    return None if transport is None else transport(H)
 
 
 def optimisation_gap(noise_model, H: np.ndarray, theta: np.ndarray, theta0: np.ndarray) -> np.ndarray | None:

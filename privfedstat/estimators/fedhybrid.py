@@ -53,10 +53,8 @@ class FedHybrid(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
-    inference : "auto", None or Inference, default "auto"
-        Standard errors, intervals and tests that count the privacy noise (``bse_``, ``conf_int``,
-        ...): see :class:`~privfedstat.Inference`. "auto" spends ``Inference().budget`` of mu on
-        them with finite mu; None skips them (all of mu goes to estimation).
+    inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
+        Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
     Attributes
     ----------

@@ -40,6 +40,11 @@ class Family:
     #: Hessian factor; inf where it is unbounded, e.g. Poisson): the public smoothness constant
     #: behind ``step_size="auto"``
     max_curvature: float = 1.0
+    #: whether the loss is a likelihood whose score covariance equals its Hessian at the truth
+    #: (dispersion 1: logistic, Poisson, multinomial), so that ``H^-1 / N`` is a valid
+    #: (model-based) covariance; False where a scale is unknown (Gaussian) or there is no
+    #: likelihood (Huber): their inference uses the sandwich
+    unit_dispersion: bool = False
 
     def loss(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Per-sample loss ``ell(y, z)``."""

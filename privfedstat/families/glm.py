@@ -18,6 +18,7 @@ class Logistic(Family):
     """Binomial family with logit link: ``ell(y, z) = log(1 + e^z) - y z``, y in {0, 1}."""
 
     name = "logistic"
+    unit_dispersion = True
     code = 0
     curvature_at_zero = 0.25
     max_curvature = 0.25
@@ -54,6 +55,7 @@ class Poisson(Family):
     """
 
     name = "poisson"
+    unit_dispersion = True
     code = 1
     max_curvature = float("inf")
 

@@ -33,6 +33,7 @@ class Multinomial(Family):
     """
 
     name = "multinomial"
+    unit_dispersion = True
     code = 4
 
     def __init__(self, n_classes: int | None = None) -> None:

@@ -75,13 +75,14 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..estimators.base import FederatedEstimator, FitContext, _search_bounds, clone
-from ..estimators.fedirls import _noise_sd, hessian_sensitivity, sym_to_vec, vec_to_sym
+from ..estimators.fedirls import hessian_sensitivity
 from ..estimators.fednewton import floor_eigenvalues
 from ..estimators.scaling import PrivateStandardize
 from ..exceptions import DivergenceError
 from ..families.base import Family
 from ..privacy.clipping import AutoClip
 from .config import Inference
+from .core import release_psd_mean
 
 __all__ = ["SimulationModel", "release_simulation_model", "run_bootstrap", "simulate_response"]
 
@@ -136,31 +137,16 @@ class SimulationModel:
         return self.mean + z @ self.factor.T
 
 
-class _InferenceChannel:
-    """The fit's Channel with ``inference-`` before every stage name (the ledger tells these releases apart)."""
-
-    def __init__(self, channel) -> None:
-        self.channel = channel
-
-    def release(self, values: np.ndarray, *, stage: str, **kwargs) -> np.ndarray:
-        return self.channel.release(values, stage=f"inference-{stage}", **kwargs)
-
-
-def _released_moment(channel: _InferenceChannel, values: np.ndarray, bound: float, mu: float,
-                     ctx: FitContext, stage: str) -> np.ndarray:
+def _released_moment(ctx: FitContext, values: np.ndarray, bound: float, mu: float, stage: str) -> np.ndarray:
     """Size-weighted aggregate of the clients' released means of PSD per-sample terms, eigenvalues floored.
 
     ``values`` (n_clients, k, k): each client's mean of terms ``v v^T`` with ``||v|| <= bound``
-    (Frobenius norm ``<= bound^2``), so :func:`hessian_sensitivity` of ``bound^2`` bounds the
-    L2 sensitivity of its :func:`sym_to_vec`.
+    (Frobenius norm ``<= bound^2``), released by :func:`~privfedstat.inference.core.release_psd_mean`
+    (sensitivity :func:`hessian_sensitivity` of ``bound^2``), stage ``"inference-<stage>"``.
     """
-    k = values.shape[-1]
-    w = ctx.size_weights
-    sens = hessian_sensitivity(bound * bound, ctx.sizes)
-    noisy = channel.release(sym_to_vec(values), sensitivity=sens, mu=mu, stage=stage, weights=w)
-    A = vec_to_sym(w @ noisy, k)
+    A, s = release_psd_mean(ctx, values, bound * bound, mu, ctx.size_weights, f"inference-{stage}")
     top = float(np.max(np.abs(np.linalg.eigvalsh(A))))
-    return floor_eigenvalues(A, max(FLOOR_NOISE_SDS * _noise_sd(sens, mu, w), RELATIVE_FLOOR * top))
+    return floor_eigenvalues(A, max(FLOOR_NOISE_SDS * s, RELATIVE_FLOOR * top))
 
 
 def _gaussian_design(M: np.ndarray, intercept: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -204,18 +190,17 @@ def release_simulation_model(ctx: FitContext, theta: np.ndarray, mu: float,
     oracle = ctx.oracle
     gaussian = oracle.family.name == "gaussian"
     todo = ["row", "gradient"] if gaussian else ["row"]
-    channel = _InferenceChannel(ctx.channel)
     if math.isfinite(mu):
-        bounds = _search_bounds(oracle, channel, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH,
-                                mu * math.sqrt(SEARCH_SHARE))
+        bounds = _search_bounds(oracle, ctx.channel, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH,
+                                mu * math.sqrt(SEARCH_SHARE), stage="inference-clip")
     else:
         bounds = dict.fromkeys(todo, math.inf)
     mu_moments = mu * math.sqrt(1.0 - SEARCH_SHARE - (SCORE_SHARE if gaussian else 0.0))
-    M = _released_moment(channel, oracle.design_moments(bounds["row"]), bounds["row"], mu_moments, ctx, "moments")
+    M = _released_moment(ctx, oracle.design_moments(bounds["row"]), bounds["row"], mu_moments, "moments")
     dispersion = None
     if gaussian:
-        S = _released_moment(channel, oracle.score_outer(theta, bounds["gradient"]), bounds["gradient"],
-                             mu * math.sqrt(SCORE_SHARE), ctx, "dispersion")
+        S = _released_moment(ctx, oracle.score_outer(theta, bounds["gradient"]), bounds["gradient"],
+                             mu * math.sqrt(SCORE_SHARE), "dispersion")
         dispersion = float(np.trace(np.linalg.solve(M, S))) / M.shape[0]
     mean, factor = _gaussian_design(M, intercept)
     return SimulationModel(mean, factor, bounds["row"], dispersion)

@@ -64,13 +64,14 @@ import numpy as np
 
 from ..estimators.fedirls import _noise_sd, hessian_sensitivity, sym_to_vec, vec_to_sym
 from ..estimators.fednewton import MAX_HESSIAN_GB, floor_eigenvalues
+from ..families.base import Family
 from ..kernels.glm_nb import MIN_BOUND
 from .config import Inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
 
 __all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",
-           "SEARCH_SHARE", "SHARE_LIMIT", "DISPERSION_ONE"]
+           "release_psd_mean", "SEARCH_SHARE", "SHARE_LIMIT"]
 
 #: share of mu_inf^2 spent on the private Hessian-bound search when the estimator chose no C_H
 SEARCH_SHARE = 0.1
@@ -81,7 +82,6 @@ CLIPPED_NOTE = 0.05
 #: least share of the rest of mu_inf^2 that either sandwich release gets (B^2 far from 2 C_H)
 SHARE_LIMIT = 0.01
 #: families whose model-based covariance needs no dispersion (the variance is fixed by the mean)
-DISPERSION_ONE = ("logistic", "poisson", "multinomial")
 #: eigenvalues below this fraction of the largest count as zero (a singular Hessian with mu = inf)
 RCOND = 1e-12
 #: the released matrices' eigenvalues are floored at this many noise sds (measured, see the module docstring)
@@ -90,21 +90,21 @@ FLOOR_NOISE_SDS = 1.0
 _LABELS = {"model": "model-based c H^-1", "sandwich": "sandwich c H^-1 Sigma H^-1"}
 
 
-def resolve_cov_type(config: Inference, family_name: str) -> str:
+def resolve_cov_type(config: Inference, family: Family) -> str:
     """``config.cov_type`` with "auto" resolved: "model" for logistic / Poisson / multinomial, else "sandwich".
 
     Raises ``ValueError`` for ``"model"`` with a family whose loss is not a likelihood of dispersion 1
     (Gaussian, Huber): its ``H^-1 / N`` would assume a residual variance of 1.
     """
     if config.cov_type == "auto":
-        return "model" if family_name in DISPERSION_ONE else "sandwich"
-    if config.cov_type == "model" and family_name not in DISPERSION_ONE:
-        raise ValueError(f"cov_type='model' assumes dispersion 1 (logistic, poisson, multinomial); the {family_name} "
+        return "model" if family.unit_dispersion else "sandwich"
+    if config.cov_type == "model" and not family.unit_dispersion:
+        raise ValueError(f"cov_type='model' assumes dispersion 1 (logistic, poisson, multinomial); the {family.name} "
                          "loss has an unknown scale. Use cov_type='sandwich' (the default for it) or 'bootstrap'.")
     return config.cov_type
 
 
-def _release(ctx, matrices: np.ndarray, bound: float, mu: float, weights: np.ndarray, stage: str
+def release_psd_mean(ctx, matrices: np.ndarray, bound: float, mu: float, weights: np.ndarray, stage: str
              ) -> tuple[np.ndarray, float]:
     """Release ``sym_to_vec`` of every client's PSD mean (terms of Frobenius norm <= ``bound``) and aggregate.
 
@@ -202,12 +202,12 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
         share_h = 2.0 * C_H / (2.0 * C_H + B_release**2 * rescale) if finite else 0.5
         share_h = min(max(share_h, SHARE_LIMIT), 1.0 - SHARE_LIMIT)
     hessians = oracle.hessians(theta, C_H, gradient_clip=B)  # the clipped score's Jacobian (scalar families)
-    H, s_H = _release(ctx, hessians, C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian")
+    H, s_H = release_psd_mean(ctx, hessians, C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian")
     H = floored(H, s_H, "Hessian", notes)
     Sigma = None
     if cov_type == "sandwich":
-        Sigma, s_S = _release(ctx, oracle.score_outer(theta, B_release), B_release**2, mu_rest * math.sqrt(1.0 - share_h),
-                              v, "inference-score")
+        Sigma, s_S = release_psd_mean(ctx, oracle.score_outer(theta, B_release), B_release**2,
+                                      mu_rest * math.sqrt(1.0 - share_h), v, "inference-score")
         Sigma = floored(Sigma * rescale, s_S * rescale, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)

@@ -129,6 +129,11 @@ class GradientNoise:
         A = step_map(H, self.step_size)
         return privacy_transport([A] * self.n_steps, self.step_variances())
 
+    def error_transport(self, H: np.ndarray) -> np.ndarray:
+        """``A^S``: ``theta_S - theta* ~ A^S (theta_0 - theta*)`` for the noise-free path (local steps
+        from a common point average to the same map to first order)."""
+        return np.linalg.matrix_power(step_map(H, self.step_size), self.n_steps)
+
 
 def fedsgd_noise(*, clip: float, sizes: np.ndarray, mu: float, n_iter: int, step_size: float,
                  weights: np.ndarray) -> GradientNoise:
@@ -345,13 +350,22 @@ class ScaffoldNoise:
     def is_zero(self) -> bool:
         return self.step_var == 0
 
+    def _round_map(self, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, Q)``: the local step map and the map of one round, ``Q = I - eta_g (I - A^K)``."""
+        eye = np.eye(H.shape[0])
+        A = step_map(H, self.step_size)
+        return A, eye - self.server_step_size * (eye - np.linalg.matrix_power(A, self.n_local_steps))
+
     def covariance(self, H: np.ndarray) -> np.ndarray:
         p = H.shape[0]
-        K, R, eta_g = self.n_local_steps, self.n_rounds, self.server_step_size
-        A = step_map(H, self.step_size)
-        round_cov = eta_g**2 * privacy_transport([A] * K, np.full(K, self.step_var))
-        Q = np.eye(p) - eta_g * (np.eye(p) - np.linalg.matrix_power(A, K))
+        K, R = self.n_local_steps, self.n_rounds
+        A, Q = self._round_map(H)
+        round_cov = self.server_step_size**2 * privacy_transport([A] * K, np.full(K, self.step_var))
         return privacy_transport([Q] * R, np.broadcast_to(round_cov, (R, p, p)))
+
+    def error_transport(self, H: np.ndarray) -> np.ndarray:
+        """``Q^R``: how the noise-free rounds carry the initial error (see :meth:`GradientNoise.error_transport`)."""
+        return np.linalg.matrix_power(self._round_map(H)[1], self.n_rounds)
 
 
 def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
