@@ -46,13 +46,14 @@ def delta_ref_erfc(mu: float, eps: float) -> float:
 def eps_high_precision(mu: float, delta: float) -> float:
     """Independent solve of delta(eps) = delta for eps."""
     if mpmath is not None:
-        mpmath.mp.dps = 50
-        m, d = mpmath.mpf(mu), mpmath.mpf(delta)
+        with mpmath.workdps(50):
+            m, d = mpmath.mpf(mu), mpmath.mpf(delta)
 
-        def f(e):
-            return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2) - d
+            def f(e):
+                return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2) - d
 
-        return float(mpmath.findroot(f, (mpmath.mpf(0), mpmath.mpf(mu * mu + 20 * mu + 10)), solver="anderson"))
+            bracket = (mpmath.mpf(0), mpmath.mpf(mu * mu + 20 * mu + 10))
+            return float(mpmath.findroot(f, bracket, solver="illinois", tol=mpmath.mpf(10) ** -40, maxsteps=500))
     # fall back: tight brentq on the erfc implementation above
     return brentq(lambda e: delta_ref_erfc(mu, e) - delta, 0.0, mu * mu + 20 * mu + 10, xtol=1e-15, rtol=1e-15, maxiter=1000)
 

@@ -1,0 +1,313 @@
+"""Exact accounting of Poisson-subsampled Gaussian compositions (privacy loss distributions).
+
+Two privacy units, two accountants
+----------------------------------
+**Record-level units** (the core paper): one row of one client's data. The guarantee a client
+gets is a guarantee *towards the server*, and the server knows which clients took part in each
+round, so sampling clients does **not** amplify it: every release is a plain Gaussian mechanism
+``N(0, sigma^2)`` on a statistic of L2 sensitivity ``Delta``, i.e. ``mu = Delta / sigma``-GDP, and
+``k`` of them compose *exactly* to ``sqrt(mu_1^2 + ... + mu_k^2)``-GDP (Dong, Roth & Su 2022,
+Corollary 3.3). :mod:`privfedstat.privacy.gdp` does that arithmetic and the ledger applies it; no
+accountant from this module is involved.
+
+**Client-level units**: a client's whole dataset (DP-FedAvg of McMahan et al. 2018,
+Fed-alpha-NormEC). Each round the server includes every client independently with probability
+``q`` (Poisson participation) and releases the sum of the participants' clipped updates (L2
+sensitivity 1 after dividing by the clip) plus ``N(0, z^2)`` noise, ``z`` the *noise multiplier*.
+Towards an observer who sees only the released aggregates, not who participated, the subsampling
+amplifies privacy. The ``T``-fold composition of this Poisson-subsampled Gaussian mechanism is
+not GDP, and its ``(epsilon, delta)`` curve has no closed form: this module computes it with the
+privacy loss distribution (PLD) accountant of ``dp-accounting``
+(:class:`dp_accounting.pld.PLDAccountant`, ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``
+composed ``T`` times, add/remove-one-unit adjacency). Its discretization of the privacy loss is
+*pessimistic* (the library's default): the reported epsilon is an upper bound on the true one,
+tighter as ``value_discretization_interval`` shrinks (about 1e-5 relative at the default 1e-4).
+
+Why never a CLT/GDP approximation
+---------------------------------
+The central limit theorem of Bu, Dong, Long & Su (2020) says the composition is approximately
+``mu_clt``-GDP with ``mu_clt = q * sqrt(T * (exp(1 / z^2) - 1))``. That is an *approximation*, and
+it errs on the unsafe side for realistic parameters: at ``q = 0.1``, ``z = 1``, ``T = 100``,
+``delta = 1e-5`` it gives ``epsilon ~ 6.01`` while the PLD upper bound is ``epsilon ~ 7.05``.
+Reporting it would understate the privacy loss, so this package never uses it for a subsampled
+epsilon.
+
+References
+----------
+Dong, J., Roth, A. and Su, W. J. (2022). Gaussian differential privacy. JRSS-B 84(1), 3-37.
+Bu, Z., Dong, J., Long, Q. and Su, W. J. (2020). Deep learning with Gaussian differential
+privacy. Harvard Data Science Review 2(3).
+Koskela, A., Jalko, J. and Honkela, A. (2020). Computing tight differential privacy guarantees
+using FFT. AISTATS.
+Doroshenko, V., Ghazi, B., Kamath, P., Kumar, R. and Manurangsi, P. (2022). Connect the dots:
+tighter discrete approximations of privacy loss distributions. PETS.
+McMahan, H. B., Ramage, D., Talwar, K. and Zhang, L. (2018). Learning differentially private
+recurrent language models. ICLR.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Iterable
+
+import dp_accounting
+from dp_accounting.pld import PLDAccountant
+
+__all__ = [
+    "subsampled_gaussian_epsilon",
+    "subsampled_gaussian_delta",
+    "noise_multiplier_for_epsilon",
+    "heterogeneous_epsilon",
+]
+
+_Events = tuple[tuple[float, float, int], ...]
+
+
+# --------------------------------------------------------------------------- validation
+def _open_unit(x: float, name: str) -> float:
+    x = float(x)
+    if not 0 < x < 1:
+        raise ValueError(f"{name} must lie in (0, 1), got {x}.")
+    return x
+
+
+def _positive_finite(x: float, name: str) -> float:
+    x = float(x)
+    if not (x > 0 and math.isfinite(x)):
+        raise ValueError(f"{name} must be > 0 and finite, got {x}.")
+    return x
+
+
+def _event(noise_multiplier: float, sampling_rate: float, steps: int) -> tuple[float, float, int]:
+    z = _positive_finite(noise_multiplier, "noise_multiplier")
+    q = float(sampling_rate)
+    if not 0 < q <= 1:
+        raise ValueError(f"sampling_rate must lie in (0, 1], got {q}.")
+    if isinstance(steps, bool):
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}.")
+    try:
+        t = operator.index(steps)
+    except TypeError:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}.") from None
+    if t < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {t}.")
+    return z, q, t
+
+
+def _events(events: Iterable[tuple[float, float, int]]) -> _Events:
+    out = []
+    for e in events:
+        if len(e) != 3:
+            raise ValueError(f"each event must be (noise_multiplier, sampling_rate, steps), got {e!r}.")
+        out.append(_event(*e))
+    if not out:
+        raise ValueError("events must hold at least one (noise_multiplier, sampling_rate, steps) block.")
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the PLD accountant
+def _accountant(events: _Events, value_discretization_interval: float) -> PLDAccountant:
+    accountant = PLDAccountant(value_discretization_interval=value_discretization_interval)
+    for z, q, t in events:
+        accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), t)
+    return accountant
+
+
+# The scalar results are cached, not the accountants: a PLD holds up to millions of floats.
+@functools.lru_cache(maxsize=1024)
+def _epsilon(events: _Events, delta: float, value_discretization_interval: float) -> float:
+    return float(_accountant(events, value_discretization_interval).get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=1024)
+def _delta(events: _Events, epsilon: float, value_discretization_interval: float) -> float:
+    return float(_accountant(events, value_discretization_interval).get_delta(epsilon))
+
+
+# --------------------------------------------------------------------------- public API
+def heterogeneous_epsilon(
+    events: Iterable[tuple[float, float, int]],
+    delta: float,
+    *,
+    value_discretization_interval: float = 1e-4,
+) -> float:
+    """Epsilon of a composition of several Poisson-subsampled Gaussian blocks, in one PLD.
+
+    Block ``j`` is ``T_j`` rounds of the Poisson-subsampled Gaussian mechanism with sampling rate
+    ``q_j`` and noise multiplier ``z_j`` (e.g. the stages of one fit that use different noise);
+    all blocks are composed in a single ``dp_accounting.pld.PLDAccountant``, which is tighter than
+    adding the blocks' epsilons.
+
+    Parameters
+    ----------
+    events : iterable of (float, float, int)
+        The blocks ``(z_j, q_j, T_j)``: noise multiplier ``z_j > 0`` (noise sd per unit of L2
+        sensitivity), sampling rate ``q_j`` in (0, 1], number of rounds ``T_j >= 1``.
+    delta : float
+        Target delta, in (0, 1).
+    value_discretization_interval : float, default 1e-4
+        Grid step of the (pessimistic) privacy-loss discretization; smaller is tighter and slower.
+
+    Returns
+    -------
+    float
+        The smallest epsilon such that the composition is (epsilon, delta)-DP under
+        add/remove-one-unit adjacency, as bounded from above by the pessimistic PLD.
+
+    References
+    ----------
+    Koskela, Jalko & Honkela (2020); Doroshenko et al. (2022); ``dp-accounting``'s PLD library.
+    """
+    return _epsilon(
+        _events(events),
+        _open_unit(delta, "delta"),
+        _positive_finite(value_discretization_interval, "value_discretization_interval"),
+    )
+
+
+def subsampled_gaussian_epsilon(
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: int,
+    delta: float,
+    *,
+    value_discretization_interval: float = 1e-4,
+) -> float:
+    """Epsilon of ``T`` rounds of the Poisson-subsampled Gaussian mechanism (PLD accountant).
+
+    Each round includes every unit independently with probability ``q`` and releases a sum of
+    L2 sensitivity 1 plus ``N(0, z^2)`` noise. ``q = 1`` is the plain Gaussian mechanism, whose
+    ``T``-fold composition is exactly ``sqrt(T) / z``-GDP: the PLD agrees with
+    :func:`privfedstat.privacy.gdp.epsilon_from_mu` from above (4e-9 relative at ``z = 2``,
+    ``T = 50``; 4e-4 at the extreme ``mu = 63``).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Noise standard deviation per unit of L2 sensitivity (z), > 0.
+    sampling_rate : float
+        Poisson sampling probability of each unit per round (q), in (0, 1].
+    steps : int
+        Number of composed rounds (T), >= 1.
+    delta : float
+        Target delta, in (0, 1).
+    value_discretization_interval : float, default 1e-4
+        Grid step of the (pessimistic) privacy-loss discretization.
+
+    Returns
+    -------
+    float
+        Epsilon (an upper bound from the pessimistic PLD) under add/remove-one-unit adjacency.
+
+    Examples
+    --------
+    >>> round(subsampled_gaussian_epsilon(1.0, 0.1, 100, 1e-5), 2)
+    7.05
+    """
+    return heterogeneous_epsilon(
+        [(noise_multiplier, sampling_rate, steps)], delta, value_discretization_interval=value_discretization_interval
+    )
+
+
+def subsampled_gaussian_delta(
+    noise_multiplier: float,
+    sampling_rate: float,
+    steps: int,
+    epsilon: float,
+    *,
+    value_discretization_interval: float = 1e-4,
+) -> float:
+    """Delta of ``T`` rounds of the Poisson-subsampled Gaussian mechanism at a given epsilon.
+
+    The counterpart of :func:`subsampled_gaussian_epsilon`: the smallest delta (an upper bound
+    from the pessimistic PLD) such that the composition is (epsilon, delta)-DP.
+
+    Parameters
+    ----------
+    noise_multiplier, sampling_rate, steps, value_discretization_interval
+        As in :func:`subsampled_gaussian_epsilon` (z, q, T, grid step).
+    epsilon : float
+        Target epsilon, > 0 and finite.
+
+    Returns
+    -------
+    float
+        Delta, in [0, 1].
+    """
+    return _delta(
+        (_event(noise_multiplier, sampling_rate, steps),),
+        _positive_finite(epsilon, "epsilon"),
+        _positive_finite(value_discretization_interval, "value_discretization_interval"),
+    )
+
+
+def noise_multiplier_for_epsilon(
+    target_epsilon: float,
+    delta: float,
+    sampling_rate: float,
+    steps: int,
+    *,
+    tol: float = 1e-3,
+) -> float:
+    """The smallest noise multiplier whose ``T``-round subsampled epsilon is at most the target.
+
+    Bisection on ``z`` (as Opacus' ``get_noise_multiplier``): the bracket is doubled until its
+    upper end meets the target, then halved until the upper end's epsilon lies within ``tol``
+    below the target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``,
+    with epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization.
+
+    Parameters
+    ----------
+    target_epsilon : float
+        Privacy budget epsilon, > 0 and finite.
+    delta : float
+        Target delta, in (0, 1).
+    sampling_rate : float
+        Poisson sampling probability per round (q), in (0, 1].
+    steps : int
+        Number of composed rounds (T), >= 1.
+    tol : float, default 1e-3
+        Accepted shortfall of epsilon below the target, > 0.
+
+    Returns
+    -------
+    float
+        The noise multiplier ``z``.
+
+    Raises
+    ------
+    ValueError
+        For invalid input, or when ``tol`` is finer than the epsilon curve can be resolved (the
+        bracket shrinks to machine precision first).
+    """
+    target = _positive_finite(target_epsilon, "target_epsilon")
+    tol = _positive_finite(tol, "tol")
+    _event(1.0, sampling_rate, steps)  # validates q and T before any PLD is built
+    return _noise_multiplier(target, _open_unit(delta, "delta"), float(sampling_rate), operator.index(steps), tol)
+
+
+@functools.lru_cache(maxsize=256)
+def _noise_multiplier(target: float, delta: float, q: float, steps: int, tol: float) -> float:
+    def eps(z: float) -> float:
+        return subsampled_gaussian_epsilon(z, q, steps, delta)
+
+    lo, hi = 0.0, 1.0
+    eps_hi = eps(hi)
+    while eps_hi > target:
+        lo, hi = hi, 2.0 * hi
+        eps_hi = eps(hi)
+    while target - eps_hi > tol:
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            raise ValueError(
+                f"tol={tol} is finer than the epsilon curve resolves: the bracket [{lo}, {hi}] reached "
+                f"machine precision with epsilon {eps_hi} (target {target}). Use a larger tol."
+            )
+        eps_mid = eps(mid)
+        if eps_mid > target:
+            lo = mid
+        else:
+            hi, eps_hi = mid, eps_mid
+    return hi
