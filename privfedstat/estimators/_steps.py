@@ -13,15 +13,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..exceptions import DivergenceError
+from ..privacy.calibration import gradient_calibration, local_step_calibration
 
 if TYPE_CHECKING:  # base imports this module (through diagnostics)
     from .base import FitContext
 
-__all__ = [
-    "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM",
-    "auto_step_size", "resolve_step_size", "resolve_count", "settled", "aggregate_sd", "calibrated_sigma", "TOL", "MAX_ITER_NONPRIVATE",
-    "MAX_ROUNDS_NONPRIVATE", "gradient_calibration", "local_step_calibration", "stage_budget",
-]
+__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM", "auto_step_size", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
 
 #: An iterate with a larger Euclidean norm (or a non-finite entry) is reported as divergence.
 DIVERGENCE_NORM = 1e10
@@ -89,53 +86,6 @@ def resolve_count(value, mu: float, private_default: int, cap: int = MAX_ITER_NO
     if math.isfinite(mu):
         return int(private_default), False
     return cap, True
-
-
-def calibrated_sigma(sensitivity, mu: float) -> np.ndarray:
-    """The Gaussian mechanism's noise sd ``sensitivity / mu`` (0 with mu = inf, as the Channel uses)."""
-    sens = np.asarray(sensitivity, dtype=np.float64)
-    return np.zeros_like(sens) if math.isinf(mu) else sens / mu
-
-
-def gradient_calibration(clip: float, sizes: np.ndarray, n_iter: int, mu: float) -> tuple[np.ndarray, float]:
-    """Sensitivity and budget of each gradient message of :func:`server_gradient_descent` (Algorithm 1).
-
-    A client's mean of per-sample gradients clipped to norm B moves by at most ``2 B / n_i`` in L2
-    norm when one of its rows is replaced (Lemma 3.1); the K messages share ``mu`` equally in
-    squares, ``mu / sqrt(K)`` each. The noise sd is ``calibrated_sigma(*gradient_calibration(...))``
-    ``= 2 B sqrt(K) / (mu n_i)``.
-
-    Returns
-    -------
-    sensitivity : ndarray of shape (n_clients,)
-    mu_message : float
-    """
-    return 2.0 * clip / sizes, mu / math.sqrt(n_iter)
-
-
-def local_step_calibration(clip: float, step_size: float, sizes: np.ndarray, n_steps: int,
-                           mu: float) -> tuple[np.ndarray, float]:
-    """Sensitivity and budget of each noisy step of :func:`local_gradient_descent` (Algorithms 2-4).
-
-    The statistic ``eta g_i`` has sensitivity ``2 B eta / n_i``; the ``n_steps`` steps share
-    ``mu`` equally in squares. Noise sd ``2 B eta sqrt(n_steps) / (mu n_i)`` on the parameter.
-
-    Returns
-    -------
-    sensitivity : ndarray of shape (n_clients,)
-    mu_step : float
-    """
-    return 2.0 * clip * step_size / sizes, mu / math.sqrt(n_steps)
-
-
-def stage_budget(mu: float, n_stages: int) -> float:
-    """Budget of each of ``n_stages`` stages that share ``mu`` equally: ``mu / sqrt(n_stages)`` (GDP composition)."""
-    return mu / math.sqrt(n_stages)
-
-
-def aggregate_sd(sigma, weights: np.ndarray) -> float:
-    """Per-coordinate sd ``sqrt(sum_i w_i^2 sigma_i^2)`` of the weighted average of independent client noises."""
-    return float(np.sqrt(np.sum((np.asarray(weights) * np.asarray(sigma)) ** 2)))
 
 
 def settled(new: np.ndarray, old: np.ndarray, noise_sd: float = 0.0, tol: float = TOL, scale: int = 1) -> bool:

@@ -9,9 +9,9 @@ import numpy as np
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedavg_noise
-from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, local_gradient_descent, local_step_calibration,
-                     resolve_count, resolve_step_size, settled, stage_budget)
+from ._steps import MAX_ROUNDS_NONPRIVATE, local_gradient_descent, resolve_count, resolve_step_size, settled
 from .base import FederatedEstimator, FitContext
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, local_step_calibration, stage_budget
 
 __all__ = ["FedAvg", "run_fedavg"]
 

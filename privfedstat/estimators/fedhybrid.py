@@ -7,9 +7,9 @@ import numpy as np
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedhybrid_noise
-from ._steps import (aggregate_sd, gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size,
-                     server_gradient_descent, stage_budget)
+from ._steps import gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size, server_gradient_descent
 from .base import FederatedEstimator, FitContext
+from ..privacy.calibration import aggregate_sd, stage_budget
 
 __all__ = ["FedHybrid"]
 

@@ -16,121 +16,21 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
-from ._steps import DIVERGENCE_NORM, calibrated_sigma, check_iterate
+from ._steps import DIVERGENCE_NORM, check_iterate
+from .._linalg import floor_eigenvalues, sym_to_vec, vec_to_sym
+from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from .base import FederatedEstimator, FitContext
-from .fednewton import MAX_HESSIAN_GB, floor_eigenvalues
+from .fednewton import MAX_HESSIAN_GB
 
-__all__ = ["FedIRLS", "auto_budget_split", "hessian_sensitivity", "sym_to_vec", "vec_to_sym"]
+__all__ = ["FedIRLS"]
 
-SQRT2 = math.sqrt(2.0)
 #: rounds when ``n_rounds="auto"``: with finite mu (measured best of 3-6 on the Fig. 5 design),
 #: and the cap with mu = inf, where rounds continue until the step is below ``tol``
 DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE = 5, 100
-#: factor by which the budget of each earlier round shrinks, going back from the last (measured)
-BACKWARD_RATIO = 0.35
 #: the eigenvalue floor is this many standard deviations of a noisy eigenvalue (measured)
 FLOOR_NOISE_SDS = 3.0
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
 MAX_HALVINGS = 60
-
-
-def sym_to_vec(H: np.ndarray) -> np.ndarray:
-    """Upper triangles of symmetric matrices, off-diagonal entries times sqrt(2).
-
-    An isometry from symmetric (p, p) matrices with the Frobenius norm onto R^{p(p+1)/2} with
-    the Euclidean norm: ``||sym_to_vec(A)||_2 = ||A||_F``.
-
-    Parameters
-    ----------
-    H : ndarray of shape (..., p, p)
-
-    Returns
-    -------
-    ndarray of shape (..., p (p + 1) / 2)
-    """
-    p = H.shape[-1]
-    rows, cols = np.triu_indices(p)
-    return H[..., rows, cols] * np.where(rows == cols, 1.0, SQRT2)
-
-
-def vec_to_sym(v: np.ndarray, p: int) -> np.ndarray:
-    """The symmetric (..., p, p) matrices whose :func:`sym_to_vec` is ``v`` (its inverse)."""
-    rows, cols = np.triu_indices(p)
-    entries = v * np.where(rows == cols, 1.0, 1.0 / SQRT2)
-    H = np.empty(v.shape[:-1] + (p, p))
-    H[..., rows, cols] = entries
-    H[..., cols, rows] = entries
-    return H
-
-
-def hessian_sensitivity(hessian_clip: float, sizes: np.ndarray) -> np.ndarray:
-    """L2 sensitivity of ``sym_to_vec`` of a client's mean clipped Hessian: ``sqrt(2) C_H / n_i``.
-
-    Every per-sample Hessian here is positive semi-definite (``ell''(y, z) x x^T`` with
-    ``ell'' >= 0``; ``(diag(p) - p p^T) kron x x^T`` for the multinomial family), and clipping
-    multiplies it by a factor in (0, 1], so it stays PSD with Frobenius norm <= C_H. For PSD
-    A, B with norms <= C_H, ``tr(AB) = ||A^{1/2} B^{1/2}||_F^2 >= 0``, hence
-    ``||A - B||_F^2 = ||A||_F^2 + ||B||_F^2 - 2 tr(AB) <= 2 C_H^2``. Replacing one of client i's
-    n_i rows moves the mean by ``(A - B) / n_i``, and :func:`sym_to_vec` is an isometry, so the
-    release moves by at most ``sqrt(2) C_H / n_i`` in L2. The bound is attained (A and B of rank
-    one with orthogonal ranges), so it is the tightest valid one; the generic ``2 C_H / n_i``
-    ignores that Hessians are PSD.
-
-    Parameters
-    ----------
-    hessian_clip : float
-        C_H, the bound on per-sample Hessian Frobenius norms.
-    sizes : ndarray of shape (n_clients,)
-        n_i.
-
-    Returns
-    -------
-    ndarray of shape (n_clients,)
-    """
-    return SQRT2 * hessian_clip / np.asarray(sizes, dtype=np.float64)
-
-
-def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO) -> np.ndarray:
-    """Shares of mu^2 for the gradient and Hessian releases of each round, derived in :class:`FedIRLS`.
-
-    The last gradient gets ``f``; the Hessian of round r and the gradient of round r - 1 get
-    equal shares ``x ratio^(R - r)`` with ``x^3 = beta f^2``; round 1's Hessian gets
-    ``x ratio^(R - 1)``; ``f`` is set so that the shares sum to 1.
-
-    Parameters
-    ----------
-    n_rounds : int
-        R.
-    beta : float
-        Relative Hessian noise per unit share, ``E||H^{-1} Xi u||^2`` for a unit vector u when
-        the Hessian gets all of mu (see :class:`FedIRLS`); must be >= 0.
-    ratio : float
-        Decay of the shares per round going back from the last (q).
-
-    Returns
-    -------
-    ndarray of shape (n_rounds, 2)
-        Column 0: gradient shares, column 1: Hessian shares; all > 0, summing to 1.
-    """
-    R = n_rounds
-    decay = ratio ** np.arange(R - 1)  # pairs (h_{R-k}, g_{R-1-k}), k = 0..R-2
-    weight = 2.0 * decay.sum() + ratio ** (R - 1)  # total of all shares but f, in units of x
-
-    def rest(f: float) -> float:
-        return (beta * f * f) ** (1.0 / 3.0) * weight
-
-    lo, hi = 0.0, 1.0  # f + rest(f) increases in f from 0 to > 1: bisection
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if mid + rest(mid) < 1.0 else (lo, mid)
-    f = 0.5 * (lo + hi)
-    x = (beta * f * f) ** (1.0 / 3.0)
-    shares = np.zeros((R, 2))
-    shares[R - 1, 0] = f
-    for k in range(R - 1):
-        shares[R - 1 - k, 1] = shares[R - 2 - k, 0] = x * decay[k]
-    shares[0, 1] = x * ratio ** (R - 1)
-    return shares / shares.sum()
 
 
 class FedIRLS(FederatedEstimator):
@@ -416,7 +316,7 @@ class FedIRLS(FederatedEstimator):
             if shares[r, 1] > 0:
                 hess = sym_to_vec(oracle.hessians(theta, ctx.hessian_clip))
                 H = vec_to_sym(w @ ctx.channel.release(hess, sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian", weights=w), p)
-                lam = self._floor(ctx, _noise_sd(sens_h, mu_h[r], w))
+                lam = self._floor(ctx, aggregated_noise_sd(sens_h, mu_h[r], w))
                 H_floored = floor_eigenvalues(H, lam)
                 ctx.hessian = H
                 h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
@@ -444,7 +344,7 @@ class FedIRLS(FederatedEstimator):
         gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(rounds)])
         ctx.noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
         if finite:
-            self._report_noise(ctx, H_floored, np.array([_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
+            self._report_noise(ctx, H_floored, np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
         return theta, path, rounds
 
     def _report_noise(self, ctx: FitContext, H_floored: np.ndarray, gradient_sd: np.ndarray) -> None:
@@ -464,11 +364,6 @@ class FedIRLS(FederatedEstimator):
             return float(self.hessian_floor)
         tiny = 1e-8 * float(ctx.oracle.family.curvature_at_zero)
         return max(tiny, FLOOR_NOISE_SDS * noise_sd)
-
-
-def _noise_sd(sensitivity: np.ndarray, mu: float, weights: np.ndarray) -> float:
-    """Per-coordinate noise sd of ``sum_i w_i release_i`` (0 with mu = inf)."""
-    return 0.0 if math.isinf(mu) else float(np.sqrt(np.sum((weights * sensitivity) ** 2))) / mu
 
 
 def _within(step: np.ndarray, radius: float) -> np.ndarray:

@@ -11,25 +11,16 @@ from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
-from ._steps import aggregate_sd, calibrated_sigma, resolve_step_size, stage_budget
+from ._steps import resolve_step_size
 from .fedavg import run_fedavg
+from .._linalg import floor_eigenvalues
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "floor_eigenvalues", "newton_step", "resolve_hessian_floor", "newton_grad_radius",
-           "newton_sensitivity", "paper_newton_sensitivity", "MAX_HESSIAN_GB"]
+__all__ = ["FedNewton", "newton_step", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
 
 #: memory allowed for the clients' Hessians (all clients are processed in one pass)
 MAX_HESSIAN_GB = 4.0
-
-
-def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
-    """Replace eigenvalues below ``floor`` by ``floor`` in symmetric matrices of shape (..., d, d).
-
-    This is the Frobenius-norm projection onto ``{A : A >= floor I}``, hence 1-Lipschitz in the
-    Frobenius norm, which the sensitivity analysis of :class:`FedNewton` uses.
-    """
-    vals, vecs = np.linalg.eigh(H)
-    return (vecs * np.maximum(vals, floor)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
 
 
 def resolve_hessian_floor(value, family, mu: float) -> float:
@@ -39,30 +30,6 @@ def resolve_hessian_floor(value, family, mu: float) -> float:
     if value != "auto":
         return float(value)
     return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
-
-
-def newton_grad_radius(newton_grad_clip, clip: float, hessian_clip: float, hessian_floor: float, n1: np.ndarray,
-                       n2: np.ndarray, mu: float) -> np.ndarray:
-    """The radius G_i of each client's Newton gradient: ``newton_grad_clip`` if given, infinite with
-    mu = inf, else the balanced default ``min(B, lambda B n1_i / (C_H n2_i))`` (see :class:`FedNewton`)."""
-    if newton_grad_clip is not None:
-        return np.full(n1.size, float(newton_grad_clip))
-    if math.isinf(mu):
-        return np.full(n1.size, math.inf)
-    return np.minimum(clip, hessian_floor * clip * n1 / (hessian_clip * n2))
-
-
-def newton_sensitivity(clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray, n1: np.ndarray,
-                       n2: np.ndarray) -> np.ndarray:
-    """L2 sensitivity of every client's Newton step: ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``."""
-    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
-        return np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
-
-
-def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarray) -> np.ndarray:
-    """Algorithm 4's Newton-step sensitivity with tau_1 = ``hessian_floor``: ``8 B / (tau_1 n_i)``, so that
-    with budget ``mu / sqrt 2`` the noise is ``sigma_i = 2 B_new / (mu n_i)``, ``B_new = 4 sqrt(2) B / tau_1``."""
-    return 8.0 * clip / (hessian_floor * sizes)
 
 
 def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessian_floor: float,

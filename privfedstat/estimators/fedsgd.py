@@ -7,8 +7,9 @@ import numpy as np
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedsgd_noise
-from ._steps import aggregate_sd, gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
+from ._steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
 from .base import FederatedEstimator, FitContext
+from ..privacy.calibration import aggregate_sd
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
 

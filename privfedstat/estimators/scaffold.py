@@ -9,9 +9,9 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import ScaffoldNoise
-from ._steps import (MAX_ROUNDS_NONPRIVATE, aggregate_sd, calibrated_sigma, check_iterate, gradient_calibration, resolve_count,
-                     resolve_step_size, settled)
+from ._steps import MAX_ROUNDS_NONPRIVATE, check_iterate, resolve_count, resolve_step_size, settled
 from .base import FederatedEstimator, FitContext
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 
 __all__ = ["Scaffold"]
 

@@ -97,7 +97,7 @@ class _ConcatenatedOracle:
         features (d = ``n_features`` for every family, also multinomial). Each term has Frobenius
         norm ``||u_j||^2 <= row_clip^2 = C`` for every finite row, so ``sym_to_vec`` of a client's
         mean moves by at most ``sqrt(2) C / n_i`` when one row is replaced
-        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity` with ``C``: the terms are PSD).
+        (:func:`privfedstat.privacy.calibration.hessian_sensitivity` with ``C``: the terms are PSD).
 
         Parameters
         ----------
@@ -124,7 +124,7 @@ class _ConcatenatedOracle:
         sandwich ``H^-1 Sigma H^-1`` (uncentred: at the estimate the mean score is about 0). Each
         term has Frobenius norm ``||g_j||^2 <= clip^2 = C`` and is PSD, so ``sym_to_vec`` of a
         client's mean moves by at most ``sqrt(2) C / n_i`` when one row is replaced
-        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity` with ``C``).
+        (:func:`privfedstat.privacy.calibration.hessian_sensitivity` with ``C``).
 
         Parameters
         ----------
@@ -188,7 +188,7 @@ class GLMOracle(_ConcatenatedOracle):
         its clipped Hessian. A zero term is PSD with norm 0, so each term still has Frobenius
         norm ``<= C_H`` and ``sym_to_vec`` of a client's mean moves by at most
         ``sqrt(2) C_H / n_i`` when one row is replaced
-        (:func:`privfedstat.estimators.fedirls.hessian_sensitivity`), whether the row is kept or not.
+        (:func:`privfedstat.privacy.calibration.hessian_sensitivity`), whether the row is kept or not.
 
         Parameters
         ----------

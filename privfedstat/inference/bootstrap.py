@@ -13,8 +13,8 @@ noise; the parametric bootstrap reproduces all three by simulation (Ferrando, Wa
      (:func:`~privfedstat.estimators.base._search_bounds`, count sensitivity 1) on the public
      grid of :data:`ROW_SEARCH` (``1e-3 .. 1e7``), with share :data:`SEARCH_SHARE` of ``mu^2``;
    * each client's mean of ``x_j x_j^T`` over its rows, each row scaled to norm ``<= C_x``
-     (``oracle.design_moments(C_x)``), released as :func:`~privfedstat.estimators.fedirls.sym_to_vec`
-     with sensitivity ``sqrt(2) C_x^2 / n_i`` (:func:`~privfedstat.estimators.fedirls.hessian_sensitivity`:
+     (``oracle.design_moments(C_x)``), released as :func:`~privfedstat._linalg.sym_to_vec`
+     with sensitivity ``sqrt(2) C_x^2 / n_i`` (:func:`~privfedstat.privacy.calibration.hessian_sensitivity`:
      every per-sample term is PSD with Frobenius norm ``||x_j||^2 <= C_x^2``, so one row replaced
      moves the client's mean by at most ``sqrt(2) C_x^2 / n_i``), with the rest of ``mu^2``
      (Gaussian family: see below). The server averages with the size weights ``n_i / N`` into M
@@ -75,14 +75,13 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..estimators.base import FederatedEstimator, FitContext, _search_bounds, clone
-from ..estimators.fedirls import hessian_sensitivity
-from ..estimators.fednewton import floor_eigenvalues
 from ..estimators.scaling import PrivateStandardize
 from ..exceptions import DivergenceError
 from ..families.base import Family
 from ..privacy.clipping import AutoClip
 from .config import Inference
 from .core import release_psd_mean
+from .._linalg import floor_eigenvalues
 
 __all__ = ["SimulationModel", "release_simulation_model", "run_bootstrap", "simulate_response"]
 

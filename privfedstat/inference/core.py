@@ -13,7 +13,7 @@
    sensitivity ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
    ``mean_j g_j g_j^T`` with the fit's own gradient clip B (stage ``"inference-score"``,
    sensitivity ``sqrt(2) B^2 / n_i``: PSD terms of Frobenius norm ``||g_j||^2 <= B^2``, the
-   argument of :func:`~privfedstat.estimators.fedirls.hessian_sensitivity`). Both describe the
+   argument of :func:`~privfedstat.privacy.calibration.hessian_sensitivity`). Both describe the
    estimating equation the fit solved, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``: Sigma is the
    clipped score's covariance and, for scalar-response families, the Hessian is that equation's
    Jacobian, the mean over the rows whose gradient is *not* clipped
@@ -62,13 +62,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..estimators.fedirls import _noise_sd, hessian_sensitivity, sym_to_vec, vec_to_sym
-from ..estimators.fednewton import MAX_HESSIAN_GB, floor_eigenvalues
+from ..estimators.fednewton import MAX_HESSIAN_GB
 from ..families.base import Family
 from ..kernels.glm_nb import MIN_BOUND
 from .config import Inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
+from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
+from .._linalg import floor_eigenvalues, sym_to_vec, vec_to_sym
 
 __all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",
            "release_psd_mean", "SEARCH_SHARE", "SHARE_LIMIT"]
@@ -112,7 +113,7 @@ def release_psd_mean(ctx, matrices: np.ndarray, bound: float, mu: float, weights
     """
     sens = hessian_sensitivity(bound, ctx.sizes)
     noisy = ctx.channel.release(sym_to_vec(matrices), sensitivity=sens, mu=mu, stage=stage, weights=weights)
-    return vec_to_sym(weights @ noisy, matrices.shape[-1]), _noise_sd(sens, mu, weights)
+    return vec_to_sym(weights @ noisy, matrices.shape[-1]), aggregated_noise_sd(sens, mu, weights)
 
 
 def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:

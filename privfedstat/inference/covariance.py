@@ -5,7 +5,7 @@ privacy cost. Notation: H is the Hessian of the server's weighted objective at t
 Sigma the covariance of a per-sample score, both on the fitting scale in the oracle's order
 (flat index ``j q + k`` of the (d, q) parameter matrix); ``Xi`` is the symmetric Gaussian noise of
 a released Hessian, variance ``s^2`` on the diagonal and ``s^2 / 2`` off it (what ``sym_to_vec``
-releases with per-coordinate noise ``s``, see :func:`privfedstat.estimators.fedirls.sym_to_vec`).
+releases with per-coordinate noise ``s``, see :func:`privfedstat._linalg.sym_to_vec`).
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..estimators._steps import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
+from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 
 __all__ = [
     "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise", "protocol_noise_covariance",
@@ -67,7 +67,7 @@ def server_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, ste
     """The stage of :func:`~privfedstat.estimators._steps.server_gradient_descent` with these arguments.
 
     Each of the ``n_steps`` steps moves the server's parameter by ``-eta sum_i w_i (g_i + sigma_i z_i)``
-    with ``sigma_i`` from :func:`~privfedstat.estimators._steps.gradient_calibration`: isotropic noise
+    with ``sigma_i`` from :func:`~privfedstat.privacy.calibration.gradient_calibration`: isotropic noise
     of per-coordinate variance ``eta^2 sum_i w_i^2 sigma_i^2`` per step.
     """
     w = np.asarray(weights, dtype=np.float64)
@@ -79,7 +79,7 @@ def local_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, step
                 weights: np.ndarray) -> Stage:
     """The stage of :func:`~privfedstat.estimators._steps.local_gradient_descent` averaged with ``weights``.
 
-    Every client adds noise of sd ``s_i`` (:func:`~privfedstat.estimators._steps.local_step_calibration`)
+    Every client adds noise of sd ``s_i`` (:func:`~privfedstat.privacy.calibration.local_step_calibration`)
     to its parameter after each of the ``n_steps`` steps; the server averages the clients' iterates
     with w_i: per step, isotropic noise of variance ``sum_i w_i^2 s_i^2`` in the average.
     """
@@ -313,7 +313,7 @@ class ScaffoldNoise:
     step_var : float
         Per-coordinate variance of ``eta sum_i w_i sigma_i z_i``, the noise one local step adds to
         the weighted average of the clients' iterates (sigma_i of
-        :func:`~privfedstat.estimators._steps.gradient_calibration` with R K messages).
+        :func:`~privfedstat.privacy.calibration.gradient_calibration` with R K messages).
     n_local_steps : int
         K.
     n_rounds : int
@@ -484,7 +484,7 @@ def _spd(H, name: str) -> np.ndarray:
     H = (H + H.T) / 2
     if float(np.linalg.eigvalsh(H)[0]) <= 0:
         raise ValueError(f"{name} must be positive definite (floor its eigenvalues first, e.g. "
-                         "privfedstat.estimators.fednewton.floor_eigenvalues); the noise is linearised at a minimum.")
+                         "privfedstat._linalg.floor_eigenvalues); the noise is linearised at a minimum.")
     return H
 
 

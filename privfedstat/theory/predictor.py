@@ -18,11 +18,11 @@ from .._rng import as_seed_sequence
 from ..families import get_family
 from ..inference.config import resolve_inference
 from ..privacy.clipping import AutoClip
-from ..estimators._steps import calibrated_sigma, gradient_calibration, stage_budget
 from ._engine import Linearisation, propagate
 from ._newton_step import newton_moments
 from .noise import fedavg_noise, fedhybrid_noise, fedsgd_noise
 from ._population import Population, make_spec
+from ..privacy.calibration import calibrated_sigma, gradient_calibration, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 
 __all__ = ["Problem", "MSEPrediction", "predict_mse"]
 
@@ -332,8 +332,7 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
 
 def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
     """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
-    from ..estimators.fednewton import (newton_grad_radius, newton_sensitivity, paper_newton_sensitivity,
-                                        resolve_hessian_floor)
+    from ..estimators.fednewton import resolve_hessian_floor
 
     family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
     lam = resolve_hessian_floor(params["hessian_floor"], family, mu)

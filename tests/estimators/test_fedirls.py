@@ -13,10 +13,11 @@ from scipy.optimize import minimize
 from conftest import simulate
 from privfedstat import FederatedData, FedIRLS, glm
 from privfedstat.estimators import fedirls
-from privfedstat.estimators.fedirls import auto_budget_split, hessian_sensitivity, sym_to_vec, vec_to_sym
 from privfedstat.families import get_family
 from privfedstat.federation import Channel, make_oracle
 from privfedstat.privacy import ClientNoise, PrivacyLedger
+from privfedstat.privacy.calibration import BACKWARD_RATIO, auto_budget_split, hessian_sensitivity
+from privfedstat._linalg import sym_to_vec, vec_to_sym
 
 INF = float("inf")
 SIZES = [150, 250, 300, 200, 400]
@@ -213,7 +214,7 @@ def test_auto_split_sums_to_one_with_the_derived_structure(R, beta):
         f, x = s[-1, 0], s[-1, 1]
         np.testing.assert_allclose(x**3, beta * f * f, rtol=1e-6)  # Lagrange: x^3 = beta f^2
         np.testing.assert_allclose(s[1:, 1], s[:-1, 0], rtol=1e-12)  # h_r = g_{r-1}
-        np.testing.assert_allclose(s[:-2, 0] / s[1:-1, 0], fedirls.BACKWARD_RATIO, rtol=1e-12)
+        np.testing.assert_allclose(s[:-2, 0] / s[1:-1, 0], BACKWARD_RATIO, rtol=1e-12)
 
 
 def test_last_gradient_share_falls_as_the_hessian_noise_rises():

@@ -12,7 +12,6 @@ from privfedstat import FederatedData, FedIRLS, FedSGD, PrivateStandardize
 from privfedstat._rng import spawn_generators
 from privfedstat.estimators import registry
 from privfedstat.estimators.base import FitContext
-from privfedstat.estimators.fedirls import hessian_sensitivity, sym_to_vec
 from privfedstat.exceptions import DivergenceError
 from privfedstat.families import get_family
 from privfedstat.federation import Channel, make_oracle
@@ -20,6 +19,8 @@ from privfedstat.inference import bootstrap
 from privfedstat.inference.bootstrap import _gaussian_design, release_simulation_model, run_bootstrap, simulate_response
 from privfedstat.inference.config import Inference
 from privfedstat.privacy import ClientNoise, PrivacyLedger
+from privfedstat.privacy.calibration import hessian_sensitivity
+from privfedstat._linalg import sym_to_vec
 
 #: the test fits use tiny settings (a few rounds): their accuracy diagnostics are expected to speak up
 pytestmark = pytest.mark.filterwarnings("ignore::privfedstat.ConvergenceWarning")

@@ -11,9 +11,9 @@ import privfedstat.inference.bootstrap as bootstrap_module
 from conftest import simulate
 from privfedstat import (AutoClip, FederatedData, FedIRLS, FedNewton, FedSGD, FeatureBounds, Inference,
                          NoInferenceError, NotFittedError, PrivacyBudget, glm)
-from privfedstat.estimators.fedirls import hessian_sensitivity
 from privfedstat.inference.core import CLIP_COUNT_SHARE
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
+from privfedstat.privacy.calibration import hessian_sensitivity
 
 MU = 2.0
 BETA = [0.3, 0.5, -0.5]

@@ -38,11 +38,11 @@ from test_kernels import SETTINGS, assert_close, cases
 
 from privfedstat import FederatedData
 from privfedstat.data.federated import row_norm_bounds
-from privfedstat.estimators.fedirls import hessian_sensitivity
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.kernels import reference as ref
 from privfedstat.kernels.glm_nb import CLIP_SAFETY, MIN_BOUND
+from privfedstat.privacy.calibration import hessian_sensitivity
 
 MULTINOMIAL = get_family("multinomial", n_classes=3)
 

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from _replay import check_neighbours, one_numba_thread, tap_channel  # noqa: F401 (fixture)
 from privfedstat import FederatedData
 from privfedstat._rng import spawn_generators
-from privfedstat.estimators.fedirls import hessian_sensitivity, sym_to_vec
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.families import get_family
@@ -37,6 +36,8 @@ from privfedstat.federation.channel import Channel
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.privacy.ledger import PrivacyLedger
 from privfedstat.privacy.mechanisms import ClientNoise
+from privfedstat.privacy.calibration import hessian_sensitivity
+from privfedstat._linalg import sym_to_vec
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are irrelevant here
 pytestmark = [pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]

@@ -1,0 +1,171 @@
+"""Calibration: every algorithm's noise scales, sensitivities and budget splits, as pure functions.
+
+The estimators (which run the protocols) and the theory (which predicts their error) both import
+these formulas from here, so that a calibration is written once. Sensitivities are L2 sensitivities
+of one client's statistic when one of its rows is replaced (the record-level unit of the core paper);
+budgets are GDP parameters mu, composed in squares.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
+    "aggregated_noise_sd", "hessian_sensitivity", "newton_grad_radius", "newton_sensitivity",
+    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO",
+]
+
+SQRT2 = math.sqrt(2.0)
+
+
+def calibrated_sigma(sensitivity, mu: float) -> np.ndarray:
+    """The Gaussian mechanism's noise sd ``sensitivity / mu`` (0 with mu = inf, as the Channel uses)."""
+    sens = np.asarray(sensitivity, dtype=np.float64)
+    return np.zeros_like(sens) if math.isinf(mu) else sens / mu
+
+
+def gradient_calibration(clip: float, sizes: np.ndarray, n_iter: int, mu: float) -> tuple[np.ndarray, float]:
+    """Sensitivity and budget of each gradient message of :func:`server_gradient_descent` (Algorithm 1).
+
+    A client's mean of per-sample gradients clipped to norm B moves by at most ``2 B / n_i`` in L2
+    norm when one of its rows is replaced (Lemma 3.1); the K messages share ``mu`` equally in
+    squares, ``mu / sqrt(K)`` each. The noise sd is ``calibrated_sigma(*gradient_calibration(...))``
+    ``= 2 B sqrt(K) / (mu n_i)``.
+
+    Returns
+    -------
+    sensitivity : ndarray of shape (n_clients,)
+    mu_message : float
+    """
+    return 2.0 * clip / sizes, mu / math.sqrt(n_iter)
+
+
+def local_step_calibration(clip: float, step_size: float, sizes: np.ndarray, n_steps: int,
+                           mu: float) -> tuple[np.ndarray, float]:
+    """Sensitivity and budget of each noisy step of :func:`local_gradient_descent` (Algorithms 2-4).
+
+    The statistic ``eta g_i`` has sensitivity ``2 B eta / n_i``; the ``n_steps`` steps share
+    ``mu`` equally in squares. Noise sd ``2 B eta sqrt(n_steps) / (mu n_i)`` on the parameter.
+
+    Returns
+    -------
+    sensitivity : ndarray of shape (n_clients,)
+    mu_step : float
+    """
+    return 2.0 * clip * step_size / sizes, mu / math.sqrt(n_steps)
+
+
+def stage_budget(mu: float, n_stages: int) -> float:
+    """Budget of each of ``n_stages`` stages that share ``mu`` equally: ``mu / sqrt(n_stages)`` (GDP composition)."""
+    return mu / math.sqrt(n_stages)
+
+
+def aggregate_sd(sigma, weights: np.ndarray) -> float:
+    """Per-coordinate sd ``sqrt(sum_i w_i^2 sigma_i^2)`` of the weighted average of independent client noises."""
+    return float(np.sqrt(np.sum((np.asarray(weights) * np.asarray(sigma)) ** 2)))
+
+
+def aggregated_noise_sd(sensitivity: np.ndarray, mu: float, weights: np.ndarray) -> float:
+    """Per-coordinate noise sd of ``sum_i w_i release_i`` (0 with mu = inf)."""
+    return 0.0 if math.isinf(mu) else float(np.sqrt(np.sum((weights * sensitivity) ** 2))) / mu
+
+
+def hessian_sensitivity(hessian_clip: float, sizes: np.ndarray) -> np.ndarray:
+    """L2 sensitivity of ``sym_to_vec`` of a client's mean clipped Hessian: ``sqrt(2) C_H / n_i``.
+
+    Every per-sample Hessian here is positive semi-definite (``ell''(y, z) x x^T`` with
+    ``ell'' >= 0``; ``(diag(p) - p p^T) kron x x^T`` for the multinomial family), and clipping
+    multiplies it by a factor in (0, 1], so it stays PSD with Frobenius norm <= C_H. For PSD
+    A, B with norms <= C_H, ``tr(AB) = ||A^{1/2} B^{1/2}||_F^2 >= 0``, hence
+    ``||A - B||_F^2 = ||A||_F^2 + ||B||_F^2 - 2 tr(AB) <= 2 C_H^2``. Replacing one of client i's
+    n_i rows moves the mean by ``(A - B) / n_i``, and :func:`sym_to_vec` is an isometry, so the
+    release moves by at most ``sqrt(2) C_H / n_i`` in L2. The bound is attained (A and B of rank
+    one with orthogonal ranges), so it is the tightest valid one; the generic ``2 C_H / n_i``
+    ignores that Hessians are PSD.
+
+    Parameters
+    ----------
+    hessian_clip : float
+        C_H, the bound on per-sample Hessian Frobenius norms.
+    sizes : ndarray of shape (n_clients,)
+        n_i.
+
+    Returns
+    -------
+    ndarray of shape (n_clients,)
+    """
+    return SQRT2 * hessian_clip / np.asarray(sizes, dtype=np.float64)
+
+
+def newton_grad_radius(newton_grad_clip, clip: float, hessian_clip: float, hessian_floor: float, n1: np.ndarray,
+                       n2: np.ndarray, mu: float) -> np.ndarray:
+    """The radius G_i of each client's Newton gradient: ``newton_grad_clip`` if given, infinite with
+    mu = inf, else the balanced default ``min(B, lambda B n1_i / (C_H n2_i))`` (see :class:`FedNewton`)."""
+    if newton_grad_clip is not None:
+        return np.full(n1.size, float(newton_grad_clip))
+    if math.isinf(mu):
+        return np.full(n1.size, math.inf)
+    return np.minimum(clip, hessian_floor * clip * n1 / (hessian_clip * n2))
+
+
+def newton_sensitivity(clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray, n1: np.ndarray,
+                       n2: np.ndarray) -> np.ndarray:
+    """L2 sensitivity of every client's Newton step: ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``."""
+    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
+        return np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
+
+
+def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarray) -> np.ndarray:
+    """Algorithm 4's Newton-step sensitivity with tau_1 = ``hessian_floor``: ``8 B / (tau_1 n_i)``, so that
+    with budget ``mu / sqrt 2`` the noise is ``sigma_i = 2 B_new / (mu n_i)``, ``B_new = 4 sqrt(2) B / tau_1``."""
+    return 8.0 * clip / (hessian_floor * sizes)
+
+
+#: factor by which the budget of each earlier round shrinks, going back from the last (measured)
+BACKWARD_RATIO = 0.35
+
+
+def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO) -> np.ndarray:
+    """Shares of mu^2 for the gradient and Hessian releases of each round, derived in :class:`FedIRLS`.
+
+    The last gradient gets ``f``; the Hessian of round r and the gradient of round r - 1 get
+    equal shares ``x ratio^(R - r)`` with ``x^3 = beta f^2``; round 1's Hessian gets
+    ``x ratio^(R - 1)``; ``f`` is set so that the shares sum to 1.
+
+    Parameters
+    ----------
+    n_rounds : int
+        R.
+    beta : float
+        Relative Hessian noise per unit share, ``E||H^{-1} Xi u||^2`` for a unit vector u when
+        the Hessian gets all of mu (see :class:`FedIRLS`); must be >= 0.
+    ratio : float
+        Decay of the shares per round going back from the last (q).
+
+    Returns
+    -------
+    ndarray of shape (n_rounds, 2)
+        Column 0: gradient shares, column 1: Hessian shares; all > 0, summing to 1.
+    """
+    R = n_rounds
+    decay = ratio ** np.arange(R - 1)  # pairs (h_{R-k}, g_{R-1-k}), k = 0..R-2
+    weight = 2.0 * decay.sum() + ratio ** (R - 1)  # total of all shares but f, in units of x
+
+    def rest(f: float) -> float:
+        return (beta * f * f) ** (1.0 / 3.0) * weight
+
+    lo, hi = 0.0, 1.0  # f + rest(f) increases in f from 0 to > 1: bisection
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mid + rest(mid) < 1.0 else (lo, mid)
+    f = 0.5 * (lo + hi)
+    x = (beta * f * f) ** (1.0 / 3.0)
+    shares = np.zeros((R, 2))
+    shares[R - 1, 0] = f
+    for k in range(R - 1):
+        shares[R - 1 - k, 1] = shares[R - 2 - k, 0] = x * decay[k]
+    shares[0, 1] = x * ratio ** (R - 1)
+    return shares / shares.sum()
