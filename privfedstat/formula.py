@@ -18,6 +18,7 @@ from .estimators.base import FederatedEstimator
 from .estimators.registry import REGISTRY, get_method
 from .estimators.scaling import PrivateStandardize
 from .exceptions import PrivacyLeakWarning
+from .families import Family, family_type, get_family
 
 __all__ = ["glm", "METHODS"]
 
@@ -36,7 +37,7 @@ def glm(
     data: pd.DataFrame,
     *,
     client: str,
-    family: str = "gaussian",
+    family: str | Family = "gaussian",
     method: str = "fedirls",
     mu: float = 2.0,
     scaling="private",
@@ -64,10 +65,10 @@ def glm(
         One row per observation.
     client : str
         Column naming the client that holds each row (not part of the model).
-    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"}
-        For ``"multinomial"`` the response's declared levels are the classes (K of them), the first
-        being the reference; with finite ``mu`` the response must be a pandas Categorical or be
-        named in ``levels``.
+    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"} or Family
+        For ``"multinomial"`` (a family with ``response_levels``) the response's declared levels are
+        the classes (K of them), the first being the reference; with finite ``mu`` the response must
+        be a pandas Categorical or be named in ``levels``.
     method : str, default "fedirls"
         A registered method (``privfedstat.estimators.REGISTRY``): "fedirls", "fedsgd",
         "fedhybrid", "fedavg", "fednewton", "scaffold", "pooled", "localfit". The default,
@@ -165,14 +166,15 @@ def glm(
     if data[client].isna().any():
         raise ValueError(f"client column {client!r} has missing values; every row needs a client.")
 
-    design = build_design(formula, data, client=client, multinomial=family == "multinomial", levels=levels,
+    fam_type = family_type(family)
+    design = build_design(formula, data, client=client, multinomial=fam_type.response_levels, levels=levels,
                           na_action=na_action, private=private)
     intercept = design.names.index("Intercept") if "Intercept" in design.names else None
 
     cls = spec.cls
     accepted = set(inspect.signature(cls.__init__).parameters)
     kwargs = dict(params)
-    kwargs["family"] = family if design.n_classes is None else _family(family, {"n_classes": design.n_classes})
+    kwargs["family"] = _with_classes(family, design.n_classes)
     # non-private baselines (pooled, localfit) take neither a budget nor randomness
     kwargs.update({k: v for k, v in (("mu", mu), ("random_state", random_state)) if k in accepted})
     if "scaling" in accepted:
@@ -194,7 +196,7 @@ def glm(
     fit_kwargs = {} if budget is None else {"budget": budget}
     o = combine_offset(*(_per_row(data, v, name)[design.rows] if v is not None else None
                          for name, v in (("offset", offset), ("exposure", exposure))), design.rows.size,
-                       getattr(family, "name", family))
+                       fam_type)
     # names first: the fit's warnings (noise-dominated or unconverged coefficients) name the terms
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
@@ -225,7 +227,15 @@ def _per_row(data: pd.DataFrame, value, name: str) -> np.ndarray:
                          f"got shape {values.shape}.")
     return values
 
-def _family(name: str, params: dict):
-    from .families import get_family
 
-    return get_family(name, **params)
+def _with_classes(family: str | Family, n_classes: int | None) -> str | Family:
+    """The estimator's ``family``: as given, or (a family with ``response_levels``) built with the
+    ``n_classes`` declared by the response's levels; an instance must already have that many."""
+    if n_classes is None:
+        return family
+    if isinstance(family, Family):
+        if family.n_classes != n_classes:
+            raise ValueError(f"family {family!r} has {family.n_classes} classes, but the response declares "
+                             f"{n_classes} levels.")
+        return family
+    return get_family(family, n_classes=n_classes)

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
+from ..families import Family
 
 __all__ = ["combine_offset", "prediction_offset"]
 
 
-def combine_offset(offset, exposure, n: int, family: str) -> np.ndarray | None:
+def combine_offset(offset, exposure, n: int, family: Family | type[Family]) -> np.ndarray | None:
     """``offset + log(exposure)`` for ``n`` rows, validated; None when neither is given.
 
     Parameters
@@ -28,8 +29,8 @@ def combine_offset(offset, exposure, n: int, family: str) -> np.ndarray | None:
         Finite exposures ``E_j > 0``.
     n : int
         Number of rows.
-    family : str
-        The family's name: ``exposure`` needs the log link (``"poisson"``).
+    family : Family or Family subclass
+        ``exposure`` needs a family with the log link (``link == "log"``: Poisson).
 
     Returns
     -------
@@ -43,8 +44,8 @@ def combine_offset(offset, exposure, n: int, family: str) -> np.ndarray | None:
     """
     if offset is None and exposure is None:
         return None
-    if exposure is not None and family != "poisson":
-        raise ValueError(f"exposure is for the log link (family='poisson'), not {family!r}: use offset= "
+    if exposure is not None and family.link != "log":
+        raise ValueError(f"exposure is for the log link (family='poisson'), not {family.name!r}: use offset= "
                          "(e.g. offset=np.log(exposure) if that is what you mean).")
     total = np.zeros(n)
     for name, values in (("offset", offset), ("exposure", exposure)):
@@ -76,7 +77,7 @@ def prediction_offset(est, X, n: int, offset, exposure) -> np.ndarray | None:
     DataFrame ``X``. A model fitted with an offset (``has_offset_``) refuses rows without one:
     predicting at ``o = 0`` would be silently wrong (a rate instead of a count).
     """
-    o = combine_offset(offset, exposure, n, est.family_.name)
+    o = combine_offset(offset, exposure, n, est.family_)
     if o is None and isinstance(X, FederatedData):
         o = X.offset
     columns = getattr(est, "offset_columns_", None)
@@ -86,7 +87,7 @@ def prediction_offset(est, X, n: int, offset, exposure) -> np.ndarray | None:
             raise ValueError(f"the model's offset column(s) {missing} are not in the data; add them or pass "
                              "offset= / exposure= for the new rows.")
         o = combine_offset(*(None if columns.get(k) is None else X[columns[k]].to_numpy()
-                             for k in ("offset", "exposure")), n, est.family_.name)
+                             for k in ("offset", "exposure")), n, est.family_)
     if o is not None and est.family_.n_outputs > 1:
         raise ValueError("the multinomial family takes no offset; predict without offset= / exposure=.")
     if o is None and getattr(est, "has_offset_", False):

@@ -16,7 +16,7 @@ from ..exceptions import NotFittedError
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
 from ._offset import prediction_offset
-from ._sklearn import class_labels, sklearn_tags
+from ._sklearn import sklearn_tags
 from .summary import Summary
 
 __all__ = ["FittedResults"]
@@ -40,7 +40,7 @@ class FittedResults:
 
     def _formula_rows(self, df: pd.DataFrame, with_y: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """A DataFrame through the stored formula of a ``glm()`` fit (see :func:`apply_design`)."""
-        classes = self.levels_.get(self.response_name_) if self.family_.name == "multinomial" else None
+        classes = self.levels_.get(self.response_name_) if self.family_.response_levels else None
         return apply_design(self.model_spec_, df, levels=self.levels_, response=self.response_name_,
                             classes=classes, with_y=with_y)
 
@@ -79,16 +79,15 @@ class FittedResults:
     def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
         """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
         self._check_fitted()
-        if class_labels(self.family_) is None:
+        if self.family_.class_labels is None:
             raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
-        p = self.predict(X, offset=offset, exposure=exposure)
-        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+        return self.family_.class_probabilities(self._linear_predictor(X, self.coef_, offset, exposure))
 
     @property
     def classes_(self) -> np.ndarray:
         """Class labels of a classifier, fixed by the family (``[0, 1]``; multinomial ``0, ..., K-1``)."""
         self._check_fitted()
-        classes = class_labels(self.family_)
+        classes = self.family_.class_labels
         if classes is None:
             raise AttributeError(f"classes_ is defined for classifiers (logistic, multinomial), not {self.family_.name}.")
         return classes

@@ -1,4 +1,4 @@
-"""scikit-learn interoperability: ``fit(X, y, clients=labels)``, class labels and estimator tags.
+"""scikit-learn interoperability: ``fit(X, y, clients=labels)`` and estimator tags.
 
 scikit-learn is not a dependency of privfedstat: it is imported only inside
 :func:`sklearn_tags`, which only scikit-learn itself calls (``__sklearn_tags__``, scikit-learn >= 1.6).
@@ -12,12 +12,10 @@ guarantee; use the estimators' ``scaling`` parameter for private rescaling.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..data.federated import FederatedData
-from ..families import Family, get_family
+from ..families import get_family
 
-__all__ = ["as_federated_data", "class_labels", "sklearn_tags"]
+__all__ = ["as_federated_data", "sklearn_tags"]
 
 
 def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
@@ -49,24 +47,12 @@ def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
     return FederatedData.from_pooled(X, y, clients=clients, offset=offset)
 
 
-def class_labels(family: Family) -> np.ndarray | None:
-    """Class labels of a classifier family (``[0, 1]``, or ``0, ..., K-1`` for multinomial); None otherwise.
-
-    The labels come from the family, never from the data: which labels occur in the data is private.
-    """
-    if family.name == "logistic":
-        return np.array([0.0, 1.0])
-    if family.name == "multinomial":
-        return np.arange(float(family.n_classes))
-    return None
-
-
 def sklearn_tags(estimator):
     """scikit-learn tags of ``estimator``: a classifier for the logistic and multinomial families,
     a regressor otherwise (``predict`` returns the mean response E[y | x] in both cases)."""
     from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
 
-    classes = class_labels(get_family(estimator.family))
+    classes = get_family(estimator.family).class_labels
     tags = Tags(estimator_type="regressor" if classes is None else "classifier", target_tags=TargetTags(required=True))
     if classes is None:
         tags.regressor_tags = RegressorTags()

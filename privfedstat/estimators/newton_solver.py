@@ -87,13 +87,13 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
                offset: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray], bool]:
     """Minimise ``mean_j ell(y_j, x_j^T theta + o_j) + alpha/2 ||theta||^2`` by damped Newton-Raphson.
 
-    Starts at 0 (Huber: at the least-squares fit, where Newton on the piecewise-quadratic loss
-    needs only a few steps, rather than at 0, where every residual may lie beyond the threshold
-    and the Hessian vanishes); each iteration takes the Newton step ``-H^{-1} g`` and halves it
-    until the objective does not increase (up to rounding). Converged when the accepted step satisfies
-    ``max|step| <= tol * (1 + max|theta|)``. A singular Hessian is handled by a pseudo-inverse
-    (the minimum-norm step, as statsmodels' IRLS does with ``pinv``), with a gradient step on
-    directions without curvature.
+    Starts at 0, or for families with ``start_at_least_squares`` (Huber) at the least-squares fit,
+    where Newton on the piecewise-quadratic loss needs only a few steps, rather than at 0, where
+    every residual may lie beyond the threshold and the Hessian vanishes. Each iteration takes the
+    Newton step ``-H^{-1} g`` and halves it until the objective does not increase (up to rounding).
+    Converged when the accepted step satisfies ``max|step| <= tol * (1 + max|theta|)``. A singular
+    Hessian is handled by a pseudo-inverse (the minimum-norm step, as statsmodels' IRLS does with
+    ``pinv``), with a gradient step on directions without curvature.
 
     Parameters
     ----------
@@ -125,7 +125,7 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
     q = n_outputs(family)
     n, d = X.shape
     theta = np.zeros(d * q)
-    if family.name == "huber":
+    if family.start_at_least_squares:
         theta = np.linalg.lstsq(np.vstack([X, math.sqrt(n * alpha) * np.eye(d)]),
                                 np.concatenate([y if offset is None else y - offset, np.zeros(d)]), rcond=None)[0]
     path = [theta]
@@ -163,9 +163,8 @@ def newton_fit(X: np.ndarray, y: np.ndarray, family: Family, *, alpha: float = 0
 
 
 def separated(family: Family, X, y, theta, q, offset=None) -> int:
-    """Number of observations with fitted probabilities numerically 0 or 1 (binary / multinomial)."""
-    if family.name not in ("logistic", "multinomial"):
+    """Number of observations with fitted probabilities numerically 0 or 1 (classifier families)."""
+    if family.class_labels is None:
         return 0
-    P = family.mean(_eta(X, theta, q, offset))
-    P = P if P.ndim == 2 else np.column_stack([1.0 - P, P])
+    P = family.class_probabilities(_eta(X, theta, q, offset))
     return int(np.sum(P.max(axis=1) > 1.0 - 1e-10))

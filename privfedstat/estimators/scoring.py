@@ -23,34 +23,28 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 def score(family: Family, Z: np.ndarray, y: np.ndarray, metric: str | None = None) -> float:
     """Score linear predictors ``Z`` against responses ``y``.
 
-    ``metric``: ``"auc"`` (logistic), ``"accuracy"`` (logistic at 0.5, multinomial by argmax),
-    ``"deviance"`` per observation (``2 (loglik_saturated - loglik) / n``; the mean squared
-    residual for gaussian, twice the mean loss for huber and the classifiers) or
-    ``"neg_deviance"`` (its negative). Default: AUC for logistic, accuracy for multinomial,
-    ``"neg_deviance"`` otherwise, so that the default score is greater-is-better as scikit-learn's
-    model selection assumes (the sign convention of its ``neg_mean_poisson_deviance`` scorer).
+    ``metric``: ``"auc"`` (binary classifiers: logistic), ``"accuracy"`` (classifiers:
+    :meth:`Family.predict_class`, logistic at 0.5, multinomial by argmax), ``"deviance"`` per
+    observation (the mean of :meth:`Family.deviance`, ``2 (loglik_saturated - loglik)``; the mean
+    squared residual for gaussian, twice the mean loss for huber and the classifiers) or
+    ``"neg_deviance"`` (its negative). Default: AUC for binary classifiers, accuracy for other
+    classifiers, ``"neg_deviance"`` otherwise, so that the default score is greater-is-better as
+    scikit-learn's model selection assumes (the sign convention of its ``neg_mean_poisson_deviance``
+    scorer).
     """
-    name = family.name
-    metric = metric or {"logistic": "auc", "multinomial": "accuracy"}.get(name, "neg_deviance")
+    labels = family.class_labels
+    if metric is None:
+        metric = "neg_deviance" if labels is None else "auc" if labels.size == 2 else "accuracy"
     if metric == "neg_deviance":
         return -score(family, Z, y, "deviance")
     if metric == "auc":
-        if name != "logistic":
-            raise ValueError("AUC needs a binary (logistic) model.")
+        if labels is None or labels.size != 2:
+            raise ValueError("AUC needs a binary classifier (logistic).")
         return auc(y, family.mean(Z))
     if metric == "accuracy":
-        if name == "logistic":
-            return float(np.mean((family.mean(Z) >= 0.5) == (y == 1)))
-        if name == "multinomial":
-            return float(np.mean(np.argmax(family.mean(Z), axis=1) == y))
-        raise ValueError("accuracy needs a classifier (logistic or multinomial).")
+        if labels is None:
+            raise ValueError("accuracy needs a classifier (logistic or multinomial).")
+        return float(np.mean(family.predict_class(Z) == y))
     if metric == "deviance":
-        if name == "poisson":  # 2 [y log(y / mu) - (y - mu)]
-            mu = family.mean(Z)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = np.where(y > 0, y * np.log(y / mu), 0.0)
-            return float(2 * np.mean(t - (y - mu)))
-        if name == "gaussian":
-            return float(np.mean((y - Z) ** 2))
-        return float(2 * np.mean(family.loss(y, Z)))
+        return float(np.mean(family.deviance(y, Z)))
     raise ValueError(f"unknown metric {metric!r}; use 'auc', 'accuracy', 'deviance' or 'neg_deviance'.")

@@ -6,6 +6,11 @@ core paper, Section 2). Its per-sample gradient is ``ell'(y, z) x`` and its per-
 kernels need, and the per-sample gradient norm is ``|ell'(y, z)| * ||x||``. GLMs with canonical
 link have ``ell'(y, z) = mean(z) - y``; the Huber loss shows that the same machinery covers
 robust M-estimators that are not likelihoods.
+
+Everything the rest of the package needs to know about a family is an attribute or a method of
+:class:`Family` (its response law, dispersion, class labels, deviance, ...): no code outside this
+package switches on a family's name, so a new family is added by implementing this interface and
+registering it in ``FAMILIES``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ class Family:
     name: str = ""
     code: int = -1
     param: float = 0.0
+    #: link function g with g(E[y | x]) = z, as statsmodels names it ("logit", "log", "identity");
+    #: ``exposure=`` (an offset log E) needs the log link
+    link: str = "identity"
     #: columns of the parameter matrix (1 for scalar-response families)
     n_outputs: int = 1
     #: curvature of the loss at linear predictor 0, ell''(y, 0) (a data-independent scale of the
@@ -40,11 +48,36 @@ class Family:
     #: Hessian factor; inf where it is unbounded, e.g. Poisson): the public smoothness constant
     #: behind ``step_size="auto"``
     max_curvature: float = 1.0
-    #: whether the loss is a likelihood whose score covariance equals its Hessian at the truth
-    #: (dispersion 1: logistic, Poisson, multinomial), so that ``H^-1 / N`` is a valid
-    #: (model-based) covariance; False where a scale is unknown (Gaussian) or there is no
-    #: likelihood (Huber): their inference uses the sandwich
-    unit_dispersion: bool = False
+    #: whether the loss is the negative log-likelihood of a GLM with canonical link: a response law
+    #: y | x that :meth:`simulate` draws from and :meth:`response_quadrature` integrates, with
+    #: ``Var(y | x) = dispersion * ell''(y, z)`` (so the score covariance at the truth is the
+    #: dispersion times the Hessian); False for M-estimators that are not likelihoods (Huber)
+    likelihood: bool = False
+    #: whether that law has a free dispersion (Gaussian: the residual variance), unknown to the
+    #: loss; :meth:`simulate` and :meth:`response_quadrature` then take its square root as ``scale``
+    has_dispersion: bool = False
+    #: whether ``glm()`` reads the response as a categorical column whose declared levels are the
+    #: classes (the family is then built with ``n_classes`` = their number)
+    response_levels: bool = False
+    #: whether Newton-Raphson starts at the least-squares fit rather than at 0: for losses whose
+    #: curvature vanishes away from the data (Huber beyond its threshold), where a start at 0 may
+    #: see no curvature at all
+    start_at_least_squares: bool = False
+
+    @property
+    def unit_dispersion(self) -> bool:
+        """Whether ``H^-1 / N`` is a valid (model-based) covariance: a likelihood with dispersion 1
+        (logistic, Poisson, multinomial); False where a scale is unknown (Gaussian) or there is no
+        likelihood (Huber), whose inference uses the sandwich."""
+        return self.likelihood and not self.has_dispersion
+
+    @property
+    def class_labels(self) -> np.ndarray | None:
+        """Class labels of a classifier family (``[0, 1]``; multinomial ``0, ..., K-1``), None otherwise.
+
+        The labels come from the family, never from the data: which labels occur in the data is private.
+        """
+        return None
 
     def loss(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Per-sample loss ``ell(y, z)``."""
@@ -61,6 +94,51 @@ class Family:
     def mean(self, z: np.ndarray) -> np.ndarray:
         """Mean response E[y | x] at linear predictor ``z`` (used by ``predict``)."""
         raise NotImplementedError
+
+    def deviance(self, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Per-sample unit deviance ``2 (loglik_saturated - loglik)`` at linear predictor ``z``.
+
+        The default, ``2 ell(y, z)``, is the deviance of a likelihood whose saturated fit has
+        log-likelihood 0 (logistic, multinomial), and twice the loss for M-estimators (Huber).
+        """
+        return 2.0 * self.loss(y, z)
+
+    def simulate(self, z: np.ndarray, rng: np.random.Generator, scale: float | None = None) -> np.ndarray:
+        """Responses drawn from the family's law at linear predictors ``z`` (float64, one per row).
+
+        Parameters
+        ----------
+        z : ndarray of shape (n,), or (n, n_outputs) for the multinomial family
+        rng : numpy.random.Generator
+            Every draw comes from it, in one call per family (reproducible from the seed).
+        scale : float, optional
+            Square root of the dispersion (residual standard deviation), needed by families with
+            ``has_dispersion``; ignored by the others.
+        """
+        raise ValueError(f"the {self.name} family is not a likelihood: it has no response law to simulate from.")
+
+    def response_quadrature(self, z: np.ndarray, scale: float | None = None,
+                            n_nodes: int = 40) -> tuple[np.ndarray, np.ndarray]:
+        """Nodes and weights of the law of y given linear predictors ``z`` (shape as in :meth:`simulate`).
+
+        Returns values ``Y`` and weights ``W``, each of shape (n, q), with ``W`` summing to 1 per
+        row, so that ``E[f(y) | z] ~ sum_k W[:, k] f(Y[:, k])`` (exact for discrete laws up to a
+        truncated tail; Gauss-Hermite with ``n_nodes`` nodes for continuous ones). ``scale`` as in
+        :meth:`simulate`. The default serves classifier likelihoods: the class labels with their
+        probabilities.
+        """
+        if not self.likelihood or self.class_labels is None:
+            raise ValueError(f"the {self.name} family is not a likelihood: it has no response law to integrate.")
+        P = self.class_probabilities(z)
+        return np.broadcast_to(self.class_labels, P.shape), P
+
+    def class_probabilities(self, z: np.ndarray) -> np.ndarray:
+        """Probabilities of the classes :attr:`class_labels`, shape (n, K) (classifier families only)."""
+        raise ValueError(f"class probabilities are for classifier families, and the {self.name} family is not one.")
+
+    def predict_class(self, z: np.ndarray) -> np.ndarray:
+        """Most probable class label of each row (classifier families only)."""
+        raise ValueError(f"class predictions are for classifier families, and the {self.name} family is not one.")
 
     def check_y(self, y: np.ndarray) -> None:
         """Raise ``ValueError`` if ``y`` lies outside the family's support."""

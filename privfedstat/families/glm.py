@@ -7,18 +7,35 @@ from scipy.special import expit
 
 from .base import Family
 
-__all__ = ["Logistic", "Poisson", "Gaussian", "Huber", "POISSON_MAX_ETA"]
+__all__ = ["Logistic", "Poisson", "Gaussian", "Huber", "POISSON_MAX_ETA", "MAX_POISSON_MEAN", "hermite_nodes"]
 
 #: Cap on the Poisson linear predictor inside ``exp`` (exp(500) ~ 1.4e217): keeps means, gradients
 #: and losses finite for any theta; a fit whose iterates reach it has diverged and is reported.
 POISSON_MAX_ETA = 500.0
+#: cap on a simulated Poisson mean (numpy's sampler refuses means near 1e19)
+MAX_POISSON_MEAN = 1e12
+
+
+def hermite_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights (summing to 1) for E[f(U)], U ~ N(0, 1)."""
+    t, w = np.polynomial.hermite_e.hermegauss(n)
+    return t, w / w.sum()
+
+
+def _dispersion_scale(family: Family, scale: float | None) -> float:
+    """``scale`` (the square root of the dispersion) of a family with ``has_dispersion``, checked."""
+    if scale is None or not scale >= 0:
+        raise ValueError(f"the {family.name} family's response law needs scale= (the residual standard deviation, "
+                         f">= 0), got {scale!r}.")
+    return scale
 
 
 class Logistic(Family):
     """Binomial family with logit link: ``ell(y, z) = log(1 + e^z) - y z``, y in {0, 1}."""
 
     name = "logistic"
-    unit_dispersion = True
+    link = "logit"
+    likelihood = True
     code = 0
     curvature_at_zero = 0.25
     max_curvature = 0.25
@@ -36,6 +53,21 @@ class Logistic(Family):
 
     def mean(self, z):
         return expit(z)
+
+    @property
+    def class_labels(self):
+        return np.array([0.0, 1.0])
+
+    def class_probabilities(self, z):
+        p = self.mean(z)
+        return np.column_stack([1.0 - p, p])
+
+    def predict_class(self, z):
+        return (self.mean(z) >= 0.5).astype(np.float64)
+
+    def simulate(self, z, rng, scale=None):
+        """Bernoulli draws: ``1`` where a uniform falls below the mean (``rng.random(n)``)."""
+        return (rng.random(z.shape[0]) < self.mean(z)).astype(np.float64)
 
     def check_y(self, y):
         bad = (y != 0) & (y != 1)
@@ -55,7 +87,8 @@ class Poisson(Family):
     """
 
     name = "poisson"
-    unit_dispersion = True
+    link = "log"
+    likelihood = True
     code = 1
     max_curvature = float("inf")
 
@@ -73,6 +106,28 @@ class Poisson(Family):
     def mean(self, z):
         return np.exp(np.minimum(z, POISSON_MAX_ETA))
 
+    def deviance(self, y, z):
+        """``2 [y log(y / mu) - (y - mu)]`` (``y log(y / mu) = 0`` at y = 0)."""
+        mu = self.mean(z)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(y > 0, y * np.log(y / mu), 0.0)
+        return 2 * (t - (y - mu))
+
+    def simulate(self, z, rng, scale=None):
+        """Poisson draws (``rng.poisson``) with means capped at :data:`MAX_POISSON_MEAN`."""
+        return rng.poisson(np.minimum(self.mean(z), MAX_POISSON_MEAN)).astype(np.float64)
+
+    def response_quadrature(self, z, scale=None, n_nodes=40):
+        """The pmf on 0, 1, ..., up to the 1 - 1e-12 quantile at the largest mean (renormalised)."""
+        from scipy import stats  # imported here: scipy.stats is slow to import
+
+        lam = self.mean(z)
+        n = lam.size
+        top = int(stats.poisson.ppf(1.0 - 1e-12, float(lam.max()))) + 1
+        y = np.arange(top + 1, dtype=np.float64)
+        pmf = stats.poisson.pmf(y[None, :], lam[:, None])
+        return np.broadcast_to(y, (n, y.size)), pmf / pmf.sum(axis=1, keepdims=True)
+
     def check_y(self, y):
         bad = (y < 0) | (y != np.floor(y))
         if np.any(bad):
@@ -86,6 +141,8 @@ class Gaussian(Family):
     """Gaussian family with identity link: ``ell(y, z) = (y - z)^2 / 2`` (least squares)."""
 
     name = "gaussian"
+    likelihood = True
+    has_dispersion = True
     code = 2
 
     def loss(self, y, z):
@@ -99,6 +156,19 @@ class Gaussian(Family):
 
     def mean(self, z):
         return np.asarray(z, dtype=np.float64)
+
+    def deviance(self, y, z):
+        """``(y - z)^2``: the squared residual (the deviance at dispersion 1)."""
+        return (y - z) ** 2
+
+    def simulate(self, z, rng, scale=None):
+        """``z + scale * e`` with standard normal ``e`` (``rng.standard_normal(n)``)."""
+        return z + _dispersion_scale(self, scale) * rng.standard_normal(z.shape[0])
+
+    def response_quadrature(self, z, scale=None, n_nodes=40):
+        """Gauss-Hermite nodes ``z + scale * t`` of N(z, scale^2)."""
+        t, w = hermite_nodes(n_nodes)
+        return z[:, None] + _dispersion_scale(self, scale) * t[None, :], np.broadcast_to(w, (z.size, t.size))
 
 
 class Huber(Family):
@@ -115,6 +185,7 @@ class Huber(Family):
 
     name = "huber"
     code = 3
+    start_at_least_squares = True
 
     def __init__(self, c: float = 1.345) -> None:
         c = float(c)

@@ -33,7 +33,9 @@ class Multinomial(Family):
     """
 
     name = "multinomial"
-    unit_dispersion = True
+    link = "logit"  # generalised: log(p_k / p_0) = z_k
+    likelihood = True
+    response_levels = True
     code = 4
 
     def __init__(self, n_classes: int | None = None) -> None:
@@ -66,6 +68,23 @@ class Multinomial(Family):
         F = F - F.max(axis=1, keepdims=True)
         E = np.exp(F)
         return E / E.sum(axis=1, keepdims=True)
+
+    @property
+    def class_labels(self):
+        return np.arange(float(self.n_classes))
+
+    def class_probabilities(self, Z):
+        return self.mean(Z)
+
+    def predict_class(self, Z):
+        return np.argmax(self.mean(Z), axis=1).astype(np.float64)
+
+    def simulate(self, Z, rng, scale=None):
+        """Categorical draws: the number of cumulative class probabilities below one uniform per row
+        (``rng.random((n, 1))``)."""
+        P = self.mean(Z)
+        y = np.sum(rng.random((P.shape[0], 1)) > np.cumsum(P, axis=1), axis=1)
+        return np.minimum(y, self.n_classes - 1).astype(np.float64)  # rounding of the cumulative sum
 
     def residual(self, y, Z):
         """``p - e_y`` for classes 1..K-1, shape (n, K - 1): the gradient is ``x r^T``."""

@@ -18,10 +18,12 @@ The paper does not state p, beta_true or sigma_c. Defaults (all overridable):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..data.federated import FederatedData
+from ..families import Family, get_family
 
 __all__ = ["GLMDesign", "DEFAULT_BETA", "simulate_glm"]
 
@@ -74,6 +76,11 @@ class GLMDesign:
             raise ValueError(f"an equicorrelation of {k} covariates must exceed -1/{k - 1} to be a correlation "
                              f"matrix, got rho = {self.rho}; raise rho or use correlation='ar1'.")
 
+    @cached_property
+    def resolved_family(self) -> Family:
+        """The :class:`~privfedstat.families.Family` that ``family`` names (``get_family``, resolved once)."""
+        return get_family(self.family)
+
     @property
     def beta_true(self) -> np.ndarray:
         return np.asarray(self.beta if self.beta is not None else DEFAULT_BETA[self.family], dtype=np.float64)
@@ -100,7 +107,11 @@ class GLMDesign:
 
 
 def simulate_glm(design: GLMDesign, sizes, rng: np.random.Generator) -> FederatedData:
-    """Simulate the pooled GLM data of Section 4.1 and split it into clients of the given sizes."""
+    """Simulate the pooled GLM data of Section 4.1 and split it into clients of the given sizes.
+
+    The responses are the family's draws at ``eta = X beta`` (:meth:`Family.simulate`: Bernoulli,
+    Poisson, or ``eta + noise_sd * e``), made after the covariates from the same ``rng``.
+    """
     sizes = np.asarray(sizes, dtype=np.int64)
     beta = design.beta_true
     N = int(sizes.sum())
@@ -109,11 +120,5 @@ def simulate_glm(design: GLMDesign, sizes, rng: np.random.Generator) -> Federate
     X[:, 1:] = design.sigma_c * rng.standard_normal((N, beta.size - 1))
     if design.rho != 0:
         X[:, 1:] = X[:, 1:] @ np.linalg.cholesky(design.covariate_correlation).T
-    eta = X @ beta
-    if design.family == "logistic":
-        y = (rng.random(N) < 1.0 / (1.0 + np.exp(-eta))).astype(np.float64)
-    elif design.family == "poisson":
-        y = rng.poisson(np.exp(eta)).astype(np.float64)
-    else:
-        y = eta + design.noise_sd * rng.standard_normal(N)
+    y = design.resolved_family.simulate(X @ beta, rng, scale=design.noise_sd)
     return FederatedData.from_pooled(X, y, sizes=sizes)

@@ -12,14 +12,15 @@ Clipping (per-sample gradient norm <= B) enters through ``clip(ell'(y, z), -B/||
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from ..families import get_family
+from ..families import Family, get_family
+from ..families.glm import hermite_nodes
 
 __all__ = ["Spec", "make_spec", "Population", "hermite_nodes"]
 
-_SUPPORTED = ("logistic", "poisson", "gaussian")
 _H3 = 1e-4  # step of the central difference for ell''' (ell'' is smooth: error ~1e-8, roundoff ~1e-12)
 
 
@@ -36,6 +37,16 @@ class Spec:
     def d(self) -> int:
         return len(self.beta)
 
+    @cached_property
+    def resolved_family(self) -> Family:
+        """The :class:`~privfedstat.families.Family` that ``family`` names (``get_family``, resolved once)."""
+        return get_family(self.family)
+
+    @property
+    def dispersion(self) -> float:
+        """Dispersion of y | x: ``noise_sd^2`` for families with one (Gaussian), else 1."""
+        return self.noise_sd**2 if self.resolved_family.has_dispersion else 1.0
+
     @property
     def beta_array(self) -> np.ndarray:
         return np.asarray(self.beta, dtype=np.float64)
@@ -51,11 +62,10 @@ def make_spec(design=None, family=None, beta=None) -> Spec:
     fam = family if family is not None else getattr(design, "family", None)
     if fam is None:
         raise TypeError("give family= (or a design with a family).")
-    fam_name = fam if isinstance(fam, str) else getattr(fam, "name", "")
-    if fam_name not in _SUPPORTED:
-        raise ValueError(
-            f"the theory module models the response law of {_SUPPORTED} GLMs with canonical link; got {fam!r}."
-        )
+    law = get_family(fam)
+    if not (law.likelihood and law.n_outputs == 1):
+        raise ValueError(f"the theory module models the response law of scalar-response GLMs with canonical link "
+                         f"(likelihood families); got {fam!r}.")
     if beta is None:
         beta = getattr(design, "beta_true", None)
         if beta is None:
@@ -67,31 +77,7 @@ def make_spec(design=None, family=None, beta=None) -> Spec:
     noise_sd = float(getattr(design, "noise_sd", 1.0)) if design is not None else 1.0
     if not (sigma_c > 0 and noise_sd > 0):
         raise ValueError("the design needs sigma_c > 0 and noise_sd > 0.")
-    return Spec(fam_name, tuple(float(v) for v in b), sigma_c, noise_sd)
-
-
-def hermite_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights (summing to 1) for E[f(U)], U ~ N(0, 1)."""
-    t, w = np.polynomial.hermite_e.hermegauss(n)
-    return t, w / w.sum()
-
-
-def response_nodes(spec: Spec, eta0: np.ndarray, n_gh: int = 40) -> tuple[np.ndarray, np.ndarray]:
-    """Values and probabilities of y | x, each of shape (n, q)."""
-    n = eta0.size
-    if spec.family == "logistic":
-        p = 1.0 / (1.0 + np.exp(-eta0))
-        return np.broadcast_to(np.array([0.0, 1.0]), (n, 2)), np.column_stack([1.0 - p, p])
-    if spec.family == "poisson":
-        from scipy import stats  # imported here: scipy.stats is slow to import
-
-        lam = np.exp(eta0)
-        top = int(stats.poisson.ppf(1.0 - 1e-12, float(lam.max()))) + 1
-        y = np.arange(top + 1, dtype=np.float64)
-        pmf = stats.poisson.pmf(y[None, :], lam[:, None])
-        return np.broadcast_to(y, (n, y.size)), pmf / pmf.sum(axis=1, keepdims=True)
-    t, w = hermite_nodes(n_gh)
-    return eta0[:, None] + spec.noise_sd * t[None, :], np.broadcast_to(w, (n, t.size))
+    return Spec(law.name, tuple(float(v) for v in b), sigma_c, noise_sd)
 
 
 class Population:
@@ -108,7 +94,7 @@ class Population:
 
     def __init__(self, spec: Spec, n_mc: int, seed) -> None:
         self.spec = spec
-        self.family = get_family(spec.family)
+        self.family = spec.resolved_family
         half = max(1, (int(n_mc) + 1) // 2)
         rng = np.random.default_rng(seed)
         z = rng.standard_normal((half, spec.d - 1))
@@ -128,14 +114,14 @@ class Population:
     def Y(self) -> np.ndarray:
         """Values of y | x at the nodes, shape (n, q) (computed on first use)."""
         if self._nodes is None:
-            self._nodes = response_nodes(self.spec, self.eta0)
+            self._nodes = self.family.response_quadrature(self.eta0, self.spec.noise_sd)
         return self._nodes[0]
 
     @property
     def W(self) -> np.ndarray:
         """Probabilities of the nodes, shape (n, q)."""
         if self._nodes is None:
-            self._nodes = response_nodes(self.spec, self.eta0)
+            self._nodes = self.family.response_quadrature(self.eta0, self.spec.noise_sd)
         return self._nodes[1]
 
     def _pieces(self, theta, clip):

@@ -76,20 +76,6 @@ def _gaussian_design_matrix(spec, weight, n_nodes: int) -> np.ndarray:
     return M
 
 
-def _logistic_variance(eta):
-    p = 1.0 / (1.0 + np.exp(-eta))
-    return p * (1.0 - p)
-
-
-def _conditional_variance(spec):
-    """Var(y | x) as a function of the linear predictor (= E[ell'(y, x^T beta)^2 | x] at theta_0)."""
-    if spec.family == "logistic":
-        return _logistic_variance
-    if spec.family == "poisson":
-        return np.exp
-    return lambda eta: np.full_like(eta, spec.noise_sd**2)
-
-
 def problem_constants(*, design=None, family=None, beta=None, clip=None, method: str = "quadrature",
                       n_mc: int = 2**15, n_nodes: int = 96, random_state=0) -> ProblemConstants:
     """tau1, tau2 and trace(Sigma) of a GLM design with Gaussian covariates and an intercept.
@@ -100,8 +86,9 @@ def problem_constants(*, design=None, family=None, beta=None, clip=None, method:
         The covariate design, e.g. :class:`privfedstat.simulations.GLMDesign`: x = (1, sigma_c z),
         z ~ N(0, I_{d-1}) (attributes ``sigma_c``, and ``noise_sd`` for the Gaussian family; its
         ``family`` and ``beta_true`` are used unless given here). Default: sigma_c = 1.
-    family : {"logistic", "poisson", "gaussian"}, optional
-        GLM with canonical link (the loss is the negative log-likelihood).
+    family : {"logistic", "poisson", "gaussian"} or Family, optional
+        A scalar-response likelihood family (``Family.likelihood``: a GLM with canonical link, the
+        loss is the negative log-likelihood).
     beta : array of shape (d,), optional
         The true parameter theta_0 (intercept first).
     clip : float, optional
@@ -145,8 +132,12 @@ def problem_constants(*, design=None, family=None, beta=None, clip=None, method:
     pop = Population(spec, n_mc, random_state)
     beta_ = spec.beta_array
     if method == "quadrature":
-        H = _gaussian_design_matrix(spec, lambda eta: pop.family.deriv2(np.zeros_like(eta), eta), n_nodes)
-        S = _gaussian_design_matrix(spec, _conditional_variance(spec), n_nodes)
+        def curvature(eta):
+            return pop.family.deriv2(np.zeros_like(eta), eta)
+
+        H = _gaussian_design_matrix(spec, curvature, n_nodes)
+        # canonical link: Var(y | x) = E[ell'(y, x^T beta)^2 | x] = dispersion * ell''(x^T beta)
+        S = _gaussian_design_matrix(spec, lambda eta: spec.dispersion * curvature(eta), n_nodes)
     elif method == "mc":
         mom = pop.moments(beta_)
         H, S = mom["J"], mom["S"]
