@@ -1,4 +1,4 @@
-"""Command line interface: ``privfedstat demo | studies | reproduce`` (also ``python -m privfedstat``)."""
+"""Command line interface: ``privfedstat demo | studies | methods | reproduce`` (also ``python -m privfedstat``)."""
 
 from __future__ import annotations
 
@@ -112,6 +112,23 @@ def format_coverage(table) -> str:
         return show[cols].rename(columns=short).to_string(index=False)
 
 
+def format_methods() -> str:
+    """The registered methods, one line each: key, display name, privacy, what they take part in, description.
+
+    ``studies``: has the Section 4 simulation settings (:func:`~privfedstat.simulations.make_estimator`);
+    ``bound``, ``predictor``: has a theory bound / an MSE predictor (:mod:`privfedstat.theory`).
+    """
+    from .estimators.registry import methods
+
+    lines = [f"{'key':<10} {'name':<10} {'privacy':<12} {'also in':<26} description"]
+    for spec in methods():
+        roles = [role for role, has in (("studies", spec.paper_params), ("bound", spec.bound),
+                                        ("predictor", spec.predictor)) if has is not None]
+        lines.append(f"{spec.name:<10} {spec.display:<10} {'private' if spec.private else 'non-private':<12} "
+                     f"{', '.join(roles) or '-':<26} {spec.description}")
+    return "\n".join(lines)
+
+
 def _print_table(table, by: list[str]) -> None:
     import pandas as pd
 
@@ -132,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--out", default="results/demo", help="output folder (default results/demo)")
 
     sub.add_parser("studies", help="list the paper's simulation studies")
+    sub.add_parser("methods", help="list the registered estimators (glm(method=...), the studies, the theory)")
 
     p_rep = sub.add_parser("reproduce", help="run one of the paper's studies and write CSV, figure and summary")
     p_rep.add_argument("study", help="study name, e.g. fig5 (see `privfedstat studies`)")
@@ -161,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         print("mnist-logistic  Section 5.1: client-level AUC/accuracy of nine estimators on MNIST (--data-dir) or digits")
         print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
               "methods at their defaults)")
+        return 0
+
+    if args.command == "methods":
+        print(format_methods())
         return 0
 
     if args.command == "reproduce" and args.study == "coverage":

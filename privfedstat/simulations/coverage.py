@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
-from ..estimators import FedAvg, FedIRLS, FedNewton, FedSGD, PooledMLE
 from ..estimators.base import FederatedEstimator
+from ..estimators.registry import get_method
 from .allocations import Equal
 from .dgp import GLMDesign
 from .runner import Fit, Measure, Scenario
@@ -54,9 +54,10 @@ TOTALS = (2000, 20000)
 CLIENTS = (10, 50)
 MUS = (1.0, 2.0, INF)
 RHO = 0.5
-_PRIVATE = {"FedIRLS": FedIRLS, "FedSGD": FedSGD, "FedAvg": FedAvg, "FedNewton": FedNewton}
-#: the methods of the study: the four private ones with their defaults, then the pooled MLE reference
-COVERAGE_METHODS = (*_PRIVATE, "PooledMLE")
+#: the non-private reference: its standard errors give the non-private width, its coverage what the design allows
+REFERENCE = "PooledMLE"
+#: the methods of the study: the four private ones with their defaults, then the reference
+COVERAGE_METHODS = ("FedIRLS", "FedSGD", "FedAvg", "FedNewton", REFERENCE)
 
 
 def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus=MUS, rho: float = RHO,
@@ -89,26 +90,28 @@ def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus
 
 def make_default_estimator(method: str, scenario: Scenario,
                            random_state: np.random.SeedSequence | int | None) -> FederatedEstimator:
-    """``method`` with its defaults (and ``scenario``'s family, mu and clip): what a user gets."""
+    """``method`` (any registered one) with its defaults and ``scenario``'s family: what a user gets.
+
+    A private method also gets the scenario's mu and clip; a non-private baseline is fitted without
+    privacy whatever the scenario's mu (it is the yardstick).
+    """
     if scenario.n_iter is not None:
         raise ValueError("the coverage study runs every method with its default iteration counts; "
                          f"build its scenarios with n_iter=None, got {scenario.n_iter}.")
-    if method == "PooledMLE":
-        return PooledMLE(family=scenario.design.family)
-    if method not in _PRIVATE:
-        raise ValueError(f"unknown method {method!r}; choose from {COVERAGE_METHODS}.")
-    return _PRIVATE[method](family=scenario.design.family, mu=scenario.mu, clip=scenario.clip,
-                            random_state=random_state)
+    spec = get_method(method)
+    if not spec.private:
+        return spec.cls(family=scenario.design.family)
+    return spec.cls(family=scenario.design.family, mu=scenario.mu, clip=scenario.clip, random_state=random_state)
 
 
 def _pooled_se(fits: list[Fit], data: FederatedData, family: str) -> np.ndarray:
-    """Model-based standard errors of the pooled MLE on ``data`` (reused from the fits if it is one)."""
+    """Model-based standard errors of the reference (pooled MLE) on ``data`` (reused from the fits if it is one)."""
     for f in fits:
-        if f.method == "PooledMLE" and f.estimator is not None:
+        if f.method == REFERENCE and f.estimator is not None:
             return np.ravel(f.estimator.bse_, order="F")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the baseline's PrivacyLeakWarning: it is the yardstick
-        return np.ravel(PooledMLE(family=family).fit(data).bse_, order="F")
+        return np.ravel(get_method(REFERENCE).cls(family=family).fit(data).bse_, order="F")
 
 
 def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[Fit],
@@ -231,7 +234,7 @@ def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -
         "failed": by_fit["failed"].mean(),
     }).reset_index()
     out["band"] = binomial_halfwidth(out["reps"])
-    ref = out.loc[out["method"] == "PooledMLE", CELL[:-1] + ["coverage"]].rename(columns={"coverage": "mle_coverage"})
+    ref = out.loc[out["method"] == REFERENCE, CELL[:-1] + ["coverage"]].rename(columns={"coverage": "mle_coverage"})
     out["mle_coverage"] = out[CELL[:-1]].merge(ref, on=CELL[:-1], how="left")["mle_coverage"].to_numpy()
     out["on_target"] = (out["coverage"].between(lo, hi) & (out["coverage_min"] >= lo - out["band"])
                         & (out["coverage_max"] <= hi + out["band"]))

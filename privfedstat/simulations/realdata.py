@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
-from ..estimators import FedAvg, FedHybrid, FedNewton, FedSGD
+from ..estimators.registry import get_method, method_of
 from ..privacy.clipping import AutoClip
 from ..estimators.fednewton import MAX_HESSIAN_GB
 from ..estimators.scoring import auc
@@ -57,29 +57,29 @@ def client_split(n: int, n_clients: int, min_size: int, rng: np.random.Generator
 
 
 def _estimators(family, mu_list, step_size, seed, newton: bool):
+    """(label, mu, estimator) of the study: the paper's four with their Section 4.1 settings
+    (``MethodSpec.paper_params``), DP-SCAFFOLD, then the non-private baselines."""
     from ..estimators import LocalFit, PooledMLE, Scaffold
 
+    paper = [get_method(name) for name in ("FedSGD", "FedAvg", "FedHybrid") + (("FedNewton",) if newton else ())]
+    fedavg = get_method("FedAvg")
     # the paper's settings, explicit (the estimators' defaults are "auto"); no inference releases:
     # the whole mu goes to estimation, as in the paper
     common = {"family": family, "step_size": step_size, "random_state": seed, "inference": None}
-    fedavg = {"n_rounds": 2, "n_local_steps": 50}
     scaffold = {"n_rounds": 10, "n_local_steps": 10}
     for mu in mu_list:
         private = {**common, "mu": mu, "clip": AutoClip()}
-        yield "FedSGD", mu, FedSGD(**private, n_iter=50)
-        yield "FedAvg", mu, FedAvg(**private, **fedavg)
-        yield "FedHybrid", mu, FedHybrid(**private, n_local_steps=30, n_server_iter=20)
-        if newton:
-            yield "FedNewton", mu, FedNewton(**private, n_rounds=1, n_local_steps=50)
+        for spec in paper:
+            yield spec.display, mu, spec.cls(**private, **spec.paper_params(None))
         yield "DP-SCAFFOLD", mu, Scaffold(**private, **scaffold)
     yield "NP-SCAFFOLD", INF, Scaffold(mu=INF, clip=INF, **common, **scaffold)
-    yield "NP-FedAvg", INF, FedAvg(mu=INF, clip=INF, **common, **fedavg)
+    yield "NP-FedAvg", INF, fedavg.cls(mu=INF, clip=INF, **common, **fedavg.paper_params(None))
     yield "NP-LocalFit", INF, LocalFit(family=family, alpha=RIDGE, inference=None)
     yield "NP-Pooled", INF, PooledMLE(family=family, alpha=RIDGE, inference=None)
 
 
-def _client_score(est, name, X, y, client, task):
-    pred = est.predict(X, client=client) if name == "NP-LocalFit" else est.predict(X)
+def _client_score(est, X, y, client, task):
+    pred = est.predict(X, client=client) if method_of(est).per_client else est.predict(X)
     if task == "multiclass":
         return float(np.mean(np.argmax(pred, axis=1) == y))
     if np.all(y == 1) or not np.any(y == 1):
@@ -133,7 +133,7 @@ def realdata_study(X: np.ndarray, y: np.ndarray, *, task: str = "binary", n_clie
                 dt = time.perf_counter() - t0
                 for c in range(n_clients):
                     test = (clients == c) & (fold == k)
-                    scores.setdefault((name, mu, c), []).append(_client_score(est, name, X[test], labels_y[test], c, task))
+                    scores.setdefault((name, mu, c), []).append(_client_score(est, X[test], labels_y[test], c, task))
                 scores.setdefault((name, mu, "t"), []).append(dt)
                 bar.update()
         for (name, mu, c), vals in scores.items():

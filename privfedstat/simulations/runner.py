@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
-from ..estimators import FedAvg, FedHybrid, FedNewton, FedSGD
 from ..estimators.base import FederatedEstimator
+from ..estimators import registry
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign
@@ -87,8 +87,11 @@ class Scenario:
 def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEstimator:
     """The estimator ``method`` with the paper's simulation settings (Section 4.1).
 
-    FedSGD K=50, eta=0.5; FedHybrid K1=30, K2=20, eta=0.5; FedAvg K=50, R=2; FedNewton K=50, R=1.
-    When ``scenario.n_iter`` (K) is set: FedSGD ``n_iter=K``; FedHybrid ``K1 = round(0.6 K)``,
+    ``method`` is a registered method (key or display name, see
+    :func:`~privfedstat.estimators.get_method`) with simulation settings: its
+    ``MethodSpec.paper_params(K)`` with ``K = scenario.n_iter``. For the paper's four: FedSGD
+    K=50; FedHybrid K1=30, K2=20; FedAvg K=50, R=2; FedNewton K=50, R=1; eta=0.5. When
+    ``scenario.n_iter`` (K) is set: FedSGD ``n_iter=K``; FedHybrid ``K1 = round(0.6 K)``,
     ``K2 = K - K1`` (the default 30/20 split, so both use K gradient evaluations); FedAvg and
     FedNewton ``n_local_steps=K``. These settings are passed explicitly (the estimators'
     defaults are ``"auto"``), ``clip="auto"`` becomes ``AutoClip()`` so that runs with
@@ -96,25 +99,17 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
     ``inference=None``: the whole mu goes to estimation, as in the paper (the default
     ``inference="auto"`` would spend a share of it on standard errors).
     """
+    spec = registry.get_method(method)
+    if spec.paper_params is None:
+        raise ValueError(f"method {method!r} has no simulation settings (MethodSpec.paper_params); the studies "
+                         f"run {', '.join(METHODS)}.")
     clip = AutoClip() if isinstance(scenario.clip, str) and scenario.clip == "auto" else scenario.clip
-    common = {"family": scenario.design.family, "mu": scenario.mu, "clip": clip, "random_state": random_state,
-              "step_size": PAPER_STEP_SIZE, "inference": None}
-    K = scenario.n_iter
-    if method == "FedSGD":
-        return FedSGD(**common, n_iter=50 if K is None else K)
-    if method == "FedHybrid":
-        if K is None:
-            return FedHybrid(**common, n_local_steps=30, n_server_iter=20)
-        k1 = max(1, min(K - 1, round(0.6 * K)))
-        return FedHybrid(**common, n_local_steps=k1, n_server_iter=K - k1)
-    if method == "FedAvg":
-        return FedAvg(**common, n_rounds=2, n_local_steps=50 if K is None else K)
-    if method == "FedNewton":
-        return FedNewton(**common, n_rounds=1, n_local_steps=50 if K is None else K)
-    raise ValueError(f"unknown method {method!r}; choose from {METHODS}.")
+    return spec.cls(family=scenario.design.family, mu=scenario.mu, clip=clip, random_state=random_state,
+                    step_size=PAPER_STEP_SIZE, inference=None, **spec.paper_params(scenario.n_iter))
 
 
-METHODS = ("FedSGD", "FedHybrid", "FedAvg", "FedNewton")
+#: the methods of the Section 4 studies: the registered ones with simulation settings (the paper's four)
+METHODS = tuple(s.display for s in registry.methods() if s.paper_params is not None)
 #: eta of the paper's simulations (Section 4.1)
 PAPER_STEP_SIZE = 0.5
 
@@ -151,9 +146,10 @@ class Measure:
     ----------
     name : str
     methods : tuple of str
-        Methods ``make`` knows (and the default methods of a :class:`MonteCarlo` using it).
+        The default methods of a :class:`MonteCarlo` using it (``make`` may know more).
     make : callable
-        ``make(method, scenario, seed) -> estimator`` (unfitted; ``seed`` a SeedSequence).
+        ``make(method, scenario, seed) -> estimator`` (unfitted; ``seed`` a SeedSequence); raises
+        ValueError for a method it does not know.
     record : callable
         ``record(scenario, rep, data, fits) -> list[dict]``: the tidy rows of one replicate from
         its data (FederatedData) and its fits (list of :class:`Fit`, in method order).
@@ -244,7 +240,8 @@ class MonteCarlo:
     ----------
     scenarios : list of Scenario
     methods : sequence of str or None, default None
-        Names ``measure.make`` accepts; None: all of ``measure.methods``.
+        Names ``measure.make`` accepts (for the MSE studies: any registered method with simulation
+        settings, see :func:`make_estimator`); None: ``measure.methods``.
     n_reps : int, default 100
         Replicates per scenario.
     random_state : int, default 0
@@ -281,9 +278,8 @@ class MonteCarlo:
     def _validate(self) -> None:
         if not self.scenarios:
             raise ValueError("MonteCarlo needs at least one scenario.")
-        for m in self.methods:
-            if m not in self.measure.methods:
-                raise ValueError(f"unknown method {m!r}; choose from {self.measure.methods}.")
+        for m in self.methods:  # an unknown method raises here, before any fit
+            self.measure.make(m, self.scenarios[0], None)
         if not isinstance(self.n_reps, int) or self.n_reps < 1:
             raise ValueError(f"n_reps must be a positive integer, got {self.n_reps!r}.")
         if not isinstance(self.n_jobs, int) or self.n_jobs < 1:

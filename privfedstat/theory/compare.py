@@ -1,8 +1,9 @@
 """Put Monte-Carlo results next to theory: matching bound, lower bound, predictor, fitted rate slope.
 
 This module sits at the edge of the package (it turns tidy result tables into tidy tables and
-figures): it builds estimators with :func:`privfedstat.simulations.make_estimator`, imported inside
-the function, so that the theory layer itself does not depend on the simulation layer.
+figures): it builds estimators with :func:`privfedstat.simulations.make_estimator` and reads each
+method's bound and settings from the registry (:mod:`privfedstat.estimators.registry`), both
+imported inside the function, so that the theory layer itself does not depend on those layers.
 """
 
 from __future__ import annotations
@@ -12,20 +13,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from .bounds import fedavg_bound, fedhybrid_bound, fedsgd_bound
 from .constants import problem_constants
 from .lower_bound import lower_bound
-from .newton import fednewton_bound
 from .predictor import Problem, predict_mse
 
 __all__ = ["compare_to_theory", "plot_theory_comparison"]
-
-_BOUND_NAMES = {
-    "FedSGD": "Thm 3.2 eq. (2), K explicit",
-    "FedHybrid": "Thm 3.5, K2 explicit",
-    "FedAvg": "Thm 3.3/3.7",
-    "FedNewton": "Thm 3.9 eq. (6)",
-}
 
 
 def _equal_sizes(N: int, m: int) -> list[int]:
@@ -49,10 +41,11 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     Parameters
     ----------
     results : DataFrame
-        One row per replicate with columns ``method`` (FedSGD, FedHybrid, FedAvg, FedNewton),
-        ``m``, ``N`` (or ``n_mean``), ``mu``, ``mse`` and optionally ``K`` (the runner's iteration
-        budget; NaN keeps each method's default), ``clip`` (the bound B used) and ``scenario``, as
-        produced by :class:`privfedstat.simulations.MonteCarlo`.
+        One row per replicate with columns ``method`` (a registered method with a bound and
+        simulation settings: FedSGD, FedHybrid, FedAvg, FedNewton), ``m``, ``N`` (or ``n_mean``),
+        ``mu``, ``mse`` and optionally ``K`` (the runner's iteration budget; NaN keeps each
+        method's default), ``clip`` (the bound B used) and ``scenario``, as produced by
+        :class:`privfedstat.simulations.MonteCarlo`.
     design : GLMDesign, optional
         The data-generating process. Gives d and, through :func:`problem_constants`, tau1, tau2 and
         trace(Sigma); required for the predictor.
@@ -87,7 +80,8 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     Client sizes enter the bounds and the predictor as m equal clients of N/m rows; for random
     allocations (uniform, lognormal) this is an approximation. With ``clip="auto"`` (read from the
     ``scenario`` key) the predictor uses the median B of the cell's replicates and mu reduced by
-    the clip budget. Bounds use the cell's K (FedSGD's K, FedHybrid's K2, FedAvg's R and K).
+    the clip budget. Bounds use the cell's K (FedSGD's K, FedHybrid's K2, FedAvg's R and K): each
+    method's ``MethodSpec.bound`` at its ``paper_params`` (:mod:`privfedstat.estimators.registry`).
 
     References
     ----------
@@ -97,6 +91,7 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     missing = need - set(results.columns)
     if missing or not ({"N", "n_mean"} & set(results.columns)):
         raise ValueError(f"results needs columns {sorted(need)} and N (or n_mean); missing {sorted(missing) or ['N']}.")
+    from ..estimators.registry import get_method
     from ..privacy.clipping import AutoClip
     from ..simulations.allocations import Equal
     from ..simulations.runner import Scenario, make_estimator
@@ -127,8 +122,10 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
         method, m, N, mu, Kc = key[:5]
         m, N, mu = int(m), int(N), float(mu)
         Kint = None if not np.isfinite(Kc) else int(Kc)
-        if method not in _BOUND_NAMES:
-            raise ValueError(f"unknown method {method!r} in results.")
+        spec = get_method(method)
+        if spec.bound is None or spec.paper_params is None:
+            raise ValueError(f"method {method!r} in results has no theory bound and simulation settings "
+                             "(MethodSpec.bound, paper_params).")
         rule = _clip_rule(cell.iloc[0])
         clip_setting = rule if rule != "numeric" else float(cell["clip"].median()) if "clip" in cell else "auto"
         if design is not None:
@@ -137,33 +134,23 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
             est = make_estimator(method, scen, None)
         else:
             est = None
-        p = est.get_params() if est is not None else _default_params(method, Kint)
-        common = dict(mu=mu, d=d, n_samples=N, n_clients=m, trace_sigma=tr, C=C, C_B=C_B)
-        if method == "FedSGD":
-            b = fedsgd_bound(form="optimal", n_iter=p["n_iter"], tau1=t1, tau2=t2, **common)
-        elif method == "FedHybrid":
-            b = fedhybrid_bound(form="theorem", n_server_iter=p["n_server_iter"], tau1=t1, tau2=t2, **common)
-        elif method == "FedAvg":
-            b = fedavg_bound(n_local_steps=p["n_local_steps"], n_rounds=p["n_rounds"], tau1=t1, **common)
-        else:
-            b = fednewton_bound(form="eq6", tau1=t1, tau2=t2, **common)
+        p = est.get_params() if est is not None else spec.paper_params(Kint)
+        b = spec.bound(p, mu=mu, d=d, n_samples=N, n_clients=m, trace_sigma=tr, C=C, C_B=C_B, tau1=t1, tau2=t2)
         lb = lower_bound(mu=mu, d=d, n_samples=N, n_clients=m, C1=C1, C2=C2) if 0 < mu < 1 else np.nan
         pred = np.nan
-        if predict and est is not None:
+        if predict and est is not None and spec.predictor is not None:
             clip_b = float(cell["clip"].median()) if "clip" in cell and rule != "numeric" else None
             if clip_b is not None or rule == "numeric":
                 kw = {"clip": clip_b} if rule != "numeric" else {}
-                if method == "FedNewton" and not math.isfinite(mu) and rule == "numeric":
-                    kw["hessian_clip"] = math.inf
-                elif method == "FedNewton":
-                    kw["hessian_clip"] = hclip
+                # read only by methods that clip per-sample Hessians (FedNewton); inf: none without privacy
+                kw["hessian_clip"] = math.inf if not math.isfinite(mu) and rule == "numeric" else hclip
                 try:
                     pred = predict_mse(est, Problem(design, _equal_sizes(N, m)), n_mc=n_mc,
                                        random_state=random_state, **kw).total
                 except ValueError:  # e.g. FedNewton with n_i < 2 d: no prediction for this cell
                     pred = np.nan
         keys.append(cell.index)
-        for k, v in zip(out_cols, (float(b), _BOUND_NAMES[method], float(lb), float(pred))):
+        for k, v in zip(out_cols, (float(b), spec.bound.name, float(lb), float(pred))):
             out_cols[k].append(v)
     for k, vals in out_cols.items():
         col = pd.Series(index=df.index, dtype=object if k == "bound_name" else float)
@@ -173,18 +160,6 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     df["d"] = d
     df["rate_slope"] = _slopes(df, by)
     return df.drop(columns="_K")
-
-
-def _default_params(method, K):
-    """Each estimator's defaults (as in ``make_estimator``), for tables without a design."""
-    if method == "FedSGD":
-        return {"n_iter": K or 50}
-    if method == "FedHybrid":
-        k1 = 30 if K is None else max(1, min(K - 1, round(0.6 * K)))
-        return {"n_local_steps": k1, "n_server_iter": 20 if K is None else K - k1}
-    if method == "FedAvg":
-        return {"n_local_steps": K or 50, "n_rounds": 2}
-    return {"n_local_steps": K or 50, "n_rounds": 1}
 
 
 def _slopes(df: pd.DataFrame, by) -> pd.Series:

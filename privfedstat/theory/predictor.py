@@ -1,9 +1,11 @@
-"""Exact (linearised) MSE predictor for the four private federated estimators.
+"""Exact (linearised) MSE predictor for the private federated estimators that register one.
 
 Beyond the paper: its bounds hold up to unknown constants, so only rates can be compared. Here the
 recursion of each algorithm is linearised around the population target and every term is summed
 exactly: sampling, privacy noise (step by step, through the products of step Jacobians),
 optimisation error of the noise-free population path, and the bias (clipping, FedAvg's local drift).
+Each method's recursion (:mod:`privfedstat.theory._method_moments`) is its registered
+``MethodSpec.predictor``: FedSGD, FedHybrid, FedAvg and FedNewton.
 """
 
 from __future__ import annotations
@@ -18,11 +20,9 @@ from .._rng import as_seed_sequence
 from ..families import get_family
 from ..inference.config import resolve_inference
 from ..privacy.clipping import AutoClip
-from ._engine import Linearisation, propagate
-from ._newton_step import newton_moments
-from .noise import fedavg_noise, fedhybrid_noise, fedsgd_noise
+from ._engine import Linearisation
+from ._method_moments import Setup
 from ._population import Population, make_spec
-from ..privacy.calibration import calibrated_sigma, gradient_calibration, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 
 __all__ = ["Problem", "MSEPrediction", "predict_mse"]
 
@@ -126,21 +126,18 @@ REGIME = (
 )
 
 
-def _resolve_auto(params: dict, method: str, mu: float, d: int) -> dict:
-    """``"auto"`` settings resolved as ``fit`` resolves them (public: the family, d, mu)."""
+def _resolve_auto(params: dict, spec, mu: float, d: int) -> dict:
+    """``"auto"`` settings resolved as ``fit`` resolves them (public: the family, d, mu; the method's
+    ``auto_counts`` from the registry)."""
     from ..estimators._steps import auto_step_size
-    from ..estimators.fedavg import PAPER_N_ROUNDS
-    from ..estimators.fedhybrid import PAPER_N_SERVER_ITER
-    from ..estimators.fedsgd import PAPER_N_ITER
 
     params = dict(params)
-    counts = {"n_iter": PAPER_N_ITER, "n_server_iter": PAPER_N_SERVER_ITER, "n_rounds": PAPER_N_ROUNDS}
-    for key, default in counts.items():
+    for key, default in spec.auto_counts.items():
         if params.get(key) == "auto":
             if not math.isfinite(mu):
                 raise ValueError(
-                    f"with mu = inf, {method}'s {key}='auto' runs until convergence, which the predictor cannot "
-                    f"know in advance; pass {key} as a number."
+                    f"with mu = inf, {spec.display}'s {key}='auto' runs until convergence, which the predictor "
+                    f"cannot know in advance; pass {key} as a number."
                 )
             params[key] = default
     if params.get("step_size") == "auto":
@@ -149,7 +146,7 @@ def _resolve_auto(params: dict, method: str, mu: float, d: int) -> dict:
     return params
 
 
-def _clip_and_mu(params: dict, method: str, clip, hessian_clip):
+def _clip_and_mu(params: dict, clip):
     mu = float(params["mu"])
     c = params["clip"]
     if isinstance(c, (str, AutoClip)):
@@ -174,35 +171,7 @@ def _clip_and_mu(params: dict, method: str, clip, hessian_clip):
     if math.isfinite(mu) and budget**2 + share**2 >= 1:
         raise ValueError("the clipping and inference budgets leave nothing for estimation; lower their shares.")
     mu_est = math.sqrt(mu * mu - (budget * mu) ** 2 - (share * mu) ** 2) if math.isfinite(mu) else math.inf
-    CH = None
-    if method == "FedNewton" and params.get("newton_noise", "robust") == "robust":
-        h = params.get("hessian_clip")
-        if h is None or isinstance(h, (str, AutoClip)):
-            if hessian_clip is not None:
-                CH = float(hessian_clip)
-            elif math.isinf(B):
-                CH = math.inf
-            else:
-                raise ValueError("FedNewton needs the per-sample Hessian bound: pass hessian_clip= (or set it on the estimator).")
-        else:
-            CH = float(h)
-    return B, mu_est, CH
-
-
-def _weights(params, method, n, d, B, noise_sd):
-    w = params.get("weights", "size")
-    if isinstance(w, str):
-        if w == "size":
-            return n / n.sum()
-        if w == "optimal" and noise_sd is not None:
-            B2 = B * B if math.isfinite(B) else 1.0
-            inv = 1.0 / (B2 / n + d * noise_sd**2)
-            return inv / inv.sum()
-        raise ValueError(f"weights={w!r} is not available for {method}.")
-    arr = np.asarray(w, dtype=np.float64)
-    if arr.shape != n.shape or abs(arr.sum() - 1) > 1e-8 or np.any(arr < 0):
-        raise ValueError("weights must be a non-negative array with one entry per client, summing to 1.")
-    return arr
+    return B, mu_est
 
 
 def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, linearise: str = "path",
@@ -212,9 +181,10 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     Parameters
     ----------
     estimator : FedSGD, FedAvg, FedHybrid or FedNewton
-        Only its parameters are read (``get_params()``). A numeric ``clip`` is used as is; with
-        ``clip="auto"`` (or an :class:`~privfedstat.AutoClip`) pass the bound B it will choose as
-        ``clip=`` -- the prediction then uses the mu left for estimation,
+        An estimator of a registered method with a predictor (``MethodSpec.predictor`` in
+        :mod:`privfedstat.estimators.registry`). Only its parameters are read (``get_params()``).
+        A numeric ``clip`` is used as is; with ``clip="auto"`` (or an :class:`~privfedstat.AutoClip`)
+        pass the bound B it will choose as ``clip=`` -- the prediction then uses the mu left for estimation,
         ``sqrt(mu^2 - (budget mu)^2)`` (budget 0.1 by default); ``clip="paper"`` uses all of mu.
         The estimator's ``inference`` share (``Inference().budget`` for the default "auto", none
         for ``inference=None``) is taken off in squares as well, as ``fit`` does.
@@ -283,9 +253,15 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     ----------
     Core paper, Algorithms 1-4; Theorems 3.2, 3.3, 3.5, 3.7, 3.9 (whose constants this replaces).
     """
-    method = getattr(estimator, "method", None)
-    if method not in ("FedSGD", "FedAvg", "FedHybrid", "FedNewton") or not hasattr(estimator, "get_params"):
-        raise TypeError(f"predict_mse needs a FedSGD, FedAvg, FedHybrid or FedNewton estimator, got {estimator!r}.")
+    from ..estimators.registry import method_of, methods  # theory does not import estimators at import time
+
+    try:
+        method = method_of(estimator)
+    except TypeError:
+        method = None
+    if method is None or method.predictor is None or not hasattr(estimator, "get_params"):
+        known = ", ".join(s.display for s in methods() if s.predictor is not None)
+        raise TypeError(f"predict_mse needs an estimator of a method with a predictor ({known}), got {estimator!r}.")
     if not isinstance(problem, Problem):
         raise TypeError("problem must be a privfedstat.theory.Problem(design=..., sizes=...).")
     if linearise not in ("path", "target"):
@@ -296,72 +272,14 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     est_name = est_family if isinstance(est_family, str) else getattr(est_family, "name", None)
     if est_name != spec.family:
         raise ValueError(f"the estimator's family {est_family!r} differs from the problem's {spec.family!r}.")
-    B, mu, CH = _clip_and_mu(params, method, clip, hessian_clip)
+    B, mu = _clip_and_mu(params, clip)
     n = np.asarray(problem.sizes, dtype=np.float64)
-    d = spec.d
-    params = _resolve_auto(params, method, mu, d)
-    eta = float(params["step_size"])
-    pop_seed, newton_seed = as_seed_sequence(random_state).spawn(2)
-    pop = Population(spec, n_mc, pop_seed)
-    clip_arg = None if math.isinf(B) else B
-    lin = Linearisation(pop, clip_arg, eta)
-    path = linearise == "path"
-    zeros = np.zeros(d)
-
-    # the stages come from the noise models the estimators record (theory.noise), with the same calibration
-    if method == "FedSGD":
-        K = int(params["n_iter"])
-        w = _weights(params, method, n, d, B, calibrated_sigma(*gradient_calibration(B, n, K, mu)))
-        init = zeros if params.get("init") is None else np.asarray(params["init"], dtype=np.float64)
-        model = fedsgd_noise(clip=B, sizes=n, mu=mu, n_iter=K, step_size=eta, weights=w)
-        out = propagate(lin, list(model.stages), n, init, path=path)
-    elif method == "FedAvg":
-        w = _weights(params, method, n, d, B, None)
-        model = fedavg_noise(clip=B, sizes=n, mu=mu, n_rounds=int(params["n_rounds"]),
-                             n_local_steps=int(params["n_local_steps"]), step_size=eta, weights=w)
-        out = propagate(lin, list(model.stages), n, zeros, path=path)
-    elif method == "FedHybrid":
-        K1, K2 = int(params["n_local_steps"]), int(params["n_server_iter"])
-        w = _weights(params, method, n, d, B, calibrated_sigma(*gradient_calibration(B, n, K2, stage_budget(mu, 2))))
-        model = fedhybrid_noise(clip=B, sizes=n, mu=mu, n_local_steps=K1, n_server_iter=K2, step_size=eta, weights=w)
-        out = propagate(lin, list(model.stages), n, zeros, path=path)
-    else:
-        return _fednewton(lin, params, spec, n, B, CH, mu, eta, path, newton_seed)
-    return _result(method, lin, spec, out, B, mu, n)
-
-
-def _fednewton(lin, params, spec, n, B, CH, mu, eta, path, seed):
-    """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
-    from ..estimators.fednewton import resolve_hessian_floor
-
-    family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
-    lam = resolve_hessian_floor(params["hessian_floor"], family, mu)
-    d = spec.d
-    n1 = np.floor(n / 2)
-    n2 = n - n1
-    if np.any(n1 < d):
-        raise ValueError("FedNewton needs n_i >= 2 d (each half must identify the parameter).")
-    w = _weights(params, "FedNewton", n, d, B, None)
-    mu_stage = stage_budget(mu, 2)
-    stage1 = fedavg_noise(clip=B, sizes=n1, mu=mu_stage, n_rounds=int(params["n_rounds"]),
-                          n_local_steps=int(params["n_local_steps"]), step_size=eta, weights=w)
-    out1 = propagate(lin, list(stage1.stages), n1, np.zeros(d), path=path)
-    paper = params.get("newton_noise", "robust") == "paper"
-    Hc = lin.pop.clipped_hessian(lin.theta_star, np.inf if paper or CH is None else CH)
-    ev, vec = np.linalg.eigh((Hc + Hc.T) / 2)
-    Ht = (vec * np.maximum(ev, lam)) @ vec.T
-    if paper:
-        sens = paper_newton_sensitivity(B, lam, n)
-        G = np.full(n.size, np.inf)
-    else:
-        G = newton_grad_radius(params.get("newton_grad_clip"), B, CH, lam, n1, n2, mu)
-        sens = newton_sensitivity(B, CH, lam, G, n1, n2)
-    s = calibrated_sigma(sens, mu_stage)
-    out, caveats = newton_moments(lin, out1, w, n1, n2, Ht, G, s**2, seed)
-    if ev[0] < lam:
-        caveats.append(f"the eigenvalue floor hessian_floor={lam:g} exceeds lambda_min of the Newton matrix "
-                       f"({ev[0]:.3g}): the Newton step is damped and (I - Ht^-1 H) e_1 survives.")
-    return _result("FedNewton", lin, spec, out, B, mu, n, {"newton_noise_sd": s, "newton_grad_clip": G}, caveats)
+    params = _resolve_auto(params, method, mu, spec.d)
+    pop_seed, method_seed = as_seed_sequence(random_state).spawn(2)
+    lin = Linearisation(Population(spec, n_mc, pop_seed), None if math.isinf(B) else B, float(params["step_size"]))
+    setup = Setup(method.display, lin, params, n, B, hessian_clip, mu, linearise == "path", method_seed)
+    out, diagnostics, caveats = method.predictor(setup)
+    return _result(method.display, lin, spec, out, B, mu, n, diagnostics, caveats)
 
 
 def _result(method, lin, spec, out, B, mu, n, extra_diag=None, extra_caveats=()):
