@@ -7,8 +7,8 @@ the ledger live in :mod:`privfedstat.privacy`.
 """
 
 from .data import FederatedData
-from .estimators import FedAvg, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
-from .exceptions import (BudgetExceededError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
+from .estimators import DPFedAvg, FedAvg, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedSGD, LocalFit, PooledMLE, Scaffold, clone
+from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
                          PrivacyLeakWarning, PrivacyNoiseWarning)
 from .families import get_family
 from .formula import glm
@@ -19,7 +19,7 @@ from . import simulations, theory
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = ["DPFedAvg", "ClientFailureError", 
     "theory",
     "simulations",
     "FederatedData",

@@ -10,6 +10,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .exceptions import DivergenceError
+
 __all__ = [
     "check_positive_int",
     "check_positive_float",
@@ -17,6 +19,8 @@ __all__ = [
     "check_fraction",
     "check_matrix",
     "check_finite_array",
+    "check_iterate",
+    "DIVERGENCE_NORM",
 ]
 
 
@@ -92,3 +96,16 @@ def check_matrix(X, name: str = "X") -> np.ndarray:
     if getattr(arr, "ndim", None) == 1:
         raise ValueError(f"{name} must be 2-D (n_samples, n_features); got 1-D. Use X.reshape(-1, 1) for one feature.")
     return check_finite_array(arr, name, ndim=2)
+
+
+#: An iterate with a larger Euclidean norm (or a non-finite entry) is reported as divergence.
+DIVERGENCE_NORM = 1e10
+
+
+def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
+    """Raise ``DivergenceError`` if ``theta`` is non-finite or exploded."""
+    if not np.all(np.isfinite(theta)) or float(np.max(np.abs(theta))) > DIVERGENCE_NORM:
+        raise DivergenceError(
+            f"iterates diverged during {where} (non-finite or |theta| > {DIVERGENCE_NORM:g}). "
+            f"Reduce step_size (now {step_size:g}), standardise the covariates, or use a finite clip."
+        )

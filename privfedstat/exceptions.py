@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
-    "NotFittedError", "BudgetExceededError",
+    "NotFittedError", "BudgetExceededError", "ClientFailureError",
 ]
 
 
@@ -57,3 +57,8 @@ class BudgetExceededError(ValueError):
 
     Raised before the fit draws any noise: nothing was released and nothing was charged.
     """
+
+
+class ClientFailureError(RuntimeError):
+    """A client failed while answering a request and the fit's ``on_client_failure`` is ``"raise"``
+    (or every client failed)."""

@@ -1,8 +1,8 @@
 """Replay harness for neighbouring-dataset audits (used by the sensitivity fuzzer and the privacy audit).
 
-Every value a client sends passes through :meth:`Channel.release` (aggregated Gaussian mechanism)
-or :meth:`Channel.perturb` (local mechanism, later sent with :meth:`Channel.send` as
-post-processing). :func:`record` runs a fit on a dataset D and taps every mechanism: the values
+Every value a client sends is privatized on the client by
+:func:`privfedstat.federation.clients.privatize` (an aggregated Gaussian mechanism, or a local one
+whose result is later sent as post-processing) and reaches the server through :meth:`Channel.receive`. :func:`record` runs a fit on a dataset D and taps every mechanism: the values
 before noise ``v_t(D)``, the noisy outputs ``y_t``, and the stated sensitivity, sigma and server
 weights of each client (read from the ledger record the channel just wrote). :func:`replay` runs
 the same estimator with the same seed on a neighbouring dataset D' while *forcing* every mechanism
@@ -31,6 +31,7 @@ import numba
 import numpy as np
 import pytest
 
+from privfedstat.federation import clients
 from privfedstat.federation.channel import Channel
 
 #: Relative slack on a stated sensitivity. Sensitivities are exact in real arithmetic; evaluating a
@@ -62,7 +63,7 @@ def one_numba_thread():
 class Message:
     """One Gaussian mechanism run by all clients, as seen by the tap."""
 
-    kind: str  # "aggregated" (Channel.release) or "local" (Channel.perturb)
+    kind: str  # "aggregated" (sent as released) or "local" (stays on the client, sent after post-processing)
     stage: str
     values: np.ndarray  # pre-noise statistic, shape (n_clients, ...)
     noisy: np.ndarray  # what the mechanism returned
@@ -82,14 +83,13 @@ class Transcript:
 
 
 class _Tap:
-    """State of the patched channel: record, or replay a reference transcript."""
+    """State of the patched seam: record, or replay a reference transcript."""
 
     def __init__(self) -> None:
         self.current: Transcript | None = None
         self.forced: Transcript | None = None
 
-    def message(self, channel: Channel, kind: str, stage: str, values, noisy: np.ndarray) -> np.ndarray:
-        rel = channel.ledger.releases[-1]
+    def message(self, kind: str, stage: str, values, noisy: np.ndarray, record) -> np.ndarray:
         tr = self.current
         values = np.array(values, dtype=np.float64)
         if self.forced is None:
@@ -105,12 +105,19 @@ class _Tap:
                     f"release {k}: reference {(ref.kind, ref.stage, ref.noisy.shape)}, neighbour {(kind, stage, values.shape)}"
                 )
             out = ref.noisy.copy()
-        weights = None if rel.weights is None else rel.weights.copy()
-        tr.messages.append(Message(kind, stage, values, np.array(out), rel.sensitivity.copy(), rel.sigma.copy(), weights))
+        tr.messages.append(Message(kind, stage, values, np.array(out), record.sensitivity.copy(), record.sigma.copy(), None))
         return out
 
-    def send(self, values) -> None:
-        self.current.sends.append(np.array(values, dtype=np.float64))
+    def received(self, reply, weights) -> None:
+        """The server took ``reply``: attach its weights to the reply's aggregated releases; a reply of local
+        releases is a send of post-processed values."""
+        tr = self.current
+        n = len(reply.releases)
+        for msg in tr.messages[len(tr.messages) - n:]:
+            if msg.kind == "aggregated" and weights is not None:
+                msg.weights = np.array(weights, dtype=np.float64)
+        if n and all(r.kind == "local" for r in reply.releases):
+            tr.sends.append(np.array(reply.values, dtype=np.float64))
 
 
 class ReplayMismatch(AssertionError):
@@ -122,35 +129,33 @@ _TAP = _Tap()
 
 @contextlib.contextmanager
 def tap_channel() -> Iterator[_Tap]:
-    """Patch :class:`Channel` so that every release, perturbation and send goes through the tap.
+    """Patch the seam so that every mechanism a client runs (:func:`privatize`) and every reply the server
+    takes (:meth:`Channel.receive`) goes through the tap.
 
-    Only for tests; the original methods are restored on exit. The original mechanism still runs
-    (the ledger, the communication count and the noise streams advance as usual); in replay mode
-    its output is then replaced by the reference output.
+    Only for tests; the originals are restored on exit. The original mechanism still runs (the
+    noise streams advance as usual); in replay mode its output is then replaced by the reference
+    output.
     """
-    release, perturb, send = Channel.release, Channel.perturb, Channel.send
+    privatize, receive = clients.privatize, Channel.receive
 
-    def tapped_release(self, values, **kw):
-        return _TAP.message(self, "aggregated", kw["stage"], values, release(self, values, **kw))
+    def tapped_privatize(values, noise, sensitivity, mu, stage, kind, **kw):
+        noisy, record = privatize(values, noise, sensitivity, mu, stage, kind, **kw)
+        return _TAP.message(kind, stage, values, noisy, record), record
 
-    def tapped_perturb(self, values, **kw):
-        return _TAP.message(self, "local", kw["stage"], values, perturb(self, values, **kw))
+    def tapped_receive(self, reply, **kw):
+        _TAP.received(reply, kw.get("weights"))
+        return receive(self, reply, **kw)
 
-    def tapped_send(self, values):
-        out = send(self, values)
-        _TAP.send(values)
-        return out
-
-    Channel.release, Channel.perturb, Channel.send = tapped_release, tapped_perturb, tapped_send
+    clients.privatize, Channel.receive = tapped_privatize, tapped_receive
     try:
         yield _TAP
     finally:
-        Channel.release, Channel.perturb, Channel.send = release, perturb, send
+        clients.privatize, Channel.receive = privatize, receive
         _TAP.current = _TAP.forced = None
 
 
 def _run(make_estimator: Callable[[], object], data, forced: Transcript | None) -> Transcript:
-    if Channel.release.__name__ != "tapped_release":
+    if clients.privatize.__name__ != "tapped_privatize":
         raise RuntimeError("record/replay must run inside `with tap_channel():`.")
     tr = Transcript()
     _TAP.current, _TAP.forced = tr, forced

@@ -2,6 +2,7 @@
 
 from .base import FederatedEstimator, clone
 from .baselines import LocalFit, PooledMLE
+from .dpfedavg import DPFedAvg
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
 from .fedirls import FedIRLS
@@ -10,4 +11,4 @@ from .fedsgd import FedSGD
 from .scaffold import Scaffold
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]

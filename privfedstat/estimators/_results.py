@@ -135,6 +135,10 @@ class FittedResults:
     # ------------------------------------------------------------------ inference
     def _inference(self) -> InferenceResult:
         self._check_fitted()
+        if self.inference_ is None and not self.supports_inference:
+            raise NoInferenceError(
+                f"{type(self).__name__} protects whole clients and reports no standard errors: the inference releases "
+                "are record-level and cannot carry a client-level guarantee.")
         if self.inference_ is None:
             raise NoInferenceError(
                 f"this {type(self).__name__} was fitted with inference=None, so it has no standard errors, intervals "

@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..exceptions import DivergenceError
+from .._validation import check_iterate
+from ..federation.server import aggregate, effective_weights
 from ..privacy.calibration import gradient_calibration, local_step_calibration
 
 if TYPE_CHECKING:  # base imports this module (through diagnostics)
     from .base import FitContext
 
-__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "check_iterate", "DIVERGENCE_NORM", "auto_step_size", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
+__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "auto_step_size", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
 
-#: An iterate with a larger Euclidean norm (or a non-finite entry) is reported as divergence.
-DIVERGENCE_NORM = 1e10
 #: Relative size of the last update below which an iteration counts as settled (``converged_``).
 TOL = 1e-6
 #: Cap on the iterations of an ``"auto"`` count with mu = inf (the loop stops earlier once settled).
@@ -101,15 +100,6 @@ def settled(new: np.ndarray, old: np.ndarray, noise_sd: float = 0.0, tol: float 
     return change <= tol * (1.0 + float(np.max(np.abs(new)))) + 4.0 * float(np.max(noise_sd))
 
 
-def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
-    """Raise ``DivergenceError`` if ``theta`` is non-finite or exploded."""
-    if not np.all(np.isfinite(theta)) or float(np.max(np.abs(theta))) > DIVERGENCE_NORM:
-        raise DivergenceError(
-            f"iterates diverged during {where} (non-finite or |theta| > {DIVERGENCE_NORM:g}). "
-            f"Reduce step_size (now {step_size:g}), standardise the covariates, or use a finite clip."
-        )
-
-
 def gradient_noise_sd(ctx: FitContext, n_iter: int, mu: float) -> np.ndarray:
     """Noise sd of each client's gradient message in :func:`server_gradient_descent`: ``2 B sqrt(K) / (mu n_i)``.
 
@@ -134,10 +124,11 @@ def server_gradient_descent(
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """K steps of FedSGD (Algorithm 1): clients send noisy clipped mean gradients, the server steps.
 
-    Each client's message ``g_i + sigma_i Z`` has sensitivity ``2B/n_i`` and budget
-    ``mu / sqrt(K)``, i.e. ``sigma_i = 2 B sqrt(K) / (mu n_i)`` as in Algorithm 1. With
-    ``stop_early`` (only with mu = inf, where nothing is calibrated to K) the loop ends once a
-    step is negligible (:func:`settled`).
+    Each client's message ``g_i + sigma_i Z`` (verb ``gradients``) has sensitivity ``2B/n_i`` and
+    budget ``mu / sqrt(K)``, i.e. ``sigma_i = 2 B sqrt(K) / (mu n_i)`` as in Algorithm 1. With
+    partial participation each round asks a sample of the clients and averages their messages
+    with the weights renormalised over them. With ``stop_early`` (only with mu = inf, where
+    nothing is calibrated to K) the loop ends once a step is negligible (:func:`settled`).
 
     Returns the final parameter and the path ``[theta^(1), ..., theta^(k)]``.
     """
@@ -145,9 +136,9 @@ def server_gradient_descent(
     theta = np.array(theta0, dtype=np.float64)
     path = []
     for _ in range(n_iter):
-        g = ctx.oracle.clipped_gradients(theta, ctx.clip)
-        g_noisy = ctx.channel.release(g, sensitivity=sens, mu=mu_msg, stage=stage, weights=weights)
-        old, theta = theta, theta - step_size * (weights @ g_noisy)
+        g = ctx.mean("gradients", weights=weights, theta=theta, clip=ctx.clip, sensitivity=sens, mu=mu_msg, stage=stage,
+                     active=ctx.participants())
+        old, theta = theta, theta - step_size * g
         check_iterate(theta, stage, step_size)
         path.append(theta)
         if stop_early and settled(theta, old):
@@ -157,37 +148,39 @@ def server_gradient_descent(
 
 def local_gradient_descent(
     ctx: FitContext,
-    oracle,
+    clients,
     theta0: np.ndarray,
     *,
     n_steps: int,
     step_size: float,
     mu: float,
     stage: str,
+    weights: np.ndarray,
 ) -> np.ndarray:
-    """Noisy local GD on every client, noise added to the parameter at each step (Algorithms 2-4).
+    """Noisy local GD on every (participating) client, noise added to the parameter at each step (Algorithms 2-4); the
+    server's weighted average of the final iterates.
 
-    Step ``theta_i <- theta_i - eta g_i(theta_i) + s_i Z``: the statistic ``eta g_i`` has
-    sensitivity ``2 B eta / n_i``; with budget ``mu / sqrt(n_steps)`` per step this gives
-    ``s_i = 2 B eta sqrt(n_steps) / (mu n_i)``. The result stays on the clients; the caller sends it.
+    Step ``theta_i <- theta_i - eta g_i(theta_i) + s_i Z`` (verb ``local_descent``): the statistic
+    ``eta g_i`` has sensitivity ``2 B eta / n_i``; with budget ``mu / sqrt(n_steps)`` per step this
+    gives ``s_i = 2 B eta sqrt(n_steps) / (mu n_i)``. The clients send their final iterates.
 
     Parameters
     ----------
-    oracle : ClientOracle
-        The data the steps use (the full data or FedNewton's first half).
-    theta0 : ndarray of shape (d,) or (n_clients, d)
-        Starting point(s).
+    clients : InProcessClients
+        The clients (``ctx.clients``, or FedNewton's first halves).
+    theta0 : ndarray of shape (d,)
+        The server's model.
     mu : float
         Budget of the whole run of ``n_steps`` steps.
+    weights : ndarray of shape (n_clients,)
+        The server's aggregation weights.
 
     Returns
     -------
-    ndarray of shape (n_clients, d)
+    ndarray of shape (d,)
     """
-    sens, mu_step = local_step_calibration(ctx.clip, step_size, oracle.sizes, n_steps, mu)
-    theta = np.array(np.broadcast_to(theta0, (oracle.n_clients, oracle.n_params)), dtype=np.float64)
-    for _ in range(n_steps):
-        g = oracle.clipped_gradients(theta, ctx.clip)
-        theta = ctx.channel.perturb(theta - step_size * g, sensitivity=sens, mu=mu_step, stage=stage)
-        check_iterate(theta, stage, step_size)
-    return theta
+    sens, mu_step = local_step_calibration(ctx.clip, step_size, clients.sizes, n_steps, mu)
+    reply = clients.local_descent(theta0, clip=ctx.clip, step_size=step_size, n_steps=n_steps, sensitivity=sens,
+                                  mu=mu_step, stage=stage, active=ctx.participants())
+    w = effective_weights(weights, reply.answered)
+    return aggregate(weights, ctx.channel.receive(reply, weights=w), reply.answered)

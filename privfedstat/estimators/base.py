@@ -12,7 +12,7 @@ import copy
 import inspect
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,8 +21,10 @@ from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
 from ..exceptions import PrivacyLeakWarning, PrivacyNoiseWarning
 from ..families import Family, get_family
-from ..federation.channel import Channel
-from ..federation.oracle import ClientOracle, check_offset_family, make_oracle
+from ..federation.channel import FAILURE_POLICIES, Channel
+from ..federation.clients import InProcessClients
+from ..federation.oracle import check_offset_family
+from ..federation.server import Participation, aggregate, effective_weights, resolve_participation
 from ..privacy.budget import PrivacyBudget, reserve
 from ..inference.config import Inference, resolve_inference
 from ..inference.covariance import original_scale_map
@@ -44,10 +46,10 @@ class FitContext:
 
     Attributes
     ----------
-    oracle : ClientOracle
-        Client-side computations on the full data.
+    clients : InProcessClients
+        The clients' side of the seam: the verbs they answer (the server holds nothing else of theirs).
     channel : Channel
-        The only path from clients to server.
+        The only path from clients to server (records the releases, applies the failure policy).
     clip : float
         Per-sample gradient clipping bound (B).
     hessian_clip : float
@@ -74,9 +76,11 @@ class FitContext:
     weights : ndarray of shape (n_clients,) or None
         The server's aggregation weights w_i of the estimate, recorded by
         :meth:`FederatedEstimator._resolve_weights`; None: size weights (inference uses them).
+    participation : Participation or None
+        Which clients each round asks (None: all); drawn from ``participation_rng``, the server's own stream.
     """
 
-    oracle: ClientOracle
+    clients: InProcessClients
     channel: Channel
     clip: float
     hessian_clip: float
@@ -87,10 +91,43 @@ class FitContext:
     hessian: np.ndarray | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None
+    participation: Participation | None = None
+    participation_rng: np.random.Generator | None = None
 
     @property
     def sizes(self) -> np.ndarray:
-        return self.oracle.sizes
+        return self.clients.sizes
+
+    def participants(self) -> np.ndarray | None:
+        """The clients asked in the next round: a sample of the live ones (server's stream) when participation
+        is partial, else None (every live client; the clients leave out failed ones themselves)."""
+        if self.participation is None:
+            return None
+        return self.participation.sample(self.channel.live, self.participation_rng)
+
+    def ask(self, verb: str, *, weights: np.ndarray | None = None, clients=None, **request) -> tuple[np.ndarray, np.ndarray,
+                                                                                       np.ndarray]:
+        """Send ``request`` to the clients' ``verb`` and take the reply through the channel.
+
+        ``weights``: the weights with which the server will average the replies (None: it sums
+        them, as for counts); ``clients``: another handle than ``self.clients`` (FedNewton's halves). Returns the values (rows of clients that did not answer are NaN),
+        the weights as recorded in the ledger (renormalised over the clients that answered; for a
+        sum, 1 for each of them) and the mask of those clients.
+        """
+        reply = getattr(self.clients if clients is None else clients, verb)(**request)
+        if weights is None:
+            w = reply.answered.astype(np.float64)
+        else:
+            w = effective_weights(weights, reply.answered)
+        q = 1.0
+        if request.get("active") is not None and self.participation is not None and self.participation.rate is not None:
+            q = float(self.participation.rate)  # a Poisson sample of the clients was asked
+        return self.channel.receive(reply, weights=w, sampling_rate=q), w, reply.answered
+
+    def mean(self, verb: str, *, weights: np.ndarray, **request) -> np.ndarray:
+        """The weighted aggregate (:func:`~privfedstat.federation.server.aggregate`) of the clients' replies to ``verb``."""
+        values, _, answered = self.ask(verb, weights=weights, **request)
+        return aggregate(weights, values, answered)
 
     @property
     def size_weights(self) -> np.ndarray:
@@ -115,6 +152,38 @@ class FederatedEstimator(FittedResults):
         reproducible and fast, private against an observer of the released values, but not
         hardened against floating-point or PRNG-state attacks. Timing side channels are not
         covered in either mode (README, "Privacy model").
+
+    Every private estimator takes ``on_client_failure`` (documented here once):
+
+    on_client_failure : {"raise", "skip"}, default "raise"
+        A client that fails while answering a request (its process dies, in the in-process
+        backend :class:`~privfedstat.federation.clients.FailingData` injects this) makes the fit
+        raise :class:`~privfedstat.ClientFailureError` (``"raise"``), or is left out from then on
+        (``"skip"``): every later aggregate renormalises the weights over the clients that
+        answered, count queries sum the live clients and target their public N, and the ledger
+        holds exactly the releases that reached the server (the failed client's unsent message
+        is not recorded). Nothing waits: a failed client simply has no reply.
+
+    Every estimator sets these attributes, with the same meaning everywhere (documented here once):
+
+    coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
+        The server's final model, on the original scale of the columns.
+    history_ : ndarray of shape (n_updates + 1, *coef_.shape)
+        The server's model theta^(0), theta^(1), ... after each protocol round that changed it
+        (``history_[0]`` the initial model, ``history_[-1]`` equal to ``coef_``): FedSGD one entry
+        per gradient step, FedAvg / SCAFFOLD / DP-FedAvg per round, FedHybrid the averaged local
+        model then each server step, FedNewton the FedAvg rounds then the Newton step, FedIRLS
+        per Newton round. Clip searches, scaling and inference releases do not move the model
+        and add no entry.
+    n_iter_ : int
+        Gradient evaluations per client in the protocol (the paper's compute measure: K for
+        FedSGD, R K for FedAvg / SCAFFOLD / DP-FedAvg, K1 + K2 for FedHybrid, R K + 1 for
+        FedNewton, the number of Newton rounds for FedIRLS); communication is in
+        ``communication_``.
+    privacy_ : PrivacyLedger
+        Every release, built by the server from the clients' release records.
+    communication_ : Communication
+        Upload rounds and floats, clip search and inference releases included.
 
     Every estimator sets ``converged_`` (documented here once), judged from released values
     only (post-processing, no privacy cost):
@@ -160,6 +229,10 @@ class FederatedEstimator(FittedResults):
     """
 
     method: str = ""
+    #: what one datum is: a row of a client ("record", the core paper) or a client's whole dataset ("client")
+    privacy_unit: str = "record"
+    #: whether the estimator reports standard errors (``inference``); client-level estimators do not
+    supports_inference: bool = True
     #: per-sample norms whose clipping bound ``fit`` must choose
     _norms: tuple[str, ...] = ("gradient",)
 
@@ -237,17 +310,29 @@ class FederatedEstimator(FittedResults):
         seed = as_seed_sequence(self.random_state)
         noise_seed, protocol_seed, inference_seed = seed.spawn(3)
         noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(noise_seed, data.n_clients))
-        channel = Channel(data.sizes, noise, ledger)
-        scaler, mu_left = self._fit_scaler(data, channel, mu)
-        oracle = make_oracle(data if scaler is None else scaler.transform(data), family)
-        bounds, mu_est = self._choose_bounds(oracle, channel, mu, mu_left)
-        mu_est, mu_inf = _reserve_inference(config, mu, mu_est)
-        ctx = FitContext(oracle, channel, bounds["gradient"], bounds.get("hessian", math.nan), mu_est, protocol_seed)
+        clients = InProcessClients(data, family, noise)
+        n_features, n_clients, n_samples, has_offset = data.n_features, data.n_clients, data.n_samples, clients.has_offset
+        del data  # from here on the server talks to the clients only through their verbs
+        ctx = FitContext(clients, Channel(clients.sizes, ledger, getattr(self, "on_client_failure", "raise")), math.nan,
+                         math.nan, mu, protocol_seed)
+        participation = resolve_participation(getattr(self, "participation", None), clients.n_clients)
+        if participation is not None and config is not None:
+            raise ValueError("inference needs every client in every round (its noise model assumes full participation); "
+                             "fit with inference=None when participation is partial.")
+        if participation is not None:
+            ctx.participation = participation
+            ctx.participation_rng = np.random.default_rng(protocol_seed.spawn(1)[0])
+        scaler, mu_left = self._fit_scaler(ctx, mu)
+        if scaler is not None:
+            clients.rescale(scaler)  # each client rescales its own columns with the public centres and scales
+        bounds, mu_est = self._choose_bounds(ctx, mu, mu_left)
+        ctx.clip, ctx.hessian_clip = bounds.get("gradient", math.inf), bounds.get("hessian", math.nan)
+        ctx.mu, mu_inf = _reserve_inference(config, mu, mu_est)
 
         theta, path, n_iter = self._run(ctx)
-        converged = diagnose(self, ctx, path, data.n_samples)
-        shape = (data.n_features, family.n_outputs) if family.n_outputs > 1 else (data.n_features,)
-        to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, data.n_features,
+        converged = diagnose(self, ctx, path, n_samples)
+        shape = (n_features, family.n_outputs) if family.n_outputs > 1 else (n_features,)
+        to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, n_features,
                                          family.n_outputs)
         released: dict = {}  # the Hessian the inference released at theta (fitting scale)
 
@@ -274,11 +359,11 @@ class FederatedEstimator(FittedResults):
         self.converged_ = converged
         self.clip_ = ctx.clip
         self.privacy_ = ledger
-        self.communication_ = channel.communication
-        self.n_features_in_ = data.n_features
-        self.n_clients_ = data.n_clients
-        self.n_samples_ = data.n_samples
-        self.has_offset_ = data.offset is not None
+        self.communication_ = ctx.channel.communication
+        self.n_features_in_ = n_features
+        self.n_clients_ = n_clients
+        self.n_samples_ = n_samples
+        self.has_offset_ = has_offset
         self.mu_ = mu
         self.inference_ = inference
         if "H" in released and math.isfinite(mu) and inference.cov_sampling is not None:
@@ -299,10 +384,10 @@ class FederatedEstimator(FittedResults):
             self.converged_ = False  # the noise-free path had not reached the optimum
 
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
-        """The FederatedData given to ``fit`` (see :func:`as_federated_data`), checked against the family."""
+        """The FederatedData given to ``fit`` (see :func:`as_federated_data`) and the family (the responses are
+        checked against its support by the clients, :class:`~privfedstat.federation.clients.InProcessClients`)."""
         data = as_federated_data(X, y, clients, offset)
         family = get_family(self.family)
-        family.check_y(data.y)
         check_offset_family(data, family)
         return data, family
 
@@ -315,8 +400,13 @@ class FederatedEstimator(FittedResults):
 
     def _validate_params(self, mu: float) -> None:
         """Check the parameters common to all estimators (subclasses extend)."""
+        policy = getattr(self, "on_client_failure", "raise")
+        if policy not in FAILURE_POLICIES:
+            raise ValueError(f"on_client_failure must be one of {FAILURE_POLICIES}, got {policy!r}.")
         if self.step_size != "auto":
             check_positive_float(self.step_size, "step_size")
+        if not self._norms:  # no per-sample clipping bound (client-level estimators)
+            return
         clip = self.clip
         if isinstance(clip, str):
             if clip not in ("auto", "paper"):
@@ -350,7 +440,7 @@ class FederatedEstimator(FittedResults):
             return None
         return check_positive_float(value, f"{which} clip", allow_inf=True)
 
-    def _fit_scaler(self, data: FederatedData, channel: Channel, mu: float) -> tuple[Scaler | None, float]:
+    def _fit_scaler(self, ctx: FitContext, mu: float) -> tuple[Scaler | None, float]:
         """Fit the feature rescaling requested by ``scaling``; return it and the mu left."""
         scaling = getattr(self, "scaling", None)
         if scaling is None:
@@ -359,38 +449,39 @@ class FederatedEstimator(FittedResults):
             scaling = PrivateStandardize()
         if not isinstance(scaling, (FeatureBounds, PrivateStandardize)):
             raise ValueError(f"scaling must be None, 'private', a PrivateStandardize or a FeatureBounds, got {scaling!r}.")
+        clients = ctx.clients
+        d, m, n_samples = clients.n_features, clients.n_clients, int(np.sum(clients.sizes))
         j = scaling.intercept
-        if j is not None and not 0 <= j < data.n_features:
+        if j is not None and not 0 <= j < d:
             raise ValueError(
-                f"scaling's intercept index {j} is not a column of X (it has {data.n_features}); pass "
+                f"scaling's intercept index {j} is not a column of X (it has {d}); pass "
                 "intercept=None (no intercept: columns are scaled, not centred) or the intercept's index."
             )
         if isinstance(scaling, FeatureBounds):
-            return Scaler.from_bounds(scaling, data.n_features), mu
-        if not scaling.columns_to_scale(data.n_features):  # nothing to rescale: no budget spent
-            d = data.n_features
+            return Scaler.from_bounds(scaling, d), mu
+        if not scaling.columns_to_scale(d):  # nothing to rescale: no budget spent
             return (None if j is None else Scaler(np.zeros(d), np.ones(d), j)), mu
         mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
-        m = data.n_clients
-        if not scaling.locatable(data.n_samples, m, data.n_features, mu_scale):  # public: decided before any release
-            sd = scaling.count_noise_sd(m, data.n_features, mu_scale)
+        if not scaling.locatable(n_samples, m, d, mu_scale):  # public: decided before any release
+            sd = scaling.count_noise_sd(m, d, mu_scale)
             warnings.warn(
                 f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
-                f"(sd {sd:.3g}) is comparable to N = {data.n_samples}. The columns are left unscaled and no "
+                f"(sd {sd:.3g}) is comparable to N = {n_samples}. The columns are left unscaled and no "
                 "budget is spent on them. Give public FeatureBounds (scaling=...), a larger mu, or more data.",
                 PrivacyNoiseWarning,
                 stacklevel=3,
             )
-            d = data.n_features
             return (None if j is None else Scaler(np.zeros(d), np.ones(d), j)), mu
 
-        def release(counts, mu_q, stage):
-            return channel.release(counts, sensitivity=1.0, mu=mu_q, stage=stage, weights=np.ones(m))
+        def noisy_count(column, threshold, center, mu_q, stage) -> float:
+            values, _, answered = ctx.ask("column_count", column=column, threshold=threshold, center=center,
+                                         mu=mu_q, stage=stage)
+            return float(aggregate(None, values, answered)[0])
 
-        scaler = Scaler.private(scaling, data, release, mu_scale)
+        scaler = Scaler.private(scaling, noisy_count, n_samples, m, d, mu_scale)
         return scaler, (math.sqrt(mu * mu - mu_scale * mu_scale) if math.isfinite(mu) else math.inf)
 
-    def _choose_bounds(self, oracle: ClientOracle, channel: Channel, mu: float, mu_left: float) -> tuple[dict, float]:
+    def _choose_bounds(self, ctx: FitContext, mu: float, mu_left: float) -> tuple[dict, float]:
         """Resolve the clipping bound(s); return them and the mu left for estimation.
 
         ``mu`` is the client's total budget (the clip budget is a share of it), ``mu_left`` what
@@ -408,7 +499,7 @@ class FederatedEstimator(FittedResults):
             return bounds, mu_left
         if self.clip == "auto" and math.isinf(mu):  # no privacy: no clipping (no bias) unless asked
             return {**bounds, **{which: math.inf for which in todo}}, mu_left
-        theta0 = np.zeros(oracle.n_params)
+        theta0 = ctx.clients.initial_parameters()
         if self.clip == "paper":
             warnings.warn(
                 "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
@@ -418,20 +509,19 @@ class FederatedEstimator(FittedResults):
                 stacklevel=3,
             )
             for which in todo:
-                norms = oracle.sample_norms(which, theta0)
-                bounds[which] = float(np.max(oracle.client_quantiles(norms, 0.9)))
-                channel.ledger.add_leak(f"{which} clipping bound {bounds[which]:.4g} chosen from raw data (clip='paper')")
+                quantiles, _, answered = ctx.ask("norm_quantiles", which=which, theta=theta0, q=0.9)
+                bounds[which] = float(np.max(quantiles[answered]))
             return bounds, mu_left
         config = self.clip if isinstance(self.clip, AutoClip) else PILOT_AUTOCLIP
         mu_clip = config.budget * mu if math.isfinite(mu) else math.inf
         mu_stage = mu_clip / math.sqrt(config.n_stages)
-        bounds.update(_search_bounds(oracle, channel, todo, theta0, config.quantile, config, mu_stage))
+        bounds.update(_search_bounds(ctx, todo, theta0, config.quantile, config, mu_stage))
         if config.pilot_rounds:
-            pilot_ctx = FitContext(oracle, channel, bounds["gradient"], math.nan, mu_stage, np.random.SeedSequence(0))
-            eta = resolve_step_size("auto", oracle.family, oracle.n_features)
+            pilot_ctx = replace(ctx, clip=bounds["gradient"], hessian_clip=math.nan, mu=mu_stage, participation=None)
+            eta = resolve_step_size("auto", ctx.clients.family, ctx.clients.n_features)
             pilot, _ = server_gradient_descent(pilot_ctx, theta0, n_iter=config.pilot_rounds, step_size=eta,
                                                mu=mu_stage, weights=pilot_ctx.size_weights, stage="clip-pilot")
-            bounds.update(_search_bounds(oracle, channel, todo, pilot, config.pilot_quantile, config, mu_stage))
+            bounds.update(_search_bounds(ctx, todo, pilot, config.pilot_quantile, config, mu_stage))
         if math.isfinite(mu) and mu_left * mu_left - mu_clip * mu_clip <= 0:
             raise ValueError("the clipping and scaling budgets leave nothing for estimation; lower their shares.")
         mu_est = math.sqrt(mu_left * mu_left - mu_clip * mu_clip) if math.isfinite(mu) else math.inf
@@ -441,8 +531,7 @@ class FederatedEstimator(FittedResults):
         """C_H for the inference releases: the private ``pilot_quantile`` of the per-sample Hessian norms at
         the estimate ``theta`` (the clip configuration's, 99% by default), ``mu``-GDP, stage ``"inference-clip"``."""
         config = self.clip if isinstance(self.clip, AutoClip) else PILOT_AUTOCLIP
-        return _search_bounds(ctx.oracle, ctx.channel, ["hessian"], theta, config.pilot_quantile, config, mu,
-                              stage="inference-clip")["hessian"]
+        return _search_bounds(ctx, ["hessian"], theta, config.pilot_quantile, config, mu, stage="inference-clip")["hessian"]
 
     def _resolve_weights(self, ctx: FitContext, noise_var: np.ndarray | None = None) -> np.ndarray:
         """Server aggregation weights from the ``weights`` parameter.
@@ -460,7 +549,7 @@ class FederatedEstimator(FittedResults):
     def _weights(self, ctx: FitContext, noise_var: np.ndarray | None) -> np.ndarray:
         """The weights of :meth:`_resolve_weights`, checked."""
         w = self.weights
-        m = ctx.oracle.n_clients
+        m = ctx.clients.n_clients
         if isinstance(w, str):
             if w == "size":
                 return ctx.size_weights
@@ -468,7 +557,7 @@ class FederatedEstimator(FittedResults):
                 if noise_var is None:
                     raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not {self.method}; use 'size' or an array.")
                 B2 = ctx.clip**2 if math.isfinite(ctx.clip) else 1.0
-                inv = 1.0 / (B2 / ctx.sizes + ctx.oracle.n_params * noise_var)
+                inv = 1.0 / (B2 / ctx.sizes + ctx.clients.n_params * noise_var)
                 return inv / inv.sum()
             raise ValueError(f"weights must be 'size', 'optimal' or an array of {m} numbers, got {w!r}.")
         arr = np.asarray(w, dtype=np.float64)
@@ -480,22 +569,24 @@ class FederatedEstimator(FittedResults):
 
 
 
-def _search_bounds(oracle: ClientOracle, channel: Channel, todo: list[str], theta: np.ndarray, quantile: float,
-                   config: AutoClip, mu: float, stage: str = "clip") -> dict[str, float]:
+def _search_bounds(ctx: FitContext, todo: list[str], theta: np.ndarray, quantile: float, config: AutoClip, mu: float,
+                   stage: str = "clip") -> dict[str, float]:
     """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all;
-    ledger stages ``f"{stage}-{which}"``."""
+    ledger stages ``f"{stage}-{which}"``. Each query asks every live client for its noisy count
+    (verb ``count_at_most``, sensitivity 1) and sums the replies; the target is a share of the
+    live clients' public N."""
     mu_query = mu / math.sqrt(len(todo) * config.n_queries)
-    n_total = float(np.sum(oracle.sizes))
-    m = oracle.n_clients
+    live = ctx.channel.live
+    n_total = float(np.sum(ctx.sizes[live]))
+    m = int(np.count_nonzero(live))
     count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
     bounds = {}
     for which in todo:
-        norms = oracle.sample_norms(which, theta)
 
-        def noisy_count(threshold: float, norms=norms, which=which) -> float:
-            counts = oracle.count_at_most(norms, threshold)[:, None]
-            noisy = channel.release(counts, sensitivity=1.0, mu=mu_query, stage=f"{stage}-{which}", weights=np.ones(m))
-            return float(noisy.sum())
+        def noisy_count(threshold: float, which=which) -> float:
+            values, _, answered = ctx.ask("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
+                                         stage=f"{stage}-{which}")
+            return float(aggregate(None, values, answered)[0])
 
         bounds[which] = private_grid_quantile(noisy_count, config.grid, quantile * n_total - config.margin * count_sd)
     return bounds

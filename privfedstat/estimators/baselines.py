@@ -48,6 +48,7 @@ class _NonPrivateBaseline(FederatedEstimator):
         :meth:`FederatedEstimator.fit`); returns ``self``. A finite ``budget`` is refused (the
         fit is not private); an infinite one records the fit."""
         data, family = self._check_data(X, y, clients, offset)
+        family.check_y(data.y)  # the raw data are at the server anyway (not private)
         self._validate_params()
         config = resolve_inference(self.inference)
         cov_type = None if config is None else resolve_cov_type(config, family)

@@ -84,7 +84,7 @@ def _sampling_se_proxy(ctx, n_samples: int, n_params: int):
         vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
         floor = max(float(vals[-1]) * 1e-8, 1e-300)
         return np.sqrt((vecs**2) @ (1.0 / np.maximum(vals, floor)) / n_samples)
-    return 1.0 / math.sqrt(float(ctx.oracle.family.curvature_at_zero) * n_samples)
+    return 1.0 / math.sqrt(float(ctx.clients.family.curvature_at_zero) * n_samples)
 
 
 def stationarity_gap(ctx, theta: np.ndarray, n_samples: int) -> float:
@@ -97,13 +97,14 @@ def stationarity_gap(ctx, theta: np.ndarray, n_samples: int) -> float:
     pooled optimum without any iterate moving; this sees it. Skipped (0) when the per-client
     Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H is singular.
     """
-    oracle = ctx.oracle
-    p = int(oracle.n_params)
-    if oracle.n_clients * p * p * 8 > STATIONARITY_MAX_BYTES:
+    clients = ctx.clients
+    p = int(clients.n_params)
+    if clients.n_clients * p * p * 8 > STATIONARITY_MAX_BYTES:
         return 0.0
     w = ctx.size_weights
-    g = w @ oracle.clipped_gradients(theta, ctx.clip)
-    H = np.tensordot(w, oracle.hessians(theta, math.inf), axes=1).reshape(p, p)
+    gradients, hessians = clients.exact(theta, clip=ctx.clip)  # mu = inf: nothing to protect
+    g = w @ gradients
+    H = np.tensordot(w, hessians, axes=1).reshape(p, p)
     try:
         step = np.linalg.solve(H, np.ravel(g))
         var = np.diag(np.linalg.inv(H)) / n_samples

@@ -19,9 +19,9 @@ __all__ = ["FedAvg", "run_fedavg"]
 PAPER_N_ROUNDS = 2
 
 
-def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, step_size: float, mu: float,
+def run_fedavg(ctx: FitContext, clients, *, n_rounds: int, n_local_steps: int, step_size: float, mu: float,
                weights: np.ndarray, stop_early: bool = False) -> list[np.ndarray]:
-    """R rounds of FedAvg from 0 on ``oracle``'s data; returns the server path theta^(0..R).
+    """R rounds of FedAvg from 0 on ``clients``' data (``ctx.clients`` or FedNewton's halves); returns the server path theta^(0..R).
 
     The budget ``mu`` is split evenly over the R K local steps, i.e. each step adds noise with
     ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6). Sets ``ctx.noise_sd``
@@ -31,17 +31,16 @@ def run_fedavg(ctx: FitContext, oracle, *, n_rounds: int, n_local_steps: int, st
     (:func:`~privfedstat.estimators._steps.settled`).
     """
     mu_round = stage_budget(mu, n_rounds)
-    path = [np.zeros(oracle.n_params)]
+    path = [clients.initial_parameters()]
     for _ in range(n_rounds):
-        local = local_gradient_descent(ctx, oracle, path[-1], n_steps=n_local_steps, step_size=step_size,
-                                       mu=mu_round, stage="local-step")
-        path.append(weights @ ctx.channel.send(local))
+        path.append(local_gradient_descent(ctx, clients, path[-1], n_steps=n_local_steps, step_size=step_size,
+                                           mu=mu_round, stage="local-step", weights=weights))
         if stop_early and settled(path[-1], path[-2]):
             break
-    ctx.noise_sd = aggregate_sd(calibrated_sigma(*local_step_calibration(ctx.clip, step_size, oracle.sizes, n_local_steps,
+    ctx.noise_sd = aggregate_sd(calibrated_sigma(*local_step_calibration(ctx.clip, step_size, clients.sizes, n_local_steps,
                                                                          mu_round)), weights)
     ctx.update_noise_sd = math.sqrt(n_local_steps) * ctx.noise_sd
-    ctx.noise_model = fedavg_noise(clip=ctx.clip, sizes=oracle.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
+    ctx.noise_model = fedavg_noise(clip=ctx.clip, sizes=clients.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
                                    step_size=step_size, weights=weights)
     return path
 
@@ -78,6 +77,10 @@ class FedAvg(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    participation : None, float, int or Participation, default None
+        Which clients each round asks: see :class:`~privfedstat.estimators.fedsgd.FedSGD`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -108,6 +111,8 @@ class FedAvg(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        participation=None,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -120,6 +125,8 @@ class FedAvg(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.participation = participation
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
@@ -133,7 +140,7 @@ class FedAvg(FederatedEstimator):
 
     def _run(self, ctx: FitContext):
         R, stop_early = resolve_count(self.n_rounds, ctx.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
-        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
-        path = run_fedavg(ctx, ctx.oracle, n_rounds=R, n_local_steps=self.n_local_steps, step_size=eta, mu=ctx.mu,
+        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
+        path = run_fedavg(ctx, ctx.clients, n_rounds=R, n_local_steps=self.n_local_steps, step_size=eta, mu=ctx.mu,
                           weights=self._resolve_weights(ctx), stop_early=stop_early)
         return path[-1], path, (len(path) - 1) * self.n_local_steps

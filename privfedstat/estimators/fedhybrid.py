@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedhybrid_noise
@@ -53,6 +51,8 @@ class FedHybrid(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -80,6 +80,7 @@ class FedHybrid(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -92,6 +93,7 @@ class FedHybrid(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
@@ -106,11 +108,11 @@ class FedHybrid(FederatedEstimator):
     def _run(self, ctx: FitContext):
         K1 = self.n_local_steps
         K2, stop_early = resolve_count(self.n_server_iter, ctx.mu, PAPER_N_SERVER_ITER)
-        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
         mu_stage = stage_budget(ctx.mu, 2)
-        d = ctx.oracle.n_params
-        local = local_gradient_descent(ctx, ctx.oracle, np.zeros(d), n_steps=K1, step_size=eta, mu=mu_stage, stage="local-step")
-        theta_bar = ctx.size_weights @ ctx.channel.send(local)
+        theta0 = ctx.clients.initial_parameters()
+        theta_bar = local_gradient_descent(ctx, ctx.clients, theta0, n_steps=K1, step_size=eta, mu=mu_stage,
+                                           stage="local-step", weights=ctx.size_weights)
         sd = gradient_noise_sd(ctx, K2, mu_stage)
         weights = self._resolve_weights(ctx, noise_var=sd**2)
         theta, path = server_gradient_descent(
@@ -120,4 +122,4 @@ class FedHybrid(FederatedEstimator):
         ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
         ctx.noise_model = fedhybrid_noise(clip=ctx.clip, sizes=ctx.sizes, mu=ctx.mu, n_local_steps=K1, n_server_iter=K2,
                                           step_size=eta, weights=weights)
-        return theta, [np.zeros(d), theta_bar] + path, K1 + len(path)
+        return theta, [theta0, theta_bar] + path, K1 + len(path)

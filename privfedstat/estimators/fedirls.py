@@ -16,8 +16,8 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
-from ._steps import DIVERGENCE_NORM, check_iterate
-from .._linalg import floor_eigenvalues, sym_to_vec, vec_to_sym
+from .._validation import DIVERGENCE_NORM, check_iterate
+from .._linalg import floor_eigenvalues, vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from .base import FederatedEstimator, FitContext
 from .fednewton import MAX_HESSIAN_GB
@@ -176,6 +176,8 @@ class FedIRLS(FederatedEstimator):
     random_state : int, Generator, SeedSequence or None
     secure_mode : bool, default False
         Secure noise: see :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -213,6 +215,7 @@ class FedIRLS(FederatedEstimator):
         tol: float = 1e-10,
         random_state=None,
         secure_mode: bool = False,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -229,6 +232,7 @@ class FedIRLS(FederatedEstimator):
         self.tol = tol
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     # ------------------------------------------------------------------ parameters
@@ -272,8 +276,7 @@ class FedIRLS(FederatedEstimator):
 
     # ------------------------------------------------------------------ protocol
     def _run(self, ctx: FitContext):
-        oracle = ctx.oracle
-        p, m = oracle.n_params, oracle.n_clients
+        p, m = ctx.clients.n_params, ctx.clients.n_clients
         need_gb = m * p * p * 8 / 1e9
         if need_gb > MAX_HESSIAN_GB:
             raise ValueError(
@@ -288,7 +291,7 @@ class FedIRLS(FederatedEstimator):
         if isinstance(self.budget_split, str) and not finite:
             shares = np.ones((R, 2))
         elif isinstance(self.budget_split, str):
-            c0 = float(oracle.family.curvature_at_zero)
+            c0 = float(ctx.clients.family.curvature_at_zero)
             beta = (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / ctx.mu**2
             shares = auto_budget_split(R, beta)
         else:
@@ -296,15 +299,14 @@ class FedIRLS(FederatedEstimator):
         mu_g, mu_h = (ctx.mu * np.sqrt(shares[:, 0]), ctx.mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
 
         def gradient(theta, r):
-            g = oracle.clipped_gradients(theta, ctx.clip)
-            return w @ ctx.channel.release(g, sensitivity=sens_g, mu=mu_g[r], stage="irls-gradient", weights=w)
+            return ctx.mean("gradients", weights=w, theta=theta, clip=ctx.clip, sensitivity=sens_g, mu=mu_g[r],
+                            stage="irls-gradient")
 
         def gradient_and_loss(theta):  # mu = inf only: nothing is noised
-            loss = ctx.channel.release(oracle.losses(theta)[:, None], sensitivity=math.inf, mu=math.inf,
-                                       stage="irls-loss", weights=w)
-            return gradient(theta, 0), float(w @ loss[:, 0])
+            loss = float(ctx.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])
+            return gradient(theta, 0), loss
 
-        theta = np.zeros(p)
+        theta = ctx.clients.initial_parameters()
         path = [theta]
         if finite:
             g = gradient(theta, 0)
@@ -314,8 +316,8 @@ class FedIRLS(FederatedEstimator):
         hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
         for r in range(R):
             if shares[r, 1] > 0:
-                hess = sym_to_vec(oracle.hessians(theta, ctx.hessian_clip))
-                H = vec_to_sym(w @ ctx.channel.release(hess, sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian", weights=w), p)
+                H = vec_to_sym(ctx.mean("hessians", weights=w, theta=theta, hessian_clip=ctx.hessian_clip,
+                                        sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian"), p)
                 lam = self._floor(ctx, aggregated_noise_sd(sens_h, mu_h[r], w))
                 H_floored = floor_eigenvalues(H, lam)
                 ctx.hessian = H
@@ -362,7 +364,7 @@ class FedIRLS(FederatedEstimator):
         """Eigenvalue floor lambda for a Hessian whose averaged noise has diagonal sd ``noise_sd``."""
         if self.hessian_floor != "auto":
             return float(self.hessian_floor)
-        tiny = 1e-8 * float(ctx.oracle.family.curvature_at_zero)
+        tiny = 1e-8 * float(ctx.clients.family.curvature_at_zero)
         return max(tiny, FLOOR_NOISE_SDS * noise_sd)
 
 

@@ -13,11 +13,10 @@ from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from ._steps import resolve_step_size
 from .fedavg import run_fedavg
-from .._linalg import floor_eigenvalues
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "newton_step", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
+__all__ = ["FedNewton", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
 
 #: memory allowed for the clients' Hessians (all clients are processed in one pass)
 MAX_HESSIAN_GB = 4.0
@@ -30,30 +29,6 @@ def resolve_hessian_floor(value, family, mu: float) -> float:
     if value != "auto":
         return float(value)
     return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
-
-
-def newton_step(half1, half2, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
-                grad_clip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta`` and its L2 sensitivity.
-
-    ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
-    (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
-    half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
-    ``grad_clip[i]`` (G_i). Sensitivity (one datum replaced, in either half):
-    ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``; see :class:`FedNewton`.
-
-    Returns
-    -------
-    step : ndarray of shape (n_clients, d)
-    sensitivity : ndarray of shape (n_clients,)
-    """
-    n1, n2 = half1.sizes, half2.sizes
-    H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
-    g = half2.clipped_gradients(theta, clip)
-    norms = np.linalg.norm(g, axis=1)
-    g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
-    step = np.linalg.solve(H, g[..., None])[..., 0]
-    return step, newton_sensitivity(clip, hessian_clip, hessian_floor, grad_clip, n1, n2)
 
 
 class FedNewton(FederatedEstimator):
@@ -132,6 +107,8 @@ class FedNewton(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -164,6 +141,7 @@ class FedNewton(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -180,6 +158,7 @@ class FedNewton(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
@@ -203,33 +182,32 @@ class FedNewton(FederatedEstimator):
                 "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
 
     def _run(self, ctx: FitContext):
-        half1, half2 = ctx.oracle.split_halves(ctx.seed)
+        half1, half2 = ctx.clients.split_halves(ctx.seed)
         n1, n2 = half1.sizes, half2.sizes
-        d = ctx.oracle.n_features
+        d = ctx.clients.n_features
         if np.any(n1 < d):
             i = int(np.argmax(n1 < d))
             raise ValueError(
                 f"FedNewton inverts a Hessian on half of each client's rows: client {i} has {n1[i]} rows "
                 f"in that half but there are {d} features. FedNewton needs n_i >= 2 d; use FedAvg or merge small clients."
             )
-        p = ctx.oracle.n_params
+        p = ctx.clients.n_params
         need_gb = n1.size * p * p * 8 / 1e9
         if need_gb > MAX_HESSIAN_GB:
             raise ValueError(
                 f"FedNewton forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {n1.size} clients, "
                 f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
-        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, ctx.oracle.family, ctx.mu), ctx.clip, ctx.hessian_clip
+        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, ctx.clients.family, ctx.mu), ctx.clip, ctx.hessian_clip
         mu_stage = stage_budget(ctx.mu, 2)
         weights = self._resolve_weights(ctx)
 
         path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                          step_size=resolve_step_size(self.step_size, ctx.oracle.family, d), mu=mu_stage, weights=weights)
+                          step_size=resolve_step_size(self.step_size, ctx.clients.family, d), mu=mu_stage, weights=weights)
         fedavg_model = ctx.noise_model
         theta1 = path[-1]
         if self.newton_noise == "paper":
-            step, _ = newton_step(half1, half2, theta1, clip=B, hessian_clip=math.inf, hessian_floor=lam,
-                                  grad_clip=np.full(n1.size, math.inf))
+            C_H, G = math.inf, np.full(n1.size, math.inf)
             sens = paper_newton_sensitivity(B, lam, ctx.sizes)
             warnings.warn(
                 "newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau_1 "
@@ -242,9 +220,9 @@ class FedNewton(FederatedEstimator):
                                         "(valid only under Assumption 2)")
         else:
             G = newton_grad_radius(self.newton_grad_clip, B, C_H, lam, n1, n2, ctx.mu)
-            step, sens = newton_step(half1, half2, theta1, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
-        local = ctx.channel.release(theta1 - step, sensitivity=sens, mu=mu_stage, stage="newton", weights=weights)
-        theta2 = weights @ local
+            sens = newton_sensitivity(B, C_H, lam, G, n1, n2)
+        theta2 = ctx.mean("newton_steps", weights=weights, clients=half1, theta=theta1, clip=B, hessian_clip=C_H,
+                          hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton")
         sigma = calibrated_sigma(sens, mu_stage)
         ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(sigma, weights)
         ctx.noise_model = NewtonNoise(fedavg_model, sigma**2, weights, lam)

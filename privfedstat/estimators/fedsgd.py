@@ -58,6 +58,15 @@ class FedSGD(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    participation : None, float, int or Participation, default None
+        Which clients each round asks (:class:`~privfedstat.federation.server.Participation`): None
+        every client; a rate q in (0, 1) Poisson sampling; an int a uniform cohort of that size;
+        drawn from the server's own stream. Each client's noise stays calibrated to all rounds
+        (it spends less when it sits a round out); the sampling amplifies nothing towards the
+        server, who knows who took part. Inference is not available with partial participation
+        (its noise model assumes every client in every round): use ``inference=None``.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -96,6 +105,8 @@ class FedSGD(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        participation=None,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -108,6 +119,8 @@ class FedSGD(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.participation = participation
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
@@ -121,10 +134,10 @@ class FedSGD(FederatedEstimator):
 
     def _run(self, ctx: FitContext):
         K, stop_early = resolve_count(self.n_iter, ctx.mu, PAPER_N_ITER)
-        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
         sd = gradient_noise_sd(ctx, K, ctx.mu)
         weights = self._resolve_weights(ctx, noise_var=sd**2)
-        theta0 = _initial(self.init, ctx.oracle.n_params)
+        theta0 = _initial(self.init, ctx.clients)
         theta, path = server_gradient_descent(
             ctx, theta0, n_iter=K, step_size=eta, mu=ctx.mu, weights=weights, stage="gradient", stop_early=stop_early
         )
@@ -133,9 +146,11 @@ class FedSGD(FederatedEstimator):
         return theta, [theta0] + path, len(path)
 
 
-def _initial(init, d: int) -> np.ndarray:
+def _initial(init, clients) -> np.ndarray:
+    """theta^(0): ``init`` (checked), or the model's initial parameters (zeros for a GLM)."""
     if init is None:
-        return np.zeros(d)
+        return clients.initial_parameters()
+    d = clients.n_params
     arr = np.asarray(init, dtype=np.float64)
     if arr.shape != (d,) or not np.all(np.isfinite(arr)):
         raise ValueError(f"init must be {d} finite numbers, got shape {arr.shape}.")

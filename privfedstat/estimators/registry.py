@@ -199,6 +199,7 @@ def _fednewton_paper(K: int | None) -> dict:
 
 def _register_builtin() -> None:
     from .baselines import LocalFit, PooledMLE
+    from .dpfedavg import DPFedAvg
     from .fedavg import PAPER_N_ROUNDS, FedAvg
     from .fedhybrid import PAPER_N_SERVER_ITER, FedHybrid
     from .fedirls import FedIRLS
@@ -229,6 +230,8 @@ def _register_builtin() -> None:
                    {"n_rounds": 2}),
         MethodSpec("scaffold", Scaffold, True, "DP-SCAFFOLD: local noisy steps with control variates",
                    {"n_rounds": 2, "n_local_steps": 2}),
+        MethodSpec("dpfedavg", DPFedAvg, True, "DP-FedAvg, client-level (McMahan et al. 2018): clipped model updates, "
+                   "Poisson participation, amplified PLD accounting", {"n_rounds": 3, "n_local_steps": 2}),
         MethodSpec("pooled", PooledMLE, False, "NP-Pooled: MLE on the pooled raw data (not private)"),
         MethodSpec("localfit", LocalFit, False, "NP-LocalFit: one MLE per client (not private)", per_client=True),
     ):

@@ -9,7 +9,9 @@ import numpy as np
 from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import ScaffoldNoise
-from ._steps import MAX_ROUNDS_NONPRIVATE, check_iterate, resolve_count, resolve_step_size, settled
+from .._validation import check_iterate
+from ..federation.server import aggregate
+from ._steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
 from .base import FederatedEstimator, FitContext
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 
@@ -45,8 +47,8 @@ class Scaffold(FederatedEstimator):
     noisy gradients, the previous ``c_i`` and the broadcast ``(x, c)`` only: by induction over
     rounds every state variable is post-processing of privatized outputs (the data are never
     touched except through the mechanism); (d) the server's x and c are post-processing of the
-    uploads. The ledger records the R K releases (stage ``"local-gradient"``) and the uploads go
-    through ``Channel.send``, which refuses to send anything not preceded by a perturbation.
+    uploads. The ledger records the R K releases (stage ``"local-gradient"``); the clients run the
+    round (verb ``scaffold_round``), keep their ``c_i`` and send only the post-processed uploads.
 
     **Differences from Noble et al.'s code, on purpose.** Full participation and full-batch local
     steps: client subsampling and minibatching, which would give privacy amplification, are not
@@ -97,6 +99,8 @@ class Scaffold(FederatedEstimator):
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
 
@@ -139,6 +143,7 @@ class Scaffold(FederatedEstimator):
         scaling=None,
         random_state=None,
         secure_mode: bool = False,
+        on_client_failure: str = "raise",
         inference="auto",
     ) -> None:
         self.family = family
@@ -152,6 +157,7 @@ class Scaffold(FederatedEstimator):
         self.scaling = scaling
         self.random_state = random_state
         self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
@@ -167,28 +173,18 @@ class Scaffold(FederatedEstimator):
     def _run(self, ctx: FitContext):
         R, stop_early = resolve_count(self.n_rounds, ctx.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
         K = self.n_local_steps
-        eta = resolve_step_size(self.step_size, ctx.oracle.family, ctx.oracle.n_features)
+        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
         eta_g = float(self.server_step_size)
         w = self._resolve_weights(ctx)
-        oracle = ctx.oracle
-        m, p = oracle.n_clients, oracle.n_params
+        p = ctx.clients.n_params
         sens, mu_step = gradient_calibration(ctx.clip, ctx.sizes, R * K, ctx.mu)  # R K noisy gradients
-        x, c = np.zeros(p), np.zeros(p)
-        c_local = np.zeros((m, p))
+        x, c = ctx.clients.initial_parameters(), np.zeros(p)
         path = [x]
-        for _ in range(R):
-            y = np.tile(x, (m, 1))
-            correction = c - c_local  # fixed during the round
-            for _ in range(K):
-                g = oracle.clipped_gradients(y, ctx.clip)
-                g = ctx.channel.perturb(g, sensitivity=sens, mu=mu_step, stage="local-gradient")
-                y = y - eta * (g + correction)
-                check_iterate(y, "SCAFFOLD local steps", eta)
-            c_new = c_local - c + (x - y) / (K * eta)
-            upload = ctx.channel.send(np.hstack([y - x, c_new - c_local]))
-            c_local = c_new
-            x = x + eta_g * (w @ upload[:, :p])
-            c = c + w @ upload[:, p:]
+        for _ in range(R):  # each client keeps its control variate c_i (verb scaffold_round)
+            upload, w_r, answered = ctx.ask("scaffold_round", weights=w, x=x, c=c, clip=ctx.clip, step_size=eta,
+                                            n_steps=K, sensitivity=sens, mu=mu_step, stage="local-gradient")
+            x = x + eta_g * aggregate(w, upload[:, :p], answered)
+            c = c + aggregate(w, upload[:, p:], answered)
             check_iterate(x, "the SCAFFOLD server update", eta)
             path.append(x)
             if stop_early and settled(path[-1], path[-2]):

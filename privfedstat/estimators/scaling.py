@@ -177,13 +177,17 @@ class Scaler:
         return cls(center, scale, bounds.intercept)
 
     @classmethod
-    def private(cls, config: PrivateStandardize, data: FederatedData, release, mu: float) -> Scaler:
-        """Estimate centre and scale privately.
+    def private(cls, config: PrivateStandardize, noisy_count, n_samples: int, n_clients: int, n_features: int,
+                mu: float) -> Scaler:
+        """Estimate centre and scale privately from noisy pooled counts.
 
-        ``release(counts, mu, stage)`` privatizes per-client counts (sensitivity 1) and returns the
-        noisy values; it is the estimator's channel. ``mu`` is the budget of the whole procedure.
+        ``noisy_count(column, threshold, center, mu_q, stage)`` asks every client for its number of
+        rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <= threshold``,
+        privatized with budget ``mu_q`` (sensitivity 1, the clients' verb ``column_count``), and
+        returns their sum. ``mu`` is the budget of the whole procedure; ``n_samples`` (N),
+        ``n_clients`` and ``n_features`` are public.
         """
-        d = data.n_features
+        d = n_features
         cols = config.columns_to_scale(d)
         center, scale = np.zeros(d), np.ones(d)
         if not cols:
@@ -192,31 +196,27 @@ class Scaler:
         grid = np.geomspace(lo, hi, config.n_grid)
         half = grid[:: 2]  # n_grid / 2 points: the symmetric centre grid has n_grid points, 0 included
         sym = np.concatenate([-half[::-1], [0.0], half[:-1]])
-        if not config.locatable(data.n_samples, data.n_clients, d, mu):
+        if not config.locatable(n_samples, n_clients, d, mu):
             raise ValueError("private scaling cannot locate the columns at this budget; check "
                              "PrivateStandardize.locatable() first (the estimators do).")
         mu_q = mu / math.sqrt(len(cols) * config.queries_per_column()) if math.isfinite(mu) else math.inf
-        lean = config.margin * config.count_noise_sd(data.n_clients, d, mu)
-        offsets = data.offsets
-        n_total = float(data.n_samples)
+        lean = config.margin * config.count_noise_sd(n_clients, d, mu)
+        n_total = float(n_samples)
         for j in cols:
-            x = data.X[:, j]
 
-            def count(values):
-                def noisy(threshold: float) -> float:
-                    c = np.add.reduceat((values <= threshold).astype(np.float64), offsets[:-1])
-                    return float(release(c[:, None], mu_q, f"scaling-x{j}").sum())
+            def count(centre):
+                def noisy(threshold: float, j=j) -> float:
+                    return noisy_count(j, threshold, centre, mu_q, f"scaling-x{j}")
                 return noisy
 
             if config.intercept is not None:
                 center[j] = private_grid_quantile(
-                    count(x), sym, lambda t: 0.5 * n_total + (lean if t < 0 else -lean))
-            with np.errstate(over="ignore"):  # |x - centre| = inf for x near the largest double: above every grid point
-                dev = np.abs(x - center[j])
-            n_zero = min(max(count(dev)(0.0), 0.0), n_total)  # deviations exactly 0 (an atom at the centre)
+                    count(None), sym, lambda t: 0.5 * n_total + (lean if t < 0 else -lean))
+            dev = count(float(center[j]))  # counts of |x - centre| <= t
+            n_zero = min(max(dev(0.0), 0.0), n_total)  # deviations exactly 0 (an atom at the centre)
             top = n_total - 1.5 * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
-            s = private_grid_quantile(count(dev), grid, target)  # runs in every case: the budget is fixed in advance
+            s = private_grid_quantile(dev, grid, target)  # runs in every case: the budget is fixed in advance
             clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
             scale[j] = s if clears_atom and s > lo else 1.0
         return cls(center, scale, config.intercept)

@@ -1,24 +1,26 @@
-"""The Channel: the only path from the clients to the server.
+"""The Channel: the server's end of the seam, the only path by which client messages reach the server.
 
-Every value derived from client data passes through :meth:`Channel.release` (a Gaussian mechanism
-whose output is sent), or through :meth:`Channel.perturb` (a Gaussian mechanism whose output stays
-on the client, as in local noisy gradient steps) followed by :meth:`Channel.send` (sending a
-post-processing of earlier perturbed outputs). The channel derives the noise scale from the stated
-sensitivity and the GDP budget of the release, draws the noise from each client's own stream,
-records the release in the :class:`~privfedstat.privacy.ledger.PrivacyLedger`, and counts rounds
-and floats sent.
+Clients privatize their messages themselves (:mod:`privfedstat.federation.clients`) and attach a
+release record to each. :meth:`Channel.receive` is where the server takes a reply: it records the
+releases in the :class:`~privfedstat.privacy.ledger.PrivacyLedger` (adding the round and the
+weights with which the server will aggregate), applies the fit's failure policy, and counts rounds
+and floats sent. The server never sees a client's data, only replies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..privacy.ledger import PrivacyLedger, Release
-from ..privacy.mechanisms import ClientNoise
+from ..exceptions import ClientFailureError
+from ..privacy.ledger import PrivacyLedger
+from .clients import Reply
 
-__all__ = ["Channel", "Communication"]
+__all__ = ["Channel", "Communication", "FAILURE_POLICIES"]
+
+#: what the server does when a client fails while answering: stop the fit, or go on without it
+FAILURE_POLICIES = ("raise", "skip")
 
 
 @dataclass(frozen=True)
@@ -41,100 +43,66 @@ class Communication:
 
 
 class Channel:
-    """Privatize, record and transmit client messages.
+    """Receive, record and count client replies (the server side).
 
     Parameters
     ----------
     sizes : ndarray of shape (n_clients,)
         Client sample sizes (public, as in the paper).
-    noise : ClientNoise
-        Per-client Gaussian streams.
     ledger : PrivacyLedger
+    on_client_failure : {"raise", "skip"}, default "raise"
+        A reply in which a requested client failed raises :class:`~privfedstat.ClientFailureError`
+        (``"raise"``), or is used without that client, which takes no further part (``"skip"``:
+        the aggregation renormalises the weights over the clients that answered).
     """
 
-    def __init__(self, sizes: np.ndarray, noise: ClientNoise, ledger: PrivacyLedger) -> None:
+    def __init__(self, sizes: np.ndarray, ledger: PrivacyLedger, on_client_failure: str = "raise") -> None:
+        if on_client_failure not in FAILURE_POLICIES:
+            raise ValueError(f"on_client_failure must be one of {FAILURE_POLICIES}, got {on_client_failure!r}.")
         self.sizes = np.asarray(sizes)
-        self.noise = noise
         self.ledger = ledger
+        self.on_client_failure = on_client_failure
         self.rounds = 0
         self.floats_per_client = 0
-        self._pending = False  # a perturbed value is waiting to be sent
+        self.live = np.ones(self.sizes.size, dtype=bool)  # clients that have not failed
 
-    def _sigma(self, sensitivity, mu) -> tuple[np.ndarray, np.ndarray]:
-        m = self.sizes.size
-        sens = np.array(sensitivity, dtype=np.float64)
-        mu = np.asarray(mu, dtype=np.float64)
-        if sens.ndim == 0:
-            sens = np.full(m, float(sens))
-        if not (mu > 0).all():
-            raise ValueError("every release needs mu > 0.")
-        finite_mu = np.isfinite(mu)
-        if finite_mu.any() and not np.isfinite(sens[finite_mu] if mu.ndim else sens).all():
-            raise ValueError(
-                "a release with infinite sensitivity cannot be private: set a finite clipping bound "
-                "(clip=...) or use mu=float('inf')."
-            )
-        if finite_mu.all():
-            return sens, sens / mu
-        with np.errstate(invalid="ignore"):
-            return sens, np.where(finite_mu, sens / mu, 0.0)
-
-    def _noisy(self, values: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-        values = np.asarray(values, dtype=np.float64)
-        if values.shape[0] != self.sizes.size:
-            raise ValueError(f"expected one message per client ({self.sizes.size}), got {values.shape[0]}.")
-        if not np.any(sigma > 0):
-            return values.copy()
-        z = self.noise.standard_normal(values.shape[1:])
-        return values + sigma.reshape((-1,) + (1,) * (values.ndim - 1)) * z
-
-    def _transmit(self, values: np.ndarray) -> None:
-        self.rounds += 1
-        self.floats_per_client += int(np.prod(values.shape[1:], dtype=np.int64))
-        self._pending = False
-
-    def release(self, values: np.ndarray, *, sensitivity, mu, stage: str, weights: np.ndarray) -> np.ndarray:
-        """Add calibrated noise to one message per client, record it, send it.
+    def receive(self, reply: Reply, *, weights: np.ndarray | None = None, sent: bool = True,
+                sampling_rate: float = 1.0) -> np.ndarray:
+        """Record a reply's releases and return its values (rows of clients that did not answer are NaN).
 
         Parameters
         ----------
-        values : ndarray of shape (n_clients, ...)
-            Row i is client i's statistic.
-        sensitivity : float or ndarray of shape (n_clients,)
-            L2 sensitivity of each client's statistic (one datum replaced).
-        mu : float or ndarray
-            GDP budget of this release for each client; noise sd is ``sensitivity / mu``.
-        stage : str
-            Label for the ledger.
-        weights : ndarray of shape (n_clients,)
-            Weights with which the server aggregates these messages (the published quantity is
-            ``sum_i weights[i] * message_i``); used for third-party accounting.
+        reply : Reply
+        weights : ndarray of shape (n_clients,), optional
+            The weights with which the server aggregates these messages (the published quantity is
+            ``sum_i weights[i] * message_i``; third-party accounting uses them). Required when the
+            reply holds an "aggregated" release.
+        sent : bool, default True
+            Whether the reply counts as an upload round (False for diagnostics that a non-private
+            fit reads without communication).
+        sampling_rate : float, default 1.0
+            The Poisson rate q with which the server sampled the clients it asked (recorded for
+            the amplified client-level accounting; 1 when it asked every live client or a cohort).
         """
-        sens, sigma = self._sigma(sensitivity, mu)
-        noisy = self._noisy(values, sigma)
-        self.ledger.record(Release(stage, self.rounds, "aggregated", sens, sigma, np.asarray(weights, dtype=np.float64)))
-        self._transmit(noisy)
-        return noisy
-
-    def perturb(self, values: np.ndarray, *, sensitivity, mu, stage: str) -> np.ndarray:
-        """Add calibrated noise to a value that stays on the client (e.g. a local noisy step); record it."""
-        sens, sigma = self._sigma(sensitivity, mu)
-        noisy = self._noisy(values, sigma)
-        self.ledger.record(Release(stage, self.rounds, "local", sens, sigma))
-        self._pending = True
-        return noisy
-
-    def send(self, values: np.ndarray) -> np.ndarray:
-        """Send values that are post-processing of the clients' perturbed outputs.
-
-        Raises ``RuntimeError`` if nothing was perturbed since the last transmission, which would
-        mean raw client data is being sent.
-        """
-        if not self._pending:
-            raise RuntimeError("Channel.send: nothing was privatized since the last upload; use release().")
-        values = np.asarray(values, dtype=np.float64)
-        self._transmit(values)
-        return values.copy()
+        if reply.failed.any():
+            self.live &= ~reply.failed
+            if self.on_client_failure == "raise":
+                raise ClientFailureError(
+                    f"client(s) {np.flatnonzero(reply.failed).tolist()} failed while answering "
+                    f"{reply.releases[0].stage if reply.releases else 'a request'!r}; pass on_client_failure='skip' "
+                    "to continue without them.")
+            if not self.live.any():
+                raise ClientFailureError("every client has failed; nothing is left to fit.")
+        w = None if weights is None else np.asarray(weights, dtype=np.float64)
+        for rec in reply.releases:
+            self.ledger.record(replace(rec, round=self.rounds, weights=w if rec.kind == "aggregated" else None,
+                                       sampling_rate=sampling_rate))
+        if reply.leak is not None:
+            self.ledger.add_leak(reply.leak)
+        if sent:
+            self.rounds += 1
+            self.floats_per_client += int(np.prod(reply.values.shape[1:], dtype=np.int64))
+        return reply.values
 
     @property
     def communication(self) -> Communication:

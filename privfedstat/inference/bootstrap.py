@@ -39,7 +39,7 @@ noise; the parametric bootstrap reproduces all three by simulation (Ferrando, Wa
    as a random column: the notes say so).
 
 2. **Responses** from the family at theta-hat: Bernoulli (logistic), Poisson (means capped at
-   :data:`MAX_POISSON_MEAN`), categorical (multinomial, class 0 the reference), and Gaussian
+   :data:`privfedstat.families.MAX_POISSON_MEAN`), categorical (multinomial, class 0 the reference), and Gaussian
    with dispersion ``sigma^2 = tr(M^-1 S) / d``, S the released mean of ``g_j g_j^T`` (the
    per-sample gradients ``(x_j^T theta - y_j) x_j`` at theta-hat, clipped to ``C_g``:
    ``oracle.score_outer``, sensitivity ``sqrt(2) C_g^2 / n_i``, share :data:`SCORE_SHARE` of
@@ -77,6 +77,7 @@ from ..data.federated import FederatedData
 from ..estimators.base import FederatedEstimator, FitContext, _search_bounds, clone
 from ..estimators.scaling import PrivateStandardize
 from ..exceptions import DivergenceError
+from ..families import FAMILIES
 from ..families.base import Family
 from ..privacy.clipping import AutoClip
 from .config import Inference
@@ -99,10 +100,6 @@ FLOOR_NOISE_SDS = 2.0
 RELATIVE_FLOOR = 1e-10
 #: a note warns when the searches' lean lowers their target by more than this fraction of the rows
 NOISY_SEARCH = 0.05
-#: cap on a simulated Poisson mean (numpy's sampler refuses means near 1e19)
-MAX_POISSON_MEAN = 1e12
-#: families whose data the bootstrap can simulate
-SIMULATED_FAMILIES = ("logistic", "poisson", "gaussian", "multinomial")
 #: refit failures that are counted (and left out) rather than raised
 REFIT_FAILURES = (DivergenceError, np.linalg.LinAlgError)
 #: seconds before the progress bar appears (terminals only)
@@ -136,14 +133,15 @@ class SimulationModel:
         return self.mean + z @ self.factor.T
 
 
-def _released_moment(ctx: FitContext, values: np.ndarray, bound: float, mu: float, stage: str) -> np.ndarray:
+def _released_moment(ctx: FitContext, verb: str, bound: float, mu: float, stage: str, **request) -> np.ndarray:
     """Size-weighted aggregate of the clients' released means of PSD per-sample terms, eigenvalues floored.
 
-    ``values`` (n_clients, k, k): each client's mean of terms ``v v^T`` with ``||v|| <= bound``
-    (Frobenius norm ``<= bound^2``), released by :func:`~privfedstat.inference.core.release_psd_mean`
-    (sensitivity :func:`hessian_sensitivity` of ``bound^2``), stage ``"inference-<stage>"``.
+    ``verb`` (``"design_moments"`` or ``"score_outer"``): each client's mean of terms ``v v^T`` with
+    ``||v|| <= bound`` (Frobenius norm ``<= bound^2``), released through
+    :func:`~privfedstat.inference.core.release_psd_mean` (sensitivity
+    :func:`~privfedstat.privacy.calibration.hessian_sensitivity` of ``bound^2``), stage ``"inference-<stage>"``.
     """
-    A, s = release_psd_mean(ctx, values, bound * bound, mu, ctx.size_weights, f"inference-{stage}")
+    A, s = release_psd_mean(ctx, verb, bound * bound, mu, ctx.size_weights, f"inference-{stage}", **request)
     top = float(np.max(np.abs(np.linalg.eigvalsh(A))))
     return floor_eigenvalues(A, max(FLOOR_NOISE_SDS * s, RELATIVE_FLOOR * top))
 
@@ -186,20 +184,19 @@ def release_simulation_model(ctx: FitContext, theta: np.ndarray, mu: float,
     -------
     SimulationModel
     """
-    oracle = ctx.oracle
-    gaussian = oracle.family.name == "gaussian"
+    gaussian = ctx.clients.family.has_dispersion
     todo = ["row", "gradient"] if gaussian else ["row"]
     if math.isfinite(mu):
-        bounds = _search_bounds(oracle, ctx.channel, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH,
-                                mu * math.sqrt(SEARCH_SHARE), stage="inference-clip")
+        bounds = _search_bounds(ctx, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH, mu * math.sqrt(SEARCH_SHARE),
+                                stage="inference-clip")
     else:
         bounds = dict.fromkeys(todo, math.inf)
     mu_moments = mu * math.sqrt(1.0 - SEARCH_SHARE - (SCORE_SHARE if gaussian else 0.0))
-    M = _released_moment(ctx, oracle.design_moments(bounds["row"]), bounds["row"], mu_moments, "moments")
+    M = _released_moment(ctx, "design_moments", bounds["row"], mu_moments, "moments", row_clip=bounds["row"])
     dispersion = None
     if gaussian:
-        S = _released_moment(ctx, oracle.score_outer(theta, bounds["gradient"]), bounds["gradient"],
-                             mu * math.sqrt(SCORE_SHARE), "dispersion")
+        S = _released_moment(ctx, "score_outer", bounds["gradient"], mu * math.sqrt(SCORE_SHARE), "dispersion",
+                             theta=theta, clip=bounds["gradient"])
         dispersion = float(np.trace(np.linalg.solve(M, S))) / M.shape[0]
     mean, factor = _gaussian_design(M, intercept)
     return SimulationModel(mean, factor, bounds["row"], dispersion)
@@ -209,24 +206,13 @@ def simulate_response(family: Family, theta: np.ndarray, X: np.ndarray, dispersi
                       rng: np.random.Generator) -> np.ndarray:
     """Responses drawn from ``family`` at ``theta`` (flat, oracle order) for the rows ``X`` (n, d).
 
-    Logistic: Bernoulli; Poisson: Poisson (means capped at :data:`MAX_POISSON_MEAN`); Gaussian:
-    normal with variance ``dispersion``; multinomial: categorical over classes 0..K-1.
+    The family's :meth:`~privfedstat.families.Family.simulate` (logistic: Bernoulli; Poisson: Poisson
+    with means capped at :data:`privfedstat.families.MAX_POISSON_MEAN`; Gaussian: normal with
+    variance ``dispersion``; multinomial: categorical over classes 0..K-1).
     """
-    d = X.shape[1]
-    Z = X @ np.asarray(theta, dtype=np.float64).reshape(d, family.n_outputs)
-    n = X.shape[0]
-    if family.name == "multinomial":
-        P = family.mean(Z)
-        y = np.sum(rng.random((n, 1)) > np.cumsum(P, axis=1), axis=1)
-        return np.minimum(y, family.n_classes - 1).astype(np.float64)  # rounding of the cumulative sum
-    z = Z[:, 0]
-    if family.name == "logistic":
-        return (rng.random(n) < family.mean(z)).astype(np.float64)
-    if family.name == "poisson":
-        return rng.poisson(np.minimum(family.mean(z), MAX_POISSON_MEAN)).astype(np.float64)
-    if family.name == "gaussian":
-        return z + math.sqrt(dispersion) * rng.standard_normal(n)
-    raise ValueError(f"the parametric bootstrap simulates the families {SIMULATED_FAMILIES}, not {family.name!r}.")
+    Z = X @ np.asarray(theta, dtype=np.float64).reshape(X.shape[1], family.n_outputs)
+    return family.simulate(Z[:, 0] if family.n_outputs == 1 else Z, rng,
+                           scale=None if dispersion is None else math.sqrt(dispersion))
 
 
 def _declared_intercept(estimator: FederatedEstimator) -> int | None:
@@ -238,14 +224,14 @@ def _declared_intercept(estimator: FederatedEstimator) -> int | None:
 
 
 def _check_supported(ctx: FitContext) -> None:
-    family = ctx.oracle.family
-    if family.name not in SIMULATED_FAMILIES:
+    family = ctx.clients.family
+    if not family.likelihood:
         raise ValueError(
             f"inference='bootstrap' simulates data from the fitted model, and the {family.name} family is not a "
             f"likelihood (no model to simulate from); use Inference(cov_type='sandwich'). Bootstrap families: "
-            f"{', '.join(SIMULATED_FAMILIES)}."
+            f"{', '.join(n for n, c in FAMILIES.items() if c.likelihood)}."
         )
-    if ctx.oracle.data.offset is not None:
+    if ctx.clients.has_offset:
         raise ValueError(
             "inference='bootstrap' cannot simulate data with an offset (the offsets are private per-row covariates "
             "and nothing about their distribution is released); use Inference(cov_type='model') or 'sandwich'."
@@ -302,7 +288,7 @@ def run_bootstrap(estimator: FederatedEstimator, ctx: FitContext, theta: np.ndar
 
     _check_supported(ctx)
     theta = np.asarray(theta, dtype=np.float64)
-    family = ctx.oracle.family
+    family = ctx.clients.family
     intercept = _declared_intercept(estimator)
     model = release_simulation_model(ctx, theta, mu, intercept)
     template = _refit_template(estimator, ctx)
@@ -349,9 +335,9 @@ def _search_lean(ctx: FitContext, mu: float) -> float:
     """Fraction of the N rows by which the norm searches' downward lean lowers their target (public)."""
     if math.isinf(mu):
         return 0.0
-    n_searches = 2 if ctx.oracle.family.name == "gaussian" else 1
+    n_searches = 2 if ctx.clients.family.has_dispersion else 1
     mu_query = mu * math.sqrt(SEARCH_SHARE / (n_searches * ROW_SEARCH.n_queries))
-    return ROW_SEARCH.margin * math.sqrt(ctx.oracle.n_clients) / mu_query / float(np.sum(ctx.sizes))
+    return ROW_SEARCH.margin * math.sqrt(ctx.clients.n_clients) / mu_query / float(np.sum(ctx.sizes))
 
 
 def _describe(estimator: FederatedEstimator, ctx: FitContext, model: SimulationModel, intercept: int | None,

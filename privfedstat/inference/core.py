@@ -8,9 +8,10 @@
    with finite mu, a private search for the ``pilot_quantile`` (99%) of the per-sample Hessian
    norms at theta-hat with ``SEARCH_SHARE`` of ``mu_inf^2`` (stage ``"inference-clip"``, the
    :class:`~privfedstat.AutoClip` bisection); with mu = inf no clipping.
-2. **Releases** (Gaussian mechanisms through the channel, recorded in the ledger): ``sym_to_vec`` of
-   every client's mean Hessian, per-sample terms clipped to C_H (stage ``"inference-hessian"``,
-   sensitivity ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
+2. **Releases** (Gaussian mechanisms run by the clients -- verbs ``hessians``, ``score_outer``,
+   ``count_clipped`` -- and recorded in the ledger by the channel): ``sym_to_vec`` of every client's
+   mean Hessian, per-sample terms clipped to C_H (stage ``"inference-hessian"``, sensitivity
+   ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
    ``mean_j g_j g_j^T`` with the fit's own gradient clip B (stage ``"inference-score"``,
    sensitivity ``sqrt(2) B^2 / n_i``: PSD terms of Frobenius norm ``||g_j||^2 <= B^2``, the
    argument of :func:`~privfedstat.privacy.calibration.hessian_sensitivity`). Both describe the
@@ -69,7 +70,8 @@ from .config import Inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
-from .._linalg import floor_eigenvalues, sym_to_vec, vec_to_sym
+from .._linalg import floor_eigenvalues, vec_to_sym
+from ..federation.server import aggregate
 
 __all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",
            "release_psd_mean", "SEARCH_SHARE", "SHARE_LIMIT"]
@@ -105,15 +107,19 @@ def resolve_cov_type(config: Inference, family: Family) -> str:
     return config.cov_type
 
 
-def release_psd_mean(ctx, matrices: np.ndarray, bound: float, mu: float, weights: np.ndarray, stage: str
-             ) -> tuple[np.ndarray, float]:
-    """Release ``sym_to_vec`` of every client's PSD mean (terms of Frobenius norm <= ``bound``) and aggregate.
+def release_psd_mean(ctx, verb: str, bound: float, mu: float, weights: np.ndarray, stage: str, **request
+                     ) -> tuple[np.ndarray, float]:
+    """Ask the clients' ``verb`` for ``sym_to_vec`` of their PSD means (terms of Frobenius norm <= ``bound``) and aggregate.
 
-    Returns the aggregated symmetric matrix and the standard deviation s of its diagonal noise.
+    ``verb`` is ``"hessians"``, ``"score_outer"`` or ``"design_moments"`` with its ``request``
+    arguments; the sensitivity is :func:`~privfedstat.privacy.calibration.hessian_sensitivity`
+    of ``bound``. Returns the aggregated symmetric matrix and the standard deviation s of its
+    diagonal noise.
     """
     sens = hessian_sensitivity(bound, ctx.sizes)
-    noisy = ctx.channel.release(sym_to_vec(matrices), sensitivity=sens, mu=mu, stage=stage, weights=weights)
-    return vec_to_sym(weights @ noisy, matrices.shape[-1]), aggregated_noise_sd(sens, mu, weights)
+    v = ctx.mean(verb, weights=weights, sensitivity=sens, mu=mu, stage=stage, **request)
+    p = int(round((math.sqrt(8 * v.size + 1) - 1) / 2))  # v has p (p + 1) / 2 entries
+    return vec_to_sym(v, p), aggregated_noise_sd(sens, mu, weights)
 
 
 def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
@@ -176,7 +182,6 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
         method = (f"parametric bootstrap, {draws.shape[0]} simulated private fits ({spent}); basic intervals")
         return InferenceResult(params, cov, None, None, "bootstrap", config.alpha, mu, method, draws,
                                draws.mean(axis=0) - params, list(notes))
-    oracle = ctx.oracle
     notes: list[str] = []
     w = ctx.weights if ctx.weights is not None else ctx.size_weights
     c, v = weighted_factor(w, ctx.sizes)
@@ -202,13 +207,14 @@ def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, c
     if cov_type == "sandwich":
         share_h = 2.0 * C_H / (2.0 * C_H + B_release**2 * rescale) if finite else 0.5
         share_h = min(max(share_h, SHARE_LIMIT), 1.0 - SHARE_LIMIT)
-    hessians = oracle.hessians(theta, C_H, gradient_clip=B)  # the clipped score's Jacobian (scalar families)
-    H, s_H = release_psd_mean(ctx, hessians, C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian")
+    # the clipped score's Jacobian (scalar families): gradient_clip=B
+    H, s_H = release_psd_mean(ctx, "hessians", C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian", theta=theta,
+                              hessian_clip=C_H, gradient_clip=B)
     H = floored(H, s_H, "Hessian", notes)
     Sigma = None
     if cov_type == "sandwich":
-        Sigma, s_S = release_psd_mean(ctx, oracle.score_outer(theta, B_release), B_release**2,
-                                      mu_rest * math.sqrt(1.0 - share_h), v, "inference-score")
+        Sigma, s_S = release_psd_mean(ctx, "score_outer", B_release**2, mu_rest * math.sqrt(1.0 - share_h), v,
+                                      "inference-score", theta=theta, clip=B_release)
         Sigma = floored(Sigma * rescale, s_S * rescale, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
@@ -231,14 +237,10 @@ def _clipped_fraction(ctx, theta: np.ndarray, mu: float) -> tuple[float, float]:
     most 1), ``mu``-GDP, stage ``"inference-clip-count"``; the server sums them and divides by the
     public N. The share is clipped to [0, 1] (post-processing).
     """
-    oracle = ctx.oracle
-    norms = oracle.sample_norms("gradient", theta)
-    counts = ctx.sizes - oracle.count_at_most(norms, ctx.clip)
-    m = ctx.sizes.size
-    noisy = ctx.channel.release(np.asarray(counts, dtype=np.float64)[:, None], sensitivity=1.0, mu=mu,
-                                stage="inference-clip-count", weights=np.ones(m))
-    n_total = float(np.sum(ctx.sizes))
-    return float(np.clip(noisy.sum() / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
+    values, _, answered = ctx.ask("count_clipped", theta=theta, clip=ctx.clip, mu=mu, stage="inference-clip-count")
+    m = int(np.count_nonzero(answered))
+    n_total = float(np.sum(ctx.sizes[answered]))
+    return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

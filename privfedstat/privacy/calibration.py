@@ -15,7 +15,7 @@ import numpy as np
 __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
     "aggregated_noise_sd", "hessian_sensitivity", "newton_grad_radius", "newton_sensitivity",
-    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO",
+    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "client_update_calibration",
 ]
 
 SQRT2 = math.sqrt(2.0)
@@ -169,3 +169,20 @@ def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO)
         shares[R - 1 - k, 1] = shares[R - 2 - k, 0] = x * decay[k]
     shares[0, 1] = x * ratio ** (R - 1)
     return shares / shares.sum()
+
+
+def client_update_calibration(update_clip: float, n_clients: int, n_rounds: int, mu: float) -> tuple[np.ndarray, float]:
+    """Sensitivity and budget of each message of client-level DP-FedAvg (:class:`~privfedstat.estimators.dpfedavg.DPFedAvg`).
+
+    A client's model update clipped to L2 norm S lies in the ball of radius S whatever its data,
+    so replacing the client's whole dataset moves it by at most ``2 S`` (the unit is the client);
+    the R messages share ``mu`` equally in squares, ``mu / sqrt(R)`` each, so the noise sd is
+    ``2 S sqrt(R) / mu``. (Under add/remove-one-client adjacency the sensitivity is S: the noise
+    multiplier ``sigma / S`` that the amplified accounting uses.)
+
+    Returns
+    -------
+    sensitivity : ndarray of shape (n_clients,)
+    mu_message : float
+    """
+    return np.full(n_clients, 2.0 * update_clip), mu / math.sqrt(n_rounds)

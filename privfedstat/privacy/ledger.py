@@ -20,6 +20,16 @@ A release is one Gaussian mechanism run by every client at once: client ``i`` ad
 
   The reported third-party mu is the maximum over clients of the composed per-client values.
 * ``(epsilon, delta)`` through the exact GDP duality (:func:`~privfedstat.privacy.gdp.epsilon_from_mu`).
+* **privacy units**: a release protects one *record* of a client (``unit="record"``, the core
+  paper: one row replaced) or a *client*'s whole dataset (``unit="client"``: DP-FedAvg of McMahan
+  et al., Fed-alpha-NormEC; its sensitivity is that of replacing every row of the client). The
+  per-client mu above is the guarantee for the release's unit towards the server, who knows who
+  took part in each round, so sampling participants amplifies nothing there. For client-level
+  releases made by Poisson-sampled participants (rate q), an observer who does not see who took
+  part gets the amplified guarantee :meth:`PrivacyLedger.amplified_epsilon`: the composition of
+  Poisson-subsampled Gaussian mechanisms under add/remove-one-client adjacency (sensitivity half
+  the replacement sensitivity, so noise multiplier ``2 sigma_i / Delta_i``), accounted exactly with
+  dp-accounting's PLD (:mod:`privfedstat.privacy.accounting`), never a CLT approximation.
 
 Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*;
 a ledger with a leak, or with a non-private release, reports ``is_private == False``.
@@ -27,6 +37,7 @@ a ledger with a leak, or with a non-private release, reports ``is_private == Fal
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +45,10 @@ import pandas as pd
 
 from .gdp import delta_from_mu, epsilon_from_mu
 
-__all__ = ["Release", "PrivacyLedger"]
+__all__ = ["Release", "PrivacyLedger", "UNITS"]
+
+#: privacy units a release can protect: one row of a client, or a client's whole dataset
+UNITS = ("record", "client")
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,10 @@ class Release:
         Noise standard deviation used by client i (0 = no noise).
     weights : ndarray of shape (n_clients,) or None
         Server aggregation weights (``"aggregated"`` releases).
+    unit : {"record", "client"}
+        What one datum is: a row of a client (the default) or a client's whole dataset.
+    sampling_rate : float
+        Poisson participation rate q of the round (1: the server asked every client).
     """
 
     stage: str
@@ -65,6 +83,8 @@ class Release:
     sensitivity: np.ndarray
     sigma: np.ndarray
     weights: np.ndarray | None = None
+    unit: str = "record"
+    sampling_rate: float = 1.0
 
     def client_mu(self) -> np.ndarray:
         """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
@@ -114,6 +134,10 @@ class PrivacyLedger:
                 raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
         if release.kind not in ("aggregated", "local"):
             raise ValueError(f"unknown release kind {release.kind!r}.")
+        if release.unit not in UNITS:
+            raise ValueError(f"unknown privacy unit {release.unit!r}; one of {UNITS}.")
+        if not 0 < release.sampling_rate <= 1:
+            raise ValueError(f"a release's sampling rate must lie in (0, 1], got {release.sampling_rate!r}.")
         if release.kind == "aggregated" and (release.weights is None or release.weights.shape != (self.n_clients,)):
             raise ValueError("an aggregated release needs one server weight per client.")
         self.releases.append(release)
@@ -155,6 +179,54 @@ class PrivacyLedger:
         """Delta of the worst client at the given epsilon."""
         return delta_from_mu(self.mu, epsilon) if self.mu > 0 else 0.0
 
+    @property
+    def units(self) -> tuple[str, ...]:
+        """The privacy units of the releases (``"record"``, ``"client"``), in order of first appearance."""
+        return tuple(dict.fromkeys(r.unit for r in self.releases))
+
+    def amplified_epsilon(self, delta: float = 1e-5) -> float:
+        """Epsilon of the worst client's *client-level* releases towards an observer who does not see who took part.
+
+        A client-level release of a round whose participants were Poisson-sampled with rate q < 1
+        is, for every client (whether it was sampled or not: the observer does not know), the
+        Poisson-subsampled Gaussian mechanism with noise multiplier ``z = 2 sigma / Delta`` (add/remove
+        one client: half the replacement sensitivity Delta; the smallest z of the round's
+        participants). A round that asked every live client (q = 1) counts, unamplified, for the
+        clients that answered it. The composition is accounted with dp-accounting's PLD
+        (:func:`~privfedstat.privacy.accounting.heterogeneous_epsilon`). Raises ``ValueError`` when
+        the ledger has no client-level release; ``inf`` when one was sent without noise.
+        """
+        from .accounting import heterogeneous_epsilon  # dp-accounting is imported only when asked
+
+        client_level = [r for r in self.releases if r.unit == "client"]
+        if not client_level:
+            raise ValueError("no client-level release: amplified_epsilon applies to client-level units "
+                             "(e.g. DPFedAvg); use epsilon() for record-level guarantees.")
+        sampled: dict[tuple[float, float], int] = {}  # (z, q) -> rounds, the same for every client
+        full = [dict() for _ in range(self.n_clients)]
+        for r in client_level:
+            took = r.sensitivity > 0
+            if not took.any():
+                continue
+            if np.any(r.sigma[took] == 0):
+                return math.inf
+            z = 2.0 * r.sigma / np.where(took, r.sensitivity, 1.0)
+            if r.sampling_rate < 1.0:
+                key = (round(float(np.min(z[took])), 12), float(r.sampling_rate))
+                sampled[key] = sampled.get(key, 0) + 1
+                continue
+            for i in np.flatnonzero(took):
+                key = (round(float(z[i]), 12), 1.0)
+                full[i][key] = full[i].get(key, 0) + 1
+        worst = 0.0
+        for blocks in {tuple(sorted(f.items())) for f in full}:
+            events = dict(sampled)
+            for key, k in blocks:
+                events[key] = events.get(key, 0) + k
+            if events:
+                worst = max(worst, heterogeneous_epsilon([(z, q, k) for (z, q), k in sorted(events.items())], delta))
+        return worst
+
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon towards a third party at the given delta."""
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
@@ -195,7 +267,7 @@ class PrivacyLedger:
         text = (
             f"PrivacyLedger({self.n_clients} clients, {len(self.releases)} releases: "
             f"client mu max {cm.max():.4g} (min {cm.min():.4g}), third-party mu {self.third_party_mu:.4g}, "
-            f"(eps, delta) = ({eps:.4g}, 1e-05), private={self.is_private}"
+            f"(eps, delta) = ({eps:.4g}, 1e-05), unit={'+'.join(self.units) or 'record'}, private={self.is_private}"
             f"{', secure_mode=True' if self.secure_mode else ''})"
         )
         if self.leaks:

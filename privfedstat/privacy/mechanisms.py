@@ -10,7 +10,7 @@ in lockstep (full participation).
 :class:`SecureClientNoise` (``secure_mode=True``) takes every bit from the operating system's
 CSPRNG and sums several normal draws, the mitigation of floating-point attacks on the Gaussian
 mechanism described in its docstring. Both have the same interface (``n_clients`` and
-``standard_normal(shape)``), which is all the :class:`~privfedstat.federation.channel.Channel` uses.
+``standard_normal(shape)``), which is all :func:`~privfedstat.federation.clients.privatize` uses.
 """
 
 from __future__ import annotations

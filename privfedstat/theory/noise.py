@@ -1,9 +1,9 @@
 """Privacy-noise models of the federated protocols and the covariance they leave in the estimate.
 
 Every private estimator's ``_run`` sets ``ctx.noise_model`` to one of the models below, built from
-the noise scales its Channel releases were calibrated with (the calibration functions of
-:mod:`privfedstat.estimators._steps` and :mod:`privfedstat.estimators.fednewton`, which the
-protocols and :func:`~privfedstat.theory.predict_mse` share). :func:`protocol_noise_covariance`
+the noise scales its releases were calibrated with (the functions of
+:mod:`privfedstat.privacy.calibration`, which the protocols and
+:func:`~privfedstat.theory.predict_mse` share). :func:`protocol_noise_covariance`
 gives the covariance of the privacy noise in the returned theta (fitting scale, oracle order:
 flat index ``j q + k`` for the multinomial family, p = d (K - 1); the algebra does not depend on
 p), linearised at a symmetric positive definite Hessian H of the server's weighted objective at

@@ -9,10 +9,11 @@ import pytest
 
 from conftest import simulate
 from privfedstat import FederatedData, FedSGD
-from privfedstat.estimators.fednewton import newton_step
+from privfedstat.federation.clients import newton_step
+from privfedstat.privacy.calibration import newton_sensitivity
 from privfedstat.families import get_family
-from privfedstat.federation import Channel, GLMOracle
-from privfedstat.privacy import ClientNoise, PrivacyLedger
+from privfedstat.federation import GLMOracle, privatize
+from privfedstat.privacy import ClientNoise
 
 
 @pytest.mark.parametrize("half", [0, 1])
@@ -35,8 +36,9 @@ def test_newton_step_moves_at_most_its_sensitivity_for_any_data(half, family):
         y[row] = float(rng.integers(0, 2)) if family != "poisson" else float(rng.integers(0, 50))
         changed = GLMOracle(FederatedData(X, y, target.data.offsets), fam)
         b = (changed, h2) if half == 0 else (h1, changed)
-        step_a, sens = newton_step(h1, h2, theta, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
-        step_b, _ = newton_step(*b, theta, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
+        step_a = newton_step(h1, h2, theta, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
+        step_b = newton_step(*b, theta, clip=B, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
+        sens = newton_sensitivity(B, C_H, lam, G, h1.sizes, h2.sizes)
         ratio = np.linalg.norm(step_a - step_b, axis=1) / sens
         worst = max(worst, ratio.max())
     assert worst <= 1 + 1e-9
@@ -45,10 +47,10 @@ def test_newton_step_moves_at_most_its_sensitivity_for_any_data(half, family):
 
 def test_injected_noise_has_the_calibrated_std():
     m, d = 5, 40000
-    ledger = PrivacyLedger(m)
-    ch = Channel(np.full(m, 10), ClientNoise([np.random.default_rng(i) for i in range(m)]), ledger)
+    noise = ClientNoise([np.random.default_rng(i) for i in range(m)])
     sens = np.array([0.1, 0.5, 1.0, 2.0, 4.0])
-    out = ch.release(np.zeros((m, d)), sensitivity=sens, mu=0.7, stage="test", weights=np.full(m, 0.2))
+    out, record = privatize(np.zeros((m, d)), noise, sens, 0.7, "test", "aggregated")
+    np.testing.assert_allclose(record.sigma, sens / 0.7)
     np.testing.assert_allclose(out.std(axis=1), sens / 0.7, rtol=0.02)
     np.testing.assert_allclose(out.mean(axis=1), 0.0, atol=4 * sens.max() / 0.7 / np.sqrt(d))
 

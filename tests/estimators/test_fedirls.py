@@ -14,8 +14,8 @@ from conftest import simulate
 from privfedstat import FederatedData, FedIRLS, glm
 from privfedstat.estimators import fedirls
 from privfedstat.families import get_family
-from privfedstat.federation import Channel, make_oracle
-from privfedstat.privacy import ClientNoise, PrivacyLedger
+from privfedstat.federation import make_oracle, privatize
+from privfedstat.privacy import ClientNoise
 from privfedstat.privacy.calibration import BACKWARD_RATIO, auto_budget_split, hessian_sensitivity
 from privfedstat._linalg import sym_to_vec, vec_to_sym
 
@@ -191,9 +191,9 @@ def test_sym_to_vec_is_an_isometry_and_inverts():
 def test_hessian_noise_is_symmetric_with_the_calibrated_sd():
     """Noise on sym_to_vec becomes symmetric matrix noise: sd sigma on the diagonal, sigma/sqrt(2) off it."""
     m, p, sens, mu = 4, 30, np.array([0.2, 0.5, 1.0, 2.0]), 0.9
-    ch = Channel(np.full(m, 10), ClientNoise([np.random.default_rng(i) for i in range(m)]), PrivacyLedger(m))
-    reps = [vec_to_sym(ch.release(np.zeros((m, p * (p + 1) // 2)), sensitivity=sens, mu=mu, stage="t",
-                                  weights=np.full(m, 0.25)), p) for _ in range(30)]
+    noise = ClientNoise([np.random.default_rng(i) for i in range(m)])
+    reps = [vec_to_sym(privatize(np.zeros((m, p * (p + 1) // 2)), noise, sens, mu, "t", "aggregated")[0], p)
+            for _ in range(30)]
     E = np.stack(reps, axis=1)  # (m, 30, p, p)
     np.testing.assert_array_equal(E, np.swapaxes(E, -1, -2))
     diag = E[..., np.arange(p), np.arange(p)].reshape(m, -1)

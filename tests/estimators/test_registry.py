@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat import FederatedData, FedSGD
+from privfedstat import FedSGD
 from privfedstat.cli import main
 from privfedstat.estimators.registry import MethodSpec, get_method, method_of, methods, register, unregister
 from privfedstat.formula import glm

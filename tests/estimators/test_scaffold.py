@@ -74,36 +74,38 @@ def test_uploads_and_control_variates_are_post_processing_of_the_noisy_gradients
     """Replay the noisy gradients of a fit on data D into a fit on unrelated data D' (same sizes):
     if the protocol touches the data only through the Gaussian mechanism, every upload, the control
     variate and the model are identical (option I control variates, fresh raw gradients, would differ)."""
+    from privfedstat.federation import clients
     from privfedstat.federation.channel import Channel
 
     sizes = [40, 60, 80]
     d1 = simulate("logistic", sizes, [0.2, 0.3, -0.1], seed=1)
     d2 = simulate("logistic", sizes, [-1.0, 2.0, 0.5], seed=2)
-    perturb, send = Channel.perturb, Channel.send
+    privatize, receive = clients.privatize, Channel.receive
     noisy, uploads = [], []
 
-    def recording_perturb(self, values, **kw):
-        out = perturb(self, values, **kw)
+    def recording_privatize(*args):
+        out, record = privatize(*args)
         noisy.append(out.copy())
-        return out
+        return out, record
 
-    def recording_send(self, values):
-        uploads.append(np.array(values))
-        return send(self, values)
+    def recording_receive(self, reply, **kw):
+        if reply.releases and reply.releases[0].kind == "local":  # the round uploads (inference releases aside)
+            uploads.append(np.array(reply.values))
+        return receive(self, reply, **kw)
 
-    monkeypatch.setattr(Channel, "perturb", recording_perturb)
-    monkeypatch.setattr(Channel, "send", recording_send)
+    monkeypatch.setattr(clients, "privatize", recording_privatize)
+    monkeypatch.setattr(Channel, "receive", recording_receive)
     kw = dict(mu=1.0, clip=1.0, n_rounds=3, n_local_steps=5, random_state=0)
     a = Scaffold(**kw).fit(d1)
     first_uploads = list(uploads)
     uploads.clear()
     replay = iter(list(noisy))
 
-    def replaying_perturb(self, values, **kw):
-        self._pending = True
-        return next(replay).copy()
+    def replaying_privatize(*args):
+        out, record = privatize(*args)
+        return next(replay).copy(), record
 
-    monkeypatch.setattr(Channel, "perturb", replaying_perturb)
+    monkeypatch.setattr(clients, "privatize", replaying_privatize)
     b = Scaffold(**kw).fit(d2)
     assert len(first_uploads) == len(uploads) == 3
     for u, v in zip(first_uploads, uploads):

@@ -13,7 +13,8 @@ import pytest
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators import FedIRLS, FedSGD, PooledMLE
 from privfedstat.exceptions import PrivacyNoiseWarning
-from privfedstat.estimators.scaling import PrivateStandardize, Scaler
+from privfedstat.estimators.scaling import PrivateStandardize
+from _scaling import private_scaler
 
 def _noisy_release(rng):
     """A channel stand-in: every client's count gets N(0, 1 / mu_q^2) noise (sensitivity 1)."""
@@ -34,7 +35,7 @@ def _randhie_like(rng, n=20190, p=0.077):
 def test_exact_centre_and_scale_are_the_median_and_quantile_of_non_zero_deviations():
     rng = np.random.default_rng(0)
     X = _randhie_like(rng, n=4000)
-    scaler = Scaler.private(PrivateStandardize(), _federate(X, np.zeros(len(X)), 10), lambda c, mu, s: c, math.inf)
+    scaler = private_scaler(PrivateStandardize(), _federate(X, np.zeros(len(X)), 10), lambda c, mu, s: c, math.inf)
     ratio = 10 ** (30 / 255)  # spacing of the public grid
     med = np.median(X[:, 1])
     assert med <= scaler.center[1] <= med * ratio**2  # symmetric grid: every other point of the scale grid
@@ -52,7 +53,7 @@ def test_rare_binary_column_gets_a_scale_near_one_at_finite_mu():
     X = _randhie_like(rng)
     data = _federate(X, np.zeros(len(X)), 20)
     config = PrivateStandardize()
-    scales = [Scaler.private(config, data, _noisy_release(np.random.default_rng(s)), 0.2).scale[2] for s in range(30)]
+    scales = [private_scaler(config, data, _noisy_release(np.random.default_rng(s)), 0.2).scale[2] for s in range(30)]
     assert min(scales) >= 1.0  # never below the values: leaning up, atom cleared
     assert np.median(scales) < 2.0
 
@@ -63,7 +64,7 @@ def test_indicator_too_rare_to_locate_is_left_unscaled():
     X = np.column_stack([np.ones(3000), rng.random(3000) < 0.03])
     data = _federate(X, np.zeros(3000), 10)
     for seed in range(10):
-        scaler = Scaler.private(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.2)
+        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.2)
         assert (scaler.center[1], scaler.scale[1]) == (0.0, 1.0)
 
 
@@ -85,13 +86,13 @@ def test_pure_noise_is_decided_publicly_and_spends_nothing():
     assert not est.privacy_.to_frame()["stage"].str.startswith("scaling").any()
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-12)
     with pytest.raises(ValueError, match="locatable"):
-        Scaler.private(PrivateStandardize(), data, _noisy_release(rng), 0.2)
+        private_scaler(PrivateStandardize(), data, _noisy_release(rng), 0.2)
 
 
 @pytest.mark.parametrize("factor", [1e-12, 1e12])
 def test_constant_column_without_intercept_is_scaled_to_one(factor):
     X = np.column_stack([np.full(200, 3.0 * factor), np.linspace(-1, 1, 200)])
-    scaler = Scaler.private(PrivateStandardize(intercept=None), _federate(X, np.zeros(200), 4), lambda c, mu, s: c, math.inf)
+    scaler = private_scaler(PrivateStandardize(intercept=None), _federate(X, np.zeros(200), 4), lambda c, mu, s: c, math.inf)
     assert scaler.center[0] == 0.0
     assert 10 ** (-30 / 255) <= 3.0 * factor / scaler.scale[0] <= 1.0  # the grid point at or just above
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.scaling import MAX_SCALED, FeatureBounds, PrivateStandardize, Scaler
+from _scaling import private_scaler
 
 DMAX = float(np.finfo(np.float64).max)
 
@@ -37,6 +38,6 @@ def test_bounds_near_the_largest_double_give_a_finite_centre_and_scale():
 def test_private_scaling_of_huge_entries_is_finite_and_silent():
     X = np.column_stack([np.ones(40), np.r_[np.linspace(-1, 1, 39), DMAX], np.r_[-DMAX, np.linspace(0, 5, 39)]])
     data = _data(X)
-    scaler = Scaler.private(PrivateStandardize(), data, lambda counts, mu, stage: counts, float("inf"))
+    scaler = private_scaler(PrivateStandardize(), data, lambda counts, mu, stage: counts, float("inf"))
     assert np.all(np.isfinite(scaler.center)) and np.all(scaler.scale > 0)
     assert np.all(np.isfinite(scaler.transform(data).X))

@@ -4,7 +4,8 @@ The guard of the client/server refactor (issue 11): recorded from main before it
 reproduce them to 1e-12 relative afterwards. Every parameter that matters is explicit (the
 registry's small ``test_params``, fixed or private clipping, private scaling, mu finite and
 infinite), so a change of a default does not hide behind them. To record them again after an
-intended change of the numbers: ``python tests/fingerprints/test_fingerprints.py --record``.
+intended change of the numbers: ``python tests/fingerprints/test_fingerprints.py --record``; to add
+those of a newly registered estimator only: ``... --add``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def _fit(spec, family, mu, clip):
         if clip == "fixed":
             params.update(spec.fixed_clip_params(2.0))
         else:
-            params.update(clip="auto", scaling="private")
+            accepted = spec.cls._param_names()  # client-level estimators have no per-sample bound or row scaling
+            params.update({k: v for k, v in (("clip", "auto"), ("scaling", "private")) if k in accepted})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = spec.cls(**params).fit(_data(family))
@@ -94,3 +96,8 @@ def test_every_registered_estimator_has_fingerprints():
 if __name__ == "__main__" and "--record" in sys.argv:
     FILE.write_text(json.dumps({name: _fit(spec, f, mu, clip) for name, spec, f, mu, clip in CASES}, indent=0))
     print(f"recorded {len(CASES)} fingerprints in {FILE}")
+elif __name__ == "__main__" and "--add" in sys.argv:  # a newly registered estimator: record only what is missing
+    recorded = json.loads(FILE.read_text())
+    new = {name: _fit(spec, f, mu, clip) for name, spec, f, mu, clip in CASES if name not in recorded}
+    FILE.write_text(json.dumps({**recorded, **new}, indent=0))
+    print(f"added {len(new)} fingerprints to {FILE}: {sorted(new)}")

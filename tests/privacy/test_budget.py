@@ -39,18 +39,18 @@ def _fedsgd(mu=0.5, **kw):
 def draws(monkeypatch):
     """Counts every standard-normal block drawn and every channel release during a test."""
     calls = {"noise": 0, "release": 0}
-    normal, release = mechanisms.ClientNoise.standard_normal, Channel.release
+    normal, receive = mechanisms.ClientNoise.standard_normal, Channel.receive
 
     def counted_normal(self, shape):
         calls["noise"] += 1
         return normal(self, shape)
 
-    def counted_release(self, *args, **kwargs):
+    def counted_receive(self, *args, **kwargs):
         calls["release"] += 1
-        return release(self, *args, **kwargs)
+        return receive(self, *args, **kwargs)
 
     monkeypatch.setattr(mechanisms.ClientNoise, "standard_normal", counted_normal)
-    monkeypatch.setattr(Channel, "release", counted_release)
+    monkeypatch.setattr(Channel, "receive", counted_receive)
     return calls
 
 
@@ -136,8 +136,8 @@ def test_a_ledger_that_disagrees_with_mu_fails_loudly_and_charges_the_larger(dat
     class Overspending(FedSGD):
         def _run(self, ctx):
             out = super()._run(ctx)
-            m = ctx.oracle.n_clients
-            ctx.channel.release(np.zeros((m, 1)), sensitivity=1.0, mu=0.4, stage="extra", weights=np.full(m, 1 / m))
+            m = ctx.clients.n_clients
+            ctx.ask("gradients", weights=np.full(m, 1 / m), theta=out[0], clip=1.0, sensitivity=1.0, mu=0.4, stage="extra")
             return out
 
     budget = PrivacyBudget(mu=3.0, n_clients=len(SIZES))
@@ -151,8 +151,9 @@ def test_a_ledger_that_disagrees_with_mu_fails_loudly_and_charges_the_larger(dat
 def test_a_failed_fit_is_charged_exactly_what_it_released(data):
     class Failing(FedSGD):
         def _run(self, ctx):
-            m = ctx.oracle.n_clients
-            ctx.channel.release(np.zeros((m, 1)), sensitivity=1.0, mu=0.25, stage="probe", weights=np.full(m, 1 / m))
+            m = ctx.clients.n_clients
+            ctx.ask("gradients", weights=np.full(m, 1 / m), theta=np.zeros(ctx.clients.n_params), clip=1.0,
+                    sensitivity=1.0, mu=0.25, stage="probe")
             raise ArithmeticError("boom")
 
     class FailingEarly(FedSGD):

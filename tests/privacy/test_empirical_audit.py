@@ -38,7 +38,7 @@ with T the curve at FPR a (values under the null hypothesis "the test sits on th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -50,7 +50,7 @@ from _replay import log_likelihood_ratios, one_numba_thread, realized_mu, record
 from privfedstat import FederatedData
 from privfedstat.estimators.registry import get_method, methods
 from privfedstat.estimators.scaling import PrivateStandardize
-from privfedstat.federation.channel import Channel
+from privfedstat.federation import clients
 from privfedstat.privacy.clipping import AutoClip
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are
@@ -161,9 +161,14 @@ def audit(name: str, broken: bool = False, runs: int = N_RUNS) -> pd.DataFrame:
         views.append(("client", setting.stage_view))
     llr = {key: ([], []) for key in views}
     mus, realized = {key: set() for key in views}, {key: [] for key in views}
-    noisy = Channel._noisy
+    privatize = clients.privatize
     if broken:  # half the noise the ledger states
-        Channel._noisy = lambda self, values, sigma: noisy(self, values, sigma / 2)
+
+        def half_noise(values, noise, sensitivity, mu, stage, kind, **kw):
+            out, record = privatize(values, noise, sensitivity, 2 * mu, stage, kind, **kw)
+            return out, replace(record, sigma=2 * record.sigma)
+
+        clients.privatize = half_noise
     try:
         with tap_channel():
             for side, (p, q) in enumerate(((data, neighbour), (neighbour, data))):
@@ -180,7 +185,7 @@ def audit(name: str, broken: bool = False, runs: int = N_RUNS) -> pd.DataFrame:
                         mus[key].add(round(_stated_mu(observed, view, stages), 12))
                         realized[key].append(realized_mu(observed, other, CHANGED, view=view, stages=stages))
     finally:
-        Channel._noisy = noisy
+        clients.privatize = privatize
     rows = []
     for key in views:
         view, prefix = key

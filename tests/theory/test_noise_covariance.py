@@ -98,8 +98,8 @@ def _noise_models_and_coefs(est, data, fixed_split=False):
 
     def run(self, ctx):
         if fixed_split:  # FedNewton's split is data randomness, not privacy noise: hold it fixed
-            split = type(ctx.oracle).split_halves
-            ctx.oracle.split_halves = lambda _seed, orc=ctx.oracle: split(orc, 12345)
+            split = type(ctx.clients).split_halves
+            ctx.clients.split_halves = lambda _seed, clients=ctx.clients: split(clients, 12345)
         out = original(self, ctx)
         models.append(ctx.noise_model)
         return out

@@ -1,0 +1,141 @@
+"""DP-FedAvg with client-level privacy (McMahan, Ramage, Talwar & Zhang 2018): clipped model updates, Poisson participation."""
+
+from __future__ import annotations
+
+import math
+
+from .._validation import check_iterate, check_positive_float, check_positive_int
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
+from ._steps import resolve_step_size
+from .base import FederatedEstimator, FitContext
+
+__all__ = ["DPFedAvg"]
+
+
+class DPFedAvg(FederatedEstimator):
+    """Differentially private FedAvg that protects each client's whole dataset (client-level DP).
+
+    Each of ``n_rounds`` (R) rounds the server asks a sample of the clients (``participation``);
+    every client asked runs ``n_local_steps`` (K) full-batch gradient steps from the server's model
+    (no noise, no per-sample clipping), clips its model update to L2 norm S (``update_clip``),
+    adds Gaussian noise and sends it; the server averages the updates with weights w_i
+    renormalised over the clients that answered and moves its model by ``server_step_size``
+    times the average. This is DP-FedAvg of McMahan et al. (2018) with each client adding its own
+    noise (the server is not trusted with clean updates, as everywhere in this package).
+
+    Privacy unit: a client's whole dataset. Replacing all of a client's rows moves its clipped
+    update by at most 2S, so with noise ``sigma = 2 S sqrt(R) / mu`` per message each client is
+    ``mu``-GDP for its whole dataset towards the server, who knows who took part (sampling
+    amplifies nothing there; a client that sits rounds out spends less). Towards an observer who
+    does not see who took part, Poisson participation with rate q amplifies the guarantee:
+    ``privacy_.amplified_epsilon(delta)`` composes the R Poisson-subsampled Gaussian mechanisms
+    (add/remove one client, noise multiplier ``sigma / S``) with dp-accounting's PLD.
+
+    Parameters
+    ----------
+    family : str or Family, default "logistic"
+    mu : float, default 2.0
+        Client-level GDP budget per client towards the server (mu); ``inf`` for no noise.
+    n_rounds : int, default 20
+        Communication rounds (R).
+    n_local_steps : int, default 5
+        Local full-batch gradient steps per round (K).
+    step_size : float or "auto", default "auto"
+        Local learning rate (eta); "auto": ``1 / L`` from a public curvature bound
+        (:func:`~privfedstat.estimators._steps.auto_step_size`).
+    server_step_size : float, default 1.0
+        Server learning rate (eta_g) applied to the averaged update.
+    update_clip : float, default 1.0
+        S, the bound on the L2 norm of each client's model update (public; with columns on the
+        unit scale an update of K steps of size 1/L is of order ``K / L`` times the gradient).
+    participation : None, float, int or Participation, default None
+        Which clients each round asks (see :class:`~privfedstat.estimators.fedsgd.FedSGD`); a rate
+        q in (0, 1) is Poisson sampling, which ``amplified_epsilon`` accounts for.
+    weights : "size" or array of shape (n_clients,), default "size"
+        Server aggregation weights (w_i).
+    random_state : int, Generator, SeedSequence or None
+    secure_mode : bool, default False
+        See :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        See :class:`~privfedstat.FederatedEstimator`.
+    inference : None, default None
+        Only None: the inference releases are record-level (per-row sensitivities) and cannot
+        carry a client-level guarantee, so this estimator reports no standard errors.
+
+    Attributes
+    ----------
+    coef_, history_ (theta^(0..R)), n_iter_ (local gradient steps per client, R K), converged_,
+    privacy_ (client-level ledger), communication_.
+
+    References
+    ----------
+    McMahan, H. B., Ramage, D., Talwar, K. and Zhang, L. (2018). Learning differentially private
+    recurrent language models. ICLR 2018 (DP-FedAvg, Algorithm 1).
+    """
+
+    method = "DP-FedAvg (client-level)"
+    privacy_unit = "client"
+    supports_inference = False
+    _norms = ()
+
+    def __init__(
+        self,
+        *,
+        family="logistic",
+        mu: float = 2.0,
+        n_rounds: int = 20,
+        n_local_steps: int = 5,
+        step_size: float | str = "auto",
+        server_step_size: float = 1.0,
+        update_clip: float = 1.0,
+        participation=None,
+        weights="size",
+        random_state=None,
+        secure_mode: bool = False,
+        on_client_failure: str = "raise",
+        inference=None,
+    ) -> None:
+        self.family = family
+        self.mu = mu
+        self.n_rounds = n_rounds
+        self.n_local_steps = n_local_steps
+        self.step_size = step_size
+        self.server_step_size = server_step_size
+        self.update_clip = update_clip
+        self.participation = participation
+        self.weights = weights
+        self.random_state = random_state
+        self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
+        self.inference = inference
+
+    def _validate_params(self, mu: float) -> None:
+        if self.inference is not None:
+            raise ValueError("DPFedAvg protects whole clients; the inference releases are record-level and cannot "
+                             "carry that guarantee. Fit with inference=None (the default).")
+        super()._validate_params(mu)
+        check_positive_int(self.n_rounds, "n_rounds")
+        check_positive_int(self.n_local_steps, "n_local_steps")
+        check_positive_float(self.server_step_size, "server_step_size")
+        check_positive_float(self.update_clip, "update_clip", allow_inf=math.isinf(mu))
+
+    def _advice(self) -> str:
+        return "Increase n_rounds (R) or n_local_steps (K), or raise update_clip if most updates are clipped."
+
+    def _run(self, ctx: FitContext):
+        R, K = int(self.n_rounds), int(self.n_local_steps)
+        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
+        eta_g = float(self.server_step_size)
+        S = float(self.update_clip)
+        w = self._resolve_weights(ctx)
+        sens, mu_round = client_update_calibration(S, ctx.clients.n_clients, R, ctx.mu)
+        theta = ctx.clients.initial_parameters()
+        path = [theta]
+        for _ in range(R):
+            update = ctx.mean("clipped_update", weights=w, theta=theta, step_size=eta, n_steps=K, update_clip=S,
+                              sensitivity=sens, mu=mu_round, stage="client-update", active=ctx.participants())
+            theta = theta + eta_g * update
+            check_iterate(theta, "the DP-FedAvg server update", eta_g)
+            path.append(theta)
+        ctx.noise_sd = ctx.update_noise_sd = eta_g * aggregate_sd(calibrated_sigma(sens, mu_round), w)
+        return theta, path, R * K

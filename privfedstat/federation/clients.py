@@ -1,0 +1,425 @@
+"""The client side of the seam: what a client computes on its own data and how it privatizes it.
+
+A *clients* object owns every client's data and noise stream and answers a small set of requests,
+the **verbs** below. A reply leaves the clients only privatized: each verb computes its statistic,
+adds Gaussian noise calibrated to the sensitivity and budget the request states (the formulas are
+in :mod:`privfedstat.privacy.calibration`), and attaches one release record per mechanism run
+(stage, kind, sensitivity, sigma). The server (:class:`~privfedstat.federation.channel.Channel`)
+builds the ledger from those records; it never holds a handle on the data.
+
+Verbs (all clients answer each in one pass; ``active`` restricts a request to some clients):
+
+=====================  ========================================================================
+``gradients``          mean of per-sample gradients clipped to B (Algorithm 1's message)
+``local_descent``      K noisy local GD steps from theta, the final iterate sent (Algorithms 2-4)
+``scaffold_round``     K noisy local steps with control variates, model and control deltas sent
+``clipped_update``     K local steps, the model update clipped to S (client-level DP-FedAvg)
+``hessians``           ``sym_to_vec`` of the mean of per-sample Hessians clipped to C_H
+``newton_steps``       FedNewton's local Newton step (Hessian on the first half, gradient on the second)
+``score_outer``        ``sym_to_vec`` of the mean of ``g g^T`` (clipped scores), for the sandwich
+``design_moments``     ``sym_to_vec`` of the mean of ``x x^T`` (rows clipped), for the bootstrap
+``count_at_most``      number of rows whose gradient / Hessian / row norm is <= a threshold
+``count_clipped``      number of rows whose gradient is clipped at B
+``column_count``       number of rows with ``x_j <= t`` (or ``|x_j - c| <= t``), for private scaling
+``losses``             mean loss (mu = inf only: sent without noise, recorded as non-private)
+``norm_quantiles``     the non-private clip rule of the paper (``clip="paper"``): a recorded leak
+``exact``              exact gradient and Hessian for diagnostics of non-private fits (mu = inf)
+=====================  ========================================================================
+
+plus two that send nothing: ``split_halves`` (each client splits its rows at random into two
+halves and answers later requests on either) and ``rescale`` (each client rescales its columns
+with public, already released centres and scales).
+
+:class:`InProcessClients` is the in-process backend: all clients' rows concatenated, every
+statistic computed by one numba kernel call (:mod:`privfedstat.federation.oracle`). A torch or
+Flower backend answers the same verbs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .._linalg import floor_eigenvalues, sym_to_vec
+from ..data.federated import FederatedData
+from .._validation import check_iterate
+from ..families.base import Family
+from ..privacy.ledger import Release
+from .oracle import ClientOracle, make_oracle
+
+__all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "FailingData", "VERBS", "PUBLIC"]
+
+#: the requests a clients backend answers (everything the server may ask of the clients)
+VERBS = ("gradients", "local_descent", "scaffold_round", "clipped_update", "hessians", "newton_steps", "score_outer",
+         "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
+         "split_halves", "rescale")
+#: what the server may know of the clients besides their replies (public metadata)
+PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the clients send for one request.
+
+    Attributes
+    ----------
+    values : ndarray of shape (n_clients, ...)
+        Row i is client i's privatized message; rows of clients that did not answer are NaN.
+    releases : tuple of Release
+        The Gaussian mechanisms run for this message, in order (``round`` and ``weights`` are
+        filled in by the server when it records them).
+    answered : ndarray of bool, shape (n_clients,)
+        Which clients sent a message.
+    failed : ndarray of bool, shape (n_clients,)
+        Which of the requested clients failed while answering (they are gone for the rest of the fit).
+    leak : str or None
+        A description when the values are not privatized (the paper's clip rule).
+    """
+
+    values: np.ndarray
+    releases: tuple[Release, ...]
+    answered: np.ndarray
+    failed: np.ndarray
+    leak: str | None = None
+
+
+def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str, unit: str = "record"
+              ) -> tuple[np.ndarray, Release]:
+    """Add Gaussian noise ``N(0, (sensitivity_i / mu)^2 I)`` to each client's row; return it and its release record.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n_clients, ...)
+    noise : ClientNoise or SecureClientNoise
+        The clients' streams (all clients draw in lockstep, so a client's draws depend only on its
+        own stream and the sequence of requests).
+    sensitivity : float or ndarray of shape (n_clients,)
+        L2 sensitivity of each client's statistic.
+    mu : float
+        GDP budget of this mechanism (inf: no noise).
+    stage, kind : str
+        Ledger labels (``kind`` "aggregated": sent to the server; "local": stays on the client).
+    unit : {"record", "client"}
+        What the sensitivity protects: one row of the client, or its whole dataset.
+    """
+    m = noise.n_clients
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] != m:
+        raise ValueError(f"expected one message per client ({m}), got {values.shape[0]}.")
+    sens = np.array(sensitivity, dtype=np.float64)
+    if sens.ndim == 0:
+        sens = np.full(m, float(sens))
+    if not mu > 0:
+        raise ValueError("every release needs mu > 0.")
+    if math.isfinite(mu):
+        if not np.isfinite(sens).all():
+            raise ValueError("a release with infinite sensitivity cannot be private: set a finite clipping bound "
+                             "(clip=...) or use mu=float('inf').")
+        sigma = sens / mu
+    else:
+        sigma = np.zeros(m)
+    if np.any(sigma > 0):
+        z = noise.standard_normal(values.shape[1:])
+        values = values + sigma.reshape((-1,) + (1,) * (values.ndim - 1)) * z
+    else:
+        values = values.copy()
+    return values, Release(stage, -1, kind, sens, sigma, unit=unit)
+
+
+class FailingData(FederatedData):
+    """Fault injection for the in-process backend: :class:`FederatedData` whose clients fail on cue.
+
+    Parameters
+    ----------
+    data : FederatedData
+    failures : dict of int to int
+        Client ``i`` fails while answering its ``failures[i]``-th request (0-based, counting every
+        verb call of the fit: clip search, scaling, protocol rounds, inference) and answers nothing
+        afterwards. A fit on these data behaves as if those clients' processes died; its
+        ``on_client_failure`` policy decides what happens.
+    """
+
+    def __init__(self, data: FederatedData, failures: dict[int, int]) -> None:
+        super().__init__(data.X, data.y, data.offsets, data.offset)
+        bad = [i for i in failures if not 0 <= int(i) < data.n_clients]
+        if bad:
+            raise ValueError(f"failures name clients {bad} outside 0..{data.n_clients - 1}.")
+        self.failures = {int(i): int(at) for i, at in failures.items()}
+
+
+@dataclass
+class _Status:
+    """Failure bookkeeping shared by a clients object and its halves (fault injection for tests)."""
+
+    failures: dict[int, int] = field(default_factory=dict)  # client -> request number at which it fails
+    requests: int = 0
+    failed: np.ndarray | None = None
+
+
+class InProcessClients:
+    """All clients in this process: their data, noise streams and the verbs they answer.
+
+    Parameters
+    ----------
+    data : FederatedData
+        The clients' rows (fitting scale); checked against the family's support here, on the client.
+    family : Family
+    noise : ClientNoise or SecureClientNoise
+        One stream per client.
+    failures : dict of int to int, optional
+        Fault injection: client ``i`` fails while answering its ``failures[i]``-th request (0-based,
+        counting every verb call) and answers nothing afterwards.
+
+    Attributes (public: what the server may know)
+    ----------------------------------------------
+    n_clients, sizes, n_features, n_params, family, has_offset
+    """
+
+    def __init__(self, data: FederatedData, family: Family, noise, *, failures: dict[int, int] | None = None,
+                 _status: _Status | None = None) -> None:
+        if _status is None:
+            family.check_y(data.y)
+        self._oracle: ClientOracle = make_oracle(data, family)
+        self._noise = noise
+        if failures is None:
+            failures = getattr(data, "failures", None)
+        self._status = _status or _Status(dict(failures or {}), 0, np.zeros(data.n_clients, dtype=bool))
+        self._halves: tuple[InProcessClients, InProcessClients] | None = None
+        self._control: np.ndarray | None = None  # SCAFFOLD's control variates c_i
+        self._norm_cache: tuple[tuple, np.ndarray] | None = None
+        self.n_clients = data.n_clients
+        self.sizes = data.sizes.copy()
+        self.n_features = data.n_features
+        self.n_params = self._oracle.n_params
+        self.family = family
+        self.has_offset = data.offset is not None
+
+    def initial_parameters(self) -> np.ndarray:
+        """The model's initial parameters theta^(0), flat (public): zeros for a GLM (the paper's start); a
+        network backend returns its initialised weights."""
+        return np.zeros(self.n_params)
+
+    # ------------------------------------------------------------------ plumbing
+    def _begin(self, active: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Who is asked (``active`` minus failed clients) and who fails on this request."""
+        st = self._status
+        asked = ~st.failed if active is None else (np.asarray(active, dtype=bool) & ~st.failed)
+        failing = np.zeros(self.n_clients, dtype=bool)
+        for i, at in st.failures.items():
+            if at == st.requests and asked[i]:
+                failing[i] = True
+        st.requests += 1
+        st.failed |= failing
+        return asked & ~failing, failing
+
+    def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
+               leak: str | None = None) -> Reply:
+        values = np.asarray(values, dtype=np.float64)
+        if not answered.all():
+            values = values.copy()
+            values[~answered] = np.nan
+            releases = [_only(r, answered) for r in releases]
+        return Reply(values, tuple(releases), answered, failing, leak)
+
+    def _release(self, values, sensitivity, mu, stage, active=None, kind="aggregated") -> Reply:
+        answered, failing = self._begin(active)
+        noisy, rec = privatize(values, self._noise, sensitivity, mu, stage, kind)
+        return self._reply(noisy, [rec], answered, failing)
+
+    def _norms(self, which: str, theta: np.ndarray) -> np.ndarray:
+        """Per-sample norms, cached for the repeated thresholds of one private quantile search."""
+        key = (which, np.asarray(theta, dtype=np.float64).tobytes())
+        if self._norm_cache is None or self._norm_cache[0] != key:
+            self._norm_cache = (key, self._oracle.sample_norms(which, theta))
+        return self._norm_cache[1]
+
+    # ------------------------------------------------------------------ verbs that release
+    def gradients(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """Each client's mean of per-sample gradients clipped to ``clip`` (B), plus noise."""
+        return self._release(self._oracle.clipped_gradients(theta, clip), sensitivity, mu, stage, active)
+
+    def local_descent(self, theta0, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
+                      stage: str, active=None) -> Reply:
+        """``n_steps`` local steps ``theta <- theta - eta g(theta) + s Z`` (noise of sensitivity/mu per step); send theta.
+
+        ``sensitivity`` and ``mu`` are those of one step's statistic ``eta g`` (each step is one
+        "local" release; the final iterate is post-processing and is sent).
+        """
+        answered, failing = self._begin(active)
+        o = self._oracle
+        theta = np.array(np.broadcast_to(theta0, (o.n_clients, o.n_params)), dtype=np.float64)
+        records = []
+        for _ in range(n_steps):
+            g = o.clipped_gradients(theta, clip)
+            theta, rec = privatize(theta - step_size * g, self._noise, sensitivity, mu, stage, "local")
+            records.append(rec)
+            _check_local(theta, stage, step_size, answered)
+        return self._reply(theta, records, answered, failing)
+
+    def scaffold_round(self, x, c, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
+                       stage: str) -> Reply:
+        """One SCAFFOLD round: K noisy-gradient local steps with correction ``c - c_i``; send ``(y - x, dc_i)``.
+
+        Each client keeps its control variate ``c_i`` (0 at the start) and updates it to
+        ``c_i - c + (x - y) / (K eta)`` (option II of Karimireddy et al.); the upload is
+        post-processing of the noisy gradients.
+        """
+        answered, failing = self._begin(None)
+        o = self._oracle
+        m, p = o.n_clients, o.n_params
+        if self._control is None:
+            self._control = np.zeros((m, p))
+        c_local = self._control
+        y = np.tile(x, (m, 1))
+        correction = c - c_local
+        records = []
+        for _ in range(n_steps):
+            g, rec = privatize(o.clipped_gradients(y, clip), self._noise, sensitivity, mu, stage, "local")
+            records.append(rec)
+            y = y - step_size * (g + correction)
+            _check_local(y, "SCAFFOLD local steps", step_size, answered)
+        c_new = c_local - c + (x - y) / (n_steps * step_size)
+        upload = np.hstack([y - x, c_new - c_local])
+        self._control = np.where(answered[:, None], c_new, c_local)
+        return self._reply(upload, records, answered, failing)
+
+    def hessians(self, theta, *, hessian_clip: float, gradient_clip: float | None = None, sensitivity, mu: float,
+                 stage: str, active=None) -> Reply:
+        """``sym_to_vec`` of each client's mean of per-sample Hessians clipped to C_H (see ``GLMOracle.hessians``), plus noise."""
+        return self._release(sym_to_vec(self._oracle.hessians(theta, hessian_clip, gradient_clip)), sensitivity, mu,
+                             stage, active)
+
+    def score_outer(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """``sym_to_vec`` of each client's mean of ``g g^T`` (gradients clipped to ``clip``), plus noise."""
+        return self._release(sym_to_vec(self._oracle.score_outer(theta, clip)), sensitivity, mu, stage, active)
+
+    def design_moments(self, *, row_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """``sym_to_vec`` of each client's mean of ``x x^T`` (rows clipped to ``row_clip``), plus noise."""
+        return self._release(sym_to_vec(self._oracle.design_moments(row_clip)), sensitivity, mu, stage, active)
+
+    def newton_steps(self, theta, *, clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray,
+                     sensitivity, mu: float, stage: str) -> Reply:
+        """FedNewton's message ``theta - H_i^-1 gbar_i`` plus noise (after :meth:`split_halves`).
+
+        ``H_i``: the first half's mean per-sample Hessian clipped to C_H, eigenvalues floored at
+        lambda; ``gbar_i``: the second half's mean gradient clipped to B, projected onto the ball
+        of radius ``grad_clip[i]`` (G_i); the sensitivity is the server's
+        :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+        """
+        if self._halves is None:
+            raise RuntimeError("newton_steps needs split_halves first.")
+        step = newton_step(*(h._oracle for h in self._halves), theta, clip=clip, hessian_clip=hessian_clip,
+                           hessian_floor=hessian_floor, grad_clip=grad_clip)
+        return self._release(theta - step, sensitivity, mu, stage)
+
+    def clipped_update(self, theta, *, step_size: float, n_steps: int, update_clip: float, sensitivity, mu: float,
+                       stage: str, active=None) -> Reply:
+        """Client-level DP-FedAvg: K local full-batch GD steps from theta (no noise), the model update clipped
+        to L2 norm S (``update_clip``), plus noise; a client-level release (unit ``"client"``).
+
+        Whatever a client's data, its clipped update lies in the ball of radius S (a non-finite
+        update, from diverging local steps, is sent as 0), so replacing the whole dataset moves
+        it by at most 2S: the server's ``sensitivity``.
+        """
+        answered, failing = self._begin(active)
+        o = self._oracle
+        local = np.array(np.broadcast_to(theta, (o.n_clients, o.n_params)), dtype=np.float64)
+        with np.errstate(all="ignore"):  # a diverging client's update is replaced below
+            for _ in range(n_steps):
+                local = local - step_size * o.clipped_gradients(local, math.inf)
+            delta = local - theta
+        finite = np.all(np.isfinite(delta), axis=1)
+        delta[~finite] = 0.0
+        scale = np.max(np.abs(delta), axis=1)
+        safe = np.where(scale > 0, scale, 1.0)
+        norms = safe * np.sqrt(np.sum((delta / safe[:, None]) ** 2, axis=1))  # no overflow for huge updates
+        delta *= np.minimum(1.0, update_clip * (1.0 - 2.0**-40) / np.maximum(norms, 1e-300))[:, None]
+        noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
+        return self._reply(noisy, [rec], answered, failing)
+
+    def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
+        """Each client's number of rows whose ``which`` norm (gradient / hessian / row) is <= ``threshold``, plus noise.
+
+        Sensitivity 1 (one row replaced changes a count by at most 1).
+        """
+        counts = self._oracle.count_at_most(self._norms(which, theta), threshold)[:, None]
+        return self._release(counts, 1.0, mu, stage, active)
+
+    def count_clipped(self, theta, *, clip: float, mu: float, stage: str) -> Reply:
+        """Each client's number of rows whose gradient norm exceeds ``clip`` (B), plus noise (sensitivity 1)."""
+        counts = self.sizes - self._oracle.count_at_most(self._oracle.sample_norms("gradient", theta), clip)
+        return self._release(np.asarray(counts, dtype=np.float64)[:, None], 1.0, mu, stage)
+
+    def column_count(self, column: int, threshold: float, *, center: float | None = None, mu: float,
+                     stage: str) -> Reply:
+        """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise."""
+        x = self._oracle.data.X[:, column]
+        if center is not None:
+            with np.errstate(over="ignore"):  # |x - centre| = inf near the largest double: above every grid point
+                x = np.abs(x - center)
+        counts = np.add.reduceat((x <= threshold).astype(np.float64), self._oracle.data.offsets[:-1])
+        return self._release(counts[:, None], 1.0, mu, stage)
+
+    def losses(self, theta, *, stage: str) -> Reply:
+        """Each client's mean loss, sent without noise (a non-private release: only for mu = inf fits)."""
+        return self._release(self._oracle.losses(theta)[:, None], math.inf, math.inf, stage)
+
+    # ------------------------------------------------------------------ non-private verbs (labelled)
+    def norm_quantiles(self, which: str, theta, q: float) -> Reply:
+        """Each client's raw ``q``-quantile of its ``which`` norms (``clip="paper"``): not privatized, a leak."""
+        answered, failing = self._begin(None)
+        values = self._oracle.client_quantiles(self._oracle.sample_norms(which, theta), q)[:, None]
+        return self._reply(values, [], answered, failing,
+                           leak=f"{which} clipping bound chosen from raw data (clip='paper': each client's {q:g}-quantile "
+                                "of its norms sent without noise)")
+
+    def exact(self, theta, *, clip: float) -> tuple[np.ndarray, np.ndarray]:
+        """Exact clipped gradients and unclipped Hessians (n_clients, p), (n_clients, p, p): diagnostics of mu = inf fits only."""
+        return self._oracle.clipped_gradients(theta, clip), self._oracle.hessians(theta, math.inf)
+
+    # ------------------------------------------------------------------ verbs that send nothing
+    def split_halves(self, seed) -> tuple[InProcessClients, InProcessClients]:
+        """Each client splits its rows at random (``seed``: public randomness) into halves of floor(n_i/2) and the rest.
+
+        Returns handles answering the verbs on the first and on the second halves (same noise
+        streams and failure state); the first half's handle also answers :meth:`newton_steps`.
+        """
+        first, second = self._oracle.data.split_halves(seed)
+        halves = tuple(InProcessClients(d, self.family, self._noise, _status=self._status) for d in (first, second))
+        halves[0]._halves = halves
+        return halves
+
+    def rescale(self, scaler) -> None:
+        """Rescale the clients' columns with the public ``scaler`` (its centres and scales were released)."""
+        self._oracle = make_oracle(scaler.transform(self._oracle.data), self.family)
+        self._norm_cache = None
+
+
+def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float, hessian_clip: float,
+                hessian_floor: float, grad_clip: np.ndarray) -> np.ndarray:
+    """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta``, shape (n_clients, d) (FedNewton, Algorithm 4).
+
+    ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
+    (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
+    half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
+    ``grad_clip[i]`` (G_i). Its L2 sensitivity (one datum replaced, in either half) is
+    :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+    """
+    H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
+    g = half2.clipped_gradients(theta, clip)
+    norms = np.linalg.norm(g, axis=1)
+    g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
+    return np.linalg.solve(H, g[..., None])[..., 0]
+
+
+def _only(release: Release, answered: np.ndarray) -> Release:
+    """The record of a release in which only the ``answered`` clients' messages reached the server."""
+    return replace(release, sensitivity=np.where(answered, release.sensitivity, 0.0),
+                   sigma=np.where(answered, release.sigma, 0.0))
+
+
+def _check_local(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> None:
+    """Divergence of the answering clients' local iterates (noisy values: post-processing)."""
+    check_iterate(theta if answered.all() else theta[answered], where, step_size)

@@ -1,0 +1,160 @@
+"""Client-level DP-FedAvg: a naive reference loop, the client-level ledger, PLD amplification, failures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from privfedstat import ClientFailureError, FederatedData
+from privfedstat.estimators.dpfedavg import DPFedAvg
+from privfedstat.federation import FailingData
+from privfedstat.privacy.accounting import heterogeneous_epsilon, subsampled_gaussian_epsilon
+from privfedstat.privacy.gdp import epsilon_from_mu
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _data(m=20, n=50, seed=0):
+    rng = np.random.default_rng(seed)
+    N = m * n
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    y = (rng.random(N) < expit(X @ np.array([0.3, -0.6, 0.2]))).astype(float)
+    return FederatedData.from_pooled(X, y, sizes=[n] * m)
+
+
+def _naive(data, R, K, eta, eta_g, S):
+    """Textbook DP-FedAvg without noise: per client K full-batch logistic GD steps, update clipped to S, size-weighted mean."""
+    theta = np.zeros(data.n_features)
+    w = data.sizes / data.sizes.sum()
+    o = data.offsets
+    for _ in range(R):
+        updates = []
+        for i in range(data.n_clients):
+            X, y = data.X[o[i]:o[i + 1]], data.y[o[i]:o[i + 1]]
+            local = theta.copy()
+            for _ in range(K):
+                local = local - eta * X.T @ (expit(X @ local) - y) / len(y)
+            u = local - theta
+            updates.append(u * min(1.0, S / np.linalg.norm(u)) if np.isfinite(S) else u)
+        theta = theta + eta_g * (w @ np.array(updates))
+    return theta
+
+
+@pytest.mark.parametrize("S", [math.inf, 0.05])
+def test_without_noise_it_is_the_textbook_loop(S):
+    data = _data()
+    est = DPFedAvg(mu=math.inf, n_rounds=6, n_local_steps=4, step_size=0.3, server_step_size=0.8, update_clip=S,
+                   random_state=0).fit(data)
+    ref = _naive(data, 6, 4, 0.3, 0.8, S * (1 - 2.0**-40))
+    np.testing.assert_allclose(est.coef_, ref, rtol=1e-10, atol=1e-12)
+    assert est.n_iter_ == 24 and len(est.history_) == 7
+
+
+def test_it_converges_to_the_mle_with_one_local_step_and_no_noise():
+    import statsmodels.api as sm
+
+    data = _data()
+    est = DPFedAvg(mu=math.inf, n_rounds=3000, n_local_steps=1, step_size=1.0, update_clip=math.inf).fit(data)
+    mle = sm.Logit(data.y, data.X).fit(disp=0).params
+    np.testing.assert_allclose(est.coef_, mle, atol=1e-6)
+
+
+def test_the_ledger_is_client_level_and_spends_exactly_mu():
+    data = _data()
+    est = DPFedAvg(mu=1.5, n_rounds=8, update_clip=0.2, random_state=1).fit(data)
+    led = est.privacy_
+    assert led.units == ("client",) and all(r.unit == "client" for r in led.releases)
+    np.testing.assert_allclose(led.client_mu, 1.5, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(led.releases[0].sensitivity, 0.4)  # 2 S: a whole client replaced
+    np.testing.assert_allclose(led.releases[0].sigma, 0.4 * math.sqrt(8) / 1.5)
+    assert "unit=client" in repr(led)
+
+
+def test_poisson_participation_amplifies_towards_outsiders_exactly_as_the_pld():
+    data = _data(m=40)
+    q, R, mu, S = 0.2, 25, 3.0, 0.2
+    est = DPFedAvg(mu=mu, n_rounds=R, update_clip=S, participation=q, random_state=4).fit(data)
+    led = est.privacy_
+    took = np.array([r.sensitivity > 0 for r in led.releases])
+    np.testing.assert_allclose(led.client_mu, mu * np.sqrt(took.sum(axis=0) / R), rtol=1e-12)  # towards the server
+    assert all(r.sampling_rate == q for r in led.releases)
+    z = 2 * math.sqrt(R) / mu  # sigma / S with sigma = 2 S sqrt(R) / mu (add/remove one client: sensitivity S)
+    expected = subsampled_gaussian_epsilon(z, q, R, 1e-5)
+    assert led.amplified_epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
+    assert expected < led.epsilon(1e-5)  # amplification: well below the server's view
+    # the same noise without sampling: no amplification; under add/remove adjacency (sensitivity S, half the
+    # replacement's 2 S) the composition is (mu / 2)-GDP, which the PLD of q = 1 reproduces
+    full = DPFedAvg(mu=mu, n_rounds=R, update_clip=S, random_state=4).fit(data)
+    assert full.privacy_.amplified_epsilon(1e-5) == pytest.approx(heterogeneous_epsilon([(z, 1.0, R)], 1e-5), rel=1e-6)
+    assert full.privacy_.amplified_epsilon(1e-5) == pytest.approx(epsilon_from_mu(mu / 2, 1e-5), rel=2e-3)
+    assert expected < full.privacy_.amplified_epsilon(1e-5)
+
+
+def test_record_level_fits_have_no_amplified_epsilon_and_inference_is_refused():
+    from privfedstat import FedSGD
+
+    data = _data()
+    with pytest.raises(ValueError, match="client-level"):
+        FedSGD(mu=1.0, n_iter=3, clip=1.0, inference=None, random_state=0).fit(data).privacy_.amplified_epsilon()
+    with pytest.raises(ValueError, match="inference=None"):
+        DPFedAvg(inference="auto").fit(data)
+    from privfedstat import NoInferenceError
+
+    with pytest.raises(NoInferenceError, match="whole clients"):
+        DPFedAvg(mu=1.0, n_rounds=2, random_state=0).fit(data).bse_
+    with pytest.raises(ValueError, match="update_clip"):
+        DPFedAvg(update_clip=math.inf).fit(data)
+
+
+def test_a_diverging_client_still_sends_a_bounded_update():
+    data = _data()
+    X = data.X.copy()
+    X[:50] *= 1e200  # client 0's rows are enormous: its local steps overflow
+    bad = FederatedData(X, data.y, data.offsets)
+    est = DPFedAvg(mu=2.0, n_rounds=3, update_clip=0.1, random_state=0).fit(bad)
+    assert np.all(np.isfinite(est.coef_))
+
+
+def test_failures_are_skipped_or_raised():
+    data = FailingData(_data(), {3: 2})
+    with pytest.raises(ClientFailureError):
+        DPFedAvg(mu=2.0, n_rounds=5, random_state=0).fit(data)
+    est = DPFedAvg(mu=2.0, n_rounds=5, random_state=0, on_client_failure="skip").fit(data)
+    np.testing.assert_allclose(est.privacy_.client_mu[3], 2.0 * math.sqrt(2 / 5), rtol=1e-12)
+
+
+def _client_neighbours():
+    """Client 0 holds one row; its neighbour dataset replaces that whole client (label flipped, row scaled),
+    which turns its clipped update from +S u to about -S u: the 2 S replacement sensitivity is nearly attained."""
+    data = _data(m=4, n=30, seed=2)
+    X, y, sizes = data.X[29:].copy(), data.y[29:].copy(), [1, 30, 30, 30]
+    X[0], y[0] = [1.0, 2.0, -1.0], 1.0
+    X2, y2 = X.copy(), y.copy()
+    X2[0], y2[0] = [3.0, 6.0, -3.0], 0.0
+    return (FederatedData.from_pooled(X, y, sizes=sizes), FederatedData.from_pooled(X2, y2, sizes=sizes))
+
+
+def test_whole_client_neighbours_move_each_update_by_at_most_its_stated_sensitivity(monkeypatch):
+    from _replay import check_neighbours, tap_channel
+
+    from privfedstat.federation import clients
+
+    data, neighbour = _client_neighbours()
+
+    def make():
+        return DPFedAvg(mu=1.0, n_rounds=3, n_local_steps=5, step_size=2.0, update_clip=0.1, random_state=0)
+
+    with tap_channel():
+        transcript = check_neighbours(make, data, neighbour)
+    assert len(transcript.messages) == 3
+    privatize = clients.privatize
+
+    def understated(values, noise, sensitivity, mu, stage, kind, **kw):  # states S instead of 2 S
+        return privatize(values, noise, np.asarray(sensitivity, dtype=np.float64) / 2, mu, stage, kind, **kw)
+
+    monkeypatch.setattr(clients, "privatize", understated)
+    with tap_channel(), pytest.raises(AssertionError, match="stated sensitivity"):
+        check_neighbours(make, data, neighbour)

@@ -1,0 +1,183 @@
+"""The client/server seam end to end: the server holds no data, participation, failures.
+
+The server side of every registered private estimator is run against a *server view* of the
+clients that exposes only the verbs and the public metadata (sizes, dimensions, family): if any
+server code reached for the data (``.data``, ``._oracle``, ``X``), the fit would fail. Every reply
+is checked to be privatized (each answering client's release has noise, or the fit is non-private
+by mu = inf), and the fitted estimator is checked to hold no handle on the data.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+
+import numpy as np
+import pytest
+
+from privfedstat import ClientFailureError, FederatedData, FedAvg, FedSGD
+from privfedstat.estimators import base
+from privfedstat.estimators.registry import methods
+from privfedstat.federation import FailingData, InProcessClients, Participation, Reply
+from privfedstat.federation.clients import PUBLIC, VERBS
+from privfedstat.federation.oracle import GLMOracle, MultinomialOracle
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+def test_the_verb_list_is_what_in_process_clients_answer():
+    for name in VERBS + PUBLIC:
+        assert hasattr(InProcessClients, name) or name in ("n_clients", "sizes", "n_features", "n_params", "family",
+                                                            "has_offset"), name
+
+
+class ServerView:
+    """What the server may touch of the clients: verbs and public metadata; replies are inspected."""
+
+    def __init__(self, clients: InProcessClients, replies: list) -> None:
+        object.__setattr__(self, "_clients", clients)
+        object.__setattr__(self, "_replies", replies)
+
+    def __getattr__(self, name):
+        if name in PUBLIC:
+            return getattr(self._clients, name)
+        if name not in VERBS:
+            raise AttributeError(f"the server reached for clients.{name}: not a verb or public metadata")
+        verb = getattr(self._clients, name)
+
+        def call(*args, **kwargs):
+            if "clients" in kwargs:
+                raise AssertionError("handles are passed to ctx.ask, not to the verbs")
+            out = verb(*args, **kwargs)
+            if isinstance(out, Reply):
+                self._replies.append((name, kwargs.get("mu"), out))
+            if name == "split_halves":
+                return tuple(ServerView(h, self._replies) for h in out)
+            return out
+
+        return call
+
+
+def _data(family="logistic", sizes=(60, 90, 120, 75)):
+    rng = np.random.default_rng(3)
+    N = sum(sizes)
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    eta = X @ np.array([0.3, -0.6, 0.2])
+    y = (rng.random(N) < 1 / (1 + np.exp(-eta))).astype(float)
+    return FederatedData.from_pooled(X, y, sizes=list(sizes))
+
+
+def _viewed(monkeypatch, replies):
+    real = base.InProcessClients
+
+    def factory(*args, **kwargs):
+        return ServerView(real(*args, **kwargs), replies)
+
+    monkeypatch.setattr(base, "InProcessClients", factory)
+
+
+def _handles(root, depth=6):
+    """Every object reachable from ``root`` through attributes and containers (bounded depth)."""
+    seen, frontier, found = {id(root)}, [root], []
+    for _ in range(depth):
+        nxt = []
+        for obj in frontier:
+            for ref in gc.get_referents(obj):
+                if id(ref) in seen or isinstance(ref, type) or callable(ref) and not hasattr(ref, "__dict__"):
+                    continue
+                seen.add(id(ref))
+                found.append(ref)
+                nxt.append(ref)
+        frontier = nxt
+    return found
+
+
+@pytest.mark.parametrize("spec", methods(private=True), ids=lambda s: s.name)
+@pytest.mark.parametrize("mu, clip", [(2.0, "auto"), (2.0, "fixed"), (math.inf, "fixed")])
+def test_the_server_only_uses_verbs_and_every_reply_is_privatized(spec, mu, clip, monkeypatch):
+    data = _data()
+    params = dict(spec.test_params, mu=mu, random_state=5)
+    if clip == "fixed":
+        params.update(spec.fixed_clip_params(2.0))
+    reference = spec.cls(**params).fit(data)
+    replies: list = []
+    _viewed(monkeypatch, replies)
+    est = spec.cls(**params).fit(data)
+    np.testing.assert_array_equal(est.coef_, reference.coef_)  # the view changes nothing
+    assert replies
+    for name, mu_request, reply in replies:
+        assert reply.leak is None
+        for rec in reply.releases:
+            answered = reply.answered
+            if math.isfinite(mu):
+                assert mu_request is not None and math.isfinite(mu_request), name
+                assert np.all(rec.sigma[answered] > 0), (name, rec.stage)  # noise on every message
+    if math.isfinite(mu):
+        np.testing.assert_allclose(est.privacy_.client_mu, mu, rtol=0, atol=1e-12)
+    for obj in _handles(est):
+        assert not isinstance(obj, (FederatedData, InProcessClients, ServerView, GLMOracle, MultinomialOracle)), type(obj)
+        if isinstance(obj, np.ndarray) and obj.size >= data.n_samples:
+            assert not np.shares_memory(obj, data.X) and not np.shares_memory(obj, data.y)
+
+
+def test_poisson_participation_asks_a_sample_and_spends_only_on_rounds_taken():
+    data = _data(sizes=(60,) * 10)
+    K, mu = 40, 2.0
+    est = FedSGD(mu=mu, n_iter=K, clip=1.0, participation=0.3, inference=None, random_state=1).fit(data)
+    rounds = [r for r in est.privacy_.releases if r.stage == "gradient"]
+    assert len(rounds) == K
+    took = np.array([r.sensitivity > 0 for r in rounds])  # (K, m): who answered each round
+    assert 0.15 < took.mean() < 0.45 and took.any(axis=1).all()
+    np.testing.assert_allclose(est.privacy_.client_mu, mu * np.sqrt(took.sum(axis=0) / K), rtol=1e-12)
+    for r, row in zip(rounds, took):  # the server renormalised its weights over who answered
+        np.testing.assert_allclose(r.weights[row].sum(), 1.0, rtol=1e-12)
+        assert np.all(r.weights[~row] == 0)
+    again = FedSGD(mu=mu, n_iter=K, clip=1.0, participation=0.3, inference=None, random_state=1).fit(data)
+    np.testing.assert_array_equal(again.coef_, est.coef_)
+
+
+def test_a_cohort_has_exactly_its_size_and_inference_needs_full_participation():
+    data = _data(sizes=(60,) * 10)
+    est = FedAvg(mu=2.0, n_rounds=6, n_local_steps=3, clip=1.0, participation=4, inference=None,
+                 random_state=2).fit(data)
+    rounds = [r for r in est.privacy_.releases if r.stage == "local-step"]
+    per_round = {}
+    for r in rounds:
+        per_round.setdefault(r.round, set()).add(tuple(np.flatnonzero(r.sensitivity > 0)))
+    assert len(per_round) == 6 and all(len(v) == 1 and len(next(iter(v))) == 4 for v in per_round.values())
+    with pytest.raises(ValueError, match="inference=None"):
+        FedSGD(mu=2.0, n_iter=3, clip=1.0, participation=0.5).fit(data)
+    with pytest.raises(ValueError, match="participation"):
+        FedSGD(mu=2.0, n_iter=3, clip=1.0, participation=1.5, inference=None).fit(data)
+    with pytest.raises(ValueError, match="cohort"):
+        FedSGD(mu=2.0, n_iter=3, clip=1.0, participation=Participation(cohort=11), inference=None).fit(data)
+
+
+def test_full_participation_is_the_default_and_changes_no_number():
+    data = _data()
+    a = FedSGD(mu=2.0, n_iter=5, clip=1.0, random_state=0).fit(data)
+    b = FedSGD(mu=2.0, n_iter=5, clip=1.0, participation=Participation(rate=1.0), random_state=0).fit(data)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.parametrize("spec", methods(private=True), ids=lambda s: s.name)
+def test_a_client_failing_mid_fit_raises_or_is_skipped(spec):
+    data = _data()
+    params = dict(spec.test_params, mu=2.0, random_state=5, inference=None, **spec.fixed_clip_params(2.0))
+    failing = FailingData(data, {2: 1})  # client 2 dies while answering the second request
+    with pytest.raises(ClientFailureError, match=r"client\(s\) \[2\]"):
+        spec.cls(**params).fit(failing)
+    est = spec.cls(**params, on_client_failure="skip").fit(failing)
+    assert np.all(np.isfinite(est.coef_))
+    mu = est.privacy_.client_mu
+    assert mu[2] < 2.0 - 1e-9  # it released less than the others: its later messages never happened
+    np.testing.assert_allclose(np.delete(mu, 2), 2.0, rtol=0, atol=1e-12)
+    for r in est.privacy_.releases:
+        if r.round >= 2:
+            assert r.sensitivity[2] == 0 and r.sigma[2] == 0
+            if r.weights is not None and r.kind == "aggregated":
+                assert r.weights[2] == 0
+
+
+def test_unknown_failure_policy_is_refused_before_any_release():
+    with pytest.raises(ValueError, match="on_client_failure"):
+        FedSGD(on_client_failure="retry").fit(_data())
