@@ -120,13 +120,14 @@ def format_methods() -> str:
     """
     from .estimators.registry import methods
 
-    lines = [f"{'key':<10} {'name':<10} {'privacy':<12} {'also in':<26} description"]
+    rows = [("key", "name", "privacy", "also in", "description")]
     for spec in methods():
         roles = [role for role, has in (("studies", spec.paper_params), ("bound", spec.bound),
                                         ("predictor", spec.predictor)) if has is not None]
-        lines.append(f"{spec.name:<10} {spec.display:<10} {'private' if spec.private else 'non-private':<12} "
-                     f"{', '.join(roles) or '-':<26} {spec.description}")
-    return "\n".join(lines)
+        privacy = f"{spec.cls.privacy_unit}-level" if spec.private else "non-private"
+        rows.append((spec.name, spec.display, privacy, ", ".join(roles) or "-", spec.description))
+    widths = [max(len(r[k]) for r in rows) for k in range(4)]
+    return "\n".join(" ".join(f"{c:<{w}}" for c, w in zip(r[:4], widths)) + " " + r[4] for r in rows)
 
 
 def _print_table(table, by: list[str]) -> None:
