@@ -124,7 +124,7 @@ def test_a_method_registered_at_runtime_is_listed_by_the_cli(shadow, capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
     line = next(row for row in out.splitlines() if row.startswith("shadowsgd"))
-    assert "ShadowSGD" in line and "private" in line and "studies, bound, predictor" in line
+    assert "ShadowSGD" in line and "record-level" in line and "studies, bound, predictor" in line
     for spec in methods():
         assert spec.display in out
 
