@@ -9,6 +9,10 @@ Functions
 load_mnist     MNIST from the standard IDX files (gzipped or not).
 load_cifar10   CIFAR-10 from the standard python pickle batches (or the .tar.gz holding them).
 load_digits    scikit-learn's bundled 8x8 handwritten digits (optional dependency).
+
+The three image sets come as flat float64 rows (the GLM studies) or, with ``images=True``, as
+float32 arrays of shape (n, channels, height, width), the layout the networks of
+:mod:`privfedstat.deep` take.
 load_randhie   statsmodels' bundled RAND Health Insurance Experiment data (Poisson counts).
 read_idx       Any IDX file as a numpy array (the format MNIST is distributed in).
 """
@@ -44,6 +48,13 @@ _MNIST_IMAGE_MAGIC, _MNIST_LABEL_MAGIC = 2051, 2049
 _CIFAR_DIR = "cifar-10-batches-py"
 _CIFAR_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
 _CIFAR_TAR = "cifar-10-python.tar.gz"
+
+
+def _layout(X: np.ndarray, images: bool, shape: tuple[int, int, int]) -> np.ndarray:
+    """Flat float64 rows as they are, or (``images``) float32 of shape (n, *shape) (channels first)."""
+    if not isinstance(images, (bool, np.bool_)):
+        raise TypeError(f"images must be True or False, got {images!r}.")
+    return X.reshape(X.shape[0], *shape).astype(np.float32) if images else X
 
 
 def _check_kind(kind: str) -> tuple[str, ...]:
@@ -132,7 +143,8 @@ def _find_mnist_file(dirs: list[Path], stem: str) -> Path | None:
     return None
 
 
-def load_mnist(data_dir, *, kind: str = "all", normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def load_mnist(data_dir, *, kind: str = "all", normalize: bool = True,
+               images: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Load MNIST from the standard IDX files in ``data_dir``.
 
     Parameters
@@ -146,10 +158,13 @@ def load_mnist(data_dir, *, kind: str = "all", normalize: bool = True) -> tuple[
         Peng & Paul does before splitting the images across clients.
     normalize : bool, default True
         Divide the pixel values (0..255) by 255.
+    images : bool, default False
+        Return X as float32 of shape (n_images, 1, 28, 28) (the input of
+        :class:`~privfedstat.deep.models.MnistCNN`) instead of flat rows.
 
     Returns
     -------
-    X : ndarray of shape (n_images, 784), float64
+    X : ndarray of shape (n_images, 784), float64, or (n_images, 1, 28, 28), float32
         One row per image, pixels in row-major 28 x 28 order.
     y : ndarray of shape (n_images,), int64
         Digit labels 0..9.
@@ -186,23 +201,23 @@ def load_mnist(data_dir, *, kind: str = "all", normalize: bool = True) -> tuple[
     Xs, ys = [], []
     for part in parts:
         img_stem, lab_stem = _MNIST_FILES[part]
-        images = read_idx(paths[img_stem], expected_magic=_MNIST_IMAGE_MAGIC)
+        pixels = read_idx(paths[img_stem], expected_magic=_MNIST_IMAGE_MAGIC)
         labels = read_idx(paths[lab_stem], expected_magic=_MNIST_LABEL_MAGIC)
-        if images.ndim != 3 or images.shape[1:] != (28, 28):
-            raise ValueError(f"{paths[img_stem]}: images have shape {images.shape}, expected (n, 28, 28).")
-        if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+        if pixels.ndim != 3 or pixels.shape[1:] != (28, 28):
+            raise ValueError(f"{paths[img_stem]}: images have shape {pixels.shape}, expected (n, 28, 28).")
+        if labels.ndim != 1 or labels.shape[0] != pixels.shape[0]:
             raise ValueError(
-                f"{paths[lab_stem]}: {labels.shape} labels for {images.shape[0]} images in {paths[img_stem].name}; "
+                f"{paths[lab_stem]}: {labels.shape} labels for {pixels.shape[0]} images in {paths[img_stem].name}; "
                 "the two files do not belong together."
             )
         if labels.size and (labels.min() < 0 or labels.max() > 9):
             raise ValueError(f"{paths[lab_stem]}: labels outside 0..9 (corrupt file).")
-        Xs.append(images.reshape(images.shape[0], -1))
+        Xs.append(pixels.reshape(pixels.shape[0], -1))
         ys.append(labels)
     X = np.concatenate(Xs).astype(np.float64)
     if normalize:
         X /= 255.0
-    return X, np.concatenate(ys).astype(np.int64)
+    return _layout(X, images, (1, 28, 28)), np.concatenate(ys).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- CIFAR-10
@@ -249,7 +264,8 @@ def _read_cifar_batch(raw: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     return data, labels
 
 
-def load_cifar10(data_dir, *, kind: str = "all", normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def load_cifar10(data_dir, *, kind: str = "all", normalize: bool = True,
+                 images: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Load CIFAR-10 from the standard python pickle batches.
 
     Parameters
@@ -263,10 +279,13 @@ def load_cifar10(data_dir, *, kind: str = "all", normalize: bool = True) -> tupl
         pooled (N = 60000).
     normalize : bool, default True
         Divide the pixel values (0..255) by 255.
+    images : bool, default False
+        Return X as float32 of shape (n_images, 3, 32, 32) (channels red, green, blue; the input
+        of :class:`~privfedstat.deep.models.CifarCNN`) instead of flat rows.
 
     Returns
     -------
-    X : ndarray of shape (n_images, 3072), float64
+    X : ndarray of shape (n_images, 3072), float64, or (n_images, 3, 32, 32), float32
         One row per 32 x 32 colour image in the files' layout: the 1024 red values, then green,
         then blue, each plane row-major.
     y : ndarray of shape (n_images,), int64
@@ -313,7 +332,7 @@ def load_cifar10(data_dir, *, kind: str = "all", normalize: bool = True) -> tupl
     X = np.concatenate(Xs).astype(np.float64)
     if normalize:
         X /= 255.0
-    return X, np.concatenate(ys).astype(np.int64)
+    return _layout(X, images, (3, 32, 32)), np.concatenate(ys).astype(np.int64)
 
 
 def _read_cifar_tar(tar_path: Path, names: list[str]) -> dict[str, tuple[bytes, str]]:
@@ -330,12 +349,18 @@ def _read_cifar_tar(tar_path: Path, names: list[str]) -> dict[str, tuple[bytes, 
 
 
 # --------------------------------------------------------------------------- bundled data sets
-def load_digits() -> tuple[np.ndarray, np.ndarray]:
+def load_digits(*, images: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled 8x8 handwritten digits (1797 images, offline).
+
+    Parameters
+    ----------
+    images : bool, default False
+        Return X as float32 of shape (1797, 1, 8, 8) (the input of
+        :class:`~privfedstat.deep.models.DigitsCNN`) instead of flat rows.
 
     Returns
     -------
-    X : ndarray of shape (1797, 64), float64
+    X : ndarray of shape (1797, 64), float64, or (1797, 1, 8, 8), float32
         Pixel intensities (0..16 in the source) divided by 16, so in [0, 1].
     y : ndarray of shape (1797,), int64
         Digit labels 0..9.
@@ -357,7 +382,8 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
             "(or pip install 'privfedstat[test]')."
         ) from exc
     bunch = _sk_load_digits()
-    return np.asarray(bunch.data, dtype=np.float64) / 16.0, np.asarray(bunch.target, dtype=np.int64)
+    X = np.asarray(bunch.data, dtype=np.float64) / 16.0
+    return _layout(X, images, (1, 8, 8)), np.asarray(bunch.target, dtype=np.int64)
 
 
 def load_randhie():
