@@ -150,7 +150,8 @@ class _BasicBlock(nn.Module):
         out = self.norm2(self.conv2(out))
         shortcut = x
         if self.stride != 1 or self.pad:
-            shortcut = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+            half = self.pad // 2
+            shortcut = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, half, self.pad - half))
         return F.relu(out + shortcut)
 
 

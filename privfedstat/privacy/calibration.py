@@ -16,6 +16,7 @@ __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
     "aggregated_noise_sd", "hessian_sensitivity", "newton_grad_radius", "newton_sensitivity",
     "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "client_update_calibration",
+    "head_newton_sensitivity", "newton_iter_budgets",
 ]
 
 SQRT2 = math.sqrt(2.0)
@@ -186,3 +187,95 @@ def client_update_calibration(update_clip: float, n_clients: int, n_rounds: int,
     mu_message : float
     """
     return np.full(n_clients, 2.0 * update_clip), mu / math.sqrt(n_rounds)
+
+
+def head_newton_sensitivity(clip: float, damping: float, step: float, sizes) -> np.ndarray:
+    """L2 sensitivity of each client's head Newton step ``s = alpha (h + lambda I)^{-1} g`` to one replaced sample.
+
+    The step is FedNewton-NN's (Algorithm 5) on a network's last layer
+    (:func:`privfedstat.deep.newton.head_newton_message`). Setting: client i holds n rows; ``v_j``
+    is row j's head gradient clipped to norm B (per-sample clipping); ``g = (1/n) sum_j v_j``,
+    ``h = (1/n) sum_j v_j v_j^T``, ``A = h + lambda I``. A neighbour replaces one v = w by v = u
+    (``||u||, ||w|| <= B``): ``g' - g = (u - w) / n`` and ``A' - A = (u u^T - w w^T) / n``.
+
+    *A bound on every step.* With ``V`` the n x p_h matrix of rows v_j and its SVD,
+    ``A^{-1} g = V^T (V V^T + n lambda I)^{-1} 1`` has its singular values
+    ``sigma / (sigma^2 + n lambda) <= 1 / (2 sqrt(n lambda))`` on the unit vector 1/sqrt(n); so
+    ``||A^{-1} g|| <= 1 / (2 sqrt(lambda))`` for any data, clipped or not. Also
+    ``||A^{-1} g|| <= ||g|| / lambda <= B / lambda``. Write ``c = min(B / lambda, 1 / (2 sqrt(lambda)))``.
+
+    *The change.* ``A^{-1} g - A'^{-1} g' = A^{-1} (g - g') + A^{-1} (A' - A) A'^{-1} g'``, with
+    ``||A^{-1}|| <= 1 / lambda``, ``||g - g'|| <= 2B / n``, ``||u u^T - w w^T||_2 <= max(||u||^2, ||w||^2)
+    <= B^2`` (its eigenvalues lie in ``[-||w||^2, ||u||^2]``) and ``||A'^{-1} g'|| <= c``. Hence
+
+        ``||s - s'|| <= alpha min(2 c, (2 B + B^2 c) / (lambda n))``,
+
+    the first term from the triangle inequality with the bound on every step (it caps the
+    sensitivity of small clients), the second decaying as 1/n. With B = inf (no clipping) the
+    sensitivity is still finite, ``alpha / sqrt(lambda)``. The mean-gradient clip of Algorithm 5
+    (``g min(1, B / ||g||)``) is implied: the mean of vectors of norm <= B has norm <= B.
+
+    Departures from the paper [I]: Algorithm 5 clips only the mean gradient and forms h from raw
+    gradients, which leaves h (and the step) with unbounded sensitivity; per-sample clipping bounds
+    both. Its ``B_new = 2 sqrt(2) B / tau_1`` (garbled in the source, with tau_1 a strong-convexity
+    constant a network does not have) is replaced by this bound, in which the damping lambda plays
+    tau_1's role.
+
+    Parameters
+    ----------
+    clip : float
+        B (``inf`` allowed).
+    damping : float
+        lambda > 0.
+    step : float
+        alpha > 0.
+    sizes : array-like of shape (n_clients,)
+        n_i.
+
+    Returns
+    -------
+    ndarray of shape (n_clients,)
+    """
+    if not damping > 0 or not math.isfinite(damping):
+        raise ValueError(f"damping (lambda) must be a positive finite number, got {damping!r}.")
+    if not step > 0 or not math.isfinite(step):
+        raise ValueError(f"step (alpha) must be a positive finite number, got {step!r}.")
+    if not clip > 0:
+        raise ValueError(f"clip (B) must be positive (inf allowed), got {clip!r}.")
+    n = np.asarray(sizes, dtype=np.float64)
+    c = min(clip / damping, 0.5 / math.sqrt(damping))
+    with np.errstate(invalid="ignore"):  # inf / n with B = inf: the first term is the bound
+        return step * np.fmin(2.0 * c, (2.0 * clip + clip * clip * c) / (damping * n))
+
+
+def newton_iter_budgets(mu: float, n_cycles: int, rounds_per_cycle: int, n_local_steps: int) -> tuple[float, float]:
+    """How FedNewton-Iter splits each client's budget mu: ``(mu per local step, mu per Newton step)``.
+
+    Algorithm 5 gives each stage ``mu / sqrt(2)`` (its FedAvg noise ``2 B eta sqrt(2 R K) / (mu n_i)``
+    is the noise of R K local steps under ``mu / sqrt 2``). FedNewton-Iter runs C cycles of R_c
+    FedAvg rounds of K local steps and one Newton step [P: Section 5.2.2]; keeping the halves, the
+    C R_c K local steps share ``mu / sqrt 2`` and the C Newton steps share the other ``mu / sqrt 2``
+    [I], so in GDP composition ``C R_c K (mu / sqrt(2 C R_c K))^2 + C (mu / sqrt(2 C))^2 = mu^2``.
+
+    Parameters
+    ----------
+    mu : float
+        Record-level GDP budget per client (inf: no noise).
+    n_cycles : int
+        C.
+    rounds_per_cycle : int
+        R_c.
+    n_local_steps : int
+        K.
+
+    Returns
+    -------
+    mu_local_step : float
+    mu_newton : float
+    """
+    for name, value in (("n_cycles", n_cycles), ("rounds_per_cycle", rounds_per_cycle),
+                        ("n_local_steps", n_local_steps)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    half = mu / math.sqrt(2.0)
+    return half / math.sqrt(n_cycles * rounds_per_cycle * n_local_steps), half / math.sqrt(n_cycles)

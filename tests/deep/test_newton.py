@@ -1,0 +1,173 @@
+"""FedNewton-NN's head-only Newton step: the solve, the sensitivity bound, convergence with mu = inf."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from scipy.optimize import minimize  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from privfedstat.deep.models import DigitsCNN, HeadModel  # noqa: E402
+from privfedstat.deep.newton import (  # noqa: E402
+    apply_head_step, damped_fisher_solve, head_newton_message, head_vector, per_sample_head_gradients,
+)
+from privfedstat.privacy.calibration import head_newton_sensitivity, newton_iter_budgets  # noqa: E402
+
+
+class FrozenFeatures(HeadModel):
+    """A fixed random tanh layer (the frozen features) and a Linear head: the head's loss is convex."""
+
+    def __init__(self, d_in: int, d: int, k: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(d_in, d), nn.Tanh())
+        self.head = nn.Linear(d, k)
+
+
+def _digits_batch(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 8, 8, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+# --------------------------------------------------------------------------- pieces
+@pytest.mark.parametrize("n, p", [(30, 12), (8, 12)], ids=["n>p", "n<p"])
+def test_solve_equals_direct_inverse(n, p):
+    V = torch.randn(n, p, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    direct = torch.linalg.solve(V.T @ V / n + 0.3 * torch.eye(p, dtype=torch.float64), V.mean(0))
+    torch.testing.assert_close(damped_fisher_solve(V, 0.3), direct, rtol=1e-12, atol=1e-12)
+
+
+def test_per_sample_head_gradients_match_a_loop():
+    torch.manual_seed(0)
+    model = DigitsCNN().double()
+    X, y = _digits_batch(6)
+    X = X.double()
+    V = per_sample_head_gradients(model, F.nll_loss, X, y)
+    for j in range(6):
+        model.zero_grad()
+        F.nll_loss(model(X[j:j + 1]), y[j:j + 1]).backward()
+        loop = torch.cat([model.head.weight.grad.reshape(-1), model.head.bias.grad])
+        torch.testing.assert_close(V[j], loop, rtol=1e-10, atol=1e-12)
+    clipped = per_sample_head_gradients(model, F.nll_loss, X, y, clip=0.01)
+    norms = torch.linalg.vector_norm(V, dim=1)
+    torch.testing.assert_close(clipped, V * torch.clamp(0.01 / norms, max=1.0)[:, None])
+
+
+def test_head_vector_round_trip():
+    torch.manual_seed(1)
+    model = DigitsCNN()
+    before = head_vector(model)
+    conv = model.features[0].weight.detach().clone()
+    step = torch.linspace(-1, 1, before.numel(), dtype=torch.float64).numpy()
+    apply_head_step(model, step)
+    torch.testing.assert_close(head_vector(model), before - torch.as_tensor(step), rtol=0, atol=1e-6)
+    assert torch.equal(model.features[0].weight, conv)  # only the head moves
+    with pytest.raises(ValueError, match="330 parameters"):
+        apply_head_step(model, np.zeros(3))
+
+
+def test_model_without_head_rejected():
+    with pytest.raises(TypeError, match="model.head"):
+        head_vector(nn.Sequential(nn.Linear(2, 2)))
+
+
+# --------------------------------------------------------------------------- sensitivity
+@pytest.mark.parametrize("clip, damping", [(1.0, 0.1), (0.05, 1e-3), (1.0, 10.0), (math.inf, 0.01)])
+def test_sensitivity_holds_for_random_neighbours(clip, damping):
+    """Replacing one image (by an out-of-range one, with a random label) never moves the step more than the bound."""
+    torch.manual_seed(2)
+    model = DigitsCNN()
+    X, y = _digits_batch(40, seed=3)
+    g = torch.Generator().manual_seed(4)
+    s, sens = head_newton_message(model, F.nll_loss, X, y, clip=clip, damping=damping, step=0.7)
+    assert sens == pytest.approx(head_newton_sensitivity(clip, damping, 0.7, [40])[0])
+    worst = 0.0
+    for j in range(0, 40, 2):
+        X2, y2 = X.clone(), y.clone()
+        X2[j] = 5 * torch.rand(1, 8, 8, generator=g)
+        y2[j] = torch.randint(0, 10, (), generator=g)
+        s2, _ = head_newton_message(model, F.nll_loss, X2, y2, clip=clip, damping=damping, step=0.7)
+        worst = max(worst, float(np.linalg.norm(s - s2)))
+    assert 0 < worst <= sens
+
+
+@pytest.mark.parametrize("n", [1, 3, 50])
+def test_sensitivity_holds_for_adversarial_gradients(n):
+    """At the level of the clipped gradient rows: row 0 replaced by a row of norm B, opposite or random."""
+    rng = np.random.default_rng(n)
+    B, lam, p = 2.0, 0.05, 4
+    bound = head_newton_sensitivity(B, lam, 1.0, [n])[0]
+    worst = 0.0
+    for trial in range(60):
+        V = rng.standard_normal((n, p))
+        radii = B if trial % 2 else B * rng.uniform(0.0, 1.0, (n, 1))  # all rows at the bound, or inside
+        V *= radii / np.linalg.norm(V, axis=1, keepdims=True)
+        u = rng.standard_normal(p)
+        for w in (-V[0], B * u / np.linalg.norm(u)):
+            V2 = V.copy()
+            V2[0] = w
+            d = damped_fisher_solve(torch.as_tensor(V), lam) - damped_fisher_solve(torch.as_tensor(V2), lam)
+            worst = max(worst, float(torch.linalg.vector_norm(d)))
+    assert 0 < worst <= bound
+
+
+def test_sensitivity_formula():
+    B, lam, a = 1.0, 0.1, 0.5
+    c = min(B / lam, 1 / (2 * math.sqrt(lam)))
+    np.testing.assert_allclose(head_newton_sensitivity(B, lam, a, [1, 1000]),
+                               [a * 2 * c, a * (2 * B + B * B * c) / (lam * 1000)])
+    assert head_newton_sensitivity(math.inf, 0.04, 1.0, [10])[0] == pytest.approx(5.0)  # alpha / sqrt(lambda)
+    for bad in (dict(damping=0.0), dict(step=-1.0), dict(clip=0.0)):
+        args = dict(clip=1.0, damping=0.1, step=1.0) | bad
+        with pytest.raises(ValueError):
+            head_newton_sensitivity(sizes=[5], **args)
+
+
+# --------------------------------------------------------------------------- convergence (mu = inf)
+def test_repeated_steps_converge_to_the_head_optimum():
+    torch.manual_seed(5)
+    n, d, k = 400, 5, 3
+    model = FrozenFeatures(4, d, k).double()
+    X = torch.randn(n, 4, dtype=torch.float64)
+    with torch.no_grad():
+        Z = model.features(X)
+        y = torch.multinomial(torch.softmax(Z @ (2 * torch.randn(k, d, dtype=torch.float64)).T, 1), 1).reshape(-1)
+    Zn, yn = Z.numpy(), y.numpy()
+
+    def loss_and_grad(theta):
+        W, b = theta[:k * d].reshape(k, d), theta[k * d:]
+        eta = Zn @ W.T + b
+        lse = np.logaddexp.reduce(eta, axis=1)
+        R = np.exp(eta - lse[:, None])
+        R[np.arange(n), yn] -= 1
+        return (lse - eta[np.arange(n), yn]).mean(), np.concatenate([(R.T @ Zn / n).ravel(), R.mean(0)])
+
+    ref = minimize(loss_and_grad, np.zeros(k * d + k), jac=True, method="L-BFGS-B",
+                   options=dict(gtol=1e-12, ftol=1e-16, maxiter=10_000))
+    features = [p.detach().clone() for p in model.features.parameters()]
+    for _ in range(60):
+        s, sens = head_newton_message(model, F.nll_loss, X, y, clip=math.inf, damping=1e-4, step=1.0)
+        apply_head_step(model, s)
+    value, gradient = loss_and_grad(head_vector(model).numpy())
+    assert np.abs(gradient).max() < 1e-8
+    assert value == pytest.approx(ref.fun, abs=1e-12)
+    W, b = ref.x[:k * d].reshape(k, d), ref.x[k * d:]
+    eta = Zn @ W.T + b
+    with torch.no_grad():  # the log-probabilities are identified (the softmax parameters are not)
+        np.testing.assert_allclose(model(X).numpy(), eta - np.logaddexp.reduce(eta, axis=1)[:, None], atol=1e-6)
+    for before, after in zip(features, model.features.parameters()):
+        assert torch.equal(before, after)
+
+
+def test_newton_iter_budgets_compose_to_mu():
+    mu_step, mu_newton = newton_iter_budgets(2.0, 2, 5, 10)
+    assert 2 * 5 * 10 * mu_step**2 + 2 * mu_newton**2 == pytest.approx(4.0)
+    assert mu_newton == pytest.approx(1.0)
+    assert newton_iter_budgets(math.inf, 2, 5, 10) == (math.inf, math.inf)
+    with pytest.raises(ValueError, match="n_cycles"):
+        newton_iter_budgets(2.0, 0, 5, 10)
