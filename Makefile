@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 .PHONY: demo test bench
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 

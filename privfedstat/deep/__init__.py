@@ -1,0 +1,20 @@
+"""Networks on the same seam: torch clients answering the verbs, per-sample clipping, deep estimators.
+
+Needs the ``deep`` extra (``pip install "privfedstat[deep]"``: torch). Importing :mod:`privfedstat`
+never imports torch; importing this package without it raises an ImportError saying what to install.
+
+:func:`per_sample_clipped_mean` is the clients' statistic (mean of per-sample gradients clipped to
+B, from ``torch.func``); :class:`TorchClients` answers the verbs the network estimators send,
+with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
+:class:`DeepFedSGD`, :class:`DeepFedHybrid` and :class:`DeepDPFedAvg` run the server loops of the
+GLM estimators on them.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without torch
+    raise ImportError('privfedstat.deep needs torch: pip install "privfedstat[deep]"') from exc
+
+from .per_sample import per_sample_clipped_mean
+
+__all__ = ["per_sample_clipped_mean"]

@@ -1,0 +1,264 @@
+"""Per-sample clipped mean gradients of a torch model: the clients' statistic of Algorithms 1-3 for networks.
+
+A client's message in DP-FedSGD, and each of its local steps in DP-FedAvg, is the mean over its
+rows of the per-sample gradients ``g_j = grad_theta rho(x_j, theta)``, each clipped to L2 norm B
+over all parameters jointly: ``gbar = (1/n) sum_j g_j min(1, B / ||g_j||)``. Replacing one row
+moves it by at most ``2B / n`` (the core paper's Lemma 3.1), whatever the model.
+
+The per-sample gradients come from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
+evaluated with ``functional_call``), a batch at a time (:data:`CHUNK_ELEMENTS` bounds the memory),
+in the model's dtype (float32 or float64). Nothing is taken from the model's ``.grad``.
+
+Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.kernels.glm_nb`):
+
+* the norm ``||g_j||`` is computed without overflow or harmful underflow (:func:`sample_norms`):
+  float32 squares are summed over blocks of 16 entries in float32, the blocks in float64; a row
+  whose sum of squares leaves a safe range is recomputed with every entry divided by the row's
+  largest absolute entry ``a_j`` (exact), ``||g_j|| = a_j sqrt(sum (g_jk / a_j)^2)``;
+* each term is scaled by ``min(1, B kappa / ||g_j||)`` with ``kappa = CLIP_SAFETY = 1 - 2^-20``.
+  In float32 (unit roundoff ``u = 2^-24``) a block's sum of 16 squares has relative error at most
+  ``16 u`` in any summation order (Higham 2002, sect. 4.2), so its float32 norm at most ``9 u``
+  with the square root, its square ``18 u``, and the float64 total and root give ``||g_j||`` to
+  within ``9 u`` (plus ``~P 2^-53``, negligible); the factor is rounded once into float32 (``u``;
+  it is a normal number, see :func:`clip_factors`) and multiplies each entry once (``u``
+  relative, or ``2^-150`` absolute where the product is subnormal, covered by
+  ``B >= MIN_CLIP``): at most ``11 u = 2^-20.5`` relative in all, below ``1 - kappa = 2^-20``.
+  So every clipped term has norm ``<= B`` also after rounding (float64 models have far more
+  margin). The cost is a clipping bias of ``10^-6`` relative, far below the privacy noise;
+* a per-sample gradient with a non-finite entry (a NaN or infinite loss) contributes 0: NaN against
+  a finite value would be a perfect distinguisher. So does one whose clipping factor would be
+  subnormal in the model's dtype (norm above about ``8e37 B`` in float32). With ``B = inf`` (no
+  clipping: non-private fits only) NaN and inf propagate, so that divergence is detected.
+
+Not bounded by this argument, as for the numba kernels: the sum over a client's rows is itself
+computed in floating point, so neighbouring datasets differ by ``2B / n`` plus that rounding (the
+floating-point side channel that the privacy model leaves to secure mode).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+__all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
+           "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS"]
+
+#: per-sample terms are clipped to ``B * CLIP_SAFETY`` so that float32 rounding never lifts one above B
+CLIP_SAFETY = 1.0 - 2.0**-20
+#: smallest clipping bound: float32's absolute rounding of subnormal products (``2^-150`` per entry) stays
+#: inside the margin ``(1 - kappa) B`` for up to 2^40 parameters
+MIN_CLIP = 1e-30
+#: float32 squares are summed in float32 over blocks of this many entries (error <= 16 u in any order), then in float64
+_BLOCK = 16
+#: float64 sums of squares in these ranges are accurate as computed (no square overflowed; entries whose squares
+#: underflowed change them by less than 2^-80 relative); other rows are rescaled by their largest entry
+_SAFE = {torch.float32: (2.0**-60, 2.0**100), torch.float64: (2.0**-900, 2.0**1000)}
+#: per-sample gradient entries materialised by one vmap call (2^24 float32 numbers: 64 MiB)
+CHUNK_ELEMENTS = 2**24
+
+
+def check_model(model: nn.Module) -> None:
+    """Refuse layers that make a sample's gradient depend on the rest of the batch or on randomness.
+
+    BatchNorm in training mode normalises with batch statistics (per-sample gradients are then
+    undefined and one row moves every other row's gradient); Dropout in training mode draws random
+    masks. Either must be in eval mode (``model.eval()``), or BatchNorm replaced by GroupNorm, as
+    Opacus requires.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    for name, module in model.named_modules():
+        if module.training and isinstance(module, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)):
+            raise ValueError(
+                f"layer {name or type(module).__name__!r} ({type(module).__name__}) is in training mode: per-sample "
+                "gradients need every sample's loss to depend on that sample only, without randomness. Call "
+                "model.eval() (BatchNorm then uses its running statistics, Dropout is off) or replace BatchNorm "
+                "by GroupNorm.")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("the model has no trainable parameters (requires_grad=True).")
+
+
+class PerSampleGradients:
+    """Per-sample gradients of ``loss_fn(model(x_j), y_j)`` with respect to the trainable parameters (torch.func).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Evaluated with :func:`torch.func.functional_call` on the parameters given to each method
+        (the module's own parameters are not used or changed); its buffers are used as they are.
+    loss_fn : callable
+        ``loss_fn(outputs, targets)`` -> the mean loss of a batch (torch's default reduction),
+        called on batches of one sample.
+
+    Attributes
+    ----------
+    names : list of str
+        The trainable parameters' names, in ``model.named_parameters()`` order (the flat order).
+    shapes : list of torch.Size
+    n_params : int
+        P, the number of trainable parameters.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable) -> None:
+        check_model(model)
+        self.model = model
+        self.loss_fn = loss_fn
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        dtypes = {p.dtype for _, p in trainable}
+        if not dtypes <= {torch.float32, torch.float64} or len(dtypes) > 1:
+            raise TypeError(f"the trainable parameters must all be float32 or all float64, got {sorted(map(str, dtypes))}.")
+        self.names = [n for n, _ in trainable]
+        self.shapes = [p.shape for _, p in trainable]
+        self.n_params = sum(p.numel() for _, p in trainable)
+        self._frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
+        self._buffers = dict(model.named_buffers())
+        self._grad = vmap(grad(self._loss), in_dims=(None, 0, 0))
+
+    def _loss(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = functional_call(self.model, ({**params, **self._frozen}, self._buffers), (x.unsqueeze(0),))
+        return self.loss_fn(out, y.unsqueeze(0))
+
+    def chunks(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> Iterator[list[torch.Tensor]]:
+        """The per-sample gradients, a chunk of rows at a time: lists of tensors of shape (rows, *shape), one per parameter."""
+        step = max(1, CHUNK_ELEMENTS // max(self.n_params, 1))
+        for lo in range(0, inputs.shape[0], step):
+            grads = self._grad(params, inputs[lo:lo + step], targets[lo:lo + step])
+            yield [grads[n] for n in self.names]
+
+    def clipped_mean(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float) -> list[torch.Tensor]:
+        """``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` per parameter (non-finite terms 0 when B is finite)."""
+        total = [torch.zeros(s, dtype=params[n].dtype) for n, s in zip(self.names, self.shapes)]
+        for grads in self.chunks(params, inputs, targets):
+            norms = sample_norms(grads)
+            factors = clip_factors(norms, clip, grads[0].dtype)
+            finite = torch.isfinite(norms)
+            for acc, g in zip(total, grads):
+                if math.isfinite(clip) and not bool(finite.all()):
+                    g = torch.where(finite.view((-1,) + (1,) * (g.dim() - 1)), g, torch.zeros((), dtype=g.dtype))
+                acc += torch.tensordot(factors, g, dims=1)
+        return [t / inputs.shape[0] for t in total]
+
+    def norms(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-sample gradient norms ``||g_j||`` (float64, shape (n,); non-finite for non-finite gradients)."""
+        return torch.cat([sample_norms(grads) for grads in self.chunks(params, inputs, targets)])
+
+
+def sample_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of each sample's gradient over all parameters jointly, in float64, without overflow or harmful underflow.
+
+    Fast path: each parameter's squares are summed in float64 (float32 gradients in blocks of
+    :data:`_BLOCK` entries, each block's norm computed in float32 with relative error at most
+    about ``9 u`` whatever the summation order, ``u = 2^-24``; float64 ones directly). A row whose
+    sum of squares falls outside :data:`_SAFE` (an entry so large that a square overflowed, or
+    every entry so small that the squares lost accuracy, or a non-finite entry) is recomputed
+    with every entry divided by the row's largest absolute entry ``a_j`` (exact), so that
+    ``||g_j|| = a_j sqrt(sum_k (g_jk / a_j)^2)`` with every term at most 1. A sample with a
+    non-finite entry gets a non-finite norm; an all-zero gradient gets 0.
+
+    Parameters
+    ----------
+    grads : list of torch.Tensor, each of shape (n, ...)
+        Per-sample gradients of each parameter (float32 or float64).
+
+    Returns
+    -------
+    torch.Tensor of shape (n,), float64
+    """
+    flat = [g.reshape(g.shape[0], -1) for g in grads if g.numel()]
+    squares = sum(_row_squares(f) for f in flat)
+    low, high = _SAFE[flat[0].dtype]
+    redo = ~((squares >= low) & (squares <= high))
+    norms = torch.sqrt(squares)
+    if bool(redo.any()):
+        norms[redo] = _rescaled_norms([f[redo] for f in flat])
+    return norms
+
+
+def _row_squares(f: torch.Tensor) -> torch.Tensor:
+    """Sum of squares of each row of ``f`` (n, k) in float64 (float32 rows in blocks of ``_BLOCK`` when k allows)."""
+    if f.dtype == torch.float32 and f.shape[1] % _BLOCK == 0:
+        blocks = torch.linalg.vector_norm(f.reshape(f.shape[0], -1, _BLOCK), dim=2)
+        return blocks.to(torch.float64).square().sum(dim=1)
+    return torch.linalg.vector_norm(f, dim=1, dtype=torch.float64).square()
+
+
+def _rescaled_norms(flat: list[torch.Tensor]) -> torch.Tensor:
+    """Row norms ``a_j sqrt(sum_k (g_jk / a_j)^2)``, ``a_j`` the row's largest absolute entry (no overflow, no underflow)."""
+    scale = torch.stack([torch.linalg.vector_norm(f, ord=math.inf, dim=1) for f in flat]).amax(dim=0)
+    safe = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones((), dtype=scale.dtype))
+    squares = sum(torch.linalg.vector_norm(f / safe[:, None], dim=1, dtype=torch.float64) ** 2 for f in flat)
+    return scale.to(torch.float64) * torch.sqrt(squares)
+
+
+def clip_factors(norms: torch.Tensor, clip: float, dtype: torch.dtype) -> torch.Tensor:
+    """``min(1, B kappa / ||g_j||)`` in ``dtype``: 1 for a zero gradient; 0 for a non-finite one or for one so large
+    that its factor would be subnormal in ``dtype``; all 1 with ``B = inf``.
+
+    ``kappa = CLIP_SAFETY`` (see the module docstring for why ``1 - 2^-20``). A factor below the
+    dtype's smallest normal number (``||g_j|| > B kappa / tiny``: about ``8e37 B`` in float32)
+    would carry only a few significant bits, and rounding could lift the term far above B; such
+    a gradient contributes 0, as a non-finite one does. Every other factor is a normal number,
+    rounded once (relative error at most the dtype's unit roundoff).
+
+    Raises
+    ------
+    ValueError
+        If ``clip < MIN_CLIP`` (float32's absolute rounding of subnormal products would no longer fit
+        in the margin).
+    """
+    if math.isinf(clip):
+        return torch.ones(norms.shape, dtype=dtype)
+    if not clip >= MIN_CLIP:
+        raise ValueError(f"the clipping bound must be at least {MIN_CLIP:g}, got {clip!r}.")
+    exact = torch.clamp(clip * CLIP_SAFETY / torch.clamp(norms, min=torch.finfo(torch.float64).tiny), max=1.0)
+    usable = torch.isfinite(norms) & (exact >= torch.finfo(dtype).tiny)
+    return torch.where(usable, exact, torch.zeros((), dtype=torch.float64)).to(dtype)
+
+
+def per_sample_clipped_mean(model: nn.Module, loss_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor,
+                            clip: float, *, flat: bool = True) -> torch.Tensor | dict[str, torch.Tensor]:
+    """Mean over a batch of the per-sample gradients, each clipped to L2 norm ``clip`` (B) over all parameters jointly.
+
+    ``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` with ``g_j`` the gradient of
+    ``loss_fn(model(x_j), y_j)`` at the model's current parameters, from ``torch.func``
+    (``functional_call`` + ``vmap`` + ``grad``), in the model's dtype; ``kappa = 1 - 2^-20`` keeps
+    every clipped term's norm ``<= B`` after float32 rounding, and a non-finite per-sample gradient
+    contributes 0 (see :mod:`privfedstat.deep.per_sample`). Its L2 sensitivity to one row replaced
+    is ``2B / n`` (Lemma 3.1 of the core paper), whatever the model.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Without batch-dependent or random layers in training mode (:func:`check_model`); not changed.
+    loss_fn : callable
+        ``loss_fn(outputs, targets)`` -> mean loss of a batch (e.g. ``torch.nn.functional.cross_entropy``),
+        called on batches of one sample.
+    inputs : torch.Tensor of shape (n, ...)
+        In the model's dtype.
+    targets : torch.Tensor of shape (n, ...)
+    clip : float
+        B > 0; ``inf`` for no clipping (the plain mean gradient).
+    flat : bool, default True
+        Return one flat tensor of the P trainable parameters (``model.named_parameters()`` order),
+        else a dict from parameter name to a tensor of the parameter's shape.
+
+    Returns
+    -------
+    torch.Tensor of shape (P,) or dict of str to torch.Tensor
+    """
+    if not (isinstance(clip, (int, float)) and clip > 0):
+        raise ValueError(f"clip must be a positive number (inf for no clipping), got {clip!r}.")
+    if inputs.shape[0] == 0 or inputs.shape[0] != targets.shape[0]:
+        raise ValueError(f"inputs and targets need the same positive number of rows, got {inputs.shape[0]} and "
+                         f"{targets.shape[0]}.")
+    psg = PerSampleGradients(model, loss_fn)
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    with torch.no_grad():
+        mean = psg.clipped_mean(params, inputs, targets, float(clip))
+    if flat:
+        return torch.cat([t.reshape(-1) for t in mean])
+    return dict(zip(psg.names, mean))
