@@ -9,9 +9,8 @@ step with Gaussian noise; the server moves the head by the weighted mean of the 
 Client side: :func:`head_newton_message` (the step and its sensitivity), built on
 :func:`per_sample_head_gradients` and :func:`damped_fisher_solve`. Server side:
 :func:`head_vector` / :func:`apply_head_step` (read and move the head). The calibration,
-:func:`~privfedstat.privacy.calibration.head_newton_sensitivity` (derived in its docstring) and
-:func:`~privfedstat.privacy.calibration.newton_iter_budgets` (how FedNewton-Iter splits mu between
-its stages), lives with every other calibration.
+:func:`~privfedstat.privacy.calibration.head_newton_sensitivity` (derived in its docstring),
+lives with every other calibration.
 
 References
 ----------
@@ -29,6 +28,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..privacy.calibration import head_newton_sensitivity
+from .per_sample import clip_factors, sample_norms
 
 __all__ = ["HEAD", "head_vector", "apply_head_step", "per_sample_head_gradients", "damped_fisher_solve",
            "head_newton_message"]
@@ -74,11 +74,13 @@ def apply_head_step(model: nn.Module, step) -> None:
 
 
 def per_sample_head_gradients(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor,
-                              clip: float = math.inf) -> torch.Tensor:
+                              clip: float = math.inf, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
     """Per-sample gradients of the loss with respect to the head's parameters, clipped to L2 norm B.
 
     Computed with ``torch.func`` (``vmap`` of ``grad`` of a ``functional_call`` in which only the
-    head is an argument; the other layers are frozen constants).
+    head is an argument; the other layers are frozen constants). Clipping follows
+    :mod:`privfedstat.deep.per_sample` (norms without overflow, factor ``min(1, B kappa / ||v_j||)``,
+    a row with a non-finite entry contributes 0 when B is finite).
 
     Parameters
     ----------
@@ -90,6 +92,9 @@ def per_sample_head_gradients(model: nn.Module, loss_fn: LossFn, inputs: torch.T
     targets : Tensor of shape (n, ...)
     clip : float, default inf
         B: each row is scaled to norm at most B.
+    params : dict of str to Tensor, optional
+        Parameters at which to evaluate (names as in ``model.named_parameters()``; missing ones
+        are the model's own). Default: the model's own parameters.
 
     Returns
     -------
@@ -97,19 +102,23 @@ def per_sample_head_gradients(model: nn.Module, loss_fn: LossFn, inputs: torch.T
         Row j is ``clip_B(grad_head rho(x_j, theta))`` in :func:`head_vector`'s layout.
     """
     names = _head_names(model)
-    frozen = {k: v.detach() for k, v in model.named_parameters() if k not in names}
-    frozen.update(model.named_buffers())
-    head = {k: v.detach() for k, v in model.named_parameters() if k in names}
+    given = dict(params or {})
+    current = {k: given.get(k, v).detach() for k, v in model.named_parameters()}
+    head = {k: current.pop(k) for k in names}
+    frozen = {**current, **dict(model.named_buffers())}
 
     def loss(head_params, x, y):
         out = functional_call(model, {**frozen, **head_params}, (x.unsqueeze(0),))
         return loss_fn(out, y.unsqueeze(0))
 
-    grads = vmap(grad(loss), in_dims=(None, 0, 0))(head, inputs, targets)
+    with torch.no_grad():
+        grads = vmap(grad(loss), in_dims=(None, 0, 0))(head, inputs, targets)
     V = torch.cat([grads[name].reshape(inputs.shape[0], -1) for name in names], dim=1).to(torch.float64)
-    if math.isfinite(clip):
-        V = V * torch.clamp(clip / torch.linalg.vector_norm(V, dim=1, keepdim=True), max=1.0)
-    return V
+    if math.isinf(clip):
+        return V
+    norms = sample_norms([V])
+    V = torch.where(torch.isfinite(norms)[:, None], V, torch.zeros((), dtype=V.dtype))
+    return V * clip_factors(norms, clip, torch.float64)[:, None]
 
 
 def damped_fisher_solve(V: torch.Tensor, damping: float) -> torch.Tensor:
@@ -143,7 +152,8 @@ def damped_fisher_solve(V: torch.Tensor, damping: float) -> torch.Tensor:
 
 
 def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor, *,
-                        clip: float, damping: float, step: float) -> tuple[np.ndarray, float]:
+                        clip: float, damping: float, step: float,
+                        params: dict[str, torch.Tensor] | None = None) -> tuple[np.ndarray, float]:
     """One client's head Newton step of Algorithm 5 and its sensitivity (the statistic before noise).
 
     ``s = alpha (h + lambda I)^{-1} g`` at the current model, with ``g`` the mean and
@@ -166,6 +176,9 @@ def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
         lambda, the ridge added to the Fisher matrix.
     step : float
         alpha, the damping factor of the step.
+    params : dict of str to Tensor, optional
+        The parameters theta^(R) (e.g. a clients backend's copy, evaluated with ``functional_call``);
+        default: the model's own.
 
     Returns
     -------
@@ -181,5 +194,5 @@ def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
     if inputs.shape[0] == 0:
         raise ValueError("a client with no rows cannot take a Newton step.")
     sensitivity = float(head_newton_sensitivity(clip, damping, step, [inputs.shape[0]])[0])
-    V = per_sample_head_gradients(model, loss_fn, inputs, targets, clip)
+    V = per_sample_head_gradients(model, loss_fn, inputs, targets, clip, params)
     return (step * damped_fisher_solve(V, damping)).numpy(), sensitivity

@@ -17,7 +17,8 @@ from privfedstat.deep.models import DigitsCNN, HeadModel  # noqa: E402
 from privfedstat.deep.newton import (  # noqa: E402
     apply_head_step, damped_fisher_solve, head_newton_message, head_vector, per_sample_head_gradients,
 )
-from privfedstat.privacy.calibration import head_newton_sensitivity, newton_iter_budgets  # noqa: E402
+from privfedstat.deep.per_sample import CLIP_SAFETY  # noqa: E402
+from privfedstat.privacy.calibration import head_newton_sensitivity  # noqa: E402
 
 
 class FrozenFeatures(HeadModel):
@@ -55,7 +56,20 @@ def test_per_sample_head_gradients_match_a_loop():
         torch.testing.assert_close(V[j], loop, rtol=1e-10, atol=1e-12)
     clipped = per_sample_head_gradients(model, F.nll_loss, X, y, clip=0.01)
     norms = torch.linalg.vector_norm(V, dim=1)
-    torch.testing.assert_close(clipped, V * torch.clamp(0.01 / norms, max=1.0)[:, None])
+    torch.testing.assert_close(clipped, V * torch.clamp(0.01 * CLIP_SAFETY / norms, max=1.0)[:, None])
+    assert torch.linalg.vector_norm(clipped, dim=1).max() <= 0.01
+
+
+def test_parameters_given_explicitly():
+    """``params=`` evaluates at those parameters (a clients backend's theta), as loading them into the model does."""
+    torch.manual_seed(6)
+    model, other = DigitsCNN(), DigitsCNN()
+    X, y = _digits_batch(12, seed=7)
+    params = {k: v.detach() for k, v in other.named_parameters()}
+    s, sens = head_newton_message(model, F.nll_loss, X, y, clip=1.0, damping=0.1, step=0.5, params=params)
+    s_other, sens_other = head_newton_message(other, F.nll_loss, X, y, clip=1.0, damping=0.1, step=0.5)
+    np.testing.assert_array_equal(s, s_other)
+    assert sens == sens_other
 
 
 def test_head_vector_round_trip():
@@ -162,12 +176,3 @@ def test_repeated_steps_converge_to_the_head_optimum():
         np.testing.assert_allclose(model(X).numpy(), eta - np.logaddexp.reduce(eta, axis=1)[:, None], atol=1e-6)
     for before, after in zip(features, model.features.parameters()):
         assert torch.equal(before, after)
-
-
-def test_newton_iter_budgets_compose_to_mu():
-    mu_step, mu_newton = newton_iter_budgets(2.0, 2, 5, 10)
-    assert 2 * 5 * 10 * mu_step**2 + 2 * mu_newton**2 == pytest.approx(4.0)
-    assert mu_newton == pytest.approx(1.0)
-    assert newton_iter_budgets(math.inf, 2, 5, 10) == (math.inf, math.inf)
-    with pytest.raises(ValueError, match="n_cycles"):
-        newton_iter_budgets(2.0, 0, 5, 10)
