@@ -15,6 +15,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without torch
     raise ImportError('privfedstat.deep needs torch: pip install "privfedstat[deep]"') from exc
 
+from .clients import TorchClients, TorchNoise
+from .data import FailingTensorData, TensorFederatedData
+from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
 from .per_sample import per_sample_clipped_mean
 
-__all__ = ["per_sample_clipped_mean"]
+__all__ = ["per_sample_clipped_mean", "TorchClients", "TorchNoise", "TensorFederatedData", "FailingTensorData",
+           "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "compute_matched_rounds"]

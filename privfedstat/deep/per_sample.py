@@ -142,6 +142,15 @@ class PerSampleGradients:
                 acc += torch.tensordot(factors, g, dims=1)
         return [t / inputs.shape[0] for t in total]
 
+    def mean_gradient(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+        """The gradient of the batch's mean loss per parameter (one backward pass; no per-sample clipping)."""
+
+        def batch_loss(p: dict) -> torch.Tensor:
+            return self.loss_fn(functional_call(self.model, ({**p, **self._frozen}, self._buffers), (inputs,)), targets)
+
+        g = grad(batch_loss)(params)
+        return [g[n] for n in self.names]
+
     def norms(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-sample gradient norms ``||g_j||`` (float64, shape (n,); non-finite for non-finite gradients)."""
         return torch.cat([sample_norms(grads) for grads in self.chunks(params, inputs, targets)])

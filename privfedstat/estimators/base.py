@@ -297,7 +297,7 @@ class FederatedEstimator(FittedResults):
         from ..inference import core  # imports the estimators' matrix helpers, which import this module
 
         data, family = self._check_data(X, y, clients, offset)
-        mu = check_mu(self.mu)
+        mu = self._declared_mu(data.n_clients)
         self._validate_params(mu)
         config = resolve_inference(self.inference)
         cov_type = None if config is None else core.resolve_cov_type(config, family)
@@ -309,8 +309,7 @@ class FederatedEstimator(FittedResults):
 
         seed = as_seed_sequence(self.random_state)
         noise_seed, protocol_seed, inference_seed = seed.spawn(3)
-        noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(noise_seed, data.n_clients))
-        clients = InProcessClients(data, family, noise)
+        clients = self._make_clients(data, family, noise_seed, secure)
         n_features, n_clients, n_samples, has_offset = data.n_features, data.n_clients, data.n_samples, clients.has_offset
         del data  # from here on the server talks to the clients only through their verbs
         ctx = FitContext(clients, Channel(clients.sizes, ledger, getattr(self, "on_client_failure", "raise")), math.nan,
@@ -331,9 +330,9 @@ class FederatedEstimator(FittedResults):
 
         theta, path, n_iter = self._run(ctx)
         converged = diagnose(self, ctx, path, n_samples)
-        shape = (n_features, family.n_outputs) if family.n_outputs > 1 else (n_features,)
-        to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, n_features,
-                                         family.n_outputs)
+        shape = self._coef_shape(n_features, family)
+        to_original = None if config is None else original_scale_map(
+            None if scaler is None else scaler.coef_to_original, n_features, family.n_outputs)
         released: dict = {}  # the Hessian the inference released at theta (fitting scale)
 
         def privacy_covariance(H, notes):
@@ -383,6 +382,17 @@ class FederatedEstimator(FittedResults):
                                                      list(self._coef_names()[0])):
             self.converged_ = False  # the noise-free path had not reached the optimum
 
+    def _make_clients(self, data: FederatedData, family: Family, seed: np.random.SeedSequence, secure: bool):
+        """The clients' side of the seam for ``data``, with noise streams spawned from ``seed`` (the OS CSPRNG
+        when ``secure``): :class:`~privfedstat.federation.clients.InProcessClients`. A backend for other
+        models overrides it (:mod:`privfedstat.deep` builds torch clients)."""
+        noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(seed, data.n_clients))
+        return InProcessClients(data, family, noise)
+
+    def _coef_shape(self, n_features: int, family: Family) -> tuple[int, ...]:
+        """Shape of ``coef_``: (n_features,), or (n_features, K - 1) for the multinomial family."""
+        return (n_features, family.n_outputs) if family.n_outputs > 1 else (n_features,)
+
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
         """The FederatedData given to ``fit`` (see :func:`as_federated_data`) and the family (the responses are
         checked against its support by the clients, :class:`~privfedstat.federation.clients.InProcessClients`)."""
@@ -393,6 +403,11 @@ class FederatedEstimator(FittedResults):
 
     def _run(self, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], int]:
         raise NotImplementedError
+
+    def _declared_mu(self, n_clients: int) -> float:
+        """The per-client GDP budget towards the server that the fit declares (``mu_``, charged to a budget):
+        ``mu``; an estimator calibrated to another target (an amplified epsilon) derives it."""
+        return check_mu(self.mu)
 
     def _advice(self) -> str:
         """What to change when the fit did not converge (the ConvergenceWarning's last sentence)."""

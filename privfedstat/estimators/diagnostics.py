@@ -131,6 +131,9 @@ def _names(idx, limit: int = 8, features=None) -> str:
 def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
     """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
 
+    For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
+    site-size checks run: the sampling-SE proxy and the stationarity check are a GLM's.
+
     Parameters
     ----------
     est : FederatedEstimator
@@ -166,7 +169,8 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             ConvergenceWarning,
             stacklevel=4,
         )
-    if not finite and converged is not False:
+    glm = ctx.clients.family is not None  # networks (privfedstat.deep) have no family: GLM checks skipped
+    if not finite and converged is not False and glm:
         gap = stationarity_gap(ctx, theta, n_samples)
         if gap > STATIONARITY_SE:
             converged = False
@@ -178,7 +182,7 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 stacklevel=4,
             )
     if finite:
-        se = _sampling_se_proxy(ctx, n_samples, theta.size)
+        se = _sampling_se_proxy(ctx, n_samples, theta.size) if glm else np.inf
         idx, small = noise_dominated(theta, ctx.noise_sd, se)
         if idx.size:
             features = getattr(est, "feature_names_in_", None)

@@ -20,7 +20,7 @@ PAPER_N_ROUNDS = 2
 
 
 def run_fedavg(ctx: FitContext, clients, *, n_rounds: int, n_local_steps: int, step_size: float, mu: float,
-               weights: np.ndarray, stop_early: bool = False) -> list[np.ndarray]:
+               weights: np.ndarray, stop_early: bool = False, server_step_size: float = 1.0) -> list[np.ndarray]:
     """R rounds of FedAvg from 0 on ``clients``' data (``ctx.clients`` or FedNewton's halves); returns the server path theta^(0..R).
 
     The budget ``mu`` is split evenly over the R K local steps, i.e. each step adds noise with
@@ -28,17 +28,21 @@ def run_fedavg(ctx: FitContext, clients, *, n_rounds: int, n_local_steps: int, s
     (the last local step's noise, averaged) and ``ctx.update_noise_sd`` (sqrt(K) times it, the
     K steps of a round) and ``ctx.noise_model`` (:func:`~privfedstat.theory.noise.fedavg_noise`).
     With ``stop_early`` (mu = inf only) the rounds end once the averaged model stops moving
-    (:func:`~privfedstat.estimators._steps.settled`).
+    (:func:`~privfedstat.estimators._steps.settled`). ``server_step_size`` (eta_s, the CNN runs
+    of Section 5.2; inferred): the server moves by eta_s times the change of the averaged model,
+    ``theta^r = theta^(r-1) + eta_s (avg_i theta_i - theta^(r-1))``; 1 is Algorithm 3 (the noise
+    model assumes 1: an estimator that offers inference keeps it).
     """
     mu_round = stage_budget(mu, n_rounds)
     path = [clients.initial_parameters()]
     for _ in range(n_rounds):
-        path.append(local_gradient_descent(ctx, clients, path[-1], n_steps=n_local_steps, step_size=step_size,
-                                           mu=mu_round, stage="local-step", weights=weights))
+        avg = local_gradient_descent(ctx, clients, path[-1], n_steps=n_local_steps, step_size=step_size, mu=mu_round,
+                                     stage="local-step", weights=weights)
+        path.append(avg if server_step_size == 1.0 else path[-1] + server_step_size * (avg - path[-1]))
         if stop_early and settled(path[-1], path[-2]):
             break
-    ctx.noise_sd = aggregate_sd(calibrated_sigma(*local_step_calibration(ctx.clip, step_size, clients.sizes, n_local_steps,
-                                                                         mu_round)), weights)
+    ctx.noise_sd = server_step_size * aggregate_sd(calibrated_sigma(*local_step_calibration(
+        ctx.clip, step_size, clients.sizes, n_local_steps, mu_round)), weights)
     ctx.update_noise_sd = math.sqrt(n_local_steps) * ctx.noise_sd
     ctx.noise_model = fedavg_noise(clip=ctx.clip, sizes=clients.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
                                    step_size=step_size, weights=weights)
@@ -142,5 +146,6 @@ class FedAvg(FederatedEstimator):
         R, stop_early = resolve_count(self.n_rounds, ctx.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
         eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
         path = run_fedavg(ctx, ctx.clients, n_rounds=R, n_local_steps=self.n_local_steps, step_size=eta, mu=ctx.mu,
-                          weights=self._resolve_weights(ctx), stop_early=stop_early)
+                          weights=self._resolve_weights(ctx), stop_early=stop_early,
+                          server_step_size=getattr(self, "server_step_size", 1.0))
         return path[-1], path, (len(path) - 1) * self.n_local_steps

@@ -18,8 +18,9 @@ import pytest
 from privfedstat import ClientFailureError, FederatedData, FedAvg, FedSGD
 from privfedstat.estimators import base
 from privfedstat.estimators.registry import methods
-from privfedstat.federation import FailingData, InProcessClients, Participation, Reply
+from privfedstat.federation import FailingData, InProcessClients, Participation
 from privfedstat.federation.clients import PUBLIC, VERBS
+from _seam import ServerView
 from privfedstat.federation.oracle import GLMOracle, MultinomialOracle
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -28,33 +29,6 @@ def test_the_verb_list_is_what_in_process_clients_answer():
     for name in VERBS + PUBLIC:
         assert hasattr(InProcessClients, name) or name in ("n_clients", "sizes", "n_features", "n_params", "family",
                                                             "has_offset"), name
-
-
-class ServerView:
-    """What the server may touch of the clients: verbs and public metadata; replies are inspected."""
-
-    def __init__(self, clients: InProcessClients, replies: list) -> None:
-        object.__setattr__(self, "_clients", clients)
-        object.__setattr__(self, "_replies", replies)
-
-    def __getattr__(self, name):
-        if name in PUBLIC:
-            return getattr(self._clients, name)
-        if name not in VERBS:
-            raise AttributeError(f"the server reached for clients.{name}: not a verb or public metadata")
-        verb = getattr(self._clients, name)
-
-        def call(*args, **kwargs):
-            if "clients" in kwargs:
-                raise AssertionError("handles are passed to ctx.ask, not to the verbs")
-            out = verb(*args, **kwargs)
-            if isinstance(out, Reply):
-                self._replies.append((name, kwargs.get("mu"), out))
-            if name == "split_halves":
-                return tuple(ServerView(h, self._replies) for h in out)
-            return out
-
-        return call
 
 
 def _data(family="logistic", sizes=(60, 90, 120, 75)):
