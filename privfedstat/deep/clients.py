@@ -123,7 +123,7 @@ class TorchClients:
         self._theta0 = torch.cat([trainable[n].detach().reshape(-1) for n in self._psg.names]).to(torch.float64).numpy()
         self.n_clients = data.n_clients
         self.sizes = data.sizes.copy()
-        self.batch_sizes = self.sizes if batch_size is None else np.minimum(self.sizes, int(batch_size))
+        self._batch_sizes = self.sizes if batch_size is None else np.minimum(self.sizes, int(batch_size))
         self.n_features = data.n_features
         self.n_params = self._psg.n_params
         self.family = None
@@ -148,10 +148,10 @@ class TorchClients:
         return torch.cat([t.reshape(-1) for t in tensors]).to(torch.float64).numpy()
 
     def _rows(self, i: int, batch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client i's rows, or (``batch``) a fresh minibatch of ``batch_sizes[i]`` of them from its own stream."""
+        """Client i's rows, or (``batch``) a fresh minibatch of ``min(batch_size, n_i)`` of them from its own stream."""
         lo, n = int(self._offsets[i]), int(self.sizes[i])
-        if batch and self.batch_sizes[i] < n:
-            rows = lo + torch.randperm(n, generator=self._batches[i])[: int(self.batch_sizes[i])]
+        if batch and self._batch_sizes[i] < n:
+            rows = lo + torch.randperm(n, generator=self._batches[i])[: int(self._batch_sizes[i])]
             return self._inputs[rows], self._targets[rows]
         return self._inputs[lo:lo + n], self._targets[lo:lo + n]
 
@@ -197,7 +197,7 @@ class TorchClients:
         every step); send the final theta.
 
         ``gbar`` is the mean of per-sample gradients clipped to B over the client's rows, or over a
-        fresh minibatch of ``b_i = batch_sizes[i]`` rows. ``sensitivity`` is the server's
+        fresh minibatch of ``b_i = min(batch_size, n_i)`` rows. ``sensitivity`` is the server's
         sensitivity of a full-batch step ``eta gbar``, ``2 B eta / n_i`` (it knows n_i only); a
         client stepping on minibatches sends noise for ``2 B eta / b_i``, the stated sensitivity
         times ``n_i / b_i`` (the record shows it, and the ledger still totals mu: sigma is
@@ -205,7 +205,7 @@ class TorchClients:
         """
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
-        sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (self.n_clients,)) * self.sizes / self.batch_sizes
+        sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), (self.n_clients,)) * self.sizes / self._batch_sizes
         theta = np.array(np.broadcast_to(theta0, (clients.size, self.n_params)), dtype=np.float64)
         records = []
         for _ in range(n_steps):
