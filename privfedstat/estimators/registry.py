@@ -203,6 +203,7 @@ def _register_builtin() -> None:
     from .fedavg import PAPER_N_ROUNDS, FedAvg
     from .fedhybrid import PAPER_N_SERVER_ITER, FedHybrid
     from .fedirls import FedIRLS
+    from .fednormec import ClippedFedAvg, FedAlphaNormEC
     from .fednewton import FedNewton
     from .fedsgd import PAPER_N_ITER, FedSGD
     from .scaffold import Scaffold
@@ -232,6 +233,10 @@ def _register_builtin() -> None:
                    {"n_rounds": 2, "n_local_steps": 2}),
         MethodSpec("dpfedavg", DPFedAvg, True, "DP-FedAvg, client-level (McMahan et al. 2018): clipped model updates, "
                    "Poisson participation, amplified PLD accounting", {"n_rounds": 3, "n_local_steps": 2}),
+        MethodSpec("fednormec", FedAlphaNormEC, True, "Fed-alpha-NormEC (Shulgin et al. 2025): smoothed normalisation with "
+                   "error compensation, client-level, Poisson participation, amplified PLD accounting", {"n_rounds": 3}),
+        MethodSpec("clippedfedavg", ClippedFedAvg, True, "DP-FedAvg with clipped pseudo-gradients, Fed-alpha-NormEC's "
+                   "comparator (App. A.1), client-level", {"n_rounds": 3}),
         MethodSpec("pooled", PooledMLE, False, "NP-Pooled: MLE on the pooled raw data (not private)"),
         MethodSpec("localfit", LocalFit, False, "NP-LocalFit: one MLE per client (not private)", per_client=True),
     ):

@@ -14,6 +14,7 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``local_descent``      K noisy local GD steps from theta, the final iterate sent (Algorithms 2-4)
 ``scaffold_round``     K noisy local steps with control variates, model and control deltas sent
 ``clipped_update``     K local steps, the model update clipped to S (client-level DP-FedAvg)
+``normec_round``       local steps, ``Norm_alpha(u_i - v_i)`` sent, error memory v_i kept (Fed-alpha-NormEC)
 ``hessians``           ``sym_to_vec`` of the mean of per-sample Hessians clipped to C_H
 ``newton_steps``       FedNewton's local Newton step (Hessian on the first half, gradient on the second)
 ``score_outer``        ``sym_to_vec`` of the mean of ``g g^T`` (clipped scores), for the sandwich
@@ -43,16 +44,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._linalg import floor_eigenvalues, sym_to_vec
-from ..data.federated import FederatedData
+from ..data.federated import FederatedData, row_norm_bounds
 from .._validation import check_iterate
 from ..families.base import Family
 from ..privacy.ledger import Release
 from .oracle import ClientOracle, make_oracle
 
-__all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "FailingData", "VERBS", "PUBLIC"]
+__all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_normalize", "FailingData", "VERBS",
+           "PUBLIC"]
 
 #: the requests a clients backend answers (everything the server may ask of the clients)
-VERBS = ("gradients", "local_descent", "scaffold_round", "clipped_update", "hessians", "newton_steps", "score_outer",
+VERBS = ("gradients", "local_descent", "scaffold_round", "clipped_update", "normec_round", "hessians", "newton_steps", "score_outer",
          "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
          "split_halves", "rescale")
 #: what the server may know of the clients besides their replies (public metadata)
@@ -188,6 +190,8 @@ class InProcessClients:
         self._status = _status or _Status(dict(failures or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._halves: tuple[InProcessClients, InProcessClients] | None = None
         self._control: np.ndarray | None = None  # SCAFFOLD's control variates c_i
+        self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i
+        self._row_oracles: tuple[ClientOracle, list] | None = None  # incremental gradient: oracles on the j-th rows
         self._norm_cache: tuple[tuple, np.ndarray] | None = None
         self.n_clients = data.n_clients
         self.sizes = data.sizes.copy()
@@ -339,6 +343,60 @@ class InProcessClients:
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(noisy, [rec], answered, failing)
 
+    def normec_round(self, x, *, alpha: float, beta: float, step_size: float, n_steps: int, incremental: bool,
+                     sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """One round of Fed-alpha-NormEC (Shulgin et al. 2025, Algorithm 1) on every live client; ``active`` ones send.
+
+        Every live client runs its local operator from the broadcast ``x`` (``T_i``: ``n_steps`` (T)
+        full-batch gradient steps of size ``gamma / T``, or with ``incremental`` one pass of
+        per-sample steps of size ``gamma / n_i`` over its rows in their fixed order), forms
+        ``u_i = (x - T_i(x)) / gamma`` (computed as the mean of the local gradients, which it equals,
+        without the cancellation of the difference), ``Delta_i = Norm_alpha(u_i - v_i)``
+        (:func:`smoothed_normalize`) and updates its error memory ``v_i <- v_i + beta Delta_i``
+        (v_i = 0 at the start; it never leaves the client). Only the ``active`` clients (the
+        server's participants; None: all) send ``Delta_i`` plus noise, a client-level release: the
+        message has norm below 1 for any data and any v_i (a non-finite ``u_i - v_i``, from
+        diverging local steps, gives ``Delta_i = 0``), so replacing the client's whole dataset
+        moves it by less than 2, the server's ``sensitivity``.
+        """
+        computing, failing = self._begin(None)
+        o = self._oracle
+        if self._memory is None:
+            self._memory = np.zeros((o.n_clients, o.n_params))
+        with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
+            diff = self._local_gradient_mean(x, step_size, n_steps, incremental) - self._memory
+        diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
+        delta = smoothed_normalize(diff, alpha)
+        self._memory = np.where(computing[:, None], self._memory + beta * delta, self._memory)
+        noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
+        sent = computing if active is None else computing & np.asarray(active, dtype=bool)
+        return self._reply(noisy, [rec], sent, failing)
+
+    def _local_gradient_mean(self, x, step_size: float, n_steps: int, incremental: bool) -> np.ndarray:
+        """``(x - T_i(x)) / gamma`` for every client, the mean of the (unclipped) gradients along its local path."""
+        o = self._oracle
+        local = np.array(np.broadcast_to(x, (o.n_clients, o.n_params)), dtype=np.float64)
+        total = np.zeros_like(local)
+        if not incremental:
+            for _ in range(n_steps):
+                g = o.clipped_gradients(local, math.inf)
+                total += g
+                local = local - (step_size / n_steps) * g
+            return total / n_steps
+        if self._row_oracles is None or self._row_oracles[0] is not o:  # built once per fit (and after rescale)
+            d, sizes = o.data, o.sizes
+            layers = []
+            for j in range(int(sizes.max())):
+                who = np.flatnonzero(sizes > j)
+                layers.append((who, make_oracle(d.take(d.offsets[who] + j, np.ones(who.size, dtype=np.int64)), o.family)))
+            self._row_oracles = (o, layers)
+        steps = (step_size / o.sizes)[:, None]
+        for who, rows in self._row_oracles[1]:  # step j: every client with more than j rows, on its j-th row
+            g = rows.clipped_gradients(local[who], math.inf)
+            total[who] += g
+            local[who] -= steps[who] * g
+        return total / o.sizes[:, None]
+
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each client's number of rows whose ``which`` norm (gradient / hessian / row) is <= ``threshold``, plus noise.
 
@@ -412,6 +470,34 @@ def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float,
     norms = np.linalg.norm(g, axis=1)
     g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
     return np.linalg.solve(H, g[..., None])[..., 0]
+
+
+def smoothed_normalize(u: np.ndarray, alpha: float) -> np.ndarray:
+    """Smoothed normalisation ``Norm_alpha(u) = u / (alpha + ||u||)`` of each row, with norm below 1 for every finite row.
+
+    The norm is :func:`~privfedstat.data.federated.row_norm_bounds`' upper bound ``b >= ||u||``
+    (no overflow or underflow, relative excess at least ``12 u`` over the exact norm,
+    ``u = 2^-53``), so the computed rows have exact Euclidean norm at most
+    ``(1 + u) ||u|| / b < 1``; a row whose norm exceeds the largest double gives 0.
+
+    Parameters
+    ----------
+    u : ndarray of shape (n_rows, n)
+        Finite rows.
+    alpha : float
+        alpha > 0, the smoothing (``||Norm_alpha(u)|| = ||u|| / (alpha + ||u||)``).
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n)
+
+    References
+    ----------
+    Bu, Z. et al. (2023). Automatic clipping: differentially private deep learning made easier and
+    stronger (smoothed normalisation); Shulgin, Malinovsky, Khirirat & Richtarik (2025), Fed-alpha-NormEC.
+    """
+    u = np.asarray(u, dtype=np.float64)
+    return u / (alpha + row_norm_bounds(u))[:, None]
 
 
 def _only(release: Release, answered: np.ndarray) -> Release:
