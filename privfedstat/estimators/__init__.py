@@ -6,10 +6,11 @@ from .dpfedavg import DPFedAvg
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
 from .fedirls import FedIRLS
+from .fednmap import FedCanon, FedNMap, ZhangComposite
 from .fednormec import ClippedFedAvg, FedAlphaNormEC
 from .fednewton import FedNewton
 from .fedsgd import FedSGD
 from .scaffold import Scaffold
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "FedAlphaNormEC", "ClippedFedAvg", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]

@@ -87,15 +87,17 @@ def _sampling_se_proxy(ctx, n_samples: int, n_params: int):
     return 1.0 / math.sqrt(float(ctx.clients.family.curvature_at_zero) * n_samples)
 
 
-def stationarity_gap(ctx, theta: np.ndarray, n_samples: int) -> float:
+def stationarity_gap(ctx, theta: np.ndarray, n_samples: int, penalty=None) -> float:
     """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
 
     Only for non-private fits (mu = inf: nothing is released, so the server may evaluate the
     size-weighted gradient g and Hessian H of the fit's own, possibly clipped, objective): one
     Newton step ``s = H^-1 g`` measured against ``sqrt(diag(H^-1) / N)``, maximised over
     coefficients. FedAvg's and SCAFFOLD's local steps can settle at a fixed point that is not the
-    pooled optimum without any iterate moving; this sees it. Skipped (0) when the per-client
-    Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H is singular.
+    pooled optimum without any iterate moving; this sees it. For a penalised fit (``penalty``, an
+    :class:`~privfedstat.penalty.ElasticNet`) the step is the proximal Newton step of the penalised
+    objective. Skipped (0) when the per-client Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H
+    is singular.
     """
     clients = ctx.clients
     p = int(clients.n_params)
@@ -106,7 +108,7 @@ def stationarity_gap(ctx, theta: np.ndarray, n_samples: int) -> float:
     g = w @ gradients
     H = np.tensordot(w, hessians, axes=1).reshape(p, p)
     try:
-        step = np.linalg.solve(H, np.ravel(g))
+        step = np.linalg.solve(H, np.ravel(g)) if penalty is None else penalty.newton_step(theta, np.ravel(g), H)
         var = np.diag(np.linalg.inv(H)) / n_samples
     except np.linalg.LinAlgError:
         return 0.0
@@ -171,7 +173,7 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
         )
     glm = ctx.clients.family is not None  # networks (privfedstat.deep) have no family: GLM checks skipped
     if not finite and converged is not False and glm:
-        gap = stationarity_gap(ctx, theta, n_samples)
+        gap = stationarity_gap(ctx, theta, n_samples, getattr(est, "penalty_", None))
         if gap > STATIONARITY_SE:
             converged = False
             warnings.warn(

@@ -203,6 +203,7 @@ def _register_builtin() -> None:
     from .fedavg import PAPER_N_ROUNDS, FedAvg
     from .fedhybrid import PAPER_N_SERVER_ITER, FedHybrid
     from .fedirls import FedIRLS
+    from .fednmap import FedCanon, FedNMap, ZhangComposite
     from .fednormec import ClippedFedAvg, FedAlphaNormEC
     from .fednewton import FedNewton
     from .fedsgd import PAPER_N_ITER, FedSGD
@@ -237,6 +238,12 @@ def _register_builtin() -> None:
                    "error compensation, client-level, Poisson participation, amplified PLD accounting", {"n_rounds": 3}),
         MethodSpec("clippedfedavg", ClippedFedAvg, True, "DP-FedAvg with clipped pseudo-gradients, Fed-alpha-NormEC's "
                    "comparator (App. A.1), client-level", {"n_rounds": 3}),
+        MethodSpec("fednmap", FedNMap, True, "FedNMap (Huang, Pu & Johansson): normal-map local steps with corrections; "
+                   "private federated lasso / elastic net", {"n_rounds": 3, "n_local_steps": 2, "alpha": 0.01}),
+        MethodSpec("zhang", ZhangComposite, True, "Zhang et al. (2024a): local proximal steps with corrections, FedNMap's "
+                   "baseline (reconstructed)", {"n_rounds": 3, "n_local_steps": 2, "alpha": 0.01}),
+        MethodSpec("fedcanon", FedCanon, True, "FedCanon (Zhou et al. 2025, reconstructed): SCAFFOLD with a server "
+                   "proximal step, FedNMap's baseline", {"n_rounds": 2, "n_local_steps": 2, "alpha": 0.01}),
         MethodSpec("pooled", PooledMLE, False, "NP-Pooled: MLE on the pooled raw data (not private)"),
         MethodSpec("localfit", LocalFit, False, "NP-LocalFit: one MLE per client (not private)", per_client=True),
     ):

@@ -170,6 +170,11 @@ class Scaffold(FederatedEstimator):
     def _advice(self) -> str:
         return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."
 
+    def _server_prox(self, x: np.ndarray, step: float) -> np.ndarray:
+        """The server's map after averaging, with the round's effective step ``eta_g eta_l K``: the identity
+        (:class:`~privfedstat.FedCanon` applies the proximal map of its penalty)."""
+        return x
+
     def _run(self, ctx: FitContext):
         R, stop_early = resolve_count(self.n_rounds, ctx.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
         K = self.n_local_steps
@@ -183,7 +188,7 @@ class Scaffold(FederatedEstimator):
         for _ in range(R):  # each client keeps its control variate c_i (verb scaffold_round)
             upload, w_r, answered = ctx.ask("scaffold_round", weights=w, x=x, c=c, clip=ctx.clip, step_size=eta,
                                             n_steps=K, sensitivity=sens, mu=mu_step, stage="local-gradient")
-            x = x + eta_g * aggregate(w, upload[:, :p], answered)
+            x = self._server_prox(x + eta_g * aggregate(w, upload[:, :p], answered), eta_g * eta * K)
             c = c + aggregate(w, upload[:, p:], answered)
             check_iterate(x, "the SCAFFOLD server update", eta)
             path.append(x)

@@ -13,6 +13,7 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``gradients``          mean of per-sample gradients clipped to B (Algorithm 1's message)
 ``local_descent``      K noisy local GD steps from theta, the final iterate sent (Algorithms 2-4)
 ``scaffold_round``     K noisy local steps with control variates, model and control deltas sent
+``composite_round``    Q noisy local proximal / normal-map steps with a correction c_i kept, one vector sent (FedNMap)
 ``clipped_update``     K local steps, the model update clipped to S (client-level DP-FedAvg)
 ``normec_round``       local steps, ``Norm_alpha(u_i - v_i)`` sent, error memory v_i kept (Fed-alpha-NormEC)
 ``hessians``           ``sym_to_vec`` of the mean of per-sample Hessians clipped to C_H
@@ -54,7 +55,7 @@ __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_no
            "PUBLIC"]
 
 #: the requests a clients backend answers (everything the server may ask of the clients)
-VERBS = ("gradients", "local_descent", "scaffold_round", "clipped_update", "normec_round", "hessians", "newton_steps", "score_outer",
+VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round", "hessians", "newton_steps", "score_outer",
          "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
          "split_halves", "rescale")
 #: what the server may know of the clients besides their replies (public metadata)
@@ -190,6 +191,7 @@ class InProcessClients:
         self._status = _status or _Status(dict(failures or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._halves: tuple[InProcessClients, InProcessClients] | None = None
         self._control: np.ndarray | None = None  # SCAFFOLD's control variates c_i
+        self._correction: tuple[np.ndarray, np.ndarray] | None = None  # FedNMap's (c_i, last upload y_i)
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i
         self._row_oracles: tuple[ClientOracle, list] | None = None  # incremental gradient: oracles on the j-th rows
         self._norm_cache: tuple[tuple, np.ndarray] | None = None
@@ -287,6 +289,41 @@ class InProcessClients:
         c_new = c_local - c + (x - y) / (n_steps * step_size)
         upload = np.hstack([y - x, c_new - c_local])
         self._control = np.where(answered[:, None], c_new, c_local)
+        return self._reply(upload, records, answered, failing)
+
+    def composite_round(self, z, *, shift, prox_steps, penalty, ybar, clip: float, step_size: float, sensitivity,
+                        mu: float, stage: str) -> Reply:
+        """One round of FedNMap (Huang, Pu & Johansson, Algorithm 1) or of Zhang et al. (2024a): send ``y_i``.
+
+        Each client first updates its correction ``c_i <- c_i - y_i + ybar`` from its last upload
+        ``y_i`` and the server's aggregate ``ybar`` of that round (``ybar`` None: the first round,
+        ``c_i = 0``), then takes Q = ``len(prox_steps)`` local steps from ``z^0 = z``:
+        ``x^l = prox_{tau_l phi}(z^l)``, ``z^{l+1} = z^l - eta_a (g~_i(x^l) + shift + c_i)``, with
+        ``g~_i`` the mean of its per-sample gradients clipped to B plus Gaussian noise (a local
+        release of sensitivity ``sensitivity``), ``phi`` the public ``penalty``
+        (:class:`~privfedstat.penalty.ElasticNet`) and ``tau_l = prox_steps[l]``. It sends
+        ``y_i = (z - z^Q) / (eta_a Q) = mean_l g~_i(x^l) + shift + c_i`` (computed as that mean) and
+        keeps ``c_i`` and ``y_i``: both are post-processing of its noisy gradients and the broadcasts.
+        """
+        answered, failing = self._begin(None)
+        o = self._oracle
+        m, p = o.n_clients, o.n_params
+        c, y_last = self._correction or (np.zeros((m, p)), np.zeros((m, p)))
+        if ybar is not None:
+            c = np.where(answered[:, None], c - y_last + ybar, c)
+        local = np.tile(z, (m, 1))
+        direction = shift + c
+        total = np.zeros((m, p))
+        records = []
+        for tau in prox_steps:
+            g, rec = privatize(o.clipped_gradients(penalty.prox(local, tau), clip), self._noise, sensitivity, mu, stage,
+                               "local")
+            records.append(rec)
+            total += g
+            local = local - step_size * (g + direction)
+            _check_local(local, "FedNMap local steps", step_size, answered)
+        upload = total / len(prox_steps) + direction
+        self._correction = (c, np.where(answered[:, None], upload, y_last))
         return self._reply(upload, records, answered, failing)
 
     def hessians(self, theta, *, hessian_clip: float, gradient_clip: float | None = None, sensitivity, mu: float,
