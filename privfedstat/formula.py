@@ -38,7 +38,8 @@ def glm(
     *,
     client: str,
     family: str | Family = "gaussian",
-    method: str = "fedirls",
+    method: str | None = None,
+    penalty: str | None = None,
     mu: float = 2.0,
     scaling="private",
     levels: Mapping[str, list] | None = None,
@@ -69,13 +70,22 @@ def glm(
         For ``"multinomial"`` (a family with ``response_levels``) the response's declared levels are
         the classes (K of them), the first being the reference; with finite ``mu`` the response must
         be a pandas Categorical or be named in ``levels``.
-    method : str, default "fedirls"
+    method : str, optional
         A registered method (``privfedstat.estimators.REGISTRY``): "fedirls", "fedsgd",
-        "fedhybrid", "fedavg", "fednewton", "scaffold", "pooled", "localfit". The default,
-        FedIRLS (server-aggregated private Newton), is the most accurate measured on bundled real
+        "fedhybrid", "fedavg", "fednewton", "scaffold", "fednmap", "pooled", "localfit", ... The
+        default, FedIRLS (server-aggregated private Newton), is the most accurate measured on bundled real
         data (benchmarks/RESULTS.md, accuracy section): the pooled MLE to ~1e-10 SE at mu = inf in
         a few rounds, and the smallest error at mu = 2 on the logistic and multinomial data sets.
+        With a ``penalty`` the default is "fednmap" (:class:`~privfedstat.FedNMap`).
         ``"pooled"`` and ``"localfit"`` are non-private baselines: they need ``mu=float("inf")``.
+    penalty : {"l1", "elasticnet"} or None, default None
+        Fit a penalised GLM (federated lasso / elastic net): the mean loss plus
+        ``alpha (l1_ratio ||b||_1 + (1 - l1_ratio) ||b||^2 / 2)``, scikit-learn's and glmnet's
+        scaling; give ``alpha=`` and, for ``"elasticnet"``, ``l1_ratio=``. The intercept is not
+        penalised; with the default ``scaling="private"`` the penalty acts on the standardised
+        columns (glmnet's ``standardize=TRUE``), coefficients are reported on the original scale.
+        Only the penalised methods take it ("fednmap", the default; its baselines "zhang" and
+        "fedcanon"); they report no standard errors (intervals after selection are not valid).
     mu : float, default 2.0
         GDP budget per client; ``float("inf")`` for non-private fits.
     scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
@@ -153,7 +163,10 @@ def glm(
         raise ValueError(f"formula must look like 'y ~ x1 + x2' (a response, '~', the terms), got {formula!r}.")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
-    spec = get_method(method)
+    spec = get_method(method if method is not None else ("fedirls" if penalty is None else "fednmap"))
+    if penalty is not None and "penalty" not in inspect.signature(spec.cls.__init__).parameters:
+        raise ValueError(f"penalty={penalty!r} needs a penalised method: 'fednmap' (the default with a penalty), "
+                         f"'zhang' or 'fedcanon'; method={method!r} fits the unpenalised likelihood.")
     mu = check_mu(mu)
     private = math.isfinite(mu)
     if private and not spec.private:
@@ -181,6 +194,10 @@ def glm(
         if scaling == "private":
             scaling = PrivateStandardize(intercept=intercept)
         kwargs["scaling"] = scaling
+    if penalty is not None:
+        kwargs["penalty"] = penalty
+    if "unpenalized" in accepted:
+        kwargs.setdefault("unpenalized", () if intercept is None else (intercept,))
     unknown = set(kwargs) - accepted
     if unknown:
         raise TypeError(f"{cls.__name__} does not take {sorted(unknown)}; its parameters are {sorted(accepted - {'self'})}.")
