@@ -7,8 +7,9 @@ step with Gaussian noise; the server moves the head by the weighted mean of the 
 (stage 2). FedNewton-Iter repeats the two stages for a few cycles (Section 5.2.2).
 
 Client side: :func:`head_newton_message` (the step and its sensitivity), built on
-:func:`per_sample_head_gradients` and :func:`damped_fisher_solve`. Server side:
-:func:`head_vector` / :func:`apply_head_step` (read and move the head). The calibration,
+:func:`per_sample_head_gradients` and :func:`damped_fisher_solve`; :class:`NewtonTorchClients`
+answer it as the verb ``head_newton_steps``. Server side: :class:`DeepFedNewton` (the cycles of
+DP-FedAvg rounds and Newton refinements; :func:`head_slice` locates the head in theta). The calibration,
 :func:`~privfedstat.privacy.calibration.head_newton_sensitivity` (derived in its docstring),
 lives with every other calibration.
 
@@ -27,11 +28,17 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from ..privacy.calibration import head_newton_sensitivity
+from .._validation import check_positive_int
+from ..estimators.fedavg import run_fedavg
+from ..federation.clients import Reply
+from ..federation.server import aggregate, effective_weights
+from ..privacy.calibration import head_newton_sensitivity, stage_budget
+from .clients import TorchClients
+from .estimators import _COMMON, _TAIL, DeepFedAvg, _loss
 from .per_sample import clip_factors, sample_norms
 
-__all__ = ["HEAD", "head_vector", "apply_head_step", "per_sample_head_gradients", "damped_fisher_solve",
-           "head_newton_message"]
+__all__ = ["HEAD", "per_sample_head_gradients", "damped_fisher_solve", "head_newton_message", "head_slice",
+           "NewtonTorchClients", "DeepFedNewton"]
 
 #: the name of the layer the Newton step acts on (the last Linear layer of every model in ``models``)
 HEAD = "head"
@@ -45,32 +52,6 @@ def _head_names(model: nn.Module) -> list[str]:
         raise TypeError(f"the Newton step acts on the Linear layer model.{HEAD}; {type(model).__name__} has "
                         f"{type(head).__name__ if head is not None else 'none'}.")
     return [f"{HEAD}.{name}" for name, _ in head.named_parameters()]
-
-
-def head_vector(model: nn.Module) -> torch.Tensor:
-    """The head's parameters as one flat float64 vector (weight row-major, then bias), of length p_h."""
-    params = dict(model.named_parameters())
-    return torch.cat([params[name].detach().reshape(-1) for name in _head_names(model)]).to(torch.float64)
-
-
-def apply_head_step(model: nn.Module, step) -> None:
-    """Server update of stage 2: ``head <- head - step`` (``step`` in :func:`head_vector`'s layout), in place.
-
-    Parameters
-    ----------
-    model : nn.Module
-        A model with a Linear ``head``.
-    step : array-like of shape (p_h,)
-        The aggregated step ``sum_i w_i (alpha (h_i + lambda I)^{-1} g_i + noise_i)``.
-    """
-    params = dict(model.named_parameters())
-    step = torch.as_tensor(np.asarray(step, dtype=np.float64))
-    sizes = [params[name].numel() for name in _head_names(model)]
-    if step.shape != (sum(sizes),):
-        raise ValueError(f"the head has {sum(sizes)} parameters, the step has shape {tuple(step.shape)}.")
-    with torch.no_grad():
-        for name, part in zip(_head_names(model), torch.split(step, sizes)):
-            params[name].sub_(part.reshape(params[name].shape).to(params[name].dtype))
 
 
 def per_sample_head_gradients(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor,
@@ -99,7 +80,8 @@ def per_sample_head_gradients(model: nn.Module, loss_fn: LossFn, inputs: torch.T
     Returns
     -------
     Tensor of shape (n, p_h), float64
-        Row j is ``clip_B(grad_head rho(x_j, theta))`` in :func:`head_vector`'s layout.
+        Row j is ``clip_B(grad_head rho(x_j, theta))``, the head's parameters flattened in
+        ``named_parameters()`` order (weight row-major, then bias; see :func:`head_slice`).
     """
     names = _head_names(model)
     given = dict(params or {})
@@ -160,7 +142,7 @@ def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
     ``h = (1/n) sum_j v_j v_j^T`` the empirical Fisher matrix (full, not diagonal) of the per-sample
     head gradients ``v_j`` clipped to B; the other layers are frozen. The client sends
     ``s + N(0, (Delta / mu)^2 I)`` and the server sets ``head <- head - sum_i w_i s_i``
-    (:func:`apply_head_step`), which is Algorithm 5's ``theta_new = theta - alpha (h + lambda)^{-1} g``.
+    (:class:`DeepFedNewton`), which is Algorithm 5's ``theta_new = theta - alpha (h + lambda)^{-1} g``.
 
     Parameters
     ----------
@@ -183,7 +165,7 @@ def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
     Returns
     -------
     step : ndarray of shape (p_h,), float64
-        s, in :func:`head_vector`'s layout.
+        s, in :func:`per_sample_head_gradients`' layout.
     sensitivity : float
         Its L2 sensitivity to one replaced sample (:func:`~privfedstat.privacy.calibration.head_newton_sensitivity`).
 
@@ -196,3 +178,144 @@ def head_newton_message(model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
     sensitivity = float(head_newton_sensitivity(clip, damping, step, [inputs.shape[0]])[0])
     V = per_sample_head_gradients(model, loss_fn, inputs, targets, clip, params)
     return (step * damped_fisher_solve(V, damping)).numpy(), sensitivity
+
+
+def head_slice(names: list[str], shapes: list) -> slice:
+    """Where the head's parameters (``head.weight``, ``head.bias``) sit in the flat vector theta of the trainable
+    parameters (``named_parameters()`` order): the layout of a head step (:func:`per_sample_head_gradients`).
+
+    Raises
+    ------
+    ValueError
+        If no trainable parameter belongs to the head, or the head's are not adjacent.
+    """
+    rows = [k for k, name in enumerate(names) if name.startswith(f"{HEAD}.")]
+    if not rows or rows != list(range(rows[0], rows[-1] + 1)):
+        raise ValueError(f"the trainable parameters must include the head's ({HEAD}.weight, {HEAD}.bias), adjacent.")
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    start = sum(sizes[:rows[0]])
+    return slice(start, start + sum(sizes[rows[0]:rows[-1] + 1]))
+
+
+class NewtonTorchClients(TorchClients):
+    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``head_newton_steps`` (Algorithm 5, stage 2)."""
+
+    def head_newton_steps(self, theta, *, clip: float, damping: float, step: float, sensitivity, mu: float, stage: str,
+                          active=None) -> Reply:
+        """Each asked client's head Newton step ``alpha (h_i + lambda I)^{-1} g_i`` at theta
+        (:func:`head_newton_message`), plus noise of sd ``sensitivity_i / mu``; rows of length p_h."""
+        answered, failing = self._begin(active)
+        clients = np.flatnonzero(answered)
+        params = self._params(theta)
+        span = head_slice(self._psg.names, self._psg.shapes)
+        steps = [head_newton_message(self._psg.model, self._psg.loss_fn, *self._rows(i), clip=clip, damping=damping,
+                                     step=step, params=params)[0] for i in clients]
+        values = self._stack(steps, span.stop - span.start)
+        noisy, rec = self._privatize(values, clients, sensitivity, mu, stage, "aggregated")
+        return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
+
+
+class _StartingAt:
+    """The clients, with ``initial_parameters()`` answering the server's current model (a later FedAvg cycle)."""
+
+    def __init__(self, clients, theta: np.ndarray) -> None:
+        self._clients, self._theta = clients, theta
+
+    def initial_parameters(self) -> np.ndarray:
+        return self._theta.copy()
+
+    def __getattr__(self, name):
+        return getattr(self._clients, name)
+
+
+class DeepFedNewton(DeepFedAvg):
+    __doc__ = f"""FedNewton-NN (Algorithm 5) and FedNewton-Iter (Section 5.2.2) for networks.
+
+    ``n_cycles`` (C) cycles, each of ``n_rounds`` (R) DP-FedAvg rounds (:class:`DeepFedAvg`: K
+    noisy local steps per round, server step eta_s) followed by one private head-only Newton
+    refinement: every client asked sends ``alpha (h_i + lambda I)^{{-1}} g_i`` plus noise, with
+    ``g_i`` and ``h_i`` the mean and the empirical Fisher matrix (full) of its per-sample head
+    gradients clipped to B (:func:`head_newton_message`), and the server moves the head by the
+    weighted mean (the other layers are frozen during the step). C = 1 is Algorithm 5; the CNN
+    runs of Section 5.2 use C = 2, R = 5 ("FedNewton-Iter").
+
+    Privacy: each client is mu-GDP for one of its rows. Algorithm 5 gives its two stages
+    ``mu / sqrt 2`` each; with C cycles each of the 2C stages (C FedAvg blocks, C Newton steps)
+    gets ``mu / sqrt(2C)`` [I]. The Newton step's sensitivity is derived in
+    :func:`~privfedstat.privacy.calibration.head_newton_sensitivity` (it replaces the paper's
+    garbled ``B_new``). Participation: the Newton step asks a sample like every round [I].
+
+    Parameters
+    ----------
+{_COMMON}
+    mu : float, default 2.0
+        GDP budget per client; ``inf`` for no privacy.
+    n_cycles : int, default 2
+        C.
+    n_rounds : int, default 5
+        R, DP-FedAvg rounds per cycle.
+    n_local_steps : int, default 10
+        K.
+    step_size : float, default 0.01
+        eta.
+    server_step_size : float, default 1.0
+        eta_s.
+    clip : float or AutoClip, default 1.0
+        B, for the local steps' and the Newton step's per-sample gradients.
+    damping : float, default 0.1
+        lambda, the ridge added to the Fisher matrix (not given in the paper [I]; the Fisher
+        matrix of gradients clipped to B has eigenvalues at most B^2).
+    newton_step : float, default 1.0
+        alpha (not given in the paper [I]).
+    batch_size : int or None, default None
+        Rows per local step (None: full batch); the Newton step uses every row.
+{_TAIL}
+
+    References
+    ----------
+    Peng, Paul & Auddy, Algorithm 5 and Section 5.2.2.
+    """
+
+    method = "DP-FedNewton-Iter (network)"
+
+    def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_cycles: int = 2, n_rounds: int = 5,
+                 n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
+                 damping: float = 0.1, newton_step: float = 1.0, batch_size: int | None = None, weights="size",
+                 participation=None, random_state=None, on_client_failure: str = "raise") -> None:
+        super().__init__(model=model, loss=loss, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
+                         step_size=step_size, server_step_size=server_step_size, clip=clip, batch_size=batch_size,
+                         weights=weights, participation=participation, random_state=random_state,
+                         on_client_failure=on_client_failure)
+        self.n_cycles = n_cycles
+        self.damping = damping
+        self.newton_step = newton_step
+
+    def _validate_params(self, mu: float) -> None:
+        super()._validate_params(mu)
+        check_positive_int(self.n_cycles, "n_cycles")
+        check_positive_int(self.n_rounds, "n_rounds")
+        head_newton_sensitivity(1.0, self.damping, self.newton_step, [1])  # validates lambda and alpha
+        _head_names(self.model)
+
+    def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> NewtonTorchClients:
+        return NewtonTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size)
+
+    def _run(self, ctx):
+        clients, weights = ctx.clients, self._resolve_weights(ctx)
+        mu_stage = stage_budget(ctx.mu, 2 * self.n_cycles)
+        trainable = [(n, p.shape) for n, p in self.model.named_parameters() if p.requires_grad]  # the server's model
+        span = head_slice(*map(list, zip(*trainable)))
+        sensitivity = head_newton_sensitivity(ctx.clip, self.damping, self.newton_step, clients.sizes)
+        path = [clients.initial_parameters()]
+        for _ in range(self.n_cycles):
+            path += run_fedavg(ctx, _StartingAt(clients, path[-1]), n_rounds=self.n_rounds,
+                               n_local_steps=self.n_local_steps, step_size=float(self.step_size), mu=mu_stage,
+                               weights=weights, server_step_size=self.server_step_size)[1:]
+            reply = clients.head_newton_steps(path[-1], clip=ctx.clip, damping=self.damping, step=self.newton_step,
+                                              sensitivity=sensitivity, mu=mu_stage, stage="newton-step",
+                                              active=ctx.participants())
+            w = effective_weights(weights, reply.answered)
+            theta = path[-1].copy()
+            theta[span] -= aggregate(weights, ctx.channel.receive(reply, weights=w), reply.answered)
+            path.append(theta)
+        return path[-1], path, self.n_cycles * self.n_rounds * self.n_local_steps

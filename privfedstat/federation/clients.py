@@ -18,6 +18,7 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``normec_round``       local steps, ``Norm_alpha(u_i - v_i)`` sent, error memory v_i kept (Fed-alpha-NormEC)
 ``hessians``           ``sym_to_vec`` of the mean of per-sample Hessians clipped to C_H
 ``newton_steps``       FedNewton's local Newton step (Hessian on the first half, gradient on the second)
+``head_newton_steps``  a network's head-only empirical-Fisher Newton step (torch clients, ``deep.newton``)
 ``score_outer``        ``sym_to_vec`` of the mean of ``g g^T`` (clipped scores), for the sandwich
 ``design_moments``     ``sym_to_vec`` of the mean of ``x x^T`` (rows clipped), for the bootstrap
 ``count_at_most``      number of rows whose gradient / Hessian / row norm is <= a threshold
@@ -55,7 +56,7 @@ __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_no
            "PUBLIC"]
 
 #: the requests a clients backend answers (everything the server may ask of the clients)
-VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round", "hessians", "newton_steps", "score_outer",
+VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round", "hessians", "newton_steps", "head_newton_steps", "score_outer",
          "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
          "split_halves", "rescale")
 #: what the server may know of the clients besides their replies (public metadata)

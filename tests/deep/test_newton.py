@@ -13,12 +13,19 @@ from scipy.optimize import minimize  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from _seam import ServerView  # noqa: E402
+from deep_fixtures import one_torch_thread  # noqa: E402,F401
+from privfedstat.deep import DeepFedAvg, TensorFederatedData, newton  # noqa: E402
 from privfedstat.deep.models import DigitsCNN, HeadModel  # noqa: E402
 from privfedstat.deep.newton import (  # noqa: E402
-    apply_head_step, damped_fisher_solve, head_newton_message, head_vector, per_sample_head_gradients,
+    DeepFedNewton, damped_fisher_solve, head_newton_message, head_slice, per_sample_head_gradients,
 )
 from privfedstat.deep.per_sample import CLIP_SAFETY  # noqa: E402
 from privfedstat.privacy.calibration import head_newton_sensitivity  # noqa: E402
+
+
+#: a few rounds of a network do not settle: the fits below warn, as they should
+pytestmark = pytest.mark.filterwarnings("ignore::privfedstat.exceptions.ConvergenceWarning")
 
 
 class FrozenFeatures(HeadModel):
@@ -28,6 +35,19 @@ class FrozenFeatures(HeadModel):
         super().__init__()
         self.features = nn.Sequential(nn.Linear(d_in, d), nn.Tanh())
         self.head = nn.Linear(d, k)
+
+
+def head_vector(model):
+    """The head's parameters, flat, float64 (weight row-major, then bias)."""
+    return torch.cat([model.head.weight.detach().reshape(-1), model.head.bias.detach()]).to(torch.float64)
+
+
+def apply_head_step(model, step):
+    """head <- head - step (the server's update for one model)."""
+    k = model.head.weight.numel()
+    with torch.no_grad():
+        model.head.weight -= torch.as_tensor(step[:k]).reshape(model.head.weight.shape).to(model.head.weight.dtype)
+        model.head.bias -= torch.as_tensor(step[k:]).to(model.head.bias.dtype)
 
 
 def _digits_batch(n, seed=0):
@@ -72,22 +92,19 @@ def test_parameters_given_explicitly():
     assert sens == sens_other
 
 
-def test_head_vector_round_trip():
-    torch.manual_seed(1)
+def test_head_slice():
     model = DigitsCNN()
-    before = head_vector(model)
-    conv = model.features[0].weight.detach().clone()
-    step = torch.linspace(-1, 1, before.numel(), dtype=torch.float64).numpy()
-    apply_head_step(model, step)
-    torch.testing.assert_close(head_vector(model), before - torch.as_tensor(step), rtol=0, atol=1e-6)
-    assert torch.equal(model.features[0].weight, conv)  # only the head moves
-    with pytest.raises(ValueError, match="330 parameters"):
-        apply_head_step(model, np.zeros(3))
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    assert head_slice(names, shapes) == slice(3658 - 330, 3658)
+    with pytest.raises(ValueError, match="head"):
+        head_slice(names[:-2], shapes[:-2])
 
 
 def test_model_without_head_rejected():
     with pytest.raises(TypeError, match="model.head"):
-        head_vector(nn.Sequential(nn.Linear(2, 2)))
+        per_sample_head_gradients(nn.Sequential(nn.Linear(2, 2)), F.cross_entropy, torch.zeros(1, 2),
+                                  torch.zeros(1, dtype=torch.int64))
 
 
 # --------------------------------------------------------------------------- sensitivity
@@ -176,3 +193,79 @@ def test_repeated_steps_converge_to_the_head_optimum():
         np.testing.assert_allclose(model(X).numpy(), eta - np.logaddexp.reduce(eta, axis=1)[:, None], atol=1e-6)
     for before, after in zip(features, model.features.parameters()):
         assert torch.equal(before, after)
+
+
+# --------------------------------------------------------------------------- the estimator (FedNewton-NN / -Iter)
+def _digits_clients(m=4, n=15, seed=8):
+    sizes = [n + k for k in range(m)]  # unequal sizes: the weights n_i / N matter
+    X, y = _digits_batch(sum(sizes), seed=seed)
+    return TensorFederatedData.from_pooled(X, y, sizes=sizes)
+
+
+def test_one_cycle_is_fedavg_then_the_weighted_newton_step(one_torch_thread):
+    """mu = inf, C = 1 (Algorithm 5): R DP-FedAvg rounds, then head -= sum_i w_i alpha (h_i + lambda I)^-1 g_i."""
+    data = _digits_clients()
+    torch.manual_seed(9)
+    model = DigitsCNN()
+    common = dict(model=model, loss="nll", mu=math.inf, n_rounds=3, n_local_steps=2, step_size=0.5, clip=1.0,
+                  server_step_size=0.8, random_state=0)
+    newton = DeepFedNewton(n_cycles=1, damping=0.3, newton_step=0.7, **common).fit(data)
+    fedavg = DeepFedAvg(**common).fit(data)
+    w = data.sizes / data.sizes.sum()
+    step = sum(wi * head_newton_message(fedavg.model_, F.nll_loss, *data.client(i), clip=1.0, damping=0.3,
+                                        step=0.7)[0] for i, wi in enumerate(w))
+    expected = fedavg.coef_.copy()
+    expected[-330:] -= step
+    np.testing.assert_allclose(newton.coef_, expected, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(newton.history_[3], fedavg.coef_)  # R FedAvg iterates, then the Newton step
+    assert newton.communication_.rounds == 4 and newton.n_iter_ == 6
+
+
+def test_ledger_spends_mu_over_2C_stages(one_torch_thread):
+    data = _digits_clients()
+    torch.manual_seed(10)
+    est = DeepFedNewton(model=DigitsCNN(), loss="nll", mu=2.0, n_cycles=2, n_rounds=2, n_local_steps=2, step_size=0.1,
+                        clip=0.5, damping=0.2, newton_step=0.9, random_state=1).fit(data)
+    assert est.privacy_.mu == pytest.approx(2.0, rel=1e-12)
+    frame = est.privacy_.to_frame()
+    newton = frame[frame["stage"] == "newton-step"]
+    assert len(newton) == 2 * data.n_clients  # one release per cycle
+    sens = np.tile(head_newton_sensitivity(0.5, 0.2, 0.9, data.sizes), 2)
+    np.testing.assert_allclose(newton["sensitivity"], sens, rtol=1e-12)
+    np.testing.assert_allclose(newton["mu"], 2.0 / 2.0, rtol=1e-12)  # mu / sqrt(2C) with C = 2
+    assert np.isfinite(est.coef_).all() and 0 <= est.score(data) <= 1
+
+
+def test_participation_asks_a_sample_for_the_newton_step(one_torch_thread):
+    data = _digits_clients(m=6, n=8)
+    torch.manual_seed(11)
+    est = DeepFedNewton(model=DigitsCNN(), loss="nll", mu=2.0, n_cycles=1, n_rounds=1, n_local_steps=1, step_size=0.1,
+                        participation=0.5, random_state=2).fit(data)
+    newton = est.privacy_.to_frame().query("stage == 'newton-step'")
+    asked = newton["sigma"] > 0
+    assert 1 <= asked.sum() < data.n_clients  # seed 2 leaves some clients out of the Newton round
+    assert (newton.loc[~asked, "sensitivity"] == 0).all()
+
+
+def test_model_without_a_linear_head_is_refused():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with pytest.raises(TypeError, match="model.head"):
+        DeepFedNewton(model=model, mu=math.inf).fit(_digits_clients())
+    with pytest.raises(ValueError, match="damping"):
+        DeepFedNewton(model=DigitsCNN(), damping=0.0).fit(_digits_clients())
+
+
+def test_server_uses_only_verbs(one_torch_thread, monkeypatch):
+    """Through a view that exposes only verbs and public metadata the fit is the same (the seam holds)."""
+    data = _digits_clients()
+    torch.manual_seed(12)
+    model = DigitsCNN()
+    settings = dict(model=model, loss="nll", mu=2.0, n_cycles=2, n_rounds=1, n_local_steps=1, step_size=0.1,
+                    random_state=4)
+    reference = newton.DeepFedNewton(**settings).fit(data)
+    replies: list = []
+    real = newton.NewtonTorchClients
+    monkeypatch.setattr(newton, "NewtonTorchClients", lambda *a, **kw: ServerView(real(*a, **kw), replies))
+    est = newton.DeepFedNewton(**settings).fit(data)
+    np.testing.assert_array_equal(est.coef_, reference.coef_)
+    assert [verb for verb, _, _ in replies].count("head_newton_steps") == 2
