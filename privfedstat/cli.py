@@ -140,6 +140,29 @@ def _print_table(table, by: list[str]) -> None:
         print(wide.reindex(columns=cols).to_string())
 
 
+def _reproduce_cnn(args, parser) -> int:
+    """``reproduce cnn-mnist | cnn-cifar | cnn-digits`` (Section 5.2, :mod:`privfedstat.deep.study`)."""
+    try:
+        from .deep.study import reproduce_cnn
+
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        ints = {k: None if v is None else [int(x) for x in v.split(",")] for k, v in
+                (("sizes", args.sizes), ("clients", args.clients))}
+        df, table, stem = reproduce_cnn(
+            args.study.removeprefix("cnn-"), data_dir=args.data_dir, out=args.out,
+            mus=(2.0, float("inf")) if args.mu is None else (args.mu,), reps=args.reps,
+            scenarios=(1, 2) if args.scenario == "both" else (int(args.scenario),), seed=args.seed,
+            progress=not args.no_progress, **ints)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        parser.error(str(exc))
+    print(f"median test accuracy over repetitions:\n{table.round(4).to_string()}")
+    print(f"\n{len(df)} fits; results: {stem}.csv, figure: {stem}.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="privfedstat", description="Differentially private federated M-estimation.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("study", help="study name, e.g. fig5 (see `privfedstat studies`)")
     p_rep.add_argument("--family", choices=["logistic", "poisson"], default=None,
                        help="default: the figure's family (coverage: both)")
-    p_rep.add_argument("--reps", type=int, default=100)
+    p_rep.add_argument("--reps", type=int, default=None,
+                       help="replicates per cell (default 100; cnn-*: the preset's repetitions)")
     p_rep.add_argument("--jobs", type=int, default=1)
     p_rep.add_argument("--out", default="results")
     p_rep.add_argument("--mu", type=float, default=None,
@@ -170,7 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--dataset", choices=["mnist", "digits"], default="mnist", help="mnist-logistic: data set")
     p_rep.add_argument("--task", choices=["binary", "multiclass"], default="binary", help="mnist-logistic: task")
     p_rep.add_argument("--splits", type=int, default=3, help="mnist-logistic: repeated client splits S")
+    p_rep.add_argument("--sizes", default=None, help="cnn-*: Scenario 1's images per client, e.g. 50,100,200")
+    p_rep.add_argument("--clients", default=None, help="cnn-*: Scenario 2's numbers of clients, e.g. 100,200")
+    p_rep.add_argument("--scenario", choices=["1", "2", "both"], default="both", help="cnn-*: which scenarios")
+    p_rep.add_argument("--threads", type=int, default=None, help="cnn-*: torch threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.command == "reproduce" and args.reps is None and not args.study.startswith("cnn-"):
+        args.reps = 100
 
     if args.command == "studies":
         from .simulations.studies import STUDIES
@@ -178,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in STUDIES.values():
             print(f"{s.name:<6} {s.description}")
         print("mnist-logistic  Section 5.1: client-level AUC/accuracy of nine estimators on MNIST (--data-dir) or digits")
+        print("cnn-mnist, cnn-cifar, cnn-digits  Section 5.2: CNN test accuracy of four private methods (--data-dir; "
+              "digits offline; needs torch)")
         print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
               "methods at their defaults)")
         return 0
@@ -224,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{df['client'].nunique()} clients:\n{table.to_string()}")
         print(f"\nresults: {stem}.csv, figure: {stem}.png")
         return 0
+
+    if args.command == "reproduce" and args.study.startswith("cnn-"):
+        return _reproduce_cnn(args, parser)
 
     if args.command == "demo":
         args.study, args.family, args.mu, args.clip, args.seed = "fig5", "logistic", 2.0, "auto", 0
