@@ -15,8 +15,8 @@ median over repetitions (the paper's Figures 9 and 10).
 Presets (:data:`PRESETS`): ``"mnist"`` and ``"cifar"`` hold the paper's settings;
 ``"digits"`` is an offline stand-in on scikit-learn's 8 x 8 digits (1797 images: 360 held out
 as the test set, 1437 to split) with :class:`~privfedstat.deep.models.DigitsCNN`: Scenario 1
-with m = 8 and n in {40, 80, 120, 170}, Scenario 2 with m in {4, 8, 16, 32}, q = 0.5 (about as
-many clients per round as the paper's 0.1 of 100), a larger step size (1.0: the small network
+with m = 8 and n in {40, 80, 120, 170}, Scenario 2 with m in {4, 8, 16, 32}, q = 0.5 (so
+a few clients per round; the paper asks 10 of 100), a larger step size (1.0: the small network
 trains slowly at 0.01) and 3 repetitions; it runs in about a quarter of an hour on one CPU
 thread (``privfedstat reproduce cnn-digits --threads 1``). Not given by
 the paper and chosen here [I]: FedHybrid's split (K1 = K local steps), FedSGD's and FedHybrid's
