@@ -93,6 +93,8 @@ class FitContext:
     weights: np.ndarray | None = None
     participation: Participation | None = None
     participation_rng: np.random.Generator | None = None
+    topup_rng: np.random.Generator | None = None
+    unit: str = "record"
 
     @property
     def sizes(self) -> np.ndarray:
@@ -103,7 +105,13 @@ class FitContext:
         is partial, else None (every live client; the clients leave out failed ones themselves)."""
         if self.participation is None:
             return None
-        return self.participation.sample(self.channel.live, self.participation_rng)
+        return self.participation.sample(self.channel.live, self.participation_rng, allow_empty=self.unit == "client")
+
+    @property
+    def sampling_rate(self) -> float:
+        """The Poisson participation rate q of the rounds (1 without Poisson participation)."""
+        p = self.participation
+        return 1.0 if p is None or p.rate is None else float(p.rate)
 
     def ask(self, verb: str, *, weights: np.ndarray | None = None, clients=None, **request) -> tuple[np.ndarray, np.ndarray,
                                                                                        np.ndarray]:
@@ -115,14 +123,39 @@ class FitContext:
         sum, 1 for each of them) and the mask of those clients.
         """
         reply = getattr(self.clients if clients is None else clients, verb)(**request)
+        q = self.sampling_rate if request.get("active") is not None else 1.0  # a Poisson sample was asked
+        if q < 1.0 and any(r.unit == "client" for r in reply.releases):
+            return self._topped_up(reply, weights, q, request)
         if weights is None:
             w = reply.answered.astype(np.float64)
         else:
             w = effective_weights(weights, reply.answered)
-        q = 1.0
-        if request.get("active") is not None and self.participation is not None and self.participation.rate is not None:
-            q = float(self.participation.rate)  # a Poisson sample of the clients was asked
         return self.channel.receive(reply, weights=w, sampling_rate=q), w, reply.answered
+
+    def _topped_up(self, reply, weights, q: float, request: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A client-level reply of a Poisson-sampled round, with the server's noise in the rows of the clients that
+        did not send: every row then carries noise of its client's calibrated sd ``sensitivity_i / mu``.
+
+        This makes the noise of the published aggregate independent of who took part, which the
+        amplified accounting (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.amplified_epsilon`: the
+        Poisson-subsampled Gaussian, fixed noise) needs; without it the aggregate's noise variance would
+        grow with the number of participants and reveal it. The weights stay fixed (no
+        renormalisation over who took part): the caller divides by q for an unbiased aggregate
+        (fixed-denominator estimator). Returns the values, the weights and an all-true mask.
+        """
+        m = reply.values.shape[0]
+        w = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+        mu = float(request["mu"])
+        z = 2.0 / mu  # every client's sigma_i = Delta_i / mu: add/remove multiplier 2 sigma_i / Delta_i
+        values = self.channel.receive(reply, weights=w, sampling_rate=q, noise_multiplier=z).copy()
+        silent = ~reply.answered
+        if silent.any() and math.isfinite(mu):
+            sigma = np.broadcast_to(np.asarray(request["sensitivity"], dtype=np.float64), (m,)) / mu
+            values[silent] = sigma[silent].reshape((-1,) + (1,) * (values.ndim - 1)) * \
+                self.topup_rng.standard_normal((int(silent.sum()),) + values.shape[1:])
+        else:
+            values[silent] = 0.0
+        return values, w, np.ones(m, dtype=bool)
 
     def mean(self, verb: str, *, weights: np.ndarray, **request) -> np.ndarray:
         """The weighted aggregate (:func:`~privfedstat.federation.server.aggregate`) of the clients' replies to ``verb``."""
@@ -313,14 +346,15 @@ class FederatedEstimator(FittedResults):
         n_features, n_clients, n_samples, has_offset = data.n_features, data.n_clients, data.n_samples, clients.has_offset
         del data  # from here on the server talks to the clients only through their verbs
         ctx = FitContext(clients, Channel(clients.sizes, ledger, getattr(self, "on_client_failure", "raise")), math.nan,
-                         math.nan, mu, protocol_seed)
+                         math.nan, mu, protocol_seed, unit=self.privacy_unit)
         participation = resolve_participation(getattr(self, "participation", None), clients.n_clients)
         if participation is not None and config is not None:
             raise ValueError("inference needs every client in every round (its noise model assumes full participation); "
                              "fit with inference=None when participation is partial.")
         if participation is not None:
             ctx.participation = participation
-            ctx.participation_rng = np.random.default_rng(protocol_seed.spawn(1)[0])
+            sampling_seed, topup_seed = protocol_seed.spawn(2)  # the server's own streams
+            ctx.participation_rng, ctx.topup_rng = np.random.default_rng(sampling_seed), np.random.default_rng(topup_seed)
         scaler, mu_left = self._fit_scaler(ctx, mu)
         if scaler is not None:
             clients.rescale(scaler)  # each client rescales its own columns with the public centres and scales

@@ -26,10 +26,14 @@ class DPFedAvg(FederatedEstimator):
     Privacy unit: a client's whole dataset. Replacing all of a client's rows moves its clipped
     update by at most 2S, so with noise ``sigma = 2 S sqrt(R) / mu`` per message each client is
     ``mu``-GDP for its whole dataset towards the server, who knows who took part (sampling
-    amplifies nothing there; a client that sits rounds out spends less). Towards an observer who
-    does not see who took part, Poisson participation with rate q amplifies the guarantee:
-    ``privacy_.amplified_epsilon(delta)`` composes the R Poisson-subsampled Gaussian mechanisms
-    (add/remove one client, noise multiplier ``sigma / S``) with dp-accounting's PLD.
+    amplifies nothing there; a client that sits rounds out spends less). With Poisson participation
+    (rate q) the server adds its own noise of the same sd in the place of every client that did not
+    send (so the published aggregate's noise does not reveal how many took part), keeps the
+    weights fixed and divides the aggregate by q (the fixed-denominator estimator of McMahan et
+    al.); rounds with nobody sampled are not redrawn. Towards an observer who does not see who
+    took part this amplifies the guarantee: ``privacy_.amplified_epsilon(delta)`` composes the R
+    Poisson-subsampled Gaussian mechanisms (add/remove one client, noise multiplier ``sigma / S``)
+    with dp-accounting's PLD. The price is the noise of all m clients in every round.
 
     Parameters
     ----------
@@ -134,7 +138,7 @@ class DPFedAvg(FederatedEstimator):
         for _ in range(R):
             update = ctx.mean("clipped_update", weights=w, theta=theta, step_size=eta, n_steps=K, update_clip=S,
                               sensitivity=sens, mu=mu_round, stage="client-update", active=ctx.participants())
-            theta = theta + eta_g * update
+            theta = theta + eta_g * update / ctx.sampling_rate  # Poisson rounds: fixed denominator q (unbiased)
             check_iterate(theta, "the DP-FedAvg server update", eta_g)
             path.append(theta)
         ctx.noise_sd = ctx.update_noise_sd = eta_g * aggregate_sd(calibrated_sigma(sens, mu_round), w)

@@ -188,7 +188,9 @@ class _UnitMessageRounds(FederatedEstimator):
         self.sigma_ = sigma
         target = self._target()
         self.delta_ = DEFAULT_DELTA if target is None else target[1]
-        round_sd = beta * sigma * math.sqrt(float(np.sum(w * w)) / p)  # sd of one round's noise in v_hat (expected)
+        # sd of one round's noise in v_hat: every client's row is noisy under Poisson participation (the server's
+        # top-up), only the participants' with a cohort (expected over the cohort)
+        round_sd = beta * sigma * math.sqrt(float(np.sum(w * w)) / (p * p if ctx.sampling_rate < 1.0 else p))
         if self._normalized_steps():  # every step has length eta: its noise is not a Gaussian sd
             ctx.noise_sd, ctx.update_noise_sd = 0.0, None
         elif self._error_feedback:  # v_hat carries every round's noise, a random walk shared by consecutive
@@ -246,14 +248,13 @@ class FedAlphaNormEC(_UnitMessageRounds):
     the ledger records sensitivity 2 and sigma_DP. Towards an observer who does not see who took
     part, the paper appeals to Abadi et al.'s subsampled Gaussian: ``epsilon_`` is the PLD of R
     Poisson-subsampled Gaussian rounds with noise multiplier sigma_DP (add/remove one client:
-    sensitivity 1), exactly as for :class:`~privfedstat.DPFedAvg`. *Caveat*: that mechanism adds
-    noise of fixed variance to the sum of the sampled messages; here, as in the paper's
-    Algorithm 1, every participant adds its own, so the aggregate's noise variance grows with the
-    number of participants, which the accountant does not model (in high dimension that number can
-    be read off the aggregate). The server also redraws a round in which nobody was sampled, which
-    raises a client's inclusion probability to ``p / (1 - (1 - p)^M)``. ``epsilon_`` is the paper's
-    guarantee computed exactly, not a bound proven for this per-client-noise mechanism; the
-    guarantee towards the server (``privacy_.mu``) is exact.
+    sensitivity 1), exactly as for :class:`~privfedstat.DPFedAvg`. That mechanism adds noise of fixed
+    variance to the aggregate: in Algorithm 1 every participant adds its own, so the server puts
+    noise of the same sd in the place of every client that was not sampled (the top-up of
+    :meth:`~privfedstat.estimators.base.FitContext.ask`; the 1/p scaling is already a fixed
+    denominator) and does not redraw empty rounds; without it the aggregate's noise variance would
+    reveal the number of participants. The guarantee towards the server (``privacy_.mu``) is exact
+    GDP composition.
 
     Parameters
     ----------

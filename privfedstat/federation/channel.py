@@ -67,7 +67,7 @@ class Channel:
         self.live = np.ones(self.sizes.size, dtype=bool)  # clients that have not failed
 
     def receive(self, reply: Reply, *, weights: np.ndarray | None = None, sent: bool = True,
-                sampling_rate: float = 1.0) -> np.ndarray:
+                sampling_rate: float = 1.0, noise_multiplier: float | None = None) -> np.ndarray:
         """Record a reply's releases and return its values (rows of clients that did not answer are NaN).
 
         Parameters
@@ -83,6 +83,9 @@ class Channel:
         sampling_rate : float, default 1.0
             The Poisson rate q with which the server sampled the clients it asked (recorded for
             the amplified client-level accounting; 1 when it asked every live client or a cohort).
+        noise_multiplier : float, optional
+            Recorded on the releases of a client-level Poisson round that the server tops up with noise
+            for the clients that did not send (see :class:`~privfedstat.privacy.ledger.Release`).
         """
         if reply.failed.any():
             self.live &= ~reply.failed
@@ -96,7 +99,7 @@ class Channel:
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
         for rec in reply.releases:
             self.ledger.record(replace(rec, round=self.rounds, weights=w if rec.kind == "aggregated" else None,
-                                       sampling_rate=sampling_rate))
+                                       sampling_rate=sampling_rate, noise_multiplier=noise_multiplier))
         if reply.leak is not None:
             self.ledger.add_leak(reply.leak)
         if sent:

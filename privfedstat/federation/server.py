@@ -89,8 +89,13 @@ class Participation:
         if self.cohort is not None and not (isinstance(self.cohort, Integral) and self.cohort >= 1):
             raise ValueError(f"participation cohort must be a positive integer, got {self.cohort!r}.")
 
-    def sample(self, live: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """A participation mask over the clients (only ``live`` ones are eligible); never empty."""
+    def sample(self, live: np.ndarray, rng: np.random.Generator, allow_empty: bool = False) -> np.ndarray:
+        """A participation mask over the clients (only ``live`` ones are eligible).
+
+        ``allow_empty=False`` redraws a round in which nobody was sampled (protocols that average over
+        the participants need one). Client-level protocols with amplified accounting pass True: a
+        redraw would raise each client's inclusion probability above q (to ``q / (1 - (1 - q)^M)``).
+        """
         m = live.size
         while True:
             if self.rate is not None:
@@ -100,7 +105,7 @@ class Participation:
                 pool = np.flatnonzero(live)
                 mask[rng.choice(pool, size=min(self.cohort, pool.size), replace=False)] = True
             mask &= live
-            if mask.any():  # a round with nobody is skipped and redrawn (public randomness: no cost)
+            if mask.any() or allow_empty:  # else a round with nobody is redrawn (public randomness: no cost)
                 return mask
 
     def expected_rate(self, n_clients: int) -> float:

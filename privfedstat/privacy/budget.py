@@ -63,8 +63,9 @@ class FitCharge:
     def client_mu(self) -> np.ndarray:
         """Per-client mu charged, shape (n_clients,).
 
-        After a successful fit: ``max(ledger mu, declared mu)`` per client (the two agree up to
-        rounding, else the fit raised). While a fit runs, or after it raised, the releases its
+        After a successful fit: the ledger's mu per client, which is the declared mu up to rounding
+        or less for a client that sat rounds out or failed (a fit whose ledger exceeds it raised and
+        is charged the larger). While a fit runs, or after it raised, the releases its
         ledger recorded so far (exactly what was sent: a release is recorded once its noise is
         drawn).
         """
@@ -76,14 +77,17 @@ class FitCharge:
         Raises
         ------
         RuntimeError
-            If some client's ledger mu differs from the declared ``mu`` (relative 1e-9): the
-            accounting of the estimator is wrong. The larger of the two is charged.
+            If some client's ledger mu exceeds the declared ``mu`` (relative 1e-9): the accounting of
+            the estimator is wrong; the larger of the two is charged. A client whose ledger shows less
+            (it sat rounds out under partial participation, or failed) is charged what it spent.
         """
         actual = self.ledger.client_mu
         declared = np.full(actual.shape, self.mu)
         self._settled = np.maximum(actual, declared)
         with np.errstate(invalid="ignore"):
-            same = (actual == declared) | np.isclose(actual, declared, rtol=1e-9, atol=0.0)
+            same = (actual <= declared) | np.isclose(actual, declared, rtol=1e-9, atol=0.0)
+        if np.all(same):  # a client that sat rounds out (partial participation) or failed spent less: charge that
+            self._settled = np.minimum(actual, declared)
         if not np.all(same):
             self.status = "mismatch"
             bad = np.flatnonzero(~same)

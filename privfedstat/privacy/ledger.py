@@ -75,6 +75,11 @@ class Release:
         What one datum is: a row of a client (the default) or a client's whole dataset.
     sampling_rate : float
         Poisson participation rate q of the round (1: the server asked every client).
+    noise_multiplier : float or None
+        For a client-level round of Poisson-sampled participants in which the server put noise of the
+        calibrated sd in the place of every client that did not send (so the aggregate's noise does
+        not depend on who took part): the add/remove noise multiplier ``2 sigma_i / Delta_i`` of the
+        round. None otherwise (then no amplification is claimed for the round).
     """
 
     stage: str
@@ -85,6 +90,7 @@ class Release:
     weights: np.ndarray | None = None
     unit: str = "record"
     sampling_rate: float = 1.0
+    noise_multiplier: float | None = None
 
     def client_mu(self) -> np.ndarray:
         """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
@@ -187,12 +193,14 @@ class PrivacyLedger:
     def amplified_epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon of the worst client's *client-level* releases towards an observer who does not see who took part.
 
-        A client-level release of a round whose participants were Poisson-sampled with rate q < 1
-        is, for every client (whether it was sampled or not: the observer does not know), the
-        Poisson-subsampled Gaussian mechanism with noise multiplier ``z = 2 sigma / Delta`` (add/remove
-        one client: half the replacement sensitivity Delta; the smallest z of the round's
-        participants). A round that asked every live client (q = 1) counts, unamplified, for the
-        clients that answered it. The composition is accounted with dp-accounting's PLD
+        A client-level round of Poisson-sampled participants (rate q < 1) whose aggregate the server
+        topped up with noise for every client that did not send (``noise_multiplier`` recorded:
+        :meth:`privfedstat.estimators.base.FitContext.ask` does this) is, for every client -- sampled
+        or not, the observer does not know -- the Poisson-subsampled Gaussian mechanism with that
+        noise multiplier (add/remove one client: half the replacement sensitivity). Any other
+        client-level round counts, unamplified (q = 1), for the clients that sent in it: with
+        per-client noise alone the aggregate's noise variance reveals how many took part. The
+        composition is accounted with dp-accounting's PLD
         (:func:`~privfedstat.privacy.accounting.heterogeneous_epsilon`). Raises ``ValueError`` when
         the ledger has no client-level release; ``inf`` when one was sent without noise.
         """
@@ -205,18 +213,17 @@ class PrivacyLedger:
         sampled: dict[tuple[float, float], int] = {}  # (z, q) -> rounds, the same for every client
         full = [dict() for _ in range(self.n_clients)]
         for r in client_level:
-            took = r.sensitivity > 0
-            if not took.any():
-                continue
-            if np.any(r.sigma[took] == 0):
-                return math.inf
-            z = 2.0 * r.sigma / np.where(took, r.sensitivity, 1.0)
-            if r.sampling_rate < 1.0:
-                key = (round(float(np.min(z[took])), 12), float(r.sampling_rate))
+            if r.sampling_rate < 1.0 and r.noise_multiplier is not None:
+                if not r.noise_multiplier > 0:
+                    return math.inf
+                key = (round(float(r.noise_multiplier), 12), float(r.sampling_rate))
                 sampled[key] = sampled.get(key, 0) + 1
                 continue
+            took = r.sensitivity > 0
+            if np.any(r.sigma[took] == 0):
+                return math.inf
             for i in np.flatnonzero(took):
-                key = (round(float(z[i]), 12), 1.0)
+                key = (round(float(2.0 * r.sigma[i] / r.sensitivity[i]), 12), 1.0)
                 full[i][key] = full[i].get(key, 0) + 1
         worst = 0.0
         for blocks in {tuple(sorted(f.items())) for f in full}:

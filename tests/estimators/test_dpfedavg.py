@@ -158,3 +158,44 @@ def test_whole_client_neighbours_move_each_update_by_at_most_its_stated_sensitiv
     monkeypatch.setattr(clients, "privatize", understated)
     with tap_channel(), pytest.raises(AssertionError, match="stated sensitivity"):
         check_neighbours(make, data, neighbour)
+
+
+def test_poisson_rounds_are_topped_up_so_the_aggregate_noise_does_not_reveal_who_took_part(monkeypatch):
+    """With q < 1 the server puts noise of the calibrated sd in every silent client's row: the aggregate then
+    has the noise of all m clients whatever the sample (the amplified accounting's fixed-noise mechanism), and
+    a round with nobody sampled is not redrawn (inclusion probability stays q)."""
+    from privfedstat.estimators.base import FitContext
+
+    data = _data(m=30)
+    seen = []
+    topped = FitContext._topped_up
+
+    def spy(self, reply, weights, q, request):
+        values, w, mask = topped(self, reply, weights, q, request)
+        seen.append((reply.answered.copy(), values.copy(), float(request["mu"]), np.asarray(request["sensitivity"])))
+        return values, w, mask
+
+    monkeypatch.setattr(FitContext, "_topped_up", spy)
+    est = DPFedAvg(mu=2.0, n_rounds=40, update_clip=0.2, participation=0.05, random_state=3).fit(data)
+    assert len(seen) == 40
+    assert any(not answered.any() for answered, *_ in seen)  # empty rounds happen (0.95^30 = 21%) and are kept
+    silent = np.concatenate([v[~a] for a, v, *_ in seen])
+    sigma = 0.4 * math.sqrt(40) / 2.0
+    assert abs(silent.std() / sigma - 1) < 0.05  # top-up noise of the calibrated sd
+    z = 2.0 / (2.0 / math.sqrt(40))  # 2 sigma / Delta = 2 / mu_round
+    assert all(r.noise_multiplier == pytest.approx(z) for r in est.privacy_.releases)
+    expected = subsampled_gaussian_epsilon(z, 0.05, 40, 1e-5)
+    assert est.privacy_.amplified_epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
+    participated = np.array([r.sensitivity > 0 for r in est.privacy_.releases]).mean()
+    assert 0.02 < participated < 0.09
+
+
+def test_a_budget_charges_what_clients_that_sat_rounds_out_spent():
+    from privfedstat import PrivacyBudget
+
+    data = _data(m=10)
+    budget = PrivacyBudget(mu=3.0, n_clients=10)
+    est = DPFedAvg(mu=2.0, n_rounds=10, participation=0.5, random_state=0).fit(data, budget=budget)
+    mu = est.privacy_.client_mu
+    assert np.all(mu <= 2.0 + 1e-12) and mu.min() < 2.0 and budget.fits[0].status == "done"
+    np.testing.assert_allclose(budget.spent, mu, rtol=1e-12)  # each client is charged what it spent

@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from privfedstat import ClientFailureError, FederatedData, FedAvg, FedSGD
+from privfedstat import ClientFailureError, FederatedData, FedAvg, FedSGD, get_family
+from privfedstat.privacy import ClientNoise
 from privfedstat.estimators import base
 from privfedstat.estimators.registry import methods
 from privfedstat.federation import FailingData, InProcessClients, Participation
@@ -25,10 +26,20 @@ from privfedstat.federation.oracle import GLMOracle, MultinomialOracle
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-def test_the_verb_list_is_what_in_process_clients_answer():
-    for name in VERBS + PUBLIC:
-        assert hasattr(InProcessClients, name) or name in ("n_clients", "sizes", "n_features", "n_params", "family",
-                                                            "has_offset"), name
+def test_every_verb_is_answered_by_a_clients_backend():
+    backends = [InProcessClients]
+    try:
+        from privfedstat.deep.clients import TorchClients
+        from privfedstat.deep.newton import NewtonTorchClients
+    except ImportError:  # torch not installed: the numba backend alone
+        pass
+    else:
+        backends += [TorchClients, NewtonTorchClients]
+    for name in VERBS:
+        assert any(hasattr(b, name) for b in backends), name
+    for name in PUBLIC:
+        clients = InProcessClients(_data(), get_family("logistic"), ClientNoise([np.random.default_rng(0)] * 4))
+        assert hasattr(clients, name), name
 
 
 def _data(family="logistic", sizes=(60, 90, 120, 75)):
