@@ -7,7 +7,8 @@ never imports torch; importing this package without it raises an ImportError say
 B, from ``torch.func``); :class:`TorchClients` answers the verbs the network estimators send,
 with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
 :class:`DeepFedSGD`, :class:`DeepFedHybrid` and :class:`DeepDPFedAvg` run the server loops of the
-GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter (Algorithm 5).
+GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter (Algorithm 5);
+:class:`DeepFedAlphaNormEC` and :class:`DeepClippedFedAvg` are Fed-alpha-NormEC and its comparator.
 """
 
 try:
@@ -19,7 +20,9 @@ from .clients import TorchClients, TorchNoise
 from .data import FailingTensorData, TensorFederatedData
 from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
 from .newton import DeepFedNewton
+from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC
 from .per_sample import per_sample_clipped_mean
 
 __all__ = ["per_sample_clipped_mean", "TorchClients", "TorchNoise", "TensorFederatedData", "FailingTensorData",
-           "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "DeepFedNewton", "compute_matched_rounds"]
+           "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "DeepFedNewton", "compute_matched_rounds",
+           "DeepFedAlphaNormEC", "DeepClippedFedAvg"]

@@ -4,7 +4,7 @@
 :class:`~privfedstat.federation.InProcessClients`: it owns the clients' data
 (:class:`~privfedstat.deep.data.TensorFederatedData`), a working copy of the model, one noise
 stream and one minibatch stream per client, and answers the verbs ``gradients``,
-``local_descent``, ``clipped_update`` and ``count_at_most`` (gradient norms) with the same
+``local_descent``, ``clipped_update``, ``normec_round`` (Fed-alpha-NormEC) and ``count_at_most`` (gradient norms) with the same
 arguments and the same :class:`~privfedstat.federation.Reply`. Every reply is privatized by
 :func:`privfedstat.federation.clients.privatize` and carries its release records, so the
 Channel, the ledger, the failure policy (``on_client_failure``, fault injection through
@@ -29,7 +29,7 @@ from torch import nn
 
 from .._validation import check_iterate
 from ..federation import clients as federation_clients
-from ..federation.clients import InProcessClients, Reply, _Status
+from ..federation.clients import InProcessClients, Reply, _Status, smoothed_normalize
 from ..privacy.ledger import Release
 from .data import TensorFederatedData
 from .per_sample import PerSampleGradients, clip_factors, sample_norms
@@ -118,6 +118,7 @@ class TorchClients:
         self._batches = [seeded_generator(s) for s in batch_seed.spawn(data.n_clients)]
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None
+        self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)
         self._numels = [int(np.prod(s, dtype=np.int64)) for s in self._psg.shapes]
         trainable = dict(model.named_parameters())
         self._theta0 = torch.cat([trainable[n].detach().reshape(-1) for n in self._psg.names]).to(torch.float64).numpy()
@@ -244,6 +245,51 @@ class TorchClients:
             delta = delta * clip_factors(norms, update_clip, torch.float64)[:, None]
         noisy, rec = self._privatize(delta.numpy(), clients, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
+
+    def normec_round(self, x, *, alpha: float, beta: float, step_size: float, n_steps: int, incremental: bool,
+                     sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """One round of Fed-alpha-NormEC on every live client; ``active`` ones send (as
+        :meth:`InProcessClients.normec_round <privfedstat.federation.InProcessClients.normec_round>`).
+
+        Every live client runs its local operator T_i from ``x`` (``n_steps`` (T) gradient steps of
+        size ``gamma / T`` on its mean loss, over all its rows or over a fresh minibatch each step
+        with ``batch_size``; or with ``incremental`` one pass of per-sample steps of size
+        ``gamma / n_i`` over its rows in their order), forms ``u_i = (x - T_i(x)) / gamma`` as the
+        mean of its local gradients, ``Delta_i = Norm_alpha(u_i - v_i)`` (0 when not finite) and
+        ``v_i <- v_i + beta Delta_i`` (v_i = 0 at the start; it stays on the client). The ``active``
+        clients send ``Delta_i`` plus noise: norm below 1, client-level sensitivity 2 (``sensitivity``).
+        """
+        computing, failing = self._begin(None)
+        clients = np.flatnonzero(computing)
+        if self._memory is None:
+            self._memory = np.zeros((self.n_clients, self.n_params))
+        u = self._stack([self._local_gradient_mean(x, i, step_size, n_steps, incremental) for i in clients],
+                        self.n_params)
+        with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
+            diff = u - self._memory[clients]
+        diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
+        delta = smoothed_normalize(diff, alpha)
+        self._memory[clients] += beta * delta
+        noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
+        sent = computing if active is None else computing & np.asarray(active, dtype=bool)
+        return self._reply(self._scatter(noisy, clients), [rec], sent, failing)
+
+    def _local_gradient_mean(self, x, i: int, step_size: float, n_steps: int, incremental: bool) -> np.ndarray:
+        """``(x - T_i(x)) / gamma`` for client i: the mean of the (unclipped) gradients along its local path."""
+        params = self._params(x)
+        grads = []
+        if incremental:
+            inputs, targets = self._rows(i)
+            steps = [(inputs[j:j + 1], targets[j:j + 1]) for j in range(inputs.shape[0])]
+            eta = step_size / inputs.shape[0]
+        else:
+            steps = (self._rows(i, batch=True) for _ in range(n_steps))
+            eta = step_size / n_steps
+        for inputs, targets in steps:
+            g = self._psg.mean_gradient(params, inputs, targets)
+            grads.append(self._flat(g))
+            params = {n: p - eta * d for (n, p), d in zip(params.items(), g)}
+        return np.mean(grads, axis=0)
 
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each asked client's number of rows whose per-sample gradient norm is <= ``threshold``, plus noise
