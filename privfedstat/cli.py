@@ -140,6 +140,26 @@ def _print_table(table, by: list[str]) -> None:
         print(wide.reindex(columns=cols).to_string())
 
 
+def _reproduce_normec(args, parser) -> int:
+    """``reproduce normec-digits | normec-cifar`` (Fed-alpha-NormEC, Figs. 1-4, :mod:`privfedstat.deep.normec_study`)."""
+    try:
+        from .deep.normec_study import reproduce_normec
+
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        df, table, stem = reproduce_normec(
+            args.study.removeprefix("normec-"), data_dir=args.data_dir, out=args.out,
+            clients=None if args.clients is None else int(args.clients), rounds=args.rounds, seed=args.seed,
+            progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        parser.error(str(exc))
+    print(table.to_string())
+    print(f"\nresults: {stem}.csv, figure: {stem}.png")
+    return 0
+
+
 def _reproduce_cnn(args, parser) -> int:
     """``reproduce cnn-mnist | cnn-cifar | cnn-digits`` (Section 5.2, :mod:`privfedstat.deep.study`)."""
     try:
@@ -195,9 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--task", choices=["binary", "multiclass"], default="binary", help="mnist-logistic: task")
     p_rep.add_argument("--splits", type=int, default=3, help="mnist-logistic: repeated client splits S")
     p_rep.add_argument("--sizes", default=None, help="cnn-*: Scenario 1's images per client, e.g. 50,100,200")
-    p_rep.add_argument("--clients", default=None, help="cnn-*: Scenario 2's numbers of clients, e.g. 100,200")
+    p_rep.add_argument("--clients", default=None, help="cnn-*: Scenario 2's numbers of clients, e.g. 100,200; normec-*: M")
     p_rep.add_argument("--scenario", choices=["1", "2", "both"], default="both", help="cnn-*: which scenarios")
-    p_rep.add_argument("--threads", type=int, default=None, help="cnn-*: torch threads (default: torch's)")
+    p_rep.add_argument("--threads", type=int, default=None, help="cnn-*, normec-*: torch threads (default: torch's)")
+    p_rep.add_argument("--rounds", type=int, default=None, help="normec-*: communication rounds R (default: preset's)")
     args = parser.parse_args(argv)
     if args.command == "reproduce" and args.reps is None and not args.study.startswith("cnn-"):
         args.reps = 100
@@ -210,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         print("mnist-logistic  Section 5.1: client-level AUC/accuracy of nine estimators on MNIST (--data-dir) or digits")
         print("cnn-mnist, cnn-cifar, cnn-digits  Section 5.2: CNN test accuracy of four private methods (--data-dir; "
               "digits offline; needs torch)")
+        print("normec-digits, normec-cifar  Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4 (--clients M, --rounds R; "
+              "cifar: --data-dir; needs torch)")
         print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
               "methods at their defaults)")
         return 0
@@ -259,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "reproduce" and args.study.startswith("cnn-"):
         return _reproduce_cnn(args, parser)
+
+    if args.command == "reproduce" and args.study.startswith("normec-"):
+        return _reproduce_normec(args, parser)
 
     if args.command == "demo":
         args.study, args.family, args.mu, args.clip, args.seed = "fig5", "logistic", 2.0, "auto", 0
