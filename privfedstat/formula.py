@@ -82,8 +82,11 @@ def glm(
         Fit a penalised GLM (federated lasso / elastic net): the mean loss plus
         ``alpha (l1_ratio ||b||_1 + (1 - l1_ratio) ||b||^2 / 2)``, scikit-learn's and glmnet's
         scaling; give ``alpha=`` and, for ``"elasticnet"``, ``l1_ratio=``. The intercept is not
-        penalised; with the default ``scaling="private"`` the penalty acts on the standardised
-        columns (glmnet's ``standardize=TRUE``), coefficients are reported on the original scale.
+        penalised; with the default ``scaling="private"`` the penalty acts on the columns as the
+        private scaling sets them (centre: a private median; scale: the private 90% quantile of
+        ``|x - centre|``, see ``fit.scaler_`` -- not glmnet's standard deviations, so the same alpha
+        selects differently from ``standardize=TRUE``); pass public ``FeatureBounds`` as ``scaling``
+        to fix the scale yourself. Coefficients are reported on the original scale.
         Only the penalised methods take it ("fednmap", the default; its baselines "zhang" and
         "fedcanon"); they report no standard errors (intervals after selection are not valid).
     mu : float, default 2.0

@@ -38,8 +38,9 @@ _PENALTY_DOC = """
         The regulariser phi: the lasso ``alpha ||x||_1``, or the elastic net
         ``alpha (l1_ratio ||x||_1 + (1 - l1_ratio) ||x||^2 / 2)`` (glmnet's and scikit-learn's
         scaling: the paper's ``nu1 = alpha l1_ratio``, ``nu2 = alpha (1 - l1_ratio) / 2``), on
-        the fitting scale (the standardised columns with ``scaling``, as glmnet's
-        ``standardize=TRUE``) and on every coefficient but those in ``unpenalized``.
+        the fitting scale (with ``scaling``, the columns as it rescales them: the private scaling
+        uses a robust centre and the 90% quantile of ``|x - centre|``, not glmnet's standard
+        deviations) and on every coefficient but those in ``unpenalized``.
     alpha : float, default 0.01
         Penalty strength (>= 0; 0 fits the unpenalised likelihood). Choose it by validation;
         0.01 keeps coefficients of standardised columns whose score exceeds 0.01 in size.
