@@ -110,14 +110,23 @@ class FemnistCNN(_PlainCNN):
     layers and the count are stated in Section V-A]. Counts: 160 + 4640 + 18,496 + 4030 = 27,326.
     A flat 196-vector input is reshaped to 1 x 14 x 14 by the caller.
 
+    Parameters
+    ----------
+    n_classes : int, default 62
+        Outputs of the head (62 FEMNIST classes; 10 for the digits stand-in
+        :func:`~privfedstat.data.femnist_standin`, which gives 64 x 10 + 10 = 650 head parameters and
+        23,946 in all).
+
     References
     ----------
     Kabgani, A. and Ahookhosh, M. Beyond conventional federated learning via high-order
     regularization (HiFedProx), Section V-A.
     """
 
-    def __init__(self) -> None:
-        super().__init__(1, 14, (16, 32), 64, 62)
+    def __init__(self, n_classes: int = 62) -> None:
+        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
+            raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+        super().__init__(1, 14, (16, 32), 64, n_classes)
 
 
 class DigitsCNN(_PlainCNN):
