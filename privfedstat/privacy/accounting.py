@@ -256,7 +256,10 @@ def noise_multiplier_for_epsilon(
     Bisection on ``z`` (as Opacus' ``get_noise_multiplier``): the bracket is doubled until its
     upper end meets the target, then halved until the upper end's epsilon lies within ``tol``
     below the target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``,
-    with epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization.
+    with epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. The search
+    itself runs on a 10x coarser PLD grid (about 10x cheaper; pessimistic, so its epsilons lie
+    slightly above) to within ``tol / 2``, then checks, and if need be continues, on the default
+    grid. Results are cached per (target, delta, q, T, tol).
 
     Parameters
     ----------
@@ -288,12 +291,28 @@ def noise_multiplier_for_epsilon(
     return _noise_multiplier(target, _open_unit(delta, "delta"), float(sampling_rate), operator.index(steps), tol)
 
 
+#: grid step of the PLDs the search evaluates before the final check at the default 1e-4: about 10x cheaper, and
+#: its (pessimistic) epsilons lie within 1e-5 relative above the default's
+_SEARCH_INTERVAL = 1e-3
+
+
 @functools.lru_cache(maxsize=256)
 def _noise_multiplier(target: float, delta: float, q: float, steps: int, tol: float) -> float:
-    def eps(z: float) -> float:
+    """The search of :func:`noise_multiplier_for_epsilon`: on the coarse grid to within ``tol / 2``, then on the
+    default grid from that point (one evaluation when it already lies within ``tol`` below the target; else the
+    search goes on there, so the guarantee is always the default grid's)."""
+    def coarse(z: float) -> float:
+        return subsampled_gaussian_epsilon(z, q, steps, delta, value_discretization_interval=_SEARCH_INTERVAL)
+
+    def fine(z: float) -> float:
         return subsampled_gaussian_epsilon(z, q, steps, delta)
 
-    lo, hi = 0.0, 1.0
+    _, hi = _search(coarse, target, 0.5 * tol, 0.0, 1.0)
+    return _search(fine, target, tol, 0.0, hi)[1]
+
+
+def _search(eps, target: float, tol: float, lo: float, hi: float) -> tuple[float, float]:
+    """Double ``hi`` until ``eps(hi) <= target``, then bisect [lo, hi] until ``target - tol <= eps(hi)``."""
     eps_hi = eps(hi)
     while eps_hi > target:
         lo, hi = hi, 2.0 * hi
@@ -310,4 +329,4 @@ def _noise_multiplier(target: float, delta: float, q: float, steps: int, tol: fl
             lo = mid
         else:
             hi, eps_hi = mid, eps_mid
-    return hi
+    return lo, hi

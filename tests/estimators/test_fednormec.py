@@ -196,6 +196,24 @@ def test_a_target_epsilon_is_met_by_the_pld_and_reported():
     np.testing.assert_allclose(est.privacy_.client_mu, est.mu_ * np.sqrt(took.sum(axis=0) / R), rtol=1e-12)
 
 
+def test_the_calibration_is_conservative_and_cached():
+    """The search runs on a coarse PLD grid; the sigma it returns meets the target on the default grid and, at
+    p = 1, on a 10x finer one and under the exact GDP composition sqrt(R) / sigma; a second call is a cache hit."""
+    from privfedstat.privacy import accounting
+    from privfedstat.privacy.gdp import epsilon_from_mu
+
+    for p, R in ((1.0, 300), (0.5, 20)):
+        z = normec_noise_multiplier(8.0, 1e-5, p, R)
+        assert 8.0 - 1e-3 <= subsampled_gaussian_epsilon(z, p, R, 1e-5) <= 8.0
+        assert subsampled_gaussian_epsilon(0.999 * z, p, R, 1e-5) > 8.0 - 1e-3  # near the smallest such sigma
+    z = normec_noise_multiplier(8.0, 1e-5, 1.0, 300)
+    assert subsampled_gaussian_epsilon(z, 1.0, 300, 1e-5, value_discretization_interval=1e-5) <= 8.0
+    assert epsilon_from_mu(math.sqrt(300) / z, 1e-5) <= 8.0
+    hits = accounting._noise_multiplier.cache_info().hits
+    normec_noise_multiplier(8.0, 1e-5, 0.5, 20)
+    assert accounting._noise_multiplier.cache_info().hits == hits + 1
+
+
 def test_the_papers_sigma_formula_and_its_actual_epsilon():
     R, p, eps, delta = 20, 0.5, 4.0, 1e-5
     sigma = normec_noise_multiplier(eps, delta, p, R, rule="paper")
