@@ -7,7 +7,7 @@ the ledger live in :mod:`privfedstat.privacy`.
 """
 
 from .data import FederatedData
-from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
+from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
 from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
                          PrivacyLeakWarning, PrivacyNoiseWarning)
 from .families import get_family
@@ -19,7 +19,7 @@ from . import simulations, theory
 
 __version__ = "0.1.0"
 
-__all__ = ["DPFedAvg", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "ClientFailureError", 
+__all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "ClientFailureError", 
     "theory",
     "simulations",
     "FederatedData",

@@ -3,6 +3,7 @@
 from .base import FederatedEstimator, clone
 from .baselines import LocalFit, PooledMLE
 from .dpfedavg import DPFedAvg
+from .hifedprox import HiFedProx
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
 from .fedirls import FedIRLS
@@ -13,4 +14,4 @@ from .fedsgd import FedSGD
 from .scaffold import Scaffold
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]
+__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register"]

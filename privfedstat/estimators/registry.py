@@ -206,6 +206,7 @@ def _register_builtin() -> None:
     from .fednmap import FedCanon, FedNMap, ZhangComposite
     from .fednormec import ClippedFedAvg, FedAlphaNormEC
     from .fednewton import FedNewton
+    from .hifedprox import HiFedProx
     from .fedsgd import PAPER_N_ITER, FedSGD
     from .scaffold import Scaffold
 
@@ -244,6 +245,9 @@ def _register_builtin() -> None:
                    "baseline (reconstructed)", {"n_rounds": 3, "n_local_steps": 2, "alpha": 0.01}),
         MethodSpec("fedcanon", FedCanon, True, "FedCanon (Zhou et al. 2025, reconstructed): SCAFFOLD with a server "
                    "proximal step, FedNMap's baseline", {"n_rounds": 2, "n_local_steps": 2, "alpha": 0.01}),
+        MethodSpec("hifedprox", HiFedProx, True, "HiFedProx (Kabgani & Ahookhosh): power-p proximal local objectives "
+                   "with Armijo minibatch steps; client-level DP as DP-FedAvg", {"n_rounds": 3, "n_local_steps": 2,
+                                                                                  "batch_size": 16}),
         MethodSpec("pooled", PooledMLE, False, "NP-Pooled: MLE on the pooled raw data (not private)"),
         MethodSpec("localfit", LocalFit, False, "NP-LocalFit: one MLE per client (not private)", per_client=True),
     ):

@@ -16,6 +16,7 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``composite_round``    Q noisy local proximal / normal-map steps with a correction c_i kept, one vector sent (FedNMap)
 ``clipped_update``     K local steps, the model update clipped to S (client-level DP-FedAvg)
 ``normec_round``       local steps, ``Norm_alpha(u_i - v_i)`` sent, error memory v_i kept (Fed-alpha-NormEC)
+``hifedprox_round``    S_i Armijo minibatch steps on ``f_i + phi_p(u - w)``, ``Delta_i`` clipped to S sent (HiFedProx)
 ``hessians``           ``sym_to_vec`` of the mean of per-sample Hessians clipped to C_H
 ``newton_steps``       FedNewton's local Newton step (Hessian on the first half, gradient on the second)
 ``head_newton_steps``  a network's head-only empirical-Fisher Newton step (torch clients, ``deep.newton``)
@@ -56,7 +57,8 @@ __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_no
            "PUBLIC"]
 
 #: the requests a clients backend answers (everything the server may ask of the clients)
-VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round", "hessians", "newton_steps", "head_newton_steps", "score_outer",
+VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round",
+         "hifedprox_round", "hessians", "newton_steps", "head_newton_steps", "score_outer",
          "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
          "split_halves", "rescale")
 #: what the server may know of the clients besides their replies (public metadata)
@@ -409,6 +411,46 @@ class InProcessClients:
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         sent = computing if active is None else computing & np.asarray(active, dtype=bool)
         return self._reply(noisy, [rec], sent, failing)
+
+    def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
+                        update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """One round of HiFedProx (Kabgani & Ahookhosh): each asked client's ``Delta_i = u_i - w``, clipped to S, plus noise.
+
+        Client i takes ``n_steps[i]`` (S_i) local steps from the broadcast w on
+        ``f_B(u) + phi(u - w)`` (``prox``: :class:`~privfedstat.federation.power_prox.PowerProx`), each on
+        a fresh minibatch of ``min(batch_size, n_i)`` rows drawn from its stream for the round
+        (:func:`~privfedstat.federation.power_prox.client_batch_rng` of the public ``batch_seed``) with
+        Armijo backtracking from ``step_size[i]`` (alpha0;
+        :func:`~privfedstat.federation.power_prox.power_prox_descent`). ``Delta_i`` is clipped to L2
+        norm S (``update_clip``; a non-finite one is sent as 0), so replacing the client's whole
+        dataset moves it by at most 2S (``sensitivity``): a client-level release. With mu = inf (no
+        privacy) each row also carries two diagnostics after ``Delta_i``: the client's Armijo trial
+        points and its failed line searches.
+        """
+        from .power_prox import clip_updates, client_batch_rng, minibatch_rows, power_prox_descent
+
+        answered, failing = self._begin(active)
+        clients = np.flatnonzero(answered)
+        data, family, sizes = self._oracle.data, self.family, self.sizes
+        rngs = [client_batch_rng(batch_seed, i) for i in clients]
+
+        def batch_objective(step: int, who: np.ndarray):
+            rows = [minibatch_rows(rngs[k], int(sizes[clients[k]]), batch_size) for k in who]
+            o = make_oracle(data.take(np.concatenate([data.offsets[clients[k]] + r for k, r in zip(who, rows)]),
+                                      np.array([r.size for r in rows])), family)
+            return o.losses, lambda U: (o.losses(U), o.clipped_gradients(U, math.inf))
+
+        u, trials, failures = power_prox_descent(np.asarray(w, dtype=np.float64), np.asarray(n_steps)[clients],
+                                                 np.asarray(step_size, dtype=np.float64)[clients], prox, armijo,
+                                                 batch_objective)
+        delta = np.zeros((self.n_clients, self.n_params))
+        delta[clients] = clip_updates(u - w, update_clip)
+        noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
+        if math.isinf(mu):
+            diagnostics = np.zeros((self.n_clients, 2))
+            diagnostics[clients] = np.column_stack([trials, failures])
+            noisy = np.hstack([noisy, diagnostics])
+        return self._reply(noisy, [rec], answered, failing)
 
     def _local_gradient_mean(self, x, step_size: float, n_steps: int, incremental: bool) -> np.ndarray:
         """``(x - T_i(x)) / gamma`` for every client, the mean of the (unclipped) gradients along its local path."""
