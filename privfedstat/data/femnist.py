@@ -216,6 +216,11 @@ def load_femnist(data_dir, n_writers: int = 60, random_state: RandomState = 0, *
         Malformed JSON or LEAF structure, images that are not 784 values in [0, 1], labels outside
         0..61, or fewer eligible writers than ``n_writers``.
 
+    Notes
+    -----
+    Every file is parsed twice (the first pass counts each writer's examples, the second keeps the
+    chosen writers' images), so memory holds one file and the chosen writers, not the data set.
+
     References
     ----------
     Caldas, S. et al. (2018). LEAF: a benchmark for federated settings. arXiv:1812.01097.
