@@ -8,7 +8,8 @@ B, from ``torch.func``); :class:`TorchClients` answers the verbs the network est
 with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
 :class:`DeepFedSGD`, :class:`DeepFedHybrid` and :class:`DeepDPFedAvg` run the server loops of the
 GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter (Algorithm 5);
-:class:`DeepFedAlphaNormEC` and :class:`DeepClippedFedAvg` are Fed-alpha-NormEC and its comparator.
+:class:`DeepFedAlphaNormEC` and :class:`DeepClippedFedAvg` are Fed-alpha-NormEC and its comparator;
+:class:`DeepHiFedProx` is HiFedProx (power-p proximal local steps with Armijo backtracking).
 """
 
 try:
@@ -19,10 +20,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from .clients import TorchClients, TorchNoise
 from .data import FailingTensorData, TensorFederatedData
 from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
+from .hifedprox import DeepHiFedProx
 from .newton import DeepFedNewton
 from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC
 from .per_sample import per_sample_clipped_mean
 
 __all__ = ["per_sample_clipped_mean", "TorchClients", "TorchNoise", "TensorFederatedData", "FailingTensorData",
            "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "DeepFedNewton", "compute_matched_rounds",
-           "DeepFedAlphaNormEC", "DeepClippedFedAvg"]
+           "DeepFedAlphaNormEC", "DeepClippedFedAvg", "DeepHiFedProx"]

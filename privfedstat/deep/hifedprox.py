@@ -1,0 +1,133 @@
+"""HiFedProx for networks (Kabgani & Ahookhosh): the GLM estimator's rounds, run on torch clients.
+
+:class:`DeepHiFedProx` subclasses :class:`~privfedstat.HiFedProx` through the network mixin of
+:mod:`privfedstat.deep.estimators`: the server loop (cohorts, client-uniform average, minibatch
+seeds per round, optional client-level DP and its ledger) is the GLM estimator's; the clients are
+:class:`HiFedProxTorchClients`, whose verb ``hifedprox_round`` takes the local steps with the same
+solver (:func:`~privfedstat.federation.power_prox.power_prox_descent`) and the same minibatch
+streams as the numba clients, on the network's minibatch loss (one gradient evaluation per local
+step, one forward pass per Armijo trial). The paper's network is
+:class:`~privfedstat.deep.models.FemnistCNN` (27,326 parameters).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+from ..estimators.hifedprox import HiFedProx
+from ..federation.clients import Reply
+from ..federation.power_prox import clip_updates, client_batch_rng, minibatch_rows, power_prox_descent
+from .clients import TorchClients
+from .estimators import _Network, _loss
+
+__all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
+
+
+class HiFedProxTorchClients(TorchClients):
+    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``hifedprox_round`` (HiFedProx's local steps)."""
+
+    def _batch_loss(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._psg.loss_fn(functional_call(self._psg.model, params, (inputs,)), targets)
+
+    def _loss(self, u: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+        """The minibatch mean loss at the flat parameters u (one forward pass), as an array of one float64."""
+        with torch.no_grad():
+            return np.array([float(self._batch_loss(self._params(u), inputs, targets))])
+
+    def _loss_and_gradient(self, u: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """The minibatch mean loss and its gradient at u (one forward and one backward pass), float64."""
+        g, f = grad_and_value(lambda p: self._batch_loss(p, inputs, targets))(self._params(u))
+        return np.array([float(f)]), self._flat([g[n] for n in self._psg.names])[None]
+
+    def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
+                        update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+        """One HiFedProx round on each asked client, as
+        :meth:`InProcessClients.hifedprox_round <privfedstat.federation.InProcessClients.hifedprox_round>`:
+        ``n_steps[i]`` Armijo steps on ``f_B + phi(u - w)`` over minibatches from the client's stream
+        for the round, ``Delta_i`` clipped to S plus noise (client-level), and with mu = inf the
+        client's Armijo trial points and failed line searches after it."""
+        answered, failing = self._begin(active)
+        clients = np.flatnonzero(answered)
+        w = np.asarray(w, dtype=np.float64)
+        steps, alphas = np.asarray(n_steps), np.asarray(step_size, dtype=np.float64)
+        local, diagnostics = [], []
+        for i in clients:
+            rng, lo, n = client_batch_rng(batch_seed, i), int(self._offsets[i]), int(self.sizes[i])
+
+            def batch_objective(step: int, who: np.ndarray, rng=rng, lo=lo, n=n):
+                rows = torch.from_numpy(lo + minibatch_rows(rng, n, batch_size))
+                inputs, targets = self._inputs[rows], self._targets[rows]
+                return (lambda U: self._loss(U[0], inputs, targets)), (lambda U: self._loss_and_gradient(U[0], inputs,
+                                                                                                      targets))
+
+            u, trials, failures = power_prox_descent(w, steps[i:i + 1], alphas[i:i + 1], prox, armijo, batch_objective)
+            local.append(u[0])
+            diagnostics.append([trials[0], failures[0]])
+        delta = clip_updates(self._stack(local, self.n_params) - w, update_clip)
+        noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
+        values = self._scatter(noisy, clients)
+        if math.isinf(mu):
+            values = np.hstack([values, self._scatter(self._stack(diagnostics, 2), clients)])
+        return self._reply(values, [rec], answered, failing)
+
+
+class DeepHiFedProx(_Network, HiFedProx):
+    """HiFedProx for networks: power-p proximal local objectives with Armijo minibatch steps.
+
+    The algorithm, the decisions where the paper is open, the participation and the optional
+    client-level privacy are those of :class:`~privfedstat.HiFedProx`; the clients take their
+    local steps on the network's minibatch loss (verb ``hifedprox_round`` of
+    :class:`HiFedProxTorchClients`). The paper's study: ``model=FemnistCNN()``, ``mu=inf``,
+    ``n_rounds=100``, ``participation=18`` of 60 writers, ``batch_size=16``, ``n_local_steps=3``,
+    ``step_size=0.5``, ``prox_coef=0.03``, ``prox_radius=1`` and p in 2..8
+    (:mod:`privfedstat.deep.hifedprox_study`).
+
+    Parameters: those of :class:`~privfedstat.HiFedProx` (same names, meanings and defaults) except
+    ``family``, ``secure_mode`` and ``inference``, plus:
+
+    model : torch.nn.Module
+        The network (float32 or float64; its current weights are w^0); never changed by ``fit``.
+        No default: its initial weights are the caller's (the study draws them once per seed and
+        shares them across p), e.g. :class:`~privfedstat.deep.models.FemnistCNN`.
+    loss : {"cross_entropy", "nll"} or callable, default "cross_entropy"
+        f_i's per-batch mean loss, ``loss(outputs, targets)``.
+
+    ``fit`` takes a :class:`~privfedstat.deep.data.TensorFederatedData`; ``coef_`` is the flat
+    parameter vector and ``model_`` a copy of ``model`` holding it (see
+    :mod:`privfedstat.deep.estimators`). The attributes are :class:`~privfedstat.HiFedProx`'s
+    (``displacements_``, ``armijo_trials_``, ``line_search_failures_``, ...).
+    """
+
+    method = "HiFedProx (network)"
+    clip = math.inf  # no per-sample clipping (the update is clipped)
+
+    def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 100,
+                 power: float = 5.0, prox_coef: float = 0.03, prox_radius: float = 1.0, n_local_steps=3,
+                 step_size=0.5, batch_size: int | None = 16, armijo_c: float = 1e-4, backtrack_factor: float = 0.5,
+                 max_backtracks: int = 12, update_clip: float | str = "auto", participation=None, random_state=None,
+                 on_client_failure: str = "raise") -> None:
+        self.model = model
+        self.loss = loss
+        self.mu = mu
+        self.n_rounds = n_rounds
+        self.power = power
+        self.prox_coef = prox_coef
+        self.prox_radius = prox_radius
+        self.n_local_steps = n_local_steps
+        self.step_size = step_size
+        self.batch_size = batch_size
+        self.armijo_c = armijo_c
+        self.backtrack_factor = backtrack_factor
+        self.max_backtracks = max_backtracks
+        self.update_clip = update_clip
+        self.participation = participation
+        self.random_state = random_state
+        self.on_client_failure = on_client_failure
+
+    def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> HiFedProxTorchClients:
+        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed)
