@@ -160,6 +160,27 @@ def _reproduce_normec(args, parser) -> int:
     return 0
 
 
+def _reproduce_fednmap(args, parser) -> int:
+    """``reproduce fednmap`` (FedNMap, Figs. 2-5 on the GLM backend, :mod:`privfedstat.simulations.fednmap_study`)."""
+    from dataclasses import replace
+
+    from .simulations.fednmap_study import FedNMapStudy, reproduce_fednmap
+
+    try:
+        ints = {k: tuple(int(x) for x in v.split(",")) for k, v in
+                (("clients_sweep", args.clients), ("steps_sweep", args.local_steps)) if v is not None}
+        scale = dict(trials=args.reps, n_rounds=args.rounds, n_samples=args.samples, noise_sd=args.noise_sd)
+        study = replace(FedNMapStudy(), **ints, **{k: v for k, v in scale.items() if v is not None})
+        _, slopes, stem = reproduce_fednmap(out=args.out, study=study, seed=args.seed, progress=not args.no_progress)
+    except ValueError as exc:
+        parser.error(str(exc))
+    cols = ["figure", "variable", "method", "rule", "slope", "se", "paper", "theory"]
+    print(f"slopes of log final stationarity (T = {study.n_rounds}, eta_hat = 1 in Figs. 3-4, noise sd "
+          f"{study.noise_sd:g}, {study.trials} trials):\n{slopes[cols].round(3).to_string(index=False)}")
+    print(f"\nresults: {stem}.csv, slopes: {stem}-slopes.csv, figures: {stem}-fig{{2,3,4,5}}.png")
+    return 0
+
+
 def _reproduce_cnn(args, parser) -> int:
     """``reproduce cnn-mnist | cnn-cifar | cnn-digits`` (Section 5.2, :mod:`privfedstat.deep.study`)."""
     try:
@@ -219,8 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--scenario", choices=["1", "2", "both"], default="both", help="cnn-*: which scenarios")
     p_rep.add_argument("--threads", type=int, default=None, help="cnn-*, normec-*: torch threads (default: torch's)")
     p_rep.add_argument("--rounds", type=int, default=None, help="normec-*: communication rounds R (default: preset's)")
+    p_rep.add_argument("--local-steps", default=None, help="fednmap: Figs. 4-5's numbers of local steps Q, e.g. 5,10,20")
+    p_rep.add_argument("--samples", type=int, default=None, help="fednmap: pooled rows (divisible by every n)")
+    p_rep.add_argument("--noise-sd", type=float, default=None, help="fednmap: noise sd of every local gradient")
     args = parser.parse_args(argv)
-    if args.command == "reproduce" and args.reps is None and not args.study.startswith("cnn-"):
+    if args.command == "reproduce" and args.reps is None and not args.study.startswith(("cnn-", "fednmap")):
         args.reps = 100
 
     if args.command == "studies":
@@ -233,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
               "digits offline; needs torch)")
         print("normec-digits, normec-cifar  Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4 (--clients M, --rounds R; "
               "cifar: --data-dir; needs torch)")
+        print("fednmap  FedNMap vs Zhang vs FedCanon, Figs. 2-5: stationarity vs rounds, log-log slopes in n and Q "
+              "(--clients, --local-steps, --rounds, --reps, --samples, --noise-sd)")
         print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
               "methods at their defaults)")
         return 0
@@ -285,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "reproduce" and args.study.startswith("normec-"):
         return _reproduce_normec(args, parser)
+
+    if args.command == "reproduce" and args.study == "fednmap":
+        return _reproduce_fednmap(args, parser)
 
     if args.command == "demo":
         args.study, args.family, args.mu, args.clip, args.seed = "fig5", "logistic", 2.0, "auto", 0
