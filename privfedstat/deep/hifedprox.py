@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad_and_value
+from torch.func import functional_call
 
 from ..estimators.hifedprox import HiFedProx
 from ..federation.clients import Reply
@@ -41,8 +41,9 @@ class HiFedProxTorchClients(TorchClients):
 
     def _loss_and_gradient(self, u: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The minibatch mean loss and its gradient at u (one forward and one backward pass), float64."""
-        g, f = grad_and_value(lambda p: self._batch_loss(p, inputs, targets))(self._params(u))
-        return np.array([float(f)]), self._flat([g[n] for n in self._psg.names])[None]
+        params = {n: t.detach().requires_grad_() for n, t in self._params(u).items()}
+        f = self._batch_loss(params, inputs, targets)
+        return np.array([float(f)]), self._flat(list(torch.autograd.grad(f, list(params.values()))))[None]
 
     def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
                         update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
