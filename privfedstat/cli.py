@@ -160,6 +160,28 @@ def _reproduce_normec(args, parser) -> int:
     return 0
 
 
+def _reproduce_hifedprox(args, parser) -> int:
+    """``reproduce hifedprox`` (HiFedProx's exponent study, Tables II-III, :mod:`privfedstat.deep.hifedprox_study`)."""
+    try:
+        from .deep.hifedprox_study import reproduce_hifedprox
+
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        lists = {k: None if v is None else tuple(cast(x) for x in v.split(",")) for k, v, cast in
+                 (("powers", args.powers, float), ("seeds", args.seeds, int), ("conditions", args.conditions, str))}
+        _, report, stem = reproduce_hifedprox(data_dir=args.data_dir, out=args.out, progress=not args.no_progress,
+                                              n_rounds=args.rounds,
+                                              n_writers=None if args.clients is None else int(args.clients), **lists)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        parser.error(str(exc))
+    print(report)
+    print(f"\nresults: {stem}-records.csv, {stem}-rounds.csv, tables: {stem}-table2.csv, {stem}-table3.csv, "
+          f"{stem}.md, figure: {stem}.png")
+    return 0
+
+
 def _reproduce_fednmap(args, parser) -> int:
     """``reproduce fednmap`` (FedNMap, Figs. 2-5 on the GLM backend, :mod:`privfedstat.simulations.fednmap_study`)."""
     from dataclasses import replace
@@ -178,6 +200,31 @@ def _reproduce_fednmap(args, parser) -> int:
     print(f"slopes of log final stationarity (T = {study.n_rounds}, eta_hat = 1 in Figs. 3-4, noise sd "
           f"{study.noise_sd:g}, {study.trials} trials):\n{slopes[cols].round(3).to_string(index=False)}")
     print(f"\nresults: {stem}.csv, slopes: {stem}-slopes.csv, figures: {stem}-fig{{2,3,4,5}}.png")
+    return 0
+
+
+def _reproduce_fednmap_mobilenet(args, parser) -> int:
+    """``reproduce fednmap-mobilenet`` (FedNMap's Fig. 6, :mod:`privfedstat.deep.fednmap_study`)."""
+    try:
+        from dataclasses import replace
+
+        from .deep.fednmap_study import MobileNetStudy, reproduce_fednmap_mobilenet
+
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        scale = dict(n_clients=None if args.clients is None else int(args.clients), n_rounds=args.rounds,
+                     n_local_steps=None if args.local_steps is None else int(args.local_steps),
+                     n_images=args.samples)
+        study = replace(MobileNetStudy(), **{k: v for k, v in scale.items() if v is not None})
+        _, table, stem = reproduce_fednmap_mobilenet(dataset="digits" if args.data_dir is None else "cifar",
+                                                     data_dir=args.data_dir, out=args.out, study=study, seed=args.seed,
+                                                     progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        parser.error(str(exc))
+    print(f"after {study.n_rounds} rounds:\n{table[['hoyer', 'loss', 'zeros']].round(4).to_string()}")
+    print(f"\nresults: {stem}.csv, figure: {stem}.png")
     return 0
 
 
@@ -239,10 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--clients", default=None, help="cnn-*: Scenario 2's numbers of clients, e.g. 100,200; normec-*: M")
     p_rep.add_argument("--scenario", choices=["1", "2", "both"], default="both", help="cnn-*: which scenarios")
     p_rep.add_argument("--threads", type=int, default=None, help="cnn-*, normec-*: torch threads (default: torch's)")
-    p_rep.add_argument("--rounds", type=int, default=None, help="normec-*: communication rounds R (default: preset's)")
+    p_rep.add_argument("--rounds", type=int, default=None,
+                       help="normec-*, hifedprox: communication rounds R (default: preset's / 100)")
     p_rep.add_argument("--local-steps", default=None, help="fednmap: Figs. 4-5's numbers of local steps Q, e.g. 5,10,20")
     p_rep.add_argument("--samples", type=int, default=None, help="fednmap: pooled rows (divisible by every n)")
     p_rep.add_argument("--noise-sd", type=float, default=None, help="fednmap: noise sd of every local gradient")
+    p_rep.add_argument("--powers", default=None, help="hifedprox: exponents p, e.g. 2,5,8 (default 2..8)")
+    p_rep.add_argument("--seeds", default=None, help="hifedprox: paired seeds, e.g. 3001,3002 (default 3001..3005)")
+    p_rep.add_argument("--conditions", default=None, help="hifedprox: among clean,moderate,severe (default all)")
     args = parser.parse_args(argv)
     if args.command == "reproduce" and args.reps is None and not args.study.startswith(("cnn-", "fednmap")):
         args.reps = 100
@@ -259,8 +310,14 @@ def main(argv: list[str] | None = None) -> int:
               "cifar: --data-dir; needs torch)")
         print("fednmap  FedNMap vs Zhang vs FedCanon, Figs. 2-5: stationarity vs rounds, log-log slopes in n and Q "
               "(--clients, --local-steps, --rounds, --reps, --samples, --noise-sd)")
+        print("fednmap-mobilenet  Fig. 6: MobileNetV3-Small with l1 on label-sorted clients, Hoyer sparsity and "
+              "training loss (digits offline, CIFAR-10 with --data-dir; --clients n, --local-steps Q, --rounds, "
+              "--samples images; needs torch)")
         print("coverage  issue 10: coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; "
               "methods at their defaults)")
+        print("hifedprox  HiFedProx's exponent study, Tables II-III: p in 2..8 under clean / moderate / severe stress "
+              "(FEMNIST with --data-dir LEAF_DIR, else an offline digits stand-in; --rounds, --powers, --seeds, "
+              "--conditions, --clients writers; needs torch)")
         return 0
 
     if args.command == "methods":
@@ -312,8 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reproduce" and args.study.startswith("normec-"):
         return _reproduce_normec(args, parser)
 
+    if args.command == "reproduce" and args.study == "hifedprox":
+        return _reproduce_hifedprox(args, parser)
+
     if args.command == "reproduce" and args.study == "fednmap":
         return _reproduce_fednmap(args, parser)
+
+    if args.command == "reproduce" and args.study == "fednmap-mobilenet":
+        return _reproduce_fednmap_mobilenet(args, parser)
 
     if args.command == "demo":
         args.study, args.family, args.mu, args.clip, args.seed = "fig5", "logistic", 2.0, "auto", 0
