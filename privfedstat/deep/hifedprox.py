@@ -43,7 +43,7 @@ class HiFedProxTorchClients(TorchClients):
         """The minibatch mean loss and its gradient at u (one forward and one backward pass), float64."""
         params = {n: t.detach().requires_grad_() for n, t in self._params(u).items()}
         f = self._batch_loss(params, inputs, targets)
-        return np.array([float(f)]), self._flat(list(torch.autograd.grad(f, list(params.values()))))[None]
+        return np.array([float(f.detach())]), self._flat(list(torch.autograd.grad(f, list(params.values()))))[None]
 
     def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
                         update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:

@@ -9,13 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-
 from privfedstat import HiFedProx  # noqa: E402
 from privfedstat.deep import TensorFederatedData  # noqa: E402
 from privfedstat.deep.hifedprox import DeepHiFedProx  # noqa: E402
 from privfedstat.deep.models import FemnistCNN  # noqa: E402
+from test_normec import linear_model, logistic_loss  # noqa: E402  (the GLM's logistic model as a network)
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -29,18 +27,6 @@ def logistic_data(seed=0):
     X = rng.normal(size=(n, 3))
     y = (X @ np.array([1.0, -0.5, 0.3]) + rng.logistic(size=n) > 0).astype(np.int64)
     return X, y, np.repeat(np.arange(len(SIZES)), SIZES)
-
-
-def linear_model() -> nn.Module:
-    """nn.Linear without bias, weights 0: the GLM's w^0 = 0 and linear predictor."""
-    m = nn.Linear(3, 1, bias=False).double()
-    with torch.no_grad():
-        m.weight.zero_()
-    return m
-
-
-def logistic_loss(out, target):
-    return F.binary_cross_entropy_with_logits(out[:, 0], target.to(out.dtype))
 
 
 def pair(**kw):
