@@ -253,10 +253,11 @@ def noise_multiplier_for_epsilon(
 ) -> float:
     """The smallest noise multiplier whose ``T``-round subsampled epsilon is at most the target.
 
-    Bisection on ``z`` (as Opacus' ``get_noise_multiplier``): the bracket is doubled until its
-    upper end meets the target, then halved until the upper end's epsilon lies within ``tol``
-    below the target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``,
-    with epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. The search
+    A bracketing search on ``z`` (as Opacus' ``get_noise_multiplier``, with secant steps in
+    log epsilon against log z instead of halving): the bracket is doubled until its upper end
+    meets the target, then shrunk until the upper end's epsilon lies within ``tol`` below the
+    target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``, with
+    epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. The search
     itself runs on a 10x coarser PLD grid (about 10x cheaper; pessimistic, so its epsilons lie
     slightly above) to within ``tol / 2``, then checks, and if need be continues, on the default
     grid. Results are cached per (target, delta, q, T, tol).
@@ -312,11 +313,17 @@ def _noise_multiplier(target: float, delta: float, q: float, steps: int, tol: fl
 
 
 def _search(eps, target: float, tol: float, lo: float, hi: float) -> tuple[float, float]:
-    """Double ``hi`` until ``eps(hi) <= target``, then bisect [lo, hi] until ``target - tol <= eps(hi)``."""
+    """Double ``hi`` until ``eps(hi) <= target``, then shrink [lo, hi] until ``target - tol <= eps(hi)``.
+
+    The bracket keeps ``eps(lo) > target >= eps(hi)``; each new point is the secant of log epsilon against log z
+    (the Illinois rule: an end kept twice has its value halved; the midpoint while lo = 0), about 3x fewer
+    evaluations than halving."""
     eps_hi = eps(hi)
     while eps_hi > target:
         lo, hi = hi, 2.0 * hi
         eps_hi = eps(hi)
+    f_lo = math.log(eps(lo) / target) if lo > 0 else math.inf
+    f_hi, kept = math.log(eps_hi / target) if eps_hi > 0 else -math.inf, 0
     while target - eps_hi > tol:
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
@@ -324,9 +331,16 @@ def _search(eps, target: float, tol: float, lo: float, hi: float) -> tuple[float
                 f"tol={tol} is finer than the epsilon curve resolves: the bracket [{lo}, {hi}] reached "
                 f"machine precision with epsilon {eps_hi} (target {target}). Use a larger tol."
             )
+        if math.isfinite(f_lo) and math.isfinite(f_hi):
+            log_lo, log_hi = math.log(lo), math.log(hi)
+            secant = math.exp(log_hi - f_hi * (log_hi - log_lo) / (f_hi - f_lo))
+            mid = secant if lo < secant < hi else mid
         eps_mid = eps(mid)
+        f_mid = math.log(eps_mid / target) if eps_mid > 0 else -math.inf
         if eps_mid > target:
-            lo = mid
+            lo, f_lo = mid, f_mid
+            f_hi, kept = (0.5 * f_hi if kept == 1 else f_hi), 1
         else:
-            hi, eps_hi = mid, eps_mid
+            hi, eps_hi, f_hi = mid, eps_mid, f_mid
+            f_lo, kept = (0.5 * f_lo if kept == -1 else f_lo), -1
     return lo, hi
