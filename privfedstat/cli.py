@@ -151,8 +151,10 @@ def _reproduce_normec(args, parser) -> int:
             torch.set_num_threads(args.threads)
         df, table, stem = reproduce_normec(
             args.study.removeprefix("normec-"), data_dir=args.data_dir, out=args.out,
-            clients=None if args.clients is None else int(args.clients), rounds=args.rounds, seed=args.seed,
-            progress=not args.no_progress)
+            clients=None if args.clients is None else int(args.clients), rounds=args.rounds,
+            **{k: None if v is None else v.split(",") for k, v in
+               (("betas", args.betas), ("gammas", args.gammas), ("participations", args.participations))},
+            seed=args.seed, progress=not args.no_progress)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         parser.error(str(exc))
     print(table.to_string())
@@ -288,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--threads", type=int, default=None, help="cnn-*, normec-*: torch threads (default: torch's)")
     p_rep.add_argument("--rounds", type=int, default=None,
                        help="normec-*, hifedprox: communication rounds R (default: preset's / 100)")
+    p_rep.add_argument("--betas", default=None, help="normec-*: beta grid, e.g. 0.001,0.01,0.1 (default: preset's)")
+    p_rep.add_argument("--gammas", default=None, help="normec-*: gamma (step size) grid, e.g. 1,3,10 (default: preset's)")
+    p_rep.add_argument("--participations", default=None, help="normec-*: p grid, e.g. 0.25,0.5,1 (default: preset's)")
     p_rep.add_argument("--local-steps", default=None, help="fednmap: Figs. 4-5's numbers of local steps Q, e.g. 5,10,20")
     p_rep.add_argument("--samples", type=int, default=None, help="fednmap: pooled rows (divisible by every n)")
     p_rep.add_argument("--noise-sd", type=float, default=None, help="fednmap: noise sd of every local gradient")
@@ -306,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         print("mnist-logistic  Section 5.1: client-level AUC/accuracy of nine estimators on MNIST (--data-dir) or digits")
         print("cnn-mnist, cnn-cifar, cnn-digits  Section 5.2: CNN test accuracy of four private methods (--data-dir; "
               "digits offline; needs torch)")
-        print("normec-digits, normec-cifar  Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4 (--clients M, --rounds R; "
+        print("normec-digits, normec-cifar  Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4 (--clients M, --rounds R, "
+              "--betas, --gammas, --participations; "
               "cifar: --data-dir; needs torch)")
         print("fednmap  FedNMap vs Zhang vs FedCanon, Figs. 2-5: stationarity vs rounds, log-log slopes in n and Q "
               "(--clients, --local-steps, --rounds, --reps, --samples, --noise-sd)")

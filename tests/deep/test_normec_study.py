@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -42,6 +43,28 @@ def test_tiny_study_tidy_summary_and_figure(tmp_path):
     fig.savefig(tmp_path / "f.png")
 
 
+def test_tiny_study_on_a_network():
+    """The torch backend (the cifar preset's path) with the digits CNN: same tidy table, the network's parameters."""
+    from privfedstat.deep.models import DigitsCNN
+
+    train, test = load_cnn_data("digits")
+    study = tiny(model=DigitsCNN, batch_size=8)
+    df = ns.normec_study(replace(study, betas=(0.1,), participations=(1.0,)), (train[0][:80], train[1][:80]),
+                         (test[0][:50], test[1][:50]), random_state=1)
+    assert len(df) == 2 * 3 and df.accuracy.between(0, 1).all() and np.all(df.epsilon <= 8.0 + 1e-6)
+
+
+def test_the_glm_backend_logits_are_the_multinomial_models():
+    """The digits preset's GLM: Theta (65 x 9, class 0 the reference) on an intercept and the 64 pixels."""
+    study = ns.NORMEC_PRESETS["digits"]
+    assert study.model is None and study.n_clients >= 300
+    X = np.random.default_rng(0).random((5, 1, 8, 8)).astype(np.float32)
+    theta = np.random.default_rng(1).standard_normal(65 * 9)
+    z = ns._logits(study, 0, X)(theta).numpy()
+    rows = np.column_stack([np.ones(5), X.reshape(5, -1).astype(np.float64)])
+    np.testing.assert_allclose(z, np.column_stack([np.zeros(5), rows @ theta.reshape(65, 9)]), rtol=1e-12)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="methods must be among"):
         ns.normec_study(tiny(), None, None, methods=("SGD",))
@@ -53,10 +76,14 @@ def test_cli(tmp_path, monkeypatch, capsys):
     from privfedstat import cli
 
     small = tiny()
-    monkeypatch.setitem(ns.NORMEC_PRESETS, "digits", replace(small, n_rounds=2, betas=(0.01,)))
+    monkeypatch.setitem(ns.NORMEC_PRESETS, "digits", small)
     (X, y), (Xt, yt) = load_cnn_data("digits")
     monkeypatch.setattr(ns, "load_cnn_data", lambda *a, **k: ((X[:120], y[:120]), (Xt[:60], yt[:60])))
     assert cli.main(["reproduce", "normec-digits", "--out", str(tmp_path), "--clients", "3", "--no-progress",
-                     "--threads", "1"]) == 0
+                     "--threads", "1", "--betas", "0.01", "--gammas", "1,3", "--participations", "1"]) == 0
     assert (tmp_path / "normec-digits.csv").exists() and (tmp_path / "normec-digits.png").exists()
     assert "final_accuracy" in capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "normec-digits.csv")
+    assert set(df.beta) == {0.01} and set(df.gamma) == {1.0, 3.0} and set(df.p) == {1.0}
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "normec-digits", "--out", str(tmp_path), "--gammas", "one"])
