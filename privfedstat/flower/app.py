@@ -1,0 +1,85 @@
+"""The Flower components: ``server_app`` (fits estimators over the Grid) and ``client_app`` (one client's verbs).
+
+Referenced from a Flower app's ``pyproject.toml``::
+
+    [tool.flwr.app.components]
+    serverapp = "privfedstat.flower.app:server_app"
+    clientapp = "privfedstat.flower.app:client_app"
+
+The ServerApp reads a *job* (run config ``job``: a JSON file listing the fits, each a registered
+estimator name and its parameters), fits each in turn with :func:`~privfedstat.flower.proxy.fit_on_grid`
+and writes the results (``coef_``, ``privacy_``, ``communication_``, the summary text, or the
+error a fit raised) to the run config's ``out`` path (a pickle, read by the launcher on the same
+machine); it appends ``started <k> <unix time>`` / ``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
+
+The ClientApp keeps one :class:`~privfedstat.flower.client.ClientNode` per run in its process, so
+it must run in a persistent process: :mod:`privfedstat.flower.node` runs the SuperNode with such an
+executor (Flower's default executor starts a fresh process per message, which would lose the
+client's state between rounds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import time
+import traceback
+from pathlib import Path
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from .client import ClientNode, load_partition
+from .proxy import fit_on_grid
+
+__all__ = ["server_app", "client_app", "run_job"]
+
+server_app = ServerApp()
+client_app = ClientApp()
+_NODES: dict[int, ClientNode] = {}  # run id -> this process's client (the persistent executor keeps it)
+
+
+@client_app.query()
+def _query(msg: Message, context: Context) -> Message:
+    node = _NODES.get(context.run_id)
+    if node is None:
+        _NODES.clear()  # one run at a time: a new run drops the last one's state
+        data, index, seed = load_partition(context.node_config)
+        node = _NODES[context.run_id] = ClientNode(data, index, seed)
+    return Message(node.handle(msg.content), reply_to=msg)
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    run_job(grid, Path(str(cfg["job"])), Path(str(cfg["out"])))
+
+
+def run_job(grid, job: Path, out: Path) -> list[dict]:
+    """Fit every estimator the job lists on the Grid's nodes; write and return one result dict per fit."""
+    from ..estimators.registry import get_method
+
+    spec = json.loads(job.read_text())
+    timeout = float(spec.get("timeout", 60.0))
+    progress = out.with_name(out.name + ".progress")
+    results = []
+    for k, fit in enumerate(spec["fits"]):
+        with progress.open("a") as f:
+            f.write(f"started {k} {time.time():.6f}\n")
+        params = {key: (math.inf if value == "inf" else value) for key, value in fit.get("params", {}).items()}
+        result = {"estimator": fit["estimator"], "params": params}
+        try:
+            est = fit_on_grid(get_method(fit["estimator"]).cls(**params), grid, timeout=timeout)
+            result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
+                          summary=str(est.summary().as_text()), n_clients=est.n_clients_)
+        except Exception as err:  # reported to the launcher; the next fit still runs
+            result.update(error=(type(err).__name__, str(err)), trace=traceback.format_exc())
+        results.append(result)
+        with progress.open("a") as f:
+            f.write(f"done {k} {time.time():.6f}\n")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(pickle.dumps(results))
+    tmp.replace(out)
+    return results

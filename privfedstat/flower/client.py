@@ -1,0 +1,160 @@
+"""The client's end on a Flower SuperNode: one client's rows, its noise stream, and the verbs it answers.
+
+A node holds ONE client's partition (named by its node config: ``dataset``, ``partition-id``,
+``num-partitions``) inside a single-client
+:class:`~privfedstat.federation.clients.InProcessClients`, so every verb is computed and
+privatized here, on the client, by the same code as in-process, before anything is sent. Each fit
+is a *session*: the server's first request opens it (the family; the node answers with its public
+metadata), and the session keeps the client's state between requests (noise stream, SCAFFOLD's
+control variate, FedNMap's correction, Fed-alpha-NormEC's memory, FedNewton's halves, the rescaled
+columns).
+
+**Seeding.** By default each session draws its noise from fresh operating-system entropy: a
+restarted run never reuses noise, and the server cannot know the noise. ``simulation-seed=S`` in
+the node config is an explicit opt-in for simulations and tests: client ``i`` then draws from the
+same stream as client ``i`` of an in-process fit with ``random_state=S`` (the child
+``SeedSequence(S).spawn(3)[0].spawn(m)[i]``), so the two fits agree to the last bit. Whoever knows
+S can subtract the noise: never set it in a deployment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import RecordDict
+
+from ..data.federated import FederatedData
+from ..families import get_family
+from ..federation.clients import VERBS, InProcessClients, Reply
+from ..privacy.mechanisms import ClientNoise, SecureClientNoise
+from .wire import decode_request, encode_reply
+
+__all__ = ["ClientNode", "load_partition", "demo_dataset", "DATASETS"]
+
+#: embedded datasets a node can serve (``dataset`` in its node config)
+DATASETS = ("synthetic-logistic",)
+
+
+def demo_dataset(name: str, num_partitions: int) -> FederatedData:
+    """All ``num_partitions`` clients of an embedded dataset (what the nodes of a demo hold between them).
+
+    ``"synthetic-logistic"``: intercept and two standard normal covariates, responses from a
+    logistic model with theta = (0.3, -0.6, 0.2), client i holding 120 + 30 (i mod 3) rows; drawn
+    from a fixed public seed, so every node rebuilds the same rows.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; the nodes serve {DATASETS}.")
+    if not int(num_partitions) >= 1:
+        raise ValueError(f"num-partitions must be a positive integer, got {num_partitions!r}.")
+    sizes = [120 + 30 * (i % 3) for i in range(int(num_partitions))]
+    rng = np.random.default_rng(20240601)
+    n = sum(sizes)
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, 2))])
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.array([0.3, -0.6, 0.2])))).astype(np.float64)
+    return FederatedData.from_pooled(X, y, sizes=sizes)
+
+
+def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
+    """A node's one-client data, its partition id and its simulation seed (None: OS entropy), from its config."""
+    try:
+        name, i, m = str(node_config["dataset"]), int(node_config["partition-id"]), int(node_config["num-partitions"])
+    except KeyError as err:
+        raise ValueError(f"the node config needs dataset, partition-id and num-partitions (missing {err}).") from None
+    if not 0 <= i < m:
+        raise ValueError(f"partition-id {i} is outside 0..{m - 1}.")
+    seed = node_config.get("simulation-seed")
+    return FederatedData.from_arrays([demo_dataset(name, m).client(i)]), i, None if seed is None else int(seed)
+
+
+class _OneClient(InProcessClients):
+    """A single client, client ``index`` of the federation: FedNewton's split uses that client's stream."""
+
+    index: int = 0
+
+    def split_halves(self, seed):
+        """As in-process client ``index``: rows permuted by the child ``index`` of the public ``seed``."""
+        seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        child = np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (self.index,),
+                                       pool_size=seed.pool_size)
+        data = self._oracle.data
+        perm = np.random.Generator(np.random.PCG64(child)).permutation(data.n_samples)
+        h = data.n_samples // 2
+        if h == 0:
+            raise ValueError("sample splitting needs at least 2 rows per client.")
+        parts = (data.take(perm[:h], np.array([h])), data.take(perm[h:], np.array([data.n_samples - h])))
+        halves = tuple(InProcessClients(d, self.family, self._noise, _status=self._status) for d in parts)
+        halves[0]._halves = halves
+        return halves
+
+
+class ClientNode:
+    """The verbs one node answers, for every session (fit) of one run.
+
+    Parameters
+    ----------
+    data : FederatedData
+        This client's rows (one client).
+    index : int
+        Its partition id (its place in the server's client order).
+    simulation_seed : int or None
+        None: every session's noise from fresh OS entropy. An int: the in-process stream of client
+        ``index`` under ``random_state=simulation_seed`` (simulations and tests only).
+    """
+
+    def __init__(self, data: FederatedData, index: int, simulation_seed: int | None = None) -> None:
+        if data.n_clients != 1:
+            raise ValueError(f"a node holds one client's data, got {data.n_clients} clients.")
+        self.data, self.index, self.simulation_seed = data, int(index), simulation_seed
+        self._sessions: dict[str, list] = {}
+
+    def _noise(self, secure: bool):
+        if secure:
+            return SecureClientNoise(1)
+        if self.simulation_seed is None:
+            seed = np.random.SeedSequence()  # fresh OS entropy for every fit
+        else:
+            seed = np.random.SeedSequence(self.simulation_seed, spawn_key=(0, self.index))
+        return ClientNoise([np.random.Generator(np.random.PCG64(seed))])
+
+    def handle(self, content: RecordDict) -> RecordDict:
+        """Answer one request (a Message's content); an exception becomes an error reply."""
+        try:
+            verb, session, target, kwargs = decode_request(content)
+            if verb == "open":
+                return self._open(session, **kwargs)
+            handles = self._sessions.get(session)
+            if handles is None:
+                raise RuntimeError(f"request {verb!r} for session {session!r}, which this node never opened.")
+            if verb not in VERBS or not 0 <= target < len(handles):
+                raise ValueError(f"unknown verb {verb!r} or handle {target}.")
+            return self._answer(handles, verb, target, kwargs)
+        except Exception as err:  # sent to the server, which raises it there
+            return encode_reply("error", error=err)
+
+    def _open(self, session: str, *, family: str, secure: bool = False, **family_args) -> RecordDict:
+        fam = get_family(family, **{k.removeprefix("family."): v for k, v in family_args.items()})
+        clients = _OneClient(self.data, fam, self._noise(secure))
+        clients.index = self.index
+        self._sessions = {session: [clients]}  # one fit at a time: a new session ends the last
+        extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
+                 "n_params": int(clients.n_params), "has_offset": bool(clients.has_offset),
+                 "initial_parameters": np.asarray(clients.initial_parameters(), dtype=np.float64)}
+        return encode_reply("ok", extra=extra)
+
+    def _answer(self, handles: list, verb: str, target: int, kwargs: dict) -> RecordDict:
+        for name in ("active", "grad_clip"):  # per-client arguments arrive as this client's entry
+            if name in kwargs and kwargs[name] is not None:
+                kwargs[name] = np.atleast_1d(kwargs[name])
+        out = getattr(handles[target], verb)(**kwargs)
+        if verb == "split_halves":
+            del handles[1:]
+            handles.extend(out)
+            return encode_reply("ok", extra={"size1": int(out[0].sizes[0]), "size2": int(out[1].sizes[0])})
+        if verb == "rescale":
+            return encode_reply("ok")
+        if verb == "exact":
+            g, H = out
+            return encode_reply("ok", g[0], extra={"hessian": np.asarray(H[0], dtype=np.float64)})
+        assert isinstance(out, Reply)
+        status = "ok" if out.answered[0] else "silent"
+        return encode_reply(status, out.values[0] if status == "ok" else None, out.releases, out.leak)
+

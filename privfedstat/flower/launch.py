@@ -1,0 +1,208 @@
+"""A Flower federation on one machine: a SuperLink and N SuperNodes as separate processes on 127.0.0.1.
+
+:class:`LocalFederation` starts Flower's ``flower-superlink`` (``--insecure``: loopback only;
+runtime dependency installation disabled) and one :mod:`privfedstat.flower.node` process per
+client (each holding partition i of an embedded dataset), writes a minimal Flower app directory
+(a ``pyproject.toml`` naming :mod:`privfedstat.flower.app`'s components) and a Flower config in a
+temporary ``FLWR_HOME``, submits runs with ``flwr run`` and waits for their results. Every process
+is stopped by its process id on exit, on error and on Ctrl-C; every wait has a timeout. Telemetry
+and Flower's update check are switched off: nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .node import free_port
+
+__all__ = ["LocalFederation"]
+
+_PYPROJECT = """[project]
+name = "privfedstat-flower"
+version = "1.0.0"
+description = "privfedstat's estimators on Flower"
+license = {{ file = "LICENSE" }}
+dependencies = []
+
+[tool.flwr.app]
+publisher = "privfedstat"
+
+[tool.flwr.app.components]
+serverapp = "privfedstat.flower.app:server_app"
+clientapp = "privfedstat.flower.app:client_app"
+
+[tool.flwr.app.config]
+job = "{job}"
+out = "{out}"
+"""
+
+
+class LocalFederation:
+    """SuperLink + ``n_clients`` SuperNodes on loopback (a context manager).
+
+    Parameters
+    ----------
+    n_clients : int
+    dataset : str
+        Embedded dataset the nodes split between them (:data:`privfedstat.flower.client.DATASETS`).
+    simulation_seed : int, optional
+        Set the nodes' ``simulation-seed`` (their noise streams then equal an in-process fit's with
+        ``random_state=simulation_seed``): for tests and simulations only. None: OS entropy.
+    client_app : str, optional
+        ``module:attribute`` of the ClientApp the nodes run (default privfedstat's).
+    startup_timeout : float
+        Seconds to wait for the SuperLink and every node to come up.
+    """
+
+    def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", simulation_seed: int | None = None,
+                 client_app: str | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
+        if not int(n_clients) >= 1:
+            raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
+        self.n_clients, self.dataset, self.simulation_seed = int(n_clients), dataset, simulation_seed
+        self.client_app, self.startup_timeout, self.verbose = client_app, float(startup_timeout), verbose
+        self.superlink: subprocess.Popen | None = None
+        self.nodes: list[subprocess.Popen] = []
+        self._runs = 0
+
+    # ------------------------------------------------------------------ processes
+    def __enter__(self) -> LocalFederation:
+        self.dir = Path(tempfile.mkdtemp(prefix="privfedstat-flower-"))
+        self.home = self.dir / "flwr-home"
+        self.home.mkdir()
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.address}"\ninsecure = true\n')
+        self.env = dict(os.environ, FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+                        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
+                        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+        try:
+            self.superlink = self._spawn("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                                       "--port", str(self.port),
+                                                       "--disable-runtime-dependency-installation"])
+            self._wait_for(lambda: _listening(self.port), "the SuperLink")
+            for i in range(self.n_clients):
+                self.nodes.append(self.start_node(i))
+            self._wait_for(lambda: self._connected() >= self.n_clients, f"{self.n_clients} SuperNodes")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start_node(self, i: int) -> subprocess.Popen:
+        """Start the node of partition ``i`` (a separate process)."""
+        config = f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients}'
+        if self.simulation_seed is not None:
+            config += f" simulation-seed={int(self.simulation_seed)}"
+        cmd = [sys.executable, "-m", "privfedstat.flower.node", "--insecure", "--superlink", self.address,
+               "--node-config", config]
+        if self.client_app:
+            cmd += ["--client-app", self.client_app]
+        return self._spawn(f"node{i}", cmd)
+
+    def kill_node(self, i: int) -> None:
+        """Kill node ``i``'s process (SIGKILL: a client dying mid-fit)."""
+        proc = self.nodes[i]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Stop every process this federation started (by process id) and remove its directory."""
+        for proc in [*self.nodes, self.superlink]:
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # each runs in its own group: its children go too
+        deadline = time.monotonic() + 10
+        for proc in [*self.nodes, self.superlink]:
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self.nodes, self.superlink = [], None
+        if not os.environ.get("PRIVFEDSTAT_KEEP_FLOWER_DIR"):
+            shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = None if self.verbose else open(self.dir / f"{name}.log", "wb")
+        return subprocess.Popen(cmd, env=self.env, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def _wait_for(self, ready, what: str) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while not ready():
+            for name, proc in [("the SuperLink", self.superlink), *((f"node {i}", p) for i, p in enumerate(self.nodes))]:
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited (code {proc.returncode}) while starting; see its log in {self.dir}.")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not come up within {self.startup_timeout:g} s.")
+            time.sleep(0.2)
+
+    def _connected(self) -> int:
+        """Nodes the SuperLink lists as online (``flwr supernode list``)."""
+        res = subprocess.run([_bin("flwr"), "supernode", "list", "local", "--format", "json"], env=self.env,
+                             cwd=self.dir, capture_output=True, text=True, timeout=60)
+        try:
+            nodes = json.loads(res.stdout).get("nodes", [])
+        except ValueError:
+            return 0
+        return sum(1 for n in nodes if str(n.get("status", "")).lower() == "online")
+
+    # ------------------------------------------------------------------ runs
+    def run(self, fits: list[dict], *, timeout: float = 600.0, reply_timeout: float = 60.0, on_started=None
+            ) -> list[dict]:
+        """Fit ``fits`` (``{"estimator": name, "params": {...}}`` each) in one Flower run; return their results.
+
+        ``reply_timeout``: seconds the ServerApp waits for a client's reply before it counts as
+        failed. ``on_started(k)`` is called once fit ``k`` has started (the kill test uses it).
+        """
+        self._runs += 1
+        app = self.dir / f"app{self._runs}"
+        app.mkdir()
+        job, out = app / "job.json", self.dir / f"result{self._runs}.pkl"
+        job.write_text(json.dumps({"fits": fits, "timeout": reply_timeout}))
+        (app / "pyproject.toml").write_text(_PYPROJECT.format(job=job, out=out))
+        (app / "LICENSE").write_text("MIT\n")
+        res = subprocess.run([_bin("flwr"), "run", str(app), "local"], env=self.env, cwd=self.dir,
+                             capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"flwr run failed:\n{res.stdout}\n{res.stderr}")
+        progress, seen = out.with_name(out.name + ".progress"), set()
+        deadline = time.monotonic() + timeout
+        while not out.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not finish within {timeout:g} s.")
+            if on_started is not None and progress.exists():
+                for line in progress.read_text().split("\n"):
+                    if line.startswith("started ") and line not in seen:
+                        seen.add(line)
+                        on_started(int(line.split()[1]))
+            time.sleep(0.05)
+        return pickle.loads(out.read_bytes())
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _bin(name: str) -> str:
+    """The Flower command ``name`` installed next to this interpreter."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name

@@ -1,0 +1,112 @@
+"""``python -m privfedstat.flower.node``: a Flower SuperNode whose ClientApp runs in one persistent process.
+
+Flower's SuperNode in ``--isolation process`` mode leaves the running of ClientApps to an executor
+outside it, which takes each task from the SuperNode's Runtime API. This module is that executor
+and the SuperNode in one process: it starts Flower's own ``flower-supernode`` (every flag passes
+through: ``--superlink``, ``--insecure`` or ``--root-certificates``, ``--node-config``, ...) and,
+in a thread, takes the node's tasks one after the other and answers them with the ClientApp
+(default ``privfedstat.flower.app:client_app``) in this process, with Flower's own Runtime API
+client (pull the task input, push the reply and the task output). The client's state (its rows,
+noise stream and protocol state) lives between messages; killing this process kills the client.
+
+Runtime dependency installation is never done (the ClientApp is the installed privfedstat), and
+the FAB a run brings is not installed either: the node runs the ClientApp named here.
+
+``--poll S`` (default 0.02 s) shortens the SuperNode's fixed idle wait between two pulls from the
+SuperLink (3 s in flwr 1.42) and this executor's wait for a task: on loopback a protocol round
+then takes milliseconds instead of seconds. It only changes how often Flower polls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import socket
+import sys
+import threading
+import time as _time
+from types import SimpleNamespace
+
+__all__ = ["main", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fast_clock(poll: float) -> SimpleNamespace:
+    """A ``time`` module for Flower's SuperNode loop whose idle waits last at most ``poll`` seconds."""
+    names = {k: getattr(_time, k) for k in dir(_time) if not k.startswith("_")}
+    return SimpleNamespace(**{**names, "sleep": lambda s: _time.sleep(min(float(s), poll))})
+
+
+def _load(ref: str):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _execute(runtime: str, app_ref: str, poll: float) -> None:
+    """Take this node's ClientApp tasks from its Runtime API and answer them in this process, forever."""
+    from flwr.common.constant import SubStatus
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+
+    app = _load(app_ref)
+
+    def connect(*interceptors):
+        return RuntimeHttpClient.from_server_address(server_address=runtime, insecure=True, root_certificates=None,
+                                                     interceptors=list(interceptors),
+                                                     retry_invoker=make_simple_http_retry_invoker())
+
+    control = connect(RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+    pause = poll
+    while True:
+        try:
+            res = control.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
+        except Exception:  # the Runtime API is not up yet, or restarting
+            _time.sleep(0.2)
+            continue
+        if not (res.HasField("task") and res.token):
+            _time.sleep(pause)
+            pause = min(2 * pause, 0.25)
+            continue
+        pause = poll / 4
+        task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                       RuntimeTokenHttpInterceptor(res.token))
+        try:
+            message, context, _, _ = pull_task_input(task)
+            reply = app(message=message, context=context)
+            push_message(task, reply, context)
+            push_task_output(task, context, SubStatus.COMPLETED, "")
+        finally:
+            task.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the SuperNode and its persistent ClientApp executor (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
+    parser.add_argument("--client-app", default="privfedstat.flower.app:client_app")
+    parser.add_argument("--poll", type=float, default=0.02)
+    parser.add_argument("--port", type=int, default=None)
+    ours, flower_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if "--isolation" in flower_args:
+        raise SystemExit("privfedstat.flower.node runs the ClientApp itself (--isolation process); do not pass --isolation.")
+    port = ours.port or free_port()
+    from flwr.supernode.cli.flower_supernode import flower_supernode
+
+    importlib.import_module("flwr.supernode.start_client_internal").time = _fast_clock(ours.poll)
+    threading.Thread(target=_execute, args=(f"127.0.0.1:{port}", ours.client_app, ours.poll), daemon=True,
+                     name="privfedstat-clientapp").start()
+    sys.argv = ["flower-supernode", *flower_args, "--isolation", "process", "--host", "127.0.0.1", "--port", str(port)]
+    flower_supernode()
+
+
+if __name__ == "__main__":
+    main()

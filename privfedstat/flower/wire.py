@@ -1,0 +1,248 @@
+"""What travels in a Flower Message: a verb's request, one client's reply, and the checks on both.
+
+A request is the verb's name and its keyword arguments (the server's public inputs: theta, bounds,
+step sizes, the sensitivity and budget). A reply is one client's privatized values and its release
+records (stage, kind, unit, sensitivity, sigma). Both are flwr ``RecordDict``s of plain records:
+arrays travel as numpy ``.npy`` bytes (read back with ``allow_pickle=False``), everything else as
+``ConfigRecord`` scalars, and the few typed arguments (a ``SeedSequence``, a ``Scaler``, an
+``ElasticNet`` penalty) by their fields; nothing is ever unpickled.
+
+:func:`decode_reply` is where the server rejects a malformed client message: a values array of the
+wrong shape or dtype for the verb (:func:`expected_shape`), non-finite values, release records that
+are not finite non-negative numbers, or a message over ``max_bytes``
+(:class:`MalformedReplyError`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from ..estimators.scaling import Scaler
+from ..penalty import ElasticNet
+from ..privacy.ledger import Release
+
+__all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "encode_request", "decode_request",
+           "encode_reply", "decode_reply", "expected_shape", "reply_bytes"]
+
+#: largest reply the server accepts from one client (values and records together), in bytes
+MAX_REPLY_BYTES = 64 * 2**20
+#: verbs whose values are one float per client (a count, a loss, a norm quantile)
+_SCALAR_VERBS = ("count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles")
+#: verbs whose values are one flat parameter vector per client (p floats)
+_VECTOR_VERBS = ("gradients", "local_descent", "clipped_update", "normec_round", "newton_steps", "composite_round")
+
+
+class MalformedReplyError(ValueError):
+    """A client's reply that the server refuses: wrong shape or dtype for the verb, non-finite, or too large."""
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """One client's decoded reply.
+
+    Attributes
+    ----------
+    status : {"ok", "silent", "error"}
+        "ok": values were sent; "silent": the client computed (its noise stream and state advanced as
+        in-process) but was not among the participants asked to send; "error": it raised.
+    values : ndarray or None
+        The privatized message (status "ok").
+    releases : tuple of Release
+        The mechanisms it ran for this request (one entry per client in ``sensitivity`` / ``sigma``).
+    leak : str or None
+    error : tuple of (str, str) or None
+        Exception class name and message (status "error").
+    extra : dict
+        Other named arrays (the ``exact`` verb's Hessians) and the metadata of an opening reply.
+    """
+
+    status: str
+    values: np.ndarray | None
+    releases: tuple[Release, ...]
+    leak: str | None = None
+    error: tuple[str, str] | None = None
+    extra: dict | None = None
+
+
+# ---------------------------------------------------------------------- requests
+def encode_request(verb: str, session: str, target: int, kwargs: dict) -> RecordDict:
+    """The Message content of a request: verb, session and handle (0 the clients, 1 / 2 FedNewton's halves)."""
+    head = ConfigRecord({"verb": verb, "session": session, "target": int(target)})
+    types, scalars, arrays = {}, {}, {}
+    for name, value in kwargs.items():
+        if value is None:
+            types[name] = "none"
+        elif isinstance(value, (bool, np.bool_)):
+            types[name], scalars[name] = "bool", bool(value)
+        elif isinstance(value, (int, np.integer)):
+            types[name], scalars[name] = "int", int(value)
+        elif isinstance(value, (float, np.floating)):
+            types[name], scalars[name] = "float", float(value)
+        elif isinstance(value, str):
+            types[name], scalars[name] = "str", value
+        elif isinstance(value, np.random.SeedSequence):
+            types[name] = "seedseq"
+            scalars[f"{name}.entropy"] = str(value.entropy)
+            scalars[f"{name}.spawn_key"] = [int(k) for k in value.spawn_key]
+            scalars[f"{name}.pool_size"] = int(value.pool_size)
+        elif isinstance(value, Scaler):
+            types[name] = "scaler"
+            arrays[f"{name}.center"], arrays[f"{name}.scale"] = value.center, value.scale
+            scalars[f"{name}.intercept"] = -1 if value.intercept is None else int(value.intercept)
+        elif isinstance(value, ElasticNet):
+            types[name] = "elasticnet"
+            scalars[f"{name}.l1"], scalars[f"{name}.l2"] = float(value.l1), float(value.l2)
+            arrays[f"{name}.mask"] = np.asarray(value.mask, dtype=bool)
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (float, int, np.number)) for v in value):
+            types[name], scalars[name] = "floats", [float(v) for v in value]
+        else:
+            arr = np.asarray(value)
+            if arr.dtype == object:
+                raise TypeError(f"request argument {name!r} of type {type(value).__name__} cannot travel in a Message.")
+            types[name], arrays[name] = "array", arr
+    return RecordDict({"head": head, "types": ConfigRecord(types), "scalars": ConfigRecord(scalars),
+                       "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})})
+
+
+def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
+    """``(verb, session, target, kwargs)`` of a request made by :func:`encode_request`."""
+    head, types, scalars = content["head"], content["types"], content["scalars"]
+    arrays = {k: v.numpy() for k, v in content["arrays"].items()}
+    kwargs = {}
+    for name, kind in types.items():
+        if kind == "none":
+            kwargs[name] = None
+        elif kind in ("bool", "int", "float", "str"):
+            kwargs[name] = scalars[name]
+        elif kind == "floats":
+            kwargs[name] = list(scalars[name])
+        elif kind == "array":
+            kwargs[name] = arrays[name]
+        elif kind == "seedseq":
+            kwargs[name] = np.random.SeedSequence(int(scalars[f"{name}.entropy"]),
+                                                  spawn_key=tuple(scalars[f"{name}.spawn_key"]),
+                                                  pool_size=int(scalars[f"{name}.pool_size"]))
+        elif kind == "scaler":
+            j = int(scalars[f"{name}.intercept"])
+            kwargs[name] = Scaler(arrays[f"{name}.center"], arrays[f"{name}.scale"], None if j < 0 else j)
+        elif kind == "elasticnet":
+            kwargs[name] = ElasticNet(scalars[f"{name}.l1"], scalars[f"{name}.l2"], arrays[f"{name}.mask"])
+        else:
+            raise ValueError(f"unknown argument type {kind!r} for {name!r} in a request.")
+    return str(head["verb"]), str(head["session"]), int(head["target"]), kwargs
+
+
+# ---------------------------------------------------------------------- replies
+def encode_reply(status: str, values: np.ndarray | None = None, releases=(), leak: str | None = None,
+                 error: BaseException | None = None, extra: dict | None = None) -> RecordDict:
+    """The Message content of one client's reply (its ``releases`` hold one entry each: this client's)."""
+    meta: dict = {"status": status, "n_releases": len(releases)}
+    if leak is not None:
+        meta["leak"] = leak
+    if error is not None:
+        meta["error_type"], meta["error"] = type(error).__name__, str(error)
+    for j, r in enumerate(releases):
+        meta[f"r{j}.stage"], meta[f"r{j}.kind"], meta[f"r{j}.unit"] = r.stage, r.kind, r.unit
+        meta[f"r{j}.sensitivity"] = float(np.asarray(r.sensitivity).reshape(-1)[0])
+        meta[f"r{j}.sigma"] = float(np.asarray(r.sigma).reshape(-1)[0])
+    arrays = {} if values is None else {"values": Array(np.ascontiguousarray(values, dtype=np.float64))}
+    scalars = {}
+    for k, v in (extra or {}).items():
+        if isinstance(v, np.ndarray):
+            arrays[f"extra.{k}"] = Array(np.ascontiguousarray(v))
+        else:
+            scalars[k] = v
+    return RecordDict({"meta": ConfigRecord(meta), "extra": ConfigRecord(scalars), "arrays": ArrayRecord(arrays)})
+
+
+def reply_bytes(content: RecordDict) -> int:
+    """Bytes of a reply's arrays (their ``.npy`` serialisations), what :func:`decode_reply` bounds."""
+    return sum(len(a.data) for rec in content.array_records.values() for a in rec.values())
+
+
+def expected_shape(verb: str, n_params: int, n_features: int) -> tuple[int, ...] | None:
+    """Shape of one client's values for ``verb`` (None: a verb that sends no values)."""
+    if verb in _SCALAR_VERBS:
+        return (1,)
+    if verb in _VECTOR_VERBS:
+        return (n_params,)
+    if verb == "scaffold_round":
+        return (2 * n_params,)
+    if verb in ("hessians", "score_outer"):
+        return (n_params * (n_params + 1) // 2,)
+    if verb == "design_moments":
+        return (n_features * (n_features + 1) // 2,)
+    if verb == "exact":
+        return (n_params,)
+    return None
+
+
+def decode_reply(content: RecordDict, verb: str, shape: tuple[int, ...] | None, *,
+                 max_bytes: int = MAX_REPLY_BYTES) -> ClientReply:
+    """Check one client's reply against what ``verb`` must return and decode it.
+
+    Raises
+    ------
+    MalformedReplyError
+        Over ``max_bytes``; missing or extra records; values of another shape or dtype than
+        ``shape`` (float64), or not finite; release records that are not finite non-negative
+        numbers with known labels.
+    """
+    size = reply_bytes(content)
+    if size > max_bytes:
+        raise MalformedReplyError(f"a client's reply to {verb!r} has {size} bytes, over the limit of {max_bytes}.")
+    try:
+        meta, extra_cfg, arrays = content["meta"], content["extra"], content["arrays"]
+        status = str(meta["status"])
+        n_rel = int(meta["n_releases"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise MalformedReplyError(f"a client's reply to {verb!r} lacks its records: {err}") from err
+    if status not in ("ok", "silent", "error"):
+        raise MalformedReplyError(f"a client's reply to {verb!r} has an unknown status {status!r}.")
+    if status == "error":
+        return ClientReply(status, None, (), error=(str(meta.get("error_type", "Exception")), str(meta.get("error", ""))))
+    releases = []
+    for j in range(n_rel):
+        try:
+            stage, kind, unit = (str(meta[f"r{j}.{k}"]) for k in ("stage", "kind", "unit"))
+            sens, sigma = float(meta[f"r{j}.sensitivity"]), float(meta[f"r{j}.sigma"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise MalformedReplyError(f"release record {j} of a client's reply to {verb!r} is incomplete: {err}") from err
+        if kind not in ("aggregated", "local") or unit not in ("record", "client"):
+            raise MalformedReplyError(f"release record {j} of a reply to {verb!r} has kind {kind!r}, unit {unit!r}.")
+        if not (sigma >= 0 and math.isfinite(sigma)) or not sens >= 0:
+            raise MalformedReplyError(f"release record {j} of a reply to {verb!r} has sensitivity {sens}, sigma {sigma}.")
+        releases.append(Release(stage, -1, kind, np.array([sens]), np.array([sigma]), unit=unit))
+    values = None
+    if status == "ok" and shape is not None:
+        if "values" not in arrays:
+            raise MalformedReplyError(f"a client's reply to {verb!r} has no values.")
+        values = _checked_array(arrays["values"], shape, f"values of a reply to {verb!r}")
+    extra = {k: v for k, v in extra_cfg.items()}
+    for k, a in arrays.items():
+        if k.startswith("extra."):
+            extra[k[6:]] = a.numpy()
+    leak = meta.get("leak")
+    return ClientReply(status, values, tuple(releases), None if leak is None else str(leak), None, extra)
+
+
+def _checked_array(a: Array, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """``a`` as an ndarray after checking its declared shape and dtype, its byte count, then its content."""
+    if tuple(a.shape) != tuple(shape) or a.dtype != "float64":
+        raise MalformedReplyError(f"{what}: expected float64 of shape {tuple(shape)}, got {a.dtype} of shape "
+                                  f"{tuple(a.shape)}.")
+    if len(a.data) > 8 * int(np.prod(shape, dtype=np.int64)) + 1024:  # the .npy header is at most a few hundred bytes
+        raise MalformedReplyError(f"{what}: {len(a.data)} bytes for {int(np.prod(shape))} floats.")
+    try:
+        arr = a.numpy()
+    except ValueError as err:
+        raise MalformedReplyError(f"{what}: not a valid array ({err}).") from err
+    if arr.shape != tuple(shape) or arr.dtype != np.float64:
+        raise MalformedReplyError(f"{what}: declared {tuple(a.shape)} float64 but holds {arr.dtype} {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise MalformedReplyError(f"{what}: non-finite entries.")
+    return arr
