@@ -68,9 +68,16 @@ class ElasticNet:
         are; ``step = 0`` is the identity.
         """
         out = np.array(z, dtype=np.float64)
-        v = out[..., self.mask]
-        shrunk = np.sign(v) * np.maximum(np.abs(v) - step * self.l1, 0.0) / (1.0 + 2.0 * step * self.l2)
-        out[..., self.mask] = shrunk + 0.0  # + 0.0: a thresholded coefficient is 0, not -0
+        whole = bool(self.mask.all())  # a network's every weight: in place, no gather / scatter of millions
+        v = out if whole else out[..., self.mask]
+        shrunk = np.maximum(np.abs(v) - step * self.l1, 0.0)
+        np.copysign(shrunk, v, out=shrunk)  # = sign(v) * shrunk (shrunk >= 0)
+        if self.l2:
+            shrunk /= 1.0 + 2.0 * step * self.l2
+        shrunk += 0.0  # a thresholded coefficient is 0, not -0
+        if whole:
+            return shrunk
+        out[..., self.mask] = shrunk
         return out
 
     def natural_map(self, x: np.ndarray, gradient: np.ndarray, gamma: float) -> np.ndarray:
