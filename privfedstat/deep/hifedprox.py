@@ -29,7 +29,8 @@ __all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
 
 
 class HiFedProxTorchClients(TorchClients):
-    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``hifedprox_round`` (HiFedProx's local steps)."""
+    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``hifedprox_round`` (HiFedProx's local
+    steps, one client after the other)."""
 
     def _batch_loss(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self._psg.loss_fn(functional_call(self._psg.model, params, (inputs,)), targets)
@@ -39,7 +40,8 @@ class HiFedProxTorchClients(TorchClients):
         with torch.no_grad():
             return np.array([float(self._batch_loss(self._params(u), inputs, targets))])
 
-    def _loss_and_gradient(self, u: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    def _loss_and_gradient(self, u: np.ndarray, inputs: torch.Tensor,
+                           targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The minibatch mean loss and its gradient at u (one forward and one backward pass), float64."""
         params = {n: t.detach().requires_grad_() for n, t in self._params(u).items()}
         f = self._batch_loss(params, inputs, targets)

@@ -221,7 +221,8 @@ class HiFedProx(FederatedEstimator):
             path.append(theta)
             sent = np.flatnonzero(answered if part is None else answered & part)
             diag = values[sent, p:] if values.shape[1] > p else np.full((sent.size, 2), np.nan)
-            rows.append(pd.DataFrame({"round": t, "client": sent, "displacement": np.linalg.norm(values[sent, :p], axis=1),
+            rows.append(pd.DataFrame({"round": t, "client": sent,
+                                      "displacement": np.linalg.norm(values[sent, :p], axis=1),
                                       "armijo_trials": diag[:, 0], "line_search_failures": diag[:, 1]}))
         self.displacements_ = pd.concat(rows, ignore_index=True)
         private = math.isfinite(ctx.mu)

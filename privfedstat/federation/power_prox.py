@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 
@@ -31,6 +32,10 @@ from ..data.federated import row_norm_bounds
 
 __all__ = ["PowerProx", "Armijo", "armijo_step", "power_prox_descent", "client_batch_rng", "minibatch_rows",
            "clip_updates"]
+
+
+def _real(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def _norms(d: np.ndarray) -> np.ndarray:
@@ -45,7 +50,8 @@ class PowerProx:
     """The scale-matched power regulariser ``phi(d) = mu / (p R^(p-2)) ||d||^p`` of HiFedProx (eq. (4)).
 
     Every power has the same gradient norm, mu R, at ``||d|| = R`` (the scale matching); p > 2
-    pulls less below R and more above it. p = 2 is FedProx's ``(mu/2) ||d||^2``, and ``coef = 0`` removes the term (FedAvg).
+    pulls less below R and more above it. p = 2 is FedProx's ``(mu/2) ||d||^2``, and ``coef = 0``
+    removes the term (FedAvg).
 
     Parameters
     ----------
@@ -62,10 +68,10 @@ class PowerProx:
     power: float
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.coef, (int, float)) and math.isfinite(self.coef) and self.coef >= 0):
+        if not (_real(self.coef) and math.isfinite(self.coef) and self.coef >= 0):
             raise ValueError(f"prox_coef (mu in the paper) must be a finite number >= 0, got {self.coef!r}.")
         check_positive_float(self.radius, "prox_radius")
-        if not (isinstance(self.power, (int, float)) and math.isfinite(self.power) and self.power >= 2):
+        if not (_real(self.power) and math.isfinite(self.power) and self.power >= 2):
             raise ValueError(f"power (p) must be a finite number >= 2, got {self.power!r}.")
 
     def value(self, d: np.ndarray) -> np.ndarray:
@@ -74,7 +80,8 @@ class PowerProx:
             return self.coef * self.radius**2 / self.power * (_norms(d) / self.radius) ** self.power
 
     def gradient(self, d: np.ndarray) -> np.ndarray:
-        """``grad phi(d_j) = mu R^(2-p) ||d_j||^(p-2) d_j`` for each row, ``(mu (||d_j|| / R)^(p-2)) d_j``; exactly 0 at d_j = 0."""
+        """``grad phi(d_j) = mu R^(2-p) ||d_j||^(p-2) d_j`` for each row, computed as
+        ``(mu (||d_j|| / R)^(p-2)) d_j``; exactly 0 at d_j = 0."""
         with np.errstate(over="ignore", invalid="ignore"):
             factor = self.coef * (_norms(d) / self.radius) ** (self.power - 2.0)  # 0^0 = 1 for p = 2: times d = 0
             return factor[:, None] * d
@@ -83,7 +90,8 @@ class PowerProx:
         """The minimiser ``d_p(g) = -R theta^(1/(p-1)) g / ||g||``, ``theta = ||g|| / (mu R)``, of
         ``<g, d> + phi(d)`` for each row g (Proposition 1, eqs. (10)-(11)); 0 for g = 0. Needs mu > 0."""
         if not self.coef > 0:
-            raise ValueError("the affine reference needs prox_coef > 0 (with mu = 0 the linear model has no minimiser).")
+            raise ValueError("the affine reference needs prox_coef > 0 (with mu = 0 the linear model has no "
+                             "minimiser).")
         r = _norms(g)
         theta = r / (self.coef * self.radius)
         length = self.radius * theta ** (1.0 / (self.power - 1.0))
@@ -113,7 +121,7 @@ class Armijo:
     def __post_init__(self) -> None:
         for name in ("c", "rho"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < 1):
+            if not (_real(value) and 0 < value < 1):
                 raise ValueError(f"Armijo's {name} must lie in (0, 1), got {value!r}.")
         check_positive_int(self.max_backtracks, "max_backtracks", minimum=0)
 
