@@ -25,7 +25,8 @@ budget per client set to ``mu = 2 B sqrt(T Q) / (noise_sd n_i)``; ``n_i = n_samp
 number). Held fixed across a sweep: the pooled data, phi, T, ``eta_hat = 1`` (Figs. 2-4), ``eta_s = 1``,
 ``gamma = eta_hat`` (FedNMap's default) and ``noise_sd``. The server's aggregate then carries noise of variance
 ``noise_sd^2 / (n Q)`` per coordinate, so once the runs reach their noise floor (constant steps) the final
-stationarity scales as ``eta_hat noise_sd^2 / (n Q)``: slope -1 in n and in Q. Before the floor the
+stationarity scales as ``eta_hat noise_sd^2 / (n Q)``: slope -1 in n and in Q (measured a little steeper, as the
+paper's: the l1 prox zeroes the noise below its threshold on the null coordinates). Before the floor the
 deterministic transient, the same for every n and Q at a fixed ``eta_hat``, dominates and the slope tends to
 0. The theory's -0.5 is the rate ``1 / sqrt(n Q T)`` of a bound whose steps shrink with T, a different quantity
 again. The measured slope therefore depends on ``eta_hat``, T and ``noise_sd``, all reported with it.
