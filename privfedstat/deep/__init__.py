@@ -9,7 +9,9 @@ with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
 :class:`DeepFedSGD`, :class:`DeepFedHybrid` and :class:`DeepDPFedAvg` run the server loops of the
 GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter (Algorithm 5);
 :class:`DeepFedAlphaNormEC` and :class:`DeepClippedFedAvg` are Fed-alpha-NormEC and its comparator;
-:class:`DeepHiFedProx` is HiFedProx (power-p proximal local steps with Armijo backtracking).
+:class:`DeepHiFedProx` is HiFedProx (power-p proximal local steps with Armijo backtracking);
+:class:`DeepFedNMap`, :class:`DeepZhang` and :class:`DeepFedCanon` are FedNMap and its composite baselines
+(l1 / elastic-net regularised networks; :mod:`privfedstat.deep.mobilenet` has MobileNetV3-Small).
 """
 
 try:
@@ -20,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from .clients import TorchClients, TorchNoise
 from .data import FailingTensorData, TensorFederatedData
 from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
+from .fednmap import DeepFedCanon, DeepFedNMap, DeepZhang
 from .hifedprox import DeepHiFedProx
 from .newton import DeepFedNewton
 from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC
@@ -27,4 +30,4 @@ from .per_sample import per_sample_clipped_mean
 
 __all__ = ["per_sample_clipped_mean", "TorchClients", "TorchNoise", "TensorFederatedData", "FailingTensorData",
            "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "DeepFedNewton", "compute_matched_rounds",
-           "DeepFedAlphaNormEC", "DeepClippedFedAvg", "DeepHiFedProx"]
+           "DeepFedAlphaNormEC", "DeepClippedFedAvg", "DeepHiFedProx", "DeepFedNMap", "DeepZhang", "DeepFedCanon"]

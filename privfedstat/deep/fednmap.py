@@ -112,8 +112,6 @@ class CompositeTorchClients(TorchClients):
 class _NetworkComposite(_Network):
     """The network mixin for the composite estimators: composite torch clients, phi on every trainable parameter."""
 
-    unpenalized = ()
-
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> CompositeTorchClients:
         return CompositeTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size)
 
