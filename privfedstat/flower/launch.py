@@ -57,18 +57,19 @@ class LocalFederation:
     simulation_seed : int, optional
         Set the nodes' ``simulation-seed`` (their noise streams then equal an in-process fit's with
         ``random_state=simulation_seed``): for tests and simulations only. None: OS entropy.
-    client_app : str, optional
-        ``module:attribute`` of the ClientApp the nodes run (default privfedstat's).
+    client_apps : dict of int to str, optional
+        ``module:attribute`` of the ClientApp node ``i`` runs instead of privfedstat's (tests put
+        a misbehaving client there).
     startup_timeout : float
         Seconds to wait for the SuperLink and every node to come up.
     """
 
     def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", simulation_seed: int | None = None,
-                 client_app: str | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
+                 client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
         if not int(n_clients) >= 1:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
         self.n_clients, self.dataset, self.simulation_seed = int(n_clients), dataset, simulation_seed
-        self.client_app, self.startup_timeout, self.verbose = client_app, float(startup_timeout), verbose
+        self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
         self.nodes: list[subprocess.Popen] = []
         self._runs = 0
@@ -108,8 +109,8 @@ class LocalFederation:
             config += f" simulation-seed={int(self.simulation_seed)}"
         cmd = [sys.executable, "-m", "privfedstat.flower.node", "--insecure", "--superlink", self.address,
                "--node-config", config]
-        if self.client_app:
-            cmd += ["--client-app", self.client_app]
+        if i in (self.client_apps or {}):
+            cmd += ["--client-app", self.client_apps[i]]
         return self._spawn(f"node{i}", cmd)
 
     def kill_node(self, i: int) -> None:

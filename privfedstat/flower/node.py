@@ -48,6 +48,36 @@ def _load(ref: str):
     return getattr(importlib.import_module(module), attr)
 
 
+def _pull_task_input(client, poll: float):
+    """Flower's ``pull_task_input`` (run_clientapp) with a short retry for the message's objects.
+
+    A task can be acquired while its message's objects are still on their way from the SuperLink;
+    Flower's default first retry after 1 s would then add a second to the round.
+    """
+    from flwr.common.serde import context_from_proto
+    from flwr.proto.node_pb2 import Node
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.app import Message
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (make_confirm_message_received_fn_protobuf,
+                                                                     make_pull_object_fn_protobuf)
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.task_identity import TaskIdentity
+
+    res = client.PullTaskInput(PullTaskInputRequest())
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = res.task_id, res.run.run_id, res.context.node_id
+    context = context_from_proto(res.context)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("no message came with the task.")
+    node, tree = Node(node_id=context.node_id), pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+        return_type=Message, initial_backoff=poll / 4, backoff_cap=poll)
+    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's: the id is not in the deflated message
+    return message, context
+
+
 def _execute(runtime: str, app_ref: str, poll: float) -> None:
     """Take this node's ClientApp tasks from its Runtime API and answer them in this process, forever."""
     from flwr.common.constant import SubStatus
@@ -56,7 +86,7 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
     from flwr.supercore.retry import make_simple_http_retry_invoker
     from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     app = _load(app_ref)
 
@@ -75,16 +105,20 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
             continue
         if not (res.HasField("task") and res.token):
             _time.sleep(pause)
-            pause = min(2 * pause, 0.25)
+            pause = min(2 * pause, 5 * poll)
             continue
         pause = poll / 4
         task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                        RuntimeTokenHttpInterceptor(res.token))
+        context = None
         try:
-            message, context, _, _ = pull_task_input(task)
+            message, context = _pull_task_input(task, poll)
             reply = app(message=message, context=context)
             push_message(task, reply, context)
             push_task_output(task, context, SubStatus.COMPLETED, "")
+        except Exception as err:  # this task fails (the server times it out); the node keeps serving
+            print(f"privfedstat.flower.node: task failed: {err!r}", file=sys.stderr, flush=True)
+            push_task_output(task, context, SubStatus.FAILED, repr(err))
         finally:
             task.close()
 
