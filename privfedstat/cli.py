@@ -1,4 +1,4 @@
-"""Command line interface: ``privfedstat demo | studies | methods | reproduce`` (also ``python -m privfedstat``)."""
+"""Command line interface: ``privfedstat demo | studies | methods | reproduce | flower-demo`` (also ``python -m privfedstat``)."""
 
 from __future__ import annotations
 
@@ -253,6 +253,28 @@ def _reproduce_cnn(args, parser) -> int:
     return 0
 
 
+def _flower_demo(args, parser) -> int:
+    """``privfedstat flower-demo``: see :func:`privfedstat.flower.launch.run_demo`."""
+    import json
+
+    params = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes NAME=VALUE, got {item!r}.")
+        try:
+            params[name] = json.loads(value)
+        except ValueError:
+            params[name] = value
+    from .flower.launch import run_demo
+
+    try:
+        run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="privfedstat", description="Differentially private federated M-estimation.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -299,7 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--powers", default=None, help="hifedprox: exponents p, e.g. 2,5,8 (default 2..8)")
     p_rep.add_argument("--seeds", default=None, help="hifedprox: paired seeds, e.g. 3001,3002 (default 3001..3005)")
     p_rep.add_argument("--conditions", default=None, help="hifedprox: among clean,moderate,severe (default all)")
+    p_fl = sub.add_parser("flower-demo", help="fit an estimator on a Flower SuperLink + SuperNodes on loopback (extra flower)")
+    p_fl.add_argument("--clients", type=int, default=3, help="number of SuperNodes (default 3)")
+    p_fl.add_argument("--estimator", default="fedsgd", help="registered estimator (default fedsgd)")
+    p_fl.add_argument("--mu", type=float, default=2.0, help="GDP budget per client (default 2)")
+    p_fl.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                      help="an estimator parameter, e.g. --set n_iter=50 --set clip=1.0 (JSON values)")
     args = parser.parse_args(argv)
+    if args.command == "flower-demo":
+        return _flower_demo(args, parser)
     if args.command == "reproduce" and args.reps is None and not args.study.startswith(("cnn-", "fednmap")):
         args.reps = 100
 

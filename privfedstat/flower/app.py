@@ -20,6 +20,7 @@ client's state between rounds).
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import pickle
@@ -51,19 +52,17 @@ def _query(msg: Message, context: Context) -> Message:
     return Message(node.handle(msg.content), reply_to=msg)
 
 
-def _fast_object_pulls(poll: float = 0.02) -> None:
-    """Retry a reply's objects after ``poll / 4`` seconds, not Flower's 1 s (this ServerApp process only).
+def _fast_object_pulls(poll: float = 0.05) -> None:
+    """Retry a reply's objects after milliseconds, not Flower's 1 s (this ServerApp process only).
 
     A reply is listed by the SuperLink while its objects may still be on their way from the node;
     flwr 1.42's Grid first retries after a second, a second added to every round.
     """
-    import functools
-    import importlib
-
     from flwr.supercore.inflatable.inflatable_utils import pull_objects
 
-    grid_module = importlib.import_module("flwr.superlink.grid.http_grid")
-    grid_module.pull_objects = functools.partial(pull_objects, initial_backoff=poll / 4, backoff_cap=poll)
+    from .node import _fast_pulls
+
+    importlib.import_module("flwr.superlink.grid.http_grid").pull_objects = _fast_pulls(pull_objects, poll)
 
 
 @server_app.main()

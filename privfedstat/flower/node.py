@@ -12,14 +12,17 @@ noise stream and protocol state) lives between messages; killing this process ki
 Runtime dependency installation is never done (the ClientApp is the installed privfedstat), and
 the FAB a run brings is not installed either: the node runs the ClientApp named here.
 
-``--poll S`` (default 0.02 s) shortens the SuperNode's fixed idle wait between two pulls from the
-SuperLink (3 s in flwr 1.42) and this executor's wait for a task: on loopback a protocol round
-then takes milliseconds instead of seconds. It only changes how often Flower polls.
+Flower's first retry of a message's objects that have not arrived yet comes after 1 s; here after
+a few milliseconds. ``--poll S`` (default 0.05 s) caps the SuperNode's idle wait between two pulls from the SuperLink
+(a fixed 3 s in flwr 1.42) and this executor's wait for a task, both backing off from 1 ms after
+a message: a protocol round then takes milliseconds on loopback instead of seconds. It only
+changes how often Flower polls, not what it sends.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import socket
 import sys
@@ -38,9 +41,24 @@ def free_port() -> int:
 
 
 def _fast_clock(poll: float) -> SimpleNamespace:
-    """A ``time`` module for Flower's SuperNode loop whose idle waits last at most ``poll`` seconds."""
+    """A ``time`` module for Flower's SuperNode loop whose idle waits back off from 1 ms to ``poll`` seconds.
+
+    Flower's loop sleeps 3 s when the SuperLink has no message for the node and 0.5 s while the
+    ClientApp's reply is not ready; here the first idle wait after a message lasts 1 ms and each
+    further one doubles, up to ``poll`` (fast replies during a protocol, little polling when idle).
+    """
+    state = {"wait": 0.001}
+
+    def sleep(seconds: float) -> None:
+        if seconds >= 1.0:  # idle: nothing to pull from the SuperLink
+            _time.sleep(state["wait"])
+            state["wait"] = min(2 * state["wait"], poll)
+        else:  # a message came and its reply is being made: poll fast again afterwards
+            state["wait"] = 0.001
+            _time.sleep(min(float(seconds), 0.002))
+
     names = {k: getattr(_time, k) for k in dir(_time) if not k.startswith("_")}
-    return SimpleNamespace(**{**names, "sleep": lambda s: _time.sleep(min(float(s), poll))})
+    return SimpleNamespace(**{**names, "sleep": sleep})
 
 
 def _load(ref: str):
@@ -48,11 +66,21 @@ def _load(ref: str):
     return getattr(importlib.import_module(module), attr)
 
 
+def _fast_pulls(pull_objects, poll: float):
+    """Flower's ``pull_objects`` retrying a missing object after ``poll / 4`` seconds, not 1 s.
+
+    A message is listed before its objects have all arrived (from the ServerApp at the SuperLink,
+    from the SuperLink at the node); flwr 1.42's first retry after a second would add a second
+    to the round.
+    """
+    return functools.partial(pull_objects, initial_backoff=poll / 4, backoff_cap=poll)
+
+
 def _pull_task_input(client, poll: float):
     """Flower's ``pull_task_input`` (run_clientapp) with a short retry for the message's objects.
 
     A task can be acquired while its message's objects are still on their way from the SuperLink;
-    Flower's default first retry after 1 s would then add a second to the round.
+    it is pulled with :func:`_fast_pulls`' retries.
     """
     from flwr.common.serde import context_from_proto
     from flwr.proto.node_pb2 import Node
@@ -73,7 +101,7 @@ def _pull_task_input(client, poll: float):
     message = pull_and_inflate_object_from_tree(
         tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
         make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
-        return_type=Message, initial_backoff=poll / 4, backoff_cap=poll)
+        return_type=Message, initial_backoff=poll / 4, backoff_cap=poll)  # as _fast_pulls
     message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's: the id is not in the deflated message
     return message, context
 
@@ -105,9 +133,9 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
             continue
         if not (res.HasField("task") and res.token):
             _time.sleep(pause)
-            pause = min(2 * pause, 5 * poll)
+            pause = min(2 * pause, poll)
             continue
-        pause = poll / 4
+        pause = 0.001
         task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                        RuntimeTokenHttpInterceptor(res.token))
         context = None
@@ -127,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the SuperNode and its persistent ClientApp executor (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     parser.add_argument("--client-app", default="privfedstat.flower.app:client_app")
-    parser.add_argument("--poll", type=float, default=0.02)
+    parser.add_argument("--poll", type=float, default=0.05)
     parser.add_argument("--port", type=int, default=None)
     ours, flower_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if "--isolation" in flower_args:
@@ -135,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     port = ours.port or free_port()
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
-    importlib.import_module("flwr.supernode.start_client_internal").time = _fast_clock(ours.poll)
+    loop = importlib.import_module("flwr.supernode.start_client_internal")
+    loop.time = _fast_clock(ours.poll)
+    loop.pull_objects = _fast_pulls(loop.pull_objects, ours.poll)
     threading.Thread(target=_execute, args=(f"127.0.0.1:{port}", ours.client_app, ours.poll), daemon=True,
                      name="privfedstat-clientapp").start()
     sys.argv = ["flower-supernode", *flower_args, "--isolation", "process", "--host", "127.0.0.1", "--port", str(port)]
