@@ -13,8 +13,9 @@ cross-entropy over every training image, without phi).
 Data [I: the paper does not name its data set]: ``"digits"`` (offline: scikit-learn's 8 x 8 digits,
 upsampled to 32 x 32 and repeated over 3 channels) or ``"cifar"`` (CIFAR-10 from ``data_dir``). Steps
 [I: not given]: ``eta_a = step_size``, ``eta_s = 1``, FedNMap's gamma = ``eta_hat``; FedCanon uses the same
-eta_a, K = Q and server step. The defaults are a reduced scale (minutes on one CPU core);
-n = 20 and Q = 10 are the paper's.
+eta_a, K = Q and server step. n = 20 and Q = 10 are the paper's; the other defaults are a reduced scale
+(400 images, 10 rounds: about half an hour of one CPU thread; 10 clients and Q = 5 took 9 minutes,
+``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class MobileNetStudy:
     n_rounds: int = 10
     batch_size: int = 16
     step_size: float = 0.05
-    alpha: float = 1e-4
+    alpha: float = 1e-3
     n_images: int | None = 400
 
 
