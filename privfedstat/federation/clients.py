@@ -557,8 +557,10 @@ def smoothed_normalize(u: np.ndarray, alpha: float) -> np.ndarray:
 
     The norm is :func:`~privfedstat.data.federated.row_norm_bounds`' upper bound ``b >= ||u||``
     (no overflow or underflow, relative excess at least ``12 u`` over the exact norm,
-    ``u = 2^-53``), so the computed rows have exact Euclidean norm at most
-    ``(1 + u) ||u|| / b < 1``; a row whose norm exceeds the largest double gives 0.
+    ``u = 2^-53``). Numerator and denominator are divided by ``max(alpha, b)`` first, so that
+    ``alpha + b`` cannot overflow; the five roundings involved stay below the excess, and the
+    computed rows have exact Euclidean norm at most ``(1 + 5u) ||u|| / b < 1``; a row whose norm
+    exceeds the largest double gives 0.
 
     Parameters
     ----------
@@ -577,7 +579,11 @@ def smoothed_normalize(u: np.ndarray, alpha: float) -> np.ndarray:
     stronger (smoothed normalisation); Shulgin, Malinovsky, Khirirat & Richtarik (2025), Fed-alpha-NormEC.
     """
     u = np.asarray(u, dtype=np.float64)
-    return u / (alpha + row_norm_bounds(u))[:, None]
+    b = row_norm_bounds(u)[:, None]
+    finite = np.isfinite(b)
+    b, u = np.where(finite, b, 0.0), np.where(finite, u, 0.0)  # rows of infinite norm give 0
+    scale = np.maximum(alpha, b)
+    return (u / scale) / (alpha / scale + b / scale)
 
 
 def _only(release: Release, answered: np.ndarray) -> Release:
