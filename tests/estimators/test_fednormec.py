@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.special import expit
@@ -45,7 +45,6 @@ extreme = st.sampled_from([0.0, TINY, -TINY, 1e-310, 1e-300, 1e-160, 1e-150, 1.0
                            MAX, -MAX])
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])  # generation is slow on a loaded machine, not the test
 @given(u=arrays(np.float64, st.integers(1, 40), elements=st.one_of(finite, extreme)),
        alpha=st.one_of(st.floats(1e-300, 1e300), st.sampled_from([TINY, 1e-12, 0.01, 1.0, MAX])))
 def test_smoothed_normalisation_has_norm_below_one_for_every_finite_input(u, alpha):
