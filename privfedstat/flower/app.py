@@ -52,7 +52,7 @@ def _query(msg: Message, context: Context) -> Message:
     return Message(node.handle(msg.content), reply_to=msg)
 
 
-def _fast_object_pulls(poll: float = 0.05) -> None:
+def _fast_object_pulls(poll: float = 0.1) -> None:
     """Retry a reply's objects after milliseconds, not Flower's 1 s (this ServerApp process only).
 
     A reply is listed by the SuperLink while its objects may still be on their way from the node;

@@ -1,7 +1,7 @@
 """The client's end on a Flower SuperNode: one client's rows, its noise stream, and the verbs it answers.
 
 A node holds ONE client's partition (named by its node config: ``dataset``, ``partition-id``,
-``num-partitions``) inside a single-client
+``num-partitions``, optionally ``n-features``) inside a single-client
 :class:`~privfedstat.federation.clients.InProcessClients`, so every verb is computed and
 privatized here, on the client, by the same code as in-process, before anything is sent. Each fit
 is a *session*: the server's first request opens it (the family; the node answers with its public
@@ -34,22 +34,26 @@ __all__ = ["ClientNode", "load_partition", "demo_dataset", "DATASETS"]
 DATASETS = ("synthetic-logistic",)
 
 
-def demo_dataset(name: str, num_partitions: int) -> FederatedData:
+def demo_dataset(name: str, num_partitions: int, n_features: int = 3) -> FederatedData:
     """All ``num_partitions`` clients of an embedded dataset (what the nodes of a demo hold between them).
 
-    ``"synthetic-logistic"``: intercept and two standard normal covariates, responses from a
-    logistic model with theta = (0.3, -0.6, 0.2), client i holding 120 + 30 (i mod 3) rows; drawn
-    from a fixed public seed, so every node rebuilds the same rows.
+    ``"synthetic-logistic"``: an intercept and ``n_features - 1`` standard normal covariates,
+    responses from a logistic model with theta = (0.3, -0.6, 0.2, 0, ..., 0), client i holding
+    120 + 30 (i mod 3) rows; drawn from a fixed public seed, so every node rebuilds the same rows.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; the nodes serve {DATASETS}.")
-    if not int(num_partitions) >= 1:
-        raise ValueError(f"num-partitions must be a positive integer, got {num_partitions!r}.")
+    if not int(num_partitions) >= 1 or not int(n_features) >= 1:
+        raise ValueError(f"num-partitions and n-features must be positive integers, got {num_partitions!r}, "
+                         f"{n_features!r}.")
+    d = int(n_features)
     sizes = [120 + 30 * (i % 3) for i in range(int(num_partitions))]
     rng = np.random.default_rng(20240601)
     n = sum(sizes)
-    X = np.column_stack([np.ones(n), rng.standard_normal((n, 2))])
-    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.array([0.3, -0.6, 0.2])))).astype(np.float64)
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
+    theta = np.zeros(d)
+    theta[:3] = np.array([0.3, -0.6, 0.2])[:d]
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ theta))).astype(np.float64)
     return FederatedData.from_pooled(X, y, sizes=sizes)
 
 
@@ -61,8 +65,8 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
         raise ValueError(f"the node config needs dataset, partition-id and num-partitions (missing {err}).") from None
     if not 0 <= i < m:
         raise ValueError(f"partition-id {i} is outside 0..{m - 1}.")
-    seed = node_config.get("simulation-seed")
-    return FederatedData.from_arrays([demo_dataset(name, m).client(i)]), i, None if seed is None else int(seed)
+    seed, d = node_config.get("simulation-seed"), int(node_config.get("n-features", 3))
+    return FederatedData.from_arrays([demo_dataset(name, m, d).client(i)]), i, None if seed is None else int(seed)
 
 
 class _OneClient(InProcessClients):

@@ -54,6 +54,8 @@ class LocalFederation:
     n_clients : int
     dataset : str
         Embedded dataset the nodes split between them (:data:`privfedstat.flower.client.DATASETS`).
+    n_features : int
+        Its number of columns (:func:`~privfedstat.flower.client.demo_dataset`).
     simulation_seed : int, optional
         Set the nodes' ``simulation-seed`` (their noise streams then equal an in-process fit's with
         ``random_state=simulation_seed``): for tests and simulations only. None: OS entropy.
@@ -64,11 +66,12 @@ class LocalFederation:
         Seconds to wait for the SuperLink and every node to come up.
     """
 
-    def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", simulation_seed: int | None = None,
+    def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3, simulation_seed: int | None = None,
                  client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
         if not int(n_clients) >= 1:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
         self.n_clients, self.dataset, self.simulation_seed = int(n_clients), dataset, simulation_seed
+        self.n_features = int(n_features)
         self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
         self.nodes: list[subprocess.Popen] = []
@@ -104,7 +107,8 @@ class LocalFederation:
 
     def start_node(self, i: int) -> subprocess.Popen:
         """Start the node of partition ``i`` (a separate process)."""
-        config = f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients}'
+        config = (f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients} '
+                  f'n-features={self.n_features}')
         if self.simulation_seed is not None:
             config += f" simulation-seed={int(self.simulation_seed)}"
         cmd = [sys.executable, "-m", "privfedstat.flower.node", "--insecure", "--superlink", self.address,
@@ -112,13 +116,6 @@ class LocalFederation:
         if i in (self.client_apps or {}):
             cmd += ["--client-app", self.client_apps[i]]
         return self._spawn(f"node{i}", cmd)
-
-    def kill_node(self, i: int) -> None:
-        """Kill node ``i``'s process (SIGKILL: a client dying mid-fit)."""
-        proc = self.nodes[i]
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
     def close(self) -> None:
         """Stop every process this federation started (by process id) and remove its directory."""

@@ -13,7 +13,7 @@ Runtime dependency installation is never done (the ClientApp is the installed pr
 the FAB a run brings is not installed either: the node runs the ClientApp named here.
 
 Flower's first retry of a message's objects that have not arrived yet comes after 1 s; here after
-a few milliseconds. ``--poll S`` (default 0.05 s) caps the SuperNode's idle wait between two pulls from the SuperLink
+a few milliseconds. ``--poll S`` (default 0.1 s) caps the SuperNode's idle wait between two pulls from the SuperLink
 (a fixed 3 s in flwr 1.42) and this executor's wait for a task, both backing off from 1 ms after
 a message: a protocol round then takes milliseconds on loopback instead of seconds. It only
 changes how often Flower polls, not what it sends.
@@ -123,7 +123,15 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
                                                      interceptors=list(interceptors),
                                                      retry_invoker=make_simple_http_retry_invoker())
 
+    class TaskToken(RuntimeTokenHttpInterceptor):
+        """Flower's task-token header, set anew for each task (one connection for all tasks)."""
+
+        def __init__(self) -> None:
+            self._token = ""
+
     control = connect(RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+    token = TaskToken()
+    task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token)
     pause = poll
     while True:
         try:
@@ -136,8 +144,7 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
             pause = min(2 * pause, poll)
             continue
         pause = 0.001
-        task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                       RuntimeTokenHttpInterceptor(res.token))
+        token._token = res.token
         context = None
         try:
             message, context = _pull_task_input(task, poll)
@@ -147,15 +154,13 @@ def _execute(runtime: str, app_ref: str, poll: float) -> None:
         except Exception as err:  # this task fails (the server times it out); the node keeps serving
             print(f"privfedstat.flower.node: task failed: {err!r}", file=sys.stderr, flush=True)
             push_task_output(task, context, SubStatus.FAILED, repr(err))
-        finally:
-            task.close()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the SuperNode and its persistent ClientApp executor (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     parser.add_argument("--client-app", default="privfedstat.flower.app:client_app")
-    parser.add_argument("--poll", type=float, default=0.05)
+    parser.add_argument("--poll", type=float, default=0.1)
     parser.add_argument("--port", type=int, default=None)
     ours, flower_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if "--isolation" in flower_args:

@@ -1,8 +1,9 @@
 """privfedstat on a real Flower deployment: a SuperLink and SuperNodes as separate processes on 127.0.0.1.
 
 One seeded federation (3 nodes, ``simulation-seed=5``) runs several estimators in one Flower run
-and must equal the in-process fits to 1e-12 (coefficients and ledger); the same federation then
-loses a node mid-fit (SIGKILL) under each failure policy. A second federation (no seed: OS
+and must equal the in-process fits to 1e-12 (coefficients and ledger); in a second run two of its
+nodes' processes die mid-fit (SIGKILL, at a set request: tests/flower/_apps.py), under each
+failure policy, and the skipped fit equals the in-process fit with that client failing there. A second federation (no seed: OS
 entropy) shows that a restarted run draws fresh noise and that a client sending an oversized
 reply is refused. tests/flower/test_wire.py covers every registered estimator without processes.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from privfedstat.estimators.registry import get_method
+from privfedstat.federation import FailingData
 from privfedstat.flower.client import demo_dataset
 from privfedstat.flower.launch import LocalFederation
 
@@ -39,8 +40,16 @@ FITS = [
 
 
 @pytest.fixture(scope="module")
-def seeded():
-    with LocalFederation(3, simulation_seed=5) as fed:
+def apps_on_path():
+    mp = pytest.MonkeyPatch()  # the nodes import tests/flower/_apps.py
+    mp.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def seeded(apps_on_path):
+    with LocalFederation(3, simulation_seed=5, client_apps={1: "_apps:die_at_11", 2: "_apps:die_at_3"}) as fed:
         yield fed
 
 
@@ -62,37 +71,27 @@ def test_fits_on_flower_equal_the_in_process_fits(seeded):
 
 
 def test_a_client_killed_mid_fit_raises_or_is_skipped(seeded):
-    long = {"mu": 2.0, "n_iter": 30, "clip": 1.0, "inference": None, "random_state": 5}
-    fits = [{"estimator": "fedsgd", "params": dict(long, on_client_failure="skip")},
-            {"estimator": "fedsgd", "params": dict(long, on_client_failure="raise")}]
-    # fit 0 loses node 2 after a second; fit 1 first waits out the dead node 2 at its opening request (it
-    # then sits out), then loses node 1
-    delays = {0: (1.0, 2), 1: (3.0 + 2.0, 1)}
-
-    def kill(k):
-        threading.Timer(delays[k][0], seeded.kill_node, args=(delays[k][1],)).start()
-
-    skipped, raised = seeded.run(fits, timeout=300, reply_timeout=3.0, on_started=kill)
+    # node 2's process dies at its 3rd gradient request of fit 0; fit 1 waits out the dead node 2 at its
+    # opening request (it then sits out) and loses node 1 at node 1's 3rd gradient request of fit 1
+    mortal = {"mu": 2.0, "n_iter": 8, "clip": 0.75, "inference": None, "random_state": 5}
+    fits = [{"estimator": "fedsgd", "params": dict(mortal, on_client_failure="skip")},
+            {"estimator": "fedsgd", "params": dict(mortal, on_client_failure="raise")}]
+    skipped, raised = seeded.run(fits, timeout=300, reply_timeout=3.0)
     assert "error" not in skipped, skipped.get("trace")
     mu = skipped["privacy"].client_mu
-    assert np.all(np.isfinite(skipped["coef"])) and mu[2] < 2.0 - 1e-9  # it stopped sending mid-fit
+    assert np.all(np.isfinite(skipped["coef"])) and 0 < mu[2] < 2.0 - 1e-9  # it sent two gradients, then died
     np.testing.assert_allclose(mu[:2], 2.0, rtol=0, atol=1e-12)
-    assert raised["error"][0] == "ClientFailureError"
+    ref = get_method("fedsgd").cls(**dict(mortal, on_client_failure="skip")).fit(
+        FailingData(demo_dataset("synthetic-logistic", 3), {2: 2}))  # in-process: client 2 dies at request 2
+    np.testing.assert_allclose(skipped["coef"], ref.coef_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mu, ref.privacy_.client_mu, rtol=0, atol=1e-12)
+    assert raised["error"][0] == "ClientFailureError" and "[1]" in raised["error"][1]
 
 
 @pytest.fixture(scope="module")
-def unseeded(monkeypatch_module):
-    here = str(Path(__file__).parent)
-    monkeypatch_module.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    with LocalFederation(2, client_apps={1: "_rogue:client_app"}) as fed:
+def unseeded(apps_on_path):
+    with LocalFederation(2, client_apps={1: "_apps:rogue"}) as fed:
         yield fed
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
 
 
 def test_a_restarted_run_draws_fresh_noise_and_an_oversized_reply_is_refused(unseeded):

@@ -179,3 +179,13 @@ def test_nodes_seed_themselves_from_fresh_entropy_unless_a_simulation_seed_is_gi
         load_partition({"dataset": "synthetic-logistic", "partition-id": 3, "num-partitions": 3})
     with pytest.raises(ValueError, match="unknown dataset"):
         demo_dataset("nope", 2)
+
+
+def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys):
+    from privfedstat.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["flower-demo", "--set", "n_iter"])
+    with pytest.raises(SystemExit):
+        main(["flower-demo", "--estimator", "nope"])
+    assert "nope" in capsys.readouterr().err
