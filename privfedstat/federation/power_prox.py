@@ -244,5 +244,6 @@ def clip_updates(delta: np.ndarray, update_clip: float) -> np.ndarray:
     delta = np.array(delta, dtype=np.float64)
     delta[~np.all(np.isfinite(delta), axis=1)] = 0.0
     if math.isfinite(update_clip) and delta.shape[0]:
-        delta *= np.minimum(1.0, update_clip * (1.0 - 2.0**-40) / row_norm_bounds(delta))[:, None]
+        with np.errstate(over="ignore"):  # a zero row's bound is 2^-1072: factor inf, then 1
+            delta *= np.minimum(1.0, update_clip * (1.0 - 2.0**-40) / row_norm_bounds(delta))[:, None]
     return delta
