@@ -3,9 +3,10 @@
 One seeded federation (3 nodes, ``simulation-seed=5``) runs several estimators in one Flower run
 and must equal the in-process fits to 1e-12 (coefficients and ledger); in a second run two of its
 nodes' processes die mid-fit (SIGKILL, at a set request: tests/flower/_apps.py), under each
-failure policy, and the skipped fit equals the in-process fit with that client failing there. A second federation (no seed: OS
-entropy) shows that a restarted run draws fresh noise and that a client sending an oversized
-reply is refused. tests/flower/test_wire.py covers every registered estimator without processes.
+failure policy, and the skipped fit equals the in-process fit with that client failing there. A
+second federation (one node, no seed: OS entropy) shows that a restarted run draws fresh noise
+and that a client sending an oversized reply is refused. tests/flower/test_wire.py covers every
+registered estimator without processes.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def test_a_client_killed_mid_fit_raises_or_is_skipped(seeded):
 
 @pytest.fixture(scope="module")
 def unseeded(apps_on_path):
-    with LocalFederation(2, client_apps={1: "_apps:rogue"}) as fed:
+    with LocalFederation(1, client_apps={0: "_apps:rogue"}) as fed:
         yield fed
 
 
