@@ -258,6 +258,9 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
     """
     from ..families import get_family
 
+    if getattr(estimator, "family", None) is None:
+        raise TypeError(f"the Flower backend carries the GLM estimators' clients; {type(estimator).__name__} has no "
+                        "family (networks, privfedstat.deep, are not carried yet).")
     family = get_family(estimator.family)
     secure = bool(getattr(estimator, "secure_mode", False)) if secure is None else secure
     clients = FlowerClients(grid, family, secure=secure, nodes=nodes, timeout=timeout, max_bytes=max_bytes)
