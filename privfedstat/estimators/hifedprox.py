@@ -156,6 +156,10 @@ class HiFedProx(FederatedEstimator):
         self.inference = inference
 
     # ------------------------------------------------------------------ parameters
+    def _declared_mu(self, n_clients: int) -> float:
+        self._local_settings(n_clients)  # per-client settings checked against M before a budget is charged
+        return super()._declared_mu(n_clients)
+
     def _validate_params(self, mu: float) -> None:
         # not FederatedEstimator's: step_size may be an array (one alpha0 per client)
         if self.inference is not None:

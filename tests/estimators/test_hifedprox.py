@@ -242,3 +242,13 @@ def test_clip_updates_bounds_every_row_and_zeroes_non_finite_ones():
 def test_bad_parameters_are_refused(bad, match):
     with pytest.raises((ValueError, TypeError), match=match):
         HiFedProx(n_rounds=1, **bad).fit(data())
+
+
+def test_per_client_settings_of_the_wrong_length_are_refused_before_a_budget_is_charged():
+    from privfedstat import PrivacyBudget
+
+    d = data()
+    budget = PrivacyBudget(mu=3.0, n_clients=d.n_clients)
+    with pytest.raises(ValueError, match="n_local_steps"):
+        HiFedProx(mu=2.0, n_rounds=1, n_local_steps=[3, 3]).fit(d, budget=budget)
+    assert not budget.fits and np.all(budget.spent == 0)
