@@ -183,6 +183,9 @@ class InProcessClients:
     n_clients, sizes, n_features, n_params, family, has_offset
     """
 
+    #: the federation index of this object's first client (not 0 on a Flower node, which holds client ``index``)
+    index: int = 0
+
     def __init__(self, data: FederatedData, family: Family, noise, *, failures: dict[int, int] | None = None,
                  _status: _Status | None = None) -> None:
         if _status is None:
@@ -432,7 +435,7 @@ class InProcessClients:
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
         data, family, sizes = self._oracle.data, self.family, self.sizes
-        rngs = [client_batch_rng(batch_seed, i) for i in clients]
+        rngs = [client_batch_rng(batch_seed, self.index + i) for i in clients]
 
         def batch_objective(step: int, who: np.ndarray):
             rows = [minibatch_rows(rngs[k], int(sizes[clients[k]]), batch_size) for k in who]

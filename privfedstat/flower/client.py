@@ -26,7 +26,7 @@ from ..data.federated import FederatedData
 from ..families import get_family
 from ..federation.clients import VERBS, InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
-from .wire import decode_request, encode_reply
+from .wire import decode_request, encode_reply, per_client_args
 
 __all__ = ["ClientNode", "load_partition", "demo_dataset", "DATASETS"]
 
@@ -70,9 +70,8 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
 
 
 class _OneClient(InProcessClients):
-    """A single client, client ``index`` of the federation: FedNewton's split uses that client's stream."""
-
-    index: int = 0
+    """A single client, client ``index`` of the federation: FedNewton's split and HiFedProx's minibatches use
+    that client's streams."""
 
     def split_halves(self, seed):
         """As in-process client ``index``: rows permuted by the child ``index`` of the public ``seed``."""
@@ -145,7 +144,7 @@ class ClientNode:
         return encode_reply("ok", extra=extra)
 
     def _answer(self, handles: list, verb: str, target: int, kwargs: dict) -> RecordDict:
-        for name in ("active", "grad_clip"):  # per-client arguments arrive as this client's entry
+        for name in per_client_args(verb):  # per-client arguments arrive as this client's entry
             if name in kwargs and kwargs[name] is not None:
                 kwargs[name] = np.atleast_1d(kwargs[name])
         out = getattr(handles[target], verb)(**kwargs)

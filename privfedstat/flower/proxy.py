@@ -31,12 +31,11 @@ from ..data.federated import FederatedData
 from ..families import Family
 from ..federation.clients import PUBLIC, VERBS, InProcessClients, Reply
 from ..privacy.ledger import Release
-from .wire import MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape
+from .wire import (MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape,
+                   per_client_args)
 
 __all__ = ["FlowerClients", "fit_on_grid"]
 
-#: request arguments given per client (arrays of shape (n_clients,)), sent as that client's entry
-PER_CLIENT = ("sensitivity", "active", "grad_clip")
 #: Flower message type of every request (the ClientApp's one query handler)
 MESSAGE_TYPE = "query"
 
@@ -167,12 +166,12 @@ class FlowerClients:
         per_client = []
         for i in range(m):
             own = dict(kwargs)
-            for name in PER_CLIENT:
+            for name in per_client_args(verb):
                 value = own.get(name)
                 if isinstance(value, np.ndarray) and value.ndim == 1 and value.shape[0] == m:
                     own[name] = value[i].item()
             per_client.append(own)
-        shape = expected_shape(verb, self.n_params, self.n_features)
+        shape = expected_shape(verb, self.n_params, self.n_features, kwargs)
         before = self._link.failed.copy()
         replies = self._link.exchange(verb, self._target, per_client, shape)
         _raise_errors(replies, verb)

@@ -5,7 +5,8 @@ step sizes, the sensitivity and budget). A reply is one client's privatized valu
 records (stage, kind, unit, sensitivity, sigma). Both are flwr ``RecordDict``s of plain records:
 arrays travel as numpy ``.npy`` bytes (read back with ``allow_pickle=False``), everything else as
 ``ConfigRecord`` scalars, and the few typed arguments (a ``SeedSequence``, a ``Scaler``, an
-``ElasticNet`` penalty) by their fields; nothing is ever unpickled.
+``ElasticNet`` penalty, HiFedProx's ``PowerProx`` and ``Armijo``) by their fields, an explicit
+allow-list; nothing is ever unpickled.
 
 :func:`decode_reply` is where the server rejects a malformed client message: a values array of the
 wrong shape or dtype for the verb (:func:`expected_shape`), non-finite values, release records that
@@ -22,11 +23,12 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from ..estimators.scaling import Scaler
+from ..federation.power_prox import Armijo, PowerProx
 from ..penalty import ElasticNet
 from ..privacy.ledger import Release
 
-__all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "encode_request", "decode_request",
-           "encode_reply", "decode_reply", "expected_shape", "reply_bytes"]
+__all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "PER_CLIENT", "encode_request", "decode_request",
+           "encode_reply", "decode_reply", "expected_shape", "per_client_args", "reply_bytes"]
 
 #: largest reply the server accepts from one client (values and records together), in bytes
 MAX_REPLY_BYTES = 64 * 2**20
@@ -34,6 +36,12 @@ MAX_REPLY_BYTES = 64 * 2**20
 _SCALAR_VERBS = ("count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles")
 #: verbs whose values are one flat parameter vector per client (p floats)
 _VECTOR_VERBS = ("gradients", "local_descent", "clipped_update", "normec_round", "newton_steps", "composite_round")
+#: request arguments given per client (arrays of shape (n_clients,)): each client is sent its own entry
+PER_CLIENT = ("sensitivity", "active", "grad_clip")
+#: further per-client arguments of single verbs (HiFedProx's S_i and alpha0_i)
+_VERB_PER_CLIENT = {"hifedprox_round": ("n_steps", "step_size")}
+#: typed request arguments that travel by their fields (dataclasses of numbers), by wire name
+_RECORDS = {"powerprox": (PowerProx, ("coef", "radius", "power")), "armijo": (Armijo, ("c", "rho", "max_backtracks"))}
 
 
 class MalformedReplyError(ValueError):
@@ -97,6 +105,12 @@ def encode_request(verb: str, session: str, target: int, kwargs: dict) -> Record
             types[name] = "elasticnet"
             scalars[f"{name}.l1"], scalars[f"{name}.l2"] = float(value.l1), float(value.l2)
             arrays[f"{name}.mask"] = np.asarray(value.mask, dtype=bool)
+        elif type(value) in (PowerProx, Armijo):
+            kind, (_, fields) = next((k, r) for k, r in _RECORDS.items() if r[0] is type(value))
+            types[name] = kind
+            for f in fields:
+                v = getattr(value, f)
+                scalars[f"{name}.{f}"] = int(v) if isinstance(v, (int, np.integer)) else float(v)
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (float, int, np.number)) for v in value):
             types[name], scalars[name] = "floats", [float(v) for v in value]
         else:
@@ -131,6 +145,9 @@ def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
             kwargs[name] = Scaler(arrays[f"{name}.center"], arrays[f"{name}.scale"], None if j < 0 else j)
         elif kind == "elasticnet":
             kwargs[name] = ElasticNet(scalars[f"{name}.l1"], scalars[f"{name}.l2"], arrays[f"{name}.mask"])
+        elif kind in _RECORDS:  # the constructor checks the values again on the client
+            cls, fields = _RECORDS[kind]
+            kwargs[name] = cls(**{f: scalars[f"{name}.{f}"] for f in fields})
         else:
             raise ValueError(f"unknown argument type {kind!r} for {name!r} in a request.")
     return str(head["verb"]), str(head["session"]), int(head["target"]), kwargs
@@ -164,8 +181,15 @@ def reply_bytes(content: RecordDict) -> int:
     return sum(len(a.data) for rec in content.array_records.values() for a in rec.values())
 
 
-def expected_shape(verb: str, n_params: int, n_features: int) -> tuple[int, ...] | None:
-    """Shape of one client's values for ``verb`` (None: a verb that sends no values)."""
+def per_client_args(verb: str) -> tuple[str, ...]:
+    """Names of ``verb``'s arguments that hold one entry per client."""
+    return PER_CLIENT + _VERB_PER_CLIENT.get(verb, ())
+
+
+def expected_shape(verb: str, n_params: int, n_features: int, kwargs: dict | None = None) -> tuple[int, ...] | None:
+    """Shape of one client's values for ``verb`` requested with ``kwargs`` (None: a verb that sends no values)."""
+    if verb == "hifedprox_round":  # mu = inf: two diagnostics (Armijo trials, failed line searches) follow Delta_i
+        return (n_params + (2 if math.isinf((kwargs or {}).get("mu", 0.0)) else 0),)
     if verb in _SCALAR_VERBS:
         return (1,)
     if verb in _VECTOR_VERBS:

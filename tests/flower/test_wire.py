@@ -22,6 +22,7 @@ from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import Scaler
 from privfedstat.flower.client import ClientNode, demo_dataset, load_partition
 from privfedstat.flower.proxy import fit_on_grid
+from privfedstat.federation.power_prox import Armijo, PowerProx
 from privfedstat.flower.wire import (MalformedReplyError, decode_reply, decode_request, encode_reply, encode_request,
                                      expected_shape)
 from privfedstat.penalty import ElasticNet
@@ -29,10 +30,6 @@ from privfedstat.privacy.ledger import Release
 from _fakegrid import FakeGrid
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-#: registered private estimators the Flower backend does not carry yet, and why
-NOT_COVERED = {"hifedprox": "its request carries a PowerProx object, which the wire does not encode yet"}
-
 
 def _nodes(data: FederatedData, seed: int | None = 5, **wrap) -> dict:
     return {1000 + 17 * i: wrap.get(i, ClientNode(FederatedData.from_arrays([data.client(i)]), i, seed))
@@ -44,7 +41,8 @@ def test_a_request_round_trips_every_argument_type():
     kwargs = {"theta": np.array([1.0, -2.0]), "clip": 1.5, "n_steps": 3, "stage": "gradient", "incremental": True,
               "active": None, "seed": ss, "prox_steps": [0.1, 0.2],
               "scaler": Scaler(np.array([0.0, 1.0]), np.array([1.0, 2.0]), 0),
-              "penalty": ElasticNet(0.1, 0.2, np.array([False, True]))}
+              "penalty": ElasticNet(0.1, 0.2, np.array([False, True])), "prox": PowerProx(0.5, 2, 3.5),
+              "armijo": Armijo(0.001, 0.25, 7)}
     verb, session, target, back = decode_request(encode_request("gradients", "s1", 2, kwargs))
     assert (verb, session, target) == ("gradients", "s1", 2)
     np.testing.assert_array_equal(back["theta"], kwargs["theta"])
@@ -53,6 +51,8 @@ def test_a_request_round_trips_every_argument_type():
     assert back["seed"].entropy == ss.entropy and tuple(back["seed"].spawn_key) == (1, 2)
     np.testing.assert_array_equal(back["scaler"].scale, [1.0, 2.0])
     assert back["scaler"].intercept == 0 and back["penalty"].l2 == 0.2
+    assert back["prox"] == kwargs["prox"] and back["armijo"] == kwargs["armijo"]
+    assert type(back["armijo"].max_backtracks) is int and type(back["prox"].radius) is int
     with pytest.raises(TypeError, match="cannot travel"):
         encode_request("gradients", "s", 0, {"prox": object()})
 
@@ -84,8 +84,6 @@ def test_a_reply_round_trips_and_a_malformed_or_oversized_one_is_rejected():
 @pytest.mark.parametrize("spec", methods(private=True), ids=lambda s: s.name)
 @pytest.mark.parametrize("mu, clip", [(2.0, "auto"), (2.0, "fixed"), (math.inf, "fixed")])
 def test_the_proxy_reproduces_the_in_process_fit_exactly(spec, mu, clip):
-    if spec.name in NOT_COVERED:
-        pytest.skip(NOT_COVERED[spec.name])
     data = demo_dataset("synthetic-logistic", 4)
     params = dict(spec.test_params, mu=mu, random_state=5)
     if clip == "fixed":
@@ -131,6 +129,18 @@ def test_poisson_participation_and_a_skipped_failure_match_in_process():
     est = fit_on_grid(FedSGD(**params, on_client_failure="skip"), FakeGrid(nodes), timeout=0.05)
     assert np.all(np.isfinite(est.coef_)) and est.privacy_.client_mu[2] < 2.0 - 1e-9
     np.testing.assert_allclose(np.delete(est.privacy_.client_mu, 2), 2.0, rtol=0, atol=1e-12)
+
+
+def test_hifedprox_with_per_client_steps_and_participation_matches_in_process():
+    from privfedstat import HiFedProx
+
+    data = demo_dataset("synthetic-logistic", 5)
+    params = dict(mu=2.0, n_rounds=3, n_local_steps=np.array([1, 2, 3, 1, 2]), participation=0.6, batch_size=8,
+                  step_size=np.array([0.5, 0.1, 0.5, 1.0, 0.2]), random_state=4)
+    ref = HiFedProx(**params).fit(data)
+    est = fit_on_grid(HiFedProx(**params), FakeGrid(_nodes(data, 4)))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(est.privacy_.client_mu, ref.privacy_.client_mu, rtol=0, atol=1e-12)
 
 
 def test_a_rogue_client_is_refused_and_a_late_reply_is_not_counted_twice():
