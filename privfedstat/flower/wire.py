@@ -2,9 +2,11 @@
 
 A request is the verb's name and its keyword arguments (the server's public inputs: theta, bounds,
 step sizes, the sensitivity and budget). A reply is one client's privatized values and its release
-records (stage, kind, unit, sensitivity, sigma). Both are flwr ``RecordDict``s of plain records:
-arrays travel as numpy ``.npy`` bytes (read back with ``allow_pickle=False``), everything else as
-``ConfigRecord`` scalars, and the few typed arguments (a ``SeedSequence``, a ``Scaler``, an
+records (stage, kind, unit, sensitivity, sigma). Both are flwr ``RecordDict``s holding ONE
+``ConfigRecord`` (Flower moves every record, array and array chunk of a Message as a separate
+object, each an HTTP request per hop: one record is the fewest): arrays travel in it as numpy
+``.npy`` bytes (header checked first, read with ``allow_pickle=False``), everything else as
+scalars, and the few typed arguments (a ``SeedSequence``, a ``Scaler``, an
 ``ElasticNet`` penalty, HiFedProx's ``PowerProx`` and ``Armijo``) by their fields, an explicit
 allow-list; nothing is ever unpickled.
 
@@ -16,11 +18,12 @@ are not finite non-negative numbers, or a message over ``max_bytes``
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from ..estimators.scaling import Scaler
 from ..federation.power_prox import Armijo, PowerProx
@@ -76,10 +79,59 @@ class ClientReply:
     extra: dict | None = None
 
 
+# ---------------------------------------------------------------------- one record per message
+def _pack(sections: dict[str, dict]) -> RecordDict:
+    """One ConfigRecord holding every section's entries as ``section/name`` (section "arrays": ndarrays, as .npy)."""
+    entries = {}
+    for section, values in sections.items():
+        for name, value in values.items():
+            if section == "arrays":
+                buf = io.BytesIO()
+                np.save(buf, np.ascontiguousarray(value), allow_pickle=False)
+                value = buf.getvalue()
+            entries[f"{section}/{name}"] = value
+    return RecordDict({"message": ConfigRecord(entries)})
+
+
+def _unpack(content: RecordDict, sections: tuple[str, ...]) -> dict[str, dict]:
+    """The sections of a :func:`_pack` ed message (arrays still as .npy bytes); KeyError if it is not one."""
+    out: dict[str, dict] = {s: {} for s in sections}
+    for key, value in content["message"].items():
+        section, _, name = key.partition("/")
+        out[section][name] = value
+    return out
+
+
+def _npy(data, what: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and header length of .npy bytes, read from the header alone."""
+    if not isinstance(data, bytes):
+        raise MalformedReplyError(f"{what}: not an array.")
+    buf = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buf)
+        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in readers:
+            raise ValueError(f".npy format version {version}")
+        shape, fortran, dtype = readers[version](buf)
+    except (ValueError, SyntaxError) as err:
+        raise MalformedReplyError(f"{what}: not a valid array ({err}).") from err
+    if fortran or dtype.hasobject:
+        raise MalformedReplyError(f"{what}: an array of {dtype} (Fortran order {fortran}) is refused.")
+    return tuple(shape), dtype, buf.tell()
+
+
+def _array(data, what: str = "an array") -> np.ndarray:
+    """The ndarray of .npy bytes (plain dtypes only, never unpickled)."""
+    shape, dtype, start = _npy(data, what)
+    if len(data) - start != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise MalformedReplyError(f"{what}: {len(data) - start} bytes for {dtype} of shape {shape}.")
+    return np.frombuffer(data, dtype=dtype, offset=start).reshape(shape).copy()
+
+
 # ---------------------------------------------------------------------- requests
 def encode_request(verb: str, session: str, target: int, kwargs: dict) -> RecordDict:
     """The Message content of a request: verb, session and handle (0 the clients, 1 / 2 FedNewton's halves)."""
-    head = ConfigRecord({"verb": verb, "session": session, "target": int(target)})
+    head = {"verb": verb, "session": session, "target": int(target)}
     types, scalars, arrays = {}, {}, {}
     for name, value in kwargs.items():
         if value is None:
@@ -118,14 +170,14 @@ def encode_request(verb: str, session: str, target: int, kwargs: dict) -> Record
             if arr.dtype == object:
                 raise TypeError(f"request argument {name!r} of type {type(value).__name__} cannot travel in a Message.")
             types[name], arrays[name] = "array", arr
-    return RecordDict({"head": head, "types": ConfigRecord(types), "scalars": ConfigRecord(scalars),
-                       "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})})
+    return _pack({"head": head, "types": types, "scalars": scalars, "arrays": arrays})
 
 
 def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
     """``(verb, session, target, kwargs)`` of a request made by :func:`encode_request`."""
-    head, types, scalars = content["head"], content["types"], content["scalars"]
-    arrays = {k: v.numpy() for k, v in content["arrays"].items()}
+    sections = _unpack(content, ("head", "types", "scalars", "arrays"))
+    head, types, scalars = sections["head"], sections["types"], sections["scalars"]
+    arrays = {k: _array(v, f"request argument {k!r}") for k, v in sections["arrays"].items()}
     kwargs = {}
     for name, kind in types.items():
         if kind == "none":
@@ -166,19 +218,19 @@ def encode_reply(status: str, values: np.ndarray | None = None, releases=(), lea
         meta[f"r{j}.stage"], meta[f"r{j}.kind"], meta[f"r{j}.unit"] = r.stage, r.kind, r.unit
         meta[f"r{j}.sensitivity"] = float(np.asarray(r.sensitivity).reshape(-1)[0])
         meta[f"r{j}.sigma"] = float(np.asarray(r.sigma).reshape(-1)[0])
-    arrays = {} if values is None else {"values": Array(np.ascontiguousarray(values, dtype=np.float64))}
+    arrays = {} if values is None else {"values": np.asarray(values, dtype=np.float64)}
     scalars = {}
     for k, v in (extra or {}).items():
         if isinstance(v, np.ndarray):
-            arrays[f"extra.{k}"] = Array(np.ascontiguousarray(v))
+            arrays[f"extra.{k}"] = v
         else:
             scalars[k] = v
-    return RecordDict({"meta": ConfigRecord(meta), "extra": ConfigRecord(scalars), "arrays": ArrayRecord(arrays)})
+    return _pack({"meta": meta, "extra": scalars, "arrays": arrays})
 
 
 def reply_bytes(content: RecordDict) -> int:
-    """Bytes of a reply's arrays (their ``.npy`` serialisations), what :func:`decode_reply` bounds."""
-    return sum(len(a.data) for rec in content.array_records.values() for a in rec.values())
+    """Bytes of a reply's byte and string entries (arrays as ``.npy``), what :func:`decode_reply` bounds."""
+    return sum(len(v) for rec in content.config_records.values() for v in rec.values() if isinstance(v, (bytes, str)))
 
 
 def per_client_args(verb: str) -> tuple[str, ...]:
@@ -220,10 +272,11 @@ def decode_reply(content: RecordDict, verb: str, shape: tuple[int, ...] | None, 
     if size > max_bytes:
         raise MalformedReplyError(f"a client's reply to {verb!r} has {size} bytes, over the limit of {max_bytes}.")
     try:
-        meta, extra_cfg, arrays = content["meta"], content["extra"], content["arrays"]
+        sections = _unpack(content, ("meta", "extra", "arrays"))
+        meta, extra_cfg, arrays = sections["meta"], sections["extra"], sections["arrays"]
         status = str(meta["status"])
         n_rel = int(meta["n_releases"])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise MalformedReplyError(f"a client's reply to {verb!r} lacks its records: {err}") from err
     if status not in ("ok", "silent", "error"):
         raise MalformedReplyError(f"a client's reply to {verb!r} has an unknown status {status!r}.")
@@ -249,24 +302,17 @@ def decode_reply(content: RecordDict, verb: str, shape: tuple[int, ...] | None, 
     extra = {k: v for k, v in extra_cfg.items()}
     for k, a in arrays.items():
         if k.startswith("extra."):
-            extra[k[6:]] = a.numpy()
+            extra[k[6:]] = _array(a, f"{k} of a reply to {verb!r}")
     leak = meta.get("leak")
     return ClientReply(status, values, tuple(releases), None if leak is None else str(leak), None, extra)
 
 
-def _checked_array(a: Array, shape: tuple[int, ...], what: str) -> np.ndarray:
-    """``a`` as an ndarray after checking its declared shape and dtype, its byte count, then its content."""
-    if tuple(a.shape) != tuple(shape) or a.dtype != "float64":
-        raise MalformedReplyError(f"{what}: expected float64 of shape {tuple(shape)}, got {a.dtype} of shape "
-                                  f"{tuple(a.shape)}.")
-    if len(a.data) > 8 * int(np.prod(shape, dtype=np.int64)) + 1024:  # the .npy header is at most a few hundred bytes
-        raise MalformedReplyError(f"{what}: {len(a.data)} bytes for {int(np.prod(shape))} floats.")
-    try:
-        arr = a.numpy()
-    except ValueError as err:
-        raise MalformedReplyError(f"{what}: not a valid array ({err}).") from err
-    if arr.shape != tuple(shape) or arr.dtype != np.float64:
-        raise MalformedReplyError(f"{what}: declared {tuple(a.shape)} float64 but holds {arr.dtype} {arr.shape}.")
+def _checked_array(data, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """The ndarray of .npy bytes ``data`` after checking its header's shape and dtype, then its content."""
+    declared, dtype, _ = _npy(data, what)
+    if declared != tuple(shape) or dtype != np.dtype("<f8"):
+        raise MalformedReplyError(f"{what}: expected float64 of shape {tuple(shape)}, got {dtype} of shape {declared}.")
+    arr = _array(data, what)
     if not np.all(np.isfinite(arr)):
         raise MalformedReplyError(f"{what}: non-finite entries.")
     return arr

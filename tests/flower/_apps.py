@@ -11,11 +11,12 @@ import os
 import signal
 
 import numpy as np
-from flwr.app import Array, Context, Message
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from privfedstat.flower.app import client_app as honest
 from privfedstat.flower.wire import decode_request
+from _fakegrid import npy_bytes
 
 rogue = ClientApp()
 
@@ -23,8 +24,8 @@ rogue = ClientApp()
 @rogue.query()
 def _rogue(msg: Message, context: Context) -> Message:
     reply = honest(msg, context)
-    if msg.metadata.group_id == "count_at_most" and "values" in reply.content["arrays"]:
-        reply.content["arrays"]["values"] = Array(np.zeros(100_000))
+    if msg.metadata.group_id == "count_at_most" and "arrays/values" in reply.content["message"]:
+        reply.content["message"]["arrays/values"] = npy_bytes(np.zeros(100_000))
     return reply
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 from types import SimpleNamespace
+
+import numpy as np
 
 from privfedstat.flower.client import ClientNode
 
@@ -37,3 +40,10 @@ class FakeGrid:
 
     def pull_messages(self, message_ids):
         return [self._out.pop(mid) for mid in list(message_ids) if mid in self._out]
+
+
+def npy_bytes(a) -> bytes:
+    """``a`` as .npy bytes, as a reply's arrays travel (for rogue clients that replace them)."""
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()

@@ -14,8 +14,6 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Array
-
 from privfedstat import ClientFailureError, FedSGD
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.registry import methods
@@ -27,7 +25,7 @@ from privfedstat.flower.wire import (MalformedReplyError, decode_reply, decode_r
                                      expected_shape)
 from privfedstat.penalty import ElasticNet
 from privfedstat.privacy.ledger import Release
-from _fakegrid import FakeGrid
+from _fakegrid import FakeGrid, npy_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -67,8 +65,14 @@ def test_a_reply_round_trips_and_a_malformed_or_oversized_one_is_rejected():
         decode_reply(encode_reply("ok", np.arange(4.0), [rec]), "gradients", (3,))
     with pytest.raises(MalformedReplyError, match="float64"):
         bad = encode_reply("ok", None, [rec])
-        bad["arrays"]["values"] = Array(np.arange(3, dtype=np.int64))
+        bad["message"]["arrays/values"] = npy_bytes(np.arange(3, dtype=np.int64))
         decode_reply(bad, "gradients", (3,))
+    for data, match in [(b"not an array", "not a valid array"), (npy_bytes(np.array([None, 1.0])), "refused"),
+                        (npy_bytes(np.arange(3.0))[:-8], "bytes for")]:
+        bad = encode_reply("ok", None, [rec])
+        bad["message"]["arrays/values"] = data
+        with pytest.raises(MalformedReplyError, match=match):
+            decode_reply(bad, "gradients", (3,))
     with pytest.raises(MalformedReplyError, match="non-finite"):
         decode_reply(encode_reply("ok", np.array([0.0, np.nan, 1.0]), [rec]), "gradients", (3,))
     with pytest.raises(MalformedReplyError, match="over the limit"):
@@ -151,8 +155,8 @@ def test_a_rogue_client_is_refused_and_a_late_reply_is_not_counted_twice():
 
     def oversized(content):
         reply = honest.handle(content)
-        if "values" in reply["arrays"]:
-            reply["arrays"]["values"] = Array(np.zeros(5000))
+        if "arrays/values" in reply["message"]:
+            reply["message"]["arrays/values"] = npy_bytes(np.zeros(5000))
         return reply
 
     nodes[key] = oversized
