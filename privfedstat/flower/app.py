@@ -32,7 +32,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from .client import ClientNode, load_partition
+from .client import ClientNode, load_model, load_partition
 from .proxy import fit_on_grid
 
 __all__ = ["server_app", "client_app", "run_job"]
@@ -48,7 +48,7 @@ def _query(msg: Message, context: Context) -> Message:
     if node is None:
         _NODES.clear()  # one run at a time: a new run drops the last one's state
         data, index, seed = load_partition(context.node_config)
-        node = _NODES[context.run_id] = ClientNode(data, index, seed)
+        node = _NODES[context.run_id] = ClientNode(data, index, seed, model=load_model(context.node_config))
     return Message(node.handle(msg.content), reply_to=msg)
 
 

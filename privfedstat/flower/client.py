@@ -2,7 +2,8 @@
 
 A node holds ONE client's partition (named by its node config: ``dataset``, ``partition-id``,
 ``num-partitions``, optionally ``n-features``) inside a single-client
-:class:`~privfedstat.federation.clients.InProcessClients`, so every verb is computed and
+:class:`~privfedstat.federation.clients.InProcessClients` (a network's, with ``model`` in the node
+config: :class:`~privfedstat.deep.clients.TorchClients`), so every verb is computed and
 privatized here, on the client, by the same code as in-process, before anything is sent. Each fit
 is a *session*: the server's first request opens it (the family; the node answers with its public
 metadata), and the session keeps the client's state between requests (noise stream, SCAFFOLD's
@@ -13,7 +14,9 @@ columns).
 restarted run never reuses noise, and the server cannot know the noise. ``simulation-seed=S`` in
 the node config is an explicit opt-in for simulations and tests: client ``i`` then draws from the
 same stream as client ``i`` of an in-process fit with ``random_state=S`` (the child
-``SeedSequence(S).spawn(3)[0].spawn(m)[i]``), so the two fits agree to the last bit. Whoever knows
+``SeedSequence(S).spawn(3)[0].spawn(m)[i]``; a network's noise and minibatch streams the children
+``(0, 0, i)`` and ``(0, 1, i)``, as :class:`~privfedstat.deep.clients.TorchClients` spawns them), so
+the two fits agree to the last bit. Whoever knows
 S can subtract the noise: never set it in a deployment.
 """
 
@@ -28,24 +31,34 @@ from ..federation.clients import VERBS, InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from .wire import decode_request, encode_reply, per_client_args
 
-__all__ = ["ClientNode", "load_partition", "demo_dataset", "DATASETS"]
+__all__ = ["ClientNode", "load_partition", "load_model", "demo_dataset", "DATASETS", "MODELS"]
 
-#: embedded datasets a node can serve (``dataset`` in its node config)
-DATASETS = ("synthetic-logistic",)
+#: embedded datasets a node can serve (``dataset`` in its node config; "digits-images" for networks)
+DATASETS = ("synthetic-logistic", "digits-images")
+#: networks a node can build (``model`` in its node config; classes of :mod:`privfedstat.deep.models`)
+MODELS = ("DigitsCNN", "MnistCNN", "CifarCNN", "FemnistCNN", "ResNet20")
 
 
-def demo_dataset(name: str, num_partitions: int, n_features: int = 3) -> FederatedData:
+def demo_dataset(name: str, num_partitions: int, n_features: int = 3):
     """All ``num_partitions`` clients of an embedded dataset (what the nodes of a demo hold between them).
 
     ``"synthetic-logistic"``: an intercept and ``n_features - 1`` standard normal covariates,
     responses from a logistic model with theta = (0.3, -0.6, 0.2, 0, ..., 0), client i holding
     120 + 30 (i mod 3) rows; drawn from a fixed public seed, so every node rebuilds the same rows.
+    ``"digits-images"`` (a :class:`~privfedstat.deep.data.TensorFederatedData`; needs scikit-learn):
+    the 8 x 8 digit images (1, 8, 8), every row dealt IID by ``split_iid`` with the same public seed;
+    ``n_features`` is ignored.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; the nodes serve {DATASETS}.")
     if not int(num_partitions) >= 1 or not int(n_features) >= 1:
         raise ValueError(f"num-partitions and n-features must be positive integers, got {num_partitions!r}, "
                          f"{n_features!r}.")
+    if name == "digits-images":
+        from ..data import load_digits
+        from ..deep.data import TensorFederatedData
+
+        return TensorFederatedData.split_iid(*load_digits(images=True), int(num_partitions), random_state=20240601)
     d = int(n_features)
     sizes = [120 + 30 * (i % 3) for i in range(int(num_partitions))]
     rng = np.random.default_rng(20240601)
@@ -66,7 +79,27 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
     if not 0 <= i < m:
         raise ValueError(f"partition-id {i} is outside 0..{m - 1}.")
     seed, d = node_config.get("simulation-seed"), int(node_config.get("n-features", 3))
-    return FederatedData.from_arrays([demo_dataset(name, m, d).client(i)]), i, None if seed is None else int(seed)
+    full = demo_dataset(name, m, d)
+    if isinstance(full, FederatedData):
+        one = FederatedData.from_arrays([full.client(i)])
+    else:
+        one = type(full).from_pooled(*full.client(i), sizes=[int(full.sizes[i])])
+    return one, i, None if seed is None else int(seed)
+
+
+def load_model(node_config):
+    """The network a node evaluates (node config ``model``: a class of :mod:`privfedstat.deep.models`), or None.
+
+    Its weights do not matter: every fit replaces them by the server's theta^(0).
+    """
+    name = node_config.get("model")
+    if name is None:
+        return None
+    from ..deep import models
+
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; the nodes build {MODELS}.")
+    return getattr(models, name)()
 
 
 class _OneClient(InProcessClients):
@@ -101,12 +134,15 @@ class ClientNode:
     simulation_seed : int or None
         None: every session's noise from fresh OS entropy. An int: the in-process stream of client
         ``index`` under ``random_state=simulation_seed`` (simulations and tests only).
+    model : torch.nn.Module, optional
+        For a network estimator (``privfedstat.deep``; ``data`` a one-client TensorFederatedData):
+        the architecture, whose weights each session replaces by the server's theta^(0).
     """
 
-    def __init__(self, data: FederatedData, index: int, simulation_seed: int | None = None) -> None:
+    def __init__(self, data, index: int, simulation_seed: int | None = None, model=None) -> None:
         if data.n_clients != 1:
             raise ValueError(f"a node holds one client's data, got {data.n_clients} clients.")
-        self.data, self.index, self.simulation_seed = data, int(index), simulation_seed
+        self.data, self.index, self.simulation_seed, self.model = data, int(index), simulation_seed, model
         self._sessions: dict[str, list] = {}
 
     def _noise(self, secure: bool):
@@ -133,7 +169,9 @@ class ClientNode:
         except Exception as err:  # sent to the server, which raises it there
             return encode_reply("error", error=err)
 
-    def _open(self, session: str, *, family: str, secure: bool = False, **family_args) -> RecordDict:
+    def _open(self, session: str, *, family: str | None = None, secure: bool = False, **family_args) -> RecordDict:
+        if family is None:
+            return self._open_network(session, **family_args)
         fam = get_family(family, **{k.removeprefix("family."): v for k, v in family_args.items()})
         clients = _OneClient(self.data, fam, self._noise(secure))
         clients.index = self.index
@@ -141,6 +179,28 @@ class ClientNode:
         extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
                  "n_params": int(clients.n_params), "has_offset": bool(clients.has_offset),
                  "initial_parameters": np.asarray(clients.initial_parameters(), dtype=np.float64)}
+        return encode_reply("ok", extra=extra)
+
+    def _open_network(self, session: str, *, initial_parameters: np.ndarray, loss: str,
+                      batch_size: int | None = None) -> RecordDict:
+        """A network session: :class:`~privfedstat.deep.clients.TorchClients` for this client, the model at the
+        server's theta^(0), the noise and minibatch streams of in-process client ``index``."""
+        from ..deep.clients import TorchClients, TorchNoise, seeded_generator
+        from ..deep.estimators import _loss, _with_parameters
+
+        if self.model is None:
+            raise TypeError("this node holds no model: it serves the GLM estimators only.")
+        model = _with_parameters(self.model, np.asarray(initial_parameters, dtype=np.float64))
+        seed = np.random.SeedSequence() if self.simulation_seed is None else np.random.SeedSequence(self.simulation_seed)
+        clients = TorchClients(self.data, model, _loss(loss), seed, batch_size=batch_size)
+        if self.simulation_seed is not None:  # in-process: noise child (0, 0, i), minibatch child (0, 1, i)
+            clients._noise = TorchNoise([seeded_generator(np.random.SeedSequence(self.simulation_seed, spawn_key=(0, 0, self.index)))])
+            clients._batches = [seeded_generator(np.random.SeedSequence(self.simulation_seed, spawn_key=(0, 1, self.index)))]
+        self._sessions = {session: [clients]}
+        extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
+                 "n_params": int(clients.n_params), "has_offset": False,
+                 "input_shape": np.asarray(self.data.input_shape, dtype=np.float64),
+                 "initial_parameters": clients.initial_parameters()}
         return encode_reply("ok", extra=extra)
 
     def _answer(self, handles: list, verb: str, target: int, kwargs: dict) -> RecordDict:

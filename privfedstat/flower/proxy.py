@@ -92,8 +92,8 @@ class FlowerClients:
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-    family : Family
-        Sent to the clients when the fit opens its session.
+    family : Family or None
+        Sent to the clients when the fit opens its session; None for a network (``network``).
     secure : bool
         Ask the clients for secure-mode noise (OS CSPRNG, :class:`~privfedstat.privacy.mechanisms.SecureClientNoise`).
     nodes : list of int, optional
@@ -102,6 +102,8 @@ class FlowerClients:
         Seconds to wait for a client's reply before it counts as failed.
     max_bytes : int
         Largest reply accepted from a client (:func:`~privfedstat.flower.wire.decode_reply`).
+    network : dict, optional
+        A network estimator's opening arguments (theta^(0), the loss's name, the batch size) instead of a family.
 
     Attributes (public metadata, declared by the clients when the session opens)
     ------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ class FlowerClients:
 
     def __init__(self, grid, family: Family, *, secure: bool = False, nodes=None, timeout: float = 60.0,
                  max_bytes: int = MAX_REPLY_BYTES, _link: _Link | None = None, _target: int = 0,
-                 _meta: dict | None = None) -> None:
+                 _meta: dict | None = None, network: dict | None = None) -> None:
         self.family = family
         self._target = _target
         if _link is not None:
@@ -124,7 +126,8 @@ class FlowerClients:
         if not node_ids:
             raise RuntimeError("no SuperNode is connected to the SuperLink.")
         link = _Link(grid, node_ids, timeout, max_bytes)
-        opened = link.exchange("open", 0, [{**_family_spec(family), "secure": bool(secure)}] * len(node_ids), None)
+        spec = _family_spec(family) if network is None else dict(network)
+        opened = link.exchange("open", 0, [{**spec, "secure": bool(secure)}] * len(node_ids), None)
         _raise_errors(opened, "open")
         if not opened:
             raise exceptions.ClientFailureError(f"none of the nodes {node_ids} answered the opening request.")
@@ -144,6 +147,7 @@ class FlowerClients:
         self.node_ids = list(link.nodes)
         self.partition_ids = ids
         self._initial = np.asarray(meta[0]["initial_parameters"], dtype=np.float64)
+        self.input_shape = tuple(int(k) for k in meta[0].get("input_shape", ()))
 
     def initial_parameters(self) -> np.ndarray:
         """theta^(0) as the clients declared it when the session opened (public)."""
@@ -156,7 +160,7 @@ class FlowerClients:
 
     def _meta(self) -> dict:
         return {k: getattr(self, k) for k in ("n_clients", "sizes", "n_features", "n_params", "has_offset", "node_ids",
-                                              "partition_ids", "_initial")}
+                                              "partition_ids", "_initial", "input_shape")}
 
     def _call(self, verb: str, *args, **kwargs):
         if args:  # positional arguments, named as in the in-process backend
@@ -246,24 +250,29 @@ def _raise_errors(replies: dict[int, ClientReply], verb: str) -> None:
 
 def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float = 60.0, nodes=None,
                 max_bytes: int = MAX_REPLY_BYTES):
-    """Fit ``estimator`` (a registered GLM estimator) with its clients on the Flower nodes of ``grid``; return it.
+    """Fit ``estimator`` (a registered estimator, or a network one of ``privfedstat.deep``) on the Flower nodes of ``grid``.
 
     The estimator's own ``fit`` runs unchanged on the ServerApp: its clients object is a
     :class:`FlowerClients` (the data the server hands to ``fit`` is a placeholder of zeros of the
     declared public shape, which ``fit`` deletes before the protocol starts; the rows stay on the
     nodes). ``coef_``, ``privacy_``, ``communication_`` and ``summary()`` are then those of an
     in-process fit of the same data; with the nodes' ``simulation-seed`` equal to the estimator's
-    ``random_state`` they agree to the last bit.
+    ``random_state`` they agree to the last bit. A network estimator sends its model's weights
+    theta^(0) (public: the server's initial model), its loss's name and its batch size when the
+    session opens; each node evaluates them on its own copy of the architecture
+    (:class:`~privfedstat.flower.client.ClientNode`'s ``model``).
     """
     from ..families import get_family
 
-    if getattr(estimator, "family", None) is None:
-        raise TypeError(f"the Flower backend carries the GLM estimators' clients; {type(estimator).__name__} has no "
-                        "family (networks, privfedstat.deep, are not carried yet).")
-    family = get_family(estimator.family)
+    network = _network_spec(estimator)
+    if network is None and getattr(estimator, "family", None) is None:
+        raise TypeError(f"the Flower backend carries the GLM estimators and the networks of privfedstat.deep; "
+                        f"{type(estimator).__name__} has neither a family nor a model.")
+    family = None if network is not None else get_family(estimator.family)
     secure = bool(getattr(estimator, "secure_mode", False)) if secure is None else secure
-    clients = FlowerClients(grid, family, secure=secure, nodes=nodes, timeout=timeout, max_bytes=max_bytes)
-    shell = _placeholder(clients)
+    clients = FlowerClients(grid, family, secure=secure, nodes=nodes, timeout=timeout, max_bytes=max_bytes,
+                            network=network)
+    shell = _placeholder(clients) if network is None else _tensor_placeholder(clients)
 
     def make_clients(data, fam, seed, secure_mode):  # the nodes seed themselves (seed is the server's, unused)
         return clients
@@ -274,6 +283,28 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
     finally:
         del estimator._make_clients
     return estimator
+
+
+def _network_spec(estimator) -> dict | None:
+    """A network estimator's opening arguments (None for a GLM estimator): theta^(0), the loss, the batch size."""
+    model = getattr(estimator, "model", None)
+    if model is None or not hasattr(model, "named_parameters"):
+        return None
+    if not isinstance(estimator.loss, str):
+        raise TypeError(f"a network's loss travels to the nodes by name; got {estimator.loss!r}.")
+    theta0 = np.concatenate([p.detach().reshape(-1).double().numpy() for p in model.parameters() if p.requires_grad])
+    return {"initial_parameters": theta0, "loss": estimator.loss, "batch_size": getattr(estimator, "batch_size", None)}
+
+
+def _tensor_placeholder(clients: FlowerClients):
+    """Zeros of the clients' declared input shape and sizes: a network's ``fit`` starts from them, no data."""
+    import torch
+
+    from ..deep.data import TensorFederatedData
+
+    n = int(clients.sizes.sum())
+    return TensorFederatedData(torch.zeros((n, *clients.input_shape), dtype=torch.float64),
+                               torch.zeros(n, dtype=torch.int64), np.concatenate([[0], np.cumsum(clients.sizes)]))
 
 
 def _placeholder(clients: FlowerClients) -> FederatedData:

@@ -195,6 +195,34 @@ def test_nodes_seed_themselves_from_fresh_entropy_unless_a_simulation_seed_is_gi
         demo_dataset("nope", 2)
 
 
+def test_a_network_fit_on_nodes_built_from_their_config_matches_in_process_bitwise():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from privfedstat import AutoClip
+    from privfedstat.deep import DeepFedAvg
+    from privfedstat.deep.models import DigitsCNN
+    from privfedstat.flower.client import load_model
+
+    torch.manual_seed(0)
+    params = dict(model=DigitsCNN(), mu=2.0, n_rounds=2, n_local_steps=2, step_size=0.3, clip=AutoClip(),
+                  participation=0.7, batch_size=32, random_state=7)
+    ref = DeepFedAvg(**params).fit(demo_dataset("digits-images", 3))
+    configs = [{"dataset": "digits-images", "partition-id": i, "num-partitions": 3, "simulation-seed": 7,
+                "model": "DigitsCNN"} for i in range(3)]  # each node's own DigitsCNN: its weights are replaced
+    nodes = {900 + i: ClientNode(*load_partition(c), model=load_model(c)) for i, c in enumerate(configs)}
+    est = fit_on_grid(DeepFedAvg(**params), FakeGrid(nodes))
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    assert est.communication_ == ref.communication_ and est.clip_ == ref.clip_
+    assert len(est.privacy_.releases) == len(ref.privacy_.releases)
+    for a, b in zip(est.privacy_.releases, ref.privacy_.releases):
+        assert (a.stage, a.round, a.kind, a.unit, a.sampling_rate) == (b.stage, b.round, b.kind, b.unit, b.sampling_rate)
+        np.testing.assert_array_equal(a.sensitivity, b.sensitivity)
+        np.testing.assert_array_equal(a.sigma, b.sigma)
+    assert est.privacy_.mu == ref.privacy_.mu
+    with pytest.raises(TypeError, match="holds no model"):  # a node without a model refuses a network
+        fit_on_grid(DeepFedAvg(**params), FakeGrid({1: ClientNode(*load_partition(configs[0]))}))
+
+
 def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys):
     from privfedstat.cli import main
 
