@@ -42,6 +42,11 @@ def seeded_generator(seed: np.random.SeedSequence) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed.generate_state(1, np.uint64)[0]))
 
 
+def _child(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequence:
+    """Child ``index`` of ``seed``, as ``seed.spawn(index + 1)[index]`` gives on a fresh ``seed``."""
+    return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (index,), pool_size=seed.pool_size)
+
+
 class TorchNoise:
     """Standard normal draws from one ``torch.Generator`` per client (the interface of
     :class:`~privfedstat.privacy.mechanisms.ClientNoise`: ``n_clients`` and ``standard_normal``).
@@ -98,6 +103,10 @@ class TorchClients:
         Rows per local step in ``local_descent`` (a fresh uniform sample without replacement of
         ``min(batch_size, n_i)`` rows each step, from the client's own ``torch.Generator``); None:
         full batch, as in the paper.
+    first_client : int, default 0
+        Federation index of the first client held here: client ``first_client + k`` gets the
+        children ``first_client + k`` of the noise and minibatch seeds, the streams it has when all
+        clients are held in one process (a Flower node holds one client, its partition id).
 
     Attributes (public: what the server may know)
     ----------------------------------------------
@@ -105,7 +114,7 @@ class TorchClients:
     """
 
     def __init__(self, data: TensorFederatedData, model: nn.Module, loss_fn: Callable, seed: np.random.SeedSequence, *,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, first_client: int = 0) -> None:
         if not isinstance(data, TensorFederatedData):
             raise TypeError(f"TorchClients need a TensorFederatedData, got {type(data).__name__}.")
         self._psg = PerSampleGradients(model, loss_fn)
@@ -114,8 +123,9 @@ class TorchClients:
         self._targets = data.targets
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
-        self._noise = TorchNoise.from_seed(noise_seed, data.n_clients)
-        self._batches = [seeded_generator(s) for s in batch_seed.spawn(data.n_clients)]
+        clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)
+        self._noise = TorchNoise([seeded_generator(_child(noise_seed, i)) for i in clients])
+        self._batches = [seeded_generator(_child(batch_seed, i)) for i in clients]
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)

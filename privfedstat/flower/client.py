@@ -185,17 +185,16 @@ class ClientNode:
                       batch_size: int | None = None) -> RecordDict:
         """A network session: :class:`~privfedstat.deep.clients.TorchClients` for this client, the model at the
         server's theta^(0), the noise and minibatch streams of in-process client ``index``."""
-        from ..deep.clients import TorchClients, TorchNoise, seeded_generator
+        from ..deep.clients import TorchClients
         from ..deep.estimators import _loss, _with_parameters
 
         if self.model is None:
             raise TypeError("this node holds no model: it serves the GLM estimators only.")
         model = _with_parameters(self.model, np.asarray(initial_parameters, dtype=np.float64))
-        seed = np.random.SeedSequence() if self.simulation_seed is None else np.random.SeedSequence(self.simulation_seed)
-        clients = TorchClients(self.data, model, _loss(loss), seed, batch_size=batch_size)
-        if self.simulation_seed is not None:  # in-process: noise child (0, 0, i), minibatch child (0, 1, i)
-            clients._noise = TorchNoise([seeded_generator(np.random.SeedSequence(self.simulation_seed, spawn_key=(0, 0, self.index)))])
-            clients._batches = [seeded_generator(np.random.SeedSequence(self.simulation_seed, spawn_key=(0, 1, self.index)))]
+        # in-process the clients' seed is the fit's noise child (0,) of random_state: noise (0, 0, i), batches (0, 1, i)
+        seed = np.random.SeedSequence() if self.simulation_seed is None else np.random.SeedSequence(
+            self.simulation_seed, spawn_key=(0,))
+        clients = TorchClients(self.data, model, _loss(loss), seed, batch_size=batch_size, first_client=self.index)
         self._sessions = {session: [clients]}
         extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
                  "n_params": int(clients.n_params), "has_offset": False,
