@@ -87,7 +87,7 @@ class LocalFederation:
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.address}"\ninsecure = true\n')
         self.env = dict(os.environ, FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
-                        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.2", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
+                        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.5", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
                         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
         try:
             self.superlink = self._spawn("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",

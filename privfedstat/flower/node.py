@@ -1,22 +1,27 @@
-"""``python -m privfedstat.flower.node``: a Flower SuperNode whose ClientApp runs in one persistent process.
+"""``python -m privfedstat.flower.node``: a Flower SuperNode that answers its messages with the ClientApp in its own process.
 
-Flower's SuperNode in ``--isolation process`` mode leaves the running of ClientApps to an executor
-outside it, which takes each task from the SuperNode's Runtime API. This module is that executor
-and the SuperNode in one process: it starts Flower's own ``flower-supernode`` (every flag passes
-through: ``--superlink``, ``--insecure`` or ``--root-certificates``, ``--node-config``, ...) and,
-in a thread, takes the node's tasks one after the other and answers them with the ClientApp
-(default ``privfedstat.flower.app:client_app``) in this process, with Flower's own Runtime API
-client (pull the task input, push the reply and the task output). The client's state (its rows,
-noise stream and protocol state) lives between messages; killing this process kills the client.
+Flower's ``flower-supernode`` hands every message to a ClientApp outside it, through its Runtime
+API (an HTTP server in the SuperNode; in ``--isolation subprocess`` a fresh ClientApp process per
+message). A privfedstat client holds state between messages (its rows, its noise stream, its
+protocol state), so it must live in one persistent process; and each hop of the Runtime API costs
+about eight local HTTP requests per message. This module is therefore a SuperNode whose loop is
+Flower's own (:func:`flwr.supernode.start_client_internal`'s connection, pull, store and push
+functions, and Flower's own command-line flags: ``--superlink``, ``--insecure`` or
+``--root-certificates``, ``--auth-supernode-private-key``/``--auth-supernode-public-key``,
+``--node-config``, ``--trusted-entities``, ``--health-server-address``, ...) but which, between
+pulling a message and pushing its reply, runs the ClientApp (default
+``privfedstat.flower.app:client_app``) on it in this process. No Runtime API is started: nothing
+listens on the node. Killing this process kills the client.
 
-Runtime dependency installation is never done (the ClientApp is the installed privfedstat), and
-the FAB a run brings is not installed either: the node runs the ClientApp named here.
+Runtime dependency installation is never done and the FAB a run brings is not installed either:
+the node runs the ClientApp named here (the installed privfedstat). This depends on the internals
+of the pinned flwr 1.42 (module-private functions of ``flwr.supernode.start_client_internal``).
 
-Flower's first retry of a message's objects that have not arrived yet comes after 1 s; here after
-a few milliseconds. ``--poll S`` (default 0.1 s) caps the SuperNode's idle wait between two pulls from the SuperLink
-(a fixed 3 s in flwr 1.42) and this executor's wait for a task, both backing off from 1 ms after
-a message: a protocol round then takes milliseconds on loopback instead of seconds. It only
-changes how often Flower polls, not what it sends.
+Polling: a SuperNode learns of a message only by asking the SuperLink. Flower's loop asks every
+3 s; here each wait after a reply is planned from the last gaps between a reply and the next
+message (:class:`Polls`): few requests per round and little delay, whatever a round lasts.
+``--poll S`` (default 0.5 s) caps every wait, which bounds the delay of the first message after
+an idle spell. It changes how often the node asks, not what is sent.
 """
 
 from __future__ import annotations
@@ -26,11 +31,9 @@ import functools
 import importlib
 import socket
 import sys
-import threading
-import time as _time
-from types import SimpleNamespace
+import time
 
-__all__ = ["main", "free_port"]
+__all__ = ["main", "free_port", "Polls"]
 
 
 def free_port() -> int:
@@ -40,25 +43,57 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _fast_clock(poll: float) -> SimpleNamespace:
-    """A ``time`` module for Flower's SuperNode loop whose idle waits back off from 1 ms to ``poll`` seconds.
+class Polls:
+    """The waits of a node between asking the SuperLink for its next message.
 
-    Flower's loop sleeps 3 s when the SuperLink has no message for the node and 0.5 s while the
-    ClientApp's reply is not ready; here the first idle wait after a message lasts 1 ms and each
-    further one doubles, up to ``poll`` (fast replies during a protocol, little polling when idle).
+    After a reply the node asks at ``g * STEPS`` seconds (then growing by half each time), where
+    ``g`` estimates the gap between a reply and the next message: the midpoint of the two asks
+    that bracket the last gap, taken at once when it is shorter than ``g`` and at most ``2 g``
+    when longer (a long idle spell between two fits does not make the next rounds slow). Each ask
+    costs the SuperLink a request (a few milliseconds of its one Python process), each late ask
+    delays the round: in the m = 10 benchmark a node asks 3-4 times a round (Flower's 1 ms..3 s
+    backoff loop, shortened as before, asked ~10 times). Every wait is at most ``cap`` seconds;
+    before the first reply the node asks every ``cap``.
+
+    Parameters
+    ----------
+    cap : float
+        Longest wait, seconds.
+    gap : float
+        Initial estimate of ``g``, seconds.
     """
-    state = {"wait": 0.001}
 
-    def sleep(seconds: float) -> None:
-        if seconds >= 1.0:  # idle: nothing to pull from the SuperLink
-            _time.sleep(state["wait"])
-            state["wait"] = min(2 * state["wait"], poll)
-        else:  # a message came and its reply is being made: poll fast again afterwards
-            state["wait"] = 0.001
-            _time.sleep(min(float(seconds), 0.002))
+    STEPS = (0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
 
-    names = {k: getattr(_time, k) for k in dir(_time) if not k.startswith("_")}
-    return SimpleNamespace(**{**names, "sleep": sleep})
+    def __init__(self, cap: float = 0.5, gap: float = 0.01) -> None:
+        if not cap > 0:
+            raise ValueError(f"cap must be positive, got {cap!r}.")
+        self.cap, self.gap = float(cap), float(gap)
+        self._since: float | None = None  # when the last reply went out (None: idle)
+        self._asked: list[float] = []  # offsets of the asks since then
+
+    def replied(self, now: float) -> None:
+        """A reply has been pushed at ``now``: plan the asks for the next message."""
+        self._since, self._asked = now, []
+
+    def arrived(self, now: float) -> None:
+        """A message came at ``now`` (the last ask found it): update the gap estimate."""
+        if self._since is not None and self._asked:
+            hi = self._asked[-1]
+            seen = 0.5 * (self._asked[-2] + hi) if len(self._asked) > 1 else hi
+            self.gap = max(1e-3, seen if seen < self.gap else min(seen, 2 * self.gap))
+        self._since = None
+
+    def wait(self, now: float) -> float:
+        """Seconds to wait (from ``now``) before the next ask; the ask is then counted."""
+        if self._since is None:
+            return self.cap
+        elapsed = now - self._since
+        k = len(self._asked)
+        target = self.gap * self.STEPS[k] if k < len(self.STEPS) else (elapsed + 1e-3) * 1.5
+        pause = min(max(target - elapsed, 0.0), self.cap)
+        self._asked.append(elapsed + pause)
+        return pause
 
 
 def _load(ref: str):
@@ -76,105 +111,108 @@ def _fast_pulls(pull_objects, poll: float):
     return functools.partial(pull_objects, initial_backoff=poll / 4, backoff_cap=poll)
 
 
-def _pull_task_input(client, poll: float):
-    """Flower's ``pull_task_input`` (run_clientapp) with a short retry for the message's objects.
+def answer(state, store, app, run_id: int) -> None:
+    """Run the ClientApp ``app`` on the message of run ``run_id`` just stored; store its reply for the push.
 
-    A task can be acquired while its message's objects are still on their way from the SuperLink;
-    it is pulled with :func:`_fast_pulls`' retries.
+    What Flower's Runtime API does for an external ClientApp, in this process: the node's task
+    for the message is claimed, started and finished; the message is inflated from the node's
+    object store (and its objects dropped, as when a ClientApp confirms receipt); the run's context
+    is the one Flower keeps for the run series. A ClientApp that raises sends Flower's error reply
+    (the server counts the client as failed at once instead of waiting for a timeout).
     """
-    from flwr.common.serde import context_from_proto
-    from flwr.proto.node_pb2 import Node
-    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
-    from flwr.app import Message
-    from flwr.supercore.inflatable.inflatable_protobuf_utils import (make_confirm_message_received_fn_protobuf,
-                                                                     make_pull_object_fn_protobuf)
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, Status, SubStatus
+    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+    from flwr.supernode.start_client_internal import _insert_message
 
-    res = client.PullTaskInput(PullTaskInputRequest())
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = res.task_id, res.run.run_id, res.context.node_id
-    context = context_from_proto(res.context)
-    pulled = client.PullMessages(PullAppMessagesRequest())
-    if not pulled.messages_list:
-        raise RuntimeError("no message came with the task.")
-    node, tree = Node(node_id=context.node_id), pulled.message_object_trees[0]
-    message = pull_and_inflate_object_from_tree(
-        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
-        return_type=Message, initial_backoff=poll / 4, backoff_cap=poll)  # as _fast_pulls
-    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's: the id is not in the deflated message
-    return message, context
+    task = next(iter(state.get_tasks(run_ids=[run_id], statuses=[Status.PENDING], order_by="pending_at", limit=1)), None)
+    if task is not None and state.claim_task(task.task_id):
+        state.activate_task(task_id=task.task_id)
+    stored = state.get_messages_legacy(run_ids=[run_id], is_reply=False, limit=1)
+    if not stored:
+        return
+    head = stored[0]
+    mid = head.metadata.message_id
+    state.record_message_processing_start(message_id=mid)
+    tree = store.get_object_tree(mid)
+    contents = {t.object_id: store.get(t.object_id) for t in iterate_object_tree(tree)}
+    store.delete(mid)
+    status, details = SubStatus.COMPLETED, ""
+    try:
+        message = inflate_object_from_contents(tree.object_id, contents)
+        if not isinstance(message, Message):
+            raise TypeError(f"the node received a {type(message).__name__}, not a Message.")
+        message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's: the id is not in the deflated message
+        context = state.get_run_series_context(state.get_run(run_id).series_id)
+        reply = app(message=message, context=context)
+    except Exception as err:  # this message fails; the node keeps serving
+        print(f"privfedstat.flower.node: the ClientApp failed: {err!r}", file=sys.stderr, flush=True)
+        status, details = SubStatus.FAILED, repr(err)
+        reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=repr(err)), reply_to=head)
+    state.record_message_processing_end(message_id=mid)
+    _insert_message(reply, state, store)
+    if task is not None:
+        state.finish_task(task.task_id, sub_status=status, details=details)
 
 
-def _execute(runtime: str, app_ref: str, poll: float) -> None:
-    """Take this node's ClientApp tasks from its Runtime API and answer them in this process, forever."""
-    from flwr.common.constant import SubStatus
-    from flwr.proto.runtime_pb2 import AcquireTaskRequest
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-    from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+def serve(config, app, cap: float) -> None:
+    """The SuperNode's loop (Flower's, see the module docstring) with ``app`` answering in this process, forever.
 
-    app = _load(app_ref)
+    ``config`` is Flower's parsed SuperNode configuration (its command-line flags).
+    """
+    from flwr.supercore.exit import register_signal_handlers
+    from flwr.supercore.grpc_health import run_health_server_grpc_no_tls
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supercore.telemetry import EventType
+    from flwr.supernode.nodestate import NodeStateFactory
 
-    def connect(*interceptors):
-        return RuntimeHttpClient.from_server_address(server_address=runtime, insecure=True, root_certificates=None,
-                                                     interceptors=list(interceptors),
-                                                     retry_invoker=make_simple_http_retry_invoker())
-
-    class TaskToken(RuntimeTokenHttpInterceptor):
-        """Flower's task-token header, set anew for each task (one connection for all tasks)."""
-
-        def __init__(self) -> None:
-            self._token = ""
-
-    control = connect(RuntimeVersionHttpInterceptor(component_name="SuperExec"))
-    token = TaskToken()
-    task = connect(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token)
-    pause = poll
-    while True:
-        try:
-            res = control.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
-        except Exception:  # the Runtime API is not up yet, or restarting
-            _time.sleep(0.2)
-            continue
-        if not (res.HasField("task") and res.token):
-            _time.sleep(pause)
-            pause = min(2 * pause, poll)
-            continue
-        pause = 0.001
-        token._token = res.token
-        context = None
-        try:
-            message, context = _pull_task_input(task, poll)
-            reply = app(message=message, context=context)
-            push_message(task, reply, context)
-            push_task_output(task, context, SubStatus.COMPLETED, "")
-        except Exception as err:  # this task fails (the server times it out); the node keeps serving
-            print(f"privfedstat.flower.node: task failed: {err!r}", file=sys.stderr, flush=True)
-            push_task_output(task, context, SubStatus.FAILED, repr(err))
+    loop = importlib.import_module("flwr.supernode.start_client_internal")
+    loop.pull_objects = _fast_pulls(loop.pull_objects, 0.1)
+    servers = []
+    if config.health_server_address is not None:
+        servers.append(run_health_server_grpc_no_tls(config.health_server_address))
+    register_signal_handlers(event_type=EventType.RUN_SUPERNODE_LEAVE, exit_message="SuperNode terminated gracefully.",
+                             grpc_servers=servers)
+    factory = NodeStateFactory(objectstore_factory=ObjectStoreFactory())
+    state, store = factory.state(), factory.objectstore_factory.store()
+    insecure = config.root_certificates is None if config.insecure is None else config.insecure
+    polls = Polls(cap)
+    with loop._init_connection(server_address=config.server_address, insecure=insecure,
+                               root_certificates=config.root_certificates,
+                               authentication_keys=config.authentication_keys, max_retries=config.max_retries,
+                               max_wait_time=config.max_wait_time) as conn:
+        node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
+        state.set_node_id(node_id)
+        while True:
+            run_id = loop._pull_and_store_message(state=state, object_store=store, node_config=config.node_config,
+                                                  receive=receive, get_run=get_run, get_fab=get_fab,
+                                                  pull_object=pull_object, confirm_message_received=confirm,
+                                                  trusted_entities=config.trusted_entities)
+            if run_id is None:
+                time.sleep(polls.wait(time.monotonic()))
+                continue
+            polls.arrived(time.monotonic())
+            answer(state, store, app, run_id)
+            loop._push_messages(state=state, object_store=store, send=send, push_object=push_object)
+            polls.replied(time.monotonic())
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the SuperNode and its persistent ClientApp executor (see the module docstring)."""
+    """Run the SuperNode with its ClientApp in this process (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     parser.add_argument("--client-app", default="privfedstat.flower.app:client_app")
-    parser.add_argument("--poll", type=float, default=0.1)
-    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--poll", type=float, default=0.5)
     ours, flower_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if "--isolation" in flower_args:
-        raise SystemExit("privfedstat.flower.node runs the ClientApp itself (--isolation process); do not pass --isolation.")
-    port = ours.port or free_port()
-    from flwr.supernode.cli.flower_supernode import flower_supernode
+        raise SystemExit("privfedstat.flower.node runs the ClientApp itself; do not pass --isolation.")
+    if not ours.poll > 0:
+        raise SystemExit(f"--poll must be positive, got {ours.poll}.")
+    from flwr.supernode.cli.flower_supernode import _parse_supernode_lifespan_config
 
-    loop = importlib.import_module("flwr.supernode.start_client_internal")
-    loop.time = _fast_clock(ours.poll)
-    loop.pull_objects = _fast_pulls(loop.pull_objects, ours.poll)
-    threading.Thread(target=_execute, args=(f"127.0.0.1:{port}", ours.client_app, ours.poll), daemon=True,
-                     name="privfedstat-clientapp").start()
-    sys.argv = ["flower-supernode", *flower_args, "--isolation", "process", "--host", "127.0.0.1", "--port", str(port)]
-    flower_supernode()
+    sys.argv = ["flower-supernode", *flower_args]
+    config = _parse_supernode_lifespan_config()
+    serve(config, _load(ours.client_app), ours.poll)
 
 
 if __name__ == "__main__":
