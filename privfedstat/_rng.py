@@ -19,7 +19,7 @@ from typing import Union
 
 RandomState = Union[int, np.random.SeedSequence, np.random.Generator, None]
 
-__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "check_secure_mode"]
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "check_secure_mode"]
 
 
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
@@ -45,9 +45,19 @@ def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
     )
 
 
-def spawn_generators(seed: np.random.SeedSequence, n: int) -> list[np.random.Generator]:
-    """Return ``n`` independent generators spawned from ``seed``."""
-    return [np.random.Generator(np.random.PCG64(s)) for s in seed.spawn(n)]
+def spawn_generators(seed: np.random.SeedSequence, n: int, first: int = 0) -> list[np.random.Generator]:
+    """Return ``n`` independent generators spawned from ``seed``: its children ``first, ..., first + n - 1``.
+
+    ``first`` is the federation index of the first client these streams belong to: a process
+    holding clients ``first ...`` (a Flower node holds one) draws what they draw when all clients
+    are held in one process.
+    """
+    return [np.random.Generator(np.random.PCG64(s)) for s in seed.spawn(first + n)[first:]]
+
+
+def child_seed(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequence:
+    """Child ``index`` of ``seed``, as ``seed.spawn(index + 1)[index]`` gives on a fresh ``seed`` (``seed`` unchanged)."""
+    return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (int(index),), pool_size=seed.pool_size)
 
 
 def check_secure_mode(secure_mode: bool, random_state: RandomState) -> bool:

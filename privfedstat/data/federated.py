@@ -269,13 +269,14 @@ class FederatedData:
         return FederatedData(self.X[rows], self.y[rows], np.concatenate([[0], np.cumsum(sizes)]),
                              None if self.offset is None else self.offset[rows])
 
-    def split_halves(self, random_state: RandomState = None) -> tuple[FederatedData, FederatedData]:
+    def split_halves(self, random_state: RandomState = None, first_client: int = 0) -> tuple[FederatedData, FederatedData]:
         """Randomly split every client's rows into two disjoint halves (FedNewton's sample splitting).
 
         Client ``i`` gets ``floor(n_i / 2)`` rows in the first half and the rest in the second; the
-        permutation of each client comes from its own stream spawned from ``random_state``.
+        permutation of each client comes from its own stream spawned from ``random_state`` (the
+        child ``first_client + i``: ``first_client`` is the federation index of this data's first client).
         """
-        gens = spawn_generators(as_seed_sequence(random_state), self.n_clients)
+        gens = spawn_generators(as_seed_sequence(random_state), self.n_clients, first=first_client)
         first, second = [], []
         for i, g in enumerate(gens):
             perm = self.offsets[i] + g.permutation(self.sizes[i])

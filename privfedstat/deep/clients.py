@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._rng import child_seed
 from .._validation import check_iterate
 from ..federation import clients as federation_clients
 from ..federation.clients import InProcessClients, Reply, _Status, smoothed_normalize
@@ -40,11 +41,6 @@ __all__ = ["TorchClients", "TorchNoise"]
 def seeded_generator(seed: np.random.SeedSequence) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded with 64 bits of ``seed``'s state (same SeedSequence, same stream)."""
     return torch.Generator().manual_seed(int(seed.generate_state(1, np.uint64)[0]))
-
-
-def _child(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequence:
-    """Child ``index`` of ``seed``, as ``seed.spawn(index + 1)[index]`` gives on a fresh ``seed``."""
-    return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (index,), pool_size=seed.pool_size)
 
 
 class TorchNoise:
@@ -124,8 +120,8 @@ class TorchClients:
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
         clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)
-        self._noise = TorchNoise([seeded_generator(_child(noise_seed, i)) for i in clients])
-        self._batches = [seeded_generator(_child(batch_seed, i)) for i in clients]
+        self._noise = TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients])
+        self._batches = [seeded_generator(child_seed(batch_seed, i)) for i in clients]
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)

@@ -177,21 +177,24 @@ class InProcessClients:
     failures : dict of int to int, optional
         Fault injection: client ``i`` fails while answering its ``failures[i]``-th request (0-based,
         counting every verb call) and answers nothing afterwards.
+    first_client : int, default 0
+        Federation index of the first client held here: client ``first_client + k``'s random
+        public streams (FedNewton's split, HiFedProx's minibatches) are the children
+        ``first_client + k`` of the public seeds, as when all clients are held in one process (a
+        Flower node holds one client, its partition id; its noise streams come with ``noise``).
 
     Attributes (public: what the server may know)
     ----------------------------------------------
     n_clients, sizes, n_features, n_params, family, has_offset
     """
 
-    #: the federation index of this object's first client (not 0 on a Flower node, which holds client ``index``)
-    index: int = 0
-
     def __init__(self, data: FederatedData, family: Family, noise, *, failures: dict[int, int] | None = None,
-                 _status: _Status | None = None) -> None:
+                 first_client: int = 0, _status: _Status | None = None) -> None:
         if _status is None:
             family.check_y(data.y)
         self._oracle: ClientOracle = make_oracle(data, family)
         self._noise = noise
+        self.first_client = int(first_client)
         if failures is None:
             failures = getattr(data, "failures", None)
         self._status = _status or _Status(dict(failures or {}), 0, np.zeros(data.n_clients, dtype=bool))
@@ -435,7 +438,7 @@ class InProcessClients:
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
         data, family, sizes = self._oracle.data, self.family, self.sizes
-        rngs = [client_batch_rng(batch_seed, self.index + i) for i in clients]
+        rngs = [client_batch_rng(batch_seed, self.first_client + i) for i in clients]
 
         def batch_objective(step: int, who: np.ndarray):
             rows = [minibatch_rows(rngs[k], int(sizes[clients[k]]), batch_size) for k in who]
@@ -527,8 +530,9 @@ class InProcessClients:
         Returns handles answering the verbs on the first and on the second halves (same noise
         streams and failure state); the first half's handle also answers :meth:`newton_steps`.
         """
-        first, second = self._oracle.data.split_halves(seed)
-        halves = tuple(InProcessClients(d, self.family, self._noise, _status=self._status) for d in (first, second))
+        first, second = self._oracle.data.split_halves(seed, first_client=self.first_client)
+        halves = tuple(InProcessClients(d, self.family, self._noise, first_client=self.first_client, _status=self._status)
+                       for d in (first, second))
         halves[0]._halves = halves
         return halves
 

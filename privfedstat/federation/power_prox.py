@@ -27,6 +27,7 @@ from numbers import Real
 
 import numpy as np
 
+from .._rng import child_seed
 from .._validation import check_positive_float, check_positive_int
 from ..data.federated import row_norm_bounds
 
@@ -224,7 +225,7 @@ def client_batch_rng(seed: np.random.SeedSequence, client: int) -> np.random.Gen
     """Client ``client``'s minibatch stream for a round: the child ``client`` of the round's ``seed``
     (``SeedSequence`` spawn key, computed without spawning, so the same seed gives the same stream on
     every call and every backend)."""
-    return np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, int(client))))
+    return np.random.default_rng(child_seed(seed, client))
 
 
 def minibatch_rows(rng: np.random.Generator, n: int, batch_size: int | None) -> np.ndarray:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import RecordDict
 
+from .._rng import spawn_generators
 from ..data.federated import FederatedData
 from ..families import get_family
 from ..federation.clients import VERBS, InProcessClients, Reply
@@ -102,26 +103,6 @@ def load_model(node_config):
     return getattr(models, name)()
 
 
-class _OneClient(InProcessClients):
-    """A single client, client ``index`` of the federation: FedNewton's split and HiFedProx's minibatches use
-    that client's streams."""
-
-    def split_halves(self, seed):
-        """As in-process client ``index``: rows permuted by the child ``index`` of the public ``seed``."""
-        seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-        child = np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (self.index,),
-                                       pool_size=seed.pool_size)
-        data = self._oracle.data
-        perm = np.random.Generator(np.random.PCG64(child)).permutation(data.n_samples)
-        h = data.n_samples // 2
-        if h == 0:
-            raise ValueError("sample splitting needs at least 2 rows per client.")
-        parts = (data.take(perm[:h], np.array([h])), data.take(perm[h:], np.array([data.n_samples - h])))
-        halves = tuple(InProcessClients(d, self.family, self._noise, _status=self._status) for d in parts)
-        halves[0]._halves = halves
-        return halves
-
-
 class ClientNode:
     """The verbs one node answers, for every session (fit) of one run.
 
@@ -149,10 +130,10 @@ class ClientNode:
         if secure:
             return SecureClientNoise(1)
         if self.simulation_seed is None:
-            seed = np.random.SeedSequence()  # fresh OS entropy for every fit
-        else:
-            seed = np.random.SeedSequence(self.simulation_seed, spawn_key=(0, self.index))
-        return ClientNoise([np.random.Generator(np.random.PCG64(seed))])
+            return ClientNoise(spawn_generators(np.random.SeedSequence(), 1))  # fresh OS entropy for every fit
+        # in-process the noise streams are the children of the fit's child (0,) of random_state
+        return ClientNoise(spawn_generators(np.random.SeedSequence(self.simulation_seed, spawn_key=(0,)), 1,
+                                           first=self.index))
 
     def handle(self, content: RecordDict) -> RecordDict:
         """Answer one request (a Message's content); an exception becomes an error reply."""
@@ -173,8 +154,7 @@ class ClientNode:
         if family is None:
             return self._open_network(session, **family_args)
         fam = get_family(family, **{k.removeprefix("family."): v for k, v in family_args.items()})
-        clients = _OneClient(self.data, fam, self._noise(secure))
-        clients.index = self.index
+        clients = InProcessClients(self.data, fam, self._noise(secure), first_client=self.index)
         self._sessions = {session: [clients]}  # one fit at a time: a new session ends the last
         extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
                  "n_params": int(clients.n_params), "has_offset": bool(clients.has_offset),

@@ -166,3 +166,48 @@ def test_a_client_failing_mid_fit_raises_or_is_skipped(spec):
 def test_unknown_failure_policy_is_refused_before_any_release():
     with pytest.raises(ValueError, match="on_client_failure"):
         FedSGD(on_client_failure="retry").fit(_data())
+
+
+def test_a_process_holding_client_i_alone_draws_what_client_i_draws_in_the_federation():
+    """``first_client=i`` (a Flower node): noise, FedNewton's split and HiFedProx's minibatches are client i's streams."""
+    from privfedstat._rng import spawn_generators
+    from privfedstat.federation.power_prox import Armijo, PowerProx
+
+    rng = np.random.default_rng(5)
+    sizes = [7, 9, 8, 10]
+    X = np.column_stack([np.ones(34), rng.standard_normal((34, 2))])
+    y = (rng.random(34) < 0.5).astype(float)
+    data = FederatedData.from_pooled(X, y, sizes=sizes)
+    fam = get_family("logistic")
+
+    def noise(n, first=0):  # the children first.. of a fresh seed (spawning advances a SeedSequence)
+        return ClientNoise(spawn_generators(np.random.SeedSequence(11), n, first=first))
+
+    whole = InProcessClients(data, fam, noise(4))
+    theta = np.array([0.1, -0.2, 0.3])
+    kw = dict(clip=1.0, sensitivity=np.full(4, 0.5), mu=2.0, stage="t")
+    h_whole = whole.split_halves(123)
+    g_whole = whole.gradients(theta, **kw).values
+    n_whole = h_whole[0].newton_steps(theta, clip=1.0, hessian_clip=5.0, hessian_floor=0.1, grad_clip=np.ones(4),
+                                      sensitivity=np.full(4, 0.5), mu=2.0, stage="n").values
+    hf = dict(prox=PowerProx(0.5, 1.0, 3.0), armijo=Armijo(1e-4, 0.5, 5), n_steps=np.full(4, 3),
+              step_size=np.ones(4), batch_size=3, batch_seed=np.random.SeedSequence(77), update_clip=1.0, sensitivity=np.full(4, 2.0),
+              mu=2.0, stage="h")
+    u_whole = whole.hifedprox_round(theta, **hf).values
+    for i in range(4):
+        one_data = FederatedData.from_arrays([data.client(i)])
+        one = InProcessClients(one_data, fam, noise(1, i), first_client=i)
+        alone = InProcessClients(one_data, fam, noise(1, i))  # index 0: not client i
+        h = one.split_halves(123)  # the same calls in the same order as the federation's
+        np.testing.assert_array_equal(one.gradients(theta, **dict(kw, sensitivity=np.full(1, 0.5))).values[0], g_whole[i])
+        n = h[0].newton_steps(theta, clip=1.0, hessian_clip=5.0, hessian_floor=0.1, grad_clip=np.ones(1),
+                              sensitivity=np.full(1, 0.5), mu=2.0, stage="n").values[0]
+        np.testing.assert_array_equal(n, n_whole[i])
+        hf1 = dict(hf, n_steps=np.full(1, 3), step_size=np.ones(1), sensitivity=np.full(1, 2.0))
+        np.testing.assert_array_equal(one.hifedprox_round(theta, **hf1).values[0], u_whole[i])
+        if i > 0:  # the split and the minibatches are the client's own streams: index 0's differ
+            alone.gradients(theta, **dict(kw, sensitivity=np.full(1, 0.5)))
+            assert not np.array_equal(alone.split_halves(123)[0].newton_steps(
+                theta, clip=1.0, hessian_clip=5.0, hessian_floor=0.1, grad_clip=np.ones(1), sensitivity=np.full(1, 0.5),
+                mu=2.0, stage="n").values[0], n_whole[i])
+            assert not np.array_equal(alone.hifedprox_round(theta, **hf1).values[0], u_whole[i])
