@@ -269,8 +269,8 @@ def _flower_demo(args, parser) -> int:
     from .flower.launch import run_demo
 
     try:
-        run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params)
-    except ValueError as exc:
+        run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params, model=args.model)
+    except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     return 0
 
@@ -323,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     p_rep.add_argument("--conditions", default=None, help="hifedprox: among clean,moderate,severe (default all)")
     p_fl = sub.add_parser("flower-demo", help="fit an estimator on a Flower SuperLink + SuperNodes on loopback (extra flower)")
     p_fl.add_argument("--clients", type=int, default=3, help="number of SuperNodes (default 3)")
-    p_fl.add_argument("--estimator", default="fedsgd", help="registered estimator (default fedsgd)")
+    p_fl.add_argument("--estimator", default="fedsgd",
+                      help="registered estimator (default fedsgd); with --model a network one, e.g. DeepFedAvg")
+    p_fl.add_argument("--model", default=None,
+                      help="a network the nodes train on the digit images, e.g. DigitsCNN (needs torch)")
     p_fl.add_argument("--mu", type=float, default=2.0, help="GDP budget per client (default 2)")
     p_fl.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                       help="an estimator parameter, e.g. --set n_iter=50 --set clip=1.0 (JSON values)")

@@ -7,7 +7,8 @@ Referenced from a Flower app's ``pyproject.toml``::
     clientapp = "privfedstat.flower.app:client_app"
 
 The ServerApp reads a *job* (run config ``job``: a JSON file listing the fits, each a registered
-estimator name and its parameters), fits each in turn with :func:`~privfedstat.flower.proxy.fit_on_grid`
+estimator name and its parameters, or a network estimator of :mod:`privfedstat.deep` with its model:
+:func:`make_estimator`), fits each in turn with :func:`~privfedstat.flower.proxy.fit_on_grid`
 and writes the results (``coef_``, ``privacy_``, ``communication_``, the summary text, or the
 error a fit raised) to the run config's ``out`` path (a pickle, read by the launcher on the same
 machine); it appends ``started <k> <unix time>`` / ``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
@@ -35,7 +36,12 @@ from flwr.serverapp import Grid, ServerApp
 from .client import ClientNode, load_model, load_partition
 from .proxy import fit_on_grid
 
-__all__ = ["server_app", "client_app", "run_job"]
+__all__ = ["server_app", "client_app", "run_job", "make_estimator", "NETWORK_ESTIMATORS"]
+
+#: the network estimators a job may name (classes of :mod:`privfedstat.deep`, by lower-case name)
+NETWORK_ESTIMATORS = ("deepfedavg", "deepfedsgd", "deepfedhybrid", "deepdpfedavg", "deepfednewton",
+                      "deepfedalphanormec", "deepclippedfedavg", "deephifedprox", "deepfednmap", "deepzhang",
+                      "deepfedcanon")
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -72,10 +78,45 @@ def _main(grid: Grid, context: Context) -> None:
     run_job(grid, Path(str(cfg["job"])), Path(str(cfg["out"])))
 
 
-def run_job(grid, job: Path, out: Path) -> list[dict]:
-    """Fit every estimator the job lists on the Grid's nodes; write and return one result dict per fit."""
+def _value(value):
+    """A job parameter: JSON, with ``"inf"`` for infinity and ``{"AutoClip": {...}}`` for an AutoClip."""
+    if value == "inf":
+        return math.inf
+    if isinstance(value, dict) and list(value) == ["AutoClip"]:
+        from ..privacy.clipping import AutoClip
+
+        return AutoClip(**value["AutoClip"])
+    return value
+
+
+def make_estimator(fit: dict):
+    """The estimator of a job entry ``{"estimator": name, "params": {...}}``, unfitted.
+
+    ``name`` is a registered estimator (``"fedsgd"``, ...), or, with ``"model"`` (one of
+    :data:`~privfedstat.flower.client.MODELS`) and optionally ``"model_seed"`` (the weights
+    theta^(0), drawn with ``torch.manual_seed(model_seed)``; default 0), a network estimator of
+    :data:`NETWORK_ESTIMATORS` (``"DeepFedAvg"``, ...): the nodes must then serve that model
+    (node config ``model``). Parameter values are JSON (see :func:`_value`).
+    """
     from ..estimators.registry import get_method
 
+    params = {key: _value(value) for key, value in fit.get("params", {}).items()}
+    name = str(fit["estimator"])
+    if fit.get("model") is None:
+        if name.lower() in NETWORK_ESTIMATORS:
+            raise ValueError(f"{name} fits a network: name its model (\"model\": one of the nodes' models).")
+        return get_method(name).cls(**params)
+    if name.lower() not in NETWORK_ESTIMATORS:
+        raise ValueError(f"unknown network estimator {name!r}; one of {NETWORK_ESTIMATORS} (a GLM estimator takes no model).")
+    from .. import deep
+    from .client import build_model
+
+    cls = next(getattr(deep, n) for n in deep.__all__ if n.lower() == name.lower())
+    return cls(model=build_model(str(fit["model"]), int(fit.get("model_seed", 0))), **params)
+
+
+def run_job(grid, job: Path, out: Path) -> list[dict]:
+    """Fit every estimator the job lists on the Grid's nodes; write and return one result dict per fit."""
     spec = json.loads(job.read_text())
     timeout = float(spec.get("timeout", 60.0))
     progress = out.with_name(out.name + ".progress")
@@ -83,10 +124,9 @@ def run_job(grid, job: Path, out: Path) -> list[dict]:
     for k, fit in enumerate(spec["fits"]):
         with progress.open("a") as f:
             f.write(f"started {k} {time.time():.6f}\n")
-        params = {key: (math.inf if value == "inf" else value) for key, value in fit.get("params", {}).items()}
-        result = {"estimator": fit["estimator"], "params": params}
+        result = {"estimator": fit["estimator"], "params": fit.get("params", {}), "model": fit.get("model")}
         try:
-            est = fit_on_grid(get_method(fit["estimator"]).cls(**params), grid, timeout=timeout)
+            est = fit_on_grid(make_estimator(fit), grid, timeout=timeout)
             result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
                           summary=str(est.summary().as_text()), n_clients=est.n_clients_)
         except Exception as err:  # reported to the launcher; the next fit still runs

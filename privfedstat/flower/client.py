@@ -32,7 +32,7 @@ from ..federation.clients import VERBS, InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from .wire import decode_request, encode_reply, per_client_args
 
-__all__ = ["ClientNode", "load_partition", "load_model", "demo_dataset", "DATASETS", "MODELS"]
+__all__ = ["ClientNode", "load_partition", "load_model", "build_model", "demo_dataset", "DATASETS", "MODELS"]
 
 #: embedded datasets a node can serve (``dataset`` in its node config; "digits-images" for networks)
 DATASETS = ("synthetic-logistic", "digits-images")
@@ -88,19 +88,28 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
     return one, i, None if seed is None else int(seed)
 
 
+def build_model(name: str, seed: int | None = None):
+    """A network of :data:`MODELS` (a class of :mod:`privfedstat.deep.models`), its weights drawn with
+    ``torch.manual_seed(seed)`` (None: torch's current stream) without changing torch's global stream."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; the nodes build {MODELS}.")
+    import torch
+
+    from ..deep import models
+
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        return getattr(models, name)()
+
+
 def load_model(node_config):
-    """The network a node evaluates (node config ``model``: a class of :mod:`privfedstat.deep.models`), or None.
+    """The network a node evaluates (node config ``model``: one of :data:`MODELS`), or None.
 
     Its weights do not matter: every fit replaces them by the server's theta^(0).
     """
     name = node_config.get("model")
-    if name is None:
-        return None
-    from ..deep import models
-
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; the nodes build {MODELS}.")
-    return getattr(models, name)()
+    return None if name is None else build_model(str(name))
 
 
 class ClientNode:

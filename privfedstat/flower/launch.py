@@ -56,6 +56,10 @@ class LocalFederation:
         Embedded dataset the nodes split between them (:data:`privfedstat.flower.client.DATASETS`).
     n_features : int
         Its number of columns (:func:`~privfedstat.flower.client.demo_dataset`).
+    model : str, optional
+        A network the nodes evaluate (:data:`~privfedstat.flower.client.MODELS`, e.g. ``"DigitsCNN"``
+        with ``dataset="digits-images"``): they then serve the network estimators of
+        :mod:`privfedstat.deep` (job entries with ``"model"``).
     simulation_seed : int, optional
         Set the nodes' ``simulation-seed`` (their noise streams then equal an in-process fit's with
         ``random_state=simulation_seed``): for tests and simulations only. None: OS entropy.
@@ -66,11 +70,16 @@ class LocalFederation:
         Seconds to wait for the SuperLink and every node to come up.
     """
 
-    def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3, simulation_seed: int | None = None,
+    def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3,
+                 model: str | None = None, simulation_seed: int | None = None,
                  client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
+        from .client import DATASETS, MODELS
+
         if not int(n_clients) >= 1:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
-        self.n_clients, self.dataset, self.simulation_seed = int(n_clients), dataset, simulation_seed
+        if dataset not in DATASETS or (model is not None and model not in MODELS):
+            raise ValueError(f"the nodes serve the datasets {DATASETS} and the models {MODELS}; got {dataset!r}, {model!r}.")
+        self.n_clients, self.dataset, self.simulation_seed, self.model = int(n_clients), dataset, simulation_seed, model
         self.n_features = int(n_features)
         self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
@@ -109,6 +118,8 @@ class LocalFederation:
         """Start the node of partition ``i`` (a separate process)."""
         config = (f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients} '
                   f'n-features={self.n_features}')
+        if self.model is not None:
+            config += f' model="{self.model}"'
         if self.simulation_seed is not None:
             config += f" simulation-seed={int(self.simulation_seed)}"
         cmd = [sys.executable, "-m", "privfedstat.flower.node", "--insecure", "--superlink", self.address,
@@ -207,18 +218,23 @@ def _bin(name: str) -> str:
 
 
 def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, params: dict | None = None,
-             timeout: float = 600.0, out=print) -> dict:
+             model: str | None = None, timeout: float = 600.0, out=print) -> dict:
     """``privfedstat flower-demo``: fit ``estimator`` on ``clients`` Flower nodes on loopback; print its summary.
 
-    The nodes hold the partitions of the embedded ``synthetic-logistic`` data and seed their noise
-    from the operating system (a deployment's default). Returns the fit's result dict.
+    The nodes hold the partitions of the embedded ``synthetic-logistic`` data (with ``model``, e.g.
+    ``"DigitsCNN"``: of the digit images, and ``estimator`` is a network estimator such as
+    ``"DeepFedAvg"``) and seed their noise from the operating system (a deployment's default).
+    Returns the fit's result dict.
     """
-    from ..estimators.registry import get_method
+    from .app import make_estimator
 
-    get_method(estimator)  # an unknown name fails here, before any process starts
     fit = {"estimator": estimator, "params": {"mu": mu, **(params or {})}}
+    if model is not None:
+        fit["model"] = model
+    make_estimator(fit)  # an unknown name or parameter fails here, before any process starts
     t0 = time.perf_counter()
-    with LocalFederation(clients) as fed:
+    dataset = "synthetic-logistic" if model is None else "digits-images"
+    with LocalFederation(clients, dataset=dataset, model=model) as fed:
         out(f"SuperLink on {fed.address} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
             f"{time.perf_counter() - t0:.1f} s; fitting {estimator} (mu = {mu:g} per client) ...")
         t1 = time.perf_counter()
@@ -227,6 +243,18 @@ def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, pa
     if "error" in result:
         raise RuntimeError(f"the fit failed on Flower: {result['error'][0]}: {result['error'][1]}")
     out(result["summary"])
+    if model is not None:  # the demo's data are public: the launcher can score the network on them
+        import torch
+
+        from ..deep.estimators import _with_parameters
+        from .client import demo_dataset
+
+        data = demo_dataset("digits-images", clients)
+        net = _with_parameters(make_estimator(fit).model, result["coef"])
+        with torch.no_grad():
+            hits = net(data.inputs.to(next(net.parameters()).dtype)).argmax(dim=1) == data.targets
+        out(f"accuracy on the nodes' digit images (the demo's public data, pooled here): {hits.double().mean():.3f} "
+            "(chance 0.1)")
     out(f"\n{result['communication'].rounds} upload rounds in {elapsed:.1f} s on Flower (loopback); every process "
         "stopped.")
     return result

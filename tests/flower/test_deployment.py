@@ -105,3 +105,25 @@ def test_a_restarted_run_draws_fresh_noise_and_an_oversized_reply_is_refused(uns
     assert np.max(np.abs(first["coef"] - again["coef"])) > 1e-6  # same random_state, new noise on the clients
     assert math.isfinite(first["coef"][0])
     assert searched["error"][0] == "MalformedReplyError" and "expected float64 of shape (1,)" in searched["error"][1]
+
+
+def test_a_network_job_on_node_processes_equals_the_in_process_fit():
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from privfedstat.flower.app import make_estimator
+
+    fit = {"estimator": "DeepFedAvg", "model": "DigitsCNN", "model_seed": 0,
+           "params": {"mu": 2.0, "n_rounds": 2, "n_local_steps": 2, "step_size": 0.3, "clip": {"AutoClip": {}},
+                      "participation": 0.7, "batch_size": 32, "random_state": 7}}
+    with LocalFederation(3, dataset="digits-images", model="DigitsCNN", simulation_seed=7) as fed:
+        res = fed.run([fit], timeout=300)[0]
+    assert "error" not in res, res.get("trace")
+    ref = make_estimator(fit).fit(demo_dataset("digits-images", 3))
+    np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
+    assert res["communication"] == ref.communication_
+    mine, theirs = res["privacy"].releases, ref.privacy_.releases
+    assert [(r.stage, r.round, r.kind, r.unit) for r in mine] == [(r.stage, r.round, r.kind, r.unit) for r in theirs]
+    for a, b in zip(mine, theirs):
+        np.testing.assert_allclose(a.sigma, b.sigma, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.sensitivity, b.sensitivity, rtol=0, atol=1e-12)
+    assert "DigitsCNN" in res["summary"]

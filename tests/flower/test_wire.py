@@ -231,3 +231,39 @@ def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys)
     with pytest.raises(SystemExit):
         main(["flower-demo", "--estimator", "nope"])
     assert "nope" in capsys.readouterr().err
+
+
+def test_a_job_entry_names_a_registered_estimator_or_a_network_estimator_with_its_model():
+    import math
+
+    from privfedstat.flower.app import NETWORK_ESTIMATORS, make_estimator
+
+    est = make_estimator({"estimator": "FedSGD", "params": {"mu": "inf", "n_iter": 3}})
+    assert type(est).__name__ == "FedSGD" and est.mu == math.inf and est.n_iter == 3
+    with pytest.raises(ValueError, match="name its model"):
+        make_estimator({"estimator": "DeepFedAvg", "params": {"mu": 2.0}})
+    with pytest.raises(ValueError, match="unknown network estimator"):
+        make_estimator({"estimator": "fedsgd", "model": "DigitsCNN"})
+    torch = pytest.importorskip("torch")
+    from privfedstat import AutoClip, deep
+    from privfedstat.deep.models import DigitsCNN
+
+    listed = {n.lower() for n in deep.__all__ if n.startswith("Deep") and isinstance(getattr(deep, n), type)}
+    assert listed == set(NETWORK_ESTIMATORS)  # every network estimator can be named in a job
+    est = make_estimator({"estimator": "deepfedsgd", "model": "DigitsCNN", "model_seed": 3,
+                          "params": {"mu": 2.0, "clip": {"AutoClip": {"quantile": 0.7}}}})
+    assert type(est).__name__ == "DeepFedSGD" and isinstance(est.clip, AutoClip) and est.clip.quantile == 0.7
+    torch.manual_seed(3)
+    ref = DigitsCNN()
+    for a, b in zip(est.model.parameters(), ref.parameters()):  # theta^(0) from model_seed, torch's stream untouched
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="unknown model"):
+        make_estimator({"estimator": "DeepFedAvg", "model": "Nope"})
+
+
+def test_the_demo_refuses_an_unknown_model_before_starting_anything(capsys):
+    from privfedstat.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["flower-demo", "--estimator", "DeepFedAvg", "--model", "Nope"])
+    assert "unknown model" in capsys.readouterr().err
