@@ -267,3 +267,42 @@ def test_the_demo_refuses_an_unknown_model_before_starting_anything(capsys):
     with pytest.raises(SystemExit):
         main(["flower-demo", "--estimator", "DeepFedAvg", "--model", "Nope"])
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_a_node_polls_a_few_times_a_round_and_never_longer_than_its_cap():
+    from privfedstat.flower.node import Polls
+
+    def rounds(polls, gaps):
+        """Simulated clock: asks per round and the delay of each message behind its arrival."""
+        asks, delays, now = [], [], 0.0
+        for gap in gaps:
+            polls.replied(now)
+            due, k = now + gap, 0
+            while True:
+                pause = polls.wait(now)
+                assert 0 <= pause <= polls.cap
+                now += pause
+                k += 1
+                if now >= due:
+                    break
+            polls.arrived(now)
+            asks.append(k)
+            delays.append((now - due) / gap)
+        return np.array(asks), np.array(delays)
+
+    idle = Polls(cap=0.5)
+    assert idle.wait(0.0) == 0.5  # before any reply: every cap
+    rng = np.random.default_rng(0)
+    asks, delays = rounds(Polls(cap=0.5), np.full(200, 0.2))
+    assert asks[20:].mean() <= 1.6 and delays[20:].max() <= 0.25  # a steady protocol: ~1.5 asks, <= 1/4 gap late
+    asks, delays = rounds(Polls(cap=0.5), 0.2 * rng.uniform(0.5, 1.3, 400))
+    assert asks[20:].mean() < 2.0 and np.median(delays[20:]) < 0.35  # gaps varying +-40%
+    p = Polls(cap=5.0)
+    rounds(p, np.full(50, 0.1))
+    g = p.gap
+    rounds(p, [30.0])  # one long idle spell between two fits
+    assert p.gap <= 2 * g + 1e-12
+    asks, _ = rounds(p, np.full(5, 0.1))
+    assert asks.max() <= 3  # back to short rounds at once
+    with pytest.raises(ValueError):
+        Polls(cap=0)
