@@ -122,15 +122,21 @@ def run_job(grid, job: Path, out: Path) -> list[dict]:
     progress = out.with_name(out.name + ".progress")
     results = []
     for k, fit in enumerate(spec["fits"]):
-        with progress.open("a") as f:
-            f.write(f"started {k} {time.time():.6f}\n")
         result = {"estimator": fit["estimator"], "params": fit.get("params", {}), "model": fit.get("model")}
-        try:
-            est = fit_on_grid(make_estimator(fit), grid, timeout=timeout)
-            result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
-                          summary=str(est.summary().as_text()), n_clients=est.n_clients_)
+        est = None
+        try:  # built before the fit's clock starts (a network imports torch and draws theta^(0))
+            est = make_estimator(fit)
         except Exception as err:  # reported to the launcher; the next fit still runs
             result.update(error=(type(err).__name__, str(err)), trace=traceback.format_exc())
+        with progress.open("a") as f:
+            f.write(f"started {k} {time.time():.6f}\n")
+        if est is not None:
+            try:
+                est = fit_on_grid(est, grid, timeout=timeout)
+                result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
+                              summary=str(est.summary().as_text()), n_clients=est.n_clients_)
+            except Exception as err:
+                result.update(error=(type(err).__name__, str(err)), trace=traceback.format_exc())
         results.append(result)
         with progress.open("a") as f:
             f.write(f"done {k} {time.time():.6f}\n")

@@ -6,7 +6,8 @@ client (each holding partition i of an embedded dataset), writes a minimal Flowe
 (a ``pyproject.toml`` naming :mod:`privfedstat.flower.app`'s components) and a Flower config in a
 temporary ``FLWR_HOME``, submits runs with ``flwr run`` and waits for their results. Every process
 is stopped by its process id on exit, on error and on Ctrl-C; every wait has a timeout. Telemetry
-and Flower's update check are switched off: nothing leaves the machine.
+and Flower's update check are switched off: nothing leaves the machine. The nodes share the
+machine's cores, so each computes on one thread (torch, BLAS, numba) and they run in parallel.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ clientapp = "privfedstat.flower.app:client_app"
 job = "{job}"
 out = "{out}"
 """
+
+
+#: the nodes share one machine: each computes on one thread (torch, BLAS, numba), the processes in parallel
+_ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 
 
 class LocalFederation:
@@ -148,7 +153,8 @@ class LocalFederation:
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = None if self.verbose else open(self.dir / f"{name}.log", "wb")
-        return subprocess.Popen(cmd, env=self.env, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
+        env = self.env if name == "superlink" else dict(self.env, **_ONE_THREAD)
+        return subprocess.Popen(cmd, env=env, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
     def _wait_for(self, ready, what: str) -> None:
