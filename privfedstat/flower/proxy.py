@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import math
 import time
 import uuid
 
@@ -179,6 +180,7 @@ class FlowerClients:
         before = self._link.failed.copy()
         replies = self._link.exchange(verb, self._target, per_client, shape)
         _raise_errors(replies, verb)
+        _check_calibration(replies, per_client, verb)
         failing = self._link.failed & ~before
         if verb == "split_halves":  # each half answers for its own rows: its sizes are what the clients declare
             if failing.any():
@@ -224,6 +226,28 @@ def _assemble(replies: dict[int, ClientReply], m: int, shape, failing: np.ndarra
             releases.append(Release(rec.stage, -1, rec.kind, sens, sigma, unit=rec.unit))
     leaks = {r.leak for r in replies.values() if r.leak is not None}
     return Reply(values, tuple(releases), answered, failing, leaks.pop() if leaks else None)
+
+
+def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
+    """Every release a client reports must be calibrated to the mu its request asked for: the request's
+    stage and sigma = sensitivity / mu (0 at mu = inf), to the bit, as
+    :func:`~privfedstat.federation.clients.privatize` computes it. A client reporting noise that does not
+    match (less than asked, none, or another calibration) is refused: the ledger would not hold. (The
+    sensitivity is the statistic's, as the client's backend defines it: a network's local step reports
+    that of ``step_size * g``.)"""
+    for i, r in sorted(replies.items()):
+        kw = per_client[i]
+        if r.status != "ok" or kw.get("mu") is None:
+            continue
+        mu = float(kw["mu"])
+        for rec in r.releases:
+            sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
+            want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0
+            if sigma != want or ("stage" in kw and rec.stage != kw["stage"]):
+                raise MalformedReplyError(
+                    f"client {i} reports a release for {verb!r} (stage {rec.stage!r}, sensitivity {sens:g}, noise sd "
+                    f"{sigma:g}) that its request did not ask for (stage {kw.get('stage')!r}, mu {mu:g}: noise sd "
+                    f"sensitivity / mu = {want:g}).")
 
 
 def _family_spec(family: Family) -> dict:

@@ -162,6 +162,18 @@ def test_a_rogue_client_is_refused_and_a_late_reply_is_not_counted_twice():
     nodes[key] = oversized
     with pytest.raises(MalformedReplyError, match="expected float64 of shape"):
         fit_on_grid(FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), FakeGrid(nodes))
+
+    def greedy(content):  # spends twice the mu it is asked for (half the noise) and reports it truthfully
+        verb, session, target, kwargs = decode_request(content)
+        if kwargs.get("mu") is not None:
+            kwargs["mu"] = 2 * kwargs["mu"]
+        return honest.handle(encode_request(verb, session, target, kwargs))
+
+    nodes = _nodes(data)
+    honest = nodes[key]
+    nodes[key] = greedy
+    with pytest.raises(MalformedReplyError, match="client 1 reports a release .* did not ask for"):
+        fit_on_grid(FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), FakeGrid(nodes))
     grid = FakeGrid(_nodes(data))
     est = FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5)
     replay = grid.pull_messages  # every pull also returns a stale reply to an old message id
