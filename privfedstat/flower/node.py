@@ -202,10 +202,16 @@ def serve(config, app, cap: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the SuperNode with its ClientApp in this process (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
-    parser.add_argument("--client-app", default="privfedstat.flower.app:client_app")
-    parser.add_argument("--poll", type=float, default=0.5)
+    parser = argparse.ArgumentParser(prog="python -m privfedstat.flower.node", description=__doc__.splitlines()[0],
+                                     add_help=False)
+    parser.add_argument("--client-app", default="privfedstat.flower.app:client_app",
+                        help="module:attribute of the ClientApp (default: privfedstat's)")
+    parser.add_argument("--poll", type=float, default=0.5, help="longest wait between two asks for a message, s")
     ours, flower_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(flower_args):
+        parser.print_help()
+        print("\nand Flower's flower-supernode flags (--isolation, --host, --port and --ssl-* configure its Runtime API, "
+              "which this node does not start):\n")
     if "--isolation" in flower_args:
         raise SystemExit("privfedstat.flower.node runs the ClientApp itself; do not pass --isolation.")
     if not ours.poll > 0:
