@@ -69,6 +69,10 @@ class FitContext:
     hessian : ndarray of shape (n_params, n_params) or None
         Set by protocols that release a Hessian: the server's aggregated released Hessian of the
         last round (before any eigenvalue floor), checked for ill-conditioning.
+    shortened : tuple of (float, float) or None
+        Set by a protocol whose last server update was cut short by a trust region (FedIRLS's
+        ``max_step``): the norm of the update it computed and the radius it was cut to (fitting
+        scale). Far above its noise, the path was still travelling when the rounds ran out.
     noise_model : object or None
         Set by the protocol: its privacy-noise recursion (noise scales, weights, step sizes,
         stages), from which :func:`privfedstat.theory.protocol_noise_covariance` gives the
@@ -89,6 +93,7 @@ class FitContext:
     noise_sd: float | np.ndarray = 0.0
     update_noise_sd: float | None = None
     hessian: np.ndarray | None = None
+    shortened: tuple[float, float] | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None
     participation: Participation | None = None
