@@ -33,8 +33,9 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from .client import ClientNode, load_model, load_partition
+from .client import ClientNode, load_model, load_names, load_partition
 from .proxy import fit_on_grid
+from .wire import encode_reply
 
 __all__ = ["server_app", "client_app", "run_job", "make_estimator", "NETWORK_ESTIMATORS"]
 
@@ -53,8 +54,11 @@ def _query(msg: Message, context: Context) -> Message:
     node = _NODES.get(context.run_id)
     if node is None:
         _NODES.clear()  # one run at a time: a new run drops the last one's state
-        data, index, seed = load_partition(context.node_config)
-        node = _NODES[context.run_id] = ClientNode(data, index, seed, model=load_model(context.node_config))
+        try:
+            cfg = context.node_config
+            node = _NODES[context.run_id] = ClientNode(*load_partition(cfg), model=load_model(cfg), names=load_names(cfg))
+        except Exception as err:  # a wrong config or data file: the server raises it with this message
+            return Message(encode_reply("error", error=err), reply_to=msg)
     return Message(node.handle(msg.content), reply_to=msg)
 
 
@@ -96,7 +100,10 @@ def make_estimator(fit: dict):
     :data:`~privfedstat.flower.client.MODELS`) and optionally ``"model_seed"`` (the weights
     theta^(0), drawn with ``torch.manual_seed(model_seed)``; default 0), a network estimator of
     :data:`NETWORK_ESTIMATORS` (``"DeepFedAvg"``, ...): the nodes must then serve that model
-    (node config ``model``). Parameter values are JSON (see :func:`_value`).
+    (node config ``model``). Parameter values are JSON (see :func:`_value`). As in ``glm()``, a GLM
+    estimator rescales the nodes' columns privately unless the job says otherwise
+    (``"scaling": "private"``, 10% of mu, the intercept in column 0 as the nodes put it; ``null``:
+    the columns as they are).
     """
     from ..estimators.registry import get_method
 
@@ -105,7 +112,10 @@ def make_estimator(fit: dict):
     if fit.get("model") is None:
         if name.lower() in NETWORK_ESTIMATORS:
             raise ValueError(f"{name} fits a network: name its model (\"model\": one of the nodes' models).")
-        return get_method(name).cls(**params)
+        cls = get_method(name).cls
+        if "scaling" in cls().get_params() and "scaling" not in params:
+            params["scaling"] = "private"  # raw-scale covariates, as glm() does
+        return cls(**params)
     if name.lower() not in NETWORK_ESTIMATORS:
         raise ValueError(f"unknown network estimator {name!r}; one of {NETWORK_ESTIMATORS} (a GLM estimator takes no model).")
     from .. import deep

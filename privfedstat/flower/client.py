@@ -1,7 +1,6 @@
 """The client's end on a Flower SuperNode: one client's rows, its noise stream, and the verbs it answers.
 
-A node holds ONE client's partition (named by its node config: ``dataset``, ``partition-id``,
-``num-partitions``, optionally ``n-features``) inside a single-client
+A node holds ONE client's data inside a single-client
 :class:`~privfedstat.federation.clients.InProcessClients` (a network's, with ``model`` in the node
 config: :class:`~privfedstat.deep.clients.TorchClients`), so every verb is computed and
 privatized here, on the client, by the same code as in-process, before anything is sent. Each fit
@@ -22,6 +21,8 @@ S can subtract the noise: never set it in a deployment.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from flwr.app import RecordDict
 
@@ -32,7 +33,8 @@ from ..federation.clients import VERBS, InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from .wire import decode_request, encode_reply, per_client_args
 
-__all__ = ["ClientNode", "load_partition", "load_model", "build_model", "demo_dataset", "DATASETS", "MODELS"]
+__all__ = ["ClientNode", "load_partition", "load_names", "load_model", "build_model", "demo_dataset", "DATASETS",
+           "MODELS"]
 
 #: embedded datasets a node can serve (``dataset`` in its node config; "digits-images" for networks)
 DATASETS = ("synthetic-logistic", "digits-images")
@@ -71,16 +73,64 @@ def demo_dataset(name: str, num_partitions: int, n_features: int = 3):
     return FederatedData.from_pooled(X, y, sizes=sizes)
 
 
+def _csv(node_config) -> tuple[FederatedData, list[str], str]:
+    """A node's own rows from the CSV file of its config (``data-file``, ``response``, ``columns``, ``intercept``)."""
+    import pandas as pd
+
+    path = str(node_config["data-file"])
+    if "response" not in node_config:
+        raise ValueError(f"the node config names data-file={path!r} but no response (the column of y).")
+    response = str(node_config["response"])
+    df = pd.read_csv(path)
+    columns = ([c.strip() for c in str(node_config["columns"]).split(",") if c.strip()] if "columns" in node_config
+               else [c for c in df.columns if c != response])
+    missing = [c for c in [response, *columns] if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {missing}; it has {list(df.columns)}.")
+    bad = [c for c in [response, *columns] if not pd.api.types.is_numeric_dtype(df[c])]
+    if bad:
+        raise ValueError(f"{path}: column(s) {bad} are not numeric (code categories as 0/1 columns first).")
+    X = df[columns].to_numpy(dtype=np.float64)
+    names = list(columns)
+    if bool(node_config.get("intercept", True)):
+        X, names = np.column_stack([np.ones(len(df)), X]), ["Intercept", *names]
+    return FederatedData.from_arrays([(X, df[response].to_numpy(dtype=np.float64))]), names, response
+
+
+def load_names(node_config) -> tuple[list[str], str] | None:
+    """The column names and the response name of a node's CSV data (public structure: declared by its
+    config), or None for an embedded dataset."""
+    if "data-file" not in node_config:
+        return None
+    _, names, response = _csv(node_config)
+    return names, response
+
+
 def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
-    """A node's one-client data, its partition id and its simulation seed (None: OS entropy), from its config."""
+    """A node's one-client data, its partition id and its simulation seed (None: OS entropy), from its config.
+
+    Its own rows: ``data-file`` (a CSV file with a header row), ``response`` (the column of y),
+    optionally ``columns`` (comma-separated; default every other column) and ``intercept`` (default
+    true: a column of ones first); ``partition-id`` is the node's place in the federation (0, 1, ...).
+    Or partition ``partition-id`` of ``num-partitions`` of an embedded ``dataset``
+    (:data:`DATASETS`, for demos and tests).
+    """
+    seed = node_config.get("simulation-seed")
+    if "partition-id" not in node_config:
+        raise ValueError("the node config needs partition-id (the node's place in the federation).")
+    i = int(node_config["partition-id"])
+    if "data-file" in node_config:
+        if i < 0:
+            raise ValueError(f"partition-id must be >= 0, got {i}.")
+        return _csv(node_config)[0], i, None if seed is None else int(seed)
     try:
-        name, i, m = str(node_config["dataset"]), int(node_config["partition-id"]), int(node_config["num-partitions"])
+        name, m = str(node_config["dataset"]), int(node_config["num-partitions"])
     except KeyError as err:
-        raise ValueError(f"the node config needs dataset, partition-id and num-partitions (missing {err}).") from None
+        raise ValueError(f"the node config needs data-file and response (its own rows), or dataset and "
+                         f"num-partitions (an embedded demo dataset; missing {err}).") from None
     if not 0 <= i < m:
         raise ValueError(f"partition-id {i} is outside 0..{m - 1}.")
-    seed, d = node_config.get("simulation-seed"), int(node_config.get("n-features", 3))
-    full = demo_dataset(name, m, d)
+    full = demo_dataset(name, m, int(node_config.get("n-features", 3)))
     if isinstance(full, FederatedData):
         one = FederatedData.from_arrays([full.client(i)])
     else:
@@ -127,12 +177,19 @@ class ClientNode:
     model : torch.nn.Module, optional
         For a network estimator (``privfedstat.deep``; ``data`` a one-client TensorFederatedData):
         the architecture, whose weights each session replaces by the server's theta^(0).
+    names : (list of str, str), optional
+        The columns' names and the response's (:func:`load_names`), declared to the server when a
+        session opens (public structure: every node must declare the same).
     """
 
-    def __init__(self, data, index: int, simulation_seed: int | None = None, model=None) -> None:
+    def __init__(self, data, index: int, simulation_seed: int | None = None, model=None,
+                 names: tuple[list[str], str] | None = None) -> None:
         if data.n_clients != 1:
             raise ValueError(f"a node holds one client's data, got {data.n_clients} clients.")
+        if names is not None and len(names[0]) != data.n_features:
+            raise ValueError(f"{len(names[0])} column names for {data.n_features} columns.")
         self.data, self.index, self.simulation_seed, self.model = data, int(index), simulation_seed, model
+        self.names = names
         self._sessions: dict[str, list] = {}
 
     def _noise(self, secure: bool):
@@ -168,6 +225,8 @@ class ClientNode:
         extra = {"partition_id": self.index, "size": int(clients.sizes[0]), "n_features": int(clients.n_features),
                  "n_params": int(clients.n_params), "has_offset": bool(clients.has_offset),
                  "initial_parameters": np.asarray(clients.initial_parameters(), dtype=np.float64)}
+        if self.names is not None:
+            extra["names"] = json.dumps({"features": list(self.names[0]), "response": str(self.names[1])})
         return encode_reply("ok", extra=extra)
 
     def _open_network(self, session: str, *, initial_parameters: np.ndarray, loss: str,

@@ -61,6 +61,10 @@ class LocalFederation:
         Embedded dataset the nodes split between them (:data:`privfedstat.flower.client.DATASETS`).
     n_features : int
         Its number of columns (:func:`~privfedstat.flower.client.demo_dataset`).
+    data_files : list of str, optional
+        One CSV file per node (node i serves ``data_files[i]``: its own rows; ``n_clients`` must
+        match), with ``response`` the column of y and ``columns`` the covariates (default: every
+        other column; an intercept is added), instead of an embedded dataset.
     model : str, optional
         A network the nodes evaluate (:data:`~privfedstat.flower.client.MODELS`, e.g. ``"DigitsCNN"``
         with ``dataset="digits-images"``): they then serve the network estimators of
@@ -76,6 +80,7 @@ class LocalFederation:
     """
 
     def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3,
+                 data_files: list[str] | None = None, response: str | None = None, columns: list[str] | None = None,
                  model: str | None = None, simulation_seed: int | None = None,
                  client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
         from .client import DATASETS, MODELS
@@ -84,7 +89,11 @@ class LocalFederation:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
         if dataset not in DATASETS or (model is not None and model not in MODELS):
             raise ValueError(f"the nodes serve the datasets {DATASETS} and the models {MODELS}; got {dataset!r}, {model!r}.")
+        if data_files is not None and (len(data_files) != int(n_clients) or response is None):
+            raise ValueError(f"give one data file per node ({n_clients}) and the response column; got "
+                             f"{len(data_files)} file(s), response {response!r}.")
         self.n_clients, self.dataset, self.simulation_seed, self.model = int(n_clients), dataset, simulation_seed, model
+        self.data_files, self.response, self.columns = data_files, response, columns
         self.n_features = int(n_features)
         self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
@@ -121,8 +130,13 @@ class LocalFederation:
 
     def start_node(self, i: int) -> subprocess.Popen:
         """Start the node of partition ``i`` (a separate process)."""
-        config = (f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients} '
-                  f'n-features={self.n_features}')
+        if self.data_files is not None:
+            config = f'data-file="{Path(self.data_files[i]).resolve()}" response="{self.response}" partition-id={i}'
+            if self.columns is not None:
+                config += f' columns="{",".join(self.columns)}"'
+        else:
+            config = (f'dataset="{self.dataset}" partition-id={i} num-partitions={self.n_clients} '
+                      f'n-features={self.n_features}')
         if self.model is not None:
             config += f' model="{self.model}"'
         if self.simulation_seed is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import json
 import math
 import time
 import uuid
@@ -112,6 +113,9 @@ class FlowerClients:
     node_ids, partition_ids : list of int
         The nodes that answered the opening request, in client order (by declared partition id);
         a node that did not answer takes no part in this fit.
+    feature_names : list of str or None; response_name : str or None
+        The columns and the response the nodes serve, where their data come with names (CSV
+        files, :func:`~privfedstat.flower.client.load_partition`): the fit's ``feature_names_in_``.
     """
 
     def __init__(self, grid, family: Family, *, secure: bool = False, nodes=None, timeout: float = 60.0,
@@ -149,6 +153,13 @@ class FlowerClients:
         self.partition_ids = ids
         self._initial = np.asarray(meta[0]["initial_parameters"], dtype=np.float64)
         self.input_shape = tuple(int(k) for k in meta[0].get("input_shape", ()))
+        names = {e.get("names") for e in meta}
+        if len(names) != 1:
+            raise ValueError(f"the clients declare different columns: {sorted(str(n) for n in names)}; every node must "
+                             "serve the same columns in the same order.")
+        declared = names.pop()
+        self.feature_names, self.response_name = (None, None) if declared is None else (
+            json.loads(declared)["features"], json.loads(declared)["response"])
 
     def initial_parameters(self) -> np.ndarray:
         """theta^(0) as the clients declared it when the session opened (public)."""
@@ -161,7 +172,8 @@ class FlowerClients:
 
     def _meta(self) -> dict:
         return {k: getattr(self, k) for k in ("n_clients", "sizes", "n_features", "n_params", "has_offset", "node_ids",
-                                              "partition_ids", "_initial", "input_shape")}
+                                              "partition_ids", "_initial", "input_shape", "feature_names",
+                                              "response_name")}
 
     def _call(self, verb: str, *args, **kwargs):
         if args:  # positional arguments, named as in the in-process backend
@@ -302,6 +314,8 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
         return clients
 
     estimator._make_clients = make_clients
+    if clients.feature_names is not None:  # the nodes' declared columns name the coefficients (summary, warnings)
+        estimator.feature_names_in_, estimator.response_name_ = list(clients.feature_names), clients.response_name
     try:
         estimator.fit(shell)
     finally:

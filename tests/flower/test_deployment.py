@@ -23,6 +23,7 @@ pytest.importorskip("flwr")
 from privfedstat.estimators.registry import get_method
 from privfedstat.federation import FailingData
 from privfedstat.flower.client import demo_dataset
+from privfedstat.flower.app import make_estimator
 from privfedstat.flower.launch import LocalFederation
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -59,7 +60,7 @@ def test_fits_on_flower_equal_the_in_process_fits(seeded):
     results = seeded.run(FITS, timeout=300)
     for fit, res in zip(FITS, results):
         assert "error" not in res, res.get("trace")
-        ref = get_method(fit["estimator"]).cls(**fit["params"]).fit(data)
+        ref = make_estimator(fit).fit(data)  # as the job builds it: private scaling by default
         np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
         assert res["communication"] == ref.communication_
         mine, theirs = res["privacy"].releases, ref.privacy_.releases
@@ -74,7 +75,7 @@ def test_fits_on_flower_equal_the_in_process_fits(seeded):
 def test_a_client_killed_mid_fit_raises_or_is_skipped(seeded):
     # node 2's process dies at its 3rd gradient request of fit 0; fit 1 waits out the dead node 2 at its
     # opening request (it then sits out) and loses node 1 at node 1's 3rd gradient request of fit 1
-    mortal = {"mu": 2.0, "n_iter": 8, "clip": 0.75, "inference": None, "random_state": 5}
+    mortal = {"mu": 2.0, "n_iter": 8, "clip": 0.75, "inference": None, "random_state": 5, "scaling": None}
     fits = [{"estimator": "fedsgd", "params": dict(mortal, on_client_failure="skip")},
             {"estimator": "fedsgd", "params": dict(mortal, on_client_failure="raise")}]
     skipped, raised = seeded.run(fits, timeout=300, reply_timeout=3.0)
@@ -97,9 +98,9 @@ def unseeded(apps_on_path):
 
 def test_a_restarted_run_draws_fresh_noise_and_an_oversized_reply_is_refused(unseeded):
     fixed = {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 2, "clip": 1.0, "inference": None,
-                                               "random_state": 5}}
+                                               "random_state": 5, "scaling": None}}
     first = unseeded.run([fixed], timeout=300)[0]
-    again, searched = unseeded.run([fixed, {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 2,
+    again, searched = unseeded.run([fixed, {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 2, "scaling": None,
                                                                              "random_state": 5}}], timeout=300)
     assert "error" not in first and "error" not in again
     assert np.max(np.abs(first["coef"] - again["coef"])) > 1e-6  # same random_state, new noise on the clients
@@ -127,3 +128,36 @@ def test_a_network_job_on_node_processes_equals_the_in_process_fit():
         np.testing.assert_allclose(a.sigma, b.sigma, rtol=0, atol=1e-12)
         np.testing.assert_allclose(a.sensitivity, b.sensitivity, rtol=0, atol=1e-12)
     assert "DigitsCNN" in res["summary"]
+
+
+def test_nodes_serving_their_own_csv_files(tmp_path):
+    """Each node reads its own CSV file (scikit-learn's breast cancer dealt over 3 sites); the job's
+    FedIRLS (private scaling by default) equals the in-process fit on the same rows, with the columns
+    named; a node whose file lacks a column makes the fit fail with that node's message."""
+    pytest.importorskip("sklearn")
+    import pandas as pd
+    from sklearn.datasets import load_breast_cancer
+
+    from privfedstat import FederatedData
+
+    df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
+    df["malignant"] = (df["target"] == 0).astype(float)
+    site = np.random.default_rng(0).integers(0, 3, len(df))
+    cols = ["mean_radius", "mean_texture"]
+    paths = []
+    for s in range(3):
+        paths.append(tmp_path / f"site{s}.csv")
+        df.loc[site == s, ["malignant", *cols]].to_csv(paths[-1], index=False)
+    fit = {"estimator": "fedirls", "params": {"mu": 2.0, "random_state": 3}}
+    with LocalFederation(3, data_files=paths, response="malignant", simulation_seed=3) as fed:
+        res = fed.run([fit], timeout=300)[0]
+    assert "error" not in res, res.get("trace")
+    data = FederatedData.from_arrays([(np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols]]),
+                                       df.loc[site == s, "malignant"].to_numpy()) for s in range(3)])
+    ref = make_estimator(fit).fit(data)
+    np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
+    assert "mean_radius" in res["summary"] and "Intercept" in res["summary"]
+    pd.DataFrame({"malignant": [0.0, 1.0], "mean_radius": [10.0, 20.0]}).to_csv(paths[2], index=False)
+    with LocalFederation(3, data_files=paths, response="malignant", columns=cols) as fed:
+        res = fed.run([fit], timeout=300)[0]
+    assert res["error"][0] == "ValueError" and "no column(s) ['mean_texture']" in res["error"][1]

@@ -18,7 +18,7 @@ from privfedstat import ClientFailureError, FedSGD
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import Scaler
-from privfedstat.flower.client import ClientNode, demo_dataset, load_partition
+from privfedstat.flower.client import ClientNode, demo_dataset, load_names, load_partition
 from privfedstat.flower.proxy import fit_on_grid
 from privfedstat.federation.power_prox import Armijo, PowerProx
 from privfedstat.flower.wire import (MalformedReplyError, decode_reply, decode_request, encode_reply, encode_request,
@@ -318,3 +318,43 @@ def test_a_node_polls_a_few_times_a_round_and_never_longer_than_its_cap():
     assert asks.max() <= 3  # back to short rounds at once
     with pytest.raises(ValueError):
         Polls(cap=0)
+
+
+def _breast_cancer_sites(tmp_path, k=3):
+    """scikit-learn's breast cancer data as k CSV files, one per site (rows dealt at random)."""
+    pytest.importorskip("sklearn")
+    from sklearn.datasets import load_breast_cancer
+
+    df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
+    df["malignant"] = (df["target"] == 0).astype(float)
+    site = np.random.default_rng(0).integers(0, k, len(df))
+    paths = []
+    for s in range(k):
+        path = tmp_path / f"site{s}.csv"
+        df.loc[site == s, ["malignant", "mean_radius", "mean_texture", "worst_area"]].to_csv(path, index=False)
+        paths.append(str(path))
+    return df, site, paths
+
+
+def test_nodes_serving_their_own_csv_files_equal_the_in_process_fit_with_the_columns_named(tmp_path):
+    from privfedstat import FedIRLS
+
+    df, site, paths = _breast_cancer_sites(tmp_path)
+    cols = ["mean_radius", "mean_texture"]
+    configs = [{"data-file": p, "response": "malignant", "columns": ",".join(cols), "partition-id": i,
+                "simulation-seed": 4} for i, p in enumerate(paths)]
+    nodes = {700 + i: ClientNode(*load_partition(c), names=load_names(c)) for i, c in enumerate(configs)}
+    est = fit_on_grid(FedIRLS(mu=5.0, random_state=4), FakeGrid(nodes))
+    X = [np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols].to_numpy()]) for s in range(3)]
+    ref = FedIRLS(mu=5.0, random_state=4).fit(FederatedData.from_arrays(
+        [(x, df.loc[site == s, "malignant"].to_numpy()) for s, x in enumerate(X)]))
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    text = str(est.summary())
+    assert "mean_radius" in text and "Intercept" in text
+    assert list(est.feature_names_in_) == ["Intercept", *cols] and est.response_name_ == "malignant"
+    with pytest.raises(ValueError, match="no column"):  # a node's file lacks a column: said before anything runs
+        load_partition(dict(configs[0], columns="mean_radius,nope"))
+    other = dict(configs[2], columns="mean_texture,mean_radius")  # same count, other order: refused at the opening
+    nodes[702] = ClientNode(*load_partition(other), names=load_names(other))
+    with pytest.raises(ValueError, match="different columns"):
+        fit_on_grid(FedIRLS(mu=5.0, random_state=4), FakeGrid(nodes))
