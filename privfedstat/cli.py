@@ -269,7 +269,8 @@ def _flower_demo(args, parser) -> int:
     from .flower.launch import run_demo
 
     try:
-        run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params, model=args.model)
+        run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params, model=args.model,
+                 tls=args.tls)
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     return 0
@@ -328,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     p_fl.add_argument("--model", default=None,
                       help="a network the nodes train on the digit images, e.g. DigitsCNN (needs torch)")
     p_fl.add_argument("--mu", type=float, default=2.0, help="GDP budget per client (default 2)")
+    p_fl.add_argument("--tls", action="store_true",
+                      help="every connection over TLS (a throwaway certificate authority), as on several machines")
     p_fl.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                       help="an estimator parameter, e.g. --set n_iter=50 --set clip=1.0 (JSON values)")
     args = parser.parse_args(argv)

@@ -77,12 +77,18 @@ class LocalFederation:
         a misbehaving client there).
     startup_timeout : float
         Seconds to wait for the SuperLink and every node to come up.
+    tls : bool, default False
+        Run every connection over TLS, as on several machines: a throwaway certificate authority
+        and a server certificate for 127.0.0.1 are made in the federation's directory; the
+        SuperLink serves with them (``--ssl-*``), the nodes and ``flwr`` verify it
+        (``--root-certificates``). False: ``--insecure`` (plain HTTP on loopback).
     """
 
     def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3,
                  data_files: list[str] | None = None, response: str | None = None, columns: list[str] | None = None,
                  model: str | None = None, simulation_seed: int | None = None,
-                 client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False) -> None:
+                 client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False,
+                 tls: bool = False) -> None:
         from .client import DATASETS, MODELS
 
         if not int(n_clients) >= 1:
@@ -94,6 +100,7 @@ class LocalFederation:
                              f"{len(data_files)} file(s), response {response!r}.")
         self.n_clients, self.dataset, self.simulation_seed, self.model = int(n_clients), dataset, simulation_seed, model
         self.data_files, self.response, self.columns = data_files, response, columns
+        self.tls = bool(tls)
         self.n_features = int(n_features)
         self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
@@ -107,13 +114,19 @@ class LocalFederation:
         self.home.mkdir()
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        if self.tls:
+            self.ca, cert, key = _certificates(self.dir)
+            security = f'root-certificates = "{self.ca}"\n'
+            link_flags = ["--ssl-ca-certfile", str(self.ca), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+        else:
+            security, link_flags = "insecure = true\n", ["--insecure"]
         (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.address}"\ninsecure = true\n')
+            f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.address}"\n{security}')
         self.env = dict(os.environ, FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                         FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.5", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
                         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
         try:
-            self.superlink = self._spawn("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+            self.superlink = self._spawn("superlink", [_bin("flower-superlink"), *link_flags, "--host", "127.0.0.1",
                                                        "--port", str(self.port),
                                                        "--disable-runtime-dependency-installation"])
             self._wait_for(lambda: _listening(self.port), "the SuperLink")
@@ -141,7 +154,8 @@ class LocalFederation:
             config += f' model="{self.model}"'
         if self.simulation_seed is not None:
             config += f" simulation-seed={int(self.simulation_seed)}"
-        cmd = [sys.executable, "-m", "privfedstat.flower.node", "--insecure", "--superlink", self.address,
+        security = ["--root-certificates", str(self.ca)] if self.tls else ["--insecure"]
+        cmd = [sys.executable, "-m", "privfedstat.flower.node", *security, "--superlink", self.address,
                "--node-config", config]
         if i in (self.client_apps or {}):
             cmd += ["--client-app", self.client_apps[i]]
@@ -224,6 +238,44 @@ class LocalFederation:
         return pickle.loads(out.read_bytes())
 
 
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A throwaway certificate authority and a server certificate (with its key) for 127.0.0.1 and localhost.
+
+    For TLS on loopback (tests, demos): the CA's key is not kept, the files live in the federation's
+    temporary directory. On several machines use certificates from your own CA.
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "privfedstat local CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+              .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False)
+              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.crt", directory / "server.pem", directory / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
 def _listening(port: int) -> bool:
     import socket
 
@@ -238,13 +290,14 @@ def _bin(name: str) -> str:
 
 
 def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, params: dict | None = None,
-             model: str | None = None, timeout: float = 600.0, out=print) -> dict:
+             model: str | None = None, tls: bool = False, timeout: float = 600.0, out=print) -> dict:
     """``privfedstat flower-demo``: fit ``estimator`` on ``clients`` Flower nodes on loopback; print its summary.
 
     The nodes hold the partitions of the embedded ``synthetic-logistic`` data (with ``model``, e.g.
     ``"DigitsCNN"``: of the digit images, and ``estimator`` is a network estimator such as
     ``"DeepFedAvg"``) and seed their noise from the operating system (a deployment's default).
-    Returns the fit's result dict.
+    ``tls``: every connection over TLS with a throwaway certificate authority (see
+    :class:`LocalFederation`). Returns the fit's result dict.
     """
     from .app import make_estimator
 
@@ -254,8 +307,8 @@ def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, pa
     make_estimator(fit)  # an unknown name or parameter fails here, before any process starts
     t0 = time.perf_counter()
     dataset = "synthetic-logistic" if model is None else "digits-images"
-    with LocalFederation(clients, dataset=dataset, model=model) as fed:
-        out(f"SuperLink on {fed.address} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
+    with LocalFederation(clients, dataset=dataset, model=model, tls=tls) as fed:
+        out(f"SuperLink on {fed.address}{' (TLS)' if tls else ''} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
             f"{time.perf_counter() - t0:.1f} s; fitting {estimator} (mu = {mu:g} per client) ...")
         t1 = time.perf_counter()
         result = fed.run([fit], timeout=timeout)[0]
