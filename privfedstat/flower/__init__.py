@@ -9,8 +9,8 @@ Install with the extra ``flower`` (``pip install "privfedstat[flower]"``). The p
   privatizing there;
 - :mod:`~privfedstat.flower.wire`: the Message encoding and the server's checks of a reply;
 - :mod:`~privfedstat.flower.app`: the ``server_app`` and ``client_app`` components;
-- :mod:`~privfedstat.flower.node`: a SuperNode with a persistent ClientApp executor
-  (``python -m privfedstat.flower.node``);
+- :mod:`~privfedstat.flower.node`: a SuperNode answering its messages with the ClientApp in its
+  own, persistent process (``python -m privfedstat.flower.node``);
 - :mod:`~privfedstat.flower.launch`: :class:`LocalFederation`, SuperLink and nodes on loopback
   (``privfedstat flower-demo``).
 """

@@ -14,9 +14,9 @@ error a fit raised) to the run config's ``out`` path (a pickle, read by the laun
 machine); it appends ``started <k> <unix time>`` / ``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
 
 The ClientApp keeps one :class:`~privfedstat.flower.client.ClientNode` per run in its process, so
-it must run in a persistent process: :mod:`privfedstat.flower.node` runs the SuperNode with such an
-executor (Flower's default executor starts a fresh process per message, which would lose the
-client's state between rounds).
+it must run in a persistent process: :mod:`privfedstat.flower.node` is a SuperNode that runs it in
+its own (Flower's executors hand each message to a ClientApp process of its own, which would lose
+the client's state between rounds).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ NETWORK_ESTIMATORS = ("deepfedavg", "deepfedsgd", "deepfedhybrid", "deepdpfedavg
 
 server_app = ServerApp()
 client_app = ClientApp()
-_NODES: dict[int, ClientNode] = {}  # run id -> this process's client (the persistent executor keeps it)
+_NODES: dict[int, ClientNode] = {}  # run id -> this process's client (the node's process keeps it)
 
 
 @client_app.query()
