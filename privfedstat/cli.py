@@ -270,7 +270,7 @@ def _flower_demo(args, parser) -> int:
 
     try:
         run_demo(clients=args.clients, estimator=args.estimator, mu=args.mu, params=params, model=args.model,
-                 tls=args.tls)
+                 tls=args.tls, authenticate=args.authenticate)
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     return 0
@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p_fl.add_argument("--mu", type=float, default=2.0, help="GDP budget per client (default 2)")
     p_fl.add_argument("--tls", action="store_true",
                       help="every connection over TLS (a throwaway certificate authority), as on several machines")
+    p_fl.add_argument("--authenticate", action="store_true",
+                      help="SuperNode authentication: only nodes with registered keys may join (implies --tls)")
     p_fl.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                       help="an estimator parameter, e.g. --set n_iter=50 --set clip=1.0 (JSON values)")
     args = parser.parse_args(argv)

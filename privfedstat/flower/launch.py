@@ -82,13 +82,18 @@ class LocalFederation:
         and a server certificate for 127.0.0.1 are made in the federation's directory; the
         SuperLink serves with them (``--ssl-*``), the nodes and ``flwr`` verify it
         (``--root-certificates``). False: ``--insecure`` (plain HTTP on loopback).
+    authenticate : bool, default False
+        SuperNode authentication (needs ``tls``): the SuperLink admits only registered nodes
+        (``--enable-supernode-auth``); each node gets an EC key pair, its public key is registered
+        with ``flwr supernode register`` before it starts, and it signs its requests with the
+        private key (``--auth-supernode-private-key``).
     """
 
     def __init__(self, n_clients: int, *, dataset: str = "synthetic-logistic", n_features: int = 3,
                  data_files: list[str] | None = None, response: str | None = None, columns: list[str] | None = None,
                  model: str | None = None, simulation_seed: int | None = None,
                  client_apps: dict[int, str] | None = None, startup_timeout: float = 120.0, verbose: bool = False,
-                 tls: bool = False) -> None:
+                 tls: bool = False, authenticate: bool = False) -> None:
         from .client import DATASETS, MODELS
 
         if not int(n_clients) >= 1:
@@ -100,7 +105,9 @@ class LocalFederation:
                              f"{len(data_files)} file(s), response {response!r}.")
         self.n_clients, self.dataset, self.simulation_seed, self.model = int(n_clients), dataset, simulation_seed, model
         self.data_files, self.response, self.columns = data_files, response, columns
-        self.tls = bool(tls)
+        if authenticate and not tls:
+            raise ValueError("SuperNode authentication needs TLS (Flower refuses it over plain HTTP): pass tls=True.")
+        self.tls, self.authenticate = bool(tls), bool(authenticate)
         self.n_features = int(n_features)
         self.client_apps, self.startup_timeout, self.verbose = client_apps, float(startup_timeout), verbose
         self.superlink: subprocess.Popen | None = None
@@ -126,6 +133,8 @@ class LocalFederation:
                         FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.5", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
                         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
         try:
+            if self.authenticate:
+                link_flags.append("--enable-supernode-auth")
             self.superlink = self._spawn("superlink", [_bin("flower-superlink"), *link_flags, "--host", "127.0.0.1",
                                                        "--port", str(self.port),
                                                        "--disable-runtime-dependency-installation"])
@@ -155,11 +164,34 @@ class LocalFederation:
         if self.simulation_seed is not None:
             config += f" simulation-seed={int(self.simulation_seed)}"
         security = ["--root-certificates", str(self.ca)] if self.tls else ["--insecure"]
+        if self.authenticate:
+            security += ["--auth-supernode-private-key", str(self.register_key(f"node{i}"))]
         cmd = [sys.executable, "-m", "privfedstat.flower.node", *security, "--superlink", self.address,
                "--node-config", config]
         if i in (self.client_apps or {}):
             cmd += ["--client-app", self.client_apps[i]]
         return self._spawn(f"node{i}", cmd)
+
+    def register_key(self, name: str, *, register: bool = True) -> Path:
+        """A new EC key pair for a node (OpenSSH files ``<name>`` and ``<name>.pub`` in the federation's
+        directory), its public key registered with the SuperLink (``flwr supernode register``) unless
+        ``register`` is False; returns the private key's path (the node's ``--auth-supernode-private-key``)."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        key = ec.generate_private_key(ec.SECP384R1())
+        private, public = self.dir / name, self.dir / f"{name}.pub"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()))
+        private.chmod(0o600)
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                         serialization.PublicFormat.OpenSSH))
+        if register:
+            res = subprocess.run([_bin("flwr"), "supernode", "register", str(public), "local"], env=self.env,
+                                 cwd=self.dir, capture_output=True, text=True, timeout=60)
+            if res.returncode != 0:
+                raise RuntimeError(f"flwr supernode register failed:\n{res.stdout}\n{res.stderr}")
+        return private
 
     def close(self) -> None:
         """Stop every process this federation started (by process id) and remove its directory."""
@@ -290,14 +322,16 @@ def _bin(name: str) -> str:
 
 
 def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, params: dict | None = None,
-             model: str | None = None, tls: bool = False, timeout: float = 600.0, out=print) -> dict:
+             model: str | None = None, tls: bool = False, authenticate: bool = False, timeout: float = 600.0,
+             out=print) -> dict:
     """``privfedstat flower-demo``: fit ``estimator`` on ``clients`` Flower nodes on loopback; print its summary.
 
     The nodes hold the partitions of the embedded ``synthetic-logistic`` data (with ``model``, e.g.
     ``"DigitsCNN"``: of the digit images, and ``estimator`` is a network estimator such as
     ``"DeepFedAvg"``) and seed their noise from the operating system (a deployment's default).
-    ``tls``: every connection over TLS with a throwaway certificate authority (see
-    :class:`LocalFederation`). Returns the fit's result dict.
+    ``tls``: every connection over TLS with a throwaway certificate authority; ``authenticate``
+    (implies ``tls``): only nodes with registered keys may join (see :class:`LocalFederation`).
+    Returns the fit's result dict.
     """
     from .app import make_estimator
 
@@ -307,8 +341,9 @@ def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, pa
     make_estimator(fit)  # an unknown name or parameter fails here, before any process starts
     t0 = time.perf_counter()
     dataset = "synthetic-logistic" if model is None else "digits-images"
-    with LocalFederation(clients, dataset=dataset, model=model, tls=tls) as fed:
-        out(f"SuperLink on {fed.address}{' (TLS)' if tls else ''} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
+    tls = tls or authenticate
+    with LocalFederation(clients, dataset=dataset, model=model, tls=tls, authenticate=authenticate) as fed:
+        out(f"SuperLink on {fed.address}{' (TLS)' if tls else ''}{', SuperNode authentication' if authenticate else ''} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
             f"{time.perf_counter() - t0:.1f} s; fitting {estimator} (mu = {mu:g} per client) ...")
         t1 = time.perf_counter()
         result = fed.run([fit], timeout=timeout)[0]

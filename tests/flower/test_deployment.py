@@ -163,18 +163,32 @@ def test_nodes_serving_their_own_csv_files(tmp_path):
     assert res["error"][0] == "ValueError" and "no column(s) ['mean_texture']" in res["error"][1]
 
 
-def test_a_federation_over_tls_equals_the_in_process_fit():
+def test_a_federation_over_tls_with_authenticated_nodes_equals_the_in_process_fit():
     """Every connection over TLS (a throwaway CA, the SuperLink serving with its certificate, nodes and flwr
-    verifying it), as on several machines: the fit is the same; the SuperLink's port speaks TLS."""
+    verifying it) and SuperNode authentication (registered public keys), as on several machines: the fit is
+    the same; the SuperLink's port speaks TLS; a node whose key was not registered is refused."""
     import socket
     import ssl
+    import sys
+    import time
 
     fit = {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 5, "clip": 1.0, "inference": None, "random_state": 5}}
-    with LocalFederation(2, simulation_seed=5, tls=True) as fed:
+    with LocalFederation(2, simulation_seed=5, tls=True, authenticate=True) as fed:
         res = fed.run([fit], timeout=300)[0]
         with socket.create_connection(("127.0.0.1", fed.port), timeout=10) as raw:
             with ssl.create_default_context(cafile=str(fed.ca)).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
                 assert tls.version() in ("TLSv1.2", "TLSv1.3")  # verified against the federation's CA
+        key = fed.register_key("intruder", register=False)
+        intruder = fed._spawn("intruder", [sys.executable, "-m", "privfedstat.flower.node", "--root-certificates",
+                                           str(fed.ca), "--superlink", fed.address, "--auth-supernode-private-key",
+                                           str(key), "--node-config",
+                                           'dataset="synthetic-logistic" partition-id=1 num-partitions=2'])
+        fed.nodes.append(intruder)  # stopped with the others whatever happens
+        deadline = time.monotonic() + 60
+        while intruder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert intruder.returncode not in (None, 0) and fed._connected() == 2
+        assert "Failed to activate SuperNode" in (fed.dir / "intruder.log").read_text()
     assert "error" not in res, res.get("trace")
     ref = make_estimator(fit).fit(demo_dataset("synthetic-logistic", 2))
     np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
