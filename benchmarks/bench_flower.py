@@ -21,7 +21,6 @@ request. Usage::
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import platform
@@ -120,7 +119,6 @@ def main() -> None:
         launch._bin = lambda name: str(wrapper) if name == "flower-superlink" else found(name)
     print(f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; m = {M}")
-    totals = collections.Counter()
     for label, d, rounds in [("FedSGD, d = 10", 10, args.rounds), ("FedSGD, d = 3658 (CNN-sized)", 3658, args.rounds),
                              ("DeepFedAvg, DigitsCNN", None, args.cnn_rounds)]:
         if d is None:
@@ -145,7 +143,6 @@ def main() -> None:
             print(f"{'':30s} SuperLink requests per client and round: {total:.1f} = " + ", ".join(
                 f"{k.removeprefix('/v1/')} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1])
                 if v >= 0.05), flush=True)
-            totals[label] = total
 
 
 if __name__ == "__main__":

@@ -33,9 +33,8 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from .client import ClientNode, load_model, load_names, load_partition
+from .client import ClientNode, error_reply, load_node
 from .proxy import fit_on_grid
-from .wire import encode_reply
 
 __all__ = ["server_app", "client_app", "run_job", "make_estimator", "NETWORK_ESTIMATORS"]
 
@@ -55,10 +54,9 @@ def _query(msg: Message, context: Context) -> Message:
     if node is None:
         _NODES.clear()  # one run at a time: a new run drops the last one's state
         try:
-            cfg = context.node_config
-            node = _NODES[context.run_id] = ClientNode(*load_partition(cfg), model=load_model(cfg), names=load_names(cfg))
-        except Exception as err:  # a wrong config or data file: the server raises it with this message
-            return Message(encode_reply("error", error=err), reply_to=msg)
+            node = _NODES[context.run_id] = load_node(context.node_config)
+        except Exception as err:  # a wrong config or data file: the server raises its class, the node logs it
+            return Message(error_reply(err), reply_to=msg)
     return Message(node.handle(msg.content), reply_to=msg)
 
 
@@ -113,7 +111,7 @@ def make_estimator(fit: dict):
         if name.lower() in NETWORK_ESTIMATORS:
             raise ValueError(f"{name} fits a network: name its model (\"model\": one of the nodes' models).")
         cls = get_method(name).cls
-        if "scaling" in cls().get_params() and "scaling" not in params:
+        if "scaling" in cls._param_names() and "scaling" not in params:
             params["scaling"] = "private"  # raw-scale covariates, as glm() does
         return cls(**params)
     if name.lower() not in NETWORK_ESTIMATORS:

@@ -22,6 +22,7 @@ S can subtract the noise: never set it in a deployment.
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 from flwr.app import RecordDict
@@ -33,8 +34,8 @@ from ..federation.clients import VERBS, InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from .wire import decode_request, encode_reply, per_client_args
 
-__all__ = ["ClientNode", "load_partition", "load_names", "load_model", "build_model", "demo_dataset", "DATASETS",
-           "MODELS"]
+__all__ = ["ClientNode", "load_node", "load_partition", "load_model", "build_model", "error_reply", "demo_dataset",
+           "DATASETS", "MODELS"]
 
 #: embedded datasets a node can serve (``dataset`` in its node config; "digits-images" for networks)
 DATASETS = ("synthetic-logistic", "digits-images")
@@ -73,6 +74,13 @@ def demo_dataset(name: str, num_partitions: int, n_features: int = 3):
     return FederatedData.from_pooled(X, y, sizes=sizes)
 
 
+def error_reply(err: BaseException) -> RecordDict:
+    """The reply of a node whose request (or set-up) raised ``err``: its class only (:data:`~privfedstat.flower.wire.WITHHELD`);
+    the message, which may describe the node's rows, goes to the node's own log (stderr)."""
+    print(f"privfedstat.flower node: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+    return encode_reply("error", error=err)
+
+
 def _csv(node_config) -> tuple[FederatedData, list[str], str]:
     """A node's own rows from the CSV file of its config (``data-file``, ``response``, ``columns``, ``intercept``)."""
     import pandas as pd
@@ -97,13 +105,11 @@ def _csv(node_config) -> tuple[FederatedData, list[str], str]:
     return FederatedData.from_arrays([(X, df[response].to_numpy(dtype=np.float64))]), names, response
 
 
-def load_names(node_config) -> tuple[list[str], str] | None:
-    """The column names and the response name of a node's CSV data (public structure: declared by its
-    config), or None for an embedded dataset."""
-    if "data-file" not in node_config:
-        return None
-    _, names, response = _csv(node_config)
-    return names, response
+def load_node(node_config) -> ClientNode:
+    """The :class:`ClientNode` its config describes: its rows (:func:`load_partition`), with the CSV's column and
+    response names (public structure, declared by the config) and the network of ``model`` (:func:`load_model`)."""
+    data, index, seed, names = _rows(node_config)
+    return ClientNode(data, index, seed, model=load_model(node_config), names=names)
 
 
 def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
@@ -115,6 +121,11 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
     Or partition ``partition-id`` of ``num-partitions`` of an embedded ``dataset``
     (:data:`DATASETS`, for demos and tests).
     """
+    return _rows(node_config)[:3]
+
+
+def _rows(node_config) -> tuple[FederatedData, int, int | None, tuple[list[str], str] | None]:
+    """:func:`load_partition`'s data, index and seed, and the CSV's (column names, response name) or None."""
     seed = node_config.get("simulation-seed")
     if "partition-id" not in node_config:
         raise ValueError("the node config needs partition-id (the node's place in the federation).")
@@ -122,7 +133,8 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
     if "data-file" in node_config:
         if i < 0:
             raise ValueError(f"partition-id must be >= 0, got {i}.")
-        return _csv(node_config)[0], i, None if seed is None else int(seed)
+        data, names, response = _csv(node_config)
+        return data, i, None if seed is None else int(seed), (names, response)
     try:
         name, m = str(node_config["dataset"]), int(node_config["num-partitions"])
     except KeyError as err:
@@ -135,7 +147,7 @@ def load_partition(node_config) -> tuple[FederatedData, int, int | None]:
         one = FederatedData.from_arrays([full.client(i)])
     else:
         one = type(full).from_pooled(*full.client(i), sizes=[int(full.sizes[i])])
-    return one, i, None if seed is None else int(seed)
+    return one, i, None if seed is None else int(seed), None
 
 
 def build_model(name: str, seed: int | None = None):
@@ -178,7 +190,7 @@ class ClientNode:
         For a network estimator (``privfedstat.deep``; ``data`` a one-client TensorFederatedData):
         the architecture, whose weights each session replaces by the server's theta^(0).
     names : (list of str, str), optional
-        The columns' names and the response's (:func:`load_names`), declared to the server when a
+        The columns' names and the response's (:func:`load_node`), declared to the server when a
         session opens (public structure: every node must declare the same).
     """
 
@@ -213,8 +225,8 @@ class ClientNode:
             if verb not in VERBS or not 0 <= target < len(handles):
                 raise ValueError(f"unknown verb {verb!r} or handle {target}.")
             return self._answer(handles, verb, target, kwargs)
-        except Exception as err:  # sent to the server, which raises it there
-            return encode_reply("error", error=err)
+        except Exception as err:  # its class goes to the server, which raises it there; its message stays here
+            return error_reply(err)
 
     def _open(self, session: str, *, family: str | None = None, secure: bool = False, **family_args) -> RecordDict:
         if family is None:

@@ -115,7 +115,7 @@ class FlowerClients:
         a node that did not answer takes no part in this fit.
     feature_names : list of str or None; response_name : str or None
         The columns and the response the nodes serve, where their data come with names (CSV
-        files, :func:`~privfedstat.flower.client.load_partition`): the fit's ``feature_names_in_``.
+        files, :func:`~privfedstat.flower.client.load_node`): the fit's ``feature_names_in_``.
     """
 
     def __init__(self, grid, family: Family, *, secure: bool = False, nodes=None, timeout: float = 60.0,
@@ -274,7 +274,8 @@ def _family_spec(family: Family) -> dict:
 
 
 def _raise_errors(replies: dict[int, ClientReply], verb: str) -> None:
-    """Raise on the server the first exception a client raised while answering (same class where known)."""
+    """Raise on the server the first exception a client raised while answering (same class where known; its
+    message stays on the node, :data:`~privfedstat.flower.wire.WITHHELD`)."""
     for i, r in sorted(replies.items()):
         if r.status == "error":
             name, text = r.error

@@ -206,14 +206,21 @@ def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
 
 
 # ---------------------------------------------------------------------- replies
+#: the text of every error reply: only the exception's class leaves the node; its message may describe the
+#: node's rows (a count of invalid labels, a stray value, its file's columns) and stays in the node's log
+WITHHELD = "the node's message stays on the node, since it may describe its rows: see the node's log"
+
+
 def encode_reply(status: str, values: np.ndarray | None = None, releases=(), leak: str | None = None,
                  error: BaseException | None = None, extra: dict | None = None) -> RecordDict:
-    """The Message content of one client's reply (its ``releases`` hold one entry each: this client's)."""
+    """The Message content of one client's reply (its ``releases`` hold one entry each: this client's).
+
+    An ``error`` travels as its class name and :data:`WITHHELD`, never its message."""
     meta: dict = {"status": status, "n_releases": len(releases)}
     if leak is not None:
         meta["leak"] = leak
     if error is not None:
-        meta["error_type"], meta["error"] = type(error).__name__, str(error)
+        meta["error_type"], meta["error"] = type(error).__name__, WITHHELD
     for j, r in enumerate(releases):
         meta[f"r{j}.stage"], meta[f"r{j}.kind"], meta[f"r{j}.unit"] = r.stage, r.kind, r.unit
         meta[f"r{j}.sensitivity"] = float(np.asarray(r.sensitivity).reshape(-1)[0])

@@ -18,7 +18,7 @@ from privfedstat import ClientFailureError, FedSGD
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import Scaler
-from privfedstat.flower.client import ClientNode, demo_dataset, load_names, load_partition
+from privfedstat.flower.client import ClientNode, demo_dataset, load_node, load_partition
 from privfedstat.flower.proxy import fit_on_grid
 from privfedstat.federation.power_prox import Armijo, PowerProx
 from privfedstat.flower.wire import (MalformedReplyError, decode_reply, decode_request, encode_reply, encode_request,
@@ -207,13 +207,12 @@ def test_nodes_seed_themselves_from_fresh_entropy_unless_a_simulation_seed_is_gi
         demo_dataset("nope", 2)
 
 
-def test_a_network_fit_on_nodes_built_from_their_config_matches_in_process_bitwise():
+def test_a_network_fit_on_nodes_built_from_their_config_matches_in_process_bitwise(capsys):
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     from privfedstat import AutoClip
     from privfedstat.deep import DeepFedAvg
     from privfedstat.deep.models import DigitsCNN
-    from privfedstat.flower.client import load_model
 
     torch.manual_seed(0)
     params = dict(model=DigitsCNN(), mu=2.0, n_rounds=2, n_local_steps=2, step_size=0.3, clip=AutoClip(),
@@ -221,7 +220,7 @@ def test_a_network_fit_on_nodes_built_from_their_config_matches_in_process_bitwi
     ref = DeepFedAvg(**params).fit(demo_dataset("digits-images", 3))
     configs = [{"dataset": "digits-images", "partition-id": i, "num-partitions": 3, "simulation-seed": 7,
                 "model": "DigitsCNN"} for i in range(3)]  # each node's own DigitsCNN: its weights are replaced
-    nodes = {900 + i: ClientNode(*load_partition(c), model=load_model(c)) for i, c in enumerate(configs)}
+    nodes = {900 + i: load_node(c) for i, c in enumerate(configs)}
     est = fit_on_grid(DeepFedAvg(**params), FakeGrid(nodes))
     np.testing.assert_array_equal(est.coef_, ref.coef_)
     assert est.communication_ == ref.communication_ and est.clip_ == ref.clip_
@@ -231,8 +230,9 @@ def test_a_network_fit_on_nodes_built_from_their_config_matches_in_process_bitwi
         np.testing.assert_array_equal(a.sensitivity, b.sensitivity)
         np.testing.assert_array_equal(a.sigma, b.sigma)
     assert est.privacy_.mu == ref.privacy_.mu
-    with pytest.raises(TypeError, match="holds no model"):  # a node without a model refuses a network
+    with pytest.raises(TypeError, match="stays on the node"):  # a node without a model refuses a network
         fit_on_grid(DeepFedAvg(**params), FakeGrid({1: ClientNode(*load_partition(configs[0]))}))
+    assert "holds no model" in capsys.readouterr().err  # the message is in the node's log only
 
 
 def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys):
@@ -343,7 +343,7 @@ def test_nodes_serving_their_own_csv_files_equal_the_in_process_fit_with_the_col
     cols = ["mean_radius", "mean_texture"]
     configs = [{"data-file": p, "response": "malignant", "columns": ",".join(cols), "partition-id": i,
                 "simulation-seed": 4} for i, p in enumerate(paths)]
-    nodes = {700 + i: ClientNode(*load_partition(c), names=load_names(c)) for i, c in enumerate(configs)}
+    nodes = {700 + i: load_node(c) for i, c in enumerate(configs)}
     est = fit_on_grid(FedIRLS(mu=5.0, random_state=4), FakeGrid(nodes))
     X = [np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols].to_numpy()]) for s in range(3)]
     ref = FedIRLS(mu=5.0, random_state=4).fit(FederatedData.from_arrays(
@@ -355,6 +355,20 @@ def test_nodes_serving_their_own_csv_files_equal_the_in_process_fit_with_the_col
     with pytest.raises(ValueError, match="no column"):  # a node's file lacks a column: said before anything runs
         load_partition(dict(configs[0], columns="mean_radius,nope"))
     other = dict(configs[2], columns="mean_texture,mean_radius")  # same count, other order: refused at the opening
-    nodes[702] = ClientNode(*load_partition(other), names=load_names(other))
+    nodes[702] = load_node(other)
     with pytest.raises(ValueError, match="different columns"):
         fit_on_grid(FedIRLS(mu=5.0, random_state=4), FakeGrid(nodes))
+
+
+def test_a_nodes_error_message_stays_on_the_node(capsys):
+    """Labels outside the family's support on one node: the server raises the error's class, but the
+    message (a count of that node's invalid rows) is only in the node's log."""
+    data = demo_dataset("synthetic-logistic", 3)
+    y = data.y.copy()
+    y[data.offsets[1]:data.offsets[1] + 4] = 2.0  # four invalid labels at client 1
+    bad = FederatedData.from_pooled(data.X, y, sizes=data.sizes)
+    nodes = {800 + i: ClientNode(FederatedData.from_arrays([bad.client(i)]), i) for i in range(3)}
+    with pytest.raises(ValueError) as err:
+        fit_on_grid(FedSGD(mu=2.0, n_iter=2, clip=1.0, inference=None, random_state=0), FakeGrid(nodes))
+    assert "client 1" in str(err.value) and "stays on the node" in str(err.value) and "4 row" not in str(err.value)
+    assert "4 row(s)" in capsys.readouterr().err
