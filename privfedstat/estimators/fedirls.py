@@ -330,8 +330,9 @@ class FedIRLS(FederatedEstimator):
             step = self.step_size * np.linalg.solve(H_floored, g)
             rounds += 1
             if finite:
-                if r == R - 1 and float(np.linalg.norm(step)) > self.max_step:
-                    ctx.shortened = (float(np.linalg.norm(step)), float(self.max_step))
+                length = float(np.linalg.norm(step))
+                if r == R - 1 and length > self.max_step:
+                    ctx.shortened = (length, float(self.max_step))
                 theta = theta - _within(step, self.max_step)
                 check_iterate(theta, "FedIRLS", self.step_size)
                 path.append(theta)
