@@ -9,8 +9,8 @@ Referenced from a Flower app's ``pyproject.toml``::
 The ServerApp reads a *job* (run config ``job``: a JSON file listing the fits, each a registered
 estimator name and its parameters, or a network estimator of :mod:`privfedstat.deep` with its model:
 :func:`make_estimator`), fits each in turn with :func:`~privfedstat.flower.proxy.fit_on_grid`
-and writes the results (``coef_``, ``privacy_``, ``communication_``, the summary text, or the
-error a fit raised) to the run config's ``out`` path (a pickle, read by the launcher on the same
+and writes the results (``coef_``, ``privacy_``, ``communication_``, the summary text, the warnings
+the fit raised as (category, message) pairs, or the error it raised) to the run config's ``out`` path (a pickle, read by the launcher on the same
 machine); it appends ``started <k> <unix time>`` / ``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
 
 The ClientApp keeps one :class:`~privfedstat.flower.client.ClientNode` per run in its process, so
@@ -27,6 +27,7 @@ import math
 import pickle
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from flwr.app import Context, Message
@@ -139,12 +140,15 @@ def run_job(grid, job: Path, out: Path) -> list[dict]:
         with progress.open("a") as f:
             f.write(f"started {k} {time.time():.6f}\n")
         if est is not None:
-            try:
-                est = fit_on_grid(est, grid, timeout=timeout)
-                result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
-                              summary=str(est.summary().as_text()), n_clients=est.n_clients_)
-            except Exception as err:
-                result.update(error=(type(err).__name__, str(err)), trace=traceback.format_exc())
+            with warnings.catch_warnings(record=True) as seen:  # the fit's diagnostics travel with its result
+                warnings.simplefilter("always")
+                try:
+                    est = fit_on_grid(est, grid, timeout=timeout)
+                    result.update(coef=est.coef_, privacy=est.privacy_, communication=est.communication_,
+                                  summary=str(est.summary().as_text()), n_clients=est.n_clients_)
+                except Exception as err:
+                    result.update(error=(type(err).__name__, str(err)), trace=traceback.format_exc())
+            result["warnings"] = [(w.category.__name__, str(w.message)) for w in seen]
         results.append(result)
         with progress.open("a") as f:
             f.write(f"done {k} {time.time():.6f}\n")

@@ -351,6 +351,8 @@ def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, pa
     if "error" in result:
         raise RuntimeError(f"the fit failed on Flower: {result['error'][0]}: {result['error'][1]}")
     out(result["summary"])
+    for category, message in result.get("warnings", []):  # what the fit said, as in-process
+        out(f"{category}: {message}")
     if model is not None:  # the demo's data are public: the launcher can score the network on them
         import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +61,10 @@ def test_fits_on_flower_equal_the_in_process_fits(seeded):
     results = seeded.run(FITS, timeout=300)
     for fit, res in zip(FITS, results):
         assert "error" not in res, res.get("trace")
-        ref = make_estimator(fit).fit(data)  # as the job builds it: private scaling by default
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ref = make_estimator(fit).fit(data)  # as the job builds it: private scaling by default
+        assert res["warnings"] == [(w.category.__name__, str(w.message)) for w in seen]  # the fit says the same
         np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
         assert res["communication"] == ref.communication_
         mine, theirs = res["privacy"].releases, ref.privacy_.releases
