@@ -1,4 +1,9 @@
-"""Federated data containers and offline data loaders."""
+"""The clients' data and the offline loaders of the real data sets.
+
+:class:`FederatedData` holds every client's rows in one concatenated array with offsets, the layout
+the kernels sweep in one pass; :mod:`.loaders` reads MNIST, CIFAR-10, digits and randhie and
+:mod:`.femnist` reads FEMNIST (or builds its offline stand-in), all without network access.
+"""
 
 from .federated import FederatedData
 from .femnist import FEMNIST_CLASSES, WriterData, femnist_standin, load_femnist

@@ -9,12 +9,12 @@ Functions
 load_mnist     MNIST from the standard IDX files (gzipped or not).
 load_cifar10   CIFAR-10 from the standard python pickle batches (or the .tar.gz holding them).
 load_digits    scikit-learn's bundled 8x8 handwritten digits (optional dependency).
+load_randhie   statsmodels' bundled RAND Health Insurance Experiment data (Poisson counts).
+read_idx       Any IDX file as a numpy array (the format MNIST is distributed in).
 
 The three image sets come as flat float64 rows (the GLM studies) or, with ``images=True``, as
 float32 arrays of shape (n, channels, height, width), the layout the networks of
-:mod:`privfedstat.deep` take.
-load_randhie   statsmodels' bundled RAND Health Insurance Experiment data (Poisson counts).
-read_idx       Any IDX file as a numpy array (the format MNIST is distributed in).
+:mod:`privfedstat.deep` take. FEMNIST has its own module (:mod:`privfedstat.data.femnist`).
 """
 
 from __future__ import annotations

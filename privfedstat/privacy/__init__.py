@@ -1,4 +1,12 @@
-"""Privacy: GDP math (``gdp``), client noise (``mechanisms``), accounting (``ledger``, ``budget``), clipping bounds."""
+"""Privacy: everything that decides how much noise a release gets and what guarantee it gives.
+
+Every privacy formula lives here, so that the protocols, the theory and the reports agree:
+``gdp`` (pure mu-GDP math), ``calibration`` (every algorithm's sensitivities, noise scales and
+budget splits), ``mechanisms`` (the clients' Gaussian noise, reproducible or secure), ``clipping``
+(the private choice of the clipping bound), ``ledger`` (every release and the guarantees they
+compose to), ``accounting`` (PLD accounting of Poisson-subsampled client-level releases) and
+``budget`` (one total budget spent by several fits).
+"""
 
 from .budget import PrivacyBudget
 from .clipping import AutoClip, private_grid_quantile

@@ -125,7 +125,8 @@ def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarra
     return 8.0 * clip / (hessian_floor * sizes)
 
 
-#: factor by which the budget of each earlier round shrinks, going back from the last (measured)
+#: factor by which the budget of each earlier round shrinks, going back from the last (chosen empirically:
+#: the first rounds carry Newton's non-linear phase, which the split's model leaves out; see FedIRLS)
 BACKWARD_RATIO = 0.35
 
 
