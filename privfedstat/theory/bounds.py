@@ -10,8 +10,8 @@ Notation: N = sum_i n_i, m clients, d parameters, ``d v log N = max(d, log N)``,
 theorems). Client sizes follow :mod:`privfedstat.theory._common`: the last axis of ``sizes`` indexes
 clients (``nan`` pads), every other argument broadcasts against the leading axes.
 
-Reading of the extracted text (the PDF extraction is garbled in places; inferences are marked in
-each docstring and collected in the theory module's ``INFERENCES``).
+The extracted text of the theorems is garbled in places; what was inferred is marked in each
+docstring and collected in :data:`privfedstat.theory.INFERENCES`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Problem constants tau1, tau2 and trace(Sigma) of a GLM data-generating process."""
+"""Problem constants tau1, tau2 and trace(Sigma) of a GLM data-generating process.
+
+The bounds of Section 3 take the constants of Assumptions 2-4 as arguments; this module computes
+them for a concrete design (Gaussian covariates with an intercept, a canonical GLM), so that the
+theory can be evaluated on the designs the simulations draw from.
+"""
 
 from __future__ import annotations
 
