@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from conftest import simulate
 from scipy import stats
 
-from conftest import simulate
 from privfedstat import AutoClip, FederatedData, NoInferenceError, NotFittedError, clone
 from privfedstat.estimators.registry import methods
 from privfedstat.families import get_family
