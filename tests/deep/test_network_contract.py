@@ -10,7 +10,8 @@ attributes (``coef_``, ``history_``, ``n_iter_``, ``converged_``, ``clip_``, ``p
 ``communication_``) mean the same in every estimator; ``fit`` changes neither its parameters nor
 the model; nothing learned before ``fit``; get_params / set_params / clone; pickling; the same
 seed gives the same numbers and another seed other numbers; the ledger spends exactly mu per
-client (and mu = inf is reported as not private); bad input is refused before anything is
+client (and mu = inf is reported as not private); the communication counts are exactly the
+uploads the server receives; bad input is refused before anything is
 released (mu <= 0 or NaN, data that is not a TensorFederatedData, inputs of the wrong shape,
 labels without an output, non-finite initial weights, non-finite inputs).
 
@@ -27,8 +28,7 @@ Contract items that do not apply to networks, and why:
 * ``mse`` and ``score(X, y)`` against GLM coefficients: ``score`` is accuracy here (checked);
 * the non-private baselines (NP-Pooled, NP-LocalFit): there are none for networks.
 
-The transmission count of every upload (the GLM contract's Channel recorder) is not repeated here:
-``tests/deep/test_estimators.py`` checks the server's view of the four GLM-loop estimators.
+The checks both suites make live in ``tests/_contract.py``.
 """
 
 from __future__ import annotations
@@ -41,9 +41,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _contract import (
+    assert_same_fit,
+    check_clone,
+    check_communication,
+    check_parameters,
+    check_pickle_round_trip,
+    record_uploads,
+)
 from torch import nn
 
-from privfedstat import NotFittedError, clone
+from privfedstat import NotFittedError
 from privfedstat.deep import TensorFederatedData
 from privfedstat.deep.models import HeadModel
 from privfedstat.deep.registry import network_methods
@@ -97,13 +105,6 @@ def make(spec, **params):
     return spec.cls(**{"model": tiny_model(), **spec.test_params, "mu": MU, "random_state": 0, **params})
 
 
-def assert_same_fit(a, b):
-    np.testing.assert_array_equal(a.coef_, b.coef_)
-    np.testing.assert_array_equal(a.history_, b.history_)
-    assert a.privacy_.to_frame().equals(b.privacy_.to_frame()) and a.privacy_.leaks == b.privacy_.leaks
-    assert a.communication_ == b.communication_
-
-
 # ---------------------------------------------------------------------------------- fitting
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
 def test_fit_returns_self_and_is_idempotent(spec):
@@ -126,9 +127,7 @@ def test_fitted_attributes_mean_the_same_in_every_estimator(spec):
     assert est.clip_ > 0 and est.mu_ == MU
     assert (est.n_clients_, est.n_samples_) == (len(SIZES), sum(SIZES))
     assert isinstance(est.privacy_, PrivacyLedger) and est.privacy_.n_clients == len(SIZES)
-    comm = est.communication_
-    assert isinstance(comm, Communication) and comm.rounds >= 1
-    assert comm.floats_per_client >= P and comm.total_floats == comm.floats_per_client * len(SIZES)  # FedNewton: heads too
+    assert isinstance(est.communication_, Communication) and est.communication_.rounds >= 1
     assert est.inference_ is None and not est.supports_inference
     assert est.predict(DATA.inputs[:7]).shape == (7,)
     proba = est.predict_proba(DATA.inputs[:7])
@@ -173,32 +172,14 @@ def test_no_learned_attributes_before_fit(spec):
 def test_get_params_set_params_clone(spec):
     model = tiny_model()
     est = spec.cls(model=model, **spec.test_params)
-    params, defaults = est.get_params(), spec.cls(model=model).get_params()
-    assert params["model"] is model
-    for k, v in spec.test_params.items():
-        assert params[k] is v
-        assert (f"{k}={v!r}" in repr(est)) == (v != defaults[k])  # repr shows the non-default parameters
-    for name in params:
-        token = object()
-        assert est.set_params(**{name: token}) is est and est.get_params()[name] is token
-    est.set_params(**params)
-    with pytest.raises(ValueError, match="invalid parameter 'nonsense'"):
-        est.set_params(nonsense=1)
-    with pytest.raises(TypeError):
-        spec.cls(model)  # parameters are keyword-only
-    fitted = make(spec).fit(DATA)
-    copy = clone(fitted)
-    assert type(copy) is spec.cls and copy is not fitted and not hasattr(copy, "coef_")
-    assert_same_fit(copy.fit(DATA), fitted)
+    assert est.get_params()["model"] is model
+    check_parameters(est, spec.cls(model=model).get_params(), spec.test_params, lambda: spec.cls(model))
+    check_clone(make(spec).fit(DATA), DATA)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
 def test_pickle_round_trip(spec):
-    est = make(spec).fit(DATA)
-    back = pickle.loads(pickle.dumps(est))
-    np.testing.assert_array_equal(back.predict_proba(DATA.inputs), est.predict_proba(DATA.inputs))
-    assert_same_fit(back, est)
-    assert back.summary().as_text() == est.summary().as_text()
+    check_pickle_round_trip(make(spec).fit(DATA), DATA.inputs)
 
 
 # ---------------------------------------------------------------------------------- privacy
@@ -218,6 +199,16 @@ def test_ledger_spends_exactly_mu_per_client(spec):
     assert all(r.kind in ("aggregated", "local") and np.all(np.asarray(r.sigma) > 0) for r in led.releases)
     free = make(spec, mu=math.inf).fit(DATA).privacy_
     assert not free.is_private and np.all(np.isinf(free.client_mu))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
+def test_communication_counts_every_transmission_once(spec, monkeypatch):
+    """As for the GLM estimators (:func:`_contract.check_communication`); a message is whole parameter vectors
+    (FedCanon: the model and its control variate) or the head's parameters (FedNewton-NN's Newton rounds)."""
+    sent = record_uploads(monkeypatch)
+    check_communication(make(spec).fit(DATA), sent, len(SIZES))
+    head = TinyNet().head
+    assert all(n % P == 0 or n == head.weight.numel() + head.bias.numel() for _, n in sent)
 
 
 # ---------------------------------------------------------------------------------- refusals

@@ -15,13 +15,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from _contract import (
+    assert_same_fit,
+    check_clone,
+    check_communication,
+    check_parameters,
+    check_pickle_round_trip,
+    record_uploads,
+)
 from conftest import simulate
 from scipy import stats
 
-from privfedstat import AutoClip, FederatedData, NoInferenceError, NotFittedError, clone
+from privfedstat import AutoClip, FederatedData, NoInferenceError, NotFittedError
 from privfedstat.estimators.registry import methods
 from privfedstat.families import get_family
-from privfedstat.federation.channel import Channel, Communication
+from privfedstat.federation.channel import Communication
 from privfedstat.privacy.ledger import PrivacyLedger
 
 SPECS = methods()
@@ -60,14 +68,6 @@ def make(spec, family: str = "logistic", **params):
     fam = get_family("multinomial", n_classes=N_CLASSES) if family == "multinomial" else family
     seed = {"random_state": 0} if accepts(spec, "random_state") else {}
     return spec.cls(**{**spec.test_params, "family": fam, **seed, **params})
-
-
-def assert_same_fit(a, b):
-    np.testing.assert_array_equal(a.coef_, b.coef_)
-    np.testing.assert_array_equal(a.history_, b.history_)
-    pd.testing.assert_frame_equal(a.privacy_.to_frame(), b.privacy_.to_frame())
-    assert a.privacy_.leaks == b.privacy_.leaks
-    assert a.communication_ == b.communication_
 
 
 # ---------------------------------------------------------------------------------- fitting
@@ -146,35 +146,15 @@ def test_no_learned_attributes_before_fit(spec):
 # ---------------------------------------------------------------------------------- parameters
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
 def test_get_params_set_params_clone(spec):
-    est = spec.cls(**spec.test_params)
-    params, defaults = est.get_params(), spec.cls().get_params()
-    for k, v in spec.test_params.items():
-        assert params[k] is v
-        assert (f"{k}={v!r}" in repr(est)) == (v != defaults[k])  # repr shows the non-default parameters
-    for name in params:  # every parameter is stored as given and settable
-        token = object()
-        assert est.set_params(**{name: token}) is est and est.get_params()[name] is token
-    est.set_params(**params)
-    with pytest.raises(ValueError, match="invalid parameter 'nonsense'"):
-        est.set_params(nonsense=1)
-    with pytest.raises(TypeError):
-        spec.cls(1.0)  # parameters are keyword-only
-    fitted = make(spec).fit(dataset("logistic"))
-    copy = clone(fitted)
-    assert type(copy) is spec.cls and copy is not fitted and not hasattr(copy, "coef_")
-    assert pickle.dumps(copy.get_params()) == pickle.dumps(fitted.get_params())
-    assert_same_fit(copy.fit(dataset("logistic")), fitted)
+    check_parameters(spec.cls(**spec.test_params), spec.cls().get_params(), spec.test_params, lambda: spec.cls(1.0))
+    check_clone(make(spec).fit(dataset("logistic")), dataset("logistic"))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
 def test_pickle_round_trip(spec, family):
     data = dataset(family)
-    est = make(spec, family).fit(data)
-    back = pickle.loads(pickle.dumps(est))
-    np.testing.assert_array_equal(back.predict(data.X), est.predict(data.X))
-    assert_same_fit(back, est)
-    assert back.summary().as_text() == est.summary().as_text()
+    check_pickle_round_trip(make(spec, family).fit(data), data.X)
 
 
 # ---------------------------------------------------------------------------------- privacy
@@ -220,32 +200,12 @@ def test_non_private_estimator_says_so(spec):
 
 @pytest.mark.parametrize("spec, family, params", privacy_configs(PRIVATE))
 def test_communication_counts_every_transmission_once(spec, family, params, monkeypatch):
-    """Every upload reaches the server through Channel.receive, as a reply of aggregated releases (noisy
-    messages) or of local releases (post-processing of perturbed values sent); the communication counts
-    are exactly these uploads, and the ledger has aggregated releases only in the former rounds and
-    local releases only in the latter."""
-    sent = []  # (kind, floats per client) per upload, in order
-    receive = Channel.receive
-
-    def recording_receive(self, reply, **kw):
-        if kw.get("sent", True):
-            kinds = {r.kind for r in reply.releases} or {"aggregated"}
-            assert len(kinds) == 1
-            sent.append(("release" if kinds == {"aggregated"} else "send", np.asarray(reply.values)[0].size))
-        return receive(self, reply, **kw)
-
-    monkeypatch.setattr(Channel, "receive", recording_receive)
+    """Every upload reaches the server through Channel.receive; the communication counts are exactly these
+    uploads, with aggregated releases only in rounds of noisy messages and local releases only in rounds of
+    perturbed values sent (:func:`_contract.check_communication`)."""
+    sent = record_uploads(monkeypatch)
     data = dataset(family)
-    est = make(spec, family, mu=MU, **params).fit(data)
-    comm = est.communication_
-    assert comm.rounds == len(sent)
-    assert comm.floats_per_client == sum(n for _, n in sent)
-    assert comm.total_floats == comm.floats_per_client * data.n_clients
-    releases = est.privacy_.releases
-    aggregated = [r.round for r in releases if r.kind == "aggregated"]
-    assert aggregated == [i for i, (how, _) in enumerate(sent) if how == "release"]
-    local = {r.round for r in releases if r.kind == "local"}
-    assert local == {i for i, (how, _) in enumerate(sent) if how == "send"}
+    check_communication(make(spec, family, mu=MU, **params).fit(data), sent, data.n_clients)
 
 
 # ---------------------------------------------------------------------------------- results
