@@ -51,7 +51,7 @@ from _contract import (
 )
 from torch import nn
 
-from privfedstat import NotFittedError
+from privfedstat import FederatedEstimator, NotFittedError, deep
 from privfedstat.deep import TensorFederatedData
 from privfedstat.deep.models import HeadModel
 from privfedstat.deep.registry import network_methods
@@ -103,6 +103,14 @@ def ids(specs):
 def make(spec, **params):
     """The spec's estimator on a fresh tiny model, with its test parameters, a fixed seed and ``params``."""
     return spec.cls(**{"model": tiny_model(), **spec.test_params, "mu": MU, "random_state": 0, **params})
+
+
+def test_every_network_estimator_is_listed():
+    """The suite walks every estimator class that :mod:`privfedstat.deep` exports, each under its class name."""
+    exported = {getattr(deep, name) for name in deep.__all__}
+    estimators = {c for c in exported if isinstance(c, type) and issubclass(c, FederatedEstimator)}
+    assert {spec.cls for spec in SPECS} == estimators and len(SPECS) == len(estimators)
+    assert all(spec.name == spec.cls.__name__.lower() for spec in SPECS)
 
 
 # ---------------------------------------------------------------------------------- fitting
