@@ -12,6 +12,7 @@ GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter 
 :class:`DeepHiFedProx` is HiFedProx (power-p proximal local steps with Armijo backtracking);
 :class:`DeepFedNMap`, :class:`DeepZhang` and :class:`DeepFedCanon` are FedNMap and its composite baselines
 (l1 / elastic-net regularised networks; :mod:`privfedstat.deep.mobilenet` has MobileNetV3-Small).
+:mod:`privfedstat.deep.registry` lists the network estimators for the contract suite.
 """
 
 try:

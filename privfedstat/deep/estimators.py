@@ -121,6 +121,7 @@ class _Network:
         if not isinstance(X, TensorFederatedData) or extra:
             raise TypeError(f"{type(self).__name__}.fit takes one TensorFederatedData (privfedstat.deep), got "
                             f"{type(X).__name__}{' and more arguments' if extra else ''}.")
+        _check_fits_model(self.model, self.loss, X)
         return X, None
 
     def _make_clients(self, data: TensorFederatedData, family, seed: np.random.SeedSequence, secure: bool) -> TorchClients:
@@ -189,6 +190,32 @@ class _Network:
                               "norm": [float(torch.linalg.vector_norm(p.detach())) for p in params.values()]},
                              index=pd.Index(list(params), name="parameter"))
         return Summary(f"{self.method} results", header, table, [f"NOT fully private: {leak}" for leak in led.leaks])
+
+
+def _check_fits_model(model: nn.Module, loss, data: TensorFederatedData) -> None:
+    """Refuse data the model cannot take, before anything is released.
+
+    The model runs on one input (no gradient; after :func:`~privfedstat.deep.per_sample.check_model`):
+    the inputs must have the shape it takes. With a named loss (:data:`LOSSES`, class scores) it
+    must return one row of scores per input and every label must index one of them; a callable
+    loss defines its own targets.
+    """
+    check_model(model)
+    first = data.inputs[:1].to(next(model.parameters()).dtype)
+    try:
+        with torch.no_grad():
+            out = model(first)
+    except RuntimeError as err:
+        raise ValueError(f"inputs of shape {tuple(data.inputs.shape[1:])} do not fit the model: {err}") from err
+    if callable(loss):
+        return
+    if out.dim() != 2:
+        raise ValueError(f"loss {loss!r} takes one row of class scores per input; the model returns shape "
+                         f"{tuple(out.shape)} for one input.")
+    top = int(data.targets.max())
+    if top >= out.shape[1]:
+        raise ValueError(f"label {top} has no output: the model scores {out.shape[1]} classes (labels 0 to "
+                         f"{out.shape[1] - 1}).")
 
 
 def _loss(loss) -> Callable:
