@@ -9,7 +9,7 @@ import pytest
 
 from _enet_reference import _loss_grad, enet_glm
 from privfedstat import FederatedData, FedNMap
-from privfedstat.estimators.composite_metrics import (hoyer_sparsity, pooled_loss_gradient, stationarity,
+from privfedstat.simulations.composite_metrics import (hoyer_sparsity, pooled_loss_gradient, stationarity,
                                                       support_recovery, training_loss)
 from privfedstat.penalty import ElasticNet
 
