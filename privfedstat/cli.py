@@ -13,7 +13,7 @@ import time
 
 from .simulations.study import Study, add_flags, run_study
 
-__all__ = ["main", "STUDY_MODULES", "find_study", "format_methods"]
+__all__ = ["main", "STUDY_MODULES", "find_study", "study_parser", "format_methods"]
 
 #: the modules holding the studies (a ``STUDY`` or ``STUDIES``), in the order ``privfedstat studies`` lists
 #: them; the torch ones are imported only when a study is looked up there
@@ -63,16 +63,22 @@ def format_methods() -> str:
     return "\n".join(" ".join(f"{c:<{w}}" for c, w in zip(r[:4], widths)) + " " + r[4] for r in rows)
 
 
+def study_parser(study: Study) -> argparse.ArgumentParser:
+    """The parser of ``privfedstat reproduce NAME``: ``--out``, ``--no-progress`` and the study's settings."""
+    parser = argparse.ArgumentParser(prog=f"privfedstat reproduce {study.name}", description=study.help)
+    parser.add_argument("--out", default="results", help="output folder (default results)")
+    parser.add_argument("--no-progress", action="store_true", help="show no progress while the study runs")
+    add_flags(parser, study.config)
+    return parser
+
+
 def _reproduce(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
     """``privfedstat reproduce NAME [flags]``: run the study, print its tables and the files written."""
     try:
         study = find_study(name)
     except ValueError as exc:
         parser.error(str(exc))
-    p_study = argparse.ArgumentParser(prog=f"privfedstat reproduce {name}", description=study.help)
-    p_study.add_argument("--out", default="results", help="output folder (default results)")
-    p_study.add_argument("--no-progress", action="store_true", help="show no progress while the study runs")
-    add_flags(p_study, study.config)
+    p_study = study_parser(study)
     settings = vars(p_study.parse_args(argv))
     out, progress = settings.pop("out"), not settings.pop("no_progress")
     t0 = time.perf_counter()

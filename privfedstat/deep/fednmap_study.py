@@ -128,7 +128,7 @@ def plot_fednmap_mobilenet(df: pd.DataFrame, axes=None):
     from matplotlib.figure import Figure
 
     if axes is None:
-        axes = Figure(figsize=(10, 3.5)).subplots(1, 2)
+        axes = Figure(figsize=(10, 3.5), layout="tight").subplots(1, 2)
     for method, run in df.groupby("method", sort=False):
         axes[0].plot(run["round"], run.hoyer, label=method)
         axes[1].plot(run["round"], run.loss, label=method)
@@ -145,13 +145,8 @@ def _run(config: MobileNetConfig, stem, progress: bool) -> dict[str, pd.DataFram
     return {"": fednmap_mobilenet_study(config, inputs, targets, progress=progress)}
 
 
-def _figures(frames, tables, config) -> dict:
-    fig = plot_fednmap_mobilenet(frames[""])
-    fig.tight_layout()
-    return {"": fig}
-
-
 STUDY = Study("fednmap-mobilenet", "FedNMap's Fig. 6: MobileNetV3-Small with l1 on label-sorted clients, Hoyer sparsity "
               "and training loss (digits offline, CIFAR-10 with --data-dir)", MobileNetConfig(), _run,
               lambda frames, config: {"final": Table(frames[""][frames[""]["round"] == frames[""]["round"].max()]
-                                                     .set_index("method"), "after the last round")}, _figures)
+                                                     .set_index("method"), "after the last round")},
+              lambda frames, tables, config: {"": plot_fednmap_mobilenet(frames[""])})

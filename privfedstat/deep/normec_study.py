@@ -202,7 +202,7 @@ def plot_normec_study(df: pd.DataFrame, axes=None):
     from matplotlib.figure import Figure
 
     if axes is None:
-        axes = Figure(figsize=(15, 4)).subplots(1, 3)
+        axes = Figure(figsize=(15, 4), layout="tight").subplots(1, 3)
     summary = summarise_normec(df)
     full = summary[summary.p == summary.p.max()]
     for _, r in full.iterrows():
@@ -238,16 +238,11 @@ def _run(config: NormECConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
     return {"": normec_study(config, train, test, progress=progress)}
 
 
-def _figures(frames, tables, config) -> dict:
-    fig = plot_normec_study(frames[""])
-    fig.tight_layout()
-    return {"": fig}
-
-
 STUDIES = tuple(Study(f"normec-{name}", f"Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4, on {where}", preset, _run,
                       lambda frames, config: {"summary": Table(summarise_normec(frames[""]), "per (method, p, beta): "
                                                                "best final accuracy over gamma and communications "
-                                                               "to the target accuracy")}, _figures)
+                                                               "to the target accuracy")},
+                      lambda frames, tables, config: {"": plot_normec_study(frames[""])})
                 for name, where, preset in (("digits", "scikit-learn's digits (offline, GLM backend)",
                                              NORMEC_PRESETS["digits"]),
                                             ("cifar", "CIFAR-10 (--data-dir; ResNet20)", NORMEC_PRESETS["cifar"])))

@@ -1,8 +1,8 @@
 """Monte-Carlo simulation studies, the study protocol and its runner, and the paper studies on the GLM backend."""
 
 from .allocations import Equal, FixedTotal, LogNormal, Uniform
-from .dgp import DEFAULT_BETA, GLMDesign, simulate_glm
 from .coverage import COVERAGE, COVERAGE_METHODS, coverage_scenarios, plot_coverage, summarise_coverage
+from .dgp import DEFAULT_BETA, GLMDesign, simulate_glm
 from .mse_study import GRIDS, MSEGrid, get_grid, plot_grid, plot_mse
 from .runner import (METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator,
                      run_replicate, summarise)

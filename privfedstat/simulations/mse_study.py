@@ -186,13 +186,6 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
     return fig
 
 
-def plot_study(df: pd.DataFrame, study: Study, axes=None):
-    """Draw ``study``'s figure from its tidy results (see :func:`plot_mse`; ``axes``: one per panel)."""
-    family = df["family"].iloc[0] if "family" in df and len(df) else study.family
-    return plot_mse(df, x=study.x, line=study.line, panel=study.panel, logx=study.x == "K", axes=axes,
-                    title=f"{study.name}: {study.description.split(' (')[0]} ({family})")
-
-
 def plot_grid(df: pd.DataFrame, grid: MSEGrid, axes=None):
     """Draw ``grid``'s figure from its tidy results (see :func:`plot_mse`; ``axes``: one per panel)."""
     family = df["family"].iloc[0] if "family" in df and len(df) else grid.family
