@@ -29,14 +29,15 @@ def param(help: str, default: Any = MISSING, *, flag: str | None = None, parse: 
     Parameters
     ----------
     help : str
-        What the setting means (shown by ``privfedstat reproduce NAME --help`` and in the summary).
+        What the setting means (shown by ``privfedstat reproduce NAME --help``).
     default : optional
         Its default (none: a preset gives it).
     flag : str, optional
         The flag without dashes (default: the field name with ``-`` for ``_``).
     parse : callable, optional
         Turns the flag's text into the value (default: ``type(default)``; a tuple default takes a
-        comma-separated list of its first entry's type, see :func:`listof`).
+        comma-separated list of its first entry's type, see :func:`listof`); needed when the
+        default is None.
     choices : tuple, optional
         The values the flag accepts.
     """
@@ -136,6 +137,8 @@ def run_study(study: Study, out: str | Path = "results", *, progress: bool = Tru
     stem = out / (study.stem(config) if study.stem else study.name)
     frames = study.run(config, stem, progress)
     tables = study.summarise(frames, config)
+    if set(frames) & set(tables):
+        raise ValueError(f"study {study.name!r} names a frame and a table alike: {sorted(set(frames) & set(tables))}.")
     figures = study.figures(frames, tables, config)
     files = []
     for name, frame in [*frames.items(), *((k, t.frame) for k, t in tables.items())]:
@@ -156,7 +159,9 @@ def add_flags(parser: argparse.ArgumentParser, config) -> None:
     """One flag per setting of ``config``; a flag not given is absent from the parsed namespace."""
     for f in _settings(config):
         meta = f.metadata
-        default = getattr(config, f.name, None)
+        default = getattr(config, f.name)
+        if meta["parse"] is None and default is None:
+            raise TypeError(f"setting {f.name!r} defaults to None: give param(..., parse=...).")
         parse = meta["parse"] or (listof(type(default[0])) if isinstance(default, tuple) else type(default))
         shown = "" if default is None else f" (default {','.join(map(str, default)) if isinstance(default, tuple) else default})"
         parser.add_argument(f"--{meta['flag'] or f.name.replace('_', '-')}", dest=f.name, type=parse,
