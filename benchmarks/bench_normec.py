@@ -37,6 +37,7 @@ from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat.deep import normec_study as ns  # noqa: E402
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
+from privfedstat.simulations.study import run_study  # noqa: E402
 from privfedstat.estimators.fednormec import ClippedFedAvg, FedAlphaNormEC  # noqa: E402
 from privfedstat.families import get_family  # noqa: E402
 
@@ -62,7 +63,7 @@ def _timed(path: Path, reuse: bool, compute) -> tuple[pd.DataFrame, float | None
 
 
 def study() -> pd.DataFrame:
-    return ns.reproduce_normec("digits", out=OUT, progress=True)[0]
+    return run_study(ns.STUDIES[0], OUT).frames[""]
 
 
 def nonprivate() -> pd.DataFrame:
@@ -106,8 +107,8 @@ def other_seeds() -> pd.DataFrame:
     out = []
     for seed in SEEDS:
         for method, gamma in ((EC, 1.0), (FA, 100.0)):
-            cells = replace(preset, betas=(0.001,), gammas=(gamma,), participations=(0.25, 1.0))
-            out.append(ns.normec_study(cells, train, test, methods=(method,), random_state=seed).assign(seed=seed))
+            cells = replace(preset, betas=(0.001,), gammas=(gamma,), participations=(0.25, 1.0), seed=seed)
+            out.append(ns.normec_study(cells, train, test, methods=(method,)).assign(seed=seed))
     return pd.concat(out, ignore_index=True)
 
 
