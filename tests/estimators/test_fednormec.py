@@ -177,7 +177,7 @@ def test_the_ledger_is_client_level_and_spends_exactly_mu(cls):
     rec = led.releases[0]
     gamma_beta = 1.0 if cls is FedAlphaNormEC else 0.1 / (0.25 * 3)  # the comparator's verb releases the update
     np.testing.assert_allclose(rec.sensitivity, 2.0 * gamma_beta, rtol=1e-15)  # a whole client replaced
-    np.testing.assert_allclose(2 * rec.sigma / rec.sensitivity, sigma, rtol=1e-13)  # noise multiplier (add/remove)
+    np.testing.assert_allclose(2 * rec.sigma / rec.sensitivity, sigma, rtol=1e-13)  # noise multiplier z = 2 sigma / Delta
     budget = PrivacyBudget(mu=2.0, n_clients=data.n_clients)
     cls(mu=1.5, n_rounds=8, random_state=1).fit(data, budget=budget)  # the charge settles: ledger == declared mu
 
