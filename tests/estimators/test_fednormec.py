@@ -227,8 +227,8 @@ def test_the_papers_sigma_formula_and_its_actual_epsilon():
 
 @pytest.mark.slow
 def test_amplification_for_the_same_epsilon_sigma_shrinks_with_p():
-    """Corollary 1's sigma_DP ~ p: at epsilon = 4, delta = 1e-5, R = 20 the PLD noise multipliers are
-    about 1.56, 2.63, 4.84 for p = 0.25, 0.5, 1 (ratio to p = 1: 0.32, 0.54)."""
+    """Corollary 1's sigma_DP ~ p: at epsilon = 4, delta = 1e-5, R = 20 the PLD noise multipliers (replace-one)
+    are about 2.40, 4.81, 9.67 for p = 0.25, 0.5, 1 (ratio to p = 1: 0.25, 0.50)."""
     z = {p: normec_noise_multiplier(4.0, 1e-5, p, 20) for p in (0.25, 0.5, 1.0)}
     assert z[0.25] < z[0.5] < z[1.0]
     assert z[0.25] / z[1.0] < 0.4 and z[0.5] / z[1.0] < 0.6
