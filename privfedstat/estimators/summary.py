@@ -86,7 +86,7 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
     unit = " + ".join(f"{u} ({_UNITS[u]}, {NEIGHBOURING})" for u in public.units) or "record"
     rows = {"Privacy unit": unit,
             "Towards the server": f"mu = {public.mu:.4g} per client, eps = {public.server_epsilon(delta):.4g} at delta = "
-                                  f"{delta:g} (it sees who took part)"}
+                                  f"{delta:g} (it receives every message and knows who sent it)"}
     third = f"eps = {public.epsilon(delta):.4g} at delta = {delta:g}"
     if "client" in public.units:
         rates = sorted({b.sampling_rate for b in public.blocks if b.mechanism == SUBSAMPLED})
