@@ -47,7 +47,7 @@ from ..estimators.dpfedavg import DPFedAvg
 from ..estimators.fedavg import FedAvg
 from ..estimators.fedhybrid import FedHybrid
 from ..estimators.fedsgd import FedSGD
-from ..estimators.summary import Summary
+from ..estimators.summary import Summary, privacy_rows
 from ..privacy.clipping import AutoClip
 from .clients import TorchClients
 from .data import TensorFederatedData
@@ -174,14 +174,12 @@ class _Network:
         """Model, method, clients, rounds, privacy, clipping bound; one row per parameter tensor (shape, L2 norm)."""
         self._check_fitted()
         led, comm = self.privacy_, self.communication_
-        privacy = (f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}; unit: "
-                   f"{', '.join(led.units)})" if math.isfinite(led.mu) else "none (mu = inf)")
         header = {
             "Model": f"{type(self.model).__name__} ({self.coef_.size} parameters)",
             "Method": self.method,
             "Clients": f"{self.n_clients_} (N = {self.n_samples_})",
             "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
-            "Privacy": privacy,
+            **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
@@ -409,7 +407,7 @@ class DeepDPFedAvg(_Network, DPFedAvg):
     loss from the server's model (no noise, no per-sample clipping), clips its update to L2 norm
     S (``update_clip``), adds noise ``2 S sqrt(R) / mu`` and sends it; the server moves by
     ``server_step_size`` times the weighted average. Protects a client's whole dataset;
-    ``privacy_.amplified_epsilon`` accounts for Poisson participation (see :class:`~privfedstat.DPFedAvg`).
+    ``privacy_.public_view().epsilon`` accounts for Poisson participation (see :class:`~privfedstat.DPFedAvg`).
 
     Parameters
     ----------

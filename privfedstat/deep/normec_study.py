@@ -1,7 +1,7 @@
 """The experiments of Fed-alpha-NormEC (Shulgin et al. 2025, Section 6 and App. A; Figs. 1-4) at a configurable scale.
 
 Protocol: the training images are split IID over M clients; every method runs R rounds with
-client-level DP at (epsilon, delta) = (8, 1e-5), sigma_DP calibrated to it by the PLD accountant
+client-level DP at (epsilon, delta) = (8, 1e-5) towards a third party (replace-one), sigma_DP calibrated to it by the PLD accountant
 for R Poisson-subsampled rounds at participation p (``epsilon=(8, 1e-5)``, ``mu=None``); alpha =
 0.01, no server normalisation, a grid of beta (the "sensitivity threshold") and gamma (the step
 size), p in {0.25, 0.5, 1}. Methods: Fed-alpha-NormEC (:class:`~privfedstat.deep.DeepFedAlphaNormEC`)
@@ -154,7 +154,7 @@ def normec_study(study: NormECConfig, train, test, *, methods=NORMEC_METHODS, pr
     Returns
     -------
     DataFrame with columns method, beta, gamma, p, round, communications (``k p M``), loss,
-    accuracy, sigma (sigma_DP), epsilon (the fit's amplified epsilon at ``delta``).
+    accuracy, sigma (sigma_DP), epsilon (the fit's third-party epsilon at ``delta``, replace-one).
     """
     unknown = set(methods) - set(NORMEC_METHODS)
     if unknown:

@@ -17,7 +17,7 @@ from ..inference.results import InferenceResult, NoInferenceError, WaldTestResul
 from . import scoring
 from ._offset import prediction_offset
 from ._sklearn import sklearn_tags
-from .summary import Summary
+from .summary import Summary, privacy_rows
 
 __all__ = ["FittedResults"]
 
@@ -205,10 +205,6 @@ class FittedResults:
         with standard errors, z, p-values and intervals (statsmodels' columns)."""
         self._check_fitted()
         led = self.privacy_
-        if np.isfinite(led.mu):
-            privacy = f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}); third-party mu = {led.third_party_mu:.4g}"
-        else:
-            privacy = "none (mu = inf)"
         comm = self.communication_
         names, response, classes = self._coef_names()
         header = {
@@ -216,7 +212,7 @@ class FittedResults:
             "Method": self.method,
             "Clients": f"{self.n_clients_} (N = {self.n_samples_}, d = {self.n_features_in_})",
             "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
-            "Privacy": privacy,
+            **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }

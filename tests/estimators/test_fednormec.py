@@ -177,7 +177,7 @@ def test_the_ledger_is_client_level_and_spends_exactly_mu(cls):
     rec = led.releases[0]
     gamma_beta = 1.0 if cls is FedAlphaNormEC else 0.1 / (0.25 * 3)  # the comparator's verb releases the update
     np.testing.assert_allclose(rec.sensitivity, 2.0 * gamma_beta, rtol=1e-15)  # a whole client replaced
-    np.testing.assert_allclose(2 * rec.sigma / rec.sensitivity, sigma, rtol=1e-13)  # noise multiplier (add/remove)
+    np.testing.assert_allclose(2 * rec.sigma / rec.sensitivity, sigma, rtol=1e-13)  # noise multiplier z = 2 sigma / Delta
     budget = PrivacyBudget(mu=2.0, n_clients=data.n_clients)
     cls(mu=1.5, n_rounds=8, random_state=1).fit(data, budget=budget)  # the charge settles: ledger == declared mu
 
@@ -227,8 +227,8 @@ def test_the_papers_sigma_formula_and_its_actual_epsilon():
 
 @pytest.mark.slow
 def test_amplification_for_the_same_epsilon_sigma_shrinks_with_p():
-    """Corollary 1's sigma_DP ~ p: at epsilon = 4, delta = 1e-5, R = 20 the PLD noise multipliers are
-    about 1.56, 2.63, 4.84 for p = 0.25, 0.5, 1 (ratio to p = 1: 0.32, 0.54)."""
+    """Corollary 1's sigma_DP ~ p: at epsilon = 4, delta = 1e-5, R = 20 the PLD noise multipliers (replace-one)
+    are about 2.40, 4.81, 9.67 for p = 0.25, 0.5, 1 (ratio to p = 1: 0.25, 0.50)."""
     z = {p: normec_noise_multiplier(4.0, 1e-5, p, 20) for p in (0.25, 0.5, 1.0)}
     assert z[0.25] < z[0.5] < z[1.0]
     assert z[0.25] / z[1.0] < 0.4 and z[0.5] / z[1.0] < 0.6
