@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import __version__
+
 __all__ = ["main", "reproduce", "reproduce_coverage"]
 
 
@@ -278,6 +280,7 @@ def _flower_demo(args, parser) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="privfedstat", description="Differentially private federated M-estimation.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_demo = sub.add_parser("demo", help="the main job: fig5 (N = 20000 split over more and more clients) at reduced replicates")
