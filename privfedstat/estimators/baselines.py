@@ -101,9 +101,9 @@ class _NonPrivateBaseline(FederatedEstimator):
         Hp = floored(H + float(self.alpha) * np.eye(H.shape[0]), 0.0, "Hessian", notes)
         return sampling_covariance(Hp, c, S)[0]
 
-    def summary(self, delta: float = 1e-5) -> Summary:
-        """Summary of the fit (privacy: none; clipping: none)."""
-        s = super().summary(delta)
+    def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None) -> Summary:
+        """Summary of the fit (privacy: none; clipping: none); parameters as :meth:`FederatedEstimator.summary`."""
+        s = super().summary(alpha, delta, data=data)
         s.header["Privacy"] = self._privacy_line
         s.header["Clipping bound B"] = "none (no clipping)"
         return s
