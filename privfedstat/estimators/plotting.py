@@ -31,10 +31,9 @@ def coefficient_frame(fit, alpha: float | None = None) -> pd.DataFrame:
         else:
             frame["lower"] = frame["upper"] = np.nan
     else:  # statsmodels results
-        ci = fit.conf_int(0.05 if alpha is None else alpha)
+        ci = np.asarray(fit.conf_int(0.05 if alpha is None else alpha))
         params = fit.params
-        frame = pd.DataFrame({"coef": np.ravel(params, order="F"), "lower": np.ravel(ci.iloc[:, 0]),
-                              "upper": np.ravel(ci.iloc[:, 1])},
+        frame = pd.DataFrame({"coef": np.asarray(params), "lower": ci[:, 0], "upper": ci[:, 1]},
                              index=params.index if isinstance(params, pd.Series) else None)
     if isinstance(frame.index, pd.MultiIndex):
         frame.index = [": ".join(map(str, key)) for key in frame.index]
@@ -49,7 +48,8 @@ def plot_coefficients(frames: dict[str, pd.DataFrame], ax=None):
     ----------
     frames : dict of str to DataFrame
         Label of each fit and its :func:`coefficient_frame`; the terms of the first fit set the order (a
-        term another fit lacks is not drawn for it).
+        term another fit lacks is not drawn for it; a fit that names none of them, e.g. statsmodels
+        fitted on arrays, is matched by position when it has as many terms).
     ax : matplotlib Axes, optional
         Drawn into; a new figure when None.
 
@@ -65,6 +65,8 @@ def plot_coefficients(frames: dict[str, pd.DataFrame], ax=None):
     ys = np.arange(len(terms), dtype=np.float64)
     width = 0.6 / max(1, len(frames))
     for k, (label, frame) in enumerate(frames.items()):
+        if len(frame) == len(terms) and not set(frame.index) & set(terms):
+            frame = frame.set_axis(terms)
         f = frame.reindex(terms)
         y = ys - 0.3 + width * (k + 0.5)
         err = np.vstack([f["coef"] - f["lower"], f["upper"] - f["coef"]])
