@@ -9,7 +9,7 @@ the ledger live in :mod:`privfedstat.privacy`.
 from .data import FederatedData
 from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
 from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
-                         PrivacyLeakWarning, PrivacyNoiseWarning)
+                         NoInterceptWarning, PrivacyLeakWarning, PrivacyNoiseWarning, SingleClientWarning)
 from .families import get_family
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
@@ -50,6 +50,8 @@ __all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap"
     "PrivacyNoiseWarning",
     "IllConditionedWarning",
     "ClippingBiasWarning",
+    "SingleClientWarning",
+    "NoInterceptWarning",
     "DivergenceError",
     "NotFittedError",
 ]

@@ -15,7 +15,7 @@ else:
 
 __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
-    "NotFittedError", "BudgetExceededError", "ClientFailureError",
+    "NotFittedError", "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
 ]
 
 
@@ -49,6 +49,14 @@ class IllConditionedWarning(UserWarning):
 class ClippingBiasWarning(UserWarning):
     """Many per-sample gradients are clipped at the estimate (a private count): the fit solved the
     clipped estimating equation, whose root can lie further from the MLE than the intervals allow."""
+
+
+class SingleClientWarning(UserWarning):
+    """``fit(X, y)`` was given no client labels: every row is taken to be one client's (m = 1)."""
+
+
+class NoInterceptWarning(UserWarning):
+    """The design matrix passed as an array has no constant column, so the model has no intercept."""
 
 
 class DivergenceError(ValueError):

@@ -16,10 +16,11 @@ import pandas as pd
 from .._formula_design import apply_design
 from ..data.federated import FederatedData
 from ..exceptions import NotFittedError
+from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
 from ._offset import prediction_offset
-from ._sklearn import sklearn_tags
+from ._sklearn import dense_array, sklearn_tags
 from .fit_statistics import FitStatistics, fit_statistics
 from .plotting import coefficient_frame, plot_coefficients
 from .summary import Summary
@@ -58,9 +59,16 @@ class FittedResults:
         ``glm()`` fit) a DataFrame, transformed by the fit's formula."""
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             X = self._formula_rows(X, with_y=False)[0]
-        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
+        X = X.X if isinstance(X, FederatedData) else dense_array(X).astype(np.float64, copy=False)
+        if X.ndim == 1:
+            raise ValueError(f"Expected a 2D array of rows, got a 1D array of shape {X.shape}: Reshape your data, "
+                             "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one row.")
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
+            raise ValueError(f"X has {X.shape[-1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input: X must have shape (n, {self.n_features_in_}), "
+                             f"got {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("Input X contains NaN or infinity.")
         return X
 
     def _linear_predictor(self, X, coef: np.ndarray, offset=None, exposure=None, rows=None) -> np.ndarray:
@@ -85,11 +93,21 @@ class FittedResults:
         self._check_fitted()
         return self.family_.mean(self._linear_predictor(X, self.coef_, offset, exposure))
 
-    def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
-        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
+    @property
+    def predict_proba(self):
+        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for
+        multinomial; called as ``predict_proba(X, *, offset=None, exposure=None)``.
+
+        Defined for classifier families only: for the others the attribute is missing (``hasattr`` is
+        False, as scikit-learn's ``available_if`` makes it), so that tools do not take a regressor for a
+        probabilistic classifier.
+        """
+        if get_family(self.family).class_labels is None:
+            raise AttributeError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family!r}.")
+        return self._predict_proba
+
+    def _predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
         self._check_fitted()
-        if self.family_.class_labels is None:
-            raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
         return self.family_.class_probabilities(self._linear_predictor(X, self.coef_, offset, exposure))
 
     @property
