@@ -8,7 +8,9 @@ passes, and only for a non-private fit.
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 
 import numpy as np
 import pandas as pd
@@ -30,6 +32,22 @@ __all__ = ["FittedResults"]
 #: why a private fit shows no goodness of fit
 _PRIVATE_FIT_STATISTICS = ("private fit: log-likelihood, deviance, AIC, BIC and pseudo-R^2 are sums over the clients' "
                            "rows, each a release that would cost budget; a summary spends none")
+
+
+class _classifiers_only:
+    """A method that exists only on estimators of a classifier family (scikit-learn's ``available_if``): on the
+    others, reading it raises AttributeError."""
+
+    def __init__(self, method) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.method
+        if get_family(obj.family).class_labels is None:
+            raise AttributeError(f"{self.method.__name__} is for classifiers (logistic, multinomial), not {obj.family!r}.")
+        return types.MethodType(self.method, obj)
 
 
 class FittedResults:
@@ -93,20 +111,15 @@ class FittedResults:
         self._check_fitted()
         return self.family_.mean(self._linear_predictor(X, self.coef_, offset, exposure))
 
-    @property
-    def predict_proba(self):
+    @_classifiers_only
+    def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
         """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for
-        multinomial; called as ``predict_proba(X, *, offset=None, exposure=None)``.
+        multinomial.
 
         Defined for classifier families only: for the others the attribute is missing (``hasattr`` is
         False, as scikit-learn's ``available_if`` makes it), so that tools do not take a regressor for a
         probabilistic classifier.
         """
-        if get_family(self.family).class_labels is None:
-            raise AttributeError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family!r}.")
-        return self._predict_proba
-
-    def _predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
         self._check_fitted()
         return self.family_.class_probabilities(self._linear_predictor(X, self.coef_, offset, exposure))
 
