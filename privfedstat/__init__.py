@@ -16,7 +16,7 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 from .data import FederatedData
 from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
 from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
-                         PrivacyLeakWarning, PrivacyNoiseWarning)
+                         NoInterceptWarning, PrivacyLeakWarning, PrivacyNoiseWarning, SingleClientWarning)
 from .families import get_family
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
@@ -57,6 +57,8 @@ __all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap"
     "PrivacyNoiseWarning",
     "IllConditionedWarning",
     "ClippingBiasWarning",
+    "SingleClientWarning",
+    "NoInterceptWarning",
     "DivergenceError",
     "NotFittedError",
 ]

@@ -11,6 +11,7 @@ import importlib
 import sys
 import time
 
+from . import __version__
 from .simulations.study import Study, add_flags, run_study
 
 __all__ = ["main", "STUDY_MODULES", "find_study", "study_parser", "format_methods"]
@@ -116,6 +117,7 @@ def _flower_demo(args, parser) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="privfedstat", description="Differentially private federated M-estimation.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_demo = sub.add_parser("demo", help="the main job: fig5 (N = 20000 split over more and more clients) at reduced replicates")

@@ -168,7 +168,8 @@ class FedIRLS(FederatedEstimator):
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
         Bound on per-sample Hessian Frobenius norms (C_H). None: chosen like ``clip`` (shares
-        the clip budget with it; infinite if clip is).
+        the clip budget with it; infinite if clip is); with a finite numeric ``clip``, chosen
+        privately as by ``clip="auto"`` (the clip budget goes to it alone; infinite with mu = inf).
     hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda for the averaged Hessian (post-processing).
     weights : "size" or array of shape (n_clients,), default "size"

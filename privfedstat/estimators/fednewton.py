@@ -78,7 +78,8 @@ class FedNewton(FederatedEstimator):
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
         Bound on per-sample Hessian norms (C_H). None: chosen like ``clip`` ("auto": privately, at
-        the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is).
+        the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is; a
+        finite number: privately as by "auto", the clip budget going to C_H alone; infinite with mu = inf).
     hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda (plays the role of tau_1). Larger means less noise and a more
         damped Newton step. "auto" uses the family's curvature at linear predictor 0,

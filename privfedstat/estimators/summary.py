@@ -18,6 +18,12 @@ _UNITS = {"record": "one row of one client", "client": "one client's whole datas
 
 #: header lines of the text summary wrap at this width
 HEADER_WIDTH = 100
+#: significant digits of the coefficient table (a coefficient of 1e-12 prints as 1e-12, not 0.000000)
+DIGITS = 6
+
+
+def _number(v: float) -> str:
+    return f"{v: .{DIGITS}g}"
 
 
 class Summary:
@@ -51,7 +57,7 @@ class Summary:
         for k, v in self.header.items():
             wrapped = textwrap.wrap(str(v), max(20, HEADER_WIDTH - keyw - 2)) or [""]
             header += [f"{k:<{keyw}}  {wrapped[0]}"] + [" " * (keyw + 2) + line for line in wrapped[1:]]
-        table = self.coefficients.to_string(float_format=lambda v: f"{v: .6f}")
+        table = self.coefficients.to_string(float_format=_number)
         width = max(60, max(len(line) for line in header + table.splitlines()))
         lines = [self.title.center(width), "=" * width, *header, "-" * width, table, "=" * width]
         lines += [f"Note: {n}" for n in self.notes]
@@ -68,7 +74,7 @@ class Summary:
                        for k, v in self.header.items())
         notes = "".join(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes)
         return (f"<h4>{html.escape(self.title)}</h4><table>{rows}</table>"
-                f"{self.coefficients.to_html(float_format=lambda v: f'{v:.6f}')}{notes}")
+                f"{self.coefficients.to_html(float_format=_number)}{notes}")
 
 
 def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:

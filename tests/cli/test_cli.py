@@ -71,3 +71,11 @@ def test_reproduce_coverage_writes_csv_summary_png_and_resumes(tmp_path, capsys)
 def test_reproduce_coverage_refuses_a_clip():
     with pytest.raises(SystemExit):
         main(["reproduce", "coverage", "--clip", "2", "--reps", "1"])
+
+
+def test_version(capsys):
+    import privfedstat
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"privfedstat {privfedstat.__version__}"

@@ -216,8 +216,9 @@ def test_summary_text_frame_html(spec, family):
     est = make(spec, family).fit(data)
     s = est.summary()
     text = s.as_text()
-    for needle in (est.method, family, f"{data.n_clients} (N = {data.n_samples}, d = {data.n_features})"):
+    for needle in (est.method, family, "No. Clients", "No. Observations", "Df Residuals"):
         assert needle in text
+    assert (s.header["No. Clients"], s.header["No. Observations"]) == (str(data.n_clients), str(data.n_samples))
     frame = s.to_frame()
     assert isinstance(frame, pd.DataFrame) and len(frame) == est.coef_.size
     np.testing.assert_array_equal(frame["coef"].to_numpy(), est.coef_.ravel(order="F"))  # one equation per class
