@@ -14,7 +14,7 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 """
 
 from .data import FederatedData
-from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
+from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone, predict_mse
 from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
                          NoInterceptWarning, PrivacyLeakWarning, PrivacyNoiseWarning, SingleClientWarning)
 from .families import get_family
@@ -40,6 +40,7 @@ __all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap"
     "LocalFit",
     "FederatedEstimator",
     "clone",
+    "predict_mse",
     "get_family",
     "glm",
     "Inference",

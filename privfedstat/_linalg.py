@@ -1,5 +1,6 @@
 """Linear-algebra helpers shared by the clients, the estimators and the inference: the isometric packing of
-symmetric matrices into vectors (how a Hessian is released) and the eigenvalue floor."""
+symmetric matrices into vectors (how a Hessian is released), the eigenvalue floor, and the memory allowed for the
+clients' Hessians."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import math
 
 import numpy as np
 
-__all__ = ["sym_to_vec", "vec_to_sym", "floor_eigenvalues"]
+__all__ = ["sym_to_vec", "vec_to_sym", "floor_eigenvalues", "MAX_HESSIAN_GB"]
 
 SQRT2 = math.sqrt(2.0)
+#: Memory (GB) allowed for all clients' (p, p) Hessians at once: the Newton-type estimators and the
+#: covariance releases hold one per client in a single pass and refuse larger problems up front.
+MAX_HESSIAN_GB = 4.0
 
 
 def sym_to_vec(H: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The HiFedProx exponent study (Kabgani & Ahookhosh, Sections V-VI; Tables II-III, Figs. 2-4) at a configurable scale.
 
 Protocol (Table I): a frozen set of writers (one client each; FEMNIST from LEAF's files with
-``data_dir``, else the offline stand-in :func:`~privfedstat.data.femnist_standin`), the
+``data_dir``, else the offline stand-in :func:`~privfedstat.deep.femnist_standin`), the
 :class:`~privfedstat.deep.models.FemnistCNN`, R = 100 rounds of 18 of 60 clients sampled uniformly
 without replacement, minibatches of 16, 3 local steps from alpha0 = 0.5 with Armijo backtracking
 (c = 1e-4, rho = 0.5, J = 12), (mu, R) = (0.03, 1) and p in 2..8, seeds 3001-3005. Conditions:
@@ -44,11 +44,11 @@ import torch
 from statsmodels.stats.multitest import multipletests
 from torch.nn import functional as F
 
-from ..data.femnist import WriterData, femnist_standin, load_femnist
 from ..exceptions import ConvergenceWarning
 from ..simulations.paired_bootstrap import exhaustive_paired_bootstrap
 from ..simulations.study import Study, Table, listof, param
 from .data import TensorFederatedData
+from .femnist import WriterData, femnist_standin, load_femnist
 from .hifedprox import DeepHiFedProx
 from .models import FemnistCNN
 from .study import TorchConfig, seeded_model
@@ -177,7 +177,7 @@ def hifedprox_study(study: HiFedProxConfig, data: WriterData, *, progress: bool 
     ----------
     study : HiFedProxConfig
     data : WriterData
-        The writers (:func:`~privfedstat.data.load_femnist` or :func:`~privfedstat.data.femnist_standin`).
+        The writers (:func:`~privfedstat.deep.load_femnist` or :func:`~privfedstat.deep.femnist_standin`).
     progress : bool
 
     Returns

@@ -48,7 +48,7 @@ class DPFedAvg(FederatedEstimator):
         Local full-batch gradient steps per round (K).
     step_size : float or "auto", default "auto"
         Local learning rate (eta); "auto": ``1 / L`` from a public curvature bound
-        (:func:`~privfedstat.estimators._steps.auto_step_size`).
+        (:func:`~privfedstat.families.curvature.auto_step_size`).
     server_step_size : float, default 1.0
         Server learning rate (eta_g) applied to the averaged update.
     update_clip : float, default 1.0

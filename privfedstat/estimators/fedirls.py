@@ -17,10 +17,9 @@ from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
 from .._validation import DIVERGENCE_NORM, check_iterate
-from .._linalg import floor_eigenvalues, vec_to_sym
+from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from .base import FederatedEstimator, FitContext
-from .fednewton import MAX_HESSIAN_GB
 
 __all__ = ["FedIRLS"]
 

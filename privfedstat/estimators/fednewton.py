@@ -7,8 +7,10 @@ import warnings
 
 import numpy as np
 
+from .._linalg import MAX_HESSIAN_GB
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
+from ..families.curvature import resolve_hessian_floor
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from ._steps import resolve_step_size
@@ -16,19 +18,7 @@ from .fedavg import run_fedavg
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
-
-#: memory allowed for the clients' Hessians (all clients are processed in one pass)
-MAX_HESSIAN_GB = 4.0
-
-
-def resolve_hessian_floor(value, family, mu: float) -> float:
-    """The eigenvalue floor lambda: ``value``; for "auto" the family's ``curvature_at_zero`` when
-    ``mu`` is finite, and 1e-8 of it when ``mu`` is infinite (then the floor only keeps the
-    Hessian invertible: no sensitivity needs bounding, and a high floor would damp the step)."""
-    if value != "auto":
-        return float(value)
-    return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
+__all__ = ["FedNewton"]
 
 
 class FedNewton(FederatedEstimator):

@@ -270,7 +270,7 @@ class FedAlphaNormEC(_UnitMessageRounds):
         Error-compensation step (beta > 0): v_i moves by less than beta per round.
     step_size : float or "auto", default "auto"
         Client step gamma of the local operator ("auto": ``1 / L`` from a public curvature bound,
-        :func:`~privfedstat.estimators._steps.auto_step_size`). With T = 1 GD it cancels
+        :func:`~privfedstat.families.curvature.auto_step_size`). With T = 1 GD it cancels
         (``u_i`` is the gradient).
     server_step_size : float or "auto", default "auto"
         Server step eta ("auto": ``1 / L``, since v_hat tracks the gradient); with

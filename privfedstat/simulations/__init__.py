@@ -1,4 +1,5 @@
-"""Monte-Carlo simulation studies, the study protocol and its runner, and the paper studies on the GLM backend."""
+"""Monte-Carlo simulation studies, the study protocol and its runner, the paper studies on the GLM backend,
+and the comparison of simulated fits with the theory."""
 
 from .allocations import Equal, FixedTotal, LogNormal, Uniform
 from .coverage import COVERAGE, COVERAGE_METHODS, coverage_scenarios, plot_coverage, summarise_coverage
@@ -7,6 +8,7 @@ from .mse_study import GRIDS, MSEGrid, get_grid, plot_grid, plot_mse
 from .runner import (METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator,
                      run_replicate, summarise)
 from .study import Study, StudyResult, Table, param, run_study
+from .theory_comparison import compare_to_theory, plot_theory_comparison
 
 __all__ = [
     "GLMDesign",
@@ -41,4 +43,6 @@ __all__ = [
     "Table",
     "param",
     "run_study",
+    "compare_to_theory",
+    "plot_theory_comparison",
 ]

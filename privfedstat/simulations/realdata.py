@@ -31,10 +31,11 @@ import pandas as pd
 
 from ..data import load_digits, load_mnist
 from ..data.federated import FederatedData
+from ..estimators import LocalFit, PooledMLE, Scaffold
 from ..estimators.registry import get_method, method_of
 from ..privacy.clipping import AutoClip
-from ..estimators.fednewton import MAX_HESSIAN_GB
 from ..estimators.scoring import auc
+from .._linalg import MAX_HESSIAN_GB
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families import get_family
 from .study import Study, Table, param
@@ -62,8 +63,6 @@ def client_split(n: int, n_clients: int, min_size: int, rng: np.random.Generator
 def _estimators(family, mu_list, step_size, seed, newton: bool):
     """(label, mu, estimator) of the study: the paper's four with their Section 4.1 settings
     (``MethodSpec.paper_params``), DP-SCAFFOLD, then the non-private baselines."""
-    from ..estimators import LocalFit, PooledMLE, Scaffold
-
     paper = [get_method(name) for name in ("FedSGD", "FedAvg", "FedHybrid") + (("FedNewton",) if newton else ())]
     fedavg = get_method("FedAvg")
     # the paper's settings, explicit (the estimators' defaults are "auto"); no inference releases:

@@ -3,17 +3,17 @@
 Every private estimator's ``_run`` sets ``ctx.noise_model`` to one of the models below, built from
 the noise scales its releases were calibrated with (the functions of
 :mod:`privfedstat.privacy.calibration`, which the protocols and
-:func:`~privfedstat.theory.predict_mse` share). :func:`protocol_noise_covariance`
+:func:`~privfedstat.theory.predict_mse_from_params` share). :func:`protocol_noise_covariance`
 gives the covariance of the privacy noise in the returned theta (fitting scale, oracle order:
 flat index ``j q + k`` for the multinomial family, p = d (K - 1); the algebra does not depend on
 p), linearised at a symmetric positive definite Hessian H of the server's weighted objective at
 the estimate. The privacy noise is independent of the data, so given the data this is the whole
 of the protocol's extra variance; it adds to the sampling variance.
 
-Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse`): a gradient
-step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s reaches the
+Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse_from_params`): a
+gradient step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s reaches the
 output through the later steps' Jacobians, :func:`~privfedstat.theory._engine.privacy_transport`
-(the privacy term of ``predict_mse`` is the same function with the Jacobians along the path).
+(the privacy term of ``predict_mse_from_params`` is the same function with the Jacobians along the path).
 Approximations, all inferred (not in the papers), with the regime in which they hold:
 
 * **One Hessian for all clients and all steps.** Local steps on client i go through

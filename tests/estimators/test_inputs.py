@@ -147,7 +147,7 @@ def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logisti
 
 
 def test_hessian_floor_auto_uses_the_family_curvature():
-    from privfedstat.estimators.fednewton import resolve_hessian_floor
+    from privfedstat.families.curvature import resolve_hessian_floor
     from privfedstat.families import get_family
 
     assert resolve_hessian_floor("auto", get_family("logistic"), 2.0) == 0.25

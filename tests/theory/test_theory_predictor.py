@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
+from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, predict_mse
 from privfedstat.simulations import GLMDesign
-from privfedstat.theory import MSEPrediction, Problem, predict_mse, problem_constants
+from privfedstat.theory import MSEPrediction, Problem, problem_constants
 
 LOGIT = GLMDesign("logistic", beta=(0.5, -0.5, 0.5))
 NMC = 2**13
