@@ -11,9 +11,10 @@ the estimate. The privacy noise is independent of the data, so given the data th
 of the protocol's extra variance; it adds to the sampling variance.
 
 Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse_from_params`): a
-gradient step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s reaches the
-output through the later steps' Jacobians, :func:`~privfedstat.theory._engine.privacy_transport`
-(the privacy term of ``predict_mse_from_params`` is the same function with the Jacobians along the path).
+gradient step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s
+reaches the output through the later steps' Jacobians,
+:func:`~privfedstat.theory._engine.privacy_transport` (the privacy term of
+``predict_mse_from_params`` is the same function with the Jacobians along the path).
 Approximations, all inferred (not in the papers), with the regime in which they hold:
 
 * **One Hessian for all clients and all steps.** Local steps on client i go through
