@@ -14,7 +14,7 @@ read_idx       Any IDX file as a numpy array (the format MNIST is distributed in
 
 The three image sets come as flat float64 rows (the GLM studies) or, with ``images=True``, as
 float32 arrays of shape (n, channels, height, width), the layout the networks of
-:mod:`privfedstat.deep` take. FEMNIST has its own module (:mod:`privfedstat.data.femnist`).
+:mod:`privfedstat.deep` take. FEMNIST (network data) is read by :mod:`privfedstat.deep.femnist`.
 """
 
 from __future__ import annotations
