@@ -30,7 +30,10 @@ from torch.func import functional_call, grad, vmap
 
 from .._validation import check_positive_int
 from ..estimators.fedavg import run_fedavg
+from ..estimators.stages import resolve_weights
 from ..federation.clients import Reply
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
 from ..federation.server import aggregate, effective_weights
 from ..privacy.calibration import head_newton_sensitivity, stage_budget
 from .clients import TorchClients
@@ -300,22 +303,25 @@ class DeepFedNewton(DeepFedAvg):
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> NewtonTorchClients:
         return NewtonTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size)
 
-    def _run(self, ctx):
-        clients, weights = ctx.clients, self._resolve_weights(ctx)
-        mu_stage = stage_budget(ctx.mu, 2 * self.n_cycles)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        clients, weights = session.clients, resolve_weights(self, session, setup.clip)
+        mu_stage = stage_budget(setup.mu, 2 * self.n_cycles)
         trainable = [(n, p.shape) for n, p in self.model.named_parameters() if p.requires_grad]  # the server's model
         span = head_slice(*map(list, zip(*trainable)))
-        sensitivity = head_newton_sensitivity(ctx.clip, self.damping, self.newton_step, clients.sizes)
+        sensitivity = head_newton_sensitivity(setup.clip, self.damping, self.newton_step, clients.sizes)
         path = [clients.initial_parameters()]
         for _ in range(self.n_cycles):
-            path += run_fedavg(ctx, _StartingAt(clients, path[-1]), n_rounds=self.n_rounds,
+            stage = run_fedavg(session, _StartingAt(clients, path[-1]), clip=setup.clip, n_rounds=self.n_rounds,
                                n_local_steps=self.n_local_steps, step_size=float(self.step_size), mu=mu_stage,
-                               weights=weights, server_step_size=self.server_step_size)[1:]
-            reply = clients.head_newton_steps(path[-1], clip=ctx.clip, damping=self.damping, step=self.newton_step,
+                               weights=weights, server_step_size=self.server_step_size)
+            path += stage.path[1:]
+            reply = clients.head_newton_steps(path[-1], clip=setup.clip, damping=self.damping, step=self.newton_step,
                                               sensitivity=sensitivity, mu=mu_stage, stage="newton-step",
-                                              active=ctx.participants())
+                                              active=session.participants())
             w = effective_weights(weights, reply.answered)
             theta = path[-1].copy()
-            theta[span] -= aggregate(weights, ctx.channel.receive(reply, weights=w), reply.answered)
+            theta[span] -= aggregate(weights, session.channel.receive(reply, weights=w), reply.answered)
             path.append(theta)
-        return path[-1], path, self.n_cycles * self.n_rounds * self.n_local_steps
+        # the diagnostics judge the path with the last FedAvg stage's noise levels (the head step's is not modelled)
+        return Run(path[-1], path, self.n_cycles * self.n_rounds * self.n_local_steps, noise_sd=stage.noise_sd,
+                   update_noise_sd=stage.update_noise_sd, weights=weights)

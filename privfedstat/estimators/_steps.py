@@ -1,24 +1,23 @@
-"""The two building blocks of every algorithm: server gradient descent and local noisy GD.
+"""The two building blocks of every algorithm -- server gradient descent and local noisy GD -- and the
+iteration counts, step sizes and convergence test the protocols share.
 
-Both take their noise budget per message and derive sensitivities from the clipping bound B:
-a mean of per-sample gradients each clipped to norm B changes by at most ``2B / n_i`` in L2 norm
-when one of client i's n_i data is replaced (the paper's Lemma 3.1).
+Both loops talk to the clients through the fit's :class:`~privfedstat.federation.session.Session`,
+take their noise budget per message and derive sensitivities from the clipping bound B: a mean of
+per-sample gradients each clipped to norm B changes by at most ``2B / n_i`` in L2 norm when one of
+client i's n_i data is replaced (the paper's Lemma 3.1).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._validation import check_iterate
 from ..families.curvature import auto_step_size
 from ..federation.server import aggregate, effective_weights
+from ..federation.session import Session
 from ..privacy.calibration import gradient_calibration, local_step_calibration
-
-if TYPE_CHECKING:  # base imports this module (through diagnostics)
-    from .base import FitContext
 
 __all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
 
@@ -64,21 +63,22 @@ def settled(new: np.ndarray, old: np.ndarray, noise_sd: float = 0.0, tol: float 
     return change <= tol * (1.0 + float(np.max(np.abs(new)))) + 4.0 * float(np.max(noise_sd))
 
 
-def gradient_noise_sd(ctx: FitContext, n_iter: int, mu: float) -> np.ndarray:
+def gradient_noise_sd(clip: float, sizes: np.ndarray, n_iter: int, mu: float) -> np.ndarray:
     """Noise sd of each client's gradient message in :func:`server_gradient_descent`: ``2 B sqrt(K) / (mu n_i)``.
 
     The closed form of ``calibrated_sigma(*gradient_calibration(...))`` (equal up to rounding), the
-    form the ``"optimal"`` weights have always used (kept so that those fits are unchanged).
+    form the ``"optimal"`` weights use.
     """
     if math.isinf(mu):
-        return np.zeros(ctx.sizes.size)
-    return 2.0 * ctx.clip * math.sqrt(n_iter) / (mu * ctx.sizes)
+        return np.zeros(sizes.size)
+    return 2.0 * clip * math.sqrt(n_iter) / (mu * sizes)
 
 
 def server_gradient_descent(
-    ctx: FitContext,
+    session: Session,
     theta0: np.ndarray,
     *,
+    clip: float,
     n_iter: int,
     step_size: float,
     mu: float,
@@ -88,7 +88,8 @@ def server_gradient_descent(
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """K steps of FedSGD (Algorithm 1): clients send noisy clipped mean gradients, the server steps.
 
-    Each client's message ``g_i + sigma_i Z`` (verb ``gradients``) has sensitivity ``2B/n_i`` and
+    Each client's message ``g_i + sigma_i Z`` (verb ``gradients``, per-sample gradients clipped to
+    ``clip`` = B) has sensitivity ``2B/n_i`` and
     budget ``mu / sqrt(K)``, i.e. ``sigma_i = 2 B sqrt(K) / (mu n_i)`` as in Algorithm 1. With
     partial participation each round asks a sample of the clients and averages their messages
     with the weights renormalised over them. With ``stop_early`` (only with mu = inf, where
@@ -96,12 +97,12 @@ def server_gradient_descent(
 
     Returns the final parameter and the path ``[theta^(1), ..., theta^(k)]``.
     """
-    sens, mu_msg = gradient_calibration(ctx.clip, ctx.sizes, n_iter, mu)
+    sens, mu_msg = gradient_calibration(clip, session.sizes, n_iter, mu)
     theta = np.array(theta0, dtype=np.float64)
     path = []
     for _ in range(n_iter):
-        g = ctx.mean("gradients", weights=weights, theta=theta, clip=ctx.clip, sensitivity=sens, mu=mu_msg, stage=stage,
-                     active=ctx.participants())
+        g = session.mean("gradients", weights=weights, theta=theta, clip=clip, sensitivity=sens, mu=mu_msg, stage=stage,
+                         active=session.participants())
         old, theta = theta, theta - step_size * g
         check_iterate(theta, stage, step_size)
         path.append(theta)
@@ -111,10 +112,11 @@ def server_gradient_descent(
 
 
 def local_gradient_descent(
-    ctx: FitContext,
+    session: Session,
     clients,
     theta0: np.ndarray,
     *,
+    clip: float,
     n_steps: int,
     step_size: float,
     mu: float,
@@ -131,9 +133,11 @@ def local_gradient_descent(
     Parameters
     ----------
     clients : InProcessClients
-        The clients (``ctx.clients``, or FedNewton's first halves).
+        The clients (``session.clients``, or FedNewton's first halves).
     theta0 : ndarray of shape (d,)
         The server's model.
+    clip : float
+        B, the per-sample gradient clipping bound.
     mu : float
         Budget of the whole run of ``n_steps`` steps.
     weights : ndarray of shape (n_clients,)
@@ -143,8 +147,8 @@ def local_gradient_descent(
     -------
     ndarray of shape (d,)
     """
-    sens, mu_step = local_step_calibration(ctx.clip, step_size, clients.sizes, n_steps, mu)
-    reply = clients.local_descent(theta0, clip=ctx.clip, step_size=step_size, n_steps=n_steps, sensitivity=sens,
-                                  mu=mu_step, stage=stage, active=ctx.participants())
+    sens, mu_step = local_step_calibration(clip, step_size, clients.sizes, n_steps, mu)
+    reply = clients.local_descent(theta0, clip=clip, step_size=step_size, n_steps=n_steps, sensitivity=sens,
+                                  mu=mu_step, stage=stage, active=session.participants())
     w = effective_weights(weights, reply.answered)
-    return aggregate(weights, ctx.channel.receive(reply, weights=w), reply.answered)
+    return aggregate(weights, session.channel.receive(reply, weights=w), reply.answered)

@@ -1,10 +1,11 @@
 """Diagnostics of a fit from released values only (post-processing: no privacy cost, no raw data).
 
 :func:`diagnose` runs after every protocol (see :class:`~privfedstat.FederatedEstimator` for what
-``converged_`` means per algorithm). Its inputs are the server's path of iterates, the public
-noise levels the protocol reports in its :class:`~privfedstat.estimators.base.FitContext`, the
-privacy ledger's calibrated sigmas and sensitivities, the public client sizes and, where one was
-released, the aggregated Hessian.
+``converged_`` means per algorithm). Its inputs are the server's path of iterates and the public
+noise levels the protocol reports in its :class:`~privfedstat.federation.protocol.Run`, the privacy
+ledger's calibrated sigmas and sensitivities, the public client sizes and, where one was released,
+the aggregated Hessian. :func:`review_inference` runs after the inference stage, on what it
+released at the estimate (the Hessian, the share of clipped gradients).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import warnings
 import numpy as np
 
 from ..exceptions import ClippingBiasWarning, ConvergenceWarning, IllConditionedWarning, PrivacyNoiseWarning
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
 from ._steps import settled
 
-__all__ = ["diagnose", "noise_dominated", "undersized_clients", "stationarity_gap", "hessian_condition", "CONDITION_LIMIT"]
+__all__ = ["diagnose", "review_inference", "noise_dominated", "undersized_clients", "stationarity_gap",
+           "hessian_condition", "CONDITION_LIMIT"]
 
 #: with mu = inf, a fit further than this many model-based SEs from the pooled optimum warns
 STATIONARITY_SE = 0.5
@@ -79,36 +83,36 @@ def undersized_clients(ledger, sizes: np.ndarray) -> tuple[np.ndarray, int]:
     return bad, n_min
 
 
-def _sampling_se_proxy(ctx, n_samples: int, n_params: int):
+def _sampling_se_proxy(H: np.ndarray | None, family, n_samples: int, n_params: int):
     """Sampling SE proxy per coefficient: ``sqrt(diag(H^-1) / N)`` from a released (floored) Hessian
     when the protocol released one (post-processing), else ``1 / sqrt(c0 N)`` with c0 the family's
     curvature at 0 (unit-scale, uncorrelated columns)."""
-    H = ctx.hessian
     if H is not None and H.shape == (n_params, n_params):
         vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
         floor = max(float(vals[-1]) * 1e-8, 1e-300)
         return np.sqrt((vecs**2) @ (1.0 / np.maximum(vals, floor)) / n_samples)
-    return 1.0 / math.sqrt(float(ctx.clients.family.curvature_at_zero) * n_samples)
+    return 1.0 / math.sqrt(float(family.curvature_at_zero) * n_samples)
 
 
-def stationarity_gap(ctx, theta: np.ndarray, n_samples: int, penalty=None) -> float:
+def stationarity_gap(session: Session, clip: float, theta: np.ndarray, n_samples: int, penalty=None) -> float:
     """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
 
     Only for non-private fits (mu = inf: nothing is released, so the server may evaluate the
     size-weighted gradient g and Hessian H of the fit's own, possibly clipped, objective): one
     Newton step ``s = H^-1 g`` measured against ``sqrt(diag(H^-1) / N)``, maximised over
-    coefficients. FedAvg's and SCAFFOLD's local steps can settle at a fixed point that is not the
+    coefficients (per-sample gradients clipped at ``clip``, as the fit's objective).
+    FedAvg's and SCAFFOLD's local steps can settle at a fixed point that is not the
     pooled optimum without any iterate moving; this sees it. For a penalised fit (``penalty``, an
     :class:`~privfedstat.penalty.ElasticNet`) the step is the proximal Newton step of the penalised
     objective. Skipped (0) when the per-client Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H
     is singular.
     """
-    clients = ctx.clients
+    clients = session.clients
     p = int(clients.n_params)
     if clients.n_clients * p * p * 8 > STATIONARITY_MAX_BYTES:
         return 0.0
-    w = ctx.size_weights
-    gradients, hessians = clients.exact(theta, clip=ctx.clip)  # mu = inf: nothing to protect
+    w = session.size_weights
+    gradients, hessians = clients.exact(theta, clip=clip)  # mu = inf: nothing to protect
     g = w @ gradients
     H = np.tensordot(w, hessians, axes=1).reshape(p, p)
     try:
@@ -134,7 +138,7 @@ def _names(idx, limit: int = 8, features=None) -> str:
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
-def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
+def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> bool | None:
     """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
 
     For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
@@ -144,10 +148,13 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
     ----------
     est : FederatedEstimator
         The estimator (its ``method`` and ``_advice()`` word the messages).
-    ctx : FitContext
-        After the protocol ran: ``noise_sd``, ``update_noise_sd``, ``hessian``, the ledger.
-    path : list of ndarray
-        Server iterates on the fitting scale, the last one being the estimate.
+    session : Session
+        The fit's session (the clients, the ledger after the protocol).
+    setup : Setup
+        The protocol's clipping bound and estimation mu.
+    run : Run
+        The protocol's result: the server's iterates on the fitting scale (the last one the
+        estimate), ``noise_sd``, ``update_noise_sd``, ``shortened``, ``hessian``.
     n_samples : int
         N (public).
 
@@ -156,9 +163,10 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
     bool or None
         ``converged_``.
     """
+    path = run.path
     theta = np.ravel(path[-1])
-    finite = math.isfinite(ctx.mu)
-    update_sd = 0.0 if not finite else ctx.update_noise_sd
+    finite = math.isfinite(setup.mu)
+    update_sd = 0.0 if not finite else run.update_noise_sd
     # window: with noise, the mean update over the last quarter of the path (a slow drift shows
     # through the noise); without noise, the last update (as the "auto" loops stop)
     k = max(1, (len(path) - 1) // 4) if finite else 1
@@ -175,9 +183,9 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             ConvergenceWarning,
             stacklevel=4,
         )
-    elif ctx.shortened is not None and ctx.shortened[0] > SHORTENED_NOISE_SDS * float(
-            np.linalg.norm(np.broadcast_to(ctx.noise_sd, theta.shape))):
-        norm, radius = ctx.shortened  # a cut step far longer than its noise: the path was still travelling
+    elif run.shortened is not None and run.shortened[0] > SHORTENED_NOISE_SDS * float(
+            np.linalg.norm(np.broadcast_to(run.noise_sd, theta.shape))):
+        norm, radius = run.shortened  # a cut step far longer than its noise: the path was still travelling
         converged = False
         warnings.warn(
             f"{est.method} did not reach the optimum: its last step (norm {norm:.3g} on the fitting scale, far above "
@@ -188,9 +196,10 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
             ConvergenceWarning,
             stacklevel=4,
         )
-    glm = ctx.clients.family is not None  # networks (privfedstat.deep) have no family: GLM checks skipped
+    family = session.clients.family
+    glm = family is not None  # networks (privfedstat.deep) have no family: GLM checks skipped
     if not finite and converged is not False and glm:
-        gap = stationarity_gap(ctx, theta, n_samples, getattr(est, "penalty_", None))
+        gap = stationarity_gap(session, setup.clip, theta, n_samples, getattr(est, "penalty_", None))
         if gap > STATIONARITY_SE:
             converged = False
             warnings.warn(
@@ -201,12 +210,12 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 stacklevel=4,
             )
     if finite:
-        se = _sampling_se_proxy(ctx, n_samples, theta.size) if glm else np.inf
-        idx, small = noise_dominated(theta, ctx.noise_sd, se)
+        se = _sampling_se_proxy(run.hessian, family, n_samples, theta.size) if glm else np.inf
+        idx, small = noise_dominated(theta, run.noise_sd, se)
         if idx.size:
             features = getattr(est, "feature_names_in_", None)
             features = features if features is not None and len(features) == theta.size else None
-            sd = float(np.max(np.broadcast_to(ctx.noise_sd, theta.shape)[idx]))
+            sd = float(np.max(np.broadcast_to(run.noise_sd, theta.shape)[idx]))
             se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
             tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
@@ -216,17 +225,17 @@ def diagnose(est, ctx, path: list[np.ndarray], n_samples: int) -> bool | None:
                 PrivacyNoiseWarning,
                 stacklevel=4,
             )
-        bad, n_min = undersized_clients(ctx.channel.ledger, ctx.sizes)
+        bad, n_min = undersized_clients(session.ledger, session.sizes)
         if bad.size:
             warnings.warn(
-                f"{bad.size} site(s) are too small for mu = {ctx.mu:.3g} with {est.method} (e.g. site {int(bad[0])}, "
-                f"n = {int(ctx.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
+                f"{bad.size} site(s) are too small for mu = {setup.mu:.3g} with {est.method} (e.g. site {int(bad[0])}, "
+                f"n = {int(session.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
                 "at these settings; merge small sites, increase mu, or use fewer rounds.",
                 PrivacyNoiseWarning,
                 stacklevel=4,
             )
-    if ctx.hessian is not None:
-        cond = hessian_condition(ctx.hessian)
+    if run.hessian is not None:
+        cond = hessian_condition(run.hessian)
         if cond > CONDITION_LIMIT:
             what = "not positive definite" if math.isinf(cond) else f"ill-conditioned (condition number {cond:.2g})"
             warnings.warn(
@@ -302,7 +311,7 @@ CLIPPED_WARN = 0.05
 
 def warn_clipping(estimator, share: float, sd: float) -> None:
     """ClippingBiasWarning when more than ``CLIPPED_WARN`` of the per-sample gradients are clipped at the
-    estimate (a private count released with the inference, :func:`privfedstat.inference.core.private_inference`).
+    estimate (a private count released with the inference, :func:`privfedstat.inference.core.infer`).
 
     Clipping a gradient replaces the score by a bounded one: the fit then solves a Huberised
     equation whose root moves away from the MLE as more rows are clipped, by an amount the
@@ -321,3 +330,26 @@ def warn_clipping(estimator, share: float, sd: float) -> None:
         ClippingBiasWarning,
         stacklevel=4,
     )
+
+
+def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_original: np.ndarray) -> bool:
+    """Warnings from the inference releases at the estimate (post-processing); whether the fit still counts as converged.
+
+    Called on the fitted ``estimator`` (its ``inference_``, ``mu_``, ``coef_`` names): with finite
+    mu and a sampling covariance, a :class:`~privfedstat.ConvergenceWarning` when the protocol
+    stopped short of the optimum of its (clipped) objective by more than ``OPTIMISATION_SE``
+    standard errors (:func:`optimisation_gap`, from the released ``hessian``; returns False then),
+    and a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is
+    large (:func:`warn_clipping`).
+    """
+    inference, converged = estimator.inference_, estimator.converged_
+    if hessian is not None and math.isfinite(estimator.mu_) and inference.cov_sampling is not None:
+        init = getattr(estimator, "init", None)
+        theta0 = np.zeros_like(run.theta) if init is None else np.asarray(init, dtype=np.float64).ravel()
+        gap = optimisation_gap(run.noise_model, hessian, run.theta, theta0)
+        if gap is not None and warn_optimisation_gap(estimator, to_original @ gap, np.sqrt(np.diag(inference.cov)),
+                                                     list(estimator._coef_names()[0])):
+            converged = False  # the noise-free path had not reached the optimum
+    if inference.clipped_fraction is not None:
+        warn_clipping(estimator, *inference.clipped_fraction)
+    return converged

@@ -7,7 +7,10 @@ import math
 from .._validation import check_iterate, check_positive_float, check_positive_int
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
 from ._steps import resolve_step_size
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 
 __all__ = ["DPFedAvg"]
 
@@ -128,20 +131,20 @@ class DPFedAvg(FederatedEstimator):
     def _advice(self) -> str:
         return "Increase n_rounds (R) or n_local_steps (K), or raise update_clip if most updates are clipped."
 
-    def _run(self, ctx: FitContext):
+    def _run(self, session: Session, setup: Setup) -> Run:
         R, K = int(self.n_rounds), int(self.n_local_steps)
-        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
         eta_g = float(self.server_step_size)
         S = float(self.update_clip)
-        w = self._resolve_weights(ctx)
-        sens, mu_round = client_update_calibration(S, ctx.clients.n_clients, R, ctx.mu)
-        theta = ctx.clients.initial_parameters()
+        w = resolve_weights(self, session, setup.clip)
+        sens, mu_round = client_update_calibration(S, session.clients.n_clients, R, setup.mu)
+        theta = session.clients.initial_parameters()
         path = [theta]
         for _ in range(R):
-            update = ctx.mean("clipped_update", weights=w, theta=theta, step_size=eta, n_steps=K, update_clip=S,
-                              sensitivity=sens, mu=mu_round, stage="client-update", active=ctx.participants())
-            theta = theta + eta_g * update / ctx.sampling_rate  # Poisson rounds: fixed denominator q (unbiased)
+            update = session.mean("clipped_update", weights=w, theta=theta, step_size=eta, n_steps=K, update_clip=S,
+                                  sensitivity=sens, mu=mu_round, stage="client-update", active=session.participants())
+            theta = theta + eta_g * update / session.sampling_rate  # Poisson rounds: fixed denominator q (unbiased)
             check_iterate(theta, "the DP-FedAvg server update", eta_g)
             path.append(theta)
-        ctx.noise_sd = ctx.update_noise_sd = eta_g * aggregate_sd(calibrated_sigma(sens, mu_round), w)
-        return theta, path, R * K
+        noise_sd = eta_g * aggregate_sd(calibrated_sigma(sens, mu_round), w)
+        return Run(theta, path, R * K, noise_sd=noise_sd, update_noise_sd=noise_sd, weights=w)

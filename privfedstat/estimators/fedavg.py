@@ -10,7 +10,10 @@ from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedavg_noise
 from ._steps import MAX_ROUNDS_NONPRIVATE, local_gradient_descent, resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, local_step_calibration, stage_budget
 
 __all__ = ["FedAvg", "run_fedavg"]
@@ -19,14 +22,15 @@ __all__ = ["FedAvg", "run_fedavg"]
 PAPER_N_ROUNDS = 2
 
 
-def run_fedavg(ctx: FitContext, clients, *, n_rounds: int, n_local_steps: int, step_size: float, mu: float,
-               weights: np.ndarray, stop_early: bool = False, server_step_size: float = 1.0) -> list[np.ndarray]:
-    """R rounds of FedAvg from 0 on ``clients``' data (``ctx.clients`` or FedNewton's halves); returns the server path theta^(0..R).
+def run_fedavg(session: Session, clients, *, clip: float, n_rounds: int, n_local_steps: int, step_size: float,
+               mu: float, weights: np.ndarray, stop_early: bool = False, server_step_size: float = 1.0) -> Run:
+    """R rounds of FedAvg from 0 on ``clients``' data (``session.clients`` or FedNewton's halves).
 
     The budget ``mu`` is split evenly over the R K local steps, i.e. each step adds noise with
-    ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6). Sets ``ctx.noise_sd``
-    (the last local step's noise, averaged) and ``ctx.update_noise_sd`` (sqrt(K) times it, the
-    K steps of a round) and ``ctx.noise_model`` (:func:`~privfedstat.theory.noise.fedavg_noise`).
+    ``sigma_i = 2 B eta sqrt(R K) / (mu n_i)`` (Algorithm 3, Lemma 3.6; B = ``clip``). The
+    returned :class:`~privfedstat.federation.protocol.Run` holds the server path theta^(0..R), the
+    last local step's noise averaged (``noise_sd``) and sqrt(K) times it, the K steps of a round
+    (``update_noise_sd``), and the noise model (:func:`~privfedstat.theory.noise.fedavg_noise`).
     With ``stop_early`` (mu = inf only) the rounds end once the averaged model stops moving
     (:func:`~privfedstat.estimators._steps.settled`). ``server_step_size`` (eta_s, the CNN runs
     of Section 5.2; inferred): the server moves by eta_s times the change of the averaged model,
@@ -36,17 +40,17 @@ def run_fedavg(ctx: FitContext, clients, *, n_rounds: int, n_local_steps: int, s
     mu_round = stage_budget(mu, n_rounds)
     path = [clients.initial_parameters()]
     for _ in range(n_rounds):
-        avg = local_gradient_descent(ctx, clients, path[-1], n_steps=n_local_steps, step_size=step_size, mu=mu_round,
-                                     stage="local-step", weights=weights)
+        avg = local_gradient_descent(session, clients, path[-1], clip=clip, n_steps=n_local_steps, step_size=step_size,
+                                     mu=mu_round, stage="local-step", weights=weights)
         path.append(avg if server_step_size == 1.0 else path[-1] + server_step_size * (avg - path[-1]))
         if stop_early and settled(path[-1], path[-2]):
             break
-    ctx.noise_sd = server_step_size * aggregate_sd(calibrated_sigma(*local_step_calibration(
-        ctx.clip, step_size, clients.sizes, n_local_steps, mu_round)), weights)
-    ctx.update_noise_sd = math.sqrt(n_local_steps) * ctx.noise_sd
-    ctx.noise_model = fedavg_noise(clip=ctx.clip, sizes=clients.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
-                                   step_size=step_size, weights=weights)
-    return path
+    noise_sd = server_step_size * aggregate_sd(calibrated_sigma(*local_step_calibration(
+        clip, step_size, clients.sizes, n_local_steps, mu_round)), weights)
+    noise_model = fedavg_noise(clip=clip, sizes=clients.sizes, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
+                               step_size=step_size, weights=weights)
+    return Run(path[-1], path, (len(path) - 1) * n_local_steps, noise_sd=noise_sd,
+               update_noise_sd=math.sqrt(n_local_steps) * noise_sd, noise_model=noise_model, weights=weights)
 
 
 class FedAvg(FederatedEstimator):
@@ -142,10 +146,9 @@ class FedAvg(FederatedEstimator):
     def _advice(self) -> str:
         return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."
 
-    def _run(self, ctx: FitContext):
-        R, stop_early = resolve_count(self.n_rounds, ctx.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
-        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
-        path = run_fedavg(ctx, ctx.clients, n_rounds=R, n_local_steps=self.n_local_steps, step_size=eta, mu=ctx.mu,
-                          weights=self._resolve_weights(ctx), stop_early=stop_early,
-                          server_step_size=getattr(self, "server_step_size", 1.0))
-        return path[-1], path, (len(path) - 1) * self.n_local_steps
+    def _run(self, session: Session, setup: Setup) -> Run:
+        R, stop_early = resolve_count(self.n_rounds, setup.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        return run_fedavg(session, session.clients, clip=setup.clip, n_rounds=R, n_local_steps=self.n_local_steps,
+                          step_size=eta, mu=setup.mu, weights=resolve_weights(self, session, setup.clip),
+                          stop_early=stop_early, server_step_size=getattr(self, "server_step_size", 1.0))

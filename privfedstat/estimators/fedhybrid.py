@@ -6,7 +6,10 @@ from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedhybrid_noise
 from ._steps import gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size, server_gradient_descent
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 from ..privacy.calibration import aggregate_sd, stage_budget
 
 __all__ = ["FedHybrid"]
@@ -105,21 +108,20 @@ class FedHybrid(FederatedEstimator):
     def _advice(self) -> str:
         return "Increase n_server_iter (K2), or use step_size='auto' if a larger step oscillated."
 
-    def _run(self, ctx: FitContext):
+    def _run(self, session: Session, setup: Setup) -> Run:
         K1 = self.n_local_steps
-        K2, stop_early = resolve_count(self.n_server_iter, ctx.mu, PAPER_N_SERVER_ITER)
-        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
-        mu_stage = stage_budget(ctx.mu, 2)
-        theta0 = ctx.clients.initial_parameters()
-        theta_bar = local_gradient_descent(ctx, ctx.clients, theta0, n_steps=K1, step_size=eta, mu=mu_stage,
-                                           stage="local-step", weights=ctx.size_weights)
-        sd = gradient_noise_sd(ctx, K2, mu_stage)
-        weights = self._resolve_weights(ctx, noise_var=sd**2)
-        theta, path = server_gradient_descent(
-            ctx, theta_bar, n_iter=K2, step_size=eta, mu=mu_stage, weights=weights, stage="gradient",
-            stop_early=stop_early,
-        )
-        ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
-        ctx.noise_model = fedhybrid_noise(clip=ctx.clip, sizes=ctx.sizes, mu=ctx.mu, n_local_steps=K1, n_server_iter=K2,
-                                          step_size=eta, weights=weights)
-        return theta, [theta0, theta_bar] + path, K1 + len(path)
+        K2, stop_early = resolve_count(self.n_server_iter, setup.mu, PAPER_N_SERVER_ITER)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        mu_stage = stage_budget(setup.mu, 2)
+        theta0 = session.clients.initial_parameters()
+        theta_bar = local_gradient_descent(session, session.clients, theta0, clip=setup.clip, n_steps=K1, step_size=eta,
+                                           mu=mu_stage, stage="local-step", weights=session.size_weights)
+        sd = gradient_noise_sd(setup.clip, session.sizes, K2, mu_stage)
+        weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
+        theta, path = server_gradient_descent(session, theta_bar, clip=setup.clip, n_iter=K2, step_size=eta,
+                                              mu=mu_stage, weights=weights, stage="gradient", stop_early=stop_early)
+        noise_sd = eta * aggregate_sd(sd, weights)
+        noise_model = fedhybrid_noise(clip=setup.clip, sizes=session.sizes, mu=setup.mu, n_local_steps=K1,
+                                      n_server_iter=K2, step_size=eta, weights=weights)
+        return Run(theta, [theta0, theta_bar] + path, K1 + len(path), noise_sd=noise_sd, update_noise_sd=noise_sd,
+                   noise_model=noise_model, weights=weights)

@@ -19,7 +19,10 @@ from ..theory.noise import IRLSNoise
 from .._validation import DIVERGENCE_NORM, check_iterate
 from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 
 __all__ = ["FedIRLS"]
 
@@ -279,52 +282,52 @@ class FedIRLS(FederatedEstimator):
         return DEFAULT_ROUNDS if finite else MAX_ROUNDS_NONPRIVATE
 
     # ------------------------------------------------------------------ protocol
-    def _run(self, ctx: FitContext):
-        p, m = ctx.clients.n_params, ctx.clients.n_clients
+    def _run(self, session: Session, setup: Setup) -> Run:
+        p, m = session.clients.n_params, session.clients.n_clients
         need_gb = m * p * p * 8 / 1e9
         if need_gb > MAX_HESSIAN_GB:
             raise ValueError(
                 f"FedIRLS forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {m} clients, limit "
                 f"{MAX_HESSIAN_GB} GB); reduce the number of parameters (features x (classes - 1)) or use FedAvg / Scaffold."
             )
-        finite = math.isfinite(ctx.mu)
+        mu, clip, hessian_clip = setup.mu, setup.clip, setup.hessian_clip
+        finite = math.isfinite(mu)
         R = self._rounds(finite)
-        w = self._resolve_weights(ctx)
-        sens_g = 2.0 * ctx.clip / ctx.sizes
-        sens_h = hessian_sensitivity(ctx.hessian_clip, ctx.sizes)
+        w = resolve_weights(self, session, clip)
+        sens_g = 2.0 * clip / session.sizes
+        sens_h = hessian_sensitivity(hessian_clip, session.sizes)
         if isinstance(self.budget_split, str) and not finite:
             shares = np.ones((R, 2))
         elif isinstance(self.budget_split, str):
-            c0 = float(ctx.clients.family.curvature_at_zero)
-            beta = (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / ctx.mu**2
+            c0 = float(session.clients.family.curvature_at_zero)
+            beta = (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
             shares = auto_budget_split(R, beta)
         else:
             shares = self._explicit_split()
-        mu_g, mu_h = (ctx.mu * np.sqrt(shares[:, 0]), ctx.mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
+        mu_g, mu_h = (mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
 
         def gradient(theta, r):
-            return ctx.mean("gradients", weights=w, theta=theta, clip=ctx.clip, sensitivity=sens_g, mu=mu_g[r],
-                            stage="irls-gradient")
+            return session.mean("gradients", weights=w, theta=theta, clip=clip, sensitivity=sens_g, mu=mu_g[r],
+                                stage="irls-gradient")
 
         def gradient_and_loss(theta):  # mu = inf only: nothing is noised
-            loss = float(ctx.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])
+            loss = float(session.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])
             return gradient(theta, 0), loss
 
-        theta = ctx.clients.initial_parameters()
+        theta = session.clients.initial_parameters()
         path = [theta]
         if finite:
             g = gradient(theta, 0)
         else:
             g, f = gradient_and_loss(theta)
-        H_floored, lam, rounds = None, math.nan, 0
+        H, H_floored, lam, rounds, shortened = None, None, math.nan, 0, None
         hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
         for r in range(R):
             if shares[r, 1] > 0:
-                H = vec_to_sym(ctx.mean("hessians", weights=w, theta=theta, hessian_clip=ctx.hessian_clip,
-                                        sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian"), p)
-                lam = self._floor(ctx, aggregated_noise_sd(sens_h, mu_h[r], w))
+                H = vec_to_sym(session.mean("hessians", weights=w, theta=theta, hessian_clip=hessian_clip,
+                                            sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian"), p)
+                lam = self._floor(session.clients.family, aggregated_noise_sd(sens_h, mu_h[r], w))
                 H_floored = floor_eigenvalues(H, lam)
-                ctx.hessian = H
                 h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
             hessian_var[r], floors[r] = h_var, lam
             step = self.step_size * np.linalg.solve(H_floored, g)
@@ -332,7 +335,7 @@ class FedIRLS(FederatedEstimator):
             if finite:
                 length = float(np.linalg.norm(step))
                 if r == R - 1 and length > self.max_step:
-                    ctx.shortened = (length, float(self.max_step))
+                    shortened = (length, float(self.max_step))
                 theta = theta - _within(step, self.max_step)
                 check_iterate(theta, "FedIRLS", self.step_size)
                 path.append(theta)
@@ -351,12 +354,15 @@ class FedIRLS(FederatedEstimator):
         self.budget_split_ = shares[:rounds]
         self.hessian_floor_ = lam
         gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(rounds)])
-        ctx.noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
+        noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
+        noise_sd, update_noise_sd = 0.0, None
         if finite:
-            self._report_noise(ctx, H_floored, np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
-        return theta, path, rounds
+            noise_sd, update_noise_sd = self._noise(
+                H_floored, np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
+        return Run(theta, path, rounds, noise_sd=noise_sd, update_noise_sd=update_noise_sd, hessian=H,
+                   shortened=shortened, noise_model=noise_model, weights=w)
 
-    def _report_noise(self, ctx: FitContext, H_floored: np.ndarray, gradient_sd: np.ndarray) -> None:
+    def _noise(self, H_floored: np.ndarray, gradient_sd: np.ndarray) -> tuple[np.ndarray, float]:
         """Noise sd of the estimate and of the last update, per coordinate (for the diagnostics).
 
         The last step adds ``eta H^{-1} xi_R`` (sd ``s_R sqrt(diag(H^{-2}))`` for gradient noise of
@@ -364,14 +370,13 @@ class FedIRLS(FederatedEstimator):
         """
         vals, vecs = np.linalg.eigh(H_floored)
         scale = self.step_size * np.sqrt((vecs**2) @ vals**-2.0)
-        ctx.noise_sd = gradient_sd[-1] * scale
-        ctx.update_noise_sd = float(np.max(np.sqrt(np.sum(gradient_sd[-2:] ** 2)) * scale))
+        return gradient_sd[-1] * scale, float(np.max(np.sqrt(np.sum(gradient_sd[-2:] ** 2)) * scale))
 
-    def _floor(self, ctx: FitContext, noise_sd: float) -> float:
+    def _floor(self, family, noise_sd: float) -> float:
         """Eigenvalue floor lambda for a Hessian whose averaged noise has diagonal sd ``noise_sd``."""
         if self.hessian_floor != "auto":
             return float(self.hessian_floor)
-        tiny = 1e-8 * float(ctx.clients.family.curvature_at_zero)
+        tiny = 1e-8 * float(family.curvature_at_zero)
         return max(tiny, FLOOR_NOISE_SDS * noise_sd)
 
 

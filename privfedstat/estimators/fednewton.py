@@ -16,7 +16,10 @@ from ..theory.noise import NewtonNoise
 from ._steps import resolve_step_size
 from .fedavg import run_fedavg
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 
 __all__ = ["FedNewton"]
 
@@ -172,34 +175,34 @@ class FedNewton(FederatedEstimator):
         return ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "
                 "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
 
-    def _run(self, ctx: FitContext):
-        half1, half2 = ctx.clients.split_halves(ctx.seed)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        clients = session.clients
+        half1, half2 = clients.split_halves(session.seed)
         n1, n2 = half1.sizes, half2.sizes
-        d = ctx.clients.n_features
+        d = clients.n_features
         if np.any(n1 < d):
             i = int(np.argmax(n1 < d))
             raise ValueError(
                 f"FedNewton inverts a Hessian on half of each client's rows: client {i} has {n1[i]} rows "
                 f"in that half but there are {d} features. FedNewton needs n_i >= 2 d; use FedAvg or merge small clients."
             )
-        p = ctx.clients.n_params
+        p = clients.n_params
         need_gb = n1.size * p * p * 8 / 1e9
         if need_gb > MAX_HESSIAN_GB:
             raise ValueError(
                 f"FedNewton forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {n1.size} clients, "
                 f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
-        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, ctx.clients.family, ctx.mu), ctx.clip, ctx.hessian_clip
-        mu_stage = stage_budget(ctx.mu, 2)
-        weights = self._resolve_weights(ctx)
+        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, clients.family, setup.mu), setup.clip, setup.hessian_clip
+        mu_stage = stage_budget(setup.mu, 2)
+        weights = resolve_weights(self, session, B)
 
-        path = run_fedavg(ctx, half1, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                          step_size=resolve_step_size(self.step_size, ctx.clients.family, d), mu=mu_stage, weights=weights)
-        fedavg_model = ctx.noise_model
-        theta1 = path[-1]
+        first = run_fedavg(session, half1, clip=B, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
+                           step_size=resolve_step_size(self.step_size, clients.family, d), mu=mu_stage, weights=weights)
+        theta1 = first.theta
         if self.newton_noise == "paper":
             C_H, G = math.inf, np.full(n1.size, math.inf)
-            sens = paper_newton_sensitivity(B, lam, ctx.sizes)
+            sens = paper_newton_sensitivity(B, lam, session.sizes)
             warnings.warn(
                 "newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau_1 "
                 "(= hessian_floor), which bounds its sensitivity only under Assumption 2; use the default "
@@ -207,14 +210,15 @@ class FedNewton(FederatedEstimator):
                 PrivacyLeakWarning,
                 stacklevel=4,
             )
-            ctx.channel.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {lam:g} "
+            session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {lam:g} "
                                         "(valid only under Assumption 2)")
         else:
-            G = newton_grad_radius(self.newton_grad_clip, B, C_H, lam, n1, n2, ctx.mu)
+            G = newton_grad_radius(self.newton_grad_clip, B, C_H, lam, n1, n2, setup.mu)
             sens = newton_sensitivity(B, C_H, lam, G, n1, n2)
-        theta2 = ctx.mean("newton_steps", weights=weights, clients=half1, theta=theta1, clip=B, hessian_clip=C_H,
-                          hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton")
+        theta2 = session.mean("newton_steps", weights=weights, clients=half1, theta=theta1, clip=B, hessian_clip=C_H,
+                              hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton")
         sigma = calibrated_sigma(sens, mu_stage)
-        ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(sigma, weights)
-        ctx.noise_model = NewtonNoise(fedavg_model, sigma**2, weights, lam)
-        return theta2, path + [theta2], self.n_rounds * self.n_local_steps + 1
+        noise_sd = aggregate_sd(sigma, weights)
+        return Run(theta2, first.path + [theta2], self.n_rounds * self.n_local_steps + 1, noise_sd=noise_sd,
+                   update_noise_sd=noise_sd, noise_model=NewtonNoise(first.noise_model, sigma**2, weights, lam),
+                   weights=weights)

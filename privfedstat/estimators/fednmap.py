@@ -21,7 +21,10 @@ from ..penalty import ElasticNet
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 from ..privacy.clipping import AutoClip
 from ._steps import resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 from .scaffold import Scaffold
 from .scaling import FeatureBounds, PrivateStandardize
 
@@ -158,10 +161,9 @@ class _Penalized:
         mask[list(cols)] = False
         return mask.ravel()
 
-    def _penalty(self, ctx: FitContext) -> ElasticNet:
+    def _penalty(self, clients) -> ElasticNet:
         """phi on the fitting scale, set as ``penalty_`` (the mu = inf stationarity check reads it)."""
-        self.penalty_ = ElasticNet.from_alpha(self.alpha, self._l1_ratio(),
-                                              self._mask(ctx.clients.n_features, ctx.clients.family))
+        self.penalty_ = ElasticNet.from_alpha(self.alpha, self._l1_ratio(), self._mask(clients.n_features, clients.family))
         return self.penalty_
 
 
@@ -299,25 +301,25 @@ class FedNMap(_Penalized, FederatedEstimator):
         gamma = eta_hat if self.gamma == "auto" else float(self.gamma)
         return (gamma,) * Q, gamma, True
 
-    def _run(self, ctx: FitContext):
-        R, stop_early = resolve_count(self.n_rounds, ctx.mu, DEFAULT_ROUNDS, MAX_ROUNDS)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        R, stop_early = resolve_count(self.n_rounds, setup.mu, DEFAULT_ROUNDS, MAX_ROUNDS)
         Q = int(self.n_local_steps)
-        clients = ctx.clients
+        clients = session.clients
         eta_a = resolve_step_size(self.step_size, clients.family, clients.n_features)
         eta_hat = float(self.server_step_size) * eta_a * Q
         local_steps, server_step, normal_map = self._schedule(eta_a, eta_hat, Q)
-        phi = self._penalty(ctx)
-        w = self._resolve_weights(ctx)
-        sens, mu_step = gradient_calibration(ctx.clip, ctx.sizes, R * Q, ctx.mu)  # R Q noisy local gradients
+        phi = self._penalty(clients)
+        w = resolve_weights(self, session, setup.clip)
+        sens, mu_step = gradient_calibration(setup.clip, session.sizes, R * Q, setup.mu)  # R Q noisy local gradients
         z = clients.initial_parameters()
         x = phi.prox(z, server_step)
         ybar = None
         path = [x]
         for _ in range(R):
             start, shift = (z, (z - x) / server_step) if normal_map else (x, np.zeros_like(x))
-            uploads, _, answered = ctx.ask("composite_round", weights=w, z=start, shift=shift, prox_steps=local_steps,
-                                           penalty=phi, ybar=ybar, clip=ctx.clip, step_size=eta_a, sensitivity=sens,
-                                           mu=mu_step, stage="local-gradient")
+            uploads, _, answered = session.ask("composite_round", weights=w, z=start, shift=shift,
+                                               prox_steps=local_steps, penalty=phi, ybar=ybar, clip=setup.clip,
+                                               step_size=eta_a, sensitivity=sens, mu=mu_step, stage="local-gradient")
             ybar = aggregate(w, uploads, answered)
             z_old, z = z, start - eta_hat * ybar
             x = phi.prox(z, server_step)
@@ -325,8 +327,8 @@ class FedNMap(_Penalized, FederatedEstimator):
             path.append(x)
             if stop_early and settled(x, path[-2]) and settled(z, z_old):
                 break
-        ctx.noise_sd = ctx.update_noise_sd = eta_hat * aggregate_sd(calibrated_sigma(sens, mu_step), w) / math.sqrt(Q)
-        return x, path, (len(path) - 1) * Q
+        noise_sd = eta_hat * aggregate_sd(calibrated_sigma(sens, mu_step), w) / math.sqrt(Q)
+        return Run(x, path, (len(path) - 1) * Q, noise_sd=noise_sd, update_noise_sd=noise_sd, weights=w)
 
 
 class ZhangComposite(FedNMap):
@@ -391,9 +393,9 @@ class FedCanon(_Penalized, Scaffold):
     def _server_prox(self, x: np.ndarray, step: float) -> np.ndarray:
         return self.penalty_.prox(x, step)
 
-    def _run(self, ctx: FitContext):
-        self._penalty(ctx)
-        return super()._run(ctx)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        self._penalty(session.clients)
+        return super()._run(session, setup)
 
 
 for _cls in (FedNMap, ZhangComposite, FedCanon):

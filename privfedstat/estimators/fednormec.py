@@ -20,7 +20,10 @@ from .._validation import check_iterate, check_positive_float, check_positive_in
 from ..federation.server import effective_weights, resolve_participation
 from ..privacy.calibration import calibrated_sigma, client_update_calibration, normec_noise_multiplier
 from ._steps import resolve_step_size
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 
 __all__ = ["FedAlphaNormEC", "ClippedFedAvg", "DEFAULT_DELTA"]
 
@@ -152,7 +155,7 @@ class _UnitMessageRounds(FederatedEstimator):
         return self.privacy_.public_view().epsilon(self.delta_)
 
     # ------------------------------------------------------------------ protocol
-    def _messages(self, ctx: FitContext, x: np.ndarray, weights: np.ndarray, sensitivity: np.ndarray,
+    def _messages(self, session: Session, x: np.ndarray, weights: np.ndarray, sensitivity: np.ndarray,
                   mu_round: float, step_size: float) -> tuple[np.ndarray, np.ndarray]:
         """This round's noisy unit-scale messages (n_clients, n_params) and the mask of clients that sent one."""
         raise NotImplementedError
@@ -161,26 +164,26 @@ class _UnitMessageRounds(FederatedEstimator):
         """Whether the server steps along ``v_hat / ||v_hat||`` (else along v_hat)."""
         return False
 
-    def _run(self, ctx: FitContext):
+    def _run(self, session: Session, setup: Setup) -> Run:
         R, T = int(self.n_rounds), int(self.n_local_steps)
-        clients = ctx.clients
+        clients = session.clients
         m = clients.n_clients
         gamma = resolve_step_size(self.step_size, clients.family, clients.n_features)
         eta = resolve_step_size(self.server_step_size, clients.family, clients.n_features)
         beta = float(self.beta)
-        w = self._resolve_weights(ctx)
-        p = 1.0 if ctx.participation is None else ctx.participation.expected_rate(m)
-        sens, mu_round = client_update_calibration(1.0, m, R, ctx.mu)  # sensitivity 2: norm < 1, whole client replaced
+        w = resolve_weights(self, session, setup.clip)
+        p = 1.0 if session.participation is None else session.participation.expected_rate(m)
+        sens, mu_round = client_update_calibration(1.0, m, R, setup.mu)  # sensitivity 2: norm < 1, whole client replaced
         sigma = float(calibrated_sigma(sens, mu_round)[0])
         x = clients.initial_parameters()
         h = np.zeros((m, x.size))  # the server's sums of scaled messages per client (h_i estimates beta sum Delta_i = v_i)
         path = [x]
         for _ in range(R):
-            messages, sent = self._messages(ctx, x, w, sens, mu_round, gamma)
+            messages, sent = self._messages(session, x, w, sens, mu_round, gamma)
             if not self._error_feedback:
                 h[:] = 0.0
             h[sent] += (beta / p) * messages[sent]  # q_i^k = 1/p for the participants, 0 for the others
-            v_hat = effective_weights(w, ctx.channel.live) @ h
+            v_hat = effective_weights(w, session.channel.live) @ h
             if self._normalized_steps():
                 norm = float(np.linalg.norm(v_hat))
                 v_hat = v_hat / norm if norm > 0 else v_hat
@@ -192,15 +195,15 @@ class _UnitMessageRounds(FederatedEstimator):
         self.delta_ = DEFAULT_DELTA if target is None else target[1]
         # sd of one round's noise in v_hat: every client's row is noisy under Poisson participation (the server's
         # top-up), only the participants' with a cohort (expected over the cohort)
-        round_sd = beta * sigma * math.sqrt(float(np.sum(w * w)) / (p * p if ctx.sampling_rate < 1.0 else p))
+        round_sd = beta * sigma * math.sqrt(float(np.sum(w * w)) / (p * p if session.sampling_rate < 1.0 else p))
         if self._normalized_steps():  # every step has length eta: its noise is not a Gaussian sd
-            ctx.noise_sd, ctx.update_noise_sd = 0.0, None
+            noise_sd, update_noise_sd = 0.0, None
         elif self._error_feedback:  # v_hat carries every round's noise, a random walk shared by consecutive
-            ctx.noise_sd = eta * round_sd * math.sqrt(R)  # updates: the mean update over diagnose's window
-            ctx.update_noise_sd = ctx.noise_sd * math.sqrt(max(1, R // 4))  # (R // 4 of them) is as noisy as one
+            noise_sd = eta * round_sd * math.sqrt(R)  # updates: the mean update over diagnose's window
+            update_noise_sd = noise_sd * math.sqrt(max(1, R // 4))  # (R // 4 of them) is as noisy as one
         else:
-            ctx.noise_sd = ctx.update_noise_sd = eta * round_sd
-        return x, path, R * T
+            noise_sd = update_noise_sd = eta * round_sd
+        return Run(x, path, R * T, noise_sd=noise_sd, update_noise_sd=update_noise_sd, weights=w)
 
 
 class FedAlphaNormEC(_UnitMessageRounds):
@@ -253,7 +256,7 @@ class FedAlphaNormEC(_UnitMessageRounds):
     (messages in the unit ball), exactly as for :class:`~privfedstat.DPFedAvg`. That mechanism adds noise of fixed
     variance to the aggregate: in Algorithm 1 every participant adds its own, so the server puts
     noise of the same sd in the place of every client that was not sampled (the top-up of
-    :meth:`~privfedstat.estimators.base.FitContext.ask`; the 1/p scaling is already a fixed
+    :meth:`~privfedstat.federation.session.Session.ask`; the 1/p scaling is already a fixed
     denominator) and does not redraw empty rounds; without it the aggregate's noise variance would
     reveal the number of participants. The guarantee towards the server (``privacy_.mu``) is exact
     GDP composition. ``privacy_`` is the server's view (it shows who took part);
@@ -348,11 +351,11 @@ class FedAlphaNormEC(_UnitMessageRounds):
     def _advice(self) -> str:
         return "Increase n_rounds, or lower server_step_size (eta) or beta."
 
-    def _messages(self, ctx, x, weights, sensitivity, mu_round, step_size):
-        values, _, sent = ctx.ask("normec_round", weights=weights, x=x, alpha=float(self.alpha), beta=float(self.beta),
-                                  step_size=step_size, n_steps=int(self.n_local_steps),
-                                  incremental=self.local_solver == "ig", sensitivity=sensitivity, mu=mu_round,
-                                  stage="normec-message", active=ctx.participants())
+    def _messages(self, session, x, weights, sensitivity, mu_round, step_size):
+        values, _, sent = session.ask("normec_round", weights=weights, x=x, alpha=float(self.alpha),
+                                      beta=float(self.beta), step_size=step_size, n_steps=int(self.n_local_steps),
+                                      incremental=self.local_solver == "ig", sensitivity=sensitivity, mu=mu_round,
+                                      stage="normec-message", active=session.participants())
         return values, sent
 
     def _normalized_steps(self) -> bool:
@@ -441,9 +444,9 @@ class ClippedFedAvg(_UnitMessageRounds):
     def _advice(self) -> str:
         return "Increase n_rounds, or raise beta if most pseudo-gradients are clipped."
 
-    def _messages(self, ctx, x, weights, sensitivity, mu_round, step_size):
+    def _messages(self, session, x, weights, sensitivity, mu_round, step_size):
         T, scale = int(self.n_local_steps), step_size * float(self.beta)  # S = gamma beta
-        values, _, sent = ctx.ask("clipped_update", weights=weights, theta=x, step_size=step_size / T, n_steps=T,
-                                  update_clip=scale, sensitivity=scale * sensitivity, mu=mu_round,
-                                  stage="clipped-update", active=ctx.participants())
+        values, _, sent = session.ask("clipped_update", weights=weights, theta=x, step_size=step_size / T, n_steps=T,
+                                      update_clip=scale, sensitivity=scale * sensitivity, mu=mu_round,
+                                      stage="clipped-update", active=session.participants())
         return values / -scale, sent

@@ -8,7 +8,10 @@ from .._validation import check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedsgd_noise
 from ._steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 from ..privacy.calibration import aggregate_sd
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
@@ -132,18 +135,19 @@ class FedSGD(FederatedEstimator):
         return ("Increase n_iter (K), or use step_size='auto' if a larger step oscillated; with finite mu more "
                 "rounds also mean more noise per round, so consider FedIRLS (Newton steps) on correlated designs.")
 
-    def _run(self, ctx: FitContext):
-        K, stop_early = resolve_count(self.n_iter, ctx.mu, PAPER_N_ITER)
-        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
-        sd = gradient_noise_sd(ctx, K, ctx.mu)
-        weights = self._resolve_weights(ctx, noise_var=sd**2)
-        theta0 = _initial(self.init, ctx.clients)
-        theta, path = server_gradient_descent(
-            ctx, theta0, n_iter=K, step_size=eta, mu=ctx.mu, weights=weights, stage="gradient", stop_early=stop_early
-        )
-        ctx.noise_sd = ctx.update_noise_sd = eta * aggregate_sd(sd, weights)
-        ctx.noise_model = fedsgd_noise(clip=ctx.clip, sizes=ctx.sizes, mu=ctx.mu, n_iter=K, step_size=eta, weights=weights)
-        return theta, [theta0] + path, len(path)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        K, stop_early = resolve_count(self.n_iter, setup.mu, PAPER_N_ITER)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        sd = gradient_noise_sd(setup.clip, session.sizes, K, setup.mu)
+        weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
+        theta0 = _initial(self.init, session.clients)
+        theta, path = server_gradient_descent(session, theta0, clip=setup.clip, n_iter=K, step_size=eta, mu=setup.mu,
+                                              weights=weights, stage="gradient", stop_early=stop_early)
+        noise_sd = eta * aggregate_sd(sd, weights)
+        noise_model = fedsgd_noise(clip=setup.clip, sizes=session.sizes, mu=setup.mu, n_iter=K, step_size=eta,
+                                   weights=weights)
+        return Run(theta, [theta0] + path, len(path), noise_sd=noise_sd, update_noise_sd=noise_sd,
+                   noise_model=noise_model, weights=weights)
 
 
 def _initial(init, clients) -> np.ndarray:

@@ -13,7 +13,9 @@ from ..federation.channel import FAILURE_POLICIES
 from ..federation.power_prox import Armijo, PowerProx
 from ..federation.server import aggregate
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
 
 __all__ = ["HiFedProx"]
 
@@ -204,25 +206,24 @@ class HiFedProx(FederatedEstimator):
         return "Increase n_rounds, or lower step_size (alpha0) or n_local_steps (a stochastic method need not settle)."
 
     # ------------------------------------------------------------------ protocol
-    def _run(self, ctx: FitContext):
-        clients = ctx.clients
+    def _run(self, session: Session, setup: Setup) -> Run:
+        clients = session.clients
         m, R = clients.n_clients, int(self.n_rounds)
         steps, alphas = self._local_settings(m)
         prox, armijo = self._prox(), self._armijo()
-        S = self._update_clip(ctx.mu)
-        sens, mu_round = client_update_calibration(S, m, R, ctx.mu)
+        S = self._update_clip(setup.mu)
+        sens, mu_round = client_update_calibration(S, m, R, setup.mu)
         weights = np.full(m, 1.0 / m)  # client-uniform (the paper's objective (2))
-        ctx.weights = weights
         theta = clients.initial_parameters()
         p = theta.size
         path, rows = [theta], []
-        for t, batch_seed in enumerate(ctx.seed.spawn(R)):
-            part = ctx.participants()
-            values, _, answered = ctx.ask("hifedprox_round", weights=weights, w=theta, prox=prox, armijo=armijo,
-                                          n_steps=steps, step_size=alphas, batch_size=self.batch_size,
-                                          batch_seed=batch_seed, update_clip=S, sensitivity=sens, mu=mu_round,
-                                          stage="hifedprox-update", active=part)
-            theta = theta + aggregate(weights, values[:, :p], answered) / ctx.sampling_rate  # Poisson: fixed q
+        for t, batch_seed in enumerate(session.seed.spawn(R)):
+            part = session.participants()
+            values, _, answered = session.ask("hifedprox_round", weights=weights, w=theta, prox=prox, armijo=armijo,
+                                              n_steps=steps, step_size=alphas, batch_size=self.batch_size,
+                                              batch_seed=batch_seed, update_clip=S, sensitivity=sens, mu=mu_round,
+                                              stage="hifedprox-update", active=part)
+            theta = theta + aggregate(weights, values[:, :p], answered) / session.sampling_rate  # Poisson: fixed q
             check_iterate(theta, "the HiFedProx server update", 1.0)
             path.append(theta)
             sent = np.flatnonzero(answered if part is None else answered & part)
@@ -231,11 +232,11 @@ class HiFedProx(FederatedEstimator):
                                       "displacement": np.linalg.norm(values[sent, :p], axis=1),
                                       "armijo_trials": diag[:, 0], "line_search_failures": diag[:, 1]}))
         self.displacements_ = pd.concat(rows, ignore_index=True)
-        private = math.isfinite(ctx.mu)
+        private = math.isfinite(setup.mu)
         self.armijo_trials_ = None if private else int(self.displacements_["armijo_trials"].sum())
         self.line_search_failures_ = None if private else int(self.displacements_["line_search_failures"].sum())
-        ctx.noise_sd = ctx.update_noise_sd = aggregate_sd(calibrated_sigma(sens, mu_round), weights)
-        return theta, path, R * int(steps.max())
+        noise_sd = aggregate_sd(calibrated_sigma(sens, mu_round), weights)
+        return Run(theta, path, R * int(steps.max()), noise_sd=noise_sd, update_noise_sd=noise_sd, weights=weights)
 
 
 def _per_client(value, n_clients: int, name: str, kind: type) -> np.ndarray:

@@ -12,7 +12,10 @@ from ..theory.noise import ScaffoldNoise
 from .._validation import check_iterate
 from ..federation.server import aggregate
 from ._steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator, FitContext
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from .base import FederatedEstimator
+from .stages import resolve_weights
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 
 __all__ = ["Scaffold"]
@@ -175,19 +178,19 @@ class Scaffold(FederatedEstimator):
         (:class:`~privfedstat.FedCanon` applies the proximal map of its penalty)."""
         return x
 
-    def _run(self, ctx: FitContext):
-        R, stop_early = resolve_count(self.n_rounds, ctx.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
+    def _run(self, session: Session, setup: Setup) -> Run:
+        R, stop_early = resolve_count(self.n_rounds, setup.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
         K = self.n_local_steps
-        eta = resolve_step_size(self.step_size, ctx.clients.family, ctx.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
         eta_g = float(self.server_step_size)
-        w = self._resolve_weights(ctx)
-        p = ctx.clients.n_params
-        sens, mu_step = gradient_calibration(ctx.clip, ctx.sizes, R * K, ctx.mu)  # R K noisy gradients
-        x, c = ctx.clients.initial_parameters(), np.zeros(p)
+        w = resolve_weights(self, session, setup.clip)
+        p = session.clients.n_params
+        sens, mu_step = gradient_calibration(setup.clip, session.sizes, R * K, setup.mu)  # R K noisy gradients
+        x, c = session.clients.initial_parameters(), np.zeros(p)
         path = [x]
         for _ in range(R):  # each client keeps its control variate c_i (verb scaffold_round)
-            upload, w_r, answered = ctx.ask("scaffold_round", weights=w, x=x, c=c, clip=ctx.clip, step_size=eta,
-                                            n_steps=K, sensitivity=sens, mu=mu_step, stage="local-gradient")
+            upload, w_r, answered = session.ask("scaffold_round", weights=w, x=x, c=c, clip=setup.clip, step_size=eta,
+                                                n_steps=K, sensitivity=sens, mu=mu_step, stage="local-gradient")
             x = self._server_prox(x + eta_g * aggregate(w, upload[:, :p], answered), eta_g * eta * K)
             c = c + aggregate(w, upload[:, p:], answered)
             check_iterate(x, "the SCAFFOLD server update", eta)
@@ -196,7 +199,7 @@ class Scaffold(FederatedEstimator):
                 break
         self.control_ = c
         sigma = calibrated_sigma(sens, mu_step)
-        ctx.noise_sd = eta_g * eta * aggregate_sd(sigma, w)  # the last local step's
-        ctx.update_noise_sd = math.sqrt(K) * ctx.noise_sd
-        ctx.noise_model = ScaffoldNoise(eta**2 * float(np.sum(w**2 * sigma**2)), K, len(path) - 1, eta, eta_g)
-        return x, path, (len(path) - 1) * K
+        noise_sd = eta_g * eta * aggregate_sd(sigma, w)  # the last local step's
+        return Run(x, path, (len(path) - 1) * K, noise_sd=noise_sd, update_noise_sd=math.sqrt(K) * noise_sd,
+                   noise_model=ScaffoldNoise(eta**2 * float(np.sum(w**2 * sigma**2)), K, len(path) - 1, eta, eta_g),
+                   weights=w)

@@ -10,7 +10,7 @@ noise; the parametric bootstrap reproduces all three by simulation (Ferrando, Wa
 
    * a row-norm bound ``C_x``: the private ``ROW_SEARCH.quantile`` (99%) of the per-sample row
      norms ``||x_j||``, by the noisy-count bisection of the clipping bound
-     (:func:`~privfedstat.estimators.base._search_bounds`, count sensitivity 1) on the public
+     (:func:`~privfedstat.federation.queries.search_bounds`, count sensitivity 1) on the public
      grid of :data:`ROW_SEARCH` (``1e-3 .. 1e7``), with share :data:`SEARCH_SHARE` of ``mu^2``;
    * each client's mean of ``x_j x_j^T`` over its rows, each row scaled to norm ``<= C_x``
      (``oracle.design_moments(C_x)``), released as :func:`~privfedstat._linalg.sym_to_vec`
@@ -50,13 +50,14 @@ noise; the parametric bootstrap reproduces all three by simulation (Ferrando, Wa
    from (use ``cov_type="sandwich"``). Data with an offset are refused too: the offsets are
    private per-row covariates of which nothing is released.
 
-3. **Refits.** Every simulated data set (the public client sizes n_i) is fitted by a clone of
-   the estimator with exactly the fit's public settings: the fitted clipping bound(s) as fixed
-   bounds (``clip = ctx.clip``, and ``hessian_clip = ctx.hessian_clip`` where the estimator
-   clips Hessians), the estimation budget ``mu = ctx.mu`` (so the simulated noise scales equal
-   the real ones), ``scaling=None`` (the simulated covariates are already on the fitting
-   scale), ``inference=None``, ``secure_mode=False`` (the simulated data are not private) and a
-   ``random_state`` spawned from ``seed``. Refits that fail (:class:`~privfedstat.DivergenceError`,
+3. **Refits.** Every simulated data set (the public client sizes n_i) is fitted by the refit
+   function the estimator hands over (:class:`Refits`; the bootstrap imports no estimator): a
+   clone of the estimator with exactly the fit's public settings -- the fitted clipping bound(s)
+   as fixed bounds (``clip = setup.clip``, and ``hessian_clip = setup.hessian_clip`` where the
+   estimator clips Hessians), the estimation budget ``mu = setup.mu`` (so the simulated noise
+   scales equal the real ones), ``scaling=None`` (the simulated covariates are already on the
+   fitting scale), ``inference=None``, ``secure_mode=False`` (the simulated data are not
+   private) and a ``random_state`` spawned from the session's ``inference_seed``. Refits that fail (:class:`~privfedstat.DivergenceError`,
    a singular system) are counted in the notes and left out.
 
 **Privacy.** Only steps 1-2 touch client data, through the fit's Channel (ledger stages
@@ -73,18 +74,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collections.abc import Callable
+
 from ..data.federated import FederatedData
-from ..estimators.base import FederatedEstimator, FitContext, _search_bounds, clone
-from ..estimators.scaling import PrivateStandardize
 from ..exceptions import DivergenceError
 from ..families import FAMILIES
 from ..families.base import Family
+from ..federation.protocol import Setup
+from ..federation.queries import release_psd_mean, search_bounds
+from ..federation.session import Session
 from ..privacy.clipping import AutoClip
 from .config import Inference
-from .core import release_psd_mean
 from .._linalg import floor_eigenvalues
 
-__all__ = ["SimulationModel", "release_simulation_model", "run_bootstrap", "simulate_response"]
+__all__ = ["Refits", "SimulationModel", "release_simulation_model", "run_bootstrap", "simulate_response"]
 
 #: the private row-norm (and, Gaussian family, gradient-norm) searches: 99% quantile on a wide grid
 ROW_SEARCH = AutoClip(quantile=0.99, lower=1e-3, upper=1e7, n_grid=128)
@@ -104,6 +107,27 @@ NOISY_SEARCH = 0.05
 REFIT_FAILURES = (DivergenceError, np.linalg.LinAlgError)
 #: seconds before the progress bar appears (terminals only)
 PROGRESS_DELAY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Refits:
+    """What the bootstrap needs from the estimator it resamples (built by the estimator, step 3 of the module).
+
+    Attributes
+    ----------
+    fit : callable
+        ``fit(data, seed) -> theta``: a fit of a :class:`~privfedstat.FederatedData` with the fit's
+        public settings and noise seeded by ``seed`` (a ``SeedSequence``), returning the estimate
+        flat on the fitting scale; it may raise any of :data:`REFIT_FAILURES`.
+    method : str
+        The estimator's name (for the note).
+    intercept : int or None
+        The intercept column the estimator's scaling declares (held at 1 in the simulated rows), or None.
+    """
+
+    fit: Callable[[FederatedData, np.random.SeedSequence], np.ndarray]
+    method: str
+    intercept: int | None
 
 
 @dataclass(frozen=True)
@@ -133,15 +157,15 @@ class SimulationModel:
         return self.mean + z @ self.factor.T
 
 
-def _released_moment(ctx: FitContext, verb: str, bound: float, mu: float, stage: str, **request) -> np.ndarray:
+def _released_moment(session: Session, verb: str, bound: float, mu: float, stage: str, **request) -> np.ndarray:
     """Size-weighted aggregate of the clients' released means of PSD per-sample terms, eigenvalues floored.
 
     ``verb`` (``"design_moments"`` or ``"score_outer"``): each client's mean of terms ``v v^T`` with
     ``||v|| <= bound`` (Frobenius norm ``<= bound^2``), released through
-    :func:`~privfedstat.inference.core.release_psd_mean` (sensitivity
+    :func:`~privfedstat.federation.queries.release_psd_mean` (sensitivity
     :func:`~privfedstat.privacy.calibration.hessian_sensitivity` of ``bound^2``), stage ``"inference-<stage>"``.
     """
-    A, s = release_psd_mean(ctx, verb, bound * bound, mu, ctx.size_weights, f"inference-{stage}", **request)
+    A, s = release_psd_mean(session, verb, bound * bound, mu, session.size_weights, f"inference-{stage}", **request)
     top = float(np.max(np.abs(np.linalg.eigvalsh(A))))
     return floor_eigenvalues(A, max(FLOOR_NOISE_SDS * s, RELATIVE_FLOOR * top))
 
@@ -164,14 +188,14 @@ def _gaussian_design(M: np.ndarray, intercept: int | None) -> tuple[np.ndarray, 
     return mean, vecs * np.sqrt(np.maximum(vals, 0.0))
 
 
-def release_simulation_model(ctx: FitContext, theta: np.ndarray, mu: float,
+def release_simulation_model(session: Session, theta: np.ndarray, mu: float,
                              intercept: int | None) -> SimulationModel:
     """Release privately, with ``mu``-GDP per client in all, what the simulation needs (steps 1-2 of the module).
 
     Parameters
     ----------
-    ctx : FitContext
-        The fit's context (oracle on the fitting scale, channel, sizes).
+    session : Session
+        The fit's session (clients on the fitting scale, channel, sizes).
     theta : ndarray of shape (p,)
         The estimate theta-hat (fitting scale, oracle order); the Gaussian family's gradient
         norms and score covariance are taken there.
@@ -184,18 +208,18 @@ def release_simulation_model(ctx: FitContext, theta: np.ndarray, mu: float,
     -------
     SimulationModel
     """
-    gaussian = ctx.clients.family.has_dispersion
+    gaussian = session.clients.family.has_dispersion
     todo = ["row", "gradient"] if gaussian else ["row"]
     if math.isfinite(mu):
-        bounds = _search_bounds(ctx, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH, mu * math.sqrt(SEARCH_SHARE),
-                                stage="inference-clip")
+        bounds = search_bounds(session, todo, theta, ROW_SEARCH.quantile, ROW_SEARCH, mu * math.sqrt(SEARCH_SHARE),
+                               stage="inference-clip")
     else:
         bounds = dict.fromkeys(todo, math.inf)
     mu_moments = mu * math.sqrt(1.0 - SEARCH_SHARE - (SCORE_SHARE if gaussian else 0.0))
-    M = _released_moment(ctx, "design_moments", bounds["row"], mu_moments, "moments", row_clip=bounds["row"])
+    M = _released_moment(session, "design_moments", bounds["row"], mu_moments, "moments", row_clip=bounds["row"])
     dispersion = None
     if gaussian:
-        S = _released_moment(ctx, "score_outer", bounds["gradient"], mu * math.sqrt(SCORE_SHARE), "dispersion",
+        S = _released_moment(session, "score_outer", bounds["gradient"], mu * math.sqrt(SCORE_SHARE), "dispersion",
                              theta=theta, clip=bounds["gradient"])
         dispersion = float(np.trace(np.linalg.solve(M, S))) / M.shape[0]
     mean, factor = _gaussian_design(M, intercept)
@@ -215,61 +239,45 @@ def simulate_response(family: Family, theta: np.ndarray, X: np.ndarray, dispersi
                            scale=None if dispersion is None else math.sqrt(dispersion))
 
 
-def _declared_intercept(estimator: FederatedEstimator) -> int | None:
-    """The intercept column the estimator's ``scaling`` declares (the fitting-scale column that is 1), or None."""
-    scaling = getattr(estimator, "scaling", None)
-    if scaling == "private":
-        scaling = PrivateStandardize()
-    return getattr(scaling, "intercept", None)
-
-
-def _check_supported(ctx: FitContext) -> None:
-    family = ctx.clients.family
+def _check_supported(session: Session) -> None:
+    family = session.clients.family
     if not family.likelihood:
         raise ValueError(
             f"inference='bootstrap' simulates data from the fitted model, and the {family.name} family is not a "
             f"likelihood (no model to simulate from); use Inference(cov_type='sandwich'). Bootstrap families: "
             f"{', '.join(n for n, c in FAMILIES.items() if c.likelihood)}."
         )
-    if ctx.clients.has_offset:
+    if session.clients.has_offset:
         raise ValueError(
             "inference='bootstrap' cannot simulate data with an offset (the offsets are private per-row covariates "
             "and nothing about their distribution is released); use Inference(cov_type='model') or 'sandwich'."
         )
 
 
-def _refit_template(estimator: FederatedEstimator, ctx: FitContext) -> FederatedEstimator:
-    """A clone with the fit's public settings fixed: clipping bounds, estimation mu, no scaling, no inference."""
-    params = {"clip": ctx.clip, "mu": ctx.mu, "scaling": None, "inference": None, "secure_mode": False,
-              "random_state": None}
-    if "hessian" in estimator._norms:
-        params["hessian_clip"] = ctx.hessian_clip
-    return clone(estimator).set_params(**params)
-
-
-def run_bootstrap(estimator: FederatedEstimator, ctx: FitContext, theta: np.ndarray, config: Inference,
-                  mu: float, seed: np.random.SeedSequence) -> tuple[np.ndarray, list[str]]:
+def run_bootstrap(session: Session, setup: Setup, theta: np.ndarray, config: Inference, mu: float,
+                  refits: Refits) -> tuple[np.ndarray, list[str]]:
     """Parametric bootstrap of a private fit: ``config.n_boot`` refits on data simulated from it.
 
-    Called by the inference core during ``fit`` after the protocol ran; see the module docstring
-    for the releases, the simulation and the refits. In a terminal a progress bar appears when
-    the refits take longer than :data:`PROGRESS_DELAY_S` seconds.
+    Called by the inference stage (:func:`~privfedstat.inference.core.infer`) after the protocol
+    ran; see the module docstring for the releases, the simulation and the refits. In a terminal a
+    progress bar appears when the refits take longer than :data:`PROGRESS_DELAY_S` seconds.
 
     Parameters
     ----------
-    estimator : FederatedEstimator
-        The estimator being fitted (its parameters are cloned for the refits).
-    ctx : FitContext
-        The fit's context after ``_run``: oracle (fitting scale), channel, ``clip``,
-        ``hessian_clip``, the estimation ``mu``, sizes.
+    session : Session
+        The fit's session after the protocol: clients (fitting scale), channel, sizes, and
+        ``inference_seed``, the randomness of the simulated data and of the refits' noise (one
+        child per refit).
+    setup : Setup
+        The protocol's clipping bounds and estimation ``mu`` (the refits' settings, for the note).
     theta : ndarray of shape (p,)
         theta-hat on the fitting scale, flat in oracle order (``Theta.ravel()`` for multinomial).
     config : Inference
         ``n_boot`` simulated fits.
     mu : float
         GDP budget per client of the bootstrap's releases, all together (inf with a non-private fit).
-    seed : numpy.random.SeedSequence
-        Randomness of the simulated data and of the refits' noise (one child per refit).
+    refits : Refits
+        The estimator's refit function, name and declared intercept.
 
     Returns
     -------
@@ -286,37 +294,36 @@ def run_bootstrap(estimator: FederatedEstimator, ctx: FitContext, theta: np.ndar
     """
     from tqdm.auto import tqdm
 
-    _check_supported(ctx)
+    _check_supported(session)
     theta = np.asarray(theta, dtype=np.float64)
-    family = ctx.clients.family
-    intercept = _declared_intercept(estimator)
-    model = release_simulation_model(ctx, theta, mu, intercept)
-    template = _refit_template(estimator, ctx)
-    offsets = np.concatenate([[0], np.cumsum(ctx.sizes)])
+    family = session.clients.family
+    intercept = refits.intercept
+    model = release_simulation_model(session, theta, mu, intercept)
+    offsets = np.concatenate([[0], np.cumsum(session.sizes)])
     n_total = int(offsets[-1])
     draws, failures = [], {}
-    for child in tqdm(seed.spawn(config.n_boot), desc="bootstrap", unit="fit", disable=None, delay=PROGRESS_DELAY_S):
+    children = session.inference_seed.spawn(config.n_boot)
+    for child in tqdm(children, desc="bootstrap", unit="fit", disable=None, delay=PROGRESS_DELAY_S):
         data_seed, fit_seed = child.spawn(2)
         rng = np.random.default_rng(data_seed)
         X = model.draw_design(n_total, rng)
         y = simulate_response(family, theta, X, model.dispersion, rng)
-        template.set_params(random_state=fit_seed)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                template.fit(FederatedData(X, y, offsets))
+                draw = refits.fit(FederatedData(X, y, offsets), fit_seed)
         except REFIT_FAILURES as exc:
             failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
             continue
-        draws.append(template.coef_.ravel())
+        draws.append(draw)
     n_failed = sum(failures.values())
     if not draws:
         raise ValueError(
             f"all {config.n_boot} bootstrap refits failed ({failures}); the fit's settings do not converge on data "
             "like these. Use Inference(cov_type='model') or 'sandwich', or a larger mu."
         )
-    notes = [_describe(estimator, ctx, model, intercept, mu, config.n_boot)]
-    lowered = _search_lean(ctx, mu)
+    notes = [_describe(refits, setup, model, mu, config.n_boot)]
+    lowered = _search_lean(session, mu)
     if lowered > NOISY_SEARCH:
         notes.append(f"The private row-norm search is noisy at this budget: its count noise lowered the targeted quantile "
                      f"by {lowered:.0%} of the rows, so the simulated covariates may be shrunk; give the inference a "
@@ -331,21 +338,21 @@ def run_bootstrap(estimator: FederatedEstimator, ctx: FitContext, theta: np.ndar
     return np.asarray(draws), notes
 
 
-def _search_lean(ctx: FitContext, mu: float) -> float:
+def _search_lean(session: Session, mu: float) -> float:
     """Fraction of the N rows by which the norm searches' downward lean lowers their target (public)."""
     if math.isinf(mu):
         return 0.0
-    n_searches = 2 if ctx.clients.family.has_dispersion else 1
+    n_searches = 2 if session.clients.family.has_dispersion else 1
     mu_query = mu * math.sqrt(SEARCH_SHARE / (n_searches * ROW_SEARCH.n_queries))
-    return ROW_SEARCH.margin * math.sqrt(ctx.clients.n_clients) / mu_query / float(np.sum(ctx.sizes))
+    return ROW_SEARCH.margin * math.sqrt(session.clients.n_clients) / mu_query / float(np.sum(session.sizes))
 
 
-def _describe(estimator: FederatedEstimator, ctx: FitContext, model: SimulationModel, intercept: int | None,
-              mu: float, n_boot: int) -> str:
+def _describe(refits: Refits, setup: Setup, model: SimulationModel, mu: float, n_boot: int) -> str:
     """The note saying what the bootstrap simulated and spent."""
-    bounds = f"B = {ctx.clip:.4g}" + (f", C_H = {ctx.hessian_clip:.4g}" if "hessian" in estimator._norms else "")
-    design = "intercept held at 1, other covariates Gaussian" if intercept is not None else "zero-mean Gaussian covariates"
+    bounds = f"B = {setup.clip:.4g}" + ("" if math.isnan(setup.hessian_clip) else f", C_H = {setup.hessian_clip:.4g}")
+    design = ("intercept held at 1, other covariates Gaussian" if refits.intercept is not None
+              else "zero-mean Gaussian covariates")
     extra = "" if model.dispersion is None else f", dispersion {model.dispersion:.4g}"
-    return (f"Parametric bootstrap: {n_boot} {estimator.method} refits ({bounds}, mu = {ctx.mu:.4g}) on data simulated "
+    return (f"Parametric bootstrap: {n_boot} {refits.method} refits ({bounds}, mu = {setup.mu:.4g}) on data simulated "
             f"from the fit ({design} from released second moments of rows clipped to C_x = {model.row_clip:.4g}"
             f"{extra}); its releases spent mu = {mu:.4g} per client.")

@@ -1,8 +1,10 @@
 """The inference stage of a fit: private releases at the estimate, the two covariance parts, the result.
 
-:func:`private_inference` runs after a private estimator's protocol, at its estimate theta-hat
-(fitting scale), from the budget ``mu_inf = budget * mu`` reserved before the protocol ran
-(:class:`~privfedstat.inference.Inference`):
+:func:`infer` runs after a private estimator's protocol, at its estimate theta-hat (fitting scale),
+on the fit's :class:`~privfedstat.federation.session.Session`, with the protocol's
+:class:`~privfedstat.federation.protocol.Run` and the inference budget ``mu_inf = budget * mu`` of
+the fit's :class:`~privfedstat.privacy.plan.BudgetPlan` (:class:`~privfedstat.inference.Inference`).
+What the fit asked for is checked before anything is released (:func:`plan_inference`):
 
 1. **Hessian bound** C_H: the estimator's own (FedIRLS, FedNewton, a fixed ``hessian_clip``); else,
    with finite mu, a private search for the ``pilot_quantile`` (99%) of the per-sample Hessian
@@ -38,7 +40,8 @@
    protocol from :func:`privfedstat.theory.protocol_noise_covariance` linearised at the floored
    Hessian; both mapped to the original scale.
 
-``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`.
+``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`, with
+the refit function the estimator builds (:class:`~privfedstat.inference.bootstrap.Refits`).
 
 **Jacobian (measured).** Logistic design (20 clients x 200 rows, 4 coefficients, correlated
 covariates), B fixed at the 95% quantile of the gradient norms at the truth (5% of rows clipped
@@ -59,21 +62,27 @@ floor of 3 s, 0.70-0.96 with 2 s, 0.84-1.02 with 1 s and 0.85-1.02 with 0.5 s.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues
 from ..families.base import Family
+from ..federation.protocol import Run, Setup
+from ..federation.queries import clipped_fraction, release_psd_mean, search_bounds
+from ..federation.server import Participation
+from ..federation.session import Session
 from ..kernels.glm_nb import MIN_BOUND
-from .config import Inference
+from ..privacy.clipping import AutoClip
+from ..privacy.plan import BudgetPlan
+from ..theory.noise import protocol_noise_covariance
+from .bootstrap import Refits, run_bootstrap
+from .config import Inference, resolve_inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
-from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
-from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
-from ..federation.server import aggregate
 
-__all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",
-           "release_psd_mean", "SEARCH_SHARE", "SHARE_LIMIT"]
+__all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
+           "score_bound", "SEARCH_SHARE", "SHARE_LIMIT"]
 
 #: share of mu_inf^2 spent on the private Hessian-bound search when the estimator chose no C_H
 SEARCH_SHARE = 0.1
@@ -106,21 +115,6 @@ def resolve_cov_type(config: Inference, family: Family) -> str:
     return config.cov_type
 
 
-def release_psd_mean(ctx, verb: str, bound: float, mu: float, weights: np.ndarray, stage: str, **request
-                     ) -> tuple[np.ndarray, float]:
-    """Ask the clients' ``verb`` for ``sym_to_vec`` of their PSD means (terms of Frobenius norm <= ``bound``) and aggregate.
-
-    ``verb`` is ``"hessians"``, ``"score_outer"`` or ``"design_moments"`` with its ``request``
-    arguments; the sensitivity is :func:`~privfedstat.privacy.calibration.hessian_sensitivity`
-    of ``bound``. Returns the aggregated symmetric matrix and the standard deviation s of its
-    diagonal noise.
-    """
-    sens = hessian_sensitivity(bound, ctx.sizes)
-    v = ctx.mean(verb, weights=weights, sensitivity=sens, mu=mu, stage=stage, **request)
-    p = int(round((math.sqrt(8 * v.size + 1) - 1) / 2))  # v has p (p + 1) / 2 entries
-    return vec_to_sym(v, p), aggregated_noise_sd(sens, mu, weights)
-
-
 def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
     """``A`` with eigenvalues raised to ``FLOOR_NOISE_SDS * s`` (post-processing), noting what changed.
 
@@ -143,103 +137,148 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
     return floor_eigenvalues(A, floor)
 
 
-def private_inference(ctx, theta: np.ndarray, config: Inference, mu: float, *, cov_type: str, to_original: np.ndarray,
-                      search_bound: Callable[[np.ndarray, float], float],
-                      bootstrap: Callable[[float], tuple[np.ndarray, list[str]]],
-                      privacy_covariance: Callable[[np.ndarray, list], np.ndarray]) -> InferenceResult:
-    """Run the inference releases at ``theta`` and return the fit's :class:`InferenceResult`.
+@dataclass(frozen=True)
+class InferenceTask:
+    """What a fit's inference stage will do, fixed before anything is released.
+
+    Attributes
+    ----------
+    config : Inference
+        The estimator's ``inference`` parameter.
+    cov_type : {"model", "sandwich", "bootstrap"}
+        ``config.cov_type`` resolved for the family.
+    bound_search : AutoClip
+        The search configuration whose ``pilot_quantile`` chooses C_H privately when the fit has none.
+    """
+
+    config: Inference
+    cov_type: str
+    bound_search: AutoClip
+
+
+def plan_inference(value, family: Family, n_clients: int, n_params: int, participation: Participation | None,
+                   bound_search: AutoClip) -> InferenceTask | None:
+    """The estimator's ``inference`` parameter checked against the fit, or None (no inference).
+
+    Refuses, before any release, an unknown value, a covariance the family does not support
+    (:func:`resolve_cov_type`), Hessian releases that would not fit in memory
+    (:func:`check_feasible`) and partial participation (the noise models assume every client in
+    every round).
+    """
+    config = resolve_inference(value)
+    if config is None:
+        return None
+    cov_type = resolve_cov_type(config, family)
+    check_feasible(cov_type, n_clients, n_params)
+    if participation is not None:
+        raise ValueError("inference needs every client in every round (its noise model assumes full participation); "
+                         "fit with inference=None when participation is partial.")
+    return InferenceTask(config, cov_type, bound_search)
+
+
+def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: InferenceTask, *,
+          to_original: np.ndarray, refits: Refits) -> tuple[InferenceResult, np.ndarray | None]:
+    """Run the inference releases at the protocol's estimate and return the fit's :class:`InferenceResult`.
 
     Parameters
     ----------
-    ctx : FitContext
-        The fit's context after the protocol (oracle, channel, clip, hessian_clip, weights).
-    theta : ndarray of shape (p,)
-        The estimate on the fitting scale, flat (oracle order).
-    config : Inference
-    mu : float
-        GDP budget per client of all inference releases together (inf: nothing is noised).
-    cov_type : {"model", "sandwich", "bootstrap"}
+    session : Session
+        The fit's session (clients on the fitting scale, channel, sizes).
+    setup : Setup
+        The protocol's clipping bounds (B, and C_H where the estimator chose one) and estimation mu.
+    run : Run
+        The protocol's result: the estimate (fitting scale, flat), its aggregation weights and noise model.
+    plan : BudgetPlan
+        ``plan.inference`` is the GDP budget per client of all inference releases together (inf:
+        nothing is noised).
+    task : InferenceTask
     to_original : ndarray of shape (p, p)
         G of :func:`~privfedstat.inference.covariance.original_scale_map`.
-    search_bound : callable
-        ``search_bound(theta, mu) -> C_H``: private quantile of per-sample Hessian norms at theta,
-        ``mu``-GDP in all, stage ``"inference-clip"``.
-    bootstrap : callable
-        ``bootstrap(mu) -> (draws (n_boot, p) on the fitting scale, notes)``, ``mu``-GDP in all.
-    privacy_covariance : callable
-        ``privacy_covariance(H, notes) -> (p, p)``: covariance of the protocol's privacy noise in
-        theta, linearised at the symmetric positive definite H (may append to the list ``notes``).
+    refits : Refits
+        How the bootstrap refits the estimator (used by ``cov_type="bootstrap"`` only).
+
+    Returns
+    -------
+    result : InferenceResult
+    hessian : ndarray of shape (p, p) or None
+        The released (floored) Hessian at the estimate, fitting scale; None for the bootstrap.
     """
-    G = to_original
+    G, config, cov_type, mu, theta = to_original, task.config, task.cov_type, plan.inference, run.theta
     params = G @ theta
     finite = math.isfinite(mu)
     spent = f"mu = {mu:.4g} per client" if finite else "no noise (mu = inf)"
     if cov_type == "bootstrap":
-        draws_fit, notes = bootstrap(mu)
+        draws_fit, notes = run_bootstrap(session, setup, theta, config, mu, refits)
         draws = np.asarray(draws_fit, dtype=np.float64) @ G.T
         cov = np.atleast_2d(np.cov(draws, rowvar=False))
         method = (f"parametric bootstrap, {draws.shape[0]} simulated private fits ({spent}); basic intervals")
         return InferenceResult(params, cov, None, None, "bootstrap", config.alpha, mu, method, draws,
-                               draws.mean(axis=0) - params, list(notes))
+                               draws.mean(axis=0) - params, list(notes)), None
     notes: list[str] = []
-    w = ctx.weights if ctx.weights is not None else ctx.size_weights
-    c, v = weighted_factor(w, ctx.sizes)
-    B = ctx.clip
-    C_H, mu_rest, bound_text = ctx.hessian_clip, mu, "the fit's"
+    w = run.weights if run.weights is not None else session.size_weights
+    c, v = weighted_factor(w, session.sizes)
+    B = setup.clip
+    C_H, mu_rest, bound_text = setup.hessian_clip, mu, "the fit's"
     if math.isnan(C_H):
         if finite:
-            C_H = search_bound(theta, math.sqrt(SEARCH_SHARE) * mu)
+            search = task.bound_search
+            C_H = search_bounds(session, ["hessian"], theta, search.pilot_quantile, search, math.sqrt(SEARCH_SHARE) * mu,
+                                stage="inference-clip")["hessian"]
             mu_rest = math.sqrt(1.0 - SEARCH_SHARE) * mu
             bound_text = "privately chosen"
         else:
             C_H = math.inf
     clipped = None
     if finite and math.isfinite(B):
-        clipped = _clipped_fraction(ctx, theta, math.sqrt(CLIP_COUNT_SHARE) * mu_rest)
+        clipped = clipped_fraction(session, theta, B, math.sqrt(CLIP_COUNT_SHARE) * mu_rest, "inference-clip-count")
         mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
         if clipped[0] > CLIPPED_NOTE:
             notes.append(f"{100 * clipped[0]:.1f}% (+- {100 * clipped[1]:.1f}%) of the per-sample gradients are "
                          f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
                          "be biased away from the MLE by more than these intervals allow; see ClippingBiasWarning")
-    B_release, rescale = score_bound(B, ctx.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
+    B_release, rescale = score_bound(B, session.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
     share_h = 1.0  # of mu_rest^2 for the Hessian: all of it (model), 2 C_H : B^2 (sandwich; any share with mu = inf)
     if cov_type == "sandwich":
         share_h = 2.0 * C_H / (2.0 * C_H + B_release**2 * rescale) if finite else 0.5
         share_h = min(max(share_h, SHARE_LIMIT), 1.0 - SHARE_LIMIT)
     # the clipped score's Jacobian (scalar families): gradient_clip=B
-    H, s_H = release_psd_mean(ctx, "hessians", C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian", theta=theta,
-                              hessian_clip=C_H, gradient_clip=B)
+    H, s_H = release_psd_mean(session, "hessians", C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian",
+                              theta=theta, hessian_clip=C_H, gradient_clip=B)
     H = floored(H, s_H, "Hessian", notes)
     Sigma = None
     if cov_type == "sandwich":
-        Sigma, s_S = release_psd_mean(ctx, "score_outer", B_release**2, mu_rest * math.sqrt(1.0 - share_h), v,
+        Sigma, s_S = release_psd_mean(session, "score_outer", B_release**2, mu_rest * math.sqrt(1.0 - share_h), v,
                                       "inference-score", theta=theta, clip=B_release)
         Sigma = floored(Sigma * rescale, s_S * rescale, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
     notes += more
-    V_s = _sampling_part(ctx, H, M, c, notes)
-    V_p = privacy_covariance(H, notes)
+    V_s = _sampling_part(run, session.sizes, H, M, c, notes)
+    V_p = _privacy_part(run, setup.mu, H, notes)
     V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T
     clip_text = "unclipped" if math.isinf(C_H) else f"C_H = {C_H:.3g} ({bound_text})"
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
-              + (" + privacy noise of the protocol (linearised)" if math.isfinite(ctx.mu) else ""))
+              + (" + privacy noise of the protocol (linearised)" if math.isfinite(setup.mu) else ""))
     return InferenceResult(params, V_s + V_p, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
-                           clipped_fraction=clipped)
+                           clipped_fraction=clipped), H
 
 
-def _clipped_fraction(ctx, theta: np.ndarray, mu: float) -> tuple[float, float]:
-    """Private share of per-sample gradients clipped at ``theta`` (norm above the fit's B) and its sd.
+def _privacy_part(run: Run, mu: float, H: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros).
 
-    Each client releases its count of such rows (sensitivity 1: one row replaced changes it by at
-    most 1), ``mu``-GDP, stage ``"inference-clip-count"``; the server sums them and divides by the
-    public N. The share is clipped to [0, 1] (post-processing).
+    From the protocol's noise model (:func:`privfedstat.theory.protocol_noise_covariance`); a protocol
+    that reports none (a user's subclass of the base estimator; every registered estimator reports
+    one) gets ``diag(noise_sd^2)``, the lower bound of ``run.noise_sd``, and a note.
     """
-    values, _, answered = ctx.ask("count_clipped", theta=theta, clip=ctx.clip, mu=mu, stage="inference-clip-count")
-    m = int(np.count_nonzero(answered))
-    n_total = float(np.sum(ctx.sizes[answered]))
-    return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
+    if math.isinf(mu):
+        return np.zeros_like(H)
+    if run.noise_model is None:
+        notes.append("the protocol reports no noise model: its privacy-noise variance is the lower bound "
+                     "noise_sd^2 of its last release (intervals may be too narrow)")
+        sd = np.broadcast_to(np.asarray(run.noise_sd, dtype=np.float64), (H.shape[0],))
+        return np.diag(sd * sd)
+    return protocol_noise_covariance(run.noise_model, H)
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:
@@ -280,7 +319,7 @@ def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, f
     return released, (B / released) ** 2 if B < low else 1.0
 
 
-def _sampling_part(ctx, H: np.ndarray, M: np.ndarray, c: float, notes: list[str]) -> np.ndarray:
+def _sampling_part(run: Run, sizes: np.ndarray, H: np.ndarray, M: np.ndarray, c: float, notes: list[str]) -> np.ndarray:
     """The sampling covariance ``c M`` (``M = H^-1`` or ``H^-1 Sigma H^-1``), or the protocol's own map of M.
 
     A protocol whose estimate is not the M-estimate of all rows (FedNewton: a Newton step on the
@@ -288,10 +327,10 @@ def _sampling_part(ctx, H: np.ndarray, M: np.ndarray, c: float, notes: list[str]
     ``sampling_maps(H, sizes) -> [(c_k, L_k)]``; its sampling covariance is ``sum_k c_k L_k M L_k^T``
     (:meth:`privfedstat.theory.noise.NewtonNoise.sampling_maps`).
     """
-    maps = getattr(ctx.noise_model, "sampling_maps", None)
+    maps = getattr(run.noise_model, "sampling_maps", None)
     if maps is None:
         return c * M
-    V = sum(ck * L @ M @ L.T for ck, L in maps(H, ctx.sizes))
+    V = sum(ck * L @ M @ L.T for ck, L in maps(H, sizes))
     notes.append(f"the estimate's last step uses half of each client's rows: sampling variance from the "
                  f"protocol's linearised map ({np.trace(V) / np.trace(c * M):.3g} times the full-data one in trace)")
     return 0.5 * (V + V.T)

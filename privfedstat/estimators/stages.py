@@ -1,0 +1,224 @@
+"""The stages of a fit around its protocol, as functions of the estimator's parameters, the session and the plan.
+
+:meth:`~privfedstat.estimators.base.FederatedEstimator.fit` runs them in order: :func:`plan_budget`
+turns the parameters (``scaling``, ``clip``, ``inference``) into the
+:class:`~privfedstat.privacy.plan.BudgetPlan` before anything is released; :func:`fit_scaler`
+rescales the clients' columns (``plan.scaling``); :func:`choose_bounds` fixes the clipping bounds
+(``plan.clip``) and hands the protocol its :class:`~privfedstat.federation.protocol.Setup` with the
+estimation budget. Protocols call :func:`resolve_weights` for their aggregation weights. Every
+release goes through the session's channel, under the budget the plan gave its stage.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import numpy as np
+
+from .._validation import check_positive_float
+from ..exceptions import PrivacyLeakWarning, PrivacyNoiseWarning
+from ..federation.protocol import Setup
+from ..federation.queries import column_count, search_bounds
+from ..federation.session import Session
+from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip
+from ..privacy.plan import BudgetPlan
+from ._steps import resolve_step_size, server_gradient_descent
+from .scaling import FeatureBounds, PrivateStandardize, Scaler
+
+__all__ = ["plan_budget", "fit_scaler", "choose_bounds", "bound_search", "resolve_weights", "scaling_config"]
+
+
+def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardize | None:
+    """The estimator's ``scaling`` parameter checked against the design's ``n_features`` columns
+    (``"private"`` is the default :class:`PrivateStandardize`)."""
+    if scaling is None:
+        return None
+    if scaling == "private":
+        scaling = PrivateStandardize()
+    if not isinstance(scaling, (FeatureBounds, PrivateStandardize)):
+        raise ValueError(f"scaling must be None, 'private', a PrivateStandardize or a FeatureBounds, got {scaling!r}.")
+    j = scaling.intercept
+    if j is not None and not 0 <= j < n_features:
+        raise ValueError(
+            f"scaling's intercept index {j} is not a column of X (it has {n_features}); pass "
+            "intercept=None (no intercept: columns are scaled, not centred) or the intercept's index."
+        )
+    return scaling
+
+
+def bound_search(estimator) -> AutoClip:
+    """The configuration of the private bound searches: the estimator's :class:`AutoClip`, else the pilot default."""
+    clip = getattr(estimator, "clip", None)
+    return clip if isinstance(clip, AutoClip) else PILOT_AUTOCLIP
+
+
+def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:
+    """The fit's :class:`BudgetPlan`, decided from public facts before any release.
+
+    The scaling spends ``scaling.budget`` of mu only when it rescales columns privately and can
+    locate them at that budget (:meth:`PrivateStandardize.locatable`; otherwise it warns and
+    spends nothing); the clip search spends its :class:`AutoClip`'s ``budget`` when some bound
+    is chosen privately (not fixed, not ``"paper"``, not ``"auto"`` with mu = inf); the inference
+    spends ``inference.config.budget`` (``inference``: a
+    :class:`~privfedstat.inference.core.InferenceTask` or None).
+    """
+    d, m, n_samples = data.n_features, data.n_clients, data.n_samples
+    scaling = scaling_config(getattr(estimator, "scaling", None), d)
+    scaling_share = 0.0
+    if isinstance(scaling, PrivateStandardize) and scaling.columns_to_scale(d):
+        mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
+        if scaling.locatable(n_samples, m, d, mu_scale):  # public: decided before any release
+            scaling_share = scaling.budget
+        else:
+            sd = scaling.count_noise_sd(m, d, mu_scale)
+            warnings.warn(
+                f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
+                f"(sd {sd:.3g}) is comparable to N = {n_samples}. The columns are left unscaled and no "
+                "budget is spent on them. Give public FeatureBounds (scaling=...), a larger mu, or more data.",
+                PrivacyNoiseWarning,
+                stacklevel=3,
+            )
+    _, todo = _bounds_to_choose(estimator)
+    searched = todo and not _unclipped(estimator, mu) and estimator.clip != "paper"
+    return BudgetPlan.split(mu, scaling=scaling_share, clip=bound_search(estimator).budget if searched else 0.0,
+                            inference=0.0 if inference is None else inference.config.budget)
+
+
+def fit_scaler(estimator, session: Session, plan: BudgetPlan) -> Scaler | None:
+    """Fit the feature rescaling requested by ``scaling`` (privately with ``plan.scaling``) and rescale the clients.
+
+    Each client rescales its own columns with the public centres and scales. Nothing to rescale
+    leaves the columns as they are (an identity :class:`Scaler` when an intercept is declared).
+    """
+    clients = session.clients
+    d = clients.n_features
+    scaling = scaling_config(getattr(estimator, "scaling", None), d)
+    if scaling is None:
+        return None
+    if isinstance(scaling, FeatureBounds):
+        scaler = Scaler.from_bounds(scaling, d)
+    elif plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
+        scaler = None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
+    else:
+        scaler = Scaler.private(scaling, functools.partial(column_count, session), int(np.sum(clients.sizes)),
+                                clients.n_clients, d, plan.scaling)
+    if scaler is not None:
+        clients.rescale(scaler)
+    return scaler
+
+
+def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
+    """Resolve the clipping bound(s) and return the protocol's :class:`Setup` (with ``plan.estimation``).
+
+    Fixed bounds are used as given; with mu = inf a bound left to choose is infinite unless an
+    :class:`AutoClip` or ``"paper"`` asks for a choice (no privacy: no clipping, no bias); ``"paper"``
+    takes the 90% quantile of the clients' raw norms at theta = 0 (not private: it warns and the
+    ledger says so); otherwise the :class:`AutoClip` search (:func:`search_bounds`) spends
+    ``plan.clip``, split equally in squares over its stages (search, pilot rounds of FedSGD,
+    search at the pilot).
+    """
+    bounds, todo = _bounds_to_choose(estimator)
+    if todo and _unclipped(estimator, plan.mu):
+        bounds.update(dict.fromkeys(todo, math.inf))
+    elif todo and estimator.clip == "paper":
+        warnings.warn(
+            "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
+            "per-sample norms at theta=0) without privacy accounting; the fit is not fully private. "
+            "Use clip='auto' (default) for a private choice.",
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
+        theta0 = session.clients.initial_parameters()
+        for which in todo:
+            quantiles, _, answered = session.ask("norm_quantiles", which=which, theta=theta0, q=0.9)
+            bounds[which] = float(np.max(quantiles[answered]))
+    elif todo:
+        _search(session, bounds, todo, bound_search(estimator), plan.clip)
+    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation)
+
+
+def _search(session: Session, bounds: dict[str, float], todo: list[str], config: AutoClip, mu_clip: float) -> None:
+    """Add to ``bounds`` the :class:`AutoClip` choice of the bounds ``todo``, ``mu_clip``-GDP in all: a search at
+    theta^(0), and with pilot rounds a private FedSGD pilot from there (every client, size weights, the gradient
+    bound found) and a search at the pilot."""
+    theta0 = session.clients.initial_parameters()
+    mu_stage = mu_clip / math.sqrt(config.n_stages)
+    bounds.update(search_bounds(session, todo, theta0, config.quantile, config, mu_stage))
+    if config.pilot_rounds:
+        clients = session.clients
+        eta = resolve_step_size("auto", clients.family, clients.n_features)
+        pilot, _ = server_gradient_descent(session.everyone(), theta0, clip=bounds["gradient"],
+                                           n_iter=config.pilot_rounds, step_size=eta, mu=mu_stage,
+                                           weights=session.size_weights, stage="clip-pilot")
+        bounds.update(search_bounds(session, todo, pilot, config.pilot_quantile, config, mu_stage))
+
+
+def _unclipped(estimator, mu: float) -> bool:
+    """Whether the bounds left to choose are infinite: mu = inf and neither an :class:`AutoClip` nor ``"paper"`` asks."""
+    clip = estimator.clip
+    return clip != "paper" and not isinstance(clip, AutoClip) and math.isinf(mu)
+
+
+def _bounds_to_choose(estimator) -> tuple[dict[str, float], list[str]]:
+    """The user's fixed bounds by norm, and the norms (of the estimator's ``_norms``) whose bound the fit must choose."""
+    bounds: dict[str, float] = {}
+    todo = []
+    for which in estimator._norms:
+        fixed = _fixed_bound(estimator, which)
+        if fixed is None:
+            todo.append(which)
+        else:
+            bounds[which] = fixed
+    return bounds, todo
+
+
+def _fixed_bound(estimator, which: str) -> float | None:
+    """The user's fixed bound for ``which`` norm, or None if it must be chosen from data.
+
+    ``hessian_clip=None`` follows ``clip``: chosen the same way when ``clip`` is ``"auto"``,
+    ``"paper"`` or an :class:`AutoClip`; infinite when ``clip`` is infinite; chosen as by
+    ``"auto"`` when ``clip`` is a finite number (so that one number, e.g. a grid search's, is a
+    complete setting).
+    """
+    clip = estimator.clip
+    value = clip if which == "gradient" else estimator.hessian_clip
+    if value is None:
+        if isinstance(clip, (str, AutoClip)) or math.isfinite(float(clip)):
+            return None
+        return math.inf
+    if isinstance(value, (str, AutoClip)):
+        return None
+    return check_positive_float(value, f"{which} clip", allow_inf=True)
+
+
+def resolve_weights(estimator, session: Session, clip: float, noise_var: np.ndarray | None = None) -> np.ndarray:
+    """Server aggregation weights from the estimator's ``weights`` parameter.
+
+    ``"size"``: n_i / N. ``"optimal"`` (eq. (2) of the core paper, only where ``noise_var`` is
+    given): w_i proportional to ``1 / (trace(Sigma)/n_i + d * s_i^2)``, with ``s_i^2`` the
+    per-coordinate variance of client i's noise and trace(Sigma) replaced by its bound B^2
+    (``clip``: clipped gradients have norm <= B), as Remark 3.3 suggests replacing it by a
+    constant. An array is used as given (non-negative, summing to 1). The protocol reports the
+    result in its :class:`~privfedstat.federation.protocol.Run` (the inference aggregates with it).
+    """
+    w = estimator.weights
+    m = session.clients.n_clients
+    if isinstance(w, str):
+        if w == "size":
+            return session.size_weights
+        if w == "optimal":
+            if noise_var is None:
+                raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not "
+                                 f"{estimator.method}; use 'size' or an array.")
+            B2 = clip**2 if math.isfinite(clip) else 1.0
+            inv = 1.0 / (B2 / session.sizes + session.clients.n_params * noise_var)
+            return inv / inv.sum()
+        raise ValueError(f"weights must be 'size', 'optimal' or an array of {m} numbers, got {w!r}.")
+    arr = np.asarray(w, dtype=np.float64)
+    if arr.shape != (m,) or np.any(~np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"weights must be {m} non-negative finite numbers (one per client), got shape {arr.shape}.")
+    if abs(arr.sum() - 1.0) > 1e-8:
+        raise ValueError(f"weights must sum to 1, they sum to {arr.sum():.6g}; divide by their sum.")
+    return arr

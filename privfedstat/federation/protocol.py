@@ -1,0 +1,86 @@
+"""What a protocol is given (:class:`Setup`) and what it returns (:class:`Run`).
+
+Every algorithm's server loop (an estimator's ``_run(session, setup)``) is a function of the
+session it talks through (:class:`~privfedstat.federation.session.Session`), the public settings
+the fit chose before it (the clipping bounds and the estimation budget: :class:`Setup`) and the
+estimator's parameters. It reports everything later stages need in a :class:`Run`: the
+diagnostics judge convergence and noise from it and the inference linearises its noise model, so
+no stage reads or writes another stage's state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Setup", "Run"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The public settings a protocol runs with.
+
+    Attributes
+    ----------
+    clip : float
+        Per-sample gradient clipping bound (B); inf without clipping (mu = inf only).
+    hessian_clip : float
+        Per-sample Hessian norm bound (C_H), ``nan`` for estimators that clip no Hessian.
+    mu : float
+        Per-client GDP budget of the protocol's releases (the estimation share of the
+        :class:`~privfedstat.privacy.plan.BudgetPlan`).
+    """
+
+    clip: float = math.inf
+    hessian_clip: float = math.nan
+    mu: float = math.inf
+
+
+@dataclass
+class Run:
+    """A protocol's result: the estimate, the server's path and the public noise levels of both.
+
+    Attributes
+    ----------
+    theta : ndarray
+        The estimate (fitting scale, flat in the clients' parameter order).
+    path : list of ndarray
+        The server's model after each round that changed it, ``path[0]`` the initial model and
+        ``path[-1]`` equal to ``theta``.
+    n_iter : int
+        Gradient evaluations per client (the estimator's ``n_iter_``).
+    noise_sd : float or ndarray of shape (n_params,)
+        A lower bound on the standard deviation, per coordinate of theta (fitting scale), of its
+        privacy noise, known from the calibrated sigmas (typically the noise of the last release,
+        which nothing after it removes); 0 with mu = inf.
+    update_noise_sd : float or None
+        The noise standard deviation per coordinate that the last server update
+        (``path[-1] - path[-2]``) carries, used to judge convergence; None if unknown (then
+        ``converged_`` is only judged with mu = inf).
+    hessian : ndarray of shape (n_params, n_params) or None
+        The server's aggregated released Hessian of the last round (before any eigenvalue
+        floor), for protocols that release one; checked for ill-conditioning.
+    shortened : tuple of (float, float) or None
+        For a last server update cut short by a trust region (FedIRLS's ``max_step``): the norm
+        of the update it computed and the radius it was cut to (fitting scale). Far above its
+        noise, the path was still travelling when the rounds ran out.
+    noise_model : object or None
+        The protocol's privacy-noise recursion (noise scales, weights, step sizes, stages), from
+        which :func:`privfedstat.theory.protocol_noise_covariance` gives the covariance of the
+        privacy noise in theta, linearised at a Hessian.
+    weights : ndarray of shape (n_clients,) or None
+        The server's aggregation weights w_i of the estimate; None: size weights (the inference
+        aggregates with them).
+    """
+
+    theta: np.ndarray
+    path: list[np.ndarray]
+    n_iter: int
+    noise_sd: float | np.ndarray = 0.0
+    update_noise_sd: float | None = None
+    hessian: np.ndarray | None = None
+    shortened: tuple[float, float] | None = None
+    noise_model: object | None = None
+    weights: np.ndarray | None = None

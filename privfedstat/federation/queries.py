@@ -1,0 +1,85 @@
+"""Private queries that several stages of a fit share: bound searches, noisy counts, PSD-mean releases.
+
+The clip search before the protocol, the inference's Hessian-bound search and the bootstrap's
+row-norm search are one query (:func:`search_bounds`); the feature scaling's bisections ask the
+same kind of pooled count of a column (:func:`column_count`); the inference's Hessian and score
+releases and the bootstrap's moment releases are one PSD-mean release (:func:`release_psd_mean`);
+the inference's share of clipped gradients is a pooled count (:func:`clipped_fraction`). Each is a
+Gaussian mechanism run by the clients through the session's channel, so it is recorded in the
+ledger under the stage its caller names; none reads raw data on the server.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._linalg import vec_to_sym
+from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
+from ..privacy.clipping import AutoClip, private_grid_quantile
+from .server import aggregate
+from .session import Session
+
+__all__ = ["search_bounds", "column_count", "release_psd_mean", "clipped_fraction"]
+
+
+def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile: float, config: AutoClip, mu: float,
+                  stage: str = "clip") -> dict[str, float]:
+    """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all.
+
+    Ledger stages ``f"{stage}-{which}"``. Each query asks every live client for its noisy count
+    (verb ``count_at_most``, sensitivity 1) and sums the replies; the bisection
+    (:func:`~privfedstat.privacy.clipping.private_grid_quantile`) runs on ``config``'s public grid
+    and targets ``quantile`` of the live clients' public N, lowered by ``config.margin`` count-noise
+    standard deviations.
+    """
+    mu_query = mu / math.sqrt(len(todo) * config.n_queries)
+    live = session.channel.live
+    n_total = float(np.sum(session.sizes[live]))
+    m = int(np.count_nonzero(live))
+    count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
+    bounds = {}
+    for which in todo:
+
+        def noisy_count(threshold: float, which=which) -> float:
+            return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
+                                 stage=f"{stage}-{which}")
+
+        bounds[which] = private_grid_quantile(noisy_count, config.grid, quantile * n_total - config.margin * count_sd)
+    return bounds
+
+
+def column_count(session: Session, column: int, threshold: float, center: float | None, mu: float, stage: str) -> float:
+    """The pooled noisy number of rows with ``x_column <= threshold`` (``center`` None) or
+    ``|x_column - center| <= threshold``: each client's count (verb ``column_count``, sensitivity 1),
+    ``mu``-GDP, summed over the clients that answered."""
+    return session.total("column_count", column=column, threshold=threshold, center=center, mu=mu, stage=stage)
+
+
+def release_psd_mean(session: Session, verb: str, bound: float, mu: float, weights: np.ndarray, stage: str, **request
+                     ) -> tuple[np.ndarray, float]:
+    """Ask the clients' ``verb`` for ``sym_to_vec`` of their PSD means (terms of Frobenius norm <= ``bound``) and aggregate.
+
+    ``verb`` is ``"hessians"``, ``"score_outer"`` or ``"design_moments"`` with its ``request``
+    arguments; the sensitivity is :func:`~privfedstat.privacy.calibration.hessian_sensitivity`
+    of ``bound``. Returns the aggregated symmetric matrix and the standard deviation s of its
+    diagonal noise.
+    """
+    sens = hessian_sensitivity(bound, session.sizes)
+    v = session.mean(verb, weights=weights, sensitivity=sens, mu=mu, stage=stage, **request)
+    p = int(round((math.sqrt(8 * v.size + 1) - 1) / 2))  # v has p (p + 1) / 2 entries
+    return vec_to_sym(v, p), aggregated_noise_sd(sens, mu, weights)
+
+
+def clipped_fraction(session: Session, theta: np.ndarray, clip: float, mu: float, stage: str) -> tuple[float, float]:
+    """Private share of per-sample gradients clipped at ``theta`` (norm above ``clip``) and its sd.
+
+    Each client releases its count of such rows (verb ``count_clipped``, sensitivity 1: one row
+    replaced changes it by at most 1), ``mu``-GDP; the server sums them and divides by the public N
+    of the clients that answered. The share is clipped to [0, 1] (post-processing).
+    """
+    values, _, answered = session.ask("count_clipped", theta=theta, clip=clip, mu=mu, stage=stage)
+    m = int(np.count_nonzero(answered))
+    n_total = float(np.sum(session.sizes[answered]))
+    return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
