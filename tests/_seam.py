@@ -23,7 +23,7 @@ class ServerView:
 
         def call(*args, **kwargs):
             if "clients" in kwargs:
-                raise AssertionError("handles are passed to ctx.ask, not to the verbs")
+                raise AssertionError("handles are passed to session.ask, not to the verbs")
             out = verb(*args, **kwargs)
             if isinstance(out, Reply):
                 self._replies.append((name, kwargs.get("mu"), out))

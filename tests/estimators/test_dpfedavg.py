@@ -11,6 +11,7 @@ from scipy.special import expit
 from privfedstat import ClientFailureError, FederatedData
 from privfedstat.estimators.dpfedavg import DPFedAvg
 from privfedstat.federation import FailingData
+from privfedstat.federation.session import Session
 from privfedstat.privacy.accounting import heterogeneous_epsilon, subsampled_gaussian_epsilon
 from privfedstat.privacy.gdp import epsilon_from_mu
 
@@ -165,18 +166,16 @@ def test_poisson_rounds_are_topped_up_so_the_aggregate_noise_does_not_reveal_who
     """With q < 1 the server puts noise of the calibrated sd in every silent client's row: the aggregate then
     has the noise of all m clients whatever the sample (the amplified accounting's fixed-noise mechanism), and
     a round with nobody sampled is not redrawn (inclusion probability stays q)."""
-    from privfedstat.estimators.base import FitContext
-
     data = _data(m=30)
     seen = []
-    topped = FitContext._topped_up
+    topped = Session._topped_up
 
     def spy(self, reply, weights, q, request):
         values, w, mask = topped(self, reply, weights, q, request)
         seen.append((reply.answered.copy(), values.copy(), float(request["mu"]), np.asarray(request["sensitivity"])))
         return values, w, mask
 
-    monkeypatch.setattr(FitContext, "_topped_up", spy)
+    monkeypatch.setattr(Session, "_topped_up", spy)
     est = DPFedAvg(mu=2.0, n_rounds=40, update_clip=0.2, participation=0.05, random_state=3).fit(data)
     assert len(seen) == 40
     assert any(not answered.any() for answered, *_ in seen)  # empty rounds happen (0.95^30 = 21%) and are kept

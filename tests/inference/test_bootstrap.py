@@ -11,10 +11,12 @@ import statsmodels.api as sm
 from privfedstat import FederatedData, FedIRLS, FedSGD, PrivateStandardize
 from privfedstat._rng import spawn_generators
 from privfedstat.estimators import registry
-from privfedstat.estimators.base import FitContext
+from privfedstat.estimators.stages import _fixed_bound
 from privfedstat.exceptions import DivergenceError
 from privfedstat.families import get_family
-from privfedstat.federation import Channel, InProcessClients, make_oracle
+from privfedstat.federation import InProcessClients, make_oracle
+from privfedstat.federation.protocol import Setup
+from privfedstat.federation.session import Session
 from privfedstat.inference import bootstrap
 from privfedstat.inference.bootstrap import _gaussian_design, release_simulation_model, run_bootstrap, simulate_response
 from privfedstat.inference.config import Inference
@@ -44,19 +46,24 @@ def _logistic(N, seed, m=10, beta=BETA):
     return X, y, FederatedData.from_pooled(X, y, sizes=[N // m] * m)
 
 
-def _context(est, data, noise_seed=5):
-    """The fit's context as ``fit`` builds it (identity scaling: the oracle sees the original design), fresh ledger."""
-    ledger = PrivacyLedger(data.n_clients)
+def _session(est, data, noise_seed=5, seed=7):
+    """The fit's session as ``fit`` opens it (identity scaling: the oracle sees the original design), fresh ledger,
+    inference seed ``seed``."""
     noise = ClientNoise(spawn_generators(np.random.SeedSequence(noise_seed), data.n_clients))
-    hessian_clip = est._fixed_bound("hessian") if "hessian" in est._norms else math.nan
-    return FitContext(InProcessClients(data, est.family_, noise), Channel(data.sizes, ledger), est.clip_, hessian_clip,
-                      est.mu, np.random.SeedSequence(0))
+    return Session.open(InProcessClients(data, est.family_, noise), PrivacyLedger(data.n_clients),
+                        seed=np.random.SeedSequence(0), inference_seed=np.random.SeedSequence(seed))
+
+
+def _setup(est):
+    """The fit's bounds and estimation budget (the estimator's own mu: no scaling, clip search or inference spent)."""
+    return Setup(est.clip_, _fixed_bound(est, "hessian") if "hessian" in est._norms else math.nan, est.mu)
 
 
 def _boot(est, data, mu, n_boot, seed=7, noise_seed=5):
-    ctx = _context(est, data, noise_seed)
-    draws, notes = run_bootstrap(est, ctx, est.coef_.ravel(), Inference(n_boot=n_boot), mu, np.random.SeedSequence(seed))
-    return draws, notes, ctx
+    session, setup = _session(est, data, noise_seed, seed), _setup(est)
+    draws, notes = run_bootstrap(session, setup, est.coef_.ravel(), Inference(n_boot=n_boot), mu,
+                                 est._refits(setup, est.scaler_))
+    return draws, notes, session
 
 
 # ---------------------------------------------------------------------------- privacy
@@ -70,8 +77,8 @@ def test_spends_exactly_its_mu_in_inference_stages(family, stages):
     data = FederatedData.from_pooled(X, y, sizes=[100, 200, 300, 600])
     est = FedIRLS(family=family, mu=2.0, clip=1.5, hessian_clip=2.0, scaling=INTERCEPT, inference=None,
                   random_state=0).fit(data)
-    draws, _, ctx = _boot(est, data, 0.7, 20)
-    ledger = ctx.channel.ledger
+    draws, _, session = _boot(est, data, 0.7, 20)
+    ledger = session.ledger
     np.testing.assert_allclose(ledger.client_mu, 0.7, rtol=1e-12)
     assert set(ledger.by_stage().index) == stages
     assert draws.shape == (20, 3) and np.all(np.isfinite(draws))
@@ -102,10 +109,10 @@ def test_moment_release_sensitivity_holds_and_is_attained():
 
     _, _, data = _logistic(600, 1, m=3)
     est = FedIRLS(mu=2.0, clip=1.0, hessian_clip=1.0, scaling=INTERCEPT, inference=None, random_state=0).fit(data)
-    ctx = _context(est, data)
-    model = release_simulation_model(ctx, est.coef_, 1.0, 0)
+    session = _session(est, data)
+    model = release_simulation_model(session, est.coef_, 1.0, 0)
     assert model.row_clip in bootstrap.ROW_SEARCH.grid
-    frame = ctx.channel.ledger.to_frame()
+    frame = session.ledger.to_frame()
     released = frame[frame.stage == "inference-moments"]
     np.testing.assert_allclose(released.sensitivity, hessian_sensitivity(model.row_clip**2, data.sizes), rtol=1e-12)
 
@@ -147,7 +154,7 @@ def test_released_covariate_model_recovers_the_design():
     y = X @ BETA + 2.0 * rng.standard_normal(4000)
     data = FederatedData.from_pooled(X, y, sizes=[1000] * 4)
     est = FedIRLS(family="gaussian", mu=INF, clip=INF, scaling=INTERCEPT, inference=None).fit(data)
-    model = release_simulation_model(_context(est, data), est.coef_, INF, 0)
+    model = release_simulation_model(_session(est, data), est.coef_, INF, 0)
     np.testing.assert_allclose(model.mean, X.mean(axis=0), atol=1e-12)
     np.testing.assert_allclose(model.factor @ model.factor.T, np.cov(X.T, bias=True), atol=1e-10)
     resid = y - X @ est.coef_
@@ -216,11 +223,10 @@ def test_every_private_estimator_refits_with_the_fits_settings(spec, monkeypatch
         return fit(self, *args, **kwargs)
 
     monkeypatch.setattr(spec.cls, "fit", spy)
-    ctx = _context(est, data)
-    ctx.clip, ctx.mu = 0.8, 2.5  # the fit's chosen bound and estimation budget, as fit would set them
-    if "hessian" in est._norms:
-        ctx.hessian_clip = 0.6
-    draws, _ = run_bootstrap(est, ctx, est.coef_.ravel(), Inference(n_boot=20), 1.0, np.random.SeedSequence(0))
+    # the fit's chosen bounds and estimation budget, as fit would set them
+    setup = Setup(0.8, 0.6 if "hessian" in est._norms else math.nan, 2.5)
+    draws, _ = run_bootstrap(_session(est, data, seed=0), setup, est.coef_.ravel(), Inference(n_boot=20), 1.0,
+                             est._refits(setup, est.scaler_))
     assert draws.shape == (20, 3) and np.all(np.isfinite(draws))
     expected = {"clip": 0.8, "mu": 2.5, "scaling": None, "inference": None, "secure_mode": False}
     if "hessian" in est._norms:

@@ -1,5 +1,6 @@
 """Private inference: what it releases and spends, the two covariance parts against Monte Carlo, the API."""
 
+import dataclasses
 import math
 import warnings
 
@@ -8,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import privfedstat.inference.bootstrap as bootstrap_module
+import privfedstat.inference.core as core_module
 from conftest import simulate
 from privfedstat import (AutoClip, FederatedData, FedIRLS, FedNewton, FedSGD, FeatureBounds, Inference,
                          NoInferenceError, NotFittedError, PrivacyBudget, glm)
@@ -140,19 +141,19 @@ def test_bootstrap_draws_give_the_covariance_bias_and_basic_intervals(data, monk
     seen = {}
     rng = np.random.default_rng(0)
 
-    def fake_run_bootstrap(estimator, ctx, theta, config, mu, seed):
-        seen.update(mu=mu, n_boot=config.n_boot, seed=seed)
+    def fake_run_bootstrap(session, setup, theta, config, mu, refits):
+        seen.update(mu=mu, n_boot=config.n_boot, seed=session.inference_seed, method=refits.method)
         z = rng.standard_normal((config.n_boot, theta.size))
         z = (z - z.mean(axis=0)) / z.std(axis=0, ddof=1)  # exactly mean 0, sd 1
         return theta + 0.05 + 0.1 * z, ["a note"]
 
-    monkeypatch.setattr(bootstrap_module, "run_bootstrap", fake_run_bootstrap)
+    monkeypatch.setattr(core_module, "run_bootstrap", fake_run_bootstrap)
     bounds = FeatureBounds([1, -4, -4], [1, 4, 4], intercept=0)
     est = quiet_fit(FedSGD(mu=MU, n_iter=20, scaling=bounds, random_state=0,
                            inference=Inference(cov_type="bootstrap", n_boot=400)), data)
     inf = est.inference_
     assert seen["mu"] == pytest.approx(0.25 * MU) and seen["n_boot"] == 400
-    assert isinstance(seen["seed"], np.random.SeedSequence)
+    assert isinstance(seen["seed"], np.random.SeedSequence) and seen["method"] == est.method
     G = np.diag([1.0, 0.25, 0.25])  # FeatureBounds [-4, 4]: scale 4, centre 0
     assert inf.draws.shape == (400, 3) and inf.cov_type == "bootstrap" and "a note" in inf.notes
     np.testing.assert_allclose(inf.bias, G @ np.full(3, 0.05), rtol=1e-12)
@@ -205,10 +206,8 @@ def test_glm_passes_inference_and_names_the_intervals():
 class NoNoiseModelSGD(FedSGD):
     """A user's protocol that reports no noise model (only its noise_sd lower bound)."""
 
-    def _run(self, ctx):
-        out = super()._run(ctx)
-        ctx.noise_model = None
-        return out
+    def _run(self, session, setup):
+        return dataclasses.replace(super()._run(session, setup), noise_model=None)
 
 
 def test_protocol_without_noise_model_gets_the_noise_sd_lower_bound_and_a_note(data):

@@ -134,11 +134,12 @@ def test_wrong_number_of_clients_is_refused(data):
 
 def test_a_ledger_that_disagrees_with_mu_fails_loudly_and_charges_the_larger(data):
     class Overspending(FedSGD):
-        def _run(self, ctx):
-            out = super()._run(ctx)
-            m = ctx.clients.n_clients
-            ctx.ask("gradients", weights=np.full(m, 1 / m), theta=out[0], clip=1.0, sensitivity=1.0, mu=0.4, stage="extra")
-            return out
+        def _run(self, session, setup):
+            run = super()._run(session, setup)
+            m = session.clients.n_clients
+            session.ask("gradients", weights=np.full(m, 1 / m), theta=run.theta, clip=1.0, sensitivity=1.0, mu=0.4,
+                        stage="extra")
+            return run
 
     budget = PrivacyBudget(mu=3.0, n_clients=len(SIZES))
     est = Overspending(mu=0.3, n_iter=3, clip=1.0, random_state=0)
@@ -150,14 +151,14 @@ def test_a_ledger_that_disagrees_with_mu_fails_loudly_and_charges_the_larger(dat
 
 def test_a_failed_fit_is_charged_exactly_what_it_released(data):
     class Failing(FedSGD):
-        def _run(self, ctx):
-            m = ctx.clients.n_clients
-            ctx.ask("gradients", weights=np.full(m, 1 / m), theta=np.zeros(ctx.clients.n_params), clip=1.0,
-                    sensitivity=1.0, mu=0.25, stage="probe")
+        def _run(self, session, setup):
+            m = session.clients.n_clients
+            session.ask("gradients", weights=np.full(m, 1 / m), theta=np.zeros(session.clients.n_params), clip=1.0,
+                        sensitivity=1.0, mu=0.25, stage="probe")
             raise ArithmeticError("boom")
 
     class FailingEarly(FedSGD):
-        def _run(self, ctx):
+        def _run(self, session, setup):
             raise ArithmeticError("before any release")
 
     budget = PrivacyBudget(mu=1.0, n_clients=len(SIZES))

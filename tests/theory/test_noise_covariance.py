@@ -96,12 +96,12 @@ def _noise_models_and_coefs(est, data, fixed_split=False):
     cls = type(est)
     original = cls._run
 
-    def run(self, ctx):
+    def run(self, session, setup):
         if fixed_split:  # FedNewton's split is data randomness, not privacy noise: hold it fixed
-            split = type(ctx.clients).split_halves
-            ctx.clients.split_halves = lambda _seed, clients=ctx.clients: split(clients, 12345)
-        out = original(self, ctx)
-        models.append(ctx.noise_model)
+            split = type(session.clients).split_halves
+            session.clients.split_halves = lambda _seed, clients=session.clients: split(clients, 12345)
+        out = original(self, session, setup)
+        models.append(out.noise_model)
         return out
 
     cls._run = run
@@ -365,9 +365,9 @@ def test_noise_models_use_the_sigmas_the_channel_was_given(method):
     captured = []
     original = type(est)._run
 
-    def run(self, ctx):
-        out = original(self, ctx)
-        captured.append(ctx.noise_model)
+    def run(self, session, setup):
+        out = original(self, session, setup)
+        captured.append(out.noise_model)
         return out
 
     type(est)._run = run
@@ -410,9 +410,9 @@ def test_mu_inf_gives_zeros_and_bad_input_says_what_to_change():
     captured = []
     original = FedSGD._run
 
-    def run(self, ctx):
-        out = original(self, ctx)
-        captured.append(ctx.noise_model)
+    def run(self, session, setup):
+        out = original(self, session, setup)
+        captured.append(out.noise_model)
         return out
 
     FedSGD._run = run

@@ -7,9 +7,10 @@ import pytest
 
 from privfedstat import FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD
 from privfedstat.estimators._steps import gradient_noise_sd
-from privfedstat.estimators.base import FitContext
+from privfedstat.estimators.stages import resolve_weights
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import GLMOracle
+from privfedstat.federation.session import Session
 from privfedstat.theory import communication_table, optimal_weights, recommended_iterations
 
 
@@ -58,8 +59,8 @@ def test_optimal_weights_match_the_estimators_optimal_option():
     X = np.column_stack([np.ones(sizes.sum()), rng.standard_normal((sizes.sum(), 2))])
     data = FederatedData.from_pooled(X, (rng.random(sizes.sum()) < 0.5).astype(float), sizes=sizes)
     est = FedSGD(mu=2.0, n_iter=10, clip=1.5, weights="optimal")
-    ctx = FitContext(GLMOracle(data, get_family("logistic")), None, 1.5, math.nan, 2.0, None)
-    w_est = est._resolve_weights(ctx, noise_var=gradient_noise_sd(ctx, 10, 2.0) ** 2)
+    session = Session(GLMOracle(data, get_family("logistic")), None, None)
+    w_est = resolve_weights(est, session, 1.5, noise_var=gradient_noise_sd(1.5, session.sizes, 10, 2.0) ** 2)
     w_thy = optimal_weights(sizes=sizes, mu=2.0, d=3, n_iter=10, clip=1.5, trace_sigma=1.5**2)
     assert w_thy == pytest.approx(w_est, rel=1e-12)
 
