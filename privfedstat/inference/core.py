@@ -156,7 +156,7 @@ class InferenceTask:
     bound_search: AutoClip
 
 
-def plan_inference(value, family: Family, n_clients: int, n_params: int, participation: Participation | None,
+def plan_inference(value, family: Family, n_clients: int, n_features: int, participation: Participation | None,
                    bound_search: AutoClip) -> InferenceTask | None:
     """The estimator's ``inference`` parameter checked against the fit, or None (no inference).
 
@@ -169,7 +169,7 @@ def plan_inference(value, family: Family, n_clients: int, n_params: int, partici
     if config is None:
         return None
     cov_type = resolve_cov_type(config, family)
-    check_feasible(cov_type, n_clients, n_params)
+    check_feasible(cov_type, n_clients, n_features * family.n_outputs)
     if participation is not None:
         raise ValueError("inference needs every client in every round (its noise model assumes full participation); "
                          "fit with inference=None when participation is partial.")

@@ -1,6 +1,6 @@
 """Privacy-noise models of the federated protocols and the covariance they leave in the estimate.
 
-Every private estimator's ``_run`` sets ``ctx.noise_model`` to one of the models below, built from
+Every private estimator's ``_run`` reports one of the models below (``Run.noise_model``), built from
 the noise scales its releases were calibrated with (the functions of
 :mod:`privfedstat.privacy.calibration`, which the protocols and
 :func:`~privfedstat.theory.predict_mse_from_params` share). :func:`protocol_noise_covariance`
@@ -495,7 +495,7 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarr
     Parameters
     ----------
     noise_model : GradientNoise, NewtonNoise, ScaffoldNoise or IRLSNoise
-        ``ctx.noise_model`` of a fit (set by every private estimator's protocol).
+        ``Run.noise_model`` of a fit (reported by every private estimator's protocol).
     H : array of shape (p, p)
         Symmetric positive definite Hessian of the server's weighted objective at the estimate,
         on the fitting scale, in the oracle's parameter order: the Jacobian of the weighted mean
@@ -523,7 +523,7 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarr
     if not isinstance(noise_model, (GradientNoise, NewtonNoise, ScaffoldNoise, IRLSNoise)):
         raise TypeError(
             f"noise_model must be a fit's noise model (GradientNoise, NewtonNoise, ScaffoldNoise or IRLSNoise), got "
-            f"{type(noise_model).__name__}; the estimator's protocol sets ctx.noise_model during fit."
+            f"{type(noise_model).__name__}; the estimator's protocol reports it in its Run."
         )
     H = _spd(H, "H")
     p = H.shape[0]
