@@ -19,6 +19,7 @@ import numpy as np
 
 from ..privacy.ledger import PrivacyLedger
 from .channel import Channel
+from .clients import InProcessClients
 from .server import Participation, aggregate, effective_weights
 
 __all__ = ["Session"]
@@ -31,7 +32,8 @@ class Session:
     Attributes
     ----------
     clients : InProcessClients
-        The clients' side of the seam: the verbs they answer (the server holds nothing else of theirs).
+        The clients' side of the seam: the verbs they answer (the server holds nothing else of theirs);
+        the torch (:mod:`privfedstat.deep`) and Flower clients answer the same verbs.
     channel : Channel
         The only path from clients to server (records the releases, applies the failure policy).
     seed : numpy.random.SeedSequence
@@ -46,7 +48,7 @@ class Session:
         The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`.
     """
 
-    clients: object
+    clients: InProcessClients
     channel: Channel
     seed: np.random.SeedSequence
     inference_seed: np.random.SeedSequence | None = None
@@ -56,7 +58,7 @@ class Session:
     topup_rng: np.random.Generator | None = None
 
     @classmethod
-    def open(cls, clients, ledger: PrivacyLedger, *, seed: np.random.SeedSequence,
+    def open(cls, clients: InProcessClients, ledger: PrivacyLedger, *, seed: np.random.SeedSequence,
              inference_seed: np.random.SeedSequence | None = None, unit: str = "record",
              participation: Participation | None = None, on_client_failure: str = "raise") -> Session:
         """A session over ``clients`` whose channel records into ``ledger``.

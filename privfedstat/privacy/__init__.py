@@ -6,7 +6,8 @@ budget splits), ``mechanisms`` (the clients' Gaussian noise, reproducible or sec
 (the private choice of the clipping bound), ``ledger`` (every release as the server saw it and
 the guarantees they compose to), ``public`` (what may be published of a ledger, and the epsilon
 a third party faces), ``accounting`` (PLD accounting of Poisson-subsampled client-level releases,
-replace-one) and ``budget`` (one total budget spent by several fits).
+replace-one), ``budget`` (one total budget spent by several fits) and ``plan`` (one fit's budget
+split over its stages, in squares).
 """
 
 from .budget import PrivacyBudget
@@ -14,6 +15,7 @@ from .clipping import AutoClip, private_grid_quantile
 from .gdp import calibrate_sigma, compose, delta_from_mu, epsilon_from_mu, gaussian_mu, mu_from_epsilon_delta
 from .ledger import PrivacyLedger, Release
 from .mechanisms import ClientNoise, SecureClientNoise
+from .plan import BudgetPlan
 from .public import PublicLedger
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "ClientNoise",
     "SecureClientNoise",
     "PrivacyBudget",
+    "BudgetPlan",
     "AutoClip",
     "private_grid_quantile",
 ]
