@@ -128,7 +128,7 @@ class Session:
         did not send: every row then carries noise of its client's calibrated sd ``sensitivity_i / mu``.
 
         This makes the noise of the published aggregate independent of who took part, which the
-        amplified accounting (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.amplified_epsilon`: the
+        amplified accounting (:meth:`~privfedstat.privacy.public.PublicLedger.epsilon`: the
         Poisson-subsampled Gaussian, fixed noise) needs; without it the aggregate's noise variance would
         grow with the number of participants and reveal it. The weights stay fixed (no
         renormalisation over who took part): the caller divides by q for an unbiased aggregate
