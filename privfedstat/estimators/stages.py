@@ -60,7 +60,7 @@ def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:
     The scaling spends ``scaling.budget`` of mu only when it rescales columns privately and can
     locate them at that budget (:meth:`PrivateStandardize.locatable`; otherwise it warns and
     spends nothing); the clip search spends its :class:`AutoClip`'s ``budget`` when some bound
-    is chosen privately (not fixed, not ``"paper"``, not ``"auto"`` with mu = inf); the inference
+    is chosen privately (not fixed, not ``"paper"``, not left unclipped with mu = inf); the inference
     spends ``inference.config.budget`` (``inference``: a
     :class:`~privfedstat.inference.core.InferenceTask` or None).
     """
