@@ -11,7 +11,7 @@ import importlib
 import sys
 import time
 
-from . import __version__
+from ._version import __version__
 from .simulations.study import Study, add_flags, run_study
 
 __all__ = ["main", "STUDY_MODULES", "find_study", "study_parser", "format_methods"]
