@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .._linalg import safe_norm
 from .._validation import check_positive_float, check_positive_int
 from ..estimators.dpfedavg import DPFedAvg
 from ..estimators.fedavg import FedAvg
@@ -186,7 +187,7 @@ class _Network:
         }
         params = dict(self.model_.named_parameters())
         table = pd.DataFrame({"shape": [tuple(p.shape) for p in params.values()],
-                              "norm": [float(torch.linalg.vector_norm(p.detach())) for p in params.values()]},
+                              "norm": [safe_norm(p.detach().to(torch.float64).numpy()) for p in params.values()]},
                              index=pd.Index(list(params), name="parameter"))
         return Summary(f"{self.method} results", header, table, [f"NOT fully private: {leak}" for leak in led.leaks])
 

@@ -21,7 +21,8 @@ from torch.func import functional_call
 
 from ..estimators.hifedprox import HiFedProx
 from ..federation.clients import Reply
-from ..federation.power_prox import clip_updates, client_batch_rng, minibatch_rows, power_prox_descent
+from .._linalg import clip_rows
+from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 from .clients import TorchClients
 from .estimators import _Network, _loss
 
@@ -71,7 +72,7 @@ class HiFedProxTorchClients(TorchClients):
             u, trials, failures = power_prox_descent(w, steps[i:i + 1], alphas[i:i + 1], prox, armijo, batch_objective)
             local.append(u[0])
             diagnostics.append([trials[0], failures[0]])
-        delta = clip_updates(self._stack(local, self.n_params) - w, update_clip)
+        delta = clip_rows(self._stack(local, self.n_params) - w, update_clip)
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         values = self._scatter(noisy, clients)
         if math.isinf(mu):
