@@ -92,7 +92,7 @@ class DeepHiFedProx(_Network, HiFedProx):
     (:mod:`privfedstat.deep.hifedprox_study`).
 
     Parameters: those of :class:`~privfedstat.HiFedProx` (same names, meanings and defaults) except
-    ``family``, ``secure_mode`` and ``inference``, plus:
+    ``family`` and ``inference``, plus:
 
     model : torch.nn.Module
         The network (float32 or float64; its current weights are w^0); never changed by ``fit``.
@@ -114,7 +114,7 @@ class DeepHiFedProx(_Network, HiFedProx):
                  power: float = 5.0, prox_coef: float = 0.03, prox_radius: float = 1.0, n_local_steps=3,
                  step_size=0.5, batch_size: int | None = 16, armijo_c: float = 1e-4, backtrack_factor: float = 0.5,
                  max_backtracks: int = 12, update_clip: float | str = "auto", participation=None, random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -132,6 +132,7 @@ class DeepHiFedProx(_Network, HiFedProx):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> HiFedProxTorchClients:
-        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed)
+        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed, secure=secure)
