@@ -207,3 +207,20 @@ def test_secure_mode_draws_os_noise_and_refuses_a_seed():
     assert not np.array_equal(fits[0].coef_, fits[1].coef_)  # fresh OS noise each fit
     assert DeepFedSGD(model=model, secure_mode=True).get_params()["secure_mode"] is True
     assert type(fits[0]._make_clients(data, None, np.random.SeedSequence(0), True)._noise).__name__ == "SecureClientNoise"
+
+
+def test_inputs_of_the_wrong_shape_or_labels_outside_the_classes_give_clear_errors():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 6 * 6, 3))
+    g = torch.Generator().manual_seed(0)
+    good = torch.randn(40, 1, 8, 8, generator=g), torch.randint(0, 3, (40,), generator=g)
+    DeepFedSGD(model=model, n_iter=1, mu=1.0, random_state=0).fit(TensorFederatedData.from_pooled(*good, sizes=[20, 20]))
+    for inputs in (torch.randn(40, 8, 8, generator=g), torch.randn(40, 1, 10, 10, generator=g)):
+        with pytest.raises(ValueError, match=r"the model cannot take inputs of shape"):
+            DeepFedSGD(model=model, n_iter=1, random_state=0).fit(TensorFederatedData.from_pooled(inputs, good[1],
+                                                                                               sizes=[20, 20]))
+    labels = good[1].clone()
+    labels[5] = 3
+    with pytest.raises(ValueError, match=r"1 target\(s\) are not classes of the model: it has 3 outputs"):
+        DeepFedSGD(model=model, n_iter=1, random_state=0).fit(TensorFederatedData.from_pooled(good[0], labels,
+                                                                                           sizes=[20, 20]))

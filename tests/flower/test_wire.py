@@ -263,6 +263,11 @@ def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys)
     with pytest.raises(SystemExit):
         main(["flower-demo", "--estimator", "nope"])
     assert "nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["flower-demo", "--set", "n_iters=5"])
+    err = capsys.readouterr().err
+    assert "FedSGD has no parameter 'n_iters' (did you mean 'n_iter'?)" in err and "'step_size'" in err
+    assert "__init__" not in err
 
 
 def test_a_job_entry_names_a_registered_estimator_or_a_network_estimator_with_its_model():
