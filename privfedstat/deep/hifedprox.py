@@ -22,6 +22,7 @@ from torch.func import functional_call
 from ..estimators.hifedprox import HiFedProx
 from ..federation.clients import Reply
 from .._linalg import clip_rows
+from ..kernels.glm_nb import CLIP_SAFETY
 from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 from .clients import TorchClients
 from .estimators import _Network, _loss
@@ -72,7 +73,7 @@ class HiFedProxTorchClients(TorchClients):
             u, trials, failures = power_prox_descent(w, steps[i:i + 1], alphas[i:i + 1], prox, armijo, batch_objective)
             local.append(u[0])
             diagnostics.append([trials[0], failures[0]])
-        delta = clip_rows(self._stack(local, self.n_params) - w, update_clip)
+        delta = clip_rows(self._stack(local, self.n_params) - w, update_clip * CLIP_SAFETY)
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         values = self._scatter(noisy, clients)
         if math.isinf(mu):

@@ -50,6 +50,7 @@ from .._linalg import clip_rows, floor_eigenvalues, row_norm_bounds, sym_to_vec
 from ..data.federated import FederatedData
 from .._validation import check_iterate
 from ..families.base import Family
+from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release
 from .oracle import ClientOracle, make_oracle
 
@@ -380,7 +381,7 @@ class InProcessClients:
             for _ in range(n_steps):
                 local = local - step_size * o.clipped_gradients(local, math.inf)
             delta = local - theta
-        delta = clip_rows(delta, update_clip)
+        delta = clip_rows(delta, update_clip * CLIP_SAFETY)
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(noisy, [rec], answered, failing)
 
@@ -445,7 +446,7 @@ class InProcessClients:
                                                  np.asarray(step_size, dtype=np.float64)[clients], prox, armijo,
                                                  batch_objective)
         delta = np.zeros((self.n_clients, self.n_params))
-        delta[clients] = clip_rows(u - w, update_clip)
+        delta[clients] = clip_rows(u - w, update_clip * CLIP_SAFETY)
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         if math.isinf(mu):
             diagnostics = np.zeros((self.n_clients, 2))
