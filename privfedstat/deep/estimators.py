@@ -175,8 +175,7 @@ class _Network:
         """Model, method, clients, rounds, privacy, clipping bound; one row per parameter tensor (shape, L2 norm)."""
         self._check_fitted()
         led, comm = self.privacy_, self.communication_
-        privacy = (f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}; unit: "
-                   f"{', '.join(led.units)})" if math.isfinite(led.mu) else "none (mu = inf)")
+        privacy = led.statement(delta, self.mu_)
         header = {
             "Model": f"{type(self.model).__name__} ({self.coef_.size} parameters)",
             "Method": self.method,

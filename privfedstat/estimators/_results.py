@@ -136,9 +136,11 @@ class FittedResults:
     def _inference(self) -> InferenceResult:
         self._check_fitted()
         if self.inference_ is None and not self.supports_inference:
-            raise NoInferenceError(
-                f"{type(self).__name__} protects whole clients and reports no standard errors: the inference releases "
-                "are record-level and cannot carry a client-level guarantee.")
+            why = ("it protects whole clients, and the inference releases are record-level: they cannot carry a "
+                   "client-level guarantee" if "client" in self.privacy_.units else
+                   "it has no inference (supports_inference is False; for a network, standard errors of the weights "
+                   "are not defined)")
+            raise NoInferenceError(f"{type(self).__name__} reports no standard errors: {why}.")
         if self.inference_ is None:
             raise NoInferenceError(
                 f"this {type(self).__name__} was fitted with inference=None, so it has no standard errors, intervals "
@@ -205,10 +207,7 @@ class FittedResults:
         with standard errors, z, p-values and intervals (statsmodels' columns)."""
         self._check_fitted()
         led = self.privacy_
-        if np.isfinite(led.mu):
-            privacy = f"mu = {led.mu:.4g} per client (eps = {led.epsilon(delta):.4g} at delta = {delta:g}); third-party mu = {led.third_party_mu:.4g}"
-        else:
-            privacy = "none (mu = inf)"
+        privacy = led.statement(delta, getattr(self, "mu_", None))
         comm = self.communication_
         names, response, classes = self._coef_names()
         header = {

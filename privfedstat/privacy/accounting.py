@@ -23,6 +23,15 @@ composed ``T`` times, add/remove-one-unit adjacency). Its discretization of the 
 *pessimistic* (the library's default): the reported epsilon is an upper bound on the true one,
 tighter as ``value_discretization_interval`` shrinks (about 1e-5 relative at the default 1e-4).
 
+Two cases need no PLD. Without subsampling (every ``q = 1``) the composition *is* GDP: blocks
+``(z_j, 1, T_j)`` compose exactly to ``mu = sqrt(sum_j T_j / z_j^2)``-GDP (Corollary 3.3), whose
+``(epsilon, delta)`` curve is exact (:func:`privfedstat.privacy.gdp.epsilon_from_mu`); that is
+used, and it is instantaneous at any epsilon. With a noise multiplier below :data:`PLD_MIN_NOISE`
+the PLD's privacy-loss range grows like ``1 / z^2`` (a minute per epsilon at ``z = 0.05``), so
+such a composition is accounted as if nothing were subsampled: Poisson subsampling only lowers
+the privacy loss, so this is an upper bound (it forgoes the amplification, small at such low
+noise).
+
 Why never a CLT/GDP approximation
 ---------------------------------
 The central limit theorem of Bu, Dong, Long & Su (2020) says the composition is approximately
@@ -55,6 +64,8 @@ from collections.abc import Iterable
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 
+from .gdp import epsilon_from_mu, mu_from_epsilon_delta
+
 __all__ = [
     "subsampled_gaussian_epsilon",
     "subsampled_gaussian_delta",
@@ -63,6 +74,9 @@ __all__ = [
 ]
 
 _Events = tuple[tuple[float, float, int], ...]
+
+#: compositions with a noise multiplier below this are accounted without subsampling (exact GDP: an upper bound)
+PLD_MIN_NOISE = 0.5
 
 
 # --------------------------------------------------------------------------- validation
@@ -159,12 +173,15 @@ def heterogeneous_epsilon(
     References
     ----------
     Koskela, Jalko & Honkela (2020); Doroshenko et al. (2022); ``dp-accounting``'s PLD library.
+    Without subsampling, or with a noise multiplier below :data:`PLD_MIN_NOISE`, the exact GDP
+    composition instead (see the module docstring).
     """
-    return _epsilon(
-        _events(events),
-        _open_unit(delta, "delta"),
-        _positive_finite(value_discretization_interval, "value_discretization_interval"),
-    )
+    events = _events(events)
+    delta = _open_unit(delta, "delta")
+    interval = _positive_finite(value_discretization_interval, "value_discretization_interval")
+    if all(q == 1.0 for _, q, _ in events) or any(z < PLD_MIN_NOISE for z, _, _ in events):
+        return epsilon_from_mu(math.sqrt(math.fsum(t / (z * z) for z, _, t in events)), delta)
+    return _epsilon(events, delta, interval)
 
 
 def subsampled_gaussian_epsilon(
@@ -179,9 +196,8 @@ def subsampled_gaussian_epsilon(
 
     Each round includes every unit independently with probability ``q`` and releases a sum of
     L2 sensitivity 1 plus ``N(0, z^2)`` noise. ``q = 1`` is the plain Gaussian mechanism, whose
-    ``T``-fold composition is exactly ``sqrt(T) / z``-GDP: the PLD agrees with
-    :func:`privfedstat.privacy.gdp.epsilon_from_mu` from above (4e-9 relative at ``z = 2``,
-    ``T = 50``; 4e-4 at the extreme ``mu = 63``).
+    ``T``-fold composition is exactly ``sqrt(T) / z``-GDP, converted exactly
+    (:func:`privfedstat.privacy.gdp.epsilon_from_mu`; see :func:`heterogeneous_epsilon`).
 
     Parameters
     ----------
@@ -257,7 +273,11 @@ def noise_multiplier_for_epsilon(
     log epsilon against log z instead of halving): the bracket is doubled until its upper end
     meets the target, then shrunk until the upper end's epsilon lies within ``tol`` below the
     target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``, with
-    epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. The search
+    epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. Without
+    subsampling (``q = 1``) ``z = sqrt(T) / mu`` with ``mu`` the GDP parameter of the target,
+    exact and instantaneous; when that ``z`` is below :data:`PLD_MIN_NOISE` it is returned for
+    every ``q`` (its epsilon is at most the target; the search would build PLDs too wide to be
+    quick). The search
     itself runs on a 10x coarser PLD grid (about 10x cheaper; pessimistic, so its epsilons lie
     slightly above) to within ``tol / 2``, then checks, and if need be continues, on the default
     grid. Results are cached per (target, delta, q, T, tol).
@@ -289,7 +309,13 @@ def noise_multiplier_for_epsilon(
     target = _positive_finite(target_epsilon, "target_epsilon")
     tol = _positive_finite(tol, "tol")
     _event(1.0, sampling_rate, steps)  # validates q and T before any PLD is built
-    return _noise_multiplier(target, _open_unit(delta, "delta"), float(sampling_rate), operator.index(steps), tol)
+    delta = _open_unit(delta, "delta")
+    # without subsampling the composition is sqrt(T) / z-GDP: z in closed form (raised by 1e-9 relative so that
+    # the rounding of mu_from_epsilon_delta never lands above the target); also a valid z for any q <= 1
+    full = math.sqrt(operator.index(steps)) / mu_from_epsilon_delta(target, delta) * (1.0 + 1e-9)
+    if sampling_rate == 1.0 or full < PLD_MIN_NOISE:
+        return full  # q < 1 here: the PLD at such low noise is too slow; the amplification is forgone
+    return _noise_multiplier(target, delta, float(sampling_rate), operator.index(steps), tol)
 
 
 #: grid step of the PLDs the search evaluates before the final check at the default 1e-4: about 10x cheaper, and

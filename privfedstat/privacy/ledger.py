@@ -235,6 +235,33 @@ class PrivacyLedger:
                 worst = max(worst, heterogeneous_epsilon([(z, q, k) for (z, q), k in sorted(events.items())], delta))
         return worst
 
+    def statement(self, delta: float = 1e-5, budget: float | None = None) -> str:
+        """One line saying what the fit protects and how much: the "Privacy" row of every summary.
+
+        ``mu`` is the worst client's composed GDP parameter towards the server (what the ledger
+        guarantees), labelled with its neighbouring relation: one record of a client replaced
+        (record-level releases) or the client's whole data replaced (client-level ones). With a
+        ``budget`` (the mu the fit was given) above it, the line says so: clients that sat out
+        rounds spent less than their budget. Client-level fits add the epsilon towards an
+        observer of the aggregates (one client added or removed, amplified by Poisson sampling
+        where the server topped up the noise: :meth:`amplified_epsilon`), the guarantee a target
+        ``epsilon`` is met for; record-level fits add the third-party mu.
+        """
+        if not np.isfinite(self.mu):
+            return "none (mu = inf)"
+        units = self.units
+        what = {"record": "one record (row) of a client replaced", "client": "a client's whole data replaced"}
+        line = (f"mu = {self.mu:.4g} per client towards the server, {' / '.join(what[u] for u in units)} "
+                f"(eps = {self.epsilon(delta):.4g} at delta = {delta:g})")
+        if budget is not None and math.isfinite(budget) and self.mu < budget * (1.0 - 1e-9):
+            line += f"; the budget was mu = {budget:.4g} (clients that sat out rounds spent less)"
+        if "client" in units:
+            line += (f"; towards an observer of the aggregates eps = {self.amplified_epsilon(delta):.4g} at delta = "
+                     f"{delta:g}, one client added or removed")
+        else:
+            line += f"; third-party mu = {self.third_party_mu:.4g}"
+        return line
+
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon towards a third party at the given delta."""
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0

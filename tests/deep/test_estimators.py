@@ -224,3 +224,23 @@ def test_inputs_of_the_wrong_shape_or_labels_outside_the_classes_give_clear_erro
     with pytest.raises(ValueError, match=r"1 target\(s\) are not classes of the model: it has 3 outputs"):
         DeepFedSGD(model=model, n_iter=1, random_state=0).fit(TensorFederatedData.from_pooled(good[0], labels,
                                                                                            sizes=[20, 20]))
+
+
+def test_the_summary_says_what_is_protected_and_how_much():
+    """Record-level units, the worst client's spent mu, and the budget when participation left it below; no
+    standard errors, for the reason that applies (not 'whole clients')."""
+    from privfedstat import NoInferenceError
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2))
+    g = torch.Generator().manual_seed(0)
+    data = TensorFederatedData.from_pooled(torch.randn(60, 3, generator=g), torch.randint(0, 2, (60,), generator=g),
+                                           sizes=[20, 20, 20])
+    est = DeepFedAvg(model=model, n_rounds=3, n_local_steps=2, mu=2.0, participation=0.5, random_state=0).fit(data)
+    text = " ".join(est.summary().as_text().split())
+    assert est.privacy_.mu < 2.0
+    assert f"mu = {est.privacy_.mu:.4g} per client towards the server, one record (row) of a client replaced" in text
+    assert "the budget was mu = 2 (clients that sat out rounds spent less)" in text and "unit: record" not in text
+    with pytest.raises(NoInferenceError) as info:
+        est.bse_
+    assert "whole clients" not in str(info.value) and "standard errors of the weights are not defined" in str(info.value)

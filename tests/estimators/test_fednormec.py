@@ -318,3 +318,19 @@ def test_whole_client_neighbours_move_each_message_by_at_most_its_stated_sensiti
 def test_bad_parameters_are_refused_before_any_release(params, match):
     with pytest.raises((ValueError, TypeError), match=match):
         FedAlphaNormEC(**params).fit(_data())
+
+
+@pytest.mark.parametrize("eps", [10.0, 1e3, 1e4, 1e6])
+def test_any_target_epsilon_is_met_quickly_and_the_summary_states_it(eps):
+    """Large targets resolve (no 'use a larger tol', a parameter the estimator does not have) within seconds; the
+    summary states the target met towards an observer (add/remove one client) and labels the server's mu
+    (replace one client's data: twice the sensitivity, so its epsilon is larger, e.g. 24.4 for a target of 10)."""
+    import time
+
+    start = time.perf_counter()
+    est = FedAlphaNormEC(mu=None, epsilon=(eps, 1e-5), n_rounds=20, random_state=0).fit(_data())
+    text = " ".join(est.summary().as_text().split())
+    assert time.perf_counter() - start < 10.0
+    assert eps * (1 - 1e-6) <= est.epsilon_ <= eps
+    assert f"towards an observer of the aggregates eps = {eps:.4g} at delta = 1e-05, one client added or removed" in text
+    assert "per client towards the server, a client's whole data replaced" in text
