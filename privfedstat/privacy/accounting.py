@@ -64,7 +64,7 @@ from collections.abc import Iterable
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 
-from .gdp import epsilon_from_mu, mu_from_epsilon_delta
+from .gdp import delta_from_mu, epsilon_from_mu, mu_from_epsilon_delta
 
 __all__ = [
     "subsampled_gaussian_epsilon",
@@ -252,11 +252,12 @@ def subsampled_gaussian_delta(
     float
         Delta, in [0, 1].
     """
-    return _delta(
-        (_event(noise_multiplier, sampling_rate, steps),),
-        _positive_finite(epsilon, "epsilon"),
-        _positive_finite(value_discretization_interval, "value_discretization_interval"),
-    )
+    z, q, t = _event(noise_multiplier, sampling_rate, steps)
+    epsilon = _positive_finite(epsilon, "epsilon")
+    interval = _positive_finite(value_discretization_interval, "value_discretization_interval")
+    if q == 1.0 or z < PLD_MIN_NOISE:  # exact GDP, as in heterogeneous_epsilon
+        return delta_from_mu(math.sqrt(t) / z, epsilon)
+    return _delta(((z, q, t),), epsilon, interval)
 
 
 def noise_multiplier_for_epsilon(
