@@ -27,9 +27,9 @@ from numbers import Real
 
 import numpy as np
 
+from .._linalg import row_norms
 from .._rng import child_seed
 from .._validation import check_positive_float, check_positive_int
-from .._linalg import row_norms
 
 __all__ = ["PowerProx", "Armijo", "armijo_step", "power_prox_descent", "client_batch_rng", "minibatch_rows"]
 

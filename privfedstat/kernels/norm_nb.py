@@ -34,7 +34,7 @@ def norm_bound(a, n):
     for k in range(n):
         s += a[k] * a[k]
     if not (s >= _SMALL_SQ and s <= _LARGE_SQ):  # tiny or huge entries (or NaN)
-        if s != s:
+        if math.isnan(s):
             return math.nan
         mx = 0.0
         for k in range(n):

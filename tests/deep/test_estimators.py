@@ -242,5 +242,5 @@ def test_the_summary_says_what_is_protected_and_how_much():
     assert f"mu = {est.privacy_.mu:.4g} per client towards the server, one record (row) of a client replaced" in text
     assert "the budget was mu = 2 (clients that sat out rounds spent less)" in text and "unit: record" not in text
     with pytest.raises(NoInferenceError) as info:
-        est.bse_
+        _ = est.bse_
     assert "whole clients" not in str(info.value) and "standard errors of the weights are not defined" in str(info.value)

@@ -7,8 +7,6 @@ is calibrated to.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -44,7 +42,7 @@ def test_newton_step_within_sensitivity(clip, grad_clip, row):
     lam, C_H = 0.05, 1.0
     theta = np.zeros(2)
     G = np.array([grad_clip])
-    kw = dict(clip=clip, hessian_clip=C_H, hessian_floor=lam, grad_clip=G)
+    kw = {"clip": clip, "hessian_clip": C_H, "hessian_floor": lam, "grad_clip": G}
     base = newton_step(*_halves(None, clip * 1e3), theta, **kw)
     moved = newton_step(*_halves(row, clip * 1e3), theta, **kw)
     sens = newton_sensitivity(clip, C_H, lam, G, np.array([8.0]), np.array([9.0]))
