@@ -339,11 +339,9 @@ def warn_clipping(estimator, share: float, sd: float) -> None:
     equation whose root moves away from the MLE as more rows are clipped, by an amount the
     intervals (centred on the fit) do not contain. How much depends on the data; the share is
     the observable symptom (measured: the Gaussian ``diabetes`` data with the raw response, 5
-    sites, mu = 8: most rows clipped, estimates 2-7 MLE SEs off with intervals that miss). A fit
-    that did not converge (``converged_`` False: it warned already) is not a root of the clipped
-    equation, so the diagnosis does not apply to it and it does not warn.
+    sites, mu = 8: most rows clipped, estimates 2-7 MLE SEs off with intervals that miss).
     """
-    if share <= CLIPPED_WARN or getattr(estimator, "converged_", None) is False:
+    if share <= CLIPPED_WARN:
         return
     warnings.warn(
         f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
