@@ -370,9 +370,10 @@ class InProcessClients:
         """Client-level DP-FedAvg: K local full-batch GD steps from theta (no noise), the model update clipped
         to L2 norm S (``update_clip``), plus noise; a client-level release (unit ``"client"``).
 
-        Whatever a client's data, its clipped update lies in the ball of radius S (a non-finite
-        update, from diverging local steps, is sent as 0), so replacing the whole dataset moves
-        it by at most 2S: the server's ``sensitivity``.
+        Whatever a client's data, its clipped update lies in the ball of radius S (clipped to
+        ``S kappa``, the kernels' CLIP_SAFETY, by :func:`~privfedstat._linalg.clip_rows`, whose norm
+        neither underflows nor overflows; a non-finite update, from diverging local steps, is sent
+        as 0), so replacing the whole dataset moves it by at most 2S: the server's ``sensitivity``.
         """
         answered, failing = self._begin(active)
         o = self._oracle
