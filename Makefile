@@ -1,4 +1,5 @@
-# The two quick-start commands: `make demo` (main job) and `make test` (full test suite).
+# The two quick-start commands: `make demo` (main job) and `make test` (the layer contracts of
+# pyproject.toml, then the full test suite).
 # Both create .venv and install the package with its test extras on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,6 +15,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/privfedstat demo
 
 test: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed

@@ -37,8 +37,8 @@ from bench_accuracy import code_version  # noqa: E402
 from bench_kernels import machine_info, update_results  # noqa: E402
 
 import privfedstat  # noqa: E402
-from privfedstat.cli import reproduce_coverage  # noqa: E402
-from privfedstat.simulations.coverage import MAX_FAILED, MIN_CONVERGED, TARGET  # noqa: E402
+from privfedstat.simulations.coverage import MAX_FAILED, MIN_CONVERGED, STUDY, TARGET  # noqa: E402
+from privfedstat.simulations.study import run_study  # noqa: E402
 
 HEADING = "## Coverage of private intervals (benchmarks/bench_coverage.py)"
 FIGURE = Path(__file__).resolve().parent / "coverage.png"
@@ -139,9 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"RESULTS.md needs >= {MIN_REPS} replicates per cell (use --no-write for fewer)")
     mi = machine_info()
     t0 = time.perf_counter()
-    df, table, stem = reproduce_coverage(reps=args.reps, jobs=args.jobs, out=args.out, seed=args.seed)
+    result = run_study(STUDY, args.out, reps=args.reps, jobs=args.jobs, seed=args.seed)
     wall = time.perf_counter() - t0
-    figure = stem.with_suffix(".png")
+    df, table, figure = result.frames[""], result.tables["summary"].frame, Path(args.out) / "coverage.png"
     if write:
         shutil.copyfile(figure, FIGURE)
         figure = FIGURE.name

@@ -37,6 +37,7 @@ from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat.deep import normec_study as ns  # noqa: E402
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
+from privfedstat.simulations.study import run_study  # noqa: E402
 from privfedstat.estimators.fednormec import ClippedFedAvg, FedAlphaNormEC  # noqa: E402
 from privfedstat.families import get_family  # noqa: E402
 
@@ -62,7 +63,7 @@ def _timed(path: Path, reuse: bool, compute) -> tuple[pd.DataFrame, float | None
 
 
 def study() -> pd.DataFrame:
-    return ns.reproduce_normec("digits", out=OUT, progress=True)[0]
+    return run_study(ns.STUDIES[0], OUT).frames[""]
 
 
 def nonprivate() -> pd.DataFrame:
@@ -106,8 +107,8 @@ def other_seeds() -> pd.DataFrame:
     out = []
     for seed in SEEDS:
         for method, gamma in ((EC, 1.0), (FA, 100.0)):
-            cells = replace(preset, betas=(0.001,), gammas=(gamma,), participations=(0.25, 1.0))
-            out.append(ns.normec_study(cells, train, test, methods=(method,), random_state=seed).assign(seed=seed))
+            cells = replace(preset, betas=(0.001,), gammas=(gamma,), participations=(0.25, 1.0), seed=seed)
+            out.append(ns.normec_study(cells, train, test, methods=(method,)).assign(seed=seed))
     return pd.concat(out, ignore_index=True)
 
 
@@ -204,7 +205,7 @@ def section(df: pd.DataFrame, t_study, nonpriv: pd.DataFrame, t_np, more: pd.Dat
         f"- Setting (reduced; the paper: CIFAR-10, ResNet20, M = 20, R = 300): GLM backend, multinomial logistic "
         f"regression (10 classes, 64 pixels + intercept, 585 parameters) on scikit-learn's digits, 1437 training "
         f"images dealt IID to M = {m} clients (4-5 each), 360 test images; R = {r}, one local GD step (T = 1, "
-        "eta = gamma), alpha = 0.01, client-level (8, 1e-5)-DP with sigma_DP from the PLD (add/remove one client, "
+        "eta = gamma), alpha = 0.01, client-level (8, 1e-5)-DP with sigma_DP from the PLD (replace-one: one client's whole dataset replaced, "
         "Poisson participation p); beta in {0.001, 0.01, 0.1}, gamma in {0.1, 0.3, 1, 3, 10, 30, 100}, p in {0.25, 0.5, 1}; "
         "one seed. Chance accuracy is 0.10.",
         "",

@@ -8,7 +8,7 @@ working tree (uncommitted changes included):
 * ``fedsgd``: the setting of ``bench_fedsgd.py`` (m = 50 x n = 400, d = 10, logistic, K = 50, eta = 0.5,
   mu = 2, B = 1.5), ``--fedsgd-reps`` fits in one process; each tree's own ``bench_fedsgd.py`` supplies the
   data and the fit loop;
-* ``section4``: every study of ``privfedstat.simulations.STUDIES`` at ``--reps`` replicates with one
+* ``section4``: every figure of ``privfedstat.simulations.GRIDS`` at ``--reps`` replicates with one
   worker, driven as ``bench_section4.py`` drives ``MonteCarlo`` (CSV per study in a temporary folder).
 
 Each timing is a fresh child process (this script with ``--child``) whose working directory and
@@ -59,12 +59,12 @@ def child_fedsgd(tree: Path, reps: int) -> tuple[float, float]:
 
 
 def child_section4(reps: int) -> tuple[float, float]:
-    from privfedstat.simulations import STUDIES, MonteCarlo
+    from privfedstat.simulations import GRIDS, MonteCarlo
 
     checksum = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        for name, study in STUDIES.items():
+        for name, study in GRIDS.items():
             df = MonteCarlo(study.scenarios(), study.methods, n_reps=reps, n_jobs=1, progress=False,
                             out=Path(tmp) / f"{name}.csv").run()
             checksum += float(df["mse"].sum())

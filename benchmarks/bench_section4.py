@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
-from privfedstat.simulations import STUDIES, MonteCarlo  # noqa: E402
+from privfedstat.simulations import GRIDS, MonteCarlo  # noqa: E402
 
 HEADING = "## Section 4 end to end (benchmarks/bench_section4.py)"
 
@@ -39,7 +39,7 @@ def main() -> None:
     mi = machine_info()
     rows, total, fits = [], 0.0, 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, study in STUDIES.items():
+        for name, study in GRIDS.items():
             scen = study.scenarios()
             t0 = time.perf_counter()
             df = MonteCarlo(scen, study.methods, n_reps=args.reps, n_jobs=args.jobs, progress=False,

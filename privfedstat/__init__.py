@@ -1,15 +1,22 @@
 """privfedstat: differentially private federated M-estimation with exact mu-GDP accounting.
 
-Estimators :class:`FedSGD`, :class:`FedHybrid`, :class:`FedAvg` and :class:`FedNewton` implement
-Algorithms 1-4 of Peng & Paul ("Statistical limits and efficient algorithms for differentially
-private federated learning"); :class:`FederatedData` holds the clients' data; the privacy math and
-the ledger live in :mod:`privfedstat.privacy`.
+This module is the public API (``__all__``): the names a user imports from ``privfedstat``,
+re-exported from the subpackages that own them. :class:`FederatedData` holds the clients' data;
+the estimators run federated protocols on it: :class:`FedSGD`, :class:`FedHybrid`, :class:`FedAvg`
+and :class:`FedNewton` are Algorithms 1-4 of Peng & Paul ("Statistical limits and efficient
+algorithms for differentially private federated learning"), next to :class:`FedIRLS`,
+:class:`Scaffold`, the composite methods (:class:`FedNMap`, :class:`ZhangComposite`,
+:class:`FedCanon`), the client-level methods (:class:`DPFedAvg`, :class:`FedAlphaNormEC`,
+:class:`ClippedFedAvg`, :class:`HiFedProx`) and the non-private baselines (:class:`PooledMLE`,
+:class:`LocalFit`); :func:`glm` fits one from a formula. The privacy math, the ledger and the
+budget live in :mod:`privfedstat.privacy`. The layers and the data flow are described in
+``docs/architecture.md``, the privacy model in ``docs/privacy.md``.
 """
 
 from .data import FederatedData
-from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone
+from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone, predict_mse
 from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
-                         PrivacyLeakWarning, PrivacyNoiseWarning)
+                         NoInterceptWarning, PrivacyLeakWarning, PrivacyNoiseWarning, SingleClientWarning)
 from .families import get_family
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
@@ -33,6 +40,7 @@ __all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap"
     "LocalFit",
     "FederatedEstimator",
     "clone",
+    "predict_mse",
     "get_family",
     "glm",
     "Inference",
@@ -50,6 +58,8 @@ __all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap"
     "PrivacyNoiseWarning",
     "IllConditionedWarning",
     "ClippingBiasWarning",
+    "SingleClientWarning",
+    "NoInterceptWarning",
     "DivergenceError",
     "NotFittedError",
 ]

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from formulaic import model_matrix
+from formulaic.errors import DataMismatchWarning
 
 __all__ = ["Design", "apply_design", "build_design"]
 
@@ -109,9 +111,6 @@ def build_design(
     -------
     Design
     """
-    from formulaic import model_matrix
-    from formulaic.errors import DataMismatchWarning
-
     work = data.reset_index(drop=True)  # positions as index: kept rows are positions
     declared = {c: list(work[c].cat.categories) for c in work.columns if isinstance(work[c].dtype, pd.CategoricalDtype)}
     for col, cats in _check_levels(levels, work).items():
@@ -197,8 +196,6 @@ def apply_design(
     y : ndarray of shape (n_samples,) or None
         None unless ``with_y``.
     """
-    from formulaic.errors import DataMismatchWarning
-
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     work = data.reset_index(drop=True)

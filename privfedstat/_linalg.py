@@ -2,7 +2,8 @@
 underflow-safe Euclidean norm of every privacy-critical path (:func:`row_norms`, its rigorous upper bound
 :func:`row_norm_bounds` and the clipping :func:`clip_rows` built on it; the numba kernels' twin is
 :func:`privfedstat.kernels.norm_nb.norm_bound`, the torch clients' :func:`privfedstat.deep.per_sample.sample_norms`),
-the isometric packing of symmetric matrices into vectors (how a Hessian is released) and the eigenvalue floor."""
+the isometric packing of symmetric matrices into vectors (how a Hessian is released), the eigenvalue floor, and the
+memory allowed for the clients' Hessians."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import math
 
 import numpy as np
 
-__all__ = ["row_norms", "row_norm_bounds", "safe_norm", "clip_rows", "sym_to_vec", "vec_to_sym", "floor_eigenvalues"]
+__all__ = ["row_norms", "row_norm_bounds", "safe_norm", "clip_rows", "sym_to_vec", "vec_to_sym", "floor_eigenvalues",
+           "MAX_HESSIAN_GB"]
 
 SQRT2 = math.sqrt(2.0)
+#: Memory (GB) allowed for all clients' (p, p) Hessians at once: the Newton-type estimators and the
+#: covariance releases hold one per client in a single pass and refuse larger problems up front.
+MAX_HESSIAN_GB = 4.0
 _U = 2.0**-53  # unit roundoff of float64
 _DENORM_MIN = 2.0**-1074  # smallest positive double
 #: sums of squares in this range are computed without overflow and without losing accuracy to underflow

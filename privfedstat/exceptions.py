@@ -6,9 +6,16 @@ them precisely (``warnings.simplefilter("error", PrivacyLeakWarning)``).
 
 from __future__ import annotations
 
+try:  # optional: where scikit-learn is installed its tools (check_is_fitted, estimator checks) catch its class
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+except ImportError:
+    _NOT_FITTED_BASES: tuple[type, ...] = (ValueError, AttributeError)  # the bases of scikit-learn's class
+else:
+    _NOT_FITTED_BASES = (_SklearnNotFittedError,)
+
 __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
-    "NotFittedError", "BudgetExceededError", "ClientFailureError",
+    "NotFittedError", "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
 ]
 
 
@@ -44,12 +51,25 @@ class ClippingBiasWarning(UserWarning):
     clipped estimating equation, whose root can lie further from the MLE than the intervals allow."""
 
 
+class SingleClientWarning(UserWarning):
+    """``fit(X, y)`` was given no client labels: every row is taken to be one client's (m = 1)."""
+
+
+class NoInterceptWarning(UserWarning):
+    """The design matrix passed as an array has no constant column, so the model has no intercept."""
+
+
 class DivergenceError(ValueError):
     """Iterates became non-finite or exploded; the message names the setting to change."""
 
 
-class NotFittedError(ValueError, AttributeError):
-    """An estimator was used before ``fit`` was called."""
+class NotFittedError(*_NOT_FITTED_BASES):
+    """An estimator was used before ``fit`` was called.
+
+    A subclass of ``sklearn.exceptions.NotFittedError`` where scikit-learn is installed, else of
+    ``ValueError`` and ``AttributeError``, the bases of scikit-learn's class: ``except`` clauses
+    catch it the same way with or without scikit-learn.
+    """
 
 
 class BudgetExceededError(ValueError):

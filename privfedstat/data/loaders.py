@@ -9,12 +9,12 @@ Functions
 load_mnist     MNIST from the standard IDX files (gzipped or not).
 load_cifar10   CIFAR-10 from the standard python pickle batches (or the .tar.gz holding them).
 load_digits    scikit-learn's bundled 8x8 handwritten digits (optional dependency).
+load_randhie   statsmodels' bundled RAND Health Insurance Experiment data (Poisson counts).
+read_idx       Any IDX file as a numpy array (the format MNIST is distributed in).
 
 The three image sets come as flat float64 rows (the GLM studies) or, with ``images=True``, as
 float32 arrays of shape (n, channels, height, width), the layout the networks of
-:mod:`privfedstat.deep` take.
-load_randhie   statsmodels' bundled RAND Health Insurance Experiment data (Poisson counts).
-read_idx       Any IDX file as a numpy array (the format MNIST is distributed in).
+:mod:`privfedstat.deep` take. FEMNIST (network data) is read by :mod:`privfedstat.deep.femnist`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["load_mnist", "load_cifar10", "load_digits", "load_randhie", "read_idx"]
+__all__ = ["load_mnist", "load_cifar10", "load_digits", "load_randhie", "read_idx", "as_dir"]
 
 MNIST_URLS = ("https://yann.lecun.com/exdb/mnist/", "https://ossci-datasets.s3.amazonaws.com/mnist/")
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -63,7 +63,8 @@ def _check_kind(kind: str) -> tuple[str, ...]:
     return ("train", "test") if kind == "all" else (kind,)
 
 
-def _as_dir(data_dir) -> Path:
+def as_dir(data_dir) -> Path:
+    """``data_dir`` (a path-like, ``~`` expanded) as a Path; FileNotFoundError unless it is a directory."""
     path = Path(os.fspath(data_dir)).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"data directory {str(path)!r} does not exist or is not a directory.")
@@ -182,7 +183,7 @@ def load_mnist(data_dir, *, kind: str = "all", normalize: bool = True,
     Peng & Paul, Section 5.1 (the MNIST logistic-regression study).
     """
     parts = _check_kind(kind)
-    root = _as_dir(data_dir)
+    root = as_dir(data_dir)
     dirs = [root, root / "MNIST" / "raw"]
     paths, missing = {}, []
     for part in parts:
@@ -308,7 +309,7 @@ def load_cifar10(data_dir, *, kind: str = "all", normalize: bool = True,
     Krizhevsky, A. (2009). Learning multiple layers of features from tiny images.
     """
     parts = _check_kind(kind)
-    root = _as_dir(data_dir)
+    root = as_dir(data_dir)
     names = [n for part in parts for n in _CIFAR_FILES[part]]
     folder = root if root.name == _CIFAR_DIR or not (root / _CIFAR_DIR).is_dir() else root / _CIFAR_DIR
     present = [n for n in names if (folder / n).is_file()]

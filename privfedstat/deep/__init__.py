@@ -12,6 +12,8 @@ GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter 
 :class:`DeepHiFedProx` is HiFedProx (power-p proximal local steps with Armijo backtracking);
 :class:`DeepFedNMap`, :class:`DeepZhang` and :class:`DeepFedCanon` are FedNMap and its composite baselines
 (l1 / elastic-net regularised networks; :mod:`privfedstat.deep.mobilenet` has MobileNetV3-Small).
+:mod:`privfedstat.deep.registry` lists the network estimators for the contract suite.
+:func:`load_femnist` and :func:`femnist_standin` give FEMNIST's writers as clients (:class:`WriterData`).
 """
 
 try:
@@ -22,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from .clients import TorchClients, TorchNoise
 from .data import FailingTensorData, TensorFederatedData
 from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
+from .femnist import FEMNIST_CLASSES, WriterData, femnist_standin, load_femnist
 from .fednmap import DeepFedCanon, DeepFedNMap, DeepZhang
 from .hifedprox import DeepHiFedProx
 from .newton import DeepFedNewton
@@ -30,4 +33,5 @@ from .per_sample import per_sample_clipped_mean
 
 __all__ = ["per_sample_clipped_mean", "TorchClients", "TorchNoise", "TensorFederatedData", "FailingTensorData",
            "DeepFedAvg", "DeepFedSGD", "DeepFedHybrid", "DeepDPFedAvg", "DeepFedNewton", "compute_matched_rounds",
-           "DeepFedAlphaNormEC", "DeepClippedFedAvg", "DeepHiFedProx", "DeepFedNMap", "DeepZhang", "DeepFedCanon"]
+           "DeepFedAlphaNormEC", "DeepClippedFedAvg", "DeepHiFedProx", "DeepFedNMap", "DeepZhang", "DeepFedCanon",
+           "WriterData", "load_femnist", "femnist_standin", "FEMNIST_CLASSES"]

@@ -78,35 +78,6 @@ class TorchNoise:
         return TorchNoise([self._gens[i] for i in clients])
 
 
-def check_inputs(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-    """Refuse data the model cannot take, with a message instead of a raw torch error.
-
-    The input shape is checked by one forward pass on zeros of the rows' shape (no data is
-    used); with integer targets and a two-dimensional output of K columns (a classifier), every
-    target must be a class 0..K-1.
-
-    Raises
-    ------
-    ValueError
-        If the model fails on inputs of this shape, or integer targets lie outside 0..K-1.
-    """
-    shape = tuple(inputs.shape[1:])
-    try:
-        with torch.no_grad():
-            out = model(torch.zeros((1, *shape), dtype=inputs.dtype))
-    except (RuntimeError, ValueError, IndexError, TypeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"the model cannot take inputs of shape {shape} (one row; the data's inputs are "
-                         f"{tuple(inputs.shape)}): {first}. Reshape the inputs to what the model expects "
-                         "(e.g. (channels, height, width) for a CNN).") from None
-    if out.dim() == 2 and not targets.dtype.is_floating_point and targets.numel():
-        k = out.shape[1]
-        outside = int(torch.sum((targets < 0) | (targets >= k)))
-        if outside:
-            raise ValueError(f"{outside} target(s) are not classes of the model: it has {k} outputs, so labels must "
-                             f"be integers 0..{k - 1}. Recode the labels, or give the model one output per class.")
-
-
 class TorchClients:
     """All clients of a network in this process: their data, noise and minibatch streams, and the verbs they answer.
 
@@ -151,7 +122,6 @@ class TorchClients:
         self._dtype = next(p.dtype for p in model.parameters() if p.requires_grad)
         self._inputs = data.inputs.to(self._dtype)
         self._targets = data.targets
-        check_inputs(model, self._inputs, self._targets)
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
         clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)

@@ -49,7 +49,7 @@ from ..estimators.dpfedavg import DPFedAvg
 from ..estimators.fedavg import FedAvg
 from ..estimators.fedhybrid import FedHybrid
 from ..estimators.fedsgd import FedSGD
-from ..estimators.summary import Summary
+from ..estimators.summary import Summary, privacy_rows
 from ..privacy.clipping import AutoClip
 from .clients import TorchClients
 from .data import TensorFederatedData
@@ -122,6 +122,7 @@ class _Network:
         if not isinstance(X, TensorFederatedData) or extra:
             raise TypeError(f"{type(self).__name__}.fit takes one TensorFederatedData (privfedstat.deep), got "
                             f"{type(X).__name__}{' and more arguments' if extra else ''}.")
+        _check_fits_model(self.model, self.loss, X)
         return X, None
 
     def _make_clients(self, data: TensorFederatedData, family, seed: np.random.SeedSequence, secure: bool) -> TorchClients:
@@ -175,13 +176,12 @@ class _Network:
         """Model, method, clients, rounds, privacy, clipping bound; one row per parameter tensor (shape, L2 norm)."""
         self._check_fitted()
         led, comm = self.privacy_, self.communication_
-        privacy = led.statement(delta, self.mu_)
         header = {
             "Model": f"{type(self.model).__name__} ({self.coef_.size} parameters)",
             "Method": self.method,
             "Clients": f"{self.n_clients_} (N = {self.n_samples_})",
             "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
-            "Privacy": privacy,
+            **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
@@ -190,6 +190,32 @@ class _Network:
                               "norm": [safe_norm(p.detach().to(torch.float64).numpy()) for p in params.values()]},
                              index=pd.Index(list(params), name="parameter"))
         return Summary(f"{self.method} results", header, table, [f"NOT fully private: {leak}" for leak in led.leaks])
+
+
+def _check_fits_model(model: nn.Module, loss, data: TensorFederatedData) -> None:
+    """Refuse data the model cannot take, before anything is released.
+
+    The model runs on one input (no gradient; after :func:`~privfedstat.deep.per_sample.check_model`):
+    the inputs must have the shape it takes. With a named loss (:data:`LOSSES`, class scores) it
+    must return one row of scores per input and every label must index one of them; a callable
+    loss defines its own targets.
+    """
+    check_model(model)
+    first = data.inputs[:1].to(next(model.parameters()).dtype)
+    try:
+        with torch.no_grad():
+            out = model(first)
+    except RuntimeError as err:
+        raise ValueError(f"inputs of shape {tuple(data.inputs.shape[1:])} do not fit the model: {err}") from err
+    if callable(loss):
+        return
+    if out.dim() != 2:
+        raise ValueError(f"loss {loss!r} takes one row of class scores per input; the model returns shape "
+                         f"{tuple(out.shape)} for one input.")
+    top = int(data.targets.max())
+    if top >= out.shape[1]:
+        raise ValueError(f"label {top} has no output: the model scores {out.shape[1]} classes (labels 0 to "
+                         f"{out.shape[1] - 1}).")
 
 
 def _loss(loss) -> Callable:
@@ -390,7 +416,7 @@ class DeepDPFedAvg(_Network, DPFedAvg):
     loss from the server's model (no noise, no per-sample clipping), clips its update to L2 norm
     S (``update_clip``), adds noise ``2 S sqrt(R) / mu`` and sends it; the server moves by
     ``server_step_size`` times the weighted average. Protects a client's whole dataset;
-    ``privacy_.amplified_epsilon`` accounts for Poisson participation (see :class:`~privfedstat.DPFedAvg`).
+    ``privacy_.public_view().epsilon`` accounts for Poisson participation (see :class:`~privfedstat.DPFedAvg`).
 
     Parameters
     ----------

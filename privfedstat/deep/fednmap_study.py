@@ -7,15 +7,14 @@ Protocol: the training images sorted by label and split without overlap into n e
 ``phi = alpha ||x||_1`` on every trainable parameter, no privacy (the paper's setting: mu = inf, no clipping).
 Each local gradient is taken on a fresh minibatch of ``batch_size`` rows (the paper's stochastic gradients).
 Metrics, on the server's model x_t after every round: Hoyer's sparsity of the flat parameters
-(:func:`~privfedstat.estimators.composite_metrics.hoyer_sparsity`) and the training loss f(x_t) (mean
+(:func:`~privfedstat.simulations.composite_metrics.hoyer_sparsity`) and the training loss f(x_t) (mean
 cross-entropy over every training image, without phi).
 
 Data [I: the paper does not name its data set]: ``"digits"`` (offline: scikit-learn's 8 x 8 digits,
 upsampled to 32 x 32 and repeated over 3 channels) or ``"cifar"`` (CIFAR-10 from ``data_dir``). Steps
 [I: not given]: ``eta_a = step_size``, ``eta_s = 1``, FedNMap's gamma = ``eta_hat``; FedCanon uses the same
 eta_a, K = Q and server step. n = 20 and Q = 10 are the paper's; the other defaults are a reduced scale
-(400 images, 10 rounds: about half an hour of one CPU thread; 10 clients and Q = 5 took 9 minutes,
-``benchmarks/RESULTS.md``).
+(400 images, 10 rounds).
 """
 
 from __future__ import annotations
@@ -23,54 +22,40 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.nn import functional as F
 
-from ..estimators.composite_metrics import hoyer_sparsity
+from ..simulations.composite_metrics import hoyer_sparsity
+from ..simulations.study import Study, Table, param
 from .data import TensorFederatedData
 from .estimators import _with_parameters
 from .fednmap import DeepFedCanon, DeepFedNMap, DeepZhang
 from .mobilenet import MobileNetV3Small
+from .study import TorchConfig, seeded_model
 
-__all__ = ["MobileNetStudy", "mobilenet_images", "fednmap_mobilenet_study", "plot_fednmap_mobilenet",
-           "reproduce_fednmap_mobilenet"]
+__all__ = ["MobileNetConfig", "mobilenet_images", "fednmap_mobilenet_study", "plot_fednmap_mobilenet", "STUDY"]
 
 METHODS = {"FedNMap": DeepFedNMap, "Zhang": DeepZhang, "FedCanon": DeepFedCanon}
 
 
-@dataclass(frozen=True)
-class MobileNetStudy:
-    """Scale and settings of Fig. 6.
+@dataclass(frozen=True, kw_only=True)
+class MobileNetConfig(TorchConfig):
+    """Scale and settings of Fig. 6."""
 
-    Attributes
-    ----------
-    n_clients : int
-        n (the paper's 20).
-    n_local_steps : int
-        Q (the paper's 10).
-    n_rounds : int
-        T.
-    batch_size : int
-        Rows per local gradient.
-    step_size : float
-        eta_a (eta_s = 1).
-    alpha : float
-        nu1 of ``phi = nu1 ||x||_1``.
-    n_images : int or None
-        Training images used (the first ``n_images`` of a random permutation; None: all).
-    """
-
-    n_clients: int = 20
-    n_local_steps: int = 10
-    n_rounds: int = 10
-    batch_size: int = 16
-    step_size: float = 0.05
-    alpha: float = 1e-3
-    n_images: int | None = 400
+    n_clients: int = param("n, clients (the paper's 20)", 20, flag="clients")
+    n_local_steps: int = param("Q, local steps (the paper's 10)", 10, flag="local-steps")
+    n_rounds: int = param("T, rounds", 10, flag="rounds")
+    batch_size: int = param("rows per local gradient", 16)
+    step_size: float = param("eta_a (eta_s = 1)", 0.05)
+    alpha: float = param("nu1 of phi = nu1 ||x||_1", 1e-3)
+    n_images: int | None = param("training images used (the first of a random permutation)", 400, flag="samples",
+                                 parse=int)
+    data_dir: str | None = param("folder with the CIFAR-10 python files (default: the digits, offline)", None,
+                                 parse=str)
+    seed: int = param("seed of the images drawn, the initial network and the minibatches", 0)
 
 
 def mobilenet_images(dataset: str, data_dir=None, *, n_images: int | None = None, random_state: int = 0
@@ -105,12 +90,12 @@ def _label_sorted(inputs: torch.Tensor, targets: torch.Tensor, n_clients: int) -
     return TensorFederatedData.from_pooled(inputs[order], targets[order], sizes=[per] * n_clients)
 
 
-def fednmap_mobilenet_study(study: MobileNetStudy, inputs: torch.Tensor, targets: torch.Tensor, *,
-                            methods=tuple(METHODS), random_state: int = 0, progress: bool = False) -> pd.DataFrame:
+def fednmap_mobilenet_study(study: MobileNetConfig, inputs: torch.Tensor, targets: torch.Tensor, *,
+                            methods=tuple(METHODS), progress: bool = False) -> pd.DataFrame:
     """Run Fig. 6: one row per (method, round) with Hoyer's sparsity and the training loss of x_t."""
     data = _label_sorted(inputs, targets, study.n_clients)
-    torch.manual_seed(random_state)
-    model = MobileNetV3Small(int(targets.max()) + 1, norm="group").eval()
+    random_state = study.seed
+    model = seeded_model(lambda: MobileNetV3Small(int(targets.max()) + 1, norm="group").eval(), random_state)
     rows = []
     for method in methods:
         est = METHODS[method](model=model, mu=math.inf, clip=math.inf, n_rounds=study.n_rounds,
@@ -140,10 +125,10 @@ def _training_loss(model, x: np.ndarray, data: TensorFederatedData) -> float:
 
 def plot_fednmap_mobilenet(df: pd.DataFrame, axes=None):
     """Fig. 6: Hoyer's sparsity and training loss against rounds, one line per method. Returns the figure."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        axes = Figure(figsize=(10, 3.5), layout="tight").subplots(1, 2)
     for method, run in df.groupby("method", sort=False):
         axes[0].plot(run["round"], run.hoyer, label=method)
         axes[1].plot(run["round"], run.loss, label=method)
@@ -153,23 +138,15 @@ def plot_fednmap_mobilenet(df: pd.DataFrame, axes=None):
     return axes[0].figure
 
 
-def reproduce_fednmap_mobilenet(*, dataset: str = "digits", data_dir=None, out="results",
-                                study: MobileNetStudy = MobileNetStudy(), seed: int = 0, progress: bool = True
-                                ) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
-    """``privfedstat reproduce fednmap-mobilenet``: run Fig. 6; write ``<out>/fednmap-mobilenet.csv`` and ``.png``.
+def _run(config: MobileNetConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
+    config.set_threads()
+    inputs, targets = mobilenet_images("digits" if config.data_dir is None else "cifar", config.data_dir,
+                                       n_images=config.n_images, random_state=config.seed)
+    return {"": fednmap_mobilenet_study(config, inputs, targets, progress=progress)}
 
-    Returns (results, the final round's table, stem).
-    """
-    import matplotlib.pyplot as plt
 
-    inputs, targets = mobilenet_images(dataset, data_dir, n_images=study.n_images, random_state=seed)
-    df = fednmap_mobilenet_study(study, inputs, targets, random_state=seed, progress=progress)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / "fednmap-mobilenet"
-    df.to_csv(stem.with_suffix(".csv"), index=False)
-    fig = plot_fednmap_mobilenet(df)
-    fig.tight_layout()
-    fig.savefig(stem.with_suffix(".png"), dpi=120)
-    plt.close(fig)
-    return df, df[df["round"] == df["round"].max()].set_index("method"), stem
+STUDY = Study("fednmap-mobilenet", "FedNMap's Fig. 6: MobileNetV3-Small with l1 on label-sorted clients, Hoyer sparsity "
+              "and training loss (digits offline, CIFAR-10 with --data-dir)", MobileNetConfig(), _run,
+              lambda frames, config: {"final": Table(frames[""][frames[""]["round"] == frames[""]["round"].max()]
+                                                     .set_index("method"), "after the last round")},
+              lambda frames, tables, config: {"": plot_fednmap_mobilenet(frames[""])})

@@ -114,7 +114,7 @@ class FemnistCNN(_PlainCNN):
     ----------
     n_classes : int, default 62
         Outputs of the head (62 FEMNIST classes; 10 for the digits stand-in
-        :func:`~privfedstat.data.femnist_standin`, which gives 64 x 10 + 10 = 650 head parameters and
+        :func:`~privfedstat.deep.femnist_standin`, which gives 64 x 10 + 10 = 650 head parameters and
         23,946 in all).
 
     References

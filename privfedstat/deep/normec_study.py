@@ -1,7 +1,7 @@
 """The experiments of Fed-alpha-NormEC (Shulgin et al. 2025, Section 6 and App. A; Figs. 1-4) at a configurable scale.
 
 Protocol: the training images are split IID over M clients; every method runs R rounds with
-client-level DP at (epsilon, delta) = (8, 1e-5), sigma_DP calibrated to it by the PLD accountant
+client-level DP at (epsilon, delta) = (8, 1e-5) towards a third party (replace-one), sigma_DP calibrated to it by the PLD accountant
 for R Poisson-subsampled rounds at participation p (``epsilon=(8, 1e-5)``, ``mu=None``); alpha =
 0.01, no server normalisation, a grid of beta (the "sensitivity threshold") and gamma (the step
 size), p in {0.25, 0.5, 1}. Methods: Fed-alpha-NormEC (:class:`~privfedstat.deep.DeepFedAlphaNormEC`)
@@ -17,13 +17,13 @@ verb has no minibatches); sigma_DP by the PLD (not the paper's formula, which do
 target). Presets (:data:`NORMEC_PRESETS`): ``"cifar"`` (ResNet20, M = 20, R = 300, the paper's
 grids; needs the CIFAR-10 files and a GPU-sized budget) and ``"digits"``, the offline reduced
 study. Client-level DP needs many clients (the noise on the mean message has sd
-``beta sigma_DP / (p sqrt(M))`` per coordinate against a signal of at most beta): with the digits
-CNN over M = 10 clients every private run stayed at chance. The ``digits`` preset therefore runs
+``beta sigma_DP / (p sqrt(M))`` per coordinate against a signal of at most beta), more than a few
+thousand images give a network; the ``digits`` preset therefore runs
 the GLM backend (``model=None``: :class:`~privfedstat.FedAlphaNormEC` and
 :class:`~privfedstat.ClippedFedAvg`, multinomial logistic regression, 10 classes, on the 64
 pixels and an intercept, 585 parameters) over M = 359 clients of 4-5 of scikit-learn's 8 x 8
 digits, R = 200, beta in {0.001, 0.01, 0.1} and a gamma grid widened to {0.1, 0.3, ..., 100} (the
-comparator depends only on beta gamma); 126 fits, about 10 minutes on one quiet core.
+comparator depends only on beta gamma).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -44,77 +43,49 @@ from ..data import FederatedData
 from ..estimators.fednormec import ClippedFedAvg, FedAlphaNormEC
 from ..exceptions import ConvergenceWarning
 from ..families import get_family
+from ..simulations.study import Study, Table, param
 from .data import TensorFederatedData
 from .models import ResNet20
 from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC
-from .study import load_cnn_data
+from .study import TorchConfig, load_cnn_data, seeded_model
 
-__all__ = ["NormECStudy", "NORMEC_PRESETS", "NORMEC_METHODS", "normec_study", "summarise_normec",
-           "plot_normec_study", "reproduce_normec"]
+__all__ = ["NormECConfig", "NORMEC_PRESETS", "NORMEC_METHODS", "normec_study", "summarise_normec",
+           "plot_normec_study", "STUDIES"]
 
 #: the two methods, in the paper's legend order
 NORMEC_METHODS = ("Fed-alpha-NormEC", "DP-FedAvg")
 
 
-@dataclass(frozen=True)
-class NormECStudy:
-    """Settings of the Fed-alpha-NormEC experiments for one data set.
-
-    Attributes
-    ----------
-    dataset : str
-    model : callable or None
-        Builds the network (no arguments); None: the GLM backend, multinomial logistic regression
-        on the flattened images with an intercept (``n_classes`` classes).
-    n_clients : int
-        M.
-    n_rounds : int
-        R (K + 1).
-    betas, gammas, participations : tuple of float
-        The grids of beta, gamma and p.
-    alpha : float
-        Smoothed normalisation (0.01).
-    epsilon, delta : float
-        The client-level target (8, 1e-5).
-    batch_size : int or None
-        Rows of Fed-alpha-NormEC's local step (None: full batch).
-    eval_every : int
-        Rounds between two evaluations on the test set.
-    n_classes : int
-        Classes of the GLM backend.
-    """
+@dataclass(frozen=True, kw_only=True)
+class NormECConfig(TorchConfig):
+    """Settings of the Fed-alpha-NormEC experiments on one data set (``dataset``; ``model`` builds the network,
+    None: the GLM backend, multinomial logistic regression on the flattened images with an intercept)."""
 
     dataset: str
     model: Callable[[], nn.Module] | None
-    n_clients: int
-    n_rounds: int
-    betas: tuple[float, ...] = (0.001, 0.01, 0.1)
-    gammas: tuple[float, ...] = (0.001, 0.01, 0.1)
-    participations: tuple[float, ...] = (0.25, 0.5, 1.0)
-    alpha: float = 0.01
-    epsilon: float = 8.0
-    delta: float = 1e-5
-    batch_size: int | None = 32
-    eval_every: int = 10
-    n_classes: int = 10
+    n_clients: int = param("M, clients", flag="clients")
+    n_rounds: int = param("R (K + 1), rounds", flag="rounds")
+    betas: tuple[float, ...] = param("beta grid, e.g. 0.001,0.01,0.1", (0.001, 0.01, 0.1))
+    gammas: tuple[float, ...] = param("gamma (step size) grid, e.g. 1,3,10", (0.001, 0.01, 0.1))
+    participations: tuple[float, ...] = param("participation p grid, e.g. 0.25,0.5,1", (0.25, 0.5, 1.0))
+    alpha: float = param("smoothed normalisation alpha", 0.01)
+    epsilon: float = param("client-level epsilon target", 8.0)
+    delta: float = param("client-level delta target", 1e-5)
+    batch_size: int | None = param("rows of Fed-alpha-NormEC's local step (default: full batch)", 32, parse=int)
+    eval_every: int = param("rounds between two evaluations on the test set", 10)
+    n_classes: int = param("classes of the GLM backend", 10)
+    data_dir: str | None = param("folder with the CIFAR-10 python files", None, parse=str)
+    seed: int = param("seed of the split and of every fit (the same in every cell: paired comparisons)", 0)
 
 
 NORMEC_PRESETS = {
-    "cifar": NormECStudy("cifar", ResNet20, n_clients=20, n_rounds=300),
-    "digits": NormECStudy("digits", None, n_clients=359, n_rounds=200,
-                          gammas=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), batch_size=None),
+    "cifar": NormECConfig(dataset="cifar", model=ResNet20, n_clients=20, n_rounds=300),
+    "digits": NormECConfig(dataset="digits", model=None, n_clients=359, n_rounds=200,
+                           gammas=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), batch_size=None),
 }
 
 
-def _model(study: NormECStudy, seed: int) -> nn.Module:
-    """The network with its initial weights drawn from ``seed`` (the same x^0 in every cell; the global torch
-    stream is left as it was)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return study.model()
-
-
-def _estimator(method: str, study: NormECStudy, beta: float, gamma: float, p: float, seed: int):
+def _estimator(method: str, study: NormECConfig, beta: float, gamma: float, p: float, seed: int):
     common = dict(n_rounds=study.n_rounds, beta=beta, step_size=gamma, server_step_size=gamma, mu=None,
                   epsilon=(study.epsilon, study.delta), participation=None if p >= 1 else p, random_state=seed)
     ec = method == "Fed-alpha-NormEC"
@@ -122,8 +93,8 @@ def _estimator(method: str, study: NormECStudy, beta: float, gamma: float, p: fl
         family = get_family("multinomial", n_classes=study.n_classes)
         return FedAlphaNormEC(family=family, alpha=study.alpha, **common) if ec else ClippedFedAvg(family=family, **common)
     if ec:
-        return DeepFedAlphaNormEC(model=_model(study, seed), alpha=study.alpha, batch_size=study.batch_size, **common)
-    return DeepClippedFedAvg(model=_model(study, seed), **common)
+        return DeepFedAlphaNormEC(model=seeded_model(study.model, seed), alpha=study.alpha, batch_size=study.batch_size, **common)
+    return DeepClippedFedAvg(model=seeded_model(study.model, seed), **common)
 
 
 def _glm_design(images) -> np.ndarray:
@@ -132,7 +103,7 @@ def _glm_design(images) -> np.ndarray:
     return np.column_stack([np.ones(len(X)), X])
 
 
-def _split(study: NormECStudy, train, random_state: int):
+def _split(study: NormECConfig, train, random_state: int):
     """The pooled training set dealt IID to ``study.n_clients`` clients (sizes differ by at most one)."""
     data = TensorFederatedData.split_iid(torch.as_tensor(train[0]), torch.as_tensor(train[1]), study.n_clients,
                                          random_state=random_state)
@@ -142,12 +113,12 @@ def _split(study: NormECStudy, train, random_state: int):
                                      sizes=list(np.diff(data.offsets)))
 
 
-def _logits(study: NormECStudy, seed: int, X):
+def _logits(study: NormECConfig, seed: int, X):
     """Test logits as a function of the flat parameters (the network's, or the GLM's Theta with class 0 at 0)."""
     if study.model is None:
         design = torch.from_numpy(_glm_design(X))
         return lambda theta: F.pad(design @ torch.from_numpy(theta).reshape(design.shape[1], -1), (1, 0))
-    model = _model(study, seed)
+    model = seeded_model(study.model, seed)
     dtype = next(model.parameters()).dtype
     inputs = torch.as_tensor(X).to(dtype)
 
@@ -169,28 +140,26 @@ def _evaluate(logits, history: np.ndarray, rounds: list[int], test) -> list[tupl
     return out
 
 
-def normec_study(study: NormECStudy, train, test, *, methods=NORMEC_METHODS, random_state: int = 0,
-                 progress: bool = False) -> pd.DataFrame:
+def normec_study(study: NormECConfig, train, test, *, methods=NORMEC_METHODS, progress: bool = False) -> pd.DataFrame:
     """Run every method over the beta x gamma x p grid; one row per (method, beta, gamma, p, evaluated round).
 
     Parameters
     ----------
-    study : NormECStudy
+    study : NormECConfig
     train, test : (images, labels) arrays
         The pooled training set (split IID over ``study.n_clients`` clients) and the test set.
     methods : sequence of str, default :data:`NORMEC_METHODS`
-    random_state : int
-        Seeds the split and every fit (the same split and seed for every cell: paired comparisons).
     progress : bool
 
     Returns
     -------
     DataFrame with columns method, beta, gamma, p, round, communications (``k p M``), loss,
-    accuracy, sigma (sigma_DP), epsilon (the fit's amplified epsilon at ``delta``).
+    accuracy, sigma (sigma_DP), epsilon (the fit's third-party epsilon at ``delta``, replace-one).
     """
     unknown = set(methods) - set(NORMEC_METHODS)
     if unknown:
         raise ValueError(f"methods must be among {NORMEC_METHODS}, got {sorted(unknown)}.")
+    random_state = study.seed
     data = _split(study, train, random_state)
     logits = _logits(study, random_state, test[0])
     rounds = sorted(set(range(0, study.n_rounds + 1, study.eval_every)) | {study.n_rounds})
@@ -230,10 +199,10 @@ def summarise_normec(df: pd.DataFrame, target: float | None = None) -> pd.DataFr
 def plot_normec_study(df: pd.DataFrame, axes=None):
     """Figs. 1-4: accuracy vs rounds per beta (p = 1), accuracy vs communications per p (tuned beta, gamma),
     and the comparator's best accuracy over (beta, gamma) (heatmap). Returns the figure."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     if axes is None:
-        _, axes = plt.subplots(1, 3, figsize=(15, 4))
+        axes = Figure(figsize=(15, 4), layout="tight").subplots(1, 3)
     summary = summarise_normec(df)
     full = summary[summary.p == summary.p.max()]
     for _, r in full.iterrows():
@@ -259,33 +228,21 @@ def plot_normec_study(df: pd.DataFrame, axes=None):
                     title=f"{NORMEC_METHODS[1]}: highest test accuracy")
         for (a, b), v in np.ndenumerate(grid.values):
             axes[2].text(b, a, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
-        plt.colorbar(im, ax=axes[2])
+        axes[2].figure.colorbar(im, ax=axes[2])
     return axes[0].figure
 
 
-def reproduce_normec(dataset: str, *, data_dir=None, out="results", clients=None, rounds=None, betas=None, gammas=None,
-                     participations=None, seed: int = 0, progress: bool = True):
-    """``privfedstat reproduce normec-<dataset>``: run the study, write ``<out>/normec-<dataset>.csv`` and ``.png``.
+def _run(config: NormECConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
+    config.set_threads()
+    train, test = load_cnn_data(config.dataset, config.data_dir, random_state=config.seed)
+    return {"": normec_study(config, train, test, progress=progress)}
 
-    ``clients``, ``rounds``, ``betas``, ``gammas`` and ``participations`` replace the preset's M, R and
-    grids (the scale). Returns (results, summary table, stem).
-    """
-    if dataset not in NORMEC_PRESETS:
-        raise ValueError(f"dataset must be one of {sorted(NORMEC_PRESETS)}, got {dataset!r}.")
-    grids = dict(betas=betas, gammas=gammas, participations=participations)
-    changes = dict(n_clients=clients, n_rounds=rounds, **{k: None if v is None else tuple(map(float, v))
-                                                           for k, v in grids.items()})
-    study = replace(NORMEC_PRESETS[dataset], **{k: v for k, v in changes.items() if v is not None})
-    train, test = load_cnn_data(dataset, data_dir, random_state=seed)
-    df = normec_study(study, train, test, random_state=seed, progress=progress)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"normec-{dataset}"
-    df.to_csv(stem.with_suffix(".csv"), index=False)
-    import matplotlib.pyplot as plt
 
-    fig = plot_normec_study(df)
-    fig.tight_layout()
-    fig.savefig(stem.with_suffix(".png"), dpi=130)
-    plt.close(fig)
-    return df, summarise_normec(df), stem
+STUDIES = tuple(Study(f"normec-{name}", f"Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4, on {where}", preset, _run,
+                      lambda frames, config: {"summary": Table(summarise_normec(frames[""]), "per (method, p, beta): "
+                                                               "best final accuracy over gamma and communications "
+                                                               "to the target accuracy")},
+                      lambda frames, tables, config: {"": plot_normec_study(frames[""])})
+                for name, where, preset in (("digits", "scikit-learn's digits (offline, GLM backend)",
+                                             NORMEC_PRESETS["digits"]),
+                                            ("cifar", "CIFAR-10 (--data-dir; ResNet20)", NORMEC_PRESETS["cifar"])))

@@ -66,7 +66,7 @@ CHUNK_ELEMENTS = 2**23
 
 
 def check_model(model: nn.Module) -> None:
-    """Refuse layers that make a sample's gradient depend on the rest of the batch or on randomness.
+    """Refuse layers that make a sample's gradient depend on the rest of the batch or on randomness, and non-finite weights.
 
     BatchNorm in training mode normalises with batch statistics (per-sample gradients are then
     undefined and one row moves every other row's gradient); Dropout in training mode draws random
@@ -84,6 +84,9 @@ def check_model(model: nn.Module) -> None:
                 "by GroupNorm.")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the model has no trainable parameters (requires_grad=True).")
+    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise ValueError(f"the model's parameters {bad[:5]} hold NaN or infinite values; theta^(0) must be finite.")
 
 
 class PerSampleGradients:

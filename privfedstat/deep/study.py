@@ -1,272 +1,42 @@
-"""The CNN study of Section 5.2: test accuracy of four private federated methods as clients get more data
-(Scenario 1) and as the same data is split over more clients (Scenario 2).
-
-Protocol (Peng, Paul & Auddy, Sections 5.2.1-5.2.2): the training images are split IID over m
-clients; Scenario 1 fixes m and caps every client at n images (n varied), Scenario 2 uses the
-whole training set and varies m. Each client keeps 80% of its images for training (the paper's
-10% validation and 10% local-test portions are held out and play no part in the reported
-accuracy). Methods: DP-FedAvg (R rounds of K full-batch local steps, server step eta_s),
-compute-matched DP-FedSGD (R K rounds) and DP-FedHybrid (K local steps, then R K - K rounds),
-and DP-FedNewton-Iter (C cycles of R / C DP-FedAvg rounds, each followed by a private head-only
-Newton step); a fraction q of the clients takes part in each round; every method spends mu per
-client (record level). The metric is the accuracy on the standard test set; the figures show the
-median over repetitions (the paper's Figures 9 and 10).
-
-Presets (:data:`PRESETS`): ``"mnist"`` and ``"cifar"`` hold the paper's settings;
-``"digits"`` is an offline stand-in on scikit-learn's 8 x 8 digits (1797 images: 360 held out
-as the test set, 1437 to split) with :class:`~privfedstat.deep.models.DigitsCNN`: Scenario 1
-with m = 8 and n in {40, 80, 120, 170}, Scenario 2 with m in {4, 8, 16, 32}, q = 0.5 (so
-a few clients per round; the paper asks 10 of 100), a larger step size (1.0: the small network
-trains slowly at 0.01) and 3 repetitions; it runs in about a quarter of an hour on one CPU
-thread (``privfedstat reproduce cnn-digits --threads 1``). Not given by
-the paper and chosen here [I]: FedHybrid's split (K1 = K local steps), FedSGD's and FedHybrid's
-step size (eta, that of FedAvg), the Newton step's damping lambda and step alpha, the client
-sampling of the Newton step (the same q).
-"""
+"""What the torch studies share: the torch-threads setting, the image data sets and seeded initial networks."""
 
 from __future__ import annotations
 
-import math
-import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
-from ..exceptions import ConvergenceWarning, PrivacyNoiseWarning
-from .data import TensorFederatedData
-from .estimators import DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
-from .models import CifarCNN, DigitsCNN, MnistCNN
-from .newton import DeepFedNewton
+from ..data import load_cifar10, load_digits, load_mnist
+from ..simulations.study import param
 
-__all__ = ["CNNStudy", "PRESETS", "CNN_METHODS", "cnn_methods", "cnn_study", "summarise_cnn", "plot_cnn_study",
-           "load_cnn_data", "reproduce_cnn"]
-
-#: the four methods of Figures 9-10, in the paper's legend order
-CNN_METHODS = ("DP-FedSGD", "DP-FedHybrid", "DP-FedAvg", "DP-FedNewton-Iter")
+__all__ = ["TorchConfig", "seeded_model", "load_cnn_data"]
 
 
-@dataclass(frozen=True)
-class CNNStudy:
-    """Settings of the Section 5.2 study for one data set.
+@dataclass(frozen=True, kw_only=True)
+class TorchConfig:
+    """The setting every torch study has: how many threads torch uses."""
 
-    Attributes
-    ----------
-    dataset : str
-    model : callable
-        Builds the network (no arguments).
-    n_rounds : int
-        R, DP-FedAvg's base rounds (10).
-    n_local_steps : int
-        K, local full-batch epochs per round (MNIST 10, CIFAR 30).
-    step_size : float
-        eta (MNIST 0.01, CIFAR 0.005).
-    server_step_size : float
-        eta_s (MNIST 1.0, CIFAR 0.75).
-    clip : float
-        B (MNIST 1.0, CIFAR 0.75).
-    participation : float
-        q, the fraction of clients asked per round (0.1).
-    n_cycles : int
-        C, FedNewton-Iter's cycles (2; each of R / C rounds).
-    damping, newton_step : float
-        lambda and alpha of the Newton step [I].
-    clients_scenario1 : int
-        m of Scenario 1 (100).
-    sizes_scenario1 : tuple of int
-        The caps n of Scenario 1.
-    clients_scenario2 : tuple of int
-        The m of Scenario 2.
-    reps : tuple of int
-        Repetitions of Scenario 1 and Scenario 2 (5, 4).
-    train_fraction : float
-        Share of each client's images it trains on (0.8).
-    """
+    threads: int | None = param("torch threads (default: torch's)", None, parse=int)
 
-    dataset: str
-    model: Callable[[], nn.Module]
-    n_rounds: int
-    n_local_steps: int
-    step_size: float
-    server_step_size: float
-    clip: float
-    participation: float
-    n_cycles: int
-    damping: float
-    newton_step: float
-    clients_scenario1: int
-    sizes_scenario1: tuple[int, ...]
-    clients_scenario2: tuple[int, ...]
-    reps: tuple[int, int]
-    train_fraction: float = 0.8
+    def set_threads(self) -> None:
+        """Apply ``threads`` to torch (a process-wide setting)."""
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
 
 
-_PAPER = dict(n_rounds=10, participation=0.1, n_cycles=2, damping=1.0, newton_step=1.0, clients_scenario1=100,
-              clients_scenario2=(100, 200, 300, 500, 800, 1000), reps=(5, 4))
-PRESETS = {
-    "mnist": CNNStudy("mnist", MnistCNN, n_local_steps=10, step_size=0.01, server_step_size=1.0, clip=1.0,
-                      sizes_scenario1=(50, 75, 100, 200, 300, 400, 600), **_PAPER),
-    "cifar": CNNStudy("cifar", CifarCNN, n_local_steps=30, step_size=0.005, server_step_size=0.75, clip=0.75,
-                      sizes_scenario1=(50, 75, 100, 200, 300, 400, 500), **_PAPER),
-    "digits": CNNStudy("digits", DigitsCNN, n_rounds=10, n_local_steps=10, step_size=1.0, server_step_size=1.0,
-                       clip=1.0, participation=0.5, n_cycles=2, damping=1.0, newton_step=1.0, clients_scenario1=8,
-                       sizes_scenario1=(40, 80, 120, 170), clients_scenario2=(4, 8, 16, 32), reps=(3, 3)),
-}
-
-
-def cnn_methods(study: CNNStudy, model: nn.Module, mu: float, seed: int) -> dict[str, object]:
-    """The four estimators of Figures 9-10 at ``mu``, compute-matched to DP-FedAvg's R K gradient evaluations."""
-    R, K = study.n_rounds, study.n_local_steps
-    common = dict(model=model, loss="nll", mu=mu, step_size=study.step_size, clip=study.clip,
-                  participation=study.participation, random_state=seed)
-    if R % study.n_cycles:
-        raise ValueError(f"FedNewton-Iter's {study.n_cycles} cycles must split the {R} base rounds evenly.")
-    return {
-        "DP-FedSGD": DeepFedSGD(n_iter=compute_matched_rounds(R, K), **common),
-        "DP-FedHybrid": DeepFedHybrid(n_local_steps=K, n_server_iter=compute_matched_rounds(R, K, local_steps=K),
-                                      **common),
-        "DP-FedAvg": DeepFedAvg(n_rounds=R, n_local_steps=K, server_step_size=study.server_step_size, **common),
-        "DP-FedNewton-Iter": DeepFedNewton(n_cycles=study.n_cycles, n_rounds=R // study.n_cycles, n_local_steps=K,
-                                           server_step_size=study.server_step_size, damping=study.damping,
-                                           newton_step=study.newton_step, **common),
-    }
-
-
-def _training_part(data: TensorFederatedData, fraction: float) -> TensorFederatedData:
-    """Each client's first ``max(1, floor(fraction n_i))`` rows (its rows are in random order already)."""
-    keep = np.maximum(1, np.floor(fraction * data.sizes).astype(np.int64))
-    rows = np.concatenate([np.arange(lo, lo + k) for lo, k in zip(data.offsets[:-1], keep)])
-    return TensorFederatedData.from_pooled(data.inputs[rows], data.targets[rows], sizes=keep)
-
-
-def _initial_model(study: CNNStudy, seed: int) -> nn.Module:
-    """The network with weights drawn from ``seed`` (torch's global generator is left as it was)."""
+def seeded_model(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """``build()`` with its initial weights drawn from ``seed`` (torch's global generator is left as it was)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return study.model()
-
-
-def cnn_study(study: CNNStudy, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], *,
-              mus=(2.0,), scenarios=(1, 2), reps: tuple[int, int] | None = None, random_state: int = 0,
-              progress: bool = True) -> pd.DataFrame:
-    """Run the Section 5.2 protocol; one row per (scenario, grid point, repetition, mu, method).
-
-    Parameters
-    ----------
-    study : CNNStudy
-        Settings (e.g. ``PRESETS["digits"]``, or one changed with :func:`dataclasses.replace`).
-    train, test : tuple of (ndarray of shape (n, C, H, W), ndarray of shape (n,))
-        Training images to split over the clients and the test set the accuracy is measured on.
-    mus : sequence of float
-        Budgets per client (``inf``: no privacy).
-    scenarios : sequence of {1, 2}
-    reps : (int, int), optional
-        Repetitions of Scenario 1 and 2 (default ``study.reps``). Repetition r draws its client
-        split and the network's initial weights from ``random_state`` and r; every method and mu
-        of a repetition starts from the same weights and split (paired comparisons).
-    random_state : int
-    progress : bool
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns dataset, scenario, n_clients, n_per_client (images per client before the local
-        80/10/10 split; mean in Scenario 2), rep, mu, method, accuracy, rounds (communication
-        rounds), seconds.
-    """
-    from tqdm.auto import tqdm
-
-    reps = study.reps if reps is None else reps
-    X, y = (torch.as_tensor(np.asarray(a)) for a in train)
-    X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
-    cells = []
-    for scenario in scenarios:
-        if scenario == 1:
-            cells += [(1, study.clients_scenario1, n) for n in study.sizes_scenario1]
-        elif scenario == 2:
-            cells += [(2, m, None) for m in study.clients_scenario2]
-        else:
-            raise ValueError(f"scenarios are 1 and 2, got {scenario!r}.")
-    runs = [(cell, r) for cell in cells for r in range(reps[cell[0] - 1])]
-    bar = tqdm(total=len(runs) * len(mus) * len(CNN_METHODS), disable=not progress, desc=f"cnn-{study.dataset}")
-    rows = []
-    for (scenario, m, n), r in runs:
-        seed = int(np.random.SeedSequence([random_state, scenario, m, n or 0, r]).generate_state(1)[0])
-        data = _training_part(TensorFederatedData.split_iid(X, y, m, n_per_client=n, random_state=seed),
-                              study.train_fraction)
-        model = _initial_model(study, seed)
-        for mu in mus:
-            for method, est in cnn_methods(study, model, mu, seed).items():
-                t0 = time.perf_counter()
-                with warnings.catch_warnings():  # a fixed budget of rounds, as in the paper: accuracy is the result
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    warnings.simplefilter("ignore", PrivacyNoiseWarning)
-                    est.fit(data)
-                rows.append(dict(dataset=study.dataset, scenario=scenario, n_clients=m,
-                                 n_per_client=float(n if n is not None else len(X) / m), rep=r, mu=mu, method=method,
-                                 accuracy=est.score(X_test, y_test), rounds=est.communication_.rounds,
-                                 seconds=time.perf_counter() - t0))
-                bar.update()
-    bar.close()
-    return pd.DataFrame(rows)
-
-
-def summarise_cnn(df: pd.DataFrame) -> pd.DataFrame:
-    """Median test accuracy over repetitions: rows (scenario, n_clients, n_per_client, mu), one column per method."""
-    table = df.groupby(["scenario", "n_clients", "n_per_client", "mu", "method"])["accuracy"].median().unstack("method")
-    return table.reindex(columns=[m for m in CNN_METHODS if m in table.columns])
-
-
-def plot_cnn_study(df: pd.DataFrame, *, scenario: int, mu: float | None = None, ax=None):
-    """Median test accuracy against n (Scenario 1, Figure 9) or m (Scenario 2, Figure 10), one line per method.
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        Output of :func:`cnn_study`.
-    scenario : {1, 2}
-    mu : float, optional
-        The budget to show (default: the smallest in ``df``).
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import matplotlib.pyplot as plt
-
-    part = df[df["scenario"] == scenario]
-    if part.empty:
-        raise ValueError(f"no rows of scenario {scenario} in the results.")
-    mu = float(part["mu"].min()) if mu is None else mu
-    part = part[part["mu"] == mu]
-    x = "n_per_client" if scenario == 1 else "n_clients"
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.6))
-    medians = part.groupby(["method", x])["accuracy"].median()
-    for method in [m for m in CNN_METHODS if m in medians.index.get_level_values(0)]:
-        line = medians.loc[method]
-        ax.plot(line.index, line.values, marker="o", label=method)
-    ax.set_xlabel("samples per client n" if scenario == 1 else "number of clients m")
-    ax.set_ylabel("test accuracy (median)")
-    budget = "non-private" if math.isinf(mu) else f"mu = {mu:g}"
-    label = f"m = {int(part['n_clients'].iloc[0])}" if scenario == 1 else "full training set"
-    ax.set_title(f"{part['dataset'].iloc[0]}, scenario {scenario} ({label}, {budget})")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
-    return ax.figure
+        return build()
 
 
 def load_cnn_data(dataset: str, data_dir=None, *, random_state: int = 0):
     """(train, test) image arrays for ``"mnist"`` / ``"cifar"`` (standard splits, from ``data_dir``) or ``"digits"``
     (offline; 360 images drawn with ``random_state`` held out as the test set)."""
-    from ..data import load_cifar10, load_digits, load_mnist
-
     if dataset == "digits":
         X, y = load_digits(images=True)
         test = np.random.default_rng(random_state).permutation(len(X))[:360]
@@ -275,42 +45,8 @@ def load_cnn_data(dataset: str, data_dir=None, *, random_state: int = 0):
         return (X[~held], y[~held]), (X[held], y[held])
     loaders = {"mnist": load_mnist, "cifar": load_cifar10}
     if dataset not in loaders:
-        raise ValueError(f"dataset must be one of {sorted(PRESETS)}, got {dataset!r}.")
+        raise ValueError(f"dataset must be one of digits, {', '.join(loaders)}; got {dataset!r}.")
     if data_dir is None:
-        raise ValueError(f"cnn-{dataset} needs --data-dir with the {dataset.upper()} files (or run cnn-digits "
-                         "offline).")
+        raise ValueError(f"the {dataset} images need --data-dir with their files (digits run offline).")
     load = loaders[dataset]
     return load(data_dir, kind="train", images=True), load(data_dir, kind="test", images=True)
-
-
-def reproduce_cnn(dataset: str, *, data_dir=None, out="results", mus=(2.0, math.inf), reps=None, sizes=None,
-                  clients=None, scenarios=(1, 2), seed: int = 0, progress: bool = True):
-    """``privfedstat reproduce cnn-<dataset>``: run the study, write ``<out>/cnn-<dataset>.csv`` and ``.png``.
-
-    ``sizes`` / ``clients`` replace the Scenario 1 caps / Scenario 2 client counts and ``reps``
-    the repetitions of both scenarios (the scale). Returns (results, median table, stem).
-    """
-    if dataset not in PRESETS:
-        raise ValueError(f"dataset must be one of {sorted(PRESETS)}, got {dataset!r}.")
-    study = PRESETS[dataset]
-    if sizes is not None:
-        study = replace(study, sizes_scenario1=tuple(sizes))
-    if clients is not None:
-        study = replace(study, clients_scenario2=tuple(clients))
-    train, test = load_cnn_data(dataset, data_dir, random_state=seed)
-    df = cnn_study(study, train, test, mus=tuple(mus), scenarios=tuple(scenarios),
-                   reps=None if reps is None else (reps, reps), random_state=seed, progress=progress)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cnn-{dataset}"
-    df.to_csv(stem.with_suffix(".csv"), index=False)
-    import matplotlib.pyplot as plt
-
-    panels = [(s, mu) for mu in sorted(set(mus)) for s in sorted(set(scenarios))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for ax, (s, mu) in zip(axes[0], panels):
-        plot_cnn_study(df, scenario=s, mu=mu, ax=ax)
-    fig.tight_layout()
-    fig.savefig(stem.with_suffix(".png"), dpi=130)
-    plt.close(fig)
-    return df, summarise_cnn(df), stem

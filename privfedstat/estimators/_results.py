@@ -2,10 +2,15 @@
 Wald tests and the summary (the results half of :class:`~privfedstat.FederatedEstimator`).
 
 All of it is post-processing of the fit's released values (``coef_``, ``inference_``, ``privacy_``):
-no privacy cost.
+no privacy cost. The goodness of fit (:meth:`FittedResults.fit_statistics`) reads rows the caller
+passes, and only for a non-private fit.
 """
 
 from __future__ import annotations
+
+import functools
+import math
+import types
 
 import numpy as np
 import pandas as pd
@@ -13,13 +18,36 @@ import pandas as pd
 from .._formula_design import apply_design
 from ..data.federated import FederatedData
 from ..exceptions import NotFittedError
+from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
 from ._offset import prediction_offset
-from ._sklearn import sklearn_tags
-from .summary import Summary
+from ._sklearn import dense_array, sklearn_tags
+from .fit_statistics import FitStatistics, fit_statistics
+from .plotting import coefficient_frame, plot_coefficients
+from .summary import Summary, privacy_rows
 
 __all__ = ["FittedResults"]
+
+#: why a private fit shows no goodness of fit
+_PRIVATE_FIT_STATISTICS = ("private fit: log-likelihood, deviance, AIC, BIC and pseudo-R^2 are sums over the clients' "
+                           "rows, each a release that would cost budget; a summary spends none")
+
+
+class _classifiers_only:
+    """A method that exists only on estimators of a classifier family (scikit-learn's ``available_if``): on the
+    others, reading it raises AttributeError."""
+
+    def __init__(self, method) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.method
+        if get_family(obj.family).class_labels is None:
+            raise AttributeError(f"{self.method.__name__} is for classifiers (logistic, multinomial), not {obj.family!r}.")
+        return types.MethodType(self.method, obj)
 
 
 class FittedResults:
@@ -49,9 +77,16 @@ class FittedResults:
         ``glm()`` fit) a DataFrame, transformed by the fit's formula."""
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             X = self._formula_rows(X, with_y=False)[0]
-        X = X.X if isinstance(X, FederatedData) else np.asarray(X, dtype=np.float64)
+        X = X.X if isinstance(X, FederatedData) else dense_array(X).astype(np.float64, copy=False)
+        if X.ndim == 1:
+            raise ValueError(f"Expected a 2D array of rows, got a 1D array of shape {X.shape}: Reshape your data, "
+                             "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one row.")
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}.")
+            raise ValueError(f"X has {X.shape[-1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input: X must have shape (n, {self.n_features_in_}), "
+                             f"got {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("Input X contains NaN or infinity.")
         return X
 
     def _linear_predictor(self, X, coef: np.ndarray, offset=None, exposure=None, rows=None) -> np.ndarray:
@@ -76,11 +111,16 @@ class FittedResults:
         self._check_fitted()
         return self.family_.mean(self._linear_predictor(X, self.coef_, offset, exposure))
 
+    @_classifiers_only
     def predict_proba(self, X, *, offset=None, exposure=None) -> np.ndarray:
-        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for multinomial."""
+        """Class probabilities for classifiers, columns ordered as ``classes_``: (n, 2) for logistic, (n, K) for
+        multinomial.
+
+        Defined for classifier families only: for the others the attribute is missing (``hasattr`` is
+        False, as scikit-learn's ``available_if`` makes it), so that tools do not take a regressor for a
+        probabilistic classifier.
+        """
         self._check_fitted()
-        if self.family_.class_labels is None:
-            raise ValueError(f"predict_proba is for classifiers (logistic, multinomial), not {self.family_.name}.")
         return self.family_.class_probabilities(self._linear_predictor(X, self.coef_, offset, exposure))
 
     @property
@@ -110,24 +150,109 @@ class FittedResults:
             The rows' offset of the linear predictor, as in :meth:`predict`.
         """
         self._check_fitted()
+        source, X, y = self._observed(X, y)
+        return scoring.score(self.family_, self._linear_predictor(source, self.coef_, offset, exposure, rows=X), y,
+                             metric)
+
+    def _observed(self, X, y) -> tuple[object, np.ndarray, np.ndarray]:
+        """Rows with their responses, as :meth:`score` and :meth:`fit_statistics` take them: the source (for its
+        offset), the checked design and the checked responses."""
         source = X
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             if y is not None:
-                raise TypeError("the formula gives the response from the DataFrame; call score(df) without y.")
+                raise TypeError("the formula gives the response from the DataFrame; pass the DataFrame without y.")
             X, y = self._formula_rows(X, with_y=True)
         elif isinstance(X, FederatedData):
             if y is not None:
-                raise TypeError("a FederatedData already holds y; call score(data) without y.")
+                raise TypeError("a FederatedData already holds y; pass it without y.")
             y = X.y
         elif y is None:
-            raise TypeError("score needs the responses: score(X, y), or score(data) with a FederatedData.")
+            raise TypeError("this needs the responses: (X, y), or a FederatedData, which holds them.")
         X = self._check_X(X)
         y = np.asarray(y, dtype=np.float64)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},) (one response per row of X), got {y.shape}.")
         self.family_.check_y(y)
-        return scoring.score(self.family_, self._linear_predictor(source, self.coef_, offset, exposure, rows=X), y,
-                             metric)
+        return source, X, y
+
+    def fit_statistics(self, X, y=None, *, offset=None, exposure=None) -> FitStatistics:
+        """Log-likelihood, deviance, AIC, BIC and pseudo-R^2 at ``coef_`` on the rows given (statsmodels' definitions,
+        :mod:`privfedstat.estimators.fit_statistics`).
+
+        Only for a non-private fit (mu = inf): the fit keeps no rows, so the caller, who holds them, passes
+        them (as to :meth:`score`), and the values are exact. With finite mu these sums over the
+        clients' rows would be releases that cost budget, which this method does not spend: it raises.
+
+        Parameters
+        ----------
+        X : FederatedData, array-like of shape (n_samples, n_features), or DataFrame (``glm()`` fits)
+        y : array-like of shape (n_samples,), optional
+            Responses, with an array ``X``.
+        offset, exposure : array-like of shape (n_samples,), optional
+            The rows' offset of the linear predictor, as in :meth:`predict`.
+        """
+        self._check_fitted()
+        if math.isfinite(self.privacy_.mu):
+            raise ValueError(_PRIVATE_FIT_STATISTICS)
+        source, A, y = self._observed(X, y)
+        o = prediction_offset(self, source, A.shape[0], offset, exposure)
+        return fit_statistics(self.family_, y, A @ self.coef_ if o is None else A @ self.coef_ + o, self.coef_.size,
+                              offset=o)
+
+    # ------------------------------------------------------------------ named views (statsmodels)
+    def _named(self, values: np.ndarray, name: str) -> pd.Series | pd.DataFrame:
+        """``values`` (in ``coef_.ravel(order="F")`` order) indexed by term: a Series, or for the multinomial
+        family a DataFrame of terms by equations (statsmodels' ``MNLogit.params`` shape)."""
+        index, _, classes = self._coef_names()
+        if classes is None:
+            return pd.Series(values, index=index, name=name)
+        d = self.coef_.shape[0]
+        return pd.DataFrame(values.reshape(self.coef_.shape, order="F"), index=index.get_level_values("term")[:d],
+                            columns=index.get_level_values("equation")[::d])
+
+    @property
+    def params(self) -> pd.Series | pd.DataFrame:
+        """``coef_`` indexed by term (statsmodels' ``params``): a Series, for the multinomial family a DataFrame of
+        terms by equations ``response=level``."""
+        self._check_fitted()
+        return self._named(self.coef_.ravel(order="F"), "params")
+
+    @property
+    def bse(self) -> pd.Series | pd.DataFrame:
+        """``bse_`` indexed as :attr:`params`."""
+        return self._named(self._inference().bse, "bse")
+
+    @property
+    def zvalues(self) -> pd.Series | pd.DataFrame:
+        """``zvalues_`` indexed as :attr:`params` (normal statistics: statsmodels' ``tvalues`` of a GLM)."""
+        return self._named(self._inference().zvalues, "zvalues")
+
+    @property
+    def pvalues(self) -> pd.Series | pd.DataFrame:
+        """``pvalues_`` indexed as :attr:`params`."""
+        return self._named(self._inference().pvalues, "pvalues")
+
+    def plot_coefficients(self, ax=None, reference=None, alpha: float | None = None):
+        """Coefficients with their intervals (:func:`privfedstat.estimators.plotting.plot_coefficients`).
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, optional
+        reference : fitted estimator, statsmodels results or DataFrame, optional
+            Another fit (e.g. the non-private ``PooledMLE`` or statsmodels' GLM on the pooled rows)
+            drawn beside this one; a DataFrame has columns ``coef``, ``lower``, ``upper`` indexed by term.
+        alpha : float, optional
+            Interval level ``1 - alpha`` (default: the fit's ``Inference.alpha``).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        self._check_fitted()
+        frames = {self.method: coefficient_frame(self, alpha)}
+        if reference is not None:
+            frames[getattr(reference, "method", None) or "reference"] = coefficient_frame(reference, alpha)
+        return plot_coefficients(frames, ax=ax)
 
     def __sklearn_tags__(self):
         return sklearn_tags(self)
@@ -202,23 +327,47 @@ class FittedResults:
             R = np.eye(len(names))[[names.get_loc(r) for r in R]]
         return result.wald_test(R, q)
 
-    def summary(self, delta: float = 1e-5) -> Summary:
-        """Summary of the fit: family, method, clients, rounds, privacy, clipping bound, inference, coefficients
-        with standard errors, z, p-values and intervals (statsmodels' columns)."""
+    def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None) -> Summary:
+        """Summary of the fit (statsmodels' layout): what was fitted to what, privacy, goodness of fit, and the
+        coefficients with standard errors, z, p-values and intervals.
+
+        Parameters
+        ----------
+        alpha : float, optional
+            Intervals of level ``1 - alpha`` (default: the fit's ``Inference.alpha``, 0.05).
+        delta : float, default 1e-5
+            The delta of the (epsilon, delta) shown for the privacy guarantee.
+        data : FederatedData, DataFrame (``glm()`` fits) or tuple (X, y), optional
+            The rows the fit was made on, for the goodness of fit (log-likelihood, deviance, AIC,
+            BIC, pseudo-R^2, :meth:`fit_statistics`) of a non-private fit (mu = inf). A private fit
+            shows them as not available: they are sums over the clients' rows, so each would be a
+            release that costs budget, and a summary spends none; the fit keeps no rows either.
+
+        The degrees of freedom count the coefficients, less one per equation for a declared
+        intercept (``Intercept`` in the names: a formula's, or ``scaling``'s ``intercept``): a
+        constant column is recognised by its name, never by looking at the data.
+        """
         self._check_fitted()
         led = self.privacy_
-        privacy = led.statement(delta, getattr(self, "mu_", None))
         comm = self.communication_
         names, response, classes = self._coef_names()
+        n_params = self.coef_.size
+        df_model = n_params - int(np.sum(names.get_level_values("term") == "Intercept"))
         header = {
+            "Dep. Variable": response,
             "Family": self.family_.name,
+            "Link": self.family_.link,
             "Method": self.method,
-            "Clients": f"{self.n_clients_} (N = {self.n_samples_}, d = {self.n_features_in_})",
+            "No. Observations": str(self.n_samples_),
+            "No. Clients": str(self.n_clients_),
+            "Df Model": str(df_model),
+            "Df Residuals": str(self.n_samples_ - n_params),
             "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
-            "Privacy": privacy,
+            **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),
         }
+        header.update(self._goodness_of_fit(data))
         if classes is not None:
             header["Reference class"] = f"{response}={classes[0]}"
         coefs = pd.DataFrame({"coef": self.coef_.ravel(order="F")}, index=names)
@@ -231,12 +380,26 @@ class FittedResults:
             if result.clipped_fraction is not None:
                 share, sd = result.clipped_fraction
                 header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
-            ci = result.conf_int()
-            a = result.alpha
+            a = result.alpha if alpha is None else alpha
+            ci = result.conf_int(a)
             coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
             notes += result.notes
         return Summary(f"{self.method} results", header, coefs, notes)
+
+    def _goodness_of_fit(self, data) -> dict[str, str]:
+        """The summary's goodness-of-fit lines: the values with ``data`` at mu = inf, else why they are not shown."""
+        if not self.family_.likelihood:
+            return {"Log-Likelihood": f"n/a ({self.family_.name}: not a likelihood)"}
+        if math.isfinite(self.privacy_.mu):
+            return {"Log-Likelihood": "n/a (" + _PRIVATE_FIT_STATISTICS + ")"}
+        if data is None:
+            return {"Log-Likelihood": "n/a (non-private fit: pass summary(data=...) for log-likelihood, deviance, "
+                                      "AIC, BIC and pseudo-R^2; the fit keeps no rows)"}
+        X, y = data if isinstance(data, tuple) else (data, None)
+        st = self.fit_statistics(X, y)
+        return {"Log-Likelihood": f"{st.llf:.6g}", "Deviance": f"{st.deviance:.6g}", "AIC": f"{st.aic:.6g}",
+                "BIC": f"{st.bic:.6g}", "Pseudo R-squ. (CS)": f"{st.pseudo_rsquared:.4g}"}
 
     def _coef_names(self) -> tuple[pd.Index, str, list | None]:
         """Coefficient names in ``coef_.ravel(order="F")`` order, the response name and the classes.

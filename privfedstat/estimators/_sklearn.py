@@ -8,14 +8,46 @@ spends its own ``mu`` on the rows it trains on (compose them, e.g. with a privac
 choice of the best hyperparameters by held-out scores is not accounted for, and preprocessing
 steps of a ``Pipeline`` (e.g. ``StandardScaler``) are fitted on the pooled raw rows, outside the
 guarantee; use the estimators' ``scaling`` parameter for private rescaling.
+
+Arrays without client labels, ``fit(X, y)``, are one client's rows (m = 1): scikit-learn's
+contract (``check_estimator``, tools that pass only ``X, y``) holds, and a
+:class:`~privfedstat.SingleClientWarning` says so, at every mu: the protocol then runs with one
+client (its mu-GDP guarantee is central DP of the released model; FedAvg-type methods reduce to
+local training), which is rarely what a federated user means.
+
+Intercept: the columns are used as given (privfedstat has no ``fit_intercept``: the intercept is a
+column of the design, as in statsmodels, so that the privacy model and the scaling can name it).
+A :class:`~privfedstat.NoInterceptWarning` is given when an array ``X`` has no constant non-zero
+column, e.g. after a ``StandardScaler`` step, which zeros a column of ones: add it after the scaler
+(``FunctionTransformer(statsmodels.api.add_constant)``). The check reads an array the caller holds
+and passes in full, and its result reaches only the caller: nothing is released. A
+:class:`~privfedstat.FederatedData` is not inspected (its rows are the clients'; a check on them
+would be a data-dependent, unaccounted decision), so fits on one, as the paper's studies make,
+behave as they always do.
 """
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
+from scipy import sparse
+
 from ..data.federated import FederatedData
+from ..exceptions import NoInterceptWarning, SingleClientWarning
 from ..families import get_family
 
-__all__ = ["as_federated_data", "sklearn_tags"]
+__all__ = ["as_federated_data", "dense_array", "sklearn_tags"]
+
+
+def dense_array(X, name: str = "X") -> np.ndarray:
+    """``X`` as a real numpy array: sparse matrices and complex values are refused (scikit-learn's messages)."""
+    if sparse.issparse(X):
+        raise TypeError(f"sparse input is not supported: pass {name} as a dense array ({name}.toarray()).")
+    X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise ValueError(f"Complex data not supported: {name} has complex values.")
+    return X
 
 
 def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
@@ -28,6 +60,7 @@ def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
         Responses; only with an array ``X``.
     clients : array-like of shape (n_samples,), optional
         Client label of each row; only with an array ``X``. Clients are ordered by sorted label.
+        None with an array ``X``: one client holds every row (with a ``SingleClientWarning``).
     offset : array-like of shape (n_samples,), optional
         Offset of each row's linear predictor; only with an array ``X`` (a FederatedData holds its own).
     """
@@ -36,15 +69,23 @@ def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
             raise TypeError("a FederatedData already holds y, the clients and any offset; call fit(data) without "
                             "y, clients or offset (build it with FederatedData.from_pooled(..., offset=...)).")
         return X
-    if clients is None:
-        raise TypeError(
-            f"fit expects a FederatedData, or arrays with a client label per row, fit(X, y, clients=labels); "
-            f"got {type(X).__name__} without clients. Build data with FederatedData.from_arrays([(X1, y1), ...]) "
-            "or FederatedData.from_pooled(X, y, sizes=...)."
-        )
     if y is None:
-        raise TypeError("fit(X, y, clients=labels) needs y, the response of every row.")
-    return FederatedData.from_pooled(X, y, clients=clients, offset=offset)
+        raise ValueError("fit(X, y) requires y to be passed, but the target y is None: give the response of every row.")
+    X, y = dense_array(X), dense_array(y, "y")
+    if X.ndim == 2 and X.shape[1] == 0:
+        raise ValueError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required: X has no columns.")
+    if clients is None:
+        warnings.warn(
+            "fit(X, y) without clients= takes every row to be one client's (m = 1): the protocol runs with a single "
+            "client. Pass clients=labels (one per row) for a federation.", SingleClientWarning, stacklevel=4)
+        clients = np.zeros(X.shape[0] if X.ndim else 0, dtype=np.int64)
+    data = FederatedData.from_pooled(X, y, clients=clients, offset=offset)
+    if not np.any(np.all(data.X == data.X[:1], axis=0) & (data.X[0] != 0)):
+        warnings.warn(
+            "X has no constant column, so the model has no intercept (columns are used as given; there is no "
+            "fit_intercept). Add a column of ones, after any StandardScaler step: "
+            "FunctionTransformer(statsmodels.api.add_constant).", NoInterceptWarning, stacklevel=4)
+    return data
 
 
 def sklearn_tags(estimator):

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._validation import check_iterate
+from ..families.curvature import auto_step_size
 from ..federation.server import aggregate, effective_weights
 from ..privacy.calibration import gradient_calibration, local_step_calibration
 
 if TYPE_CHECKING:  # base imports this module (through diagnostics)
     from .base import FitContext
 
-__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "auto_step_size", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
+__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
 
 #: Relative size of the last update below which an iteration counts as settled (``converged_``).
 TOL = 1e-6
@@ -27,48 +28,11 @@ TOL = 1e-6
 MAX_ITER_NONPRIVATE = 5000
 #: Cap on the rounds (each of many local steps) of an ``"auto"`` round count with mu = inf.
 MAX_ROUNDS_NONPRIVATE = 200
-#: Linear predictor at which ``step_size="auto"`` evaluates the curvature of a family whose
-#: curvature is unbounded (Poisson: ``ell''(1) = e``, i.e. fitted means up to e on average).
-UNBOUNDED_CURVATURE_AT = 1.0
-
-
-def auto_step_size(family, n_features: int) -> float:
-    """The public step size ``eta = 1 / L`` of ``step_size="auto"``.
-
-    The Hessian of the (size-weighted, clipped or not) empirical loss is
-    ``sum_i w_i mean_j ell''(y_j, x_j^T theta) x_j x_j^T`` (for the multinomial family the factor
-    ``ell''`` is the matrix ``diag(p) - p p^T``), so its largest eigenvalue is at most
-    ``L = kappa * mean_j ||x_j||^2`` with ``kappa = sup ell''`` (:attr:`Family.max_curvature`:
-    logistic 1/4, Gaussian and Huber 1, multinomial 1/2; clipping a per-sample gradient is a
-    projection and does not increase it). For columns on the unit scale (standardised, as
-    ``scaling="private"`` and ``glm()`` make them, each column's mean square is about 1)
-    ``mean ||x||^2 <= d``, the number of columns, so ``L = kappa d`` uses only public quantities
-    and gradient descent with ``eta = 1 / L`` decreases the loss at every step (descent lemma).
-    Families with unbounded curvature (Poisson) use ``ell''`` at linear predictor
-    :data:`UNBOUNDED_CURVATURE_AT` instead (fitted means up to e on average); if that is too
-    optimistic the iterates blow up and :class:`~privfedstat.DivergenceError` says so.
-    The bound ``tr >= lambda_max`` is loose by up to a factor d on uncorrelated designs
-    (slower, never unstable); on collinear designs it is nearly tight.
-
-    Parameters
-    ----------
-    family : Family
-    n_features : int
-        d, the number of columns of the (scaled) design, intercept included.
-
-    Returns
-    -------
-    float
-    """
-    kappa = float(family.max_curvature)
-    if not math.isfinite(kappa):
-        z = np.full(1, UNBOUNDED_CURVATURE_AT)
-        kappa = float(family.deriv2(np.zeros(1), z)[0])
-    return 1.0 / (kappa * n_features)
 
 
 def resolve_step_size(step_size, family, n_features: int) -> float:
-    """``step_size`` as a number: :func:`auto_step_size` for ``"auto"``, else the given value."""
+    """``step_size`` as a number: :func:`~privfedstat.families.curvature.auto_step_size` for ``"auto"``,
+    else the given value."""
     return auto_step_size(family, n_features) if step_size == "auto" else float(step_size)
 
 

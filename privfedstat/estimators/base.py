@@ -478,18 +478,15 @@ class FederatedEstimator(FittedResults):
         """The user's fixed bound for ``which`` norm, or None if it must be chosen from data.
 
         ``hessian_clip=None`` follows ``clip``: chosen the same way when ``clip`` is ``"auto"``,
-        ``"paper"`` or an :class:`AutoClip`; infinite when ``clip`` is infinite.
+        ``"paper"`` or an :class:`AutoClip`; infinite when ``clip`` is infinite; chosen as by
+        ``"auto"`` when ``clip`` is a finite number (so that one number, e.g. a grid search's, is a
+        complete setting).
         """
         value = self.clip if which == "gradient" else self.hessian_clip  # type: ignore[attr-defined]
         if value is None:
-            if isinstance(self.clip, (str, AutoClip)):
+            if isinstance(self.clip, (str, AutoClip)) or math.isfinite(float(self.clip)):
                 return None
-            if math.isinf(float(self.clip)):
-                return math.inf
-            raise ValueError(
-                "with a fixed clip, also give hessian_clip (bound on per-sample Hessian norms), "
-                "or use clip='auto' to choose both privately."
-            )
+            return math.inf
         if isinstance(value, (str, AutoClip)):
             return None
         return check_positive_float(value, f"{which} clip", allow_inf=True)
@@ -551,7 +548,7 @@ class FederatedEstimator(FittedResults):
                 bounds[which] = fixed
         if not todo:
             return bounds, mu_left
-        if self.clip == "auto" and math.isinf(mu):  # no privacy: no clipping (no bias) unless asked
+        if self.clip != "paper" and not isinstance(self.clip, AutoClip) and math.isinf(mu):  # no privacy: no clipping
             return {**bounds, **{which: math.inf for which in todo}}, mu_left
         theta0 = ctx.clients.initial_parameters()
         if self.clip == "paper":

@@ -101,9 +101,9 @@ class _NonPrivateBaseline(FederatedEstimator):
         Hp = floored(H + float(self.alpha) * np.eye(H.shape[0]), 0.0, "Hessian", notes)
         return sampling_covariance(Hp, c, S)[0]
 
-    def summary(self, delta: float = 1e-5) -> Summary:
-        """Summary of the fit (privacy: none; clipping: none)."""
-        s = super().summary(delta)
+    def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None) -> Summary:
+        """Summary of the fit (privacy: none; clipping: none); parameters as :meth:`FederatedEstimator.summary`."""
+        s = super().summary(alpha, delta, data=data)
         s.header["Privacy"] = self._privacy_line
         s.header["Clipping bound B"] = "none (no clipping)"
         return s
@@ -181,7 +181,7 @@ class PooledMLE(_NonPrivateBaseline):
         ledger.record(Release("raw-data", 0, "local", np.full(m, math.inf), np.zeros(m)))
         ledger.add_leak("raw data pooled at the server (NP-Pooled baseline)")
         floats = data.sizes * (data.n_features + 1)
-        communication = Communication(1, int(floats.max()), int(floats.sum()))
+        communication = Communication(1, int(floats.max()), int(floats.sum()), (m,))
         alpha = float(self.alpha)
         theta, path, ok = newton_fit(data.X, data.y, family, alpha=alpha, tol=self.tol, max_iter=self.max_iter,
                                      where="PooledMLE", offset=data.offset)
@@ -300,7 +300,7 @@ class LocalFit(_NonPrivateBaseline):
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        return history[-1], list(history), T - 1, Communication(0, 0, 0)  # history[-1] = w @ local
+        return history[-1], list(history), T - 1, Communication(0, 0, 0, ())  # history[-1] = w @ local
 
     def predict(self, X, client: int | None = None, *, offset=None, exposure=None) -> np.ndarray:
         """Mean response for rows of ``X`` with client ``client``'s model, or ``coef_`` if None

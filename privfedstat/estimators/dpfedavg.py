@@ -30,10 +30,12 @@ class DPFedAvg(FederatedEstimator):
     (rate q) the server adds its own noise of the same sd in the place of every client that did not
     send (so the published aggregate's noise does not reveal how many took part), keeps the
     weights fixed and divides the aggregate by q (the fixed-denominator estimator of McMahan et
-    al.); rounds with nobody sampled are not redrawn. Towards an observer who does not see who
-    took part this amplifies the guarantee: ``privacy_.amplified_epsilon(delta)`` composes the R
-    Poisson-subsampled Gaussian mechanisms (add/remove one client, noise multiplier ``sigma / S``)
-    with dp-accounting's PLD. The price is the noise of all m clients in every round.
+    al.); rounds with nobody sampled are not redrawn. Towards a third party, who sees the published
+    model but not who took part, this amplifies the guarantee:
+    ``privacy_.public_view().epsilon(delta)`` composes the R Poisson-subsampled Gaussian mechanisms
+    (one client's whole dataset replaced, noise multiplier ``sigma / S``) with dp-accounting's PLD.
+    The price is the noise of all m clients in every round. ``privacy_`` is the server's view (it
+    shows who took part); ``summary()`` states both audiences' epsilons.
 
     Parameters
     ----------
@@ -46,7 +48,7 @@ class DPFedAvg(FederatedEstimator):
         Local full-batch gradient steps per round (K).
     step_size : float or "auto", default "auto"
         Local learning rate (eta); "auto": ``1 / L`` from a public curvature bound
-        (:func:`~privfedstat.estimators._steps.auto_step_size`).
+        (:func:`~privfedstat.families.curvature.auto_step_size`).
     server_step_size : float, default 1.0
         Server learning rate (eta_g) applied to the averaged update.
     update_clip : float, default 1.0
@@ -54,7 +56,7 @@ class DPFedAvg(FederatedEstimator):
         unit scale an update of K steps of size 1/L is of order ``K / L`` times the gradient).
     participation : None, float, int or Participation, default None
         Which clients each round asks (see :class:`~privfedstat.estimators.fedsgd.FedSGD`); a rate
-        q in (0, 1) is Poisson sampling, which ``amplified_epsilon`` accounts for.
+        q in (0, 1) is Poisson sampling, which the third party's epsilon accounts for.
     weights : "size" or array of shape (n_clients,), default "size"
         Server aggregation weights (w_i).
     random_state : int, Generator, SeedSequence or None

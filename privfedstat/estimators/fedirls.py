@@ -17,10 +17,9 @@ from .._validation import check_positive_float, check_positive_int
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
 from .._validation import DIVERGENCE_NORM, check_iterate
-from .._linalg import floor_eigenvalues, vec_to_sym
+from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from .base import FederatedEstimator, FitContext
-from .fednewton import MAX_HESSIAN_GB
 
 __all__ = ["FedIRLS"]
 
@@ -168,7 +167,8 @@ class FedIRLS(FederatedEstimator):
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
         Bound on per-sample Hessian Frobenius norms (C_H). None: chosen like ``clip`` (shares
-        the clip budget with it; infinite if clip is).
+        the clip budget with it; infinite if clip is); with a finite numeric ``clip``, chosen
+        privately as by ``clip="auto"`` (the clip budget goes to it alone; infinite with mu = inf).
     hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda for the averaged Hessian (post-processing).
     weights : "size" or array of shape (n_clients,), default "size"

@@ -7,8 +7,10 @@ import warnings
 
 import numpy as np
 
+from .._linalg import MAX_HESSIAN_GB
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
+from ..families.curvature import resolve_hessian_floor
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from ._steps import resolve_step_size
@@ -16,19 +18,7 @@ from .fedavg import run_fedavg
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
 from .base import FederatedEstimator, FitContext
 
-__all__ = ["FedNewton", "resolve_hessian_floor", "MAX_HESSIAN_GB"]
-
-#: memory allowed for the clients' Hessians (all clients are processed in one pass)
-MAX_HESSIAN_GB = 4.0
-
-
-def resolve_hessian_floor(value, family, mu: float) -> float:
-    """The eigenvalue floor lambda: ``value``; for "auto" the family's ``curvature_at_zero`` when
-    ``mu`` is finite, and 1e-8 of it when ``mu`` is infinite (then the floor only keeps the
-    Hessian invertible: no sensitivity needs bounding, and a high floor would damp the step)."""
-    if value != "auto":
-        return float(value)
-    return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
+__all__ = ["FedNewton"]
 
 
 class FedNewton(FederatedEstimator):
@@ -78,7 +68,8 @@ class FedNewton(FederatedEstimator):
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
         Bound on per-sample Hessian norms (C_H). None: chosen like ``clip`` ("auto": privately, at
-        the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is).
+        the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is; a
+        finite number: privately as by "auto", the clip budget going to C_H alone; infinite with mu = inf).
     hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda (plays the role of tau_1). Larger means less noise and a more
         damped Newton step. "auto" uses the family's curvature at linear predictor 0,

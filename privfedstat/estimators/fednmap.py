@@ -220,7 +220,7 @@ class FedNMap(_Penalized, FederatedEstimator):
         Local steps per round (Q; the paper's experiments use 10 and 20).
     step_size : float or "auto", default "auto"
         Local step (eta_a). "auto": ``1 / L``, the public curvature bound of
-        :func:`~privfedstat.estimators._steps.auto_step_size`, so that a round moves the server
+        :func:`~privfedstat.families.curvature.auto_step_size`, so that a round moves the server
         as far as Q corrected local gradient steps (``eta_hat = eta_s Q / L``), as SCAFFOLD's
         defaults do. The paper's rule ``eta_a = 1 / Q`` (Section 5.1: ``eta_hat`` fixed as Q
         varies) is ``step_size = 1 / (L Q)``: one gradient step's progress per round. Measured on

@@ -33,13 +33,15 @@ _CALIBRATION_DOC = """
         of a client's whole dataset: sensitivity 2 per message; the R messages share mu in squares,
         so ``sigma_DP = 2 sqrt(R) / mu``); ``inf`` for no noise. None with ``epsilon``.
     epsilon : (float, float) or None, default None
-        A target (epsilon, delta) towards an observer who does not see who took part: sigma_DP is
-        then the smallest noise multiplier whose R-round Poisson-subsampled Gaussian composition
-        (rate p, add/remove one client: sensitivity 1) meets it under dp-accounting's PLD, by
-        bisection (as Opacus' ``make_private_with_epsilon``;
-        :func:`~privfedstat.privacy.calibration.normec_noise_multiplier`). Give ``mu=None``; the fit's
-        ``mu_`` is then the GDP budget towards the server that this sigma_DP implies,
-        ``2 sqrt(R) / sigma_DP``.
+        A target (epsilon, delta) towards a third party, who sees the published model but not who
+        took part: sigma_DP is then the smallest noise multiplier whose R-round Poisson-subsampled
+        Gaussian composition (rate p, one client's whole dataset replaced: messages in the unit
+        ball) meets it under dp-accounting's PLD, by bisection (as Opacus'
+        ``make_private_with_epsilon``; :func:`~privfedstat.privacy.calibration.normec_noise_multiplier`).
+        Give ``mu=None``; the fit's ``mu_`` is then the GDP budget towards the server that this
+        sigma_DP implies, ``2 sqrt(R) / sigma_DP``. Without sampling (p = 1) both audiences face
+        the target; with p < 1 the server, who knows who took part, faces more
+        (``privacy_.epsilon(delta)``).
     sigma : None or "paper", default None
         With ``epsilon``: ``"paper"`` takes sigma_DP from the paper's formula
         ``p sqrt(R log(1/delta)) / epsilon`` (c = 1) instead of the PLD; the fit still reports the
@@ -74,9 +76,9 @@ _ATTRIBUTES_DOC = """
     delta_ : float
         The target's delta, or :data:`DEFAULT_DELTA` for a fit calibrated to mu.
     epsilon_ : float
-        ``privacy_.amplified_epsilon(delta_)``: the epsilon towards an observer who does not see
-        who took part (PLD of the R Poisson-subsampled Gaussian rounds; ``inf`` without noise). See
-        the caveat on per-client noise above."""
+        ``privacy_.public_view().epsilon(delta_)``: the epsilon towards a third party, who does not
+        see who took part (PLD of the R Poisson-subsampled Gaussian rounds, replace-one; ``inf``
+        without noise). See the caveat on per-client noise above."""
 
 
 class _UnitMessageRounds(FederatedEstimator):
@@ -145,9 +147,9 @@ class _UnitMessageRounds(FederatedEstimator):
     # ------------------------------------------------------------------ results
     @property
     def epsilon_(self) -> float:
-        """``privacy_.amplified_epsilon(delta_)`` (see the class docstring)."""
+        """``privacy_.public_view().epsilon(delta_)`` (see the class docstring)."""
         self._check_fitted()
-        return self.privacy_.amplified_epsilon(self.delta_)
+        return self.privacy_.public_view().epsilon(self.delta_)
 
     # ------------------------------------------------------------------ protocol
     def _messages(self, ctx: FitContext, x: np.ndarray, weights: np.ndarray, sensitivity: np.ndarray,
@@ -247,14 +249,15 @@ class FedAlphaNormEC(_UnitMessageRounds):
     ``sigma_DP = 2 sqrt(R) / mu`` each client is mu-GDP (a client that sat rounds out spends less);
     the ledger records sensitivity 2 and sigma_DP. Towards an observer who does not see who took
     part, the paper appeals to Abadi et al.'s subsampled Gaussian: ``epsilon_`` is the PLD of R
-    Poisson-subsampled Gaussian rounds with noise multiplier sigma_DP (add/remove one client:
-    sensitivity 1), exactly as for :class:`~privfedstat.DPFedAvg`. That mechanism adds noise of fixed
+    Poisson-subsampled Gaussian rounds with noise multiplier sigma_DP under the same replacement
+    (messages in the unit ball), exactly as for :class:`~privfedstat.DPFedAvg`. That mechanism adds noise of fixed
     variance to the aggregate: in Algorithm 1 every participant adds its own, so the server puts
     noise of the same sd in the place of every client that was not sampled (the top-up of
     :meth:`~privfedstat.estimators.base.FitContext.ask`; the 1/p scaling is already a fixed
     denominator) and does not redraw empty rounds; without it the aggregate's noise variance would
     reveal the number of participants. The guarantee towards the server (``privacy_.mu``) is exact
-    GDP composition.
+    GDP composition. ``privacy_`` is the server's view (it shows who took part);
+    ``privacy_.public_view()`` is what may be published, and ``summary()`` states both epsilons.
 
     Parameters
     ----------
@@ -267,7 +270,7 @@ class FedAlphaNormEC(_UnitMessageRounds):
         Error-compensation step (beta > 0): v_i moves by less than beta per round.
     step_size : float or "auto", default "auto"
         Client step gamma of the local operator ("auto": ``1 / L`` from a public curvature bound,
-        :func:`~privfedstat.estimators._steps.auto_step_size`). With T = 1 GD it cancels
+        :func:`~privfedstat.families.curvature.auto_step_size`). With T = 1 GD it cancels
         (``u_i`` is the gradient).
     server_step_size : float or "auto", default "auto"
         Server step eta ("auto": ``1 / L``, since v_hat tracks the gradient); with

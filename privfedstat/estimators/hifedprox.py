@@ -44,8 +44,8 @@ class HiFedProx(FederatedEstimator):
     clipped to L2 norm S (``update_clip``) and gets Gaussian noise of sd ``2 S sqrt(R) / mu`` on the
     client, exactly as in :class:`~privfedstat.DPFedAvg` (the calibration of
     :func:`~privfedstat.privacy.calibration.client_update_calibration`): each client is mu-GDP for
-    its whole dataset towards the server (unit "client"), and ``privacy_.amplified_epsilon`` covers
-    Poisson participation (a cohort is accounted without amplification). ``mu=inf`` runs the
+    its whole dataset towards the server (unit "client"), and ``privacy_.public_view().epsilon``, the
+    third party's, covers Poisson participation (a cohort is accounted without amplification). ``mu=inf`` runs the
     paper's method (no clipping by default, no noise) and the ledger reports no privacy. The
     default is private (mu = 2), as for every estimator of this package.
 
@@ -96,9 +96,11 @@ class HiFedProx(FederatedEstimator):
     n_iter_ : int
         Local gradient evaluations per client, ``R max_i S_i``.
     displacements_ : pandas.DataFrame
-        One row per (round, client that sent): ``round``, ``client``, ``displacement`` (the norm of
-        the message received, ``||Delta_i||`` with mu = inf), ``armijo_trials`` and
-        ``line_search_failures`` (that round's; NaN with finite mu, where they are not released).
+        Server-side, not for publication: one row per (round, client that sent): ``round``,
+        ``client``, ``displacement`` (the norm of the message received, ``||Delta_i||`` with
+        mu = inf), ``armijo_trials`` and ``line_search_failures`` (that round's; NaN with finite mu,
+        where they are not released). It shows who took part in each round, which the third
+        party's amplified epsilon assumes hidden.
     armijo_trials_, line_search_failures_ : int or None
         Their totals over the fit (None with finite mu).
 

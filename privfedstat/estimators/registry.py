@@ -2,8 +2,8 @@
 
 ``glm(method=...)``, the contract test suite, the sensitivity fuzzer, the privacy audit, the
 simulations (:func:`~privfedstat.simulations.make_estimator`, the coverage and real-data studies),
-the theory comparison (:func:`~privfedstat.theory.compare_to_theory`), the MSE predictor
-(:func:`~privfedstat.theory.predict_mse`) and the command line (``privfedstat methods``) all read
+the theory comparison (:func:`~privfedstat.simulations.compare_to_theory`), the MSE predictor
+(:func:`~privfedstat.estimators.prediction.predict_mse`) and the command line (``privfedstat methods``) all read
 this table; a new estimator joins them by being registered here (:func:`register`), not by adding
 a name switch elsewhere. A method is found by its key (``"fedsgd"``) or its display name
 (``"FedSGD"``), case-insensitively (:func:`get_method`), or from an estimator (:func:`method_of`).
@@ -85,10 +85,10 @@ class MethodSpec:
         Iteration counts whose ``"auto"`` value the estimator resolves, at finite mu, to the given
         number (with mu = inf ``"auto"`` runs until convergence); read by the MSE predictor.
     bound : TheoryBound or None
-        The matching upper bound of the core paper (:func:`~privfedstat.theory.compare_to_theory`).
+        The matching upper bound of the core paper (:func:`~privfedstat.simulations.compare_to_theory`).
     predictor : callable or None
         ``predictor(setup) -> (moments, diagnostics, caveats)``: the linearised recursion of the
-        algorithm that :func:`~privfedstat.theory.predict_mse` sums (see
+        algorithm that :func:`~privfedstat.estimators.prediction.predict_mse` sums (see
         :mod:`privfedstat.theory._method_moments`); None: no MSE prediction.
     per_client : bool
         Whether the fit holds one model per client, so that ``predict(X, client)`` needs the client.

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import html
+import math
 import textwrap
 
 import pandas as pd
 
-__all__ = ["Summary"]
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.public import NEIGHBOURING, SUBSAMPLED
+
+__all__ = ["Summary", "privacy_rows"]
+
+#: what one unit is, as the summary states it
+_UNITS = {"record": "one row of one client", "client": "one client's whole dataset"}
 
 #: header lines of the text summary wrap at this width
 HEADER_WIDTH = 100
+#: significant digits of the coefficient table (a coefficient of 1e-12 prints as 1e-12, not 0.000000)
+DIGITS = 6
+
+
+def _number(v: float) -> str:
+    return f"{v: .{DIGITS}g}"
 
 
 class Summary:
@@ -44,7 +57,7 @@ class Summary:
         for k, v in self.header.items():
             wrapped = textwrap.wrap(str(v), max(20, HEADER_WIDTH - keyw - 2)) or [""]
             header += [f"{k:<{keyw}}  {wrapped[0]}"] + [" " * (keyw + 2) + line for line in wrapped[1:]]
-        table = self.coefficients.to_string(float_format=lambda v: f"{v: .6f}")
+        table = self.coefficients.to_string(float_format=_number)
         width = max(60, max(len(line) for line in header + table.splitlines()))
         lines = [self.title.center(width), "=" * width, *header, "-" * width, table, "=" * width]
         lines += [f"Note: {n}" for n in self.notes]
@@ -61,4 +74,31 @@ class Summary:
                        for k, v in self.header.items())
         notes = "".join(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes)
         return (f"<h4>{html.escape(self.title)}</h4><table>{rows}</table>"
-                f"{self.coefficients.to_html(float_format=lambda v: f'{v:.6f}')}{notes}")
+                f"{self.coefficients.to_html(float_format=_number)}{notes}")
+
+
+def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
+    """The summary's privacy lines, from what may be published (``ledger.public_view()``): the unit and the
+    guarantee towards each audience at ``delta``.
+
+    The server sees who took part in each round, so its epsilon is unamplified (the declared
+    budget: every client as if it sent each round). A third party sees the published model and
+    the public view: Definition 2.1's mu for record-level units, the PLD of the Poisson-subsampled
+    rounds for client-level ones. Both under replace-one adjacency.
+    """
+    public = ledger.public_view()
+    if not math.isfinite(public.mu):
+        return {"Privacy": "none (mu = inf)"}
+    unit = " + ".join(f"{u} ({_UNITS[u]}, {NEIGHBOURING})" for u in public.units) or "record"
+    rows = {"Privacy unit": unit,
+            "Towards the server": f"mu = {public.mu:.4g} per client, eps = {public.server_epsilon(delta):.4g} at delta = "
+                                  f"{delta:g} (it receives every message and knows who sent it)"}
+    third = f"eps = {public.epsilon(delta):.4g} at delta = {delta:g}"
+    if "client" in public.units:
+        rates = sorted({b.sampling_rate for b in public.blocks if b.mechanism == SUBSAMPLED})
+        how = f"Poisson participation q = {', '.join(f'{q:g}' for q in rates)}, hidden from them" if rates else \
+            "no Poisson participation to amplify"
+        rows["Towards third parties"] = f"{third} (published model; {how}; PLD)"
+    else:
+        rows["Towards third parties"] = f"mu = {public.record_third_party_mu:.4g}, {third} (published model)"
+    return rows

@@ -3,8 +3,8 @@
 Clients privatize their messages themselves (:mod:`privfedstat.federation.clients`) and attach a
 release record to each. :meth:`Channel.receive` is where the server takes a reply: it records the
 releases in the :class:`~privfedstat.privacy.ledger.PrivacyLedger` (adding the round and the
-weights with which the server will aggregate), applies the fit's failure policy, and counts rounds
-and floats sent. The server never sees a client's data, only replies.
+weights with which the server will aggregate), applies the fit's failure policy, and counts rounds,
+messages and floats sent. The server never sees a client's data, only replies.
 """
 
 from __future__ import annotations
@@ -25,21 +25,31 @@ FAILURE_POLICIES = ("raise", "skip")
 
 @dataclass(frozen=True)
 class Communication:
-    """Client-to-server communication of one fit.
+    """Client-to-server communication of one fit: what was actually sent.
 
     Attributes
     ----------
     rounds : int
-        Number of upload rounds (every client sends once per round).
+        Number of upload rounds.
     floats_per_client : int
-        Floats each client sent in total.
+        Floats a client sends that takes part in every round (the protocol's per-client upload,
+        Table 1 of the core paper).
     total_floats : int
-        Floats received by the server (``floats_per_client * n_clients``).
+        Floats the server received, summed over the clients that sent in each round: with partial
+        participation or failed clients less than ``floats_per_client * n_clients``.
+    senders : tuple of int
+        Number of clients that sent in each upload round (``len(senders) == rounds``).
     """
 
     rounds: int
     floats_per_client: int
     total_floats: int
+    senders: tuple[int, ...]
+
+    @property
+    def messages(self) -> int:
+        """Client messages received in all (``sum(senders)``; k p M over k rounds at participation p of M clients)."""
+        return sum(self.senders)
 
 
 class Channel:
@@ -64,6 +74,8 @@ class Channel:
         self.on_client_failure = on_client_failure
         self.rounds = 0
         self.floats_per_client = 0
+        self.total_floats = 0
+        self.senders: list[int] = []
         self.live = np.ones(self.sizes.size, dtype=bool)  # clients that have not failed
 
     def receive(self, reply: Reply, *, weights: np.ndarray | None = None, sent: bool = True,
@@ -103,11 +115,15 @@ class Channel:
         if reply.leak is not None:
             self.ledger.add_leak(reply.leak)
         if sent:
+            floats = int(np.prod(reply.values.shape[1:], dtype=np.int64))
+            senders = int(np.count_nonzero(reply.answered))
             self.rounds += 1
-            self.floats_per_client += int(np.prod(reply.values.shape[1:], dtype=np.int64))
+            self.floats_per_client += floats
+            self.total_floats += floats * senders
+            self.senders.append(senders)
         return reply.values
 
     @property
     def communication(self) -> Communication:
-        """Rounds and floats sent so far."""
-        return Communication(self.rounds, self.floats_per_client, self.floats_per_client * self.sizes.size)
+        """Rounds, floats and messages sent so far."""
+        return Communication(self.rounds, self.floats_per_client, self.total_floats, tuple(self.senders))

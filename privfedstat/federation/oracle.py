@@ -1,8 +1,12 @@
-"""Client oracles: everything a client computes on its own data, for all clients in one call.
+"""Client oracles: everything an in-process client computes on its own data, for all clients in one call.
 
-Algorithms talk to an oracle, never to numba or torch directly. :class:`GLMOracle` implements the
-protocol for linear-predictor losses with the numba kernels of :mod:`privfedstat.kernels.glm_nb`;
-a torch oracle for deep models implements the same methods.
+The in-process clients (:class:`~privfedstat.federation.clients.InProcessClients`) compute every
+statistic they release through an oracle, never through the kernels directly, so the verbs and
+their privatization do not depend on the model. :class:`ClientOracle` is the protocol;
+:class:`GLMOracle` implements it for linear-predictor losses with the numba kernels of
+:mod:`privfedstat.kernels.glm_nb`, :class:`MultinomialOracle` for the multinomial family with those
+of :mod:`privfedstat.kernels.multinomial_nb`, and :func:`make_oracle` picks one for a family. The
+torch clients of :mod:`privfedstat.deep` answer the same verbs with their own computation.
 """
 
 from __future__ import annotations

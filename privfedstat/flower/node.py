@@ -52,10 +52,10 @@ class Polls:
     was shorter), taken at once when below ``g`` and at most ``2 g`` when above (a long idle
     spell between two fits does not make the next rounds slow). ``g`` so settles near a high
     quantile of the gaps. Each ask costs the SuperLink a request (a few milliseconds of its one
-    Python process, which is what a round on loopback waits for), each late ask delays the node:
-    in the m = 10 benchmark a node asks ~3 times a round (Flower's loop with its 3 s idle sleep
-    shortened to a 1 ms..0.1 s backoff asked ~10 times). Every wait is at most ``cap`` seconds;
-    before the first reply the node asks every ``cap``.
+    Python process, which is what a round on loopback waits for), each late ask delays the node;
+    planned this way a node asks about 3 times a round (measurements in ``benchmarks/RESULTS.md``,
+    Flower deployment). Every wait is at most ``cap`` seconds; before the first reply the node asks
+    every ``cap``.
 
     Parameters
     ----------

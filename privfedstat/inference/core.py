@@ -64,7 +64,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..estimators.fednewton import MAX_HESSIAN_GB
 from ..exceptions import IllConditionedWarning
 from ..families.base import Family
 from ..kernels.glm_nb import MIN_BOUND
@@ -72,7 +71,7 @@ from .config import Inference
 from .covariance import sampling_covariance, weighted_factor
 from .results import InferenceResult
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
-from .._linalg import floor_eigenvalues, vec_to_sym
+from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from ..federation.server import aggregate
 
 __all__ = ["private_inference", "exact_result", "resolve_cov_type", "check_feasible", "floored", "score_bound",

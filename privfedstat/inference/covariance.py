@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..theory.noise import symmetric_noise_sandwich
+
 __all__ = ["sampling_covariance", "original_scale_map", "weighted_factor"]
 
 
@@ -57,19 +59,17 @@ def sampling_covariance(H: np.ndarray, c: float, Sigma: np.ndarray | None = None
     cov : ndarray of shape (p, p)
     notes : list of str
     """
-    from ..theory.noise import symmetric_noise_sandwich as noise_moment  # theory imports the estimators
-
     Hi = _inverse(H)
     M = Hi if Sigma is None else Hi @ Sigma @ Hi
     M = 0.5 * (M + M.T)
     if not (bias_correction and s2 > 0):
         return c * M, []
-    DHi = noise_moment(Hi, s2)
+    DHi = symmetric_noise_sandwich(Hi, s2)
     if Sigma is None:
         bias = Hi @ DHi @ Hi
     else:
         left = Hi @ DHi @ M
-        bias = left + left.T + Hi @ noise_moment(M, s2) @ Hi
+        bias = left + left.T + Hi @ symmetric_noise_sandwich(M, s2) @ Hi
     corrected = M - 0.5 * (bias + bias.T)
     if not _positive_definite(corrected):
         return c * M, ["the bias correction of the noisy Hessian's inverse was not positive definite "

@@ -88,12 +88,13 @@ MIN_BOUND = 1e-280
 _DENORM_MIN = 5e-324  # smallest positive double
 _DOUBLE_MAX = 1.7976931348623157e308
 #: rows per block in the gradient kernel: per-row scalars of a block are computed in vectorisable
-#: loops, then the block is accumulated four rows at a time (about 1.6-1.8x faster than row by row)
+#: loops, then the block is accumulated four rows at a time (faster than row by row; measurements
+#: in benchmarks/RESULTS.md)
 _BLOCK = 32
 #: rows per block in the column-major gradient kernel
 _CBLOCK = 256
-#: up to this many features the column-major kernel is faster (2.4x at d = 5, 1.9x at d = 10,
-#: equal at d = 50 on the reference machine); above it the row-major blocked kernel is used
+#: up to this many features the column-major kernel is faster (the two break even near d = 50;
+#: measurements in benchmarks/RESULTS.md); above it the row-major blocked kernel is used
 COLUMN_KERNEL_MAX_D = 32
 
 
@@ -103,7 +104,7 @@ def _exp(x):
 
     ``x`` is clamped to [-745, POISSON_MAX_ETA]; ``exp(x) = p(x / 2^11)^(2^11)`` with p the
     degree-12 Taylor polynomial (|x / 2^11| <= 0.37, truncation < 4e-16). Relative error below
-    1e-12 over the whole range (measured 7.3e-13), far below anything statistical.
+    1e-12 over the whole range (largest observed 7.3e-13), far below anything statistical.
     """
     u = min(max(x, -745.0), POISSON_MAX_ETA) * 0.00048828125
     p = 1.0 + u * (1.0 + u * (0.5 + u * (0.16666666666666666 + u * (0.041666666666666664 + u * (

@@ -127,7 +127,8 @@ def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarra
     return 8.0 * clip / (hessian_floor * sizes)
 
 
-#: factor by which the budget of each earlier round shrinks, going back from the last (measured)
+#: factor by which the budget of each earlier round shrinks, going back from the last (chosen empirically:
+#: the first rounds carry Newton's non-linear phase, which the split's model leaves out; see FedIRLS)
 BACKWARD_RATIO = 0.35
 
 
@@ -180,8 +181,9 @@ def client_update_calibration(update_clip: float, n_clients: int, n_rounds: int,
     A client's model update clipped to L2 norm S lies in the ball of radius S whatever its data,
     so replacing the client's whole dataset moves it by at most ``2 S`` (the unit is the client);
     the R messages share ``mu`` equally in squares, ``mu / sqrt(R)`` each, so the noise sd is
-    ``2 S sqrt(R) / mu``. (Under add/remove-one-client adjacency the sensitivity is S: the noise
-    multiplier ``sigma / S`` that the amplified accounting uses.)
+    ``2 S sqrt(R) / mu``. The noise multiplier of the amplified accounting is ``sigma / S``, the
+    noise sd per radius of the ball the update lies in (:mod:`privfedstat.privacy.accounting`,
+    replace-one like the sensitivity here).
 
     Returns
     -------
@@ -255,8 +257,9 @@ def normec_noise_multiplier(epsilon: float, delta: float, sampling_rate: float, 
     """Fed-alpha-NormEC's sigma_DP for a target (epsilon, delta): the noise sd on each normalised message.
 
     A client's message ``Norm_alpha(u) = u / (alpha + ||u||)`` has norm below 1 whatever its data, so
-    under add/remove-one-client adjacency each round is a Poisson-subsampled Gaussian mechanism of
-    sensitivity 1 and noise multiplier sigma_DP (replacement adjacency: sensitivity 2, the ledger's).
+    when one client's whole dataset is replaced (sensitivity 2, the ledger's) each round is a
+    Poisson-subsampled Gaussian mechanism of messages in the unit ball with noise multiplier
+    sigma_DP, accounted under replace-one adjacency (:mod:`privfedstat.privacy.accounting`).
 
     Parameters
     ----------
@@ -276,7 +279,8 @@ def normec_noise_multiplier(epsilon: float, delta: float, sampling_rate: float, 
         Sections 5.1-5.2 and 6, ``sigma_DP = c p sqrt(R log(1/delta)) / epsilon`` with ``c = 1``
         (the constant of the experiments; the theory leaves c open, and the square root, lost in the
         extracted text, is restored from Abadi et al.'s accountant). It is not a guarantee: at
-        R = 300, delta = 1e-5, epsilon = 8 the PLD gives epsilon 12.3 (p = 1) to 13.7 (p = 0.25) for it.
+        R = 300, delta = 1e-5, epsilon = 8 the PLD gives epsilon 30.5 (p = 1) and 29.6 (p = 0.25)
+        for it under replace-one (12.3 and 13.7 under add/remove).
 
     Returns
     -------

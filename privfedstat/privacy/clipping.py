@@ -1,4 +1,5 @@
-"""Choosing the clipping bound B privately.
+"""Choosing the clipping bound B privately: :class:`AutoClip`, the default of ``clip="auto"``
+(:data:`PILOT_AUTOCLIP`) and the noisy bisection both run (:func:`private_grid_quantile`).
 
 The core paper (Section 4.1) sets B to the maximum over clients of the 90th percentile of the
 per-sample gradient norms at theta = 0, computed from the raw data, and notes that this leaks; it
@@ -19,15 +20,9 @@ point, and its 90% quantile leaves a clipping bias that dominates the MSE of the
 design (N = 24000-56000, mu = 2): there the privacy noise is small and a larger bound costs
 little. ``clip="auto"`` (:data:`PILOT_AUTOCLIP`) therefore spends the same 10% of mu on a search
 at theta = 0, five private FedSGD rounds from 0 (the pilot) and a search for a high quantile at
-the pilot (99% when measured here; 99.9% since issue 10, see ``pilot_quantile``). Measured on three Figure 3 scenarios (m = 60 and 140 with n_i = 400, m = 100 with
-n_i ~ U[100, 700]; 30 replicates, the paper's K and eta), mean squared error, paper's bound ->
-pilot bound: FedSGD 0.0092/0.0084/0.0087 -> 0.0015/0.0008/0.0008, FedHybrid 0.0092/0.0087/
-0.0089 -> 0.0015/0.0008/0.0009, FedAvg 0.027/0.026/0.026 -> 0.0061/0.0046/0.0039, FedNewton
-0.018/0.018/0.018 -> 0.0041/0.0040/0.0033 (standard errors <= 0.0012 before and <= 0.0006
-after). Most of the gain is the quantile: the 99% quantile at theta = 0 gives FedSGD 0.0017/
-0.0010/0.0010 and FedAvg 0.0065/0.0054/0.0061; the pilot adds 10-35%. The 90% quantile at the
-pilot gains nothing (FedSGD 0.0101/0.0087/0.0084), and 99.9% made one FedNewton replicate
-unstable (mean 0.54 at m = 140).
+the pilot (``pilot_quantile``). Chosen because on three Figure 3 scenarios it divides the MSE of
+FedSGD, FedHybrid, FedAvg and FedNewton by 4-10 against the paper's bound, most of it from the
+higher quantile and a further 10-35% from the pilot; measurements in ``benchmarks/RESULTS.md``.
 
 The client sizes n_i are treated as public, as in the paper (they set the noise scales and the
 aggregation weights). The estimate is the pooled quantile, not the paper's maximum of per-client
@@ -80,10 +75,10 @@ class AutoClip:
         ``clip="auto"`` uses :data:`PILOT_AUTOCLIP`.
     pilot_quantile : float, default 0.999
         Target fraction of per-sample norms at the pilot below the bound (stage 3). 0.999 rather
-        than 0.99 (issue 10's coverage design, logistic, equicorrelated covariates, FedIRLS, 100
-        replicates): coverage of 95% intervals 0.88 -> 0.92 (N = 20000, 10 sites, mu = 1), 0.86 ->
-        0.90 (50 sites, mu = 2), 0.84 -> 0.88 (50 sites, mu = 1), with medians of the interval width
-        unchanged to 2%: the clipped rows at the estimate, not the noise, were biasing the fits.
+        than 0.99 because it raises the coverage of FedIRLS's 95% intervals by about 4 points on
+        the coverage design of ``benchmarks/bench_coverage.py`` at the same median width (the
+        clipped rows at the estimate, not the noise, bias the fits); measurements in
+        ``benchmarks/RESULTS.md``.
     margin : float, default 2.0
         Each bisection step compares the noisy count with ``quantile * N - margin * sd``, where
         ``sd`` is the (public) standard deviation of the pooled count's noise. Overshooting
@@ -135,7 +130,7 @@ class AutoClip:
         return 3 if self.pilot_rounds else 1
 
 
-#: the bound of ``clip="auto"``: chosen at a private pilot estimate (issue 9; see ``pilot_rounds``)
+#: the bound of ``clip="auto"``: chosen at a private pilot estimate (see ``pilot_rounds`` and the module docstring)
 PILOT_AUTOCLIP = AutoClip(pilot_rounds=5)
 
 

@@ -22,14 +22,17 @@ A release is one Gaussian mechanism run by every client at once: client ``i`` ad
 * ``(epsilon, delta)`` through the exact GDP duality (:func:`~privfedstat.privacy.gdp.epsilon_from_mu`).
 * **privacy units**: a release protects one *record* of a client (``unit="record"``, the core
   paper: one row replaced) or a *client*'s whole dataset (``unit="client"``: DP-FedAvg of McMahan
-  et al., Fed-alpha-NormEC; its sensitivity is that of replacing every row of the client). The
-  per-client mu above is the guarantee for the release's unit towards the server, who knows who
-  took part in each round, so sampling participants amplifies nothing there. For client-level
-  releases made by Poisson-sampled participants (rate q), an observer who does not see who took
-  part gets the amplified guarantee :meth:`PrivacyLedger.amplified_epsilon`: the composition of
-  Poisson-subsampled Gaussian mechanisms under add/remove-one-client adjacency (sensitivity half
-  the replacement sensitivity, so noise multiplier ``2 sigma_i / Delta_i``), accounted exactly with
-  dp-accounting's PLD (:mod:`privfedstat.privacy.accounting`), never a CLT approximation.
+  et al., Fed-alpha-NormEC; its sensitivity is that of replacing every row of the client). Both are
+  replace-one units, and every guarantee the ledger states is under that relation.
+
+**This ledger is the server's view.** The server received every message, so the ledger holds,
+per release and client, who sent (a client that sat a Poisson round out has ``Delta_i = 0``
+there): :meth:`PrivacyLedger.to_frame`, :attr:`PrivacyLedger.client_mu` and
+:meth:`PrivacyLedger.epsilon` are the guarantees towards the server, which sampling does not
+amplify. What may be published is :meth:`PrivacyLedger.public_view`
+(:class:`~privfedstat.privacy.public.PublicLedger`): mechanisms, noise, rates and rounds without
+membership, with the epsilon a third party faces (for client-level Poisson rounds, amplified by
+the sampling and accounted with dp-accounting's PLD under replace-one adjacency).
 
 Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*;
 a ledger with a leak, or with a non-private release, reports ``is_private == False``.
@@ -45,6 +48,7 @@ import pandas as pd
 
 from .._linalg import safe_norm
 from .gdp import delta_from_mu, epsilon_from_mu
+from .public import SUBSAMPLED, Block, PublicLedger
 
 __all__ = ["Release", "PrivacyLedger", "UNITS"]
 
@@ -79,8 +83,9 @@ class Release:
     noise_multiplier : float or None
         For a client-level round of Poisson-sampled participants in which the server put noise of the
         calibrated sd in the place of every client that did not send (so the aggregate's noise does
-        not depend on who took part): the add/remove noise multiplier ``2 sigma_i / Delta_i`` of the
-        round. None otherwise (then no amplification is claimed for the round).
+        not depend on who took part): the noise multiplier ``z = 2 sigma_i / Delta_i`` of the round
+        (noise sd per half the replacement sensitivity, the same for every client). None otherwise
+        (then no amplification is claimed for the round).
     """
 
     stage: str
@@ -112,7 +117,9 @@ class Release:
 
 
 class PrivacyLedger:
-    """Record of all releases of one fit, with the per-client and third-party guarantees.
+    """Record of all releases of one fit as the server saw them, with the per-client and third-party guarantees.
+
+    Server-side: it tells who took part in each round. :meth:`public_view` is what may be published.
 
     Parameters
     ----------
@@ -160,12 +167,17 @@ class PrivacyLedger:
     # ------------------------------------------------------------------ guarantees
     @property
     def client_mu(self) -> np.ndarray:
-        """Composed GDP parameter of each client towards the server (Definition 2.2), shape (n_clients,)."""
+        """Composed GDP parameter of each client towards the server (Definition 2.2), shape (n_clients,).
+
+        Server-side: it composes only the releases a client sent, so it reveals how often it took part."""
         return np.sqrt(self._mu2)
 
     @property
     def third_party_mu(self) -> float:
-        """GDP parameter of the published model towards a third party (Definition 2.1), worst client."""
+        """GDP parameter of the published model towards a third party (Definition 2.1), worst client.
+
+        Computed given who took part in each round (the weights and noise of the clients that sent);
+        :meth:`public_view` publishes it for record-level units only."""
         return float(np.sqrt(self._tp2.max())) if self.n_clients else 0.0
 
     @property
@@ -179,7 +191,7 @@ class PrivacyLedger:
         return bool(np.all(np.isfinite(self.client_mu))) and not self.leaks
 
     def epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon of the worst client at the given delta (exact GDP-to-DP conversion)."""
+        """Epsilon of the worst client towards the server at the given delta (exact GDP-to-DP conversion)."""
         return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
 
     def delta(self, epsilon: float) -> float:
@@ -191,84 +203,42 @@ class PrivacyLedger:
         """The privacy units of the releases (``"record"``, ``"client"``), in order of first appearance."""
         return tuple(dict.fromkeys(r.unit for r in self.releases))
 
-    def amplified_epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon of the worst client's *client-level* releases towards an observer who does not see who took part.
-
-        A client-level round of Poisson-sampled participants (rate q < 1) whose aggregate the server
-        topped up with noise for every client that did not send (``noise_multiplier`` recorded:
-        :meth:`privfedstat.estimators.base.FitContext.ask` does this) is, for every client -- sampled
-        or not, the observer does not know -- the Poisson-subsampled Gaussian mechanism with that
-        noise multiplier (add/remove one client: half the replacement sensitivity). Any other
-        client-level round counts, unamplified (q = 1), for the clients that sent in it: with
-        per-client noise alone the aggregate's noise variance reveals how many took part. The
-        composition is accounted with dp-accounting's PLD
-        (:func:`~privfedstat.privacy.accounting.heterogeneous_epsilon`). Raises ``ValueError`` when
-        the ledger has no client-level release; ``inf`` when one was sent without noise.
-        """
-        from .accounting import heterogeneous_epsilon  # dp-accounting is imported only when asked
-
-        client_level = [r for r in self.releases if r.unit == "client"]
-        if not client_level:
-            raise ValueError("no client-level release: amplified_epsilon applies to client-level units "
-                             "(e.g. DPFedAvg); use epsilon() for record-level guarantees.")
-        sampled: dict[tuple[float, float], int] = {}  # (z, q) -> rounds, the same for every client
-        full = [dict() for _ in range(self.n_clients)]
-        for r in client_level:
-            if r.sampling_rate < 1.0 and r.noise_multiplier is not None:
-                if not r.noise_multiplier > 0:
-                    return math.inf
-                key = (round(float(r.noise_multiplier), 12), float(r.sampling_rate))
-                sampled[key] = sampled.get(key, 0) + 1
-                continue
-            took = r.sensitivity > 0
-            if np.any(r.sigma[took] == 0):
-                return math.inf
-            for i in np.flatnonzero(took):
-                key = (round(float(2.0 * r.sigma[i] / r.sensitivity[i]), 12), 1.0)
-                full[i][key] = full[i].get(key, 0) + 1
-        worst = 0.0
-        for blocks in {tuple(sorted(f.items())) for f in full}:
-            events = dict(sampled)
-            for key, k in blocks:
-                events[key] = events.get(key, 0) + k
-            if events:
-                worst = max(worst, heterogeneous_epsilon([(z, q, k) for (z, q), k in sorted(events.items())], delta))
-        return worst
-
-    def statement(self, delta: float = 1e-5, budget: float | None = None) -> str:
-        """One line saying what the fit protects and how much: the "Privacy" row of every summary.
-
-        ``mu`` is the worst client's composed GDP parameter towards the server (what the ledger
-        guarantees), labelled with its neighbouring relation: one record of a client replaced
-        (record-level releases) or the client's whole data replaced (client-level ones). With a
-        ``budget`` (the mu the fit was given) above it, the line says so: clients that sat out
-        rounds spent less than their budget. Client-level fits add the epsilon towards an
-        observer of the aggregates (one client added or removed, amplified by Poisson sampling
-        where the server topped up the noise: :meth:`amplified_epsilon`), the guarantee a target
-        ``epsilon`` is met for; record-level fits add the third-party mu.
-        """
-        if not np.isfinite(self.mu):
-            return "none (mu = inf)"
-        units = self.units
-        what = {"record": "one record (row) of a client replaced", "client": "a client's whole data replaced"}
-        line = (f"mu = {self.mu:.4g} per client towards the server, {' / '.join(what[u] for u in units)} "
-                f"(eps = {self.epsilon(delta):.4g} at delta = {delta:g})")
-        if budget is not None and math.isfinite(budget) and self.mu < budget * (1.0 - 1e-9):
-            line += f"; the budget was mu = {budget:.4g} (clients that sat out rounds spent less)"
-        if "client" in units:
-            line += (f"; towards an observer of the aggregates eps = {self.amplified_epsilon(delta):.4g} at delta = "
-                     f"{delta:g}, one client added or removed")
-        else:
-            line += f"; third-party mu = {self.third_party_mu:.4g}"
-        return line
-
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon towards a third party at the given delta."""
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
 
     # ------------------------------------------------------------------ reporting
+    def public_view(self) -> PublicLedger:
+        """What may be published: the releases grouped into blocks of one stage, mechanism and noise, without who
+        took part, with the third party's epsilon (see :mod:`privfedstat.privacy.public`).
+
+        A client-level release of a Poisson round that the server topped up (``noise_multiplier``
+        recorded) becomes a Poisson-subsampled Gaussian block with that multiplier; every other
+        release a Gaussian block at its worst client's ``Delta_i / sigma_i``.
+        """
+        groups: dict[tuple, int] = {}
+        for r in self.releases:
+            if r.unit == "client" and r.sampling_rate < 1.0 and r.noise_multiplier is not None:
+                z = float(r.noise_multiplier)
+                key = (r.stage, r.unit, r.kind, SUBSAMPLED, r.sampling_rate, 2.0 / z if z > 0 else math.inf, z)
+            else:
+                mu = float(np.max(r.client_mu(), initial=0.0))
+                key = (r.stage, r.unit, r.kind, "Gaussian", r.sampling_rate, mu, 2.0 / mu if mu > 0 else math.inf)
+            groups[key] = groups.get(key, 0) + 1
+        return PublicLedger(
+            n_clients=self.n_clients,
+            blocks=tuple(Block(*key, rounds) for key, rounds in groups.items()),
+            # Definition 2.1 depends on who took part: published for record-level units only, whose guarantees
+            # do not rest on hiding it
+            record_third_party_mu=self.third_party_mu if "client" not in self.units else 0.0,
+            leaks=tuple(self.leaks),
+            secure_mode=self.secure_mode,
+        )
+
     def to_frame(self) -> pd.DataFrame:
-        """One row per release and client: stage, round, kind, client, sensitivity, sigma, mu, weight."""
+        """One row per release and client: stage, round, kind, client, sensitivity, sigma, mu, weight.
+
+        Server-side: a client with sensitivity 0 in a round did not send in it."""
         m = self.n_clients
         rows = {
             "stage": np.repeat([r.stage for r in self.releases], m),
@@ -300,7 +270,7 @@ class PrivacyLedger:
             return f"PrivacyLedger(non-private: no noise, {len(self.releases)} releases, {self.n_clients} clients)"
         eps = self.epsilon(1e-5)
         text = (
-            f"PrivacyLedger({self.n_clients} clients, {len(self.releases)} releases: "
+            f"PrivacyLedger(server view, {self.n_clients} clients, {len(self.releases)} releases: "
             f"client mu max {cm.max():.4g} (min {cm.min():.4g}), third-party mu {self.third_party_mu:.4g}, "
             f"(eps, delta) = ({eps:.4g}, 1e-05), unit={'+'.join(self.units) or 'record'}, private={self.is_private}"
             f"{', secure_mode=True' if self.secure_mode else ''})"

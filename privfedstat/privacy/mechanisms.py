@@ -4,8 +4,9 @@
 the fit's seed. Draws are served from a per-client buffer refilled in chunks; because
 ``Generator.standard_normal`` produces the same sequence whether values are drawn one at a time or
 in blocks, the numbers a client uses depend only on its own stream, not on the chunk size. This
-removes one Python-level generator call per client and message from the hot loop. All clients draw
-in lockstep (full participation).
+removes one Python-level generator call per client and message from the hot loop. Every call draws
+one block for every client, whether or not it takes part in the round, so the streams advance in
+lockstep and a client's draws depend only on its own stream and the sequence of requests.
 
 :class:`SecureClientNoise` (``secure_mode=True``) takes every bit from the operating system's
 CSPRNG and sums several normal draws, the mitigation of floating-point attacks on the Gaussian

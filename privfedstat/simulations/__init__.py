@@ -1,11 +1,14 @@
-"""Monte-Carlo simulation studies (Section 4 of the core paper) and the coverage study of private intervals."""
+"""Monte-Carlo simulation studies, the study protocol and its runner, the paper studies on the GLM backend,
+and the comparison of simulated fits with the theory."""
 
 from .allocations import Equal, FixedTotal, LogNormal, Uniform
+from .coverage import COVERAGE, COVERAGE_METHODS, coverage_scenarios, plot_coverage, summarise_coverage
 from .dgp import DEFAULT_BETA, GLMDesign, simulate_glm
-from .coverage import COVERAGE, COVERAGE_METHODS, coverage_scenarios, summarise_coverage
-from .plots import plot_coverage, plot_mse, plot_study
-from .runner import METHODS, MSE, Fit, Measure, MonteCarlo, Scenario, make_estimator, run_replicate, summarise
-from .studies import STUDIES, Study, get_study
+from .mse_study import GRIDS, MSEGrid, get_grid, plot_grid, plot_mse
+from .runner import (METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator,
+                     run_replicate, summarise)
+from .study import Study, StudyResult, Table, param, run_study
+from .theory_comparison import compare_to_theory, plot_theory_comparison
 
 __all__ = [
     "GLMDesign",
@@ -17,15 +20,16 @@ __all__ = [
     "FixedTotal",
     "Scenario",
     "MonteCarlo",
+    "MonteCarloConfig",
     "run_replicate",
     "make_estimator",
     "summarise",
     "METHODS",
-    "Study",
-    "STUDIES",
-    "get_study",
+    "MSEGrid",
+    "GRIDS",
+    "get_grid",
     "plot_mse",
-    "plot_study",
+    "plot_grid",
     "Fit",
     "Measure",
     "MSE",
@@ -34,4 +38,11 @@ __all__ = [
     "coverage_scenarios",
     "summarise_coverage",
     "plot_coverage",
+    "Study",
+    "StudyResult",
+    "Table",
+    "param",
+    "run_study",
+    "compare_to_theory",
+    "plot_theory_comparison",
 ]

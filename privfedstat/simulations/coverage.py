@@ -1,6 +1,6 @@
-"""Coverage of private confidence intervals (issue 10): does a 95% interval cover beta_true 95% of the time?
+"""The coverage study of private confidence intervals: does a 95% interval cover beta_true 95% of the time?
 
-Design (issue 10, "How it is measured"): logistic and Poisson GLMs with an intercept and four
+Design: logistic and Poisson GLMs with an intercept and four
 covariates equicorrelated at ``rho = 0.5`` (:class:`~privfedstat.simulations.GLMDesign`, default
 beta: Poisson means stay moderate), N in {2000, 20000} rows split equally over m in {10, 50}
 sites, mu in {1, 2, inf} per site. Every method runs with **its defaults** (step sizes, iteration
@@ -21,13 +21,14 @@ predicts), ``converged``, the warnings of the fit and its time. A fit that raise
 :class:`~privfedstat.exceptions.DivergenceError`) gives rows with ``covered`` NaN and the error
 text in ``error``: fits are deterministic per replicate, so an error that stopped the study would
 stop it again on every resume; :func:`summarise_coverage` reports the fraction failed per cell and
-``privfedstat reproduce coverage`` lists the errors.
+the study's ``errors`` table lists the errors.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -38,17 +39,18 @@ from ..estimators.base import FederatedEstimator
 from ..estimators.registry import get_method
 from .allocations import Equal
 from .dgp import GLMDesign
-from .runner import Fit, Measure, Scenario
+from .runner import Fit, Measure, MonteCarloConfig, Scenario
+from .study import Study, Table, param
 
 __all__ = ["COVERAGE", "COVERAGE_METHODS", "coverage_scenarios", "coverage_rows", "make_default_estimator",
-           "summarise_coverage", "binomial_halfwidth", "ALPHA", "TARGET"]
+           "summarise_coverage", "binomial_halfwidth", "plot_coverage", "CoverageConfig", "STUDY", "ALPHA", "TARGET"]
 
 INF = float("inf")
 #: nominal level of the intervals (95%)
 ALPHA = 0.05
-#: coverage target of issue 10
+#: the band the coverage of a 95% interval should lie in
 TARGET = (0.93, 0.97)
-#: the study's grid (issue 10)
+#: the study's grid
 FAMILIES = ("logistic", "poisson")
 TOTALS = (2000, 20000)
 CLIENTS = (10, 50)
@@ -168,7 +170,7 @@ def binomial_halfwidth(reps, level: float = 0.95, nominal: float = 1 - ALPHA):
 
 
 CELL = ["family", "N", "m", "mu", "method"]
-#: regime of a cell (inferred; the issue asks to state it, and it is fixed before looking at coverage):
+#: regime of a cell (inferred, and fixed before looking at coverage):
 #: the fits converge (``converged_``, judged from released values) and do not fail
 MIN_CONVERGED = 0.9
 MAX_FAILED = 0.01
@@ -246,3 +248,122 @@ def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -
     out["regime"] = regime
     out["verdict"] = np.where(out["regime"] != "yes", "outside regime", np.where(out["on_target"], "met", "missed"))
     return out
+
+
+def plot_coverage(summary: pd.DataFrame, *, target: tuple[float, float] = (0.93, 0.97), nominal: float = 0.95,
+                  title: str | None = None):
+    """Coverage study figure: per family, coverage per cell and width ratio against its prediction.
+
+    Left panels: coverage of nominal ``nominal`` intervals per cell (N, m, mu) and method, the
+    marker at the mean over coefficients and the bar from the lowest to the highest coefficient;
+    the shaded band is the binomial 95% band of one coefficient's coverage around ``nominal`` at
+    the median number of replicates, the dashed lines the ``target``. Right panels: median width
+    ratio (private / non-private interval) against the median ratio the fit's covariance
+    predicts (``sqrt(cov / cov_sampling)``), with the diagonal (medians: one exploding interval
+    would move a mean off the axes).
+
+    Parameters
+    ----------
+    summary : DataFrame
+        :func:`~privfedstat.simulations.coverage.summarise_coverage` output.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    need = {"family", "N", "m", "mu", "method", "reps", "coverage", "coverage_min", "coverage_max",
+            "width_ratio_median", "pred_ratio_median"}
+    missing = need - set(summary.columns)
+    if missing:
+        raise ValueError(f"the summary lacks column(s) {sorted(missing)}; pass summarise_coverage's output.")
+    families = list(dict.fromkeys(summary["family"]))
+    methods = list(dict.fromkeys(summary["method"]))
+    fig = Figure(figsize=(13, 0.6 + 3.8 * len(families)))
+    axes = fig.subplots(len(families), 2, squeeze=False, gridspec_kw={"width_ratios": [2.2, 1]})
+    colours = {m: f"C{i}" for i, m in enumerate(methods)}
+    half = float(binomial_halfwidth(summary["reps"].median(), nominal=nominal))
+    inside = summary["regime"] == "yes" if "regime" in summary else pd.Series(True, index=summary.index)
+    for (ax_cov, ax_w), family in zip(axes, families):
+        sub = summary[summary["family"] == family]
+        cells = list(dict.fromkeys(zip(sub["N"], sub["m"], sub["mu"])))
+        pos = {c: i for i, c in enumerate(cells)}
+        ax_cov.axhspan(nominal - half, nominal + half, color="0.85")
+        for t in target:
+            ax_cov.axhline(t, color="0.4", ls="--", lw=0.8)
+        step = 0.8 / len(methods)
+        for k, method in enumerate(methods):
+            g = sub[sub["method"] == method]
+            x = np.array([pos[c] for c in zip(g["N"], g["m"], g["mu"])]) + (k - (len(methods) - 1) / 2) * step
+            for filled in (True, False):  # hollow markers: cells outside the estimator's regime
+                sel = (inside[g.index] == filled).to_numpy()
+                if sel.any():
+                    gs = g[sel]
+                    ax_cov.errorbar(x[sel], gs["coverage"], fmt="o", ms=4, lw=1, color=colours[method],
+                                    mfc=colours[method] if filled else "white",
+                                    yerr=[gs["coverage"] - gs["coverage_min"], gs["coverage_max"] - gs["coverage"]])
+            ax_w.scatter(g["pred_ratio_median"], g["width_ratio_median"], s=18, color=colours[method])
+        ax_cov.set_xticks(range(len(cells)))
+        ax_cov.set_xticklabels([f"N={N}\nm={m}\nmu={mu:g}" for N, m, mu in cells], fontsize=7)
+        ax_cov.set_ylabel(f"coverage of {nominal:.0%} intervals")
+        ax_cov.set_title(f"{family}: coverage per cell (bar: range over coefficients)")
+        ax_cov.grid(True, axis="y", alpha=0.3)
+        pred, width = sub["pred_ratio_median"], sub["width_ratio_median"]
+        ok = np.isfinite(pred) & np.isfinite(width) & (pred > 0) & (width > 0)
+        if ok.any():
+            lo = min(pred[ok].min(), width[ok].min(), 1.0)
+            hi = max(pred[ok].max(), width[ok].max(), 1.0)
+            ax_w.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
+        ax_w.set_xlabel("predicted width ratio sqrt(cov / cov_sampling), median")
+        ax_w.set_ylabel("width / non-private width, median")
+        ax_w.set_title(f"{family}: price of privacy")
+        ax_w.grid(True, which="both", alpha=0.3)
+    handles = [Line2D([], [], marker="o", ls="", color=colours[m], label=m) for m in methods]
+    handles += [Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="outside regime"),
+                Patch(color="0.85", label=f"binomial 95% band (±{half:.3f})"),
+                Line2D([], [], color="0.4", ls="--", lw=0.8, label=f"target {target[0]:.0%}-{target[1]:.0%}")]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.965 if title else 0.995))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.95 if title else 0.97))
+    return fig
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoverageConfig(MonteCarloConfig):
+    """Settings of the coverage study: the part of its grid to run (every method runs with its defaults)."""
+
+    families: tuple[str, ...] = param("GLM families, e.g. logistic,poisson", FAMILIES, flag="family")
+    mus: tuple[float, ...] = param("GDP budgets per site, e.g. 1,2,inf", MUS, flag="mu")
+
+
+def _run(config: CoverageConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
+    mc = config.monte_carlo(coverage_scenarios(families=config.families, mus=config.mus), f"{stem}.csv", progress,
+                            measure=COVERAGE)
+    return {"": mc.run()}
+
+
+def _summarise(frames, config) -> dict[str, Table]:
+    df = frames[""]
+    tables = {"summary": Table(summarise_coverage(df), "per cell: coverage (fraction; min / max over coefficients; "
+                               "mle: the pooled MLE's), width and predicted width ratios, bias_sd = max |bias| / sd, "
+                               "sd_se = sd / rms(se), seconds per fit, fractions converged and failed")}
+    errors = df.loc[df["error"] != "none"].drop_duplicates(["scenario", "method", "rep"])
+    if len(errors):
+        tables["errors"] = Table(errors.groupby(["method", "error"]).size().rename("fits").reset_index(),
+                                 "fits that raised (their rows have covered = NaN)")
+    return tables
+
+
+def _figures(frames, tables, config) -> dict:
+    summary = tables["summary"].frame
+    return {"": plot_coverage(summary, title=f"Coverage of 95% intervals, {int(summary['reps'].min())}+ replicates "
+                                             "per cell")}
+
+
+STUDY = Study("coverage", "coverage and width of private 95% intervals (logistic, Poisson; N, m, mu grid; methods at "
+              "their defaults)", CoverageConfig(), _run, _summarise, _figures)

@@ -7,7 +7,7 @@ split without overlap into n equal consecutive blocks (heterogeneous clients: mo
 participation, the same rounds T and the same initial point x_0 = 0 for every method; phi the elastic net
 ``alpha (l1_ratio ||x||_1 + (1 - l1_ratio) ||x||^2 / 2)`` (intercept unpenalised); ``trials`` independent runs.
 Methods: :class:`~privfedstat.FedNMap`, :class:`~privfedstat.ZhangComposite` and :class:`~privfedstat.FedCanon`.
-Metric: ``||F_nat^gamma(x_t)||^2`` with the full gradient (:func:`~privfedstat.estimators.composite_metrics.stationarity`,
+Metric: ``||F_nat^gamma(x_t)||^2`` with the full gradient (:func:`~privfedstat.simulations.composite_metrics.stationarity`,
 ``gamma = metric_gamma``), averaged over the trials.
 
 * Fig. 2: every method on the grid ``clients x local_steps``, ``eta_a = 1 / Q`` (so ``eta_hat = eta_s eta_a Q = 1``).
@@ -37,17 +37,17 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
-from ..estimators.composite_metrics import stationarity
 from ..estimators.fednmap import FedCanon, FedNMap, ZhangComposite
+from .composite_metrics import stationarity
+from .study import Study, Table, param
 
-__all__ = ["FedNMapStudy", "FEDNMAP_METHODS", "STEP_RULES", "PAPER_SLOPES", "loglog_slope", "sorted_logistic_clients",
-           "fednmap_study", "summarise_fednmap", "fednmap_slopes", "plot_fednmap_study", "reproduce_fednmap"]
+__all__ = ["FedNMapConfig", "FEDNMAP_METHODS", "STEP_RULES", "PAPER_SLOPES", "loglog_slope", "sorted_logistic_clients",
+           "fednmap_study", "summarise_fednmap", "fednmap_slopes", "plot_fednmap_study", "STUDY"]
 
 #: the methods, in the paper's legend order
 FEDNMAP_METHODS = {"FedNMap": FedNMap, "Zhang": ZhangComposite, "FedCanon": FedCanon}
@@ -59,50 +59,32 @@ THEORY_SLOPE = -0.5
 
 
 @dataclass(frozen=True)
-class FedNMapStudy:
-    """Scale and settings of the Figs. 2-5 studies (defaults: minutes on one core).
+class FedNMapConfig:
+    """Scale and settings of the Figs. 2-5 studies (defaults: minutes on one core)."""
 
-    Attributes
-    ----------
-    n_samples, n_features, n_nonzero : int
-        Pooled rows (divisible by every n), covariates, non-zero slopes of the sparse truth.
-    n_rounds : int
-        T, every method.
-    trials : int
-        Independent runs (noise streams) per configuration; the data are drawn once.
-    noise_sd : float
-        sd per coordinate of the noise on every local gradient (the stochastic-gradient noise).
-    alpha, l1_ratio : float
-        The elastic net (nu1 = alpha l1_ratio, nu2 = alpha (1 - l1_ratio) / 2).
-    metric_gamma : float
-        gamma of the stationarity measure.
-    clients, local_steps : tuple of int
-        Fig. 2's grid.
-    clients_sweep, steps_sweep : tuple of int
-        Fig. 3's n and Figs. 4-5's Q.
-    fixed_local_steps, fixed_clients : int
-        Q of Fig. 3 and n of Figs. 4-5.
-    """
-
-    n_samples: int = 6000
-    n_features: int = 20
-    n_nonzero: int = 5
-    n_rounds: int = 100
-    trials: int = 10
-    noise_sd: float = 0.5
-    alpha: float = 0.02
-    l1_ratio: float = 0.9
-    metric_gamma: float = 1.0
-    clients: tuple[int, ...] = (20, 50, 100)
-    local_steps: tuple[int, ...] = (10, 20)
-    clients_sweep: tuple[int, ...] = (10, 20, 30, 50, 100)
-    steps_sweep: tuple[int, ...] = (5, 10, 20, 40)
-    fixed_local_steps: int = 10
-    fixed_clients: int = 30
+    n_samples: int = param("pooled rows (divisible by every n)", 6000, flag="samples")
+    n_features: int = param("covariates", 20)
+    n_nonzero: int = param("non-zero slopes of the sparse truth", 5)
+    n_rounds: int = param("rounds T, every method", 100, flag="rounds")
+    trials: int = param("independent runs (noise streams) per configuration; the data are drawn once", 10,
+                        flag="reps")
+    noise_sd: float = param("sd per coordinate of the noise on every local gradient", 0.5)
+    alpha: float = param("elastic net strength (nu1 = alpha l1_ratio, nu2 = alpha (1 - l1_ratio) / 2)", 0.02)
+    l1_ratio: float = param("elastic net mixing", 0.9)
+    metric_gamma: float = param("gamma of the stationarity measure", 1.0)
+    clients: tuple[int, ...] = param("Fig. 2's numbers of clients n", (20, 50, 100), flag="fig2-clients")
+    local_steps: tuple[int, ...] = param("Fig. 2's numbers of local steps Q", (10, 20), flag="fig2-local-steps")
+    clients_sweep: tuple[int, ...] = param("Fig. 3's numbers of clients n", (10, 20, 30, 50, 100), flag="clients")
+    steps_sweep: tuple[int, ...] = param("Figs. 4-5's numbers of local steps Q", (5, 10, 20, 40), flag="local-steps")
+    fixed_local_steps: int = param("Q of Fig. 3", 10)
+    fixed_clients: int = param("n of Figs. 4-5", 30)
+    seed: int = param("seed of the data and of every run", 0)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "seed":
+                continue
             values = value if isinstance(value, tuple) else (value,)
             if not values or any(isinstance(v, bool) or not v > 0 or not math.isfinite(v) for v in values):
                 raise ValueError(f"{f.name} must be positive and finite, got {value!r}.")
@@ -134,9 +116,9 @@ def loglog_slope(x, y) -> tuple[float, float, float]:
     return float(b), float(a), se
 
 
-def sorted_logistic_clients(study: FedNMapStudy, random_state: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sorted_logistic_clients(study: FedNMapConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pooled sparse logistic data, rows sorted by label: (X with an intercept column, y, the true coefficients)."""
-    rng = np.random.default_rng(random_state)
+    rng = np.random.default_rng(study.seed)
     beta = np.zeros(study.n_features + 1)
     k = study.n_nonzero
     beta[1:k + 1] = rng.choice([-1.0, 1.0], k) * rng.uniform(0.5, 1.5, k)
@@ -146,7 +128,7 @@ def sorted_logistic_clients(study: FedNMapStudy, random_state: int = 0) -> tuple
     return X[order], y[order], beta
 
 
-def _run(study: FedNMapStudy, X, y, method: str, n: int, Q: int, eta_a: float, trial: int, seed: int) -> np.ndarray:
+def _fit(study: FedNMapConfig, X, y, method: str, n: int, Q: int, eta_a: float, trial: int) -> np.ndarray:
     """One fit; the stationarity of x_0, ..., x_T."""
     data = FederatedData.from_pooled(X, y, sizes=[study.n_samples // n] * n)
     clip = float(np.max(np.linalg.norm(X, axis=1))) * 1.01  # above every per-sample gradient norm: never binds
@@ -154,14 +136,14 @@ def _run(study: FedNMapStudy, X, y, method: str, n: int, Q: int, eta_a: float, t
     est = FEDNMAP_METHODS[method](
         family="logistic", mu=mu, n_rounds=study.n_rounds, n_local_steps=Q, step_size=eta_a, server_step_size=1.0,
         penalty="elasticnet", alpha=study.alpha, l1_ratio=study.l1_ratio, clip=clip,
-        random_state=np.random.SeedSequence([seed, trial]))
+        random_state=np.random.SeedSequence([study.seed, trial]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence advice: a noisy run does not settle by design
         est.fit(data)
     return np.array([stationarity(x, data, "logistic", est.penalty_, study.metric_gamma) for x in est.history_])
 
 
-def _configurations(study: FedNMapStudy) -> list[tuple[str, str, str, int, int]]:
+def _configurations(study: FedNMapConfig) -> list[tuple[str, str, str, int, int]]:
     """(figure, method, rule, n, Q) of every curve."""
     out = [("2", m, "1/Q", n, Q) for Q in study.local_steps for n in study.clients for m in FEDNMAP_METHODS]
     out += [("3", m, "1/Q", n, study.fixed_local_steps) for n in study.clients_sweep for m in FEDNMAP_METHODS]
@@ -170,14 +152,13 @@ def _configurations(study: FedNMapStudy) -> list[tuple[str, str, str, int, int]]
     return out
 
 
-def fednmap_study(study: FedNMapStudy = FedNMapStudy(), *, random_state: int = 0, progress: bool = False
-                  ) -> pd.DataFrame:
+def fednmap_study(study: FedNMapConfig = FedNMapConfig(), progress: bool = False) -> pd.DataFrame:
     """Run Figs. 2-5; a tidy table, one row per (figure, method, rule, n, Q, trial, round).
 
     Columns: figure, method, rule, eta_a, eta_hat (``eta_a Q``, eta_s = 1), n_clients, n_local_steps, trial,
     round (0..T), stationarity. A configuration shared by several figures is run once.
     """
-    X, y, _ = sorted_logistic_clients(study, random_state)
+    X, y, _ = sorted_logistic_clients(study)
     cache: dict[tuple, list[np.ndarray]] = {}
     rows = []
     configs = _configurations(study)
@@ -185,7 +166,7 @@ def fednmap_study(study: FedNMapStudy = FedNMapStudy(), *, random_state: int = 0
         eta_a = STEP_RULES[rule](Q)
         key = (method, n, Q, eta_a)
         if key not in cache:
-            cache[key] = [_run(study, X, y, method, n, Q, eta_a, t, random_state) for t in range(study.trials)]
+            cache[key] = [_fit(study, X, y, method, n, Q, eta_a, t) for t in range(study.trials)]
         for t, path in enumerate(cache[key]):
             rows.append(pd.DataFrame(dict(figure=figure, method=method, rule=rule, eta_a=eta_a, eta_hat=eta_a * Q,
                                           n_clients=n, n_local_steps=Q, trial=t, round=np.arange(path.size),
@@ -225,7 +206,7 @@ def fednmap_slopes(df: pd.DataFrame) -> pd.DataFrame:
 def plot_fednmap_study(df: pd.DataFrame):
     """One figure per paper figure: {"2": Fig. 2 (Q rows x n columns), "3"/"4": curves and the log-log fit,
     "5": one panel per step rule}. Returns a dict of matplotlib figures."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     mean = df.groupby(["figure", "method", "rule", "n_clients", "n_local_steps", "round"], sort=False
                       )["stationarity"].mean().reset_index()
@@ -234,7 +215,8 @@ def plot_fednmap_study(df: pd.DataFrame):
     f2 = mean[mean.figure == "2"]
     if len(f2):
         Qs, ns = sorted(f2.n_local_steps.unique()), sorted(f2.n_clients.unique())
-        fig, axes = plt.subplots(len(Qs), len(ns), figsize=(4 * len(ns), 3 * len(Qs)), squeeze=False, sharey=True)
+        fig = Figure(figsize=(4 * len(ns), 3 * len(Qs)))
+        axes = fig.subplots(len(Qs), len(ns), squeeze=False, sharey=True)
         for (a, Q), (b, n) in ((qa, nb) for qa in enumerate(Qs) for nb in enumerate(ns)):
             for method, run in f2[(f2.n_local_steps == Q) & (f2.n_clients == n)].groupby("method", sort=False):
                 axes[a, b].semilogy(run["round"], run.stationarity, label=method)
@@ -245,7 +227,8 @@ def plot_fednmap_study(df: pd.DataFrame):
         sub = mean[(mean.figure == figure) & (mean.method == "FedNMap")]
         if not len(sub):
             continue
-        fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.5))
+        fig = Figure(figsize=(10, 3.5))
+        ax0, ax1 = fig.subplots(1, 2)
         for v, run in sub.groupby(var):
             ax0.semilogy(run["round"], run.stationarity, label=f"{label}={v}")
         ax0.set(xlabel="round t", ylabel="||F_nat(x_t)||^2", title=f"FedNMap, Fig. {figure}a")
@@ -261,7 +244,8 @@ def plot_fednmap_study(df: pd.DataFrame):
     f5 = mean[mean.figure == "5"]
     if len(f5):
         rules = list(dict.fromkeys(f5.rule))
-        fig, axes = plt.subplots(1, len(rules), figsize=(4 * len(rules), 3.5), sharey=True, squeeze=False)
+        fig = Figure(figsize=(4 * len(rules), 3.5))
+        axes = fig.subplots(1, len(rules), sharey=True, squeeze=False)
         for ax, rule in zip(axes[0], rules):
             for Q, run in f5[f5.rule == rule].groupby("n_local_steps"):
                 ax.semilogy(run["round"], run.stationarity, label=f"Q={Q}")
@@ -273,21 +257,13 @@ def plot_fednmap_study(df: pd.DataFrame):
     return figs
 
 
-def reproduce_fednmap(*, out="results", study: FedNMapStudy = FedNMapStudy(), seed: int = 0, progress: bool = True
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
-    """``privfedstat reproduce fednmap``: run the study; write ``<out>/fednmap.csv`` (tidy), ``fednmap-slopes.csv``
-    and ``fednmap-fig{2,3,4,5}.png``. Returns (results, slopes, stem)."""
-    import matplotlib.pyplot as plt
+def _summarise(frames, config: FedNMapConfig) -> dict[str, Table]:
+    slopes = fednmap_slopes(frames[""]).assign(eta_hat_fixed=1.0, n_rounds=config.n_rounds, noise_sd=config.noise_sd,
+                                               trials=config.trials)
+    return {"slopes": Table(slopes, f"slopes of log final stationarity (T = {config.n_rounds}, eta_hat = 1 in Figs. "
+                                    f"3-4, noise sd {config.noise_sd:g}, {config.trials} trials)")}
 
-    df = fednmap_study(study, random_state=seed, progress=progress)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / "fednmap"
-    df.to_csv(stem.with_suffix(".csv"), index=False)
-    slopes = fednmap_slopes(df).assign(eta_hat_fixed=1.0, n_rounds=study.n_rounds, noise_sd=study.noise_sd,
-                                       trials=study.trials)
-    slopes.to_csv(out / "fednmap-slopes.csv", index=False)
-    for figure, fig in plot_fednmap_study(df).items():
-        fig.savefig(out / f"fednmap-fig{figure}.png", dpi=120)
-        plt.close(fig)
-    return df, slopes, stem
+
+STUDY = Study("fednmap", "FedNMap vs Zhang vs FedCanon, Figs. 2-5: stationarity vs rounds, log-log slopes in n and Q",
+              FedNMapConfig(), lambda config, stem, progress: {"": fednmap_study(config, progress)}, _summarise,
+              lambda frames, tables, config: {f"fig{k}": f for k, f in plot_fednmap_study(frames[""]).items()})

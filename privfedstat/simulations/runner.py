@@ -9,6 +9,7 @@ rerun alone with :func:`run_replicate` and results do not depend on ``n_jobs``, 
 order of execution. Tasks run in the calling process (``n_jobs=1``), in joblib workers
 (``backend="loky"``) or on a ``dask.distributed`` cluster (``backend="dask"``); finished tasks are
 appended to a CSV file so that an interrupted study resumes where it stopped.
+:class:`MonteCarloConfig` holds these settings for the studies that run on it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from ..estimators import registry
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign
+from .study import param
 
-__all__ = ["Scenario", "Fit", "Measure", "MSE", "MonteCarlo", "run_replicate", "mse_rows", "METHODS", "make_estimator",
-           "summarise"]
+__all__ = ["Scenario", "Fit", "Measure", "MSE", "MonteCarlo", "MonteCarloConfig", "run_replicate", "mse_rows",
+           "METHODS", "make_estimator", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -367,6 +369,22 @@ class MonteCarlo:
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonteCarloConfig:
+    """The settings of a study that runs on :class:`MonteCarlo` (its replicates, seed and workers)."""
+
+    reps: int = param("replicates per cell", 100)
+    jobs: int = param("parallel workers (joblib processes or dask workers)", 1)
+    seed: int = param("root seed: every row is reproducible from it alone", 0)
+    backend: str = param("where parallel replicates run", "loky", choices=("loky", "dask"))
+    scheduler: str | None = param("dask scheduler address (default: start a LocalCluster)", None, parse=str)
+
+    def monte_carlo(self, scenarios: list[Scenario], csv: str | os.PathLike, progress: bool, **kw) -> MonteCarlo:
+        """The :class:`MonteCarlo` of ``scenarios`` with these settings, appending to (and resuming from) ``csv``."""
+        return MonteCarlo(scenarios, n_reps=self.reps, random_state=self.seed, n_jobs=self.jobs, backend=self.backend,
+                          scheduler=self.scheduler, out=csv, progress=progress, **kw)
 
 
 def summarise(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:

@@ -6,25 +6,28 @@
 * Lower bound: :func:`lower_bound` and :func:`effective_sample_size` (Theorem 3.10, 0 < mu < 1).
 * Planning: :func:`recommended_iterations`, :func:`optimal_weights` (eq. (2)),
   :func:`communication_table` (Table 1).
-* Problem constants: :func:`problem_constants` (tau1, tau2, trace(Sigma) of a GLM design).
-* Prediction: :func:`predict_mse` (linearised recursion, summed exactly), :class:`Problem`.
+* Problem constants: :func:`problem_constants` (tau1, tau2, trace(Sigma) of a GLM design),
+  :func:`hessian_norm_quantile` (the population limit of a data-chosen Hessian bound).
+* Prediction: :func:`predict_mse_from_params` (an algorithm's linearised recursion at given
+  parameters, summed exactly), :class:`Problem`; :func:`privfedstat.predict_mse` applies it to an
+  estimator.
 * Inference: :func:`protocol_noise_covariance`, the covariance of a fit's privacy noise from the
   noise model its protocol records (:mod:`privfedstat.theory.noise`), linearised at a Hessian.
-* Comparison with simulations: :func:`compare_to_theory`, :func:`plot_theory_comparison`.
 
-All functions are pure, keyword-only and broadcast over numpy arrays; every unknown constant is an
-explicit argument. ``INFERENCES`` lists what was read into formulas the PDF extraction garbled.
+Theory imports no estimator and no simulation: what compares it with simulated fits is a study,
+:func:`privfedstat.simulations.compare_to_theory`. All functions are pure, keyword-only and
+broadcast over numpy arrays; every unknown constant is an explicit argument. ``INFERENCES`` lists
+what was read into formulas the PDF extraction garbled.
 """
 
 from .bounds import fedavg_bound, fedhybrid_bound, fedsgd_bound
 from .communication import communication_table
-from .compare import compare_to_theory, plot_theory_comparison
-from .constants import ProblemConstants, problem_constants
+from .constants import ProblemConstants, hessian_norm_quantile, problem_constants
 from .lower_bound import effective_sample_size, lower_bound
 from .newton import ClientCondition, fednewton_bound, fednewton_max_clients
 from .planning import Iterations, optimal_weights, recommended_iterations
 from .noise import protocol_noise_covariance
-from .predictor import MSEPrediction, Problem, predict_mse
+from .predictor import MSEPrediction, Problem, predict_mse_from_params
 
 __all__ = [
     "fedsgd_bound",
@@ -38,10 +41,9 @@ __all__ = [
     "optimal_weights",
     "communication_table",
     "problem_constants",
-    "predict_mse",
+    "hessian_norm_quantile",
+    "predict_mse_from_params",
     "protocol_noise_covariance",
-    "compare_to_theory",
-    "plot_theory_comparison",
     "Problem",
     "MSEPrediction",
     "ProblemConstants",

@@ -1,4 +1,8 @@
-"""Client-size bookkeeping for the bounds: given ``sizes`` (..., m) or equal sizes from (N, m)."""
+"""Client-size bookkeeping for the bounds: given ``sizes`` (..., m) or equal sizes from (N, m).
+
+Every bound has a per-client form (explicit sizes) and a comparable-size form (m clients of N/m);
+:class:`Clients` gives both the same per-client sums, so each bound is written once.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""The linearised recursion of each algorithm, as :func:`~privfedstat.theory.predict_mse` sums it.
+"""The linearised recursion of each algorithm, as :func:`~privfedstat.theory.predict_mse_from_params`
+sums it.
 
-One function per method, registered as its ``MethodSpec.predictor``
-(:mod:`privfedstat.estimators.registry`): ``predictor(setup) -> (moments, diagnostics, caveats)``
-with ``moments`` the dict of :func:`~privfedstat.theory._engine.propagate` (``sampling``,
-``privacy``, ``optimisation``, ``drift``, ``contraction``, ...), extra ``diagnostics`` for the
-prediction and a list of ``caveats``. The noise of every stage comes from the noise models the
-estimators record (:mod:`privfedstat.theory.noise`), with the same calibration.
+One function per method (the estimators' registry names it as the method's ``MethodSpec.predictor``):
+``predictor(setup) -> (moments, diagnostics, caveats)`` with ``moments`` the dict of
+:func:`~privfedstat.theory._engine.propagate` (``sampling``, ``privacy``, ``optimisation``, ``drift``,
+``contraction``, ...), extra ``diagnostics`` for the prediction and a list of ``caveats``. The noise
+of every stage comes from the noise models the estimators record (:mod:`privfedstat.theory.noise`),
+with the same calibration.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..families import get_family
+from ..families.curvature import resolve_hessian_floor
 from ..privacy.calibration import (calibrated_sigma, gradient_calibration, newton_grad_radius, newton_sensitivity,
                                    paper_newton_sensitivity, stage_budget)
 from ..privacy.clipping import AutoClip
@@ -43,7 +45,8 @@ class Setup:
     clip : float
         The per-sample gradient bound B (inf: no clipping).
     hessian_clip : float or None
-        ``predict_mse``'s ``hessian_clip`` (C_H chosen from data), for methods that clip per-sample Hessians.
+        ``predict_mse_from_params``'s ``hessian_clip`` (C_H chosen from data), for methods that clip
+        per-sample Hessians.
     mu : float
         The mu left for estimation (after the clip and inference budgets).
     path : bool
@@ -110,7 +113,7 @@ def fedhybrid_moments(s: Setup):
 
 
 def _newton_hessian_clip(s: Setup) -> float | None:
-    """C_H of the robust calibration: the estimator's, else ``predict_mse``'s, else inf without clipping."""
+    """C_H of the robust calibration: the estimator's, else ``predict_mse_from_params``'s, else inf without clipping."""
     if s.params.get("newton_noise", "robust") != "robust":
         return None
     h = s.params.get("hessian_clip")
@@ -125,8 +128,6 @@ def _newton_hessian_clip(s: Setup) -> float | None:
 
 def fednewton_moments(s: Setup):
     """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
-    from ..estimators.fednewton import resolve_hessian_floor
-
     CH = _newton_hessian_clip(s)
     params, lin, n, B, mu = s.params, s.lin, s.sizes, s.clip, s.mu
     family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]

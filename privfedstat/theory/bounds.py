@@ -3,15 +3,15 @@
 The bounds hold up to unknown constants; each constant is a keyword argument with a default of 1
 (``C``, ``C_B``, ``tau1``, ``tau2``) or the documented choice (``trace_sigma = d``, Remark 3.1's
 ``trace(Sigma) <= C d`` with C = 1). Use them for rates (log-log slopes), not for absolute values;
-:func:`~privfedstat.theory.predict_mse` gives absolute predictions.
+:func:`~privfedstat.theory.predict_mse_from_params` gives absolute predictions.
 
 Notation: N = sum_i n_i, m clients, d parameters, ``d v log N = max(d, log N)``, natural logs,
 ``rho = 3 tau2 / (3 tau2 - tau1)`` and B = C_B sqrt(d v log N) (the clipping bound of the
 theorems). Client sizes follow :mod:`privfedstat.theory._common`: the last axis of ``sizes`` indexes
 clients (``nan`` pads), every other argument broadcasts against the leading axes.
 
-Reading of the extracted text (the PDF extraction is garbled in places; inferences are marked in
-each docstring and collected in the theory module's ``INFERENCES``).
+The extracted text of the theorems is garbled in places; what was inferred is marked in each
+docstring and collected in :data:`privfedstat.theory.INFERENCES`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Problem constants tau1, tau2 and trace(Sigma) of a GLM data-generating process."""
+"""Problem constants tau1, tau2 and trace(Sigma) of a GLM data-generating process.
+
+The bounds of Section 3 take the constants of Assumptions 2-4 as arguments; this module computes
+them for a concrete design (Gaussian covariates with an intercept, a canonical GLM), so that the
+theory can be evaluated on the designs the simulations draw from.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import numpy as np
 
 from ._population import Population, hermite_nodes, make_spec
 
-__all__ = ["ProblemConstants", "problem_constants"]
+__all__ = ["ProblemConstants", "problem_constants", "hessian_norm_quantile"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +157,29 @@ def problem_constants(*, design=None, family=None, beta=None, clip=None, method:
         trace_sigma=float(np.trace(S)), sandwich_trace=float(np.trace(Hinv @ S @ Hinv)),
         hessian_norm_q99=float(np.quantile(pop.hessian_norms(beta_), 0.99)), clip_fraction=frac, method=method,
     )
+
+
+def hessian_norm_quantile(design, q: float, *, n_mc: int = 2**13, random_state=0) -> float:
+    """The population ``q``-quantile of the per-sample Hessian norm ``ell''(0) ||x||^2`` at theta = 0.
+
+    This is the limit, for many samples, of the private rule that chooses FedNewton's per-sample
+    Hessian bound C_H from the data (``hessian_clip="auto"``: the :class:`~privfedstat.AutoClip`
+    quantile of the norms at the initial model theta = 0).
+
+    Parameters
+    ----------
+    design : object
+        The covariate design, as for :func:`problem_constants` (family, ``beta_true``, ``sigma_c``).
+    q : float
+        The quantile, in [0, 1].
+    n_mc : int, default 8192
+        Monte-Carlo covariate draws.
+    random_state : int or SeedSequence, default 0
+
+    Returns
+    -------
+    float
+    """
+    spec = make_spec(design)
+    pop = Population(spec, n_mc, random_state)
+    return float(np.quantile(pop.hessian_norms(np.zeros(spec.d)), q))

@@ -3,17 +3,18 @@
 Every private estimator's ``_run`` sets ``ctx.noise_model`` to one of the models below, built from
 the noise scales its releases were calibrated with (the functions of
 :mod:`privfedstat.privacy.calibration`, which the protocols and
-:func:`~privfedstat.theory.predict_mse` share). :func:`protocol_noise_covariance`
+:func:`~privfedstat.theory.predict_mse_from_params` share). :func:`protocol_noise_covariance`
 gives the covariance of the privacy noise in the returned theta (fitting scale, oracle order:
 flat index ``j q + k`` for the multinomial family, p = d (K - 1); the algebra does not depend on
 p), linearised at a symmetric positive definite Hessian H of the server's weighted objective at
 the estimate. The privacy noise is independent of the data, so given the data this is the whole
 of the protocol's extra variance; it adds to the sampling variance.
 
-Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse`): a gradient
-step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s reaches the
-output through the later steps' Jacobians, :func:`~privfedstat.theory._engine.privacy_transport`
-(the privacy term of ``predict_mse`` is the same function with the Jacobians along the path).
+Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse_from_params`): a
+gradient step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s
+reaches the output through the later steps' Jacobians,
+:func:`~privfedstat.theory._engine.privacy_transport` (the privacy term of
+``predict_mse_from_params`` is the same function with the Jacobians along the path).
 Approximations, all inferred (not in the papers), with the regime in which they hold:
 
 * **One Hessian for all clients and all steps.** Local steps on client i go through
@@ -27,8 +28,8 @@ Approximations, all inferred (not in the papers), with the regime in which they 
   neglected: the noise must be small on the scale over which the Hessian changes. For local
   steps (FedAvg, FedHybrid stage I, SCAFFOLD, FedNewton's first stage) the scale that matters is
   a client's own wander, ``s_i / sqrt(2 eta lambda_min)`` per coordinate, not the averaged noise:
-  FedAvg at n_i = 200, mu = 1 (wander sd 0.3 on a logistic design) came out 10% above the
-  prediction (the local curvature averaged over the wander is lower), at n_i = 400, mu = 2 within 1%.
+  on a logistic design FedAvg's variance is 10% above the prediction at n_i = 200, mu = 1 (wander
+  sd 0.3; the local curvature averaged over the wander is lower) and within 1% at n_i = 400, mu = 2.
 * **Clipped score.** H is the Jacobian of the weighted mean *clipped* score: for a GLM the rows
   whose gradient is clipped do not contribute (their clipped gradient ``B sign(ell') x / ||x||``
   does not move with theta); for the multinomial family they still do (the clipped gradient
@@ -37,14 +38,14 @@ Approximations, all inferred (not in the papers), with the regime in which they 
   Hessians are clipped; FedIRLS's model uses its released Hessian for them, FedNewton's takes it
   as ``newton_matrix`` (:func:`protocol_noise_covariance`).
 
-Measured (``tests/theory/test_noise_covariance.py``: one data set, 300 noise seeds, empirical
-over predicted variance per coordinate): 0.82-1.15 for every protocol on logistic, Poisson and
-multinomial designs near the defaults (B about the 95% quantile of gradient norms, C_H above the
-97% quantile of Hessian norms). Outside the regime: FedNewton with the floor ``ell''(0)`` above
-H's eigenvalues is under-predicted by ~9% at n_i = 400 and ~2% at 1000 (client-level floors
-shorten the steps more than the pooled floor); with C_H below the 90% quantile of per-sample
-Hessian norms (Poisson, C_H = 10) FedNewton is under-predicted by up to ~30% at n_i = 400 and
-FedIRLS over-predicted by ~20%.
+Accuracy (checked against the noise seeds' empirical variance by
+``tests/theory/test_noise_covariance.py``): within about 20% for every protocol on logistic,
+Poisson and multinomial designs near the defaults (B about the 95% quantile of gradient norms,
+C_H above the 97% quantile of Hessian norms). Outside that regime FedNewton's variance is
+under-predicted, by up to about 10% when the floor ``ell''(0)`` lies above H's eigenvalues
+(client-level floors shorten the steps more than the pooled floor; less as n_i grows) and by up
+to about 30% when C_H lies below the 90% quantile of per-sample Hessian norms, where FedIRLS's
+is over-predicted by about 20%. Measurements in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
     A fit whose path did not diverge has ``|1 - eta lambda| < 1`` for the eigenvalues lambda of the
     Hessian it descended, and ``step_size="auto"`` (a curvature bound) keeps ``eta lambda <= 1``;
     a *released* H is noisy, and an eigenvalue with ``eta lambda`` far above 1 (or a floored one near
-    0) would make ``A^S`` explode (intervals of width 1e50 were measured at N = 2000 over 50 sites,
+    0) would make ``A^S`` explode (unclamped: intervals of width 1e50 at N = 2000 over 50 sites,
     mu = 1). So ``eta lambda`` is clamped to [0, 1] (inferred; for a true ``eta lambda`` in (1, 2)
     this forgets a step's noise a little faster than the real oscillating iteration does).
     """
@@ -229,8 +230,8 @@ class NewtonNoise:
     step then lets ``D e_1`` through even without a floor. Inferred approximations: the clients'
     own Newton matrices Ht_i (first-half means, floored client by client) and second-half
     Jacobians H_i2 are replaced by Ht and H -- their average ``sum_i w_i Ht_i^-1 H_i2`` differs at
-    O(p / n1_i) (Jensen: client-level floors and inverses shorten the steps; measured +9% variance
-    at n_i = 400 and +2% at 1000 with the floor above H's spectrum, logistic design); the
+    O(p / n1_i) (Jensen: client-level floors and inverses shorten the steps; +9% variance at
+    n_i = 400 and +2% at 1000 with the floor above H's spectrum on a logistic design); the
     gradient's projection onto the ball of radius G_i is taken as inactive (near the optimum the
     mean gradients are O(1/sqrt(n_i)) plus the FedAvg stage's noise times H). With N = H and the
     floor inactive D = 0 and only the Newton noise remains. The random split into halves is data
@@ -267,12 +268,12 @@ class NewtonNoise:
         are replaced by Ht (their inverses average higher at small n1_i, O(p / n1_i)); FedAvg's
         deterministic remainder ``A^S (theta_0 - theta*)`` is a bias, not a variance.
 
-        Measured (``tests/inference/test_private.py``, mu = inf, 8 clients x 400 rows, 200 data
-        replicates; SD of the estimates over RMS of the SE): 0.99-1.11 (logistic, Poisson), 0.93-1.13
-        with a floor of 0.5 above H's spectrum and 3 or 50 local steps, where ``sqrt(c2 / c)`` times
-        the pooled SE gives 0.50-0.80. At n_i = 100-200 the ratio is 1.09-1.3 (the clients' own
-        first-half Hessian inverses, above); with FedAvg far from the optimum (Poisson, 3 local
-        steps: bias of 1.7-4.7 SDs) the linearisation fails.
+        Accuracy (checked over data replicates by ``tests/inference/test_private.py``, mu = inf):
+        the estimates' SD matches the RMS of this SE to within about 15% at n_i = 400, also with a
+        floor above H's spectrum, where the pooled SE scaled by ``sqrt(c2 / c)`` would overstate
+        the SD; at n_i = 100-200 the SD exceeds the SE by up to about 30% (the clients' own first-half
+        Hessian inverses, above); with FedAvg far from the optimum (a bias of several SDs) the
+        linearisation fails. Measurements in ``benchmarks/RESULTS.md``.
 
         Parameters
         ----------
@@ -426,7 +427,7 @@ class IRLSNoise:
     it contains the inflation ``E[Hf^-2] > N^-2``). In D, Hf_R stands for N: ``D_R = I - eta
     Hf_R^-1 H`` is the realised map of the last round, whose average over Xi_R is
     ``D C D^T + E[F C F^T]`` -- it already contains the last round's Hessian-noise term (adding it
-    again double-counts: measured 2x on the multinomial design of the tests). So the middle term
+    again double-counts it: twice the variance on the multinomial design of the tests). So the middle term
     is added only with the *excess* variance ``max(s_r^2 - s_R^2, 0)`` of earlier, noisier
     rounds, whose maps D_r are built from Hf_R too (floored at lambda_r).
 

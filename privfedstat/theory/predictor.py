@@ -1,16 +1,19 @@
-"""Exact (linearised) MSE predictor for the private federated estimators that register one.
+"""Exact (linearised) MSE predictor of a private federated algorithm at given parameters.
 
 Beyond the paper: its bounds hold up to unknown constants, so only rates can be compared. Here the
 recursion of each algorithm is linearised around the population target and every term is summed
 exactly: sampling, privacy noise (step by step, through the products of step Jacobians),
 optimisation error of the noise-free population path, and the bias (clipping, FedAvg's local drift).
-Each method's recursion (:mod:`privfedstat.theory._method_moments`) is its registered
-``MethodSpec.predictor``: FedSGD, FedHybrid, FedAvg and FedNewton.
+The recursions of FedSGD, FedHybrid, FedAvg and FedNewton are in
+:mod:`privfedstat.theory._method_moments`. :func:`predict_mse_from_params` takes a recursion and
+the algorithm's parameters as plain data; :func:`privfedstat.predict_mse` reads both from an
+estimator (its registered method and ``get_params()``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,13 +21,13 @@ import pandas as pd
 
 from .._rng import as_seed_sequence
 from ..families import get_family
-from ..inference.config import resolve_inference
+from ..families.curvature import auto_step_size
 from ..privacy.clipping import AutoClip
 from ._engine import Linearisation
 from ._method_moments import Setup
 from ._population import Population, make_spec
 
-__all__ = ["Problem", "MSEPrediction", "predict_mse"]
+__all__ = ["Problem", "MSEPrediction", "predict_mse_from_params"]
 
 
 @dataclass(frozen=True)
@@ -126,17 +129,15 @@ REGIME = (
 )
 
 
-def _resolve_auto(params: dict, spec, mu: float, d: int) -> dict:
+def _resolve_auto(params: dict, method: str, auto_counts: Mapping[str, int], mu: float, d: int) -> dict:
     """``"auto"`` settings resolved as ``fit`` resolves them (public: the family, d, mu; the method's
-    ``auto_counts`` from the registry)."""
-    from ..estimators._steps import auto_step_size
-
+    ``auto_counts``)."""
     params = dict(params)
-    for key, default in spec.auto_counts.items():
+    for key, default in auto_counts.items():
         if params.get(key) == "auto":
             if not math.isfinite(mu):
                 raise ValueError(
-                    f"with mu = inf, {spec.display}'s {key}='auto' runs until convergence, which the predictor "
+                    f"with mu = inf, {method}'s {key}='auto' runs until convergence, which the predictor "
                     f"cannot know in advance; pass {key} as a number."
                 )
             params[key] = default
@@ -146,7 +147,7 @@ def _resolve_auto(params: dict, spec, mu: float, d: int) -> dict:
     return params
 
 
-def _clip_and_mu(params: dict, clip):
+def _clip_and_mu(params: Mapping, clip, inference_budget: float):
     mu = float(params["mu"])
     c = params["clip"]
     if isinstance(c, (str, AutoClip)):
@@ -165,38 +166,47 @@ def _clip_and_mu(params: dict, clip):
         raise ValueError(f"the clipping bound must be > 0, got {B}.")
     if math.isinf(B) and math.isfinite(mu):
         raise ValueError("clip=inf (no clipping) has infinite sensitivity; it is only possible with mu=inf.")
-    # what fit keeps for estimation: the clip budget, then the inference share (Inference.budget), in squares
-    config = resolve_inference(params.get("inference"))
-    share = 0.0 if config is None else config.budget
+    # what fit keeps for estimation: the clip budget, then the inference share, in squares
+    share = float(inference_budget)
     if math.isfinite(mu) and budget**2 + share**2 >= 1:
         raise ValueError("the clipping and inference budgets leave nothing for estimation; lower their shares.")
     mu_est = math.sqrt(mu * mu - (budget * mu) ** 2 - (share * mu) ** 2) if math.isfinite(mu) else math.inf
     return B, mu_est
 
 
-def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, linearise: str = "path",
-                n_mc: int = 2**15, random_state=0) -> MSEPrediction:
-    """Predict E||theta_hat - theta_0||^2 of an (unfitted) private federated estimator.
+def predict_mse_from_params(recursion: Callable[[Setup], tuple], params: Mapping[str, object], problem: Problem, *,
+                            method: str, auto_counts: Mapping[str, int] | None = None, inference_budget: float = 0.0,
+                            clip=None, hessian_clip=None, linearise: str = "path", n_mc: int = 2**15,
+                            random_state=0) -> MSEPrediction:
+    """Predict E||theta_hat - theta_0||^2 of a private federated algorithm run with ``params``.
 
     Parameters
     ----------
-    estimator : FedSGD, FedAvg, FedHybrid or FedNewton
-        An estimator of a registered method with a predictor (``MethodSpec.predictor`` in
-        :mod:`privfedstat.estimators.registry`). Only its parameters are read (``get_params()``).
-        A numeric ``clip`` is used as is; with ``clip="auto"`` (or an :class:`~privfedstat.AutoClip`)
-        pass the bound B it will choose as ``clip=`` -- the prediction then uses the mu left for estimation,
+    recursion : callable
+        ``recursion(setup) -> (moments, diagnostics, caveats)``: the algorithm's linearised
+        recursion, one of :mod:`privfedstat.theory._method_moments` (``fedsgd_moments``, ...).
+    params : mapping
+        The algorithm's parameters, as an estimator's ``get_params()`` gives them (``family``,
+        ``mu``, ``clip``, ``step_size`` and the method's iteration counts). A numeric ``clip`` is
+        used as is; with ``clip="auto"`` (or an :class:`~privfedstat.AutoClip`) pass the bound B it
+        will choose as ``clip=`` -- the prediction then uses the mu left for estimation,
         ``sqrt(mu^2 - (budget mu)^2)`` (budget 0.1 by default); ``clip="paper"`` uses all of mu.
-        The estimator's ``inference`` share (``Inference().budget`` for the default "auto", none
-        for ``inference=None``) is taken off in squares as well, as ``fit`` does.
     problem : Problem
         The data-generating process and the client sizes.
+    method : str
+        The algorithm's name, for the result and for messages.
+    auto_counts : mapping of str to int, optional
+        The value each ``"auto"`` iteration count takes at finite mu (as ``fit`` resolves it).
+    inference_budget : float, default 0
+        The share of mu that ``fit`` spends on inference releases (``Inference.budget``; 0 for
+        none), taken off in squares as ``fit`` does.
     clip : float, optional
-        B, when the estimator chooses it from the data.
+        B, when ``params["clip"]`` chooses it from the data.
     hessian_clip : float, optional
-        FedNewton's per-sample Hessian bound C_H, when the estimator chooses it from the data.
+        FedNewton's per-sample Hessian bound C_H, when ``params["hessian_clip"]`` chooses it from the data.
     linearise : {"path", "target"}, default "path"
         ``"target"``: every step uses A = I - eta H at the target and the optimisation error is
-        ||A^S (theta^(0) - theta*)||^2, the formulas of the issue
+        ||A^S (theta^(0) - theta*)||^2, the closed forms
         (privacy = eta^2 sum_k ||A^k||_F^2 sum_i w_i^2 sigma_i^2 for FedSGD). ``"path"``: the
         noise-free population iteration theta_bar_{s+1} = theta_bar_s - eta E[clip(grad rho)] is
         run exactly from theta^(0) and the fluctuations are propagated through its Jacobians; this
@@ -253,33 +263,23 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     ----------
     Core paper, Algorithms 1-4; Theorems 3.2, 3.3, 3.5, 3.7, 3.9 (whose constants this replaces).
     """
-    from ..estimators.registry import method_of, methods  # theory does not import estimators at import time
-
-    try:
-        method = method_of(estimator)
-    except TypeError:
-        method = None
-    if method is None or method.predictor is None or not hasattr(estimator, "get_params"):
-        known = ", ".join(s.display for s in methods() if s.predictor is not None)
-        raise TypeError(f"predict_mse needs an estimator of a method with a predictor ({known}), got {estimator!r}.")
     if not isinstance(problem, Problem):
         raise TypeError("problem must be a privfedstat.theory.Problem(design=..., sizes=...).")
     if linearise not in ("path", "target"):
         raise ValueError(f"linearise must be 'path' or 'target', got {linearise!r}.")
-    params = estimator.get_params()
     spec = make_spec(problem.design, problem.family, problem.beta)
     est_family = params.get("family")
     est_name = est_family if isinstance(est_family, str) else getattr(est_family, "name", None)
     if est_name != spec.family:
         raise ValueError(f"the estimator's family {est_family!r} differs from the problem's {spec.family!r}.")
-    B, mu = _clip_and_mu(params, clip)
+    B, mu = _clip_and_mu(params, clip, inference_budget)
     n = np.asarray(problem.sizes, dtype=np.float64)
-    params = _resolve_auto(params, method, mu, spec.d)
+    params = _resolve_auto(params, method, auto_counts or {}, mu, spec.d)
     pop_seed, method_seed = as_seed_sequence(random_state).spawn(2)
     lin = Linearisation(Population(spec, n_mc, pop_seed), None if math.isinf(B) else B, float(params["step_size"]))
-    setup = Setup(method.display, lin, params, n, B, hessian_clip, mu, linearise == "path", method_seed)
-    out, diagnostics, caveats = method.predictor(setup)
-    return _result(method.display, lin, spec, out, B, mu, n, diagnostics, caveats)
+    setup = Setup(method, lin, params, n, B, hessian_clip, mu, linearise == "path", method_seed)
+    out, diagnostics, caveats = recursion(setup)
+    return _result(method, lin, spec, out, B, mu, n, diagnostics, caveats)
 
 
 def _result(method, lin, spec, out, B, mu, n, extra_diag=None, extra_caveats=()):

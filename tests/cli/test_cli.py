@@ -4,14 +4,27 @@ import sys
 import pandas as pd
 import pytest
 
-from privfedstat.cli import main
+from privfedstat.cli import STUDY_MODULES, _studies, main, study_parser
 
 
 def test_studies_lists_all(capsys):
     assert main(["studies"]) == 0
     out = capsys.readouterr().out
-    for name in ("fig1", "fig3", "fig4", "fig5", "fig16", "coverage"):
+    for name in ("fig1", "fig3", "fig4", "fig5", "fig16", "coverage", "mnist-logistic", "fednmap"):
         assert name in out
+    assert "issue" not in out.lower()
+
+
+def test_every_reproduce_flag_has_help_text(capsys):
+    pytest.importorskip("torch")
+    studies = [study for module in STUDY_MODULES for study in _studies(module)]
+    assert len({s.name for s in studies}) == len(studies) == 22
+    for study in studies:
+        actions = [a for a in study_parser(study)._actions if a.dest != "help"]
+        assert len(actions) > 2 and all(a.help and a.option_strings[0].startswith("--") for a in actions)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "fednmap", "--help"])
+    assert "--local-steps" in capsys.readouterr().out
 
 
 def test_reproduce_writes_csv_png_and_summary(tmp_path, capsys):
@@ -58,3 +71,11 @@ def test_reproduce_coverage_writes_csv_summary_png_and_resumes(tmp_path, capsys)
 def test_reproduce_coverage_refuses_a_clip():
     with pytest.raises(SystemExit):
         main(["reproduce", "coverage", "--clip", "2", "--reps", "1"])
+
+
+def test_version(capsys):
+    import privfedstat
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"privfedstat {privfedstat.__version__}"

@@ -10,8 +10,7 @@ torch = pytest.importorskip("torch")
 
 from privfedstat.cli import main  # noqa: E402
 from privfedstat.deep import TensorFederatedData  # noqa: E402
-from privfedstat.deep.hifedprox_study import HiFedProxStudy, stressed_data  # noqa: E402
-from privfedstat.simulations.paired_bootstrap import RECORD_COLUMNS, ROUND_COLUMNS  # noqa: E402
+from privfedstat.deep.hifedprox_study import RECORD_COLUMNS, ROUND_COLUMNS, HiFedProxConfig, stressed_data  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -25,9 +24,9 @@ def test_stressed_clients_have_their_training_labels_shifted():
 
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="conditions"):
-        HiFedProxStudy(conditions=("calm",))
+        HiFedProxConfig(conditions=("calm",))
     with pytest.raises(ValueError, match="n_stressed"):
-        HiFedProxStudy(n_writers=10, n_stressed=12)
+        HiFedProxConfig(n_writers=10, n_stressed=12)
 
 
 def test_reproduce_hifedprox_writes_tables_and_figures(tmp_path, capsys):
@@ -48,5 +47,5 @@ def test_reproduce_hifedprox_writes_tables_and_figures(tmp_path, capsys):
     assert (trials["severe"] > trials["clean"]).all()
     table2 = pd.read_csv(tmp_path / "hifedprox-table2.csv", index_col="p")
     assert list(table2.index) == [2.0, 8.0] and "severe_loss" in table2
-    for suffix in ("-table3.csv", "-comparisons.csv", ".md", ".png"):
+    for suffix in ("-table3.csv", "-comparisons.csv", "-diagnostics.csv", ".md", ".png"):
         assert (tmp_path / f"hifedprox{suffix}").stat().st_size > 0

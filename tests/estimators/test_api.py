@@ -13,7 +13,8 @@ ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 def test_summary_names_the_terms_and_states_the_budget(logistic_data):
     est = FedSGD(random_state=0).fit(logistic_data)
     s = est.summary()
-    for needle in ("mu = 2 per client", "Clipping bound B", "x3", "20 (N = 4000"):
+    assert (s.header["No. Clients"], s.header["No. Observations"]) == ("20", "4000")
+    for needle in ("mu = 2 per client", "Clipping bound B", "x3"):
         assert needle in s.as_text()
     assert list(s.to_frame().index) == ["x0", "x1", "x2", "x3"]
 
@@ -98,5 +99,6 @@ def test_poisson_deviance_matches_statsmodels():
     est = FedSGD(family="poisson", mu=float("inf"), clip=float("inf"), n_iter=2000, step_size=0.3).fit(data)
     fit = sm.GLM(data.y, data.X, family=sm.families.Poisson()).fit()
     assert est.score(data, metric="deviance") == pytest.approx(fit.deviance / data.n_samples, rel=1e-6)
-    with pytest.raises(ValueError, match="classifiers"):
+    with pytest.raises(AttributeError, match="classifiers"):
         est.predict_proba(data.X)
+    assert not hasattr(est, "predict_proba")  # a regressor: scikit-learn's tools do not take it for a classifier

@@ -200,7 +200,7 @@ def test_baseline_bad_parameters(Est, params, exc, match, logistic_data):
 
 @pytest.mark.parametrize("Est", [PooledMLE, LocalFit])
 def test_baseline_bad_data(Est):
-    with pytest.raises(TypeError, match="FederatedData"):
+    with pytest.raises(ValueError, match="requires y"):
         Est().fit(np.zeros((10, 2)))
     data = simulate("poisson", [50, 50], [0.1, 0.2])
     with pytest.raises(ValueError, match="0, 1"):

@@ -81,24 +81,25 @@ def test_poisson_participation_amplifies_towards_outsiders_exactly_as_the_pld():
     took = np.array([r.sensitivity > 0 for r in led.releases])
     np.testing.assert_allclose(led.client_mu, mu * np.sqrt(took.sum(axis=0) / R), rtol=1e-12)  # towards the server
     assert all(r.sampling_rate == q for r in led.releases)
-    z = 2 * math.sqrt(R) / mu  # sigma / S with sigma = 2 S sqrt(R) / mu (add/remove one client: sensitivity S)
-    expected = subsampled_gaussian_epsilon(z, q, R, 1e-5)
-    assert led.amplified_epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
+    z = 2 * math.sqrt(R) / mu  # sigma / S with sigma = 2 S sqrt(R) / mu: noise sd per radius S of the update's ball
+    expected = subsampled_gaussian_epsilon(z, q, R, 1e-5)  # replace-one, as the unit
+    public = led.public_view()
+    assert public.epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
     assert expected < led.epsilon(1e-5)  # amplification: well below the server's view
-    # the same noise without sampling: no amplification; under add/remove adjacency (sensitivity S, half the
-    # replacement's 2 S) the composition is (mu / 2)-GDP, which the PLD of q = 1 reproduces
-    full = DPFedAvg(mu=mu, n_rounds=R, update_clip=S, random_state=4).fit(data)
-    assert full.privacy_.amplified_epsilon(1e-5) == pytest.approx(heterogeneous_epsilon([(z, 1.0, R)], 1e-5), rel=1e-6)
-    assert full.privacy_.amplified_epsilon(1e-5) == pytest.approx(epsilon_from_mu(mu / 2, 1e-5), rel=2e-3)
-    assert expected < full.privacy_.amplified_epsilon(1e-5)
+    # the same noise without sampling: no amplification; replace-one (sensitivity 2 S) the composition is
+    # mu-GDP, the server's guarantee, which the PLD of q = 1 reproduces
+    full = DPFedAvg(mu=mu, n_rounds=R, update_clip=S, random_state=4).fit(data).privacy_.public_view()
+    assert full.epsilon(1e-5) == pytest.approx(heterogeneous_epsilon([(z, 1.0, R)], 1e-5), rel=1e-6)
+    assert full.epsilon(1e-5) == pytest.approx(epsilon_from_mu(mu, 1e-5), rel=2e-3)
+    assert expected < full.epsilon(1e-5)
 
 
-def test_record_level_fits_have_no_amplified_epsilon_and_inference_is_refused():
+def test_record_level_fits_face_definition_2_1_towards_third_parties_and_inference_is_refused():
     from privfedstat import FedSGD
 
     data = _data()
-    with pytest.raises(ValueError, match="client-level"):
-        FedSGD(mu=1.0, n_iter=3, clip=1.0, inference=None, random_state=0).fit(data).privacy_.amplified_epsilon()
+    led = FedSGD(mu=1.0, n_iter=3, clip=1.0, inference=None, random_state=0).fit(data).privacy_
+    assert led.public_view().epsilon(1e-5) == pytest.approx(led.third_party_epsilon(1e-5), rel=1e-12)
     with pytest.raises(ValueError, match="inference=None"):
         DPFedAvg(inference="auto").fit(data)
     from privfedstat import NoInferenceError
@@ -185,7 +186,7 @@ def test_poisson_rounds_are_topped_up_so_the_aggregate_noise_does_not_reveal_who
     z = 2.0 / (2.0 / math.sqrt(40))  # 2 sigma / Delta = 2 / mu_round
     assert all(r.noise_multiplier == pytest.approx(z) for r in est.privacy_.releases)
     expected = subsampled_gaussian_epsilon(z, 0.05, 40, 1e-5)
-    assert est.privacy_.amplified_epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
+    assert est.privacy_.public_view().epsilon(1e-5) == pytest.approx(expected, rel=1e-6)
     participated = np.array([r.sensitivity > 0 for r in est.privacy_.releases]).mean()
     assert 0.02 < participated < 0.09
 

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat import FedSGD
+from privfedstat import FedSGD, predict_mse
 from privfedstat.cli import main
 from privfedstat.estimators.registry import MethodSpec, get_method, method_of, methods, register, unregister
 from privfedstat.formula import glm
-from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, make_estimator
-from privfedstat.theory import Problem, compare_to_theory, predict_mse
+from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, compare_to_theory, make_estimator
+from privfedstat.theory import Problem
 
 
 class ShadowSGD(FedSGD):

@@ -3,6 +3,7 @@
 Registry-parametrized where cheap, so that a newly registered estimator is checked too.
 """
 
+import math
 import subprocess
 import sys
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import simulate
-from privfedstat import FederatedData, FedSGD, clone
+from privfedstat import (FederatedData, FedIRLS, FedSGD, NoInterceptWarning, NotFittedError, SingleClientWarning,
+                         clone)
 from privfedstat.estimators.registry import methods
 from test_contract import SPECS, assert_same_fit, dataset, ids, make
 
@@ -64,9 +66,7 @@ def test_fit_input_errors():
         est.fit(data, y)
     with pytest.raises(TypeError, match="already holds y"):
         est.fit(data, clients=clients)
-    with pytest.raises(TypeError, match=r"clients=labels"):
-        est.fit(X, y)
-    with pytest.raises(TypeError, match="needs y"):
+    with pytest.raises(ValueError, match="requires y"):
         est.fit(X, clients=clients)
     with pytest.raises(ValueError, match="one label per row"):
         est.fit(X, y, clients=clients[:-1])
@@ -168,3 +168,62 @@ def test_the_package_imports_and_fits_without_sklearn():
         "assert pfs.clone(est).get_params() == est.get_params() and est.classes_.size == 2\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_fit_without_clients_is_one_client_and_says_so():
+    X, y, clients = pooled(n_clients=3, n=40)
+    with pytest.warns(SingleClientWarning, match="one client"):
+        est = FedSGD(n_iter=5, random_state=0).fit(X, y)
+    assert est.n_clients_ == 1 and est.n_samples_ == 120
+    one = FedSGD(n_iter=5, random_state=0).fit(X, y, clients=np.zeros(120))
+    np.testing.assert_array_equal(est.coef_, one.coef_)
+
+
+def test_no_intercept_warning_on_caller_arrays_only():
+    """A StandardScaler step zeros the column of ones: the fit warns about the design the caller passed; a
+    FederatedData (the clients' rows, as the paper's studies pass them) is not inspected."""
+    X, y, clients = pooled(n_clients=4, n=50)
+    assert y.mean() > 0.5
+    pipe = make_pipeline(StandardScaler(), FedIRLS(mu=INF))
+    with pytest.warns(NoInterceptWarning, match="add_constant"):
+        pipe.fit(X, y, fedirls__clients=clients)
+    import warnings
+
+    import statsmodels.api as sm
+    from sklearn.preprocessing import FunctionTransformer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoInterceptWarning)
+        FedIRLS(mu=INF).fit(X, y, clients=clients)  # the column of ones is there
+        FedIRLS(mu=INF).fit(FederatedData.from_pooled(X[:, 1:], y, clients=clients))
+        fixed = make_pipeline(StandardScaler(), FunctionTransformer(sm.add_constant), FedIRLS(mu=INF))
+        fixed.fit(X, y, fedirls__clients=clients)
+    assert abs(fixed.predict_proba(X)[:, 1].mean() - y.mean()) < 1e-6  # the intercept matches the mean
+    assert abs(pipe.predict_proba(X)[:, 1].mean() - y.mean()) > 0.05
+
+
+def test_not_fitted_error_is_sklearns():
+    from sklearn.exceptions import NotFittedError as SkNotFitted
+    from sklearn.utils.validation import check_is_fitted
+
+    assert issubclass(NotFittedError, SkNotFitted) and issubclass(NotFittedError, (ValueError, AttributeError))
+    with pytest.raises(SkNotFitted):
+        FedSGD().predict(np.ones((2, 3)))
+    with pytest.raises(SkNotFitted):
+        check_is_fitted(FedSGD())
+    code = ("import sys; sys.modules['sklearn'] = None\n"
+            "from privfedstat import NotFittedError\n"
+            "assert NotFittedError.__mro__[1:3] == (ValueError, AttributeError)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_grid_search_over_a_numeric_clip_alone():
+    """A finite clip is a complete setting: FedIRLS then chooses its Hessian bound privately."""
+    X, y, clients = pooled()
+    grid = GridSearchCV(FedIRLS(mu=4.0, random_state=0), {"clip": [0.5, 2.0, "auto"]}, cv=GroupKFold(n_splits=3),
+                        error_score="raise")
+    grid.fit(X, y, groups=clients, clients=clients)
+    assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
+    est = FedIRLS(mu=4.0, clip=1.0, random_state=0).fit(X, y, clients=clients)
+    assert est.clip_ == 1.0 and "clip-hessian" in est.privacy_.by_stage().index
+    assert math.isinf(FedIRLS(mu=INF, clip=1.0).fit(X, y, clients=clients).privacy_.mu)

@@ -103,3 +103,19 @@ def test_every_client_failing_raises_even_when_skipping():
 def test_unknown_failure_policy_is_refused():
     with pytest.raises(ValueError, match="on_client_failure"):
         Channel(np.ones(2), PrivacyLedger(2), "retry")
+
+
+def test_communication_counts_what_partial_participation_sent():
+    """FedSGD with participation 0.5 asks about half the clients each round: the server receives (and
+    communication_ reports) only their floats, one message per client that sent."""
+    from conftest import simulate
+    from privfedstat import FedSGD
+
+    data = simulate("logistic", [50] * 20, [0.2, 0.5, -0.5])
+    kw = dict(n_iter=30, clip=1.0, inference=None, random_state=0)
+    full = FedSGD(**kw).fit(data).communication_
+    half = FedSGD(participation=0.5, **kw).fit(data).communication_
+    assert full.senders == (20,) * 30 and full.messages == 600 and full.total_floats == 600 * 3
+    assert half.rounds == full.rounds and half.floats_per_client == full.floats_per_client == 30 * 3
+    assert len(half.senders) == 30 and all(0 <= s <= 20 for s in half.senders)
+    assert half.total_floats == 3 * half.messages and 200 < half.messages < 400  # E = 300 (k p M), sd ~ 11

@@ -1,7 +1,9 @@
 """Tests for privfedstat.privacy.accounting (PLD accounting of Poisson-subsampled Gaussians).
 
 The reference is dp-accounting's pessimistic PLD accountant built directly here, and, for q = 1,
-the exact GDP conversion of ``mu = sqrt(T) / z`` (Dong, Roth & Su 2022, Corollary 2.13).
+the exact GDP conversion of ``mu = 2 sqrt(T) / z`` under replacement (``sqrt(T) / z`` under
+add/remove; Dong, Roth & Su 2022, Corollary 2.13). tests/privacy/test_threat_model.py checks the
+replace-one PLD against a direct computation of the hockey-stick divergence.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 from dp_accounting.pld import PLDAccountant
 
 from privfedstat.privacy.accounting import (
+    RELATIONS,
     heterogeneous_epsilon,
     noise_multiplier_for_epsilon,
     subsampled_gaussian_delta,
@@ -23,43 +26,52 @@ from privfedstat.privacy.gdp import epsilon_from_mu
 COARSE = 1e-3  # value_discretization_interval where both sides of a comparison use the same one
 
 
-def reference_accountant(blocks, vdi):
-    accountant = PLDAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-        value_discretization_interval=vdi,
-    )
+def reference_accountant(blocks, vdi, relation=dp_accounting.NeighboringRelation.REPLACE_ONE):
+    accountant = PLDAccountant(neighboring_relation=relation, value_discretization_interval=vdi)
     for z, q, t in blocks:
         accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), t)
     return accountant
 
 
+@pytest.mark.parametrize("relation", ["replace", "add_remove"])
 @pytest.mark.parametrize("z, q, t", [(1.0, 0.1, 100), (0.8, 0.01, 1000), (2.0, 0.5, 20)])
-def test_equals_dp_accounting_pld(z, q, t):
-    ref = reference_accountant([(z, q, t)], COARSE)
-    eps = subsampled_gaussian_epsilon(z, q, t, 1e-5, value_discretization_interval=COARSE)
+def test_equals_dp_accounting_pld(z, q, t, relation):
+    ref = reference_accountant([(z, q, t)], COARSE, RELATIONS[relation])
+    eps = subsampled_gaussian_epsilon(z, q, t, 1e-5, relation=relation, value_discretization_interval=COARSE)
     assert eps == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
-    delta = subsampled_gaussian_delta(z, q, t, 2.0, value_discretization_interval=COARSE)
+    delta = subsampled_gaussian_delta(z, q, t, 2.0, relation=relation, value_discretization_interval=COARSE)
     assert delta == pytest.approx(ref.get_delta(2.0), rel=1e-6)
-    assert subsampled_gaussian_delta(z, q, t, eps, value_discretization_interval=COARSE) <= 1e-5 * (1 + 1e-6)
+    assert subsampled_gaussian_delta(z, q, t, eps, relation=relation,
+                                     value_discretization_interval=COARSE) <= 1e-5 * (1 + 1e-6)
 
 
+def test_replacing_costs_more_than_adding_or_removing():
+    """The same mechanism: replace-one (the package's unit) about 1.5-2.2x the add/remove epsilon."""
+    for z, q, t in [(1.0, 0.1, 100), (2.0, 0.5, 20), (2 * math.sqrt(8), 0.3, 8)]:
+        ratio = subsampled_gaussian_epsilon(z, q, t, 1e-5) / subsampled_gaussian_epsilon(z, q, t, 1e-5,
+                                                                                          relation="add_remove")
+        assert 1.4 < ratio < 2.3
+
+
+@pytest.mark.parametrize("relation, scale", [("replace", 2.0), ("add_remove", 1.0)])
 @pytest.mark.parametrize("z, t", [(1.3, 7), (0.3, 50), (0.005, 50)])
-def test_without_subsampling_or_at_tiny_noise_the_exact_gdp_composition_is_used(z, t):
-    """q = 1 is sqrt(t) / z-GDP exactly: epsilon and delta from the GDP curve, below the pessimistic PLD, and
-    instantaneous where the PLD takes minutes (z = 0.005); below PLD_MIN_NOISE a subsampled block is accounted
-    unamplified (an upper bound)."""
+def test_without_subsampling_or_at_tiny_noise_the_exact_gdp_composition_is_used(z, t, relation, scale):
+    """q = 1 is c sqrt(t) / z-GDP exactly (c = 2 replace, 1 add/remove): epsilon and delta from the GDP curve, at
+    most the pessimistic PLD, and instantaneous where the PLD takes minutes (z = 0.005); below PLD_MIN_NOISE a
+    subsampled block is accounted unamplified (an upper bound)."""
     from privfedstat.privacy.accounting import PLD_MIN_NOISE
     from privfedstat.privacy.gdp import delta_from_mu
 
-    mu = math.sqrt(t) / z
-    eps = subsampled_gaussian_epsilon(z, 1.0, t, 1e-5)
+    mu = scale * math.sqrt(t) / z
+    eps = subsampled_gaussian_epsilon(z, 1.0, t, 1e-5, relation=relation)
     assert eps == pytest.approx(epsilon_from_mu(mu, 1e-5), rel=1e-12)
-    assert subsampled_gaussian_delta(z, 1.0, t, 2.0) == pytest.approx(delta_from_mu(mu, 2.0), rel=1e-12)
+    assert subsampled_gaussian_delta(z, 1.0, t, 2.0, relation=relation) == pytest.approx(delta_from_mu(mu, 2.0),
+                                                                                         rel=1e-12)
     if z >= 1.0:
-        assert reference_accountant([(z, 1.0, t)], COARSE).get_epsilon(1e-5) >= eps
+        assert reference_accountant([(z, 1.0, t)], COARSE, RELATIONS[relation]).get_epsilon(1e-5) >= eps * (1 - 1e-9)
     if z < PLD_MIN_NOISE:
-        assert subsampled_gaussian_epsilon(z, 0.5, t, 1e-5) == eps
-    assert noise_multiplier_for_epsilon(eps, 1e-5, 1.0, t) == pytest.approx(z, rel=1e-8)
+        assert subsampled_gaussian_epsilon(z, 0.5, t, 1e-5, relation=relation) == eps
+    assert noise_multiplier_for_epsilon(eps, 1e-5, 1.0, t, relation=relation) == pytest.approx(z, rel=1e-8)
 
 
 def test_heterogeneous_equals_dp_accounting_pld():
@@ -75,9 +87,10 @@ def test_heterogeneous_equals_dp_accounting_pld():
 
 
 def test_issue_number_and_why_no_clt():
-    """q=0.1, z=1, T=100, delta=1e-5: the PLD gives ~7.05; the CLT/GDP approximation ~6.01 under-reports."""
+    """q=0.1, z=1, T=100, delta=1e-5, add/remove (the CLT's relation): the PLD gives ~7.05; the CLT/GDP
+    approximation ~6.01 under-reports."""
     q, z, t, delta = 0.1, 1.0, 100, 1e-5
-    eps = subsampled_gaussian_epsilon(z, q, t, delta)  # default (fine) discretization
+    eps = subsampled_gaussian_epsilon(z, q, t, delta, relation="add_remove")  # default (fine) discretization
     assert 6.9 < eps < 7.2
     mu_clt = q * math.sqrt(t * (math.exp(1 / z**2) - 1))  # Bu, Dong, Long & Su (2020)
     eps_clt = epsilon_from_mu(mu_clt, delta)
@@ -85,11 +98,13 @@ def test_issue_number_and_why_no_clt():
     assert eps - eps_clt > 0.9
 
 
+@pytest.mark.parametrize("relation, sensitivity", [("replace", 2.0), ("add_remove", 1.0)])
 @pytest.mark.parametrize("z, t", [(1.0, 1), (2.0, 50), (5.0, 200)])
-def test_no_subsampling_is_exact_gdp(z, t):
-    eps = subsampled_gaussian_epsilon(z, 1.0, t, 1e-5, value_discretization_interval=COARSE)
-    assert eps == pytest.approx(epsilon_from_mu(math.sqrt(t) / z, 1e-5), rel=1e-3)
-    assert eps >= epsilon_from_mu(math.sqrt(t) / z, 1e-5) * (1 - 1e-9)  # pessimistic: never below the truth
+def test_no_subsampling_is_exact_gdp(z, t, relation, sensitivity):
+    eps = subsampled_gaussian_epsilon(z, 1.0, t, 1e-5, relation=relation, value_discretization_interval=COARSE)
+    exact = epsilon_from_mu(sensitivity * math.sqrt(t) / z, 1e-5)
+    assert eps == pytest.approx(exact, rel=1e-3)
+    assert eps >= exact * (1 - 1e-9)  # pessimistic: never below the truth
 
 
 def test_monotone_in_sigma_and_q():
@@ -134,3 +149,5 @@ def test_bad_input():
         heterogeneous_epsilon([], 1e-5)
     with pytest.raises(ValueError, match="each event"):
         heterogeneous_epsilon([(1.0, 0.1)], 1e-5)
+    with pytest.raises(ValueError, match="relation"):
+        subsampled_gaussian_epsilon(1.0, 0.1, 10, 1e-5, relation="substitute")

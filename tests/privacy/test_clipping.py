@@ -191,7 +191,7 @@ class TestPilot:
         # steps from 0 with B0 and the 'auto' step, then the pilot_quantile of the norms at the pilot
         from privfedstat.data.federated import FederatedData
         from privfedstat.estimators import FedSGD
-        from privfedstat.estimators._steps import auto_step_size
+        from privfedstat.families.curvature import auto_step_size
         from privfedstat.families import get_family
 
         rng = np.random.default_rng(5)

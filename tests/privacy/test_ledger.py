@@ -72,3 +72,29 @@ def test_frames():
     assert set(df.columns) >= {"stage", "round", "kind", "client", "sensitivity", "sigma", "mu", "weight"}
     bs = led.by_stage()
     assert bs.loc["a", "mu (worst client)"] == pytest.approx(1.0) and bs.loc["b", "releases"] == 1
+
+
+def test_public_view_groups_releases_without_membership():
+    led = PrivacyLedger(3)
+    led.record(rel([1, 1, 1], [2, 2, 2], stage="a"))
+    led.record(rel([1, 0, 1], [2, 2, 2], stage="a"))  # client 1 sat it out: the block does not say so
+    led.record(rel([1, 1, 1], [1, 1, 1], kind="local", stage="b"))
+    public = led.public_view()
+    frame = public.to_frame()
+    assert list(frame["rounds"]) == [2, 1] and list(frame["mu"]) == [0.5, 1.0]
+    np.testing.assert_allclose(frame["noise_multiplier"], [4.0, 2.0])
+    assert public.units == ("record",) and public.mu == pytest.approx(math.sqrt(1.5))  # as if every client sent
+    assert public.epsilon(1e-5) == pytest.approx(led.third_party_epsilon(1e-5))  # Definition 2.1, record level
+    assert public.server_epsilon(1e-5) == pytest.approx(epsilon_from_mu(math.sqrt(1.5), 1e-5))
+    assert "server view" in repr(led) and "replace-one" in repr(public)
+
+
+def test_public_view_of_a_non_private_or_mixed_ledger():
+    led = PrivacyLedger(2)
+    led.record(rel([1.0, 1.0], [0.0, 0.0]))
+    assert math.isinf(led.public_view().epsilon(1e-5)) and not led.public_view().is_private
+    mixed = PrivacyLedger(1)
+    mixed.record(rel([1.0], [1.0]))
+    mixed.record(Release("c", 0, "aggregated", np.ones(1), np.ones(1), np.ones(1), unit="client"))
+    with pytest.raises(ValueError, match="mix record- and client-level"):
+        mixed.public_view().epsilon(1e-5)

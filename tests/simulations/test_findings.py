@@ -8,14 +8,14 @@ asserts what is observed and the issue note reports the numbers (see the docstri
 import pytest
 
 from privfedstat import AutoClip
-from privfedstat.simulations import MonteCarlo, get_study, summarise
+from privfedstat.simulations import MonteCarlo, get_grid, summarise
 
 pytestmark = pytest.mark.slow
 
 
 def _run(study, keep, reps, methods=None, seed=0):
-    scen = [s for s in get_study(study).scenarios() if keep(s)]
-    df = MonteCarlo(scen, methods or get_study(study).methods, n_reps=reps, random_state=seed, n_jobs=2,
+    scen = [s for s in get_grid(study).scenarios() if keep(s)]
+    df = MonteCarlo(scen, methods or get_grid(study).methods, n_reps=reps, random_state=seed, n_jobs=2,
                     progress=False).run()
     return df
 

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, Uniform, get_study, plot_study, run_replicate, summarise
-from privfedstat.simulations.studies import STUDIES
+from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, Uniform, get_grid, plot_grid, run_replicate, summarise
+from privfedstat.simulations.mse_study import GRIDS
 
 SCEN = [Scenario(GLMDesign("logistic"), 8, Equal(60)), Scenario(GLMDesign("poisson"), 6, Uniform(40, 80), mu=4.0)]
 
@@ -78,36 +78,36 @@ def test_summarise():
     assert row["mean_mse"] == pytest.approx(sub.mean()) and row["se"] == pytest.approx(sub.std() / np.sqrt(3))
 
 
-def test_every_study_builds_and_plots():
-    assert len(STUDIES) == 12
-    for name, study in STUDIES.items():
+def test_every_grid_builds_and_plots():
+    assert len(GRIDS) == 12
+    for name, study in GRIDS.items():
         scen = study.scenarios()
         assert scen and all(s.labels["study"] == name for s in scen)
-    study = get_study("fig5")
+    study = get_grid("fig5")
     scen = study.scenarios(family="poisson")[:2]
     df = MonteCarlo(scen, study.methods, n_reps=2, progress=False).run()
-    fig = plot_study(df, study)
+    fig = plot_grid(df, study)
     assert len(fig.axes) == 1 and fig.axes[0].get_yscale() == "log"
-    with pytest.raises(ValueError, match="unknown study"):
-        get_study("fig99")
+    with pytest.raises(ValueError, match="unknown figure"):
+        get_grid("fig99")
 
 
 def test_paper_grids():
-    assert sorted({s.n_clients for s in get_study("fig1").scenarios()}) == [20, 30, 40, 50, 60]
-    assert {s.allocation.label for s in get_study("fig11").scenarios()} == {
+    assert sorted({s.n_clients for s in get_grid("fig1").scenarios()}) == [20, 30, 40, 50, 60]
+    assert {s.allocation.label for s in get_grid("fig11").scenarios()} == {
         "U[10,90]", "U[20,80]", "U[30,70]", "U[60,160]", "U[80,140]", "U[100,120]"}
-    fig4 = get_study("fig4").scenarios()
+    fig4 = get_grid("fig4").scenarios()
     assert {s.mu for s in fig4} == {2.0, 6.0, float("inf")}
-    assert all(s.allocation.total == 20000 for s in get_study("fig5").scenarios())
+    assert all(s.allocation.total == 20000 for s in get_grid("fig5").scenarios())
 
 
 def test_plot_into_given_axes():
     from matplotlib.figure import Figure
 
-    study = get_study("fig5")
+    study = get_grid("fig5")
     df = MonteCarlo(study.scenarios()[:1] + study.scenarios()[5:6], study.methods, n_reps=1, progress=False).run()
     fig = Figure()
     axes = fig.subplots(1, 2)
-    assert plot_study(df, study, axes=axes) is fig
+    assert plot_grid(df, study, axes=axes) is fig
     with pytest.raises(ValueError, match="need 2 axes"):
-        plot_study(df, study, axes=axes[:1])
+        plot_grid(df, study, axes=axes[:1])

@@ -1,12 +1,13 @@
-"""problem_constants: closed forms, quadrature vs Monte Carlo, definitions."""
+"""problem_constants and hessian_norm_quantile: closed forms, quadrature vs Monte Carlo, definitions."""
 
 import math
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from privfedstat.simulations import GLMDesign
-from privfedstat.theory import problem_constants
+from privfedstat.theory import hessian_norm_quantile, problem_constants
 
 
 def test_logistic_beta_zero_closed_form():
@@ -76,3 +77,12 @@ def test_clip_fraction_and_overrides():
         problem_constants(family="logistic")
     with pytest.raises(ValueError, match="method"):
         problem_constants(design=design, method="simpson")
+
+
+def test_hessian_norm_quantile_closed_form():
+    """Logistic at theta = 0: ell'' = 1/4 and ||x||^2 = 1 + sigma_c^2 chi2_(d-1), so the q-quantile of
+    the per-sample Hessian norm is (1 + sigma_c^2 chi2_(d-1)^-1(q)) / 4."""
+    design = GLMDesign("logistic", beta=(0.5, -0.5, 0.5, 1.0), sigma_c=1.5)
+    for q in (0.5, 0.9):
+        expected = (1 + 1.5**2 * chi2.ppf(q, 3)) / 4
+        assert hessian_norm_quantile(design, q, n_mc=2**16) == pytest.approx(expected, rel=0.02)

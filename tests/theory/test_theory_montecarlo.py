@@ -11,9 +11,9 @@ Every replicate draws fresh data and fresh noise; seeds are fixed.
 import numpy as np
 import pytest
 
-from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
+from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, predict_mse
 from privfedstat.simulations import GLMDesign
-from privfedstat.theory import Problem, predict_mse
+from privfedstat.theory import Problem
 from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_numba_thread")]

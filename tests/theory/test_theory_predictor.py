@@ -1,14 +1,15 @@
-"""predict_mse: the linearised formulas against independent computations (fast; the Monte-Carlo
-comparison is in test_theory_montecarlo.py)."""
+"""predict_mse and predict_mse_from_params: the linearised formulas against independent computations
+(fast; the Monte-Carlo comparison is in test_theory_montecarlo.py)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
+from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, predict_mse
 from privfedstat.simulations import GLMDesign
-from privfedstat.theory import MSEPrediction, Problem, predict_mse, problem_constants
+from privfedstat.theory import MSEPrediction, Problem, predict_mse_from_params, problem_constants
+from privfedstat.theory._method_moments import fedsgd_moments
 
 LOGIT = GLMDesign("logistic", beta=(0.5, -0.5, 0.5))
 NMC = 2**13
@@ -149,3 +150,21 @@ def test_input_errors():
         Problem(LOGIT, [10, 0])
     with pytest.raises(ValueError, match="linearise"):
         predict_mse(FedSGD(clip=1.0), Problem(LOGIT, [100]), linearise="exact")
+
+
+def test_theory_predicts_from_plain_parameters():
+    """The theory layer needs no estimator: a recursion, a dict of parameters and the inference share
+    give the prediction that predict_mse reads from an estimator (its registry entry and get_params)."""
+    prob = Problem(LOGIT, [300] * 6)
+    params = {"family": "logistic", "mu": 2.0, "clip": 5.0, "n_iter": "auto", "step_size": "auto", "init": None}
+    plain = predict_mse_from_params(fedsgd_moments, params, prob, method="FedSGD", auto_counts={"n_iter": 50},
+                                    inference_budget=0.25, n_mc=NMC)
+    est = predict_mse(FedSGD(mu=2.0, clip=5.0), prob, n_mc=NMC)  # n_iter, step_size, inference "auto"
+    assert plain.method == est.method == "FedSGD"
+    assert plain.total == est.total and plain.diagnostics["mu_est"] == pytest.approx(2.0 * math.sqrt(1 - 0.25**2))
+    with pytest.raises(ValueError, match="leave nothing for estimation"):
+        predict_mse_from_params(fedsgd_moments, params, prob, method="FedSGD", auto_counts={"n_iter": 50},
+                                inference_budget=1.0)
+    with pytest.raises(ValueError, match="FedSGD's n_iter='auto'"):
+        predict_mse_from_params(fedsgd_moments, {**params, "mu": math.inf, "clip": math.inf}, prob, method="FedSGD",
+                                auto_counts={"n_iter": 50})

@@ -10,8 +10,8 @@ Inferred from the paper (ALGORITHMS.md 3.3) [I]: its 60-writer cache has 8064 / 
 training / calibration / evaluation examples; 8064 is exactly 80% of the 10,080, so every writer's
 examples are split about 80 / 10 / 10 (here: ``round(0.1 n_i)`` calibration and evaluation
 examples per writer, the rest for training). LEAF's own train/test split is not used: a writer's
-examples in ``train/`` and ``test/`` files are pooled before the split. Needs torch (the
-``deep`` extra) for the :class:`~privfedstat.deep.data.TensorFederatedData` it returns.
+examples in ``train/`` and ``test/`` files are pooled before the split. The training part is a
+:class:`~privfedstat.deep.data.TensorFederatedData` (torch, the ``deep`` extra).
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._rng import RandomState, as_seed_sequence, spawn_generators
-from .loaders import _as_dir, load_digits
-
-if TYPE_CHECKING:  # torch is imported only when data are built
-    from ..deep.data import TensorFederatedData
+from ..data.loaders import as_dir, load_digits
+from .data import TensorFederatedData
 
 __all__ = ["WriterData", "load_femnist", "femnist_standin", "FEMNIST_CLASSES"]
 
@@ -91,8 +88,6 @@ def _split_writers(images: list[np.ndarray], labels: list[np.ndarray], writers: 
                    source: str, calibration_fraction: float, eval_fraction: float,
                    rngs: list[np.random.Generator]) -> WriterData:
     """Shuffle each writer's examples and deal ``round(f n_i)`` to calibration and evaluation, the rest to training."""
-    from ..deep.data import TensorFederatedData
-
     parts: dict[str, list] = {"train": [], "cal": [], "eval": [], "train_y": [], "cal_y": [], "eval_y": [], "who": []}
     for k, (X, y, rng) in enumerate(zip(images, labels, rngs)):
         n = len(y)
@@ -117,7 +112,7 @@ def _split_writers(images: list[np.ndarray], labels: list[np.ndarray], writers: 
 # --------------------------------------------------------------------------- LEAF FEMNIST
 def _leaf_files(data_dir) -> list[Path]:
     """The LEAF JSON files under ``data_dir``: ``all_data/*.json``, else ``train/`` and ``test/``, else ``*.json``."""
-    root = _as_dir(data_dir)
+    root = as_dir(data_dir)
     for base in (root, root / "data"):
         if (base / "all_data").is_dir() and any((base / "all_data").glob("*.json")):
             return sorted((base / "all_data").glob("*.json"))

@@ -13,9 +13,10 @@ torch = pytest.importorskip("torch")
 
 from deep_fixtures import one_torch_thread  # noqa: E402,F401
 from privfedstat.cli import main  # noqa: E402
-from privfedstat.deep.study import (  # noqa: E402
-    CNN_METHODS, PRESETS, cnn_methods, cnn_study, load_cnn_data, plot_cnn_study, summarise_cnn,
+from privfedstat.deep.cnn_study import (  # noqa: E402
+    CNN_METHODS, PRESETS, cnn_methods, cnn_study, plot_cnn_study, summarise_cnn,
 )
+from privfedstat.deep.study import load_cnn_data  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -59,7 +60,7 @@ def test_digits_data():
 
 def test_tiny_digits_study_table_and_figure():
     train, test = load_cnn_data("digits")
-    df = cnn_study(TINY, train, test, mus=(2.0, math.inf), reps=(1, 1), random_state=3, progress=False)
+    df = cnn_study(replace(TINY, mus=(2.0, math.inf), reps=(1, 1), seed=3), train, test, progress=False)
     assert len(df) == (2 + 1) * 2 * 4
     assert set(df["method"]) == set(CNN_METHODS)
     assert df["accuracy"].between(0, 1).all()
@@ -75,15 +76,15 @@ def test_tiny_digits_study_table_and_figure():
     with pytest.raises(ValueError, match="scenario 3"):
         plot_cnn_study(df, scenario=3)
     # the same seed gives the same numbers
-    again = cnn_study(TINY, train, test, mus=(2.0,), scenarios=(1,), reps=(1, 1), random_state=3, progress=False)
+    again = cnn_study(replace(TINY, mus=(2.0,), scenarios=(1,), reps=(1, 1), seed=3), train, test, progress=False)
     pd.testing.assert_series_equal(again["accuracy"], df.loc[(df["scenario"] == 1) & (df["mu"] == 2.0), "accuracy"]
                                    .reset_index(drop=True))
 
 
-def test_cli_cnn_digits(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(PRESETS, "digits", TINY)  # the preset's rounds at the tiny scale
+def test_cli_cnn_digits(tmp_path, capsys):
     assert main(["reproduce", "cnn-digits", "--scenario", "1", "--sizes", "20", "--reps", "1", "--mu", "2",
-                 "--out", str(tmp_path), "--no-progress", "--threads", "1"]) == 0
+                 "--rounds", "2", "--local-steps", "2", "--clients-scenario1", "3", "--out", str(tmp_path),
+                 "--no-progress", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "DP-FedNewton-Iter" in out and "median test accuracy" in out
     df = pd.read_csv(tmp_path / "cnn-digits.csv")
@@ -129,5 +130,5 @@ def test_paper_networks_run_from_files(tmp_path, dataset):
     assert train[0].shape[0] == 40 and test[0].shape[0] == 10
     tiny = replace(PRESETS[dataset], n_rounds=2, n_local_steps=1, participation=0.5, clients_scenario1=2,
                    sizes_scenario1=(5,))
-    df = cnn_study(tiny, train, test, mus=(2.0,), scenarios=(1,), reps=(1, 1), progress=False)
+    df = cnn_study(replace(tiny, mus=(2.0,), scenarios=(1,), reps=(1, 1)), train, test, progress=False)
     assert len(df) == 4 and df["accuracy"].between(0, 1).all()

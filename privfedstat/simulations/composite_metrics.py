@@ -1,8 +1,8 @@
-"""Evaluation metrics of composite (penalised) fits: stationarity, training loss, sparsity and support recovery.
+"""Evaluation metrics of composite (penalised) fits: stationarity, sparsity and support recovery.
 
 FedNMap's paper reports the natural-map stationarity ``||F_nat^gamma(x_t)||^2`` (computed with the full
-gradient), Hoyer's sparsity and the training loss; for GLMs with a sparse truth the support recovery
-(precision and recall) says how well the penalty selects. The loss-based metrics read the raw data
+gradient) and Hoyer's sparsity; for GLMs with a sparse truth the support recovery (precision and
+recall) says how well the penalty selects. The loss-based metrics read the raw data
 (an experimenter's evaluation of a fit, not part of any protocol) on the scale of ``data``: evaluate a fit
 made with ``scaling`` on the rescaled columns (``estimator.scaler_.transform(data)``) with its fitting-scale
 penalty ``penalty_`` and coefficients, or fit without scaling.
@@ -20,8 +20,7 @@ from ..families import Family, get_family
 from ..federation.oracle import make_oracle
 from ..penalty import ElasticNet
 
-__all__ = ["pooled_loss_gradient", "stationarity", "training_loss", "hoyer_sparsity", "support_recovery",
-           "SupportRecovery"]
+__all__ = ["pooled_loss_gradient", "stationarity", "hoyer_sparsity", "support_recovery", "SupportRecovery"]
 
 
 def pooled_loss_gradient(theta, data: FederatedData, family: str | Family) -> tuple[float, np.ndarray]:
@@ -52,12 +51,6 @@ def stationarity(theta, data: FederatedData, family: str | Family, penalty: Elas
     """
     _, grad = pooled_loss_gradient(theta, data, family)
     return float(np.sum(penalty.natural_map(np.asarray(theta, dtype=np.float64).ravel(), grad, gamma) ** 2))
-
-
-def training_loss(theta, data: FederatedData, family: str | Family, penalty: ElasticNet | None = None) -> float:
-    """The pooled mean loss f(theta), plus phi(theta) when a ``penalty`` is given (the objective psi)."""
-    loss, _ = pooled_loss_gradient(theta, data, family)
-    return loss if penalty is None else loss + penalty.value(np.asarray(theta, dtype=np.float64).ravel())
 
 
 def hoyer_sparsity(x) -> float:

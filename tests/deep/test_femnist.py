@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from privfedstat.data import WriterData, femnist_standin, load_femnist  # noqa: E402
+from privfedstat.deep.femnist import WriterData, femnist_standin, load_femnist  # noqa: E402
 from privfedstat.deep.models import FemnistCNN, count_parameters  # noqa: E402
 
 # writer -> examples in LEAF's train/ and test/ files; every writer has its own label

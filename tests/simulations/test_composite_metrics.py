@@ -9,9 +9,8 @@ import pytest
 
 from _enet_reference import _loss_grad, enet_glm
 from privfedstat import FederatedData, FedNMap
-from privfedstat.estimators.composite_metrics import (hoyer_sparsity, pooled_loss_gradient, stationarity,
-                                                      support_recovery, training_loss)
 from privfedstat.penalty import ElasticNet
+from privfedstat.simulations.composite_metrics import hoyer_sparsity, pooled_loss_gradient, stationarity, support_recovery
 
 
 def _data(family="logistic"):
@@ -30,9 +29,6 @@ def test_loss_and_gradient_are_the_pooled_mean(family):
     want_loss, want_grad = _loss_grad(family, data.X, data.y, theta)
     assert loss == pytest.approx(want_loss, rel=1e-12)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-15)
-    phi = ElasticNet(0.1, 0.05, np.array([False, True, True, True, True]))
-    assert training_loss(theta, data, family) == pytest.approx(want_loss, rel=1e-12)
-    assert training_loss(theta, data, family, phi) == pytest.approx(want_loss + 0.1 * 1.0 + 0.05 * 0.38, rel=1e-12)
 
 
 def test_stationarity_is_zero_at_the_optimum_only_and_is_the_natural_map():

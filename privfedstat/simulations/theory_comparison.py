@@ -1,9 +1,10 @@
-"""Put Monte-Carlo results next to theory: matching bound, lower bound, predictor, fitted rate slope.
+"""A study of theory against simulation: Monte-Carlo results next to the matching bound, the lower
+bound, the MSE predictor and the fitted rate slope.
 
-This module sits at the edge of the package (it turns tidy result tables into tidy tables and
-figures): it builds estimators with :func:`privfedstat.simulations.make_estimator` and reads each
-method's bound and settings from the registry (:mod:`privfedstat.estimators.registry`), both
-imported inside the function, so that the theory layer itself does not depend on those layers.
+It turns tidy result tables (:class:`~privfedstat.simulations.MonteCarlo`) into tidy tables and
+figures: each method's bound and simulation settings come from the registry
+(:mod:`privfedstat.estimators.registry`), its estimator from :func:`make_estimator`, the
+predictions from :func:`privfedstat.predict_mse`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from .constants import problem_constants
-from .lower_bound import lower_bound
-from .predictor import Problem, predict_mse
+from ..estimators.prediction import predict_mse
+from ..estimators.registry import get_method
+from ..privacy.clipping import AutoClip
+from ..theory import Problem, hessian_norm_quantile, lower_bound, problem_constants
+from .allocations import Equal
+from .runner import Scenario, make_estimator
 
 __all__ = ["compare_to_theory", "plot_theory_comparison"]
 
@@ -91,11 +95,6 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     missing = need - set(results.columns)
     if missing or not ({"N", "n_mean"} & set(results.columns)):
         raise ValueError(f"results needs columns {sorted(need)} and N (or n_mean); missing {sorted(missing) or ['N']}.")
-    from ..estimators.registry import get_method
-    from ..privacy.clipping import AutoClip
-    from ..simulations.allocations import Equal
-    from ..simulations.runner import Scenario, make_estimator
-
     df = results.copy()
     if "N" not in df:
         df["N"] = np.rint(df["n_mean"] * df["m"]).astype(int)
@@ -109,10 +108,7 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     tr = trace_sigma if trace_sigma is not None else (consts.trace_sigma if consts else None)
     hclip = hessian_clip
     if hclip is None and design is not None:
-        from ._population import Population, make_spec
-
-        pop = Population(make_spec(design), n_mc, random_state)
-        hclip = float(np.quantile(pop.hessian_norms(np.zeros(len(design.beta_true))), AutoClip().quantile))
+        hclip = hessian_norm_quantile(design, AutoClip().quantile, n_mc=n_mc, random_state=random_state)
     K = df["K"] if "K" in df else pd.Series(np.nan, index=df.index)
     df["_K"] = K.astype(float)
     cell_cols = ["method", "m", "N", "mu", "_K"] + (["scenario"] if "scenario" in df else [])

@@ -6,17 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat.simulations import GLMDesign
-from privfedstat.theory import (
-    compare_to_theory,
-    fedavg_bound,
-    fedsgd_bound,
-    lower_bound,
-    plot_theory_comparison,
-    predict_mse,
-    Problem,
-)
-from privfedstat import FedSGD
+from privfedstat import FedSGD, predict_mse
+from privfedstat.simulations import GLMDesign, compare_to_theory, plot_theory_comparison
+from privfedstat.theory import Problem, fedavg_bound, fedsgd_bound, lower_bound
 
 DESIGN = GLMDesign("logistic", beta=(0.5, -0.5, 0.5))
 
