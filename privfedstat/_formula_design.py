@@ -11,8 +11,16 @@ add a coefficient (a perfect distinguisher), and ``scale(x)`` would standardise 
 * refuses stateful transforms (formulaic's ``scale``, ``center``, ``standardize``, ``poly``,
   ``bs``, ``cr``, ...), detected from the model spec's transform state: every stateful transform
   that learned anything from the data stored it there;
-* refuses terms that are not row by row (``lag(x)``, ``x - np.mean(x)``): the design rows of two
-  kept rows, rebuilt from those rows alone, must equal their rows in the full design.
+* accepts only terms that are row by row by construction (:func:`_check_row_by_row`): each
+  factor is a column, a constant, or a Python expression built from columns and constants with
+  elementwise operations only -- arithmetic and comparison operators, numpy ufuncs (``np.log``,
+  ``np.exp``, ``np.abs``, ``np.maximum``, ...: elementwise by definition), ``abs`` and
+  formulaic's ``I``, ``Q`` and ``C``. Such an expression maps each row's own values to its design
+  row whatever the data, so replacing one row changes only that row of the design. Anything else
+  (``np.mean``, ``np.quantile``, ``np.clip``, ``np.cumsum``, ``x.rank()``, ``lag(x)``, a
+  subscript, a user function) is refused, whatever the data it is given: a check that evaluates
+  the formula on some rows cannot exclude a term that reads other rows only on some datasets
+  (ties, quantiles, extreme values).
 
 With ``mu = inf`` levels may come from the data and every transform is allowed, as in statsmodels.
 """
@@ -133,7 +141,7 @@ def build_design(
     if private:
         _check_no_stateful_transforms(mm)
         _check_declared(mm, declared, work.columns)
-        _check_row_by_row(mm, work, X_frame)
+        _check_row_by_row(mm, work.columns)
     if y_frame.shape[1] != 1:
         raise ValueError(
             f"the formula must have one numeric response column; {response!r} gives {y_frame.shape[1]}. "
@@ -305,33 +313,70 @@ def _check_declared(mm, declared: dict[str, list], columns: pd.Index) -> None:
                 )
 
 
-def _check_row_by_row(mm, work: pd.DataFrame, X_frame: pd.DataFrame) -> None:
-    """Refuse terms that read other rows: two kept rows rebuilt alone must give their full-design rows."""
-    kept = X_frame.index.to_numpy()
-    if kept.size < 2:
-        return
-    rows = [kept[0], kept[-1]]
-    alone = mm.model_spec.get_model_matrix(work.iloc[rows], na_action="ignore")
-    moved = []
-    for full, part in ((mm.lhs, alone.lhs), (mm.rhs, alone.rhs)):
-        a = np.asarray(full.loc[rows], dtype=np.float64)
-        b = np.asarray(part, dtype=np.float64)
-        moved += [name for j, name in enumerate(full.columns)
-                  if not np.allclose(a[:, j], b[:, j], rtol=1e-10, atol=0.0, equal_nan=True)]
-    if moved:
+def _check_row_by_row(mm, columns: pd.Index) -> None:
+    """Refuse terms that are not row by row by construction (see the module docstring); no data is evaluated."""
+    suspect = [str(term) for spec in (mm.lhs.model_spec, mm.rhs.model_spec) for term in spec.terms
+               if not all(_elementwise(factor, columns) for factor in term.factors)]
+    if suspect:
         raise ValueError(
-            f"the formula column(s) {moved} use values of other rows (e.g. lag(x) or x - np.mean(x)): with finite "
-            "mu every row's design must depend on that row alone, or one person's data would change other rows "
-            "and the clipping bound would not hold. Compute such columns beforehand from public constants, or use "
-            "glm's scaling= to rescale."
+            f"the formula column(s) {suspect} may use values of other rows (e.g. lag(x), x - np.mean(x), "
+            "np.quantile, np.clip, x.rank(), cumsum): with finite mu every row's design must depend on that row "
+            "alone, or one person's data would change other rows and the clipping bound would not hold. Terms "
+            "may use columns, constants, arithmetic and comparisons, numpy ufuncs (np.log, np.exp, np.abs, "
+            "np.maximum, ...), abs, I(), Q() and C(). Compute other columns beforehand from public constants, or "
+            "use glm's scaling= to rescale."
         )
 
 
-# ---------------------------------------------------------------------- helpers
-def _factor_column(expr: str, columns: pd.Index) -> str | None:
-    """The data column a categorical factor encodes (``col`` or ``C(col, ...)``), else None."""
-    if expr in columns:
-        return expr
+#: formulaic's wrappers and Python builtins that act on each row alone
+_ROWWISE_CALLS = {"I", "Q", "C", "abs"}
+#: operators that act elementwise on columns (``@``, ``in``, ``is``, ``and``, ``or`` do not)
+_ROWWISE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
+                ast.BitXor, ast.LShift, ast.RShift, ast.UAdd, ast.USub, ast.Invert, ast.Eq, ast.NotEq, ast.Lt,
+                ast.LtE, ast.Gt, ast.GtE)
+
+
+def _elementwise(factor, columns: pd.Index) -> bool:
+    """Whether a formulaic factor is a column, a literal, or an expression of elementwise operations only."""
+    method = getattr(factor.eval_method, "value", factor.eval_method)
+    if method in ("literal", "lookup"):
+        return True
+    parsed = _parse(factor.expr)
+    if parsed is None:
+        return False
+    node, quoted = parsed
+    names = set(columns)
+
+    def ok(n: ast.AST) -> bool:
+        if isinstance(n, ast.Constant):
+            return True
+        if isinstance(n, ast.Name):
+            return quoted.get(n.id, n.id) in names
+        if isinstance(n, (ast.List, ast.Tuple)):
+            return all(isinstance(e, ast.Constant) for e in n.elts)
+        if isinstance(n, ast.BinOp):
+            return isinstance(n.op, _ROWWISE_OPS) and ok(n.left) and ok(n.right)
+        if isinstance(n, ast.UnaryOp):
+            return isinstance(n.op, _ROWWISE_OPS) and ok(n.operand)
+        if isinstance(n, ast.Compare):
+            return all(isinstance(op, _ROWWISE_OPS) for op in n.ops) and ok(n.left) and all(map(ok, n.comparators))
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name) and f.id in _ROWWISE_CALLS:
+                keywords_ok = f.id == "C" and all(isinstance(k.value, (ast.Constant, ast.List, ast.Tuple))
+                                                  and ok(k.value) for k in n.keywords)
+                return (keywords_ok or not n.keywords) and all(map(ok, n.args))
+            ufunc = (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("np", "numpy")
+                     and isinstance(getattr(np, f.attr, None), np.ufunc))
+            return ufunc and not n.keywords and all(map(ok, n.args))
+        return False
+
+    return ok(node)
+
+
+def _parse(expr: str) -> tuple[ast.AST, dict[str, str]] | None:
+    """``expr`` as a Python expression (backquoted column names replaced by aliases) and the aliases; None if it
+    does not parse."""
     quoted: dict[str, str] = {}
 
     def alias(match: re.Match) -> str:
@@ -339,9 +384,20 @@ def _factor_column(expr: str, columns: pd.Index) -> str | None:
         return f"_q{len(quoted) - 1}_"
 
     try:
-        node = ast.parse(re.sub(r"`([^`]*)`", alias, expr), mode="eval").body
+        return ast.parse(re.sub(r"`([^`]*)`", alias, expr), mode="eval").body, quoted
     except SyntaxError:
         return None
+
+
+# ---------------------------------------------------------------------- helpers
+def _factor_column(expr: str, columns: pd.Index) -> str | None:
+    """The data column a categorical factor encodes (``col`` or ``C(col, ...)``), else None."""
+    if expr in columns:
+        return expr
+    parsed = _parse(expr)
+    if parsed is None:
+        return None
+    node, quoted = parsed
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
             and node.args and isinstance(node.args[0], ast.Name)):
         name = quoted.get(node.args[0].id, node.args[0].id)

@@ -81,7 +81,7 @@ def glm(
     penalty : {"l1", "elasticnet"} or None, default None
         Fit a penalised GLM (federated lasso / elastic net): the mean loss plus
         ``alpha (l1_ratio ||b||_1 + (1 - l1_ratio) ||b||^2 / 2)``, scikit-learn's and glmnet's
-        scaling; give ``alpha=`` and, for ``"elasticnet"``, ``l1_ratio=``. The intercept is not
+        scaling; give ``alpha=`` (required) and, for ``"elasticnet"``, ``l1_ratio=``. The intercept is not
         penalised; with the default ``scaling="private"`` the penalty acts on the columns as the
         private scaling sets them (centre: a private median; scale: the private 90% quantile of
         ``|x - centre|``, see ``fit.scaler_`` -- not glmnet's standard deviations, so the same alpha
@@ -170,6 +170,10 @@ def glm(
     if penalty is not None and "penalty" not in inspect.signature(spec.cls.__init__).parameters:
         raise ValueError(f"penalty={penalty!r} needs a penalised method: 'fednmap' (the default with a penalty), "
                          f"'zhang' or 'fedcanon'; method={method!r} fits the unpenalised likelihood.")
+    if penalty is not None and "alpha" not in params:
+        raise ValueError(f"penalty={penalty!r} needs its strength: pass alpha= (the penalty is alpha ||b||_1, or the "
+                         "elastic net's alpha (l1_ratio ||b||_1 + (1 - l1_ratio) ||b||^2 / 2)); there is no "
+                         "default, as the right strength depends on the data's scale and N.")
     mu = check_mu(mu)
     private = math.isfinite(mu)
     if private and not spec.private:

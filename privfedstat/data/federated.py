@@ -12,63 +12,15 @@ from functools import cached_property
 
 import numpy as np
 
+from .._linalg import row_norm_bounds
 from .._rng import RandomState, as_seed_sequence, spawn_generators
 from .._validation import check_finite_array, check_matrix
 
-__all__ = ["FederatedData", "row_norm_bounds"]
+__all__ = ["FederatedData"]
 
-_U = 2.0**-53  # unit roundoff of float64
-#: sums of squares in this range are computed without overflow and without losing accuracy to underflow
-_SAFE_SQ = (2.0**-960, 2.0**960)
-#: rows outside that range are rescaled this many at a time (bounds the temporary copy)
-_CHUNK = 4096
 #: the kernels' "no offset" (an empty offset array)
 _NO_OFFSET = np.empty(0)
 _NO_OFFSET.setflags(write=False)
-
-
-def row_norm_bounds(X: np.ndarray) -> np.ndarray:
-    """Upper bounds ``b_j >= ||x_j||_2`` on the row norms of a finite matrix, tight to about ``(2.5 d + 21) u``.
-
-    ``sqrt(sum_k x_jk^2)`` underflows to 0 when every ``|x_jk|`` is below about 1e-162 and
-    overflows above about 1e154, and the clipping bound ``||g_j|| <= B`` then fails for such rows.
-    Here the plain sum of squares is used only where it lies in ``[2^-960, 2^960]`` (no term can
-    overflow, and terms that underflow change it by at most ``d 2^-1075``, a relative ``d 2^-115``);
-    every other row is rescaled by its largest entry, ``m sqrt(sum_k (x_jk / m)^2)`` with
-    ``m = max_k |x_jk|``. Either way the result has relative error at most ``(d/2 + 4) u``
-    (``u = 2^-53``: ``d`` roundings in the sum of non-negative terms in any order, one for each
-    square, quotient, square root and the product; Higham, *Accuracy and Stability of Numerical
-    Algorithms*, 2002, sect. 4.2), so it is multiplied by ``1 + 2 (d + 8) u`` (exactly
-    representable) and ``4 * 2^-1074`` is added, which covers the absolute rounding of subnormal
-    results. Hence ``b_j >= ||x_j||`` holds for every finite row, exactly; zero rows get a bound of
-    ``2^-1072``, and a row whose norm exceeds the largest double gets ``inf`` (the kernels then
-    give it a zero contribution).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-        Finite float64 rows x_j.
-
-    Returns
-    -------
-    ndarray of shape (n_samples,)
-    """
-    X = np.asarray(X, dtype=np.float64)
-    d = X.shape[1]
-    with np.errstate(over="ignore", under="ignore"):
-        s = np.einsum("ij,ij->i", X, X)
-        n = np.sqrt(s)
-        rescale = np.flatnonzero(~((s >= _SAFE_SQ[0]) & (s <= _SAFE_SQ[1])))
-        for lo in range(0, rescale.size, _CHUNK):
-            rows = rescale[lo:lo + _CHUNK]
-            Xb = X[rows]
-            m = np.max(np.abs(Xb), axis=1)
-            nz = m > 0
-            Xs = Xb[nz] / m[nz, None]
-            nb = np.zeros(rows.size)
-            nb[nz] = m[nz] * np.sqrt(np.einsum("ij,ij->i", Xs, Xs))
-            n[rows] = nb
-        return n * (1.0 + 2 * (d + 8) * _U) + 4 * 2.0**-1074
 
 
 class FederatedData:

@@ -32,6 +32,7 @@ from .._validation import check_iterate
 from ..federation import clients as federation_clients
 from ..federation.clients import InProcessClients, Reply, _Status, smoothed_normalize
 from ..privacy.ledger import Release
+from ..privacy.mechanisms import SecureClientNoise
 from .data import TensorFederatedData
 from .per_sample import PerSampleGradients, clip_factors, sample_norms
 
@@ -103,6 +104,10 @@ class TorchClients:
         Federation index of the first client held here: client ``first_client + k`` gets the
         children ``first_client + k`` of the noise and minibatch seeds, the streams it has when all
         clients are held in one process (a Flower node holds one client, its partition id).
+    secure : bool, default False
+        Draw the noise from :class:`~privfedstat.privacy.mechanisms.SecureClientNoise` (the
+        estimators' ``secure_mode``: the OS's CSPRNG, four normals summed) instead of the seeded
+        :class:`TorchNoise` streams.
 
     Attributes (public: what the server may know)
     ----------------------------------------------
@@ -110,7 +115,7 @@ class TorchClients:
     """
 
     def __init__(self, data: TensorFederatedData, model: nn.Module, loss_fn: Callable, seed: np.random.SeedSequence, *,
-                 batch_size: int | None = None, first_client: int = 0) -> None:
+                 batch_size: int | None = None, first_client: int = 0, secure: bool = False) -> None:
         if not isinstance(data, TensorFederatedData):
             raise TypeError(f"TorchClients need a TensorFederatedData, got {type(data).__name__}.")
         self._psg = PerSampleGradients(model, loss_fn)
@@ -120,7 +125,8 @@ class TorchClients:
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
         clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)
-        self._noise = TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients])
+        self._noise = (SecureClientNoise(data.n_clients) if secure
+                       else TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients]))
         self._batches = [seeded_generator(child_seed(batch_seed, i)) for i in clients]
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None

@@ -15,9 +15,10 @@ What differs from the GLM estimators (and why):
   ``(n_updates + 1) n_params`` float64 numbers); ``predict`` / ``predict_proba`` / ``score``
   (accuracy) take input tensors.
 * No inference (``supports_inference = False``: standard errors of network weights are not
-  defined by the paper), no feature scaling, no secure mode (the noise comes from per-client
-  ``torch.Generator`` streams seeded from ``random_state``), and ``step_size`` is a number (the
-  GLM curvature bound of ``"auto"`` does not apply).
+  defined by the paper), no feature scaling, and ``step_size`` is a number (the GLM curvature
+  bound of ``"auto"`` does not apply). The noise comes from per-client ``torch.Generator``
+  streams seeded from ``random_state``, or with ``secure_mode=True`` from the operating system's
+  CSPRNG as for the GLM estimators (:class:`~privfedstat.FederatedEstimator`).
 * ``clip`` is B, a number, or an :class:`~privfedstat.AutoClip` without pilot rounds (the private
   quantile of the per-sample gradient norms at the initial weights; it spends its budget share
   of mu); ``"auto"`` (whose pilot takes GLM steps) and ``"paper"`` are refused.
@@ -42,6 +43,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .._linalg import safe_norm
 from .._validation import check_positive_float, check_positive_int
 from ..estimators.dpfedavg import DPFedAvg
 from ..estimators.fedavg import FedAvg
@@ -93,7 +95,6 @@ class _Network:
     """What turns a GLM estimator into a network estimator (mixin placed first: data, clients, results)."""
 
     supports_inference = False
-    secure_mode = False
     scaling = None
     init = None
     inference = None
@@ -125,7 +126,8 @@ class _Network:
         return X, None
 
     def _make_clients(self, data: TensorFederatedData, family, seed: np.random.SeedSequence, secure: bool) -> TorchClients:
-        return TorchClients(data, self.model, _loss(self.loss), seed, batch_size=getattr(self, "batch_size", None))
+        return TorchClients(data, self.model, _loss(self.loss), seed, batch_size=getattr(self, "batch_size", None),
+                            secure=secure)
 
     def _coef_shape(self, n_features: int, family) -> tuple[int, ...]:
         return (-1,)  # the flat parameter vector
@@ -185,7 +187,7 @@ class _Network:
         }
         params = dict(self.model_.named_parameters())
         table = pd.DataFrame({"shape": [tuple(p.shape) for p in params.values()],
-                              "norm": [float(torch.linalg.vector_norm(p.detach())) for p in params.values()]},
+                              "norm": [safe_norm(p.detach().to(torch.float64).numpy()) for p in params.values()]},
                              index=pd.Index(list(params), name="parameter"))
         return Summary(f"{self.method} results", header, table, [f"NOT fully private: {leak}" for leak in led.leaks])
 
@@ -254,6 +256,9 @@ _TAIL = """    weights : "size" or array of shape (n_clients,), default "size"
     on_client_failure : {"raise", "skip"}, default "raise"
         See :class:`~privfedstat.FederatedEstimator`; fault injection with
         :class:`~privfedstat.deep.data.FailingTensorData`.
+    secure_mode : bool, default False
+        Noise from the operating system's CSPRNG, four normals summed (random_state must be None);
+        see :class:`~privfedstat.FederatedEstimator`.
 
     Attributes
     ----------
@@ -299,7 +304,7 @@ class DeepFedAvg(_Network, FedAvg):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 10,
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
                  batch_size: int | None = None, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -313,6 +318,7 @@ class DeepFedAvg(_Network, FedAvg):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
@@ -343,7 +349,7 @@ class DeepFedSGD(_Network, FedSGD):
 
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_iter: int = 100,
                  step_size: float = 0.01, clip=1.0, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -354,6 +360,7 @@ class DeepFedSGD(_Network, FedSGD):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
 
 class DeepFedHybrid(_Network, FedHybrid):
@@ -385,7 +392,8 @@ class DeepFedHybrid(_Network, FedHybrid):
 
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_local_steps: int = 10,
                  n_server_iter: int = 90, step_size: float = 0.01, clip=1.0, batch_size: int | None = None,
-                 weights="size", participation=None, random_state=None, on_client_failure: str = "raise") -> None:
+                 weights="size", participation=None, random_state=None, on_client_failure: str = "raise",
+                 secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -398,6 +406,7 @@ class DeepFedHybrid(_Network, FedHybrid):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
 
 class DeepDPFedAvg(_Network, DPFedAvg):
@@ -433,7 +442,7 @@ class DeepDPFedAvg(_Network, DPFedAvg):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 20,
                  n_local_steps: int = 5, step_size: float = 0.01, server_step_size: float = 1.0,
                  update_clip: float = 1.0, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -446,3 +455,4 @@ class DeepDPFedAvg(_Network, DPFedAvg):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode

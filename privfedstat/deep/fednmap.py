@@ -113,7 +113,7 @@ class _NetworkComposite(_Network):
     """The network mixin for the composite estimators: composite torch clients, phi on every trainable parameter."""
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> CompositeTorchClients:
-        return CompositeTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size)
+        return CompositeTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure)
 
     def _mask(self, n_features: int, family) -> np.ndarray:
         return np.ones(sum(p.numel() for p in self.model.parameters() if p.requires_grad), dtype=bool)
@@ -155,7 +155,7 @@ class DeepFedNMap(_NetworkComposite, FedNMap):
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0,
                  gamma: float | str = "auto", penalty: str = "l1", alpha: float = 1e-4, l1_ratio: float | None = None,
                  clip=1.0, batch_size: int | None = None, weights="size", random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         _store(self, locals())
 
 
@@ -172,7 +172,7 @@ class DeepZhang(_NetworkComposite, ZhangComposite):
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0,
                  penalty: str = "l1", alpha: float = 1e-4, l1_ratio: float | None = None, clip=1.0,
                  batch_size: int | None = None, weights="size", random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         _store(self, locals())
 
 

@@ -21,7 +21,9 @@ from torch.func import functional_call
 
 from ..estimators.hifedprox import HiFedProx
 from ..federation.clients import Reply
-from ..federation.power_prox import clip_updates, client_batch_rng, minibatch_rows, power_prox_descent
+from .._linalg import clip_rows
+from ..kernels.glm_nb import CLIP_SAFETY
+from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 from .clients import TorchClients
 from .estimators import _Network, _loss
 
@@ -71,7 +73,7 @@ class HiFedProxTorchClients(TorchClients):
             u, trials, failures = power_prox_descent(w, steps[i:i + 1], alphas[i:i + 1], prox, armijo, batch_objective)
             local.append(u[0])
             diagnostics.append([trials[0], failures[0]])
-        delta = clip_updates(self._stack(local, self.n_params) - w, update_clip)
+        delta = clip_rows(self._stack(local, self.n_params) - w, update_clip * CLIP_SAFETY)
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         values = self._scatter(noisy, clients)
         if math.isinf(mu):
@@ -91,7 +93,7 @@ class DeepHiFedProx(_Network, HiFedProx):
     (:mod:`privfedstat.deep.hifedprox_study`).
 
     Parameters: those of :class:`~privfedstat.HiFedProx` (same names, meanings and defaults) except
-    ``family``, ``secure_mode`` and ``inference``, plus:
+    ``family`` and ``inference``, plus:
 
     model : torch.nn.Module
         The network (float32 or float64; its current weights are w^0); never changed by ``fit``.
@@ -113,7 +115,7 @@ class DeepHiFedProx(_Network, HiFedProx):
                  power: float = 5.0, prox_coef: float = 0.03, prox_radius: float = 1.0, n_local_steps=3,
                  step_size=0.5, batch_size: int | None = 16, armijo_c: float = 1e-4, backtrack_factor: float = 0.5,
                  max_backtracks: int = 12, update_clip: float | str = "auto", participation=None, random_state=None,
-                 on_client_failure: str = "raise") -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -131,6 +133,7 @@ class DeepHiFedProx(_Network, HiFedProx):
         self.participation = participation
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> HiFedProxTorchClients:
-        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed)
+        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed, secure=secure)

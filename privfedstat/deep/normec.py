@@ -65,7 +65,8 @@ class DeepFedAlphaNormEC(_NetworkUnitMessages, FedAlphaNormEC):
                  beta: float = 0.1, step_size: float = 0.1, server_step_size: float = 0.1, n_local_steps: int = 1,
                  local_solver: str = "gd", server_normalization: bool = False, batch_size: int | None = None,
                  mu: float | None = 2.0, epsilon: tuple[float, float] | None = None, sigma: str | None = None,
-                 participation=None, weights="size", random_state=None, on_client_failure: str = "raise") -> None:
+                 participation=None, weights="size", random_state=None, on_client_failure: str = "raise",
+                 secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.n_rounds = n_rounds
@@ -84,6 +85,7 @@ class DeepFedAlphaNormEC(_NetworkUnitMessages, FedAlphaNormEC):
         self.weights = weights
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode
 
 
 class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
@@ -101,7 +103,8 @@ class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", n_rounds: int = 50, beta: float = 0.1,
                  step_size: float = 0.1, server_step_size: float = 0.1, n_local_steps: int = 1,
                  mu: float | None = 2.0, epsilon: tuple[float, float] | None = None, sigma: str | None = None,
-                 participation=None, weights="size", random_state=None, on_client_failure: str = "raise") -> None:
+                 participation=None, weights="size", random_state=None, on_client_failure: str = "raise",
+                 secure_mode: bool = False) -> None:
         self.model = model
         self.loss = loss
         self.n_rounds = n_rounds
@@ -116,3 +119,4 @@ class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
         self.weights = weights
         self.random_state = random_state
         self.on_client_failure = on_client_failure
+        self.secure_mode = secure_mode

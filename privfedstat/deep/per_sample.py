@@ -7,7 +7,9 @@ moves it by at most ``2B / n`` (the core paper's Lemma 3.1), whatever the model.
 
 The per-sample gradients come from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
 evaluated with ``functional_call``), a batch at a time (:data:`CHUNK_ELEMENTS` bounds the memory),
-in the model's dtype (float32 or float64). Nothing is taken from the model's ``.grad``.
+in the model's dtype (float32 or float64); the clipping factors, the scaled terms and their sum are
+computed in float64, and the clipped mean is returned in float64 (the clients release it in
+float64). Nothing is taken from the model's ``.grad``.
 
 Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.kernels.glm_nb`):
 
@@ -19,12 +21,13 @@ Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.
   In float32 (unit roundoff ``u = 2^-24``) a block's sum of 16 squares has relative error at most
   ``16 u`` in any summation order (Higham 2002, sect. 4.2), so its float32 norm at most ``9 u``
   with the square root, its square ``18 u``, and the float64 total and root give ``||g_j||`` to
-  within ``9 u`` (plus ``~P 2^-53``, negligible); the factor is rounded once into float32 (``u``;
-  it is a normal number, see :func:`clip_factors`) and multiplies each entry once (``u``
-  relative, or ``2^-150`` absolute where the product is subnormal, covered by
-  ``B >= MIN_CLIP``): at most ``11 u = 2^-20.5`` relative in all, below ``1 - kappa = 2^-20``.
-  So every clipped term has norm ``<= B`` also after rounding (float64 models have far more
-  margin). The cost is a clipping bias of ``10^-6`` relative, far below the privacy noise;
+  within ``9 u`` (plus ``~P 2^-53``, negligible). The factor (float64, a normal number, see
+  :func:`clip_factors`), its products with the entries (converted to float64 exactly) and the
+  sum over the ``n`` rows are float64: their roundings add at most ``(n + 2) 2^-53`` relative
+  (``< 2^-30`` for ``n < 2^22``). So every clipped term, and the clipped mean, has norm ``<= B``
+  also after rounding (``9 u + 2^-30 < 2^-20``). A float32 sum would not do: its error grows with
+  ``n`` (about ``1e-3`` relative at ``n = 10^5`` rows in one direction), far past the margin. The
+  cost is a clipping bias of ``10^-6`` relative, far below the privacy noise;
 * a per-sample gradient with a non-finite entry (a NaN or infinite loss) contributes 0: NaN against
   a finite value would be a perfect distinguisher. So does one whose clipping factor would be
   subnormal in the model's dtype (norm above about ``8e37 B`` in float32). With ``B = inf`` (no
@@ -134,16 +137,19 @@ class PerSampleGradients:
             yield [grads[n] for n in self.names]
 
     def clipped_mean(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float) -> list[torch.Tensor]:
-        """``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` per parameter (non-finite terms 0 when B is finite)."""
-        total = [torch.zeros(s, dtype=params[n].dtype) for n, s in zip(self.names, self.shapes)]
+        """``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` per parameter, in float64 (non-finite terms 0 when B is finite).
+
+        Factors, terms and sum are float64 whatever the model's dtype (see the module docstring).
+        """
+        total = [torch.zeros(s, dtype=torch.float64) for s in self.shapes]
         for grads in self.chunks(params, inputs, targets):
             norms = sample_norms(grads)
-            factors = clip_factors(norms, clip, grads[0].dtype)
+            factors = clip_factors(norms, clip, torch.float64)
             finite = torch.isfinite(norms)
             for acc, g in zip(total, grads):
                 if math.isfinite(clip) and not bool(finite.all()):
                     g = torch.where(finite.view((-1,) + (1,) * (g.dim() - 1)), g, torch.zeros((), dtype=g.dtype))
-                acc += torch.tensordot(factors, g, dims=1)
+                acc += torch.tensordot(factors, g.to(torch.float64), dims=1)
         return [t / inputs.shape[0] for t in total]
 
     def mean_gradient(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
@@ -238,8 +244,9 @@ def per_sample_clipped_mean(model: nn.Module, loss_fn: Callable, inputs: torch.T
 
     ``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` with ``g_j`` the gradient of
     ``loss_fn(model(x_j), y_j)`` at the model's current parameters, from ``torch.func``
-    (``functional_call`` + ``vmap`` + ``grad``), in the model's dtype; ``kappa = 1 - 2^-20`` keeps
-    every clipped term's norm ``<= B`` after float32 rounding, and a non-finite per-sample gradient
+    (``functional_call`` + ``vmap`` + ``grad``) in the model's dtype, scaled and summed in float64;
+    ``kappa = 1 - 2^-20`` keeps every clipped term's norm, and the mean's, ``<= B`` after
+    rounding, and a non-finite per-sample gradient
     contributes 0 (see :mod:`privfedstat.deep.per_sample`). Its L2 sensitivity to one row replaced
     is ``2B / n`` (Lemma 3.1 of the core paper), whatever the model.
 
@@ -262,6 +269,7 @@ def per_sample_clipped_mean(model: nn.Module, loss_fn: Callable, inputs: torch.T
     Returns
     -------
     torch.Tensor of shape (P,) or dict of str to torch.Tensor
+        float64 (the terms are scaled and summed in float64 whatever the model's dtype).
     """
     if not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"clip must be a positive number (inf for no clipping), got {clip!r}.")

@@ -261,9 +261,11 @@ class FittedResults:
     def _inference(self) -> InferenceResult:
         self._check_fitted()
         if self.inference_ is None and not self.supports_inference:
-            raise NoInferenceError(
-                f"{type(self).__name__} protects whole clients and reports no standard errors: the inference releases "
-                "are record-level and cannot carry a client-level guarantee.")
+            why = ("it protects whole clients, and the inference releases are record-level: they cannot carry a "
+                   "client-level guarantee" if "client" in self.privacy_.units else
+                   "it has no inference (supports_inference is False; for a network, standard errors of the weights "
+                   "are not defined)")
+            raise NoInferenceError(f"{type(self).__name__} reports no standard errors: {why}.")
         if self.inference_ is None:
             raise NoInferenceError(
                 f"this {type(self).__name__} was fitted with inference=None, so it has no standard errors, intervals "

@@ -46,10 +46,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .._linalg import floor_eigenvalues, sym_to_vec
-from ..data.federated import FederatedData, row_norm_bounds
+from .._linalg import clip_rows, floor_eigenvalues, row_norm_bounds, sym_to_vec
+from ..data.federated import FederatedData
 from .._validation import check_iterate
 from ..families.base import Family
+from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release
 from .oracle import ClientOracle, make_oracle
 
@@ -369,9 +370,10 @@ class InProcessClients:
         """Client-level DP-FedAvg: K local full-batch GD steps from theta (no noise), the model update clipped
         to L2 norm S (``update_clip``), plus noise; a client-level release (unit ``"client"``).
 
-        Whatever a client's data, its clipped update lies in the ball of radius S (a non-finite
-        update, from diverging local steps, is sent as 0), so replacing the whole dataset moves
-        it by at most 2S: the server's ``sensitivity``.
+        Whatever a client's data, its clipped update lies in the ball of radius S (clipped to
+        ``S kappa``, the kernels' CLIP_SAFETY, by :func:`~privfedstat._linalg.clip_rows`, whose norm
+        neither underflows nor overflows; a non-finite update, from diverging local steps, is sent
+        as 0), so replacing the whole dataset moves it by at most 2S: the server's ``sensitivity``.
         """
         answered, failing = self._begin(active)
         o = self._oracle
@@ -380,12 +382,7 @@ class InProcessClients:
             for _ in range(n_steps):
                 local = local - step_size * o.clipped_gradients(local, math.inf)
             delta = local - theta
-        finite = np.all(np.isfinite(delta), axis=1)
-        delta[~finite] = 0.0
-        scale = np.max(np.abs(delta), axis=1)
-        safe = np.where(scale > 0, scale, 1.0)
-        norms = safe * np.sqrt(np.sum((delta / safe[:, None]) ** 2, axis=1))  # no overflow for huge updates
-        delta *= np.minimum(1.0, update_clip * (1.0 - 2.0**-40) / np.maximum(norms, 1e-300))[:, None]
+        delta = clip_rows(delta, update_clip * CLIP_SAFETY)
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(noisy, [rec], answered, failing)
 
@@ -433,7 +430,7 @@ class InProcessClients:
         privacy) each row also carries two diagnostics after ``Delta_i``: the client's Armijo trial
         points and its failed line searches.
         """
-        from .power_prox import clip_updates, client_batch_rng, minibatch_rows, power_prox_descent
+        from .power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
@@ -450,7 +447,7 @@ class InProcessClients:
                                                  np.asarray(step_size, dtype=np.float64)[clients], prox, armijo,
                                                  batch_objective)
         delta = np.zeros((self.n_clients, self.n_params))
-        delta[clients] = clip_updates(u - w, update_clip)
+        delta[clients] = clip_rows(u - w, update_clip * CLIP_SAFETY)
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         if math.isinf(mu):
             diagnostics = np.zeros((self.n_clients, 2))
@@ -549,20 +546,21 @@ def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float,
     ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
     (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
     half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
-    ``grad_clip[i]`` (G_i). Its L2 sensitivity (one datum replaced, in either half) is
+    ``grad_clip[i]`` (G_i) with :func:`~privfedstat._linalg.clip_rows` (its norm neither underflows
+    for tiny gradients nor overflows for huge ones, so ``||gbar_i|| <= G_i`` for every finite input).
+    Its L2 sensitivity (one datum replaced, in either half) is
     :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
     """
     H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
     g = half2.clipped_gradients(theta, clip)
-    norms = np.linalg.norm(g, axis=1)
-    g = g * np.minimum(1.0, grad_clip / np.maximum(norms, 1e-300))[:, None]
+    g = clip_rows(g, grad_clip)
     return np.linalg.solve(H, g[..., None])[..., 0]
 
 
 def smoothed_normalize(u: np.ndarray, alpha: float) -> np.ndarray:
     """Smoothed normalisation ``Norm_alpha(u) = u / (alpha + ||u||)`` of each row, with norm below 1 for every finite row.
 
-    The norm is :func:`~privfedstat.data.federated.row_norm_bounds`' upper bound ``b >= ||u||``
+    The norm is :func:`~privfedstat._linalg.row_norm_bounds`' upper bound ``b >= ||u||``
     (no overflow or underflow, relative excess at least ``12 u`` over the exact norm,
     ``u = 2^-53``). Numerator and denominator are divided by ``max(alpha, b)`` first, so that
     ``alpha + b`` cannot overflow; the five roundings involved stay below the excess, and the

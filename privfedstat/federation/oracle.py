@@ -16,7 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..data.federated import FederatedData, row_norm_bounds
+from .._linalg import row_norm_bounds
+from ..data.federated import FederatedData
 from ..families.base import Family
 from ..kernels import glm_nb, multinomial_nb
 

@@ -27,23 +27,15 @@ from numbers import Real
 
 import numpy as np
 
+from .._linalg import row_norms
 from .._rng import child_seed
 from .._validation import check_positive_float, check_positive_int
-from ..data.federated import row_norm_bounds
 
-__all__ = ["PowerProx", "Armijo", "armijo_step", "power_prox_descent", "client_batch_rng", "minibatch_rows",
-           "clip_updates"]
+__all__ = ["PowerProx", "Armijo", "armijo_step", "power_prox_descent", "client_batch_rng", "minibatch_rows"]
 
 
 def _real(value) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
-
-
-def _norms(d: np.ndarray) -> np.ndarray:
-    """Euclidean norms of the rows of ``d`` (n_rows, n) (no overflow for large finite rows)."""
-    scale = np.max(np.abs(d), axis=1) if d.shape[1] else np.zeros(d.shape[0])
-    safe = np.where(scale > 0, scale, 1.0)
-    return safe * np.sqrt(np.einsum("ij,ij->i", d / safe[:, None], d / safe[:, None]))
 
 
 @dataclass(frozen=True)
@@ -78,13 +70,13 @@ class PowerProx:
     def value(self, d: np.ndarray) -> np.ndarray:
         """``phi(d_j)`` for each row d_j of ``d`` (n_rows, n), computed as ``(mu R^2 / p) (||d_j|| / R)^p``."""
         with np.errstate(over="ignore"):  # a huge displacement: phi = inf, which no Armijo trial accepts
-            return self.coef * self.radius**2 / self.power * (_norms(d) / self.radius) ** self.power
+            return self.coef * self.radius**2 / self.power * (row_norms(d) / self.radius) ** self.power
 
     def gradient(self, d: np.ndarray) -> np.ndarray:
         """``grad phi(d_j) = mu R^(2-p) ||d_j||^(p-2) d_j`` for each row, computed as
         ``(mu (||d_j|| / R)^(p-2)) d_j``; exactly 0 at d_j = 0."""
         with np.errstate(over="ignore", invalid="ignore"):
-            factor = self.coef * (_norms(d) / self.radius) ** (self.power - 2.0)  # 0^0 = 1 for p = 2: times d = 0
+            factor = self.coef * (row_norms(d) / self.radius) ** (self.power - 2.0)  # 0^0 = 1 for p = 2: times d = 0
             return factor[:, None] * d
 
     def affine_displacement(self, g: np.ndarray) -> np.ndarray:
@@ -93,7 +85,7 @@ class PowerProx:
         if not self.coef > 0:
             raise ValueError("the affine reference needs prox_coef > 0 (with mu = 0 the linear model has no "
                              "minimiser).")
-        r = _norms(g)
+        r = row_norms(g)
         theta = r / (self.coef * self.radius)
         length = self.radius * theta ** (1.0 / (self.power - 1.0))
         return -np.divide(length, r, out=np.zeros_like(r), where=r > 0)[:, None] * g
@@ -234,17 +226,3 @@ def minibatch_rows(rng: np.random.Generator, n: int, batch_size: int | None) -> 
     if batch_size is None or batch_size >= n:
         return np.arange(n)
     return rng.choice(n, size=int(batch_size), replace=False)
-
-
-def clip_updates(delta: np.ndarray, update_clip: float) -> np.ndarray:
-    """Rows of ``delta`` scaled to L2 norm at most S (``update_clip``; inf: unchanged); a non-finite row becomes 0.
-
-    The norm is :func:`~privfedstat.data.federated.row_norm_bounds`' upper bound, so every clipped
-    row has norm at most S whatever its data (the client-level sensitivity 2S).
-    """
-    delta = np.array(delta, dtype=np.float64)
-    delta[~np.all(np.isfinite(delta), axis=1)] = 0.0
-    if math.isfinite(update_clip) and delta.shape[0]:
-        with np.errstate(over="ignore"):  # a zero row's bound is 2^-1072: factor inf, then 1
-            delta *= np.minimum(1.0, update_clip * (1.0 - 2.0**-40) / row_norm_bounds(delta))[:, None]
-    return delta

@@ -21,6 +21,7 @@ the client's state between rounds).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import math
@@ -112,6 +113,7 @@ def make_estimator(fit: dict):
         if name.lower() in NETWORK_ESTIMATORS:
             raise ValueError(f"{name} fits a network: name its model (\"model\": one of the nodes' models).")
         cls = get_method(name).cls
+        _check_param_names(cls, params)
         if "scaling" in cls._param_names() and "scaling" not in params:
             params["scaling"] = "private"  # raw-scale covariates, as glm() does
         return cls(**params)
@@ -121,7 +123,18 @@ def make_estimator(fit: dict):
     from .client import build_model
 
     cls = next(getattr(deep, n) for n in deep.__all__ if n.lower() == name.lower())
+    _check_param_names(cls, params, given={"model"})
     return cls(model=build_model(str(fit["model"]), int(fit.get("model_seed", 0))), **params)
+
+
+def _check_param_names(cls, params: dict, given: set = frozenset()) -> None:
+    """ValueError naming an estimator's parameters (and the nearest one) for a job parameter it does not take."""
+    valid = [n for n in cls._param_names() if n not in given]
+    for name in params:
+        if name not in valid:
+            near = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"{cls.__name__} has no parameter {name!r}{hint}; its parameters are {sorted(valid)}.")
 
 
 def run_job(grid, job: Path, out: Path) -> list[dict]:

@@ -241,25 +241,28 @@ def _assemble(replies: dict[int, ClientReply], m: int, shape, failing: np.ndarra
 
 
 def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
-    """Every release a client reports must be calibrated to the mu its request asked for: the request's
-    stage and sigma = sensitivity / mu (0 at mu = inf), to the bit, as
-    :func:`~privfedstat.federation.clients.privatize` computes it. A client reporting noise that does not
-    match (less than asked, none, or another calibration) is refused: the ledger would not hold. (The
-    sensitivity is the statistic's, as the client's backend defines it: a network's local step reports
-    that of ``step_size * g``.)"""
+    """Every release a client reports must be calibrated to what its request asked for: the request's stage,
+    a sensitivity at least the requested one (1 for the count verbs, whose requests carry none) and
+    sigma = sensitivity / mu (0 at mu = inf), to the bit, as
+    :func:`~privfedstat.federation.clients.privatize` computes it. So the noise is at least the
+    requested sensitivity over the requested mu whatever the client reports: a client that noises
+    for less (a smaller sensitivity, a larger mu, no noise, another calibration) is refused, and the
+    ledger, built from the reports, holds. (A client may report more than requested: a network's
+    local step on a minibatch of b_i rows noises for ``n_i / b_i`` times the full-batch sensitivity.)"""
     for i, r in sorted(replies.items()):
         kw = per_client[i]
         if r.status != "ok" or kw.get("mu") is None:
             continue
         mu = float(kw["mu"])
+        asked = float(kw.get("sensitivity", 1.0))
         for rec in r.releases:
             sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
             want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0
-            if sigma != want or ("stage" in kw and rec.stage != kw["stage"]):
+            if not sens >= asked or sigma != want or ("stage" in kw and rec.stage != kw["stage"]):
                 raise MalformedReplyError(
                     f"client {i} reports a release for {verb!r} (stage {rec.stage!r}, sensitivity {sens:g}, noise sd "
-                    f"{sigma:g}) that its request did not ask for (stage {kw.get('stage')!r}, mu {mu:g}: noise sd "
-                    f"sensitivity / mu = {want:g}).")
+                    f"{sigma:g}) that its request did not ask for (stage {kw.get('stage')!r}, sensitivity at least "
+                    f"{asked:g}, mu {mu:g}: noise sd sensitivity / mu = {float(np.float64(asked) / mu) if math.isfinite(mu) else 0.0:g}).")
 
 
 def _family_spec(family: Family) -> dict:

@@ -19,7 +19,7 @@ Sensitivity for every finite input (``X``, ``y``, ``theta`` finite; ``MIN_BOUND 
 clipped contribution has norm at most ``B`` (gradients, L2) or ``hclip`` (Hessians, Frobenius),
 also after rounding, because
 
-* ``row_norm[j] >= ||x_j||`` exactly (the precondition; :func:`privfedstat.data.federated.row_norm_bounds`
+* ``row_norm[j] >= ||x_j||`` exactly (the precondition; :func:`privfedstat._linalg.row_norm_bounds`
   computes such bounds without underflow or overflow);
 * the kernels clip to ``B * kappa`` with ``kappa = CLIP_SAFETY = 1 - 2^-40``: the relative
   roundings of the limit, the square roots and the products (each at most ``u = 2^-53``, a few

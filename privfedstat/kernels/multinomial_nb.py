@@ -8,8 +8,8 @@ The clipping holds for every finite input exactly as in :mod:`~privfedstat.kerne
 safety factor, limits and NaN rule). In addition: linear predictors are clamped to
 ``[-Z_MAX, Z_MAX]`` before the softmax, so an infinite ``x^T theta_k`` gives the limiting
 probabilities instead of ``inf - inf``; a NaN predictor makes the row contribute 0; and the norms
-of the residual ``r = p - e_y`` and of the curvature ``A = diag(p) - p p^T`` are computed scaled
-(an entry of order 1e-200 squares to 0) and rounded up like the row norms.
+of the residual ``r = p - e_y`` and of the curvature ``A = diag(p) - p p^T`` are bounded with
+:func:`~privfedstat.kernels.norm_nb.norm_bound` (an entry of order 1e-200 squares to 0) like the row norms.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ import numpy as np
 from numba import njit, prange
 
 from .glm_nb import _DENORM_MIN, FASTMATH, _add_outer, _clip_constants, _limit, _mirror_mean, _outer_setup
+from .norm_nb import norm_bound
 
 __all__ = ["multinomial_clipped_mean_grad", "multinomial_client_loss", "multinomial_client_hessian",
            "multinomial_client_score_outer", "Z_MAX"]
 
 #: linear predictors are clamped to [-Z_MAX, Z_MAX] (softmax of the clamped values is the limit for infinite ones)
 Z_MAX = 1e300
-_U = 2.0**-53
 _TINY = 1e-300  # floor of divisors whose reciprocal is taken
-_SMALL_SQ = 2.0**-960  # sums of squares below this are recomputed scaled
 
 
 @njit(inline="always", fastmath=FASTMATH)
@@ -59,33 +58,6 @@ def _probs(x, t, q, z, p):
 
 
 @njit(inline="always", fastmath=FASTMATH)
-def _norm_bound(a, n):
-    """Upper bound on the Euclidean norm of ``a[:n]``, entries of magnitude <= 1; NaN if an entry is NaN.
-
-    As :func:`~privfedstat.data.federated.row_norm_bounds`: the plain sum of squares where it is
-    at least ``2^-960`` (terms that underflow change it by a relative ``n 2^-115`` at most),
-    otherwise rescaled by the largest entry; then rounded up by ``1 + 2 (n + 8) u`` and ``4 * 2^-1074``.
-    """
-    s = 0.0
-    for k in range(n):
-        s += a[k] * a[k]
-    if not s >= _SMALL_SQ:  # tiny entries (or NaN)
-        if s != s:
-            return math.nan
-        mx = 0.0
-        for k in range(n):
-            mx = max(mx, abs(a[k]))
-        if mx == 0.0:
-            return 0.0
-        s = 0.0
-        for k in range(n):
-            v = a[k] / mx
-            s += v * v
-        return mx * math.sqrt(s) * (1.0 + 2 * (n + 8) * _U) + 4 * _DENORM_MIN
-    return math.sqrt(s) * (1.0 + 2 * (n + 8) * _U) + 4 * _DENORM_MIN
-
-
-@njit(inline="always", fastmath=FASTMATH)
 def _clipped_gradient(x, t, yi, q, n, bound, cap, nan_fill, z, r, g):
     """Fill ``g`` with row ``x``'s clipped gradient ``f x r^T``, flattened (entry ``j q + k``); False where it is 0.
 
@@ -100,7 +72,7 @@ def _clipped_gradient(x, t, yi, q, n, bound, cap, nan_fill, z, r, g):
     label = int(yi)
     if label > 0:
         r[label - 1] -= 1.0
-    nr = _norm_bound(r, q)
+    nr = norm_bound(r, q)
     if nr != nr:  # NaN predictor
         f = nan_fill
     else:
@@ -190,7 +162,7 @@ def multinomial_client_hessian(X, y, row_norm, offsets, theta, hclip, q, out):
             for k in range(q):
                 for l in range(q):
                     A[k, l] = (p[k] if k == l else 0.0) - p[k] * p[l]
-            na = _norm_bound(A.reshape(q * q), q * q)
+            na = norm_bound(A.reshape(q * q), q * q)
             if na != na:  # NaN predictor
                 if nan_fill == 0.0:
                     continue

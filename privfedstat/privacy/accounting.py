@@ -38,6 +38,15 @@ is offered to compare with those: for the same mechanism its epsilon is smaller,
 about 1.5 to 2.2 at common ``q``, ``z``, ``T`` (2 and more without sampling; e.g. 7.05 against
 10.52 at ``q = 0.1``, ``z = 1``, ``T = 100``, ``delta = 1e-5``).
 
+Two cases need no PLD. Without subsampling (every ``q = 1``) the composition *is* GDP: blocks
+``(z_j, 1, T_j)`` compose exactly to ``mu = sqrt(sum_j T_j / z_j^2)``-GDP (Corollary 3.3), whose
+``(epsilon, delta)`` curve is exact (:func:`privfedstat.privacy.gdp.epsilon_from_mu`); that is
+used, and it is instantaneous at any epsilon. With a noise multiplier below :data:`PLD_MIN_NOISE`
+the PLD's privacy-loss range grows like ``1 / z^2`` (a minute per epsilon at ``z = 0.05``), so
+such a composition is accounted as if nothing were subsampled: Poisson subsampling only lowers
+the privacy loss, so this is an upper bound (it forgoes the amplification, small at such low
+noise).
+
 Why never a CLT/GDP approximation
 ---------------------------------
 The central limit theorem of Bu, Dong, Long & Su (2020) says the composition is approximately
@@ -71,6 +80,8 @@ from collections.abc import Iterable
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 
+from .gdp import delta_from_mu, epsilon_from_mu, mu_from_epsilon_delta
+
 __all__ = [
     "RELATIONS",
     "subsampled_gaussian_epsilon",
@@ -87,6 +98,11 @@ RELATIONS = {
     "replace": dp_accounting.NeighboringRelation.REPLACE_ONE,
     "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
 }
+#: compositions with a noise multiplier below this are accounted without subsampling (exact GDP: an upper bound)
+PLD_MIN_NOISE = 0.5
+#: GDP parameter of one unsubsampled round per unit of 1 / z under each relation (a replaced contribution moves
+#: the sum by the ball's diameter 2, an added or removed one by its radius 1)
+_GDP_SCALE = {"replace": 2.0, "add_remove": 1.0}
 
 
 # --------------------------------------------------------------------------- validation
@@ -124,6 +140,11 @@ def _relation(relation: str) -> str:
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}.")
     return relation
+
+
+def _gdp_mu(events: _Events, relation: str) -> float:
+    """GDP parameter of unsubsampled blocks ``(z_j, ., T_j)``: ``c sqrt(sum_j T_j / z_j^2)``, c = 2 (replace) or 1."""
+    return _GDP_SCALE[relation] * math.sqrt(math.fsum(t / (z * z) for z, _, t in events))
 
 
 def _events(events: Iterable[tuple[float, float, int]]) -> _Events:
@@ -194,13 +215,16 @@ def heterogeneous_epsilon(
     References
     ----------
     Koskela, Jalko & Honkela (2020); Doroshenko et al. (2022); ``dp-accounting``'s PLD library.
+    Without subsampling, or with a noise multiplier below :data:`PLD_MIN_NOISE`, the exact GDP
+    composition instead (see the module docstring).
     """
-    return _epsilon(
-        _events(events),
-        _open_unit(delta, "delta"),
-        _relation(relation),
-        _positive_finite(value_discretization_interval, "value_discretization_interval"),
-    )
+    events = _events(events)
+    delta = _open_unit(delta, "delta")
+    relation = _relation(relation)
+    interval = _positive_finite(value_discretization_interval, "value_discretization_interval")
+    if all(q == 1.0 for _, q, _ in events) or any(z < PLD_MIN_NOISE for z, _, _ in events):
+        return epsilon_from_mu(_gdp_mu(events, relation), delta)
+    return _epsilon(events, delta, relation, interval)
 
 
 def subsampled_gaussian_epsilon(
@@ -217,9 +241,8 @@ def subsampled_gaussian_epsilon(
     Each round includes every unit independently with probability ``q`` and releases a sum of
     contributions in the ball of radius 1 plus ``N(0, z^2)`` noise. ``q = 1`` is the plain Gaussian
     mechanism, whose ``T``-fold composition is exactly ``2 sqrt(T) / z``-GDP under replacement
-    (``sqrt(T) / z`` under add/remove): the PLD agrees with
-    :func:`privfedstat.privacy.gdp.epsilon_from_mu` from above (about 1e-9 relative at ``z = 2``,
-    ``T = 50``).
+    (``sqrt(T) / z`` under add/remove), converted exactly (:func:`privfedstat.privacy.gdp.epsilon_from_mu`;
+    see :func:`heterogeneous_epsilon`).
 
     Parameters
     ----------
@@ -276,12 +299,13 @@ def subsampled_gaussian_delta(
     float
         Delta, in [0, 1].
     """
-    return _delta(
-        (_event(noise_multiplier, sampling_rate, steps),),
-        _positive_finite(epsilon, "epsilon"),
-        _relation(relation),
-        _positive_finite(value_discretization_interval, "value_discretization_interval"),
-    )
+    z, q, t = _event(noise_multiplier, sampling_rate, steps)
+    epsilon = _positive_finite(epsilon, "epsilon")
+    relation = _relation(relation)
+    interval = _positive_finite(value_discretization_interval, "value_discretization_interval")
+    if q == 1.0 or z < PLD_MIN_NOISE:  # exact GDP, as in heterogeneous_epsilon
+        return delta_from_mu(_gdp_mu(((z, q, t),), relation), epsilon)
+    return _delta(((z, q, t),), epsilon, relation, interval)
 
 
 def noise_multiplier_for_epsilon(
@@ -299,7 +323,12 @@ def noise_multiplier_for_epsilon(
     log epsilon against log z instead of halving): the bracket is doubled until its upper end
     meets the target, then shrunk until the upper end's epsilon lies within ``tol`` below the
     target. The returned ``z`` always satisfies ``target - tol <= epsilon(z) <= target``, with
-    epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. The search
+    epsilon from :func:`subsampled_gaussian_epsilon` at its default discretization. Without
+    subsampling (``q = 1``) ``z = c sqrt(T) / mu`` (c = 2 for replace, 1 for add/remove) with ``mu``
+    the GDP parameter of the target,
+    exact and instantaneous; when that ``z`` is below :data:`PLD_MIN_NOISE` it is returned for
+    every ``q`` (its epsilon is at most the target; the search would build PLDs too wide to be
+    quick). The search
     itself runs on a 10x coarser PLD grid (about 10x cheaper; pessimistic, so its epsilons lie
     slightly above) to within ``tol / 2``, then checks, and if need be continues, on the default
     grid. Results are cached per (target, delta, q, T, relation, tol).
@@ -333,8 +362,14 @@ def noise_multiplier_for_epsilon(
     target = _positive_finite(target_epsilon, "target_epsilon")
     tol = _positive_finite(tol, "tol")
     _event(1.0, sampling_rate, steps)  # validates q and T before any PLD is built
-    return _noise_multiplier(target, _open_unit(delta, "delta"), float(sampling_rate), operator.index(steps),
-                             _relation(relation), tol)
+    delta = _open_unit(delta, "delta")
+    relation = _relation(relation)
+    # without subsampling the composition is c sqrt(T) / z-GDP: z in closed form (raised by 1e-9 relative so that
+    # the rounding of mu_from_epsilon_delta never lands above the target); also a valid z for any q <= 1
+    full = _GDP_SCALE[relation] * math.sqrt(operator.index(steps)) / mu_from_epsilon_delta(target, delta) * (1.0 + 1e-9)
+    if sampling_rate == 1.0 or full < PLD_MIN_NOISE:
+        return full  # q < 1 here: the PLD at such low noise is too slow; the amplification is forgone
+    return _noise_multiplier(target, delta, float(sampling_rate), operator.index(steps), relation, tol)
 
 
 #: grid step of the PLDs the search evaluates before the final check at the default 1e-4: about 10x cheaper, and

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from .._linalg import safe_norm
+
 __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
     "aggregated_noise_sd", "hessian_sensitivity", "newton_grad_radius", "newton_sensitivity",
@@ -66,12 +68,12 @@ def stage_budget(mu: float, n_stages: int) -> float:
 
 def aggregate_sd(sigma, weights: np.ndarray) -> float:
     """Per-coordinate sd ``sqrt(sum_i w_i^2 sigma_i^2)`` of the weighted average of independent client noises."""
-    return float(np.sqrt(np.sum((np.asarray(weights) * np.asarray(sigma)) ** 2)))
+    return safe_norm(np.asarray(weights) * np.asarray(sigma))
 
 
 def aggregated_noise_sd(sensitivity: np.ndarray, mu: float, weights: np.ndarray) -> float:
     """Per-coordinate noise sd of ``sum_i w_i release_i`` (0 with mu = inf)."""
-    return 0.0 if math.isinf(mu) else float(np.sqrt(np.sum((weights * sensitivity) ** 2))) / mu
+    return 0.0 if math.isinf(mu) else safe_norm(weights * sensitivity) / mu
 
 
 def hessian_sensitivity(hessian_clip: float, sizes: np.ndarray) -> np.ndarray:

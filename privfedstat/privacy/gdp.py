@@ -24,6 +24,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtri
 
+from .._linalg import safe_norm
+
 __all__ = [
     "gaussian_mu",
     "calibrate_sigma",
@@ -89,7 +91,7 @@ def compose(mus) -> float:
         raise ValueError("GDP parameters to compose must be >= 0.")
     if np.any(np.isinf(arr)):
         return math.inf
-    return float(np.sqrt(np.sum(arr**2)))
+    return safe_norm(arr)
 
 
 def _delta(eps: float, mu: float) -> float:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .._linalg import safe_norm
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
 
@@ -108,7 +109,7 @@ class Release:
         if self.kind != "aggregated":
             return self.client_mu()
         w = self.weights
-        noise_sd = float(np.sqrt(np.sum((w * self.sigma) ** 2)))
+        noise_sd = safe_norm(w * self.sigma)
         shift = np.abs(w) * self.sensitivity
         with np.errstate(divide="ignore", invalid="ignore"):
             mu = np.where(shift == 0, 0.0, shift / noise_sd)

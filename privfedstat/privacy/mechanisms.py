@@ -129,3 +129,7 @@ class SecureClientNoise:
         z = (ndtri(u).view(np.uint64) ^ (bits & _SIGN)).view(np.float64)
         total = z[0] + z[1] + z[2] + z[3]
         return (0.5 * total).reshape((self._m, *shape))
+
+    def subset(self, clients: np.ndarray) -> SecureClientNoise:
+        """The draws of ``clients`` only (the streams are independent and stateless: a generator for that many)."""
+        return SecureClientNoise(len(clients))

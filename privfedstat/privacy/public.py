@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .._linalg import safe_norm
 from .gdp import epsilon_from_mu
 
 __all__ = ["Block", "PublicLedger", "NEIGHBOURING"]
@@ -114,7 +115,7 @@ class PublicLedger:
     def mu(self) -> float:
         """Each client's GDP parameter towards the server, as if it had sent in every round (a bound on the ledger's
         per-client values that does not depend on who took part; equal to them with full participation)."""
-        return math.sqrt(sum(b.rounds * b.mu * b.mu for b in self.blocks))
+        return safe_norm([math.sqrt(b.rounds) * b.mu for b in self.blocks])
 
     @property
     def is_private(self) -> bool:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privfedstat.data.federated import FederatedData, row_norm_bounds
+from privfedstat._linalg import row_norm_bounds
+from privfedstat.data.federated import FederatedData
 
 
 def _clients(sizes, d=3, seed=0):

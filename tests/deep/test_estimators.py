@@ -165,3 +165,38 @@ def test_the_server_only_uses_verbs_every_reply_is_privatized_and_no_data_is_kep
                     if isinstance(ref, torch.Tensor) and ref.numel() >= data.inputs.numel():
                         assert ref.data_ptr() != data.inputs.data_ptr()
         frontier = nxt
+
+
+def test_secure_mode_draws_os_noise_and_refuses_a_seed():
+    """Deep estimators take secure_mode as the GLM ones: SecureClientNoise, no seed, privacy_.secure_mode True."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2))
+    g = torch.Generator().manual_seed(0)
+    data = TensorFederatedData.from_pooled(torch.randn(60, 3, generator=g), torch.randint(0, 2, (60,), generator=g),
+                                           sizes=[20, 20, 20])
+    with pytest.raises(ValueError, match="random_state must be None"):
+        DeepFedSGD(model=model, n_iter=2, secure_mode=True, random_state=0).fit(data)
+    fits = [DeepFedSGD(model=model, n_iter=2, mu=1.0, secure_mode=True).fit(data) for _ in range(2)]
+    assert all(f.privacy_.secure_mode for f in fits)
+    assert not np.array_equal(fits[0].coef_, fits[1].coef_)  # fresh OS noise each fit
+    assert DeepFedSGD(model=model, secure_mode=True).get_params()["secure_mode"] is True
+    assert type(fits[0]._make_clients(data, None, np.random.SeedSequence(0), True)._noise).__name__ == "SecureClientNoise"
+
+
+def test_the_summary_says_what_is_protected_and_how_much():
+    """Record-level unit, the budget towards the server (not the worst client's spend under participation); no
+    standard errors, for the reason that applies (not 'whole clients')."""
+    from privfedstat import NoInferenceError
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2))
+    g = torch.Generator().manual_seed(0)
+    data = TensorFederatedData.from_pooled(torch.randn(60, 3, generator=g), torch.randint(0, 2, (60,), generator=g),
+                                           sizes=[20, 20, 20])
+    est = DeepFedAvg(model=model, n_rounds=3, n_local_steps=2, mu=2.0, participation=0.5, random_state=0).fit(data)
+    header = est.summary().header
+    assert est.privacy_.mu < 2.0
+    assert header["Privacy unit"].startswith("record") and header["Towards the server"].startswith("mu = 2 per client")
+    with pytest.raises(NoInferenceError) as info:
+        _ = est.bse_
+    assert "whole clients" not in str(info.value) and "standard errors of the weights are not defined" in str(info.value)

@@ -318,3 +318,18 @@ def test_whole_client_neighbours_move_each_message_by_at_most_its_stated_sensiti
 def test_bad_parameters_are_refused_before_any_release(params, match):
     with pytest.raises((ValueError, TypeError), match=match):
         FedAlphaNormEC(**params).fit(_data())
+
+
+@pytest.mark.parametrize("eps", [10.0, 1e3, 1e4, 1e6])
+def test_any_target_epsilon_is_met_quickly_and_the_summary_states_it(eps):
+    """Large targets resolve (no 'use a larger tol', a parameter the estimator does not have) within seconds, and
+    the summary states the target met, with its neighbouring relation."""
+    import time
+
+    start = time.perf_counter()
+    est = FedAlphaNormEC(mu=None, epsilon=(eps, 1e-5), n_rounds=20, random_state=0).fit(_data())
+    header = est.summary().header
+    assert time.perf_counter() - start < 10.0
+    assert eps * (1 - 1e-6) <= est.epsilon_ <= eps
+    assert header["Privacy unit"] == "client (one client's whole dataset, replace-one)"
+    assert header["Towards third parties"].startswith(f"eps = {eps:.4g} at delta = 1e-05")

@@ -156,3 +156,47 @@ def test_hessian_floor_auto_uses_the_family_curvature():
     assert resolve_hessian_floor(0.3, get_family("logistic"), 2.0) == 0.3
     with pytest.raises(ValueError, match="hessian_floor"):
         FedNewton(hessian_floor=-1.0).fit(simulate("logistic", [100] * 3, [0.1, 0.2]))
+
+
+@pytest.mark.parametrize("method", ["fedsgd", "fednewton"])
+def test_a_duplicated_constant_column_warns_that_the_design_is_collinear(method):
+    """Two intercept columns: the released Hessian is singular up to its noise, which the fit must say rather than
+    report finite standard errors silently."""
+    from privfedstat import FederatedData, IllConditionedWarning
+    from privfedstat.estimators.registry import get_method
+
+    rng = np.random.default_rng(0)
+    N = 4000
+    X = np.column_stack([np.ones(N), np.ones(N), rng.standard_normal((N, 2))])
+    y = (rng.random(N) < 1 / (1 + np.exp(-X[:, 1:] @ [0.3, -0.5, 0.2]))).astype(float)
+    data = FederatedData.from_pooled(X, y, sizes=[1000] * 4)
+    for seed in range(3):
+        with pytest.warns(IllConditionedWarning, match="duplicated or constant column"):
+            get_method(method).cls(family="logistic", mu=2.0, random_state=seed).fit(data)
+
+
+def test_a_step_size_far_too_large_is_reported_as_divergence_not_noise():
+    """FedSGD(step_size=100) bounces between +-20 (clipping keeps it bounded): the fit says first that it diverged
+    because the step is too large, converged_ is False, and privacy noise (which grows with the step) is not
+    blamed."""
+    import warnings
+
+    from privfedstat import ConvergenceWarning, PrivacyNoiseWarning
+
+    rng = np.random.default_rng(0)
+    N = 2000
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    y = (rng.random(N) < 1 / (1 + np.exp(-X @ [0.3, -0.5, 0.2]))).astype(float)
+    data = FederatedData.from_pooled(X, y, sizes=[500] * 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = FedSGD(family="logistic", mu=2.0, step_size=100, random_state=0).fit(data)
+    assert est.converged_ is False
+    first = caught[0]
+    assert first.category is ConvergenceWarning and "diverged" in str(first.message)
+    assert "step_size = 100" in str(first.message) and "too large" in str(first.message)
+    assert PrivacyNoiseWarning not in {w.category for w in caught}
+    with warnings.catch_warnings(record=True) as caught:  # a sound step: no divergence
+        warnings.simplefilter("always")
+        assert FedSGD(family="logistic", mu=2.0, random_state=0).fit(data).converged_
+    assert not any("diverged" in str(w.message) for w in caught)

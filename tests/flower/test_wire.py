@@ -192,6 +192,26 @@ def test_a_rogue_client_is_refused_and_a_late_reply_is_not_counted_twice():
     assert len(est.privacy_.releases) == len(ref.privacy_.releases)
 
 
+@pytest.mark.parametrize("verb_kw", ["sensitivity", "mu"])
+def test_a_node_noising_for_less_than_the_requested_sensitivity_is_refused(verb_kw):
+    """A node that noises for half the requested sensitivity (or twice the mu) and reports its own, consistent
+    calibration (sigma = reported sensitivity / mu) is caught: the server checks sigma against its request."""
+    data = demo_dataset("synthetic-logistic", 3)
+    nodes = _nodes(data)
+    key = sorted(nodes)[1]
+    honest = nodes[key]
+
+    def cheat(content):
+        verb, session, target, kwargs = decode_request(content)
+        if kwargs.get(verb_kw) is not None and kwargs.get("mu") is not None:
+            kwargs[verb_kw] = kwargs[verb_kw] * (0.5 if verb_kw == "sensitivity" else 2.0)
+        return honest.handle(encode_request(verb, session, target, kwargs))
+
+    nodes[key] = cheat
+    with pytest.raises(MalformedReplyError, match="client 1 reports a release .* did not ask for"):
+        fit_on_grid(FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), FakeGrid(nodes))
+
+
 def test_nodes_seed_themselves_from_fresh_entropy_unless_a_simulation_seed_is_given():
     data = demo_dataset("synthetic-logistic", 3)
     params = dict(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5)
@@ -243,6 +263,11 @@ def test_the_demo_command_refuses_bad_arguments_before_starting_anything(capsys)
     with pytest.raises(SystemExit):
         main(["flower-demo", "--estimator", "nope"])
     assert "nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["flower-demo", "--set", "n_iters=5"])
+    err = capsys.readouterr().err
+    assert "FedSGD has no parameter 'n_iters' (did you mean 'n_iter'?)" in err and "'step_size'" in err
+    assert "__init__" not in err
 
 
 def test_a_job_entry_names_a_registered_estimator_or_a_network_estimator_with_its_model():

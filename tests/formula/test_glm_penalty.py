@@ -53,8 +53,10 @@ def test_the_default_method_with_a_penalty_is_fednmap_and_other_methods_refuse_i
     assert type(est) is FedNMap and est.inference_ is None
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=0, atol=1e-12)
     assert est.scaler_ is not None and est.scaler_.intercept == 0  # the default private scaling, intercept unpenalised
-    assert type(glm(formula, data=df, client="site", family="logistic", method="zhang", penalty="l1",
+    assert type(glm(formula, data=df, client="site", family="logistic", method="zhang", penalty="l1", alpha=0.02,
                     random_state=0)) is ZhangComposite
+    with pytest.raises(ValueError, match="needs its strength: pass alpha="):
+        glm(formula, data=df, client="site", family="logistic", penalty="l1")  # no silent default alpha
     with pytest.raises(ValueError, match="needs a penalised method"):
         glm(formula, data=df, client="site", family="logistic", method="fedirls", penalty="l1")
     with pytest.raises(TypeError, match="does not take"):

@@ -218,3 +218,61 @@ def test_formula_errors_do_not_quote_data_values(df):
     with pytest.raises(ValueError, match="one numeric response column") as info:
         design("secret ~ x", d, private=False)
     assert "value_" not in str(info.value)
+
+
+# ---------------------------------------------------------------------- adversarial terms that read other rows
+ADVERSARIAL = [
+    "I(np.clip(x, np.quantile(x, 0.05), np.quantile(x, 0.95)))",  # winsorize at data quantiles
+    "I(abs(x) > np.quantile(abs(x), 0.9))",
+    "I(x.rank())", "I(x - x.mean())", "I(np.cumsum(x))", "I(np.add.accumulate(x))", "I(x.shift(1))",
+    "I(x[0] * x)", "I(x / np.max(np.abs(x)))", "I(np.sort(x))", "I(x * len(x))", "I(np.where(x > x.median(), 1, 0))",
+    "np.log(np.abs(x - np.mean(x)) + 1)", "I(x @ x * x)", "I(x if True else x)", "lag(x)",
+]
+
+
+@pytest.fixture
+def tied():
+    """Data whose first and last x tie, so a check on the first and last rows alone misses quantile terms."""
+    rng = np.random.default_rng(4)
+    n = 60
+    d = pd.DataFrame({"x": rng.normal(size=n), "site": rng.integers(0, 3, n)})
+    d.loc[0, "x"] = d.loc[n - 1, "x"] = 0.0
+    d["y"] = (rng.random(n) < 0.5).astype(float)
+    return d
+
+
+@pytest.mark.parametrize("term", ADVERSARIAL)
+def test_every_term_that_can_read_other_rows_is_refused(tied, term):
+    with pytest.raises(ValueError, match="values of other rows|missing values"):  # shift, lag: NaN in the first row
+        build_design(f"y ~ x + {term}", tied, client="site", multinomial=False, levels=None, na_action="raise",
+                     private=True)
+
+
+def test_the_quantile_term_is_refused_by_glm_with_finite_mu(tied):
+    with pytest.raises(ValueError, match="values of other rows"):
+        glm("y ~ x + I(abs(x) > np.quantile(abs(x), 0.9))", data=tied, client="site", family="logistic", mu=2.0)
+
+
+def test_accepted_terms_are_row_by_row(tied):
+    """Every accepted term maps each row alone: the design of each row rebuilt alone equals its full-design row."""
+    d = tied.assign(z=np.abs(tied["x"]) + 1, r=pd.Categorical(np.where(tied["x"] > 0, "a", "b"), categories=["a", "b"]))
+    formula = ('np.log(y + 1) ~ np.log(z) + I(x ** 2) + Q("x") + x:z + np.maximum(x, 0.5) + abs(x) + I((x > 0) * z) '
+               '+ C(r) + I(-x % 3) + np.exp(-z)')
+    got = design(formula, d)
+    for j in (0, 7, len(d) - 1):
+        alone = design(formula, d.iloc[[j]].reset_index(drop=True))
+        np.testing.assert_array_equal(alone.X[0], got.X[j])
+
+
+def test_the_row_check_is_fast_for_many_rows():
+    import time
+    rng = np.random.default_rng(0)
+    n = 100_000
+    d = pd.DataFrame({"x": rng.normal(size=n), "z": rng.random(n) + 1, "site": rng.integers(0, 10, n),
+                      "y": rng.integers(0, 2, n).astype(float)})
+    start = time.perf_counter()
+    design("y ~ x + np.log(z) + I(x ** 2) + x:z", d)
+    private = time.perf_counter() - start
+    start = time.perf_counter()
+    design("y ~ x + np.log(z) + I(x ** 2) + x:z", d, private=False)
+    assert private < 2.0 * (time.perf_counter() - start) + 0.5

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privfedstat.data.federated import row_norm_bounds
+from privfedstat._linalg import row_norm_bounds
 from privfedstat.families import get_family
 from privfedstat.kernels import reference as ref
 from privfedstat.kernels.glm_nb import (

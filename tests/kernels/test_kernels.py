@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privfedstat.data.federated import row_norm_bounds as row_norms
+from privfedstat._linalg import row_norm_bounds as row_norms
 from privfedstat.families import get_family
 from privfedstat.kernels import reference as ref
 from privfedstat.kernels.glm_nb import (

@@ -37,7 +37,7 @@ from test_clipping_bounds import (
 from test_kernels import SETTINGS, assert_close, cases
 
 from privfedstat import FederatedData
-from privfedstat.data.federated import row_norm_bounds
+from privfedstat._linalg import row_norm_bounds
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.kernels import reference as ref

@@ -34,7 +34,7 @@ def reference_accountant(blocks, vdi, relation=dp_accounting.NeighboringRelation
 
 
 @pytest.mark.parametrize("relation", ["replace", "add_remove"])
-@pytest.mark.parametrize("z, q, t", [(1.0, 0.1, 100), (0.8, 0.01, 1000), (2.0, 0.5, 20), (1.3, 1.0, 7)])
+@pytest.mark.parametrize("z, q, t", [(1.0, 0.1, 100), (0.8, 0.01, 1000), (2.0, 0.5, 20)])
 def test_equals_dp_accounting_pld(z, q, t, relation):
     ref = reference_accountant([(z, q, t)], COARSE, RELATIONS[relation])
     eps = subsampled_gaussian_epsilon(z, q, t, 1e-5, relation=relation, value_discretization_interval=COARSE)
@@ -51,6 +51,27 @@ def test_replacing_costs_more_than_adding_or_removing():
         ratio = subsampled_gaussian_epsilon(z, q, t, 1e-5) / subsampled_gaussian_epsilon(z, q, t, 1e-5,
                                                                                           relation="add_remove")
         assert 1.4 < ratio < 2.3
+
+
+@pytest.mark.parametrize("relation, scale", [("replace", 2.0), ("add_remove", 1.0)])
+@pytest.mark.parametrize("z, t", [(1.3, 7), (0.3, 50), (0.005, 50)])
+def test_without_subsampling_or_at_tiny_noise_the_exact_gdp_composition_is_used(z, t, relation, scale):
+    """q = 1 is c sqrt(t) / z-GDP exactly (c = 2 replace, 1 add/remove): epsilon and delta from the GDP curve, at
+    most the pessimistic PLD, and instantaneous where the PLD takes minutes (z = 0.005); below PLD_MIN_NOISE a
+    subsampled block is accounted unamplified (an upper bound)."""
+    from privfedstat.privacy.accounting import PLD_MIN_NOISE
+    from privfedstat.privacy.gdp import delta_from_mu
+
+    mu = scale * math.sqrt(t) / z
+    eps = subsampled_gaussian_epsilon(z, 1.0, t, 1e-5, relation=relation)
+    assert eps == pytest.approx(epsilon_from_mu(mu, 1e-5), rel=1e-12)
+    assert subsampled_gaussian_delta(z, 1.0, t, 2.0, relation=relation) == pytest.approx(delta_from_mu(mu, 2.0),
+                                                                                         rel=1e-12)
+    if z >= 1.0:
+        assert reference_accountant([(z, 1.0, t)], COARSE, RELATIONS[relation]).get_epsilon(1e-5) >= eps * (1 - 1e-9)
+    if z < PLD_MIN_NOISE:
+        assert subsampled_gaussian_epsilon(z, 0.5, t, 1e-5, relation=relation) == eps
+    assert noise_multiplier_for_epsilon(eps, 1e-5, 1.0, t, relation=relation) == pytest.approx(z, rel=1e-8)
 
 
 def test_heterogeneous_equals_dp_accounting_pld():
