@@ -38,10 +38,10 @@ import time
 import warnings
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -134,12 +134,12 @@ class Reference:
     n_rows: int
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> pd.DataFrame:
     return DATASETS[name].load()
 
 
-@lru_cache(maxsize=None)
+@cache
 def pooled_mle(name: str) -> Reference:
     """statsmodels' pooled MLE on the design matrix that ``glm()`` builds (formulaic); raises if it failed."""
     import statsmodels.api as sm

@@ -31,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
-from privfedstat import FederatedData, FedCanon, FedNMap, ZhangComposite  # noqa: E402
+from privfedstat import FedCanon, FederatedData, FedNMap, ZhangComposite  # noqa: E402
 from privfedstat.simulations.composite_metrics import support_recovery  # noqa: E402
 
 HEADING = "## DP-FedNMap: support recovery and error against mu (benchmarks/bench_fednmap.py)"

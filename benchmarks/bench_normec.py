@@ -37,9 +37,9 @@ from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat.deep import normec_study as ns  # noqa: E402
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
-from privfedstat.simulations.study import run_study  # noqa: E402
 from privfedstat.estimators.fednormec import ClippedFedAvg, FedAlphaNormEC  # noqa: E402
 from privfedstat.families import get_family  # noqa: E402
+from privfedstat.simulations.study import run_study  # noqa: E402
 
 HEADING = "## Fed-alpha-NormEC at reduced scale: the paper's findings (benchmarks/bench_normec.py)"
 OUT = Path(__file__).resolve().parent / "normec_reduced"

@@ -47,7 +47,7 @@ CHILD_ENV = {"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THR
 # --------------------------------------------------------------------------- child (runs inside the tree under test)
 def child_fedsgd(tree: Path, reps: int) -> tuple[float, float]:
     sys.path.insert(0, str(tree / "benchmarks"))
-    from bench_fedsgd import M, N_I, make_data, ours
+    from bench_fedsgd import N_I, M, make_data, ours
 
     from privfedstat import FederatedData
 

@@ -13,20 +13,50 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 ``docs/architecture.md``, the privacy model in ``docs/privacy.md``.
 """
 
+from . import simulations, theory
 from .data import FederatedData
-from .estimators import ClippedFedAvg, DPFedAvg, FedAlphaNormEC, FedAvg, FedCanon, FederatedEstimator, FedHybrid, FedIRLS, FedNewton, FedNMap, FedSGD, HiFedProx, LocalFit, PooledMLE, Scaffold, ZhangComposite, clone, predict_mse
-from .exceptions import (BudgetExceededError, ClientFailureError, ClippingBiasWarning, ConvergenceWarning, DivergenceError, IllConditionedWarning, NotFittedError,
-                         NoInterceptWarning, PrivacyLeakWarning, PrivacyNoiseWarning, SingleClientWarning)
+from .estimators import (
+                         ClippedFedAvg,
+                         DPFedAvg,
+                         FedAlphaNormEC,
+                         FedAvg,
+                         FedCanon,
+                         FederatedEstimator,
+                         FedHybrid,
+                         FedIRLS,
+                         FedNewton,
+                         FedNMap,
+                         FedSGD,
+                         HiFedProx,
+                         LocalFit,
+                         PooledMLE,
+                         Scaffold,
+                         ZhangComposite,
+                         clone,
+                         predict_mse,
+)
+from .estimators.scaling import FeatureBounds, PrivateStandardize
+from .exceptions import (
+                         BudgetExceededError,
+                         ClientFailureError,
+                         ClippingBiasWarning,
+                         ConvergenceWarning,
+                         DivergenceError,
+                         IllConditionedWarning,
+                         NoInterceptWarning,
+                         NotFittedError,
+                         PrivacyLeakWarning,
+                         PrivacyNoiseWarning,
+                         SingleClientWarning,
+)
 from .families import get_family
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
-from .estimators.scaling import FeatureBounds, PrivateStandardize
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
-from . import simulations, theory
 
 __version__ = "0.1.0"
 
-__all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "ClientFailureError", 
+__all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "ClientFailureError",
     "theory",
     "simulations",
     "FederatedData",

@@ -13,9 +13,9 @@ from the operating system's entropy and the noise cannot be replayed by anyone w
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Union
+
+import numpy as np
 
 RandomState = Union[int, np.random.SeedSequence, np.random.Generator, None]
 

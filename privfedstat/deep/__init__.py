@@ -24,8 +24,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from .clients import TorchClients, TorchNoise
 from .data import FailingTensorData, TensorFederatedData
 from .estimators import DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, compute_matched_rounds
-from .femnist import FEMNIST_CLASSES, WriterData, femnist_standin, load_femnist
 from .fednmap import DeepFedCanon, DeepFedNMap, DeepZhang
+from .femnist import FEMNIST_CLASSES, WriterData, femnist_standin, load_femnist
 from .hifedprox import DeepHiFedProx
 from .newton import DeepFedNewton
 from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC

@@ -19,13 +19,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from .._linalg import clip_rows
 from ..estimators.hifedprox import HiFedProx
 from ..federation.clients import Reply
-from .._linalg import clip_rows
-from ..kernels.glm_nb import CLIP_SAFETY
 from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
+from ..kernels.glm_nb import CLIP_SAFETY
 from .clients import TorchClients
-from .estimators import _Network, _loss
+from .estimators import _loss, _Network
 
 __all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
 

@@ -21,7 +21,7 @@ Peng, Paul & Auddy, Algorithm 5 (FedNewton-NN) and Section 5.2.2 (FedNewton-Iter
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -33,8 +33,8 @@ from ..estimators.fedavg import run_fedavg
 from ..estimators.stages import resolve_weights
 from ..federation.clients import Reply
 from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from ..federation.server import aggregate, effective_weights
+from ..federation.session import Session
 from ..privacy.calibration import head_newton_sensitivity, stage_budget
 from .clients import TorchClients
 from .estimators import _COMMON, _TAIL, DeepFedAvg, _loss

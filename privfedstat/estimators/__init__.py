@@ -3,16 +3,16 @@
 from .base import FederatedEstimator, clone
 from .baselines import LocalFit, PooledMLE
 from .dpfedavg import DPFedAvg
-from .hifedprox import HiFedProx
 from .fedavg import FedAvg
 from .fedhybrid import FedHybrid
 from .fedirls import FedIRLS
+from .fednewton import FedNewton
 from .fednmap import FedCanon, FedNMap, ZhangComposite
 from .fednormec import ClippedFedAvg, FedAlphaNormEC
-from .fednewton import FedNewton
 from .fedsgd import FedSGD
-from .scaffold import Scaffold
-from .registry import REGISTRY, MethodSpec, get_method, methods, register
+from .hifedprox import HiFedProx
 from .prediction import predict_mse
+from .registry import REGISTRY, MethodSpec, get_method, methods, register
+from .scaffold import Scaffold
 
 __all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register", "predict_mse"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 from .._validation import check_iterate, check_positive_float, check_positive_int
-from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
-from ._steps import resolve_step_size
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
+from ._steps import resolve_step_size
 from .base import FederatedEstimator
 from .stages import resolve_weights
 

@@ -7,14 +7,14 @@ import math
 import numpy as np
 
 from .._validation import check_positive_int
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, local_step_calibration, stage_budget
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedavg_noise
 from ._steps import MAX_ROUNDS_NONPRIVATE, local_gradient_descent, resolve_count, resolve_step_size, settled
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
 from .stages import resolve_weights
-from ..privacy.calibration import aggregate_sd, calibrated_sigma, local_step_calibration, stage_budget
 
 __all__ = ["FedAvg", "run_fedavg"]
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from .._validation import check_positive_int
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd, stage_budget
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedhybrid_noise
 from ._steps import gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size, server_gradient_descent
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
 from .stages import resolve_weights
-from ..privacy.calibration import aggregate_sd, stage_budget
 
 __all__ = ["FedHybrid"]
 

@@ -13,14 +13,13 @@ import math
 
 import numpy as np
 
-from .._validation import check_positive_float, check_positive_int
-from ..privacy.clipping import AutoClip
-from ..theory.noise import IRLSNoise
-from .._validation import DIVERGENCE_NORM, check_iterate
 from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
-from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
+from .._validation import DIVERGENCE_NORM, check_iterate, check_positive_float, check_positive_int
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
+from ..privacy.clipping import AutoClip
+from ..theory.noise import IRLSNoise
 from .base import FederatedEstimator
 from .stages import resolve_weights
 

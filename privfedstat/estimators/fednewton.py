@@ -11,14 +11,21 @@ from .._linalg import MAX_HESSIAN_GB
 from .._validation import check_positive_float, check_positive_int
 from ..exceptions import PrivacyLeakWarning
 from ..families.curvature import resolve_hessian_floor
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from ..privacy.calibration import (
+    aggregate_sd,
+    calibrated_sigma,
+    newton_grad_radius,
+    newton_sensitivity,
+    paper_newton_sensitivity,
+    stage_budget,
+)
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from ._steps import resolve_step_size
-from .fedavg import run_fedavg
-from ..privacy.calibration import aggregate_sd, calibrated_sigma, newton_grad_radius, newton_sensitivity, paper_newton_sensitivity, stage_budget
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
+from .fedavg import run_fedavg
 from .stages import resolve_weights
 
 __all__ = ["FedNewton"]

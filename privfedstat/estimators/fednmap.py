@@ -16,17 +16,17 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._validation import check_iterate, check_positive_float, check_positive_int
+from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
+from ..federation.session import Session
 from ..penalty import ElasticNet
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 from ..privacy.clipping import AutoClip
 from ._steps import resolve_count, resolve_step_size, settled
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
-from .stages import resolve_weights
 from .scaffold import Scaffold
 from .scaling import FeatureBounds, PrivateStandardize
+from .stages import resolve_weights
 
 __all__ = ["FedNMap", "ZhangComposite", "FedCanon", "DEFAULT_ROUNDS", "MAX_ROUNDS"]
 

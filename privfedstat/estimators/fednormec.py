@@ -17,11 +17,11 @@ from numbers import Real
 import numpy as np
 
 from .._validation import check_iterate, check_positive_float, check_positive_int
+from ..federation.protocol import Run, Setup
 from ..federation.server import effective_weights, resolve_participation
+from ..federation.session import Session
 from ..privacy.calibration import calibrated_sigma, client_update_calibration, normec_noise_multiplier
 from ._steps import resolve_step_size
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
 from .stages import resolve_weights
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_positive_int
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedsgd_noise
 from ._steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
 from .stages import resolve_weights
-from ..privacy.calibration import aggregate_sd
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
 

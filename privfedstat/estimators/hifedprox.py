@@ -11,10 +11,10 @@ import pandas as pd
 from .._validation import check_iterate, check_positive_float, check_positive_int
 from ..federation.channel import FAILURE_POLICIES
 from ..federation.power_prox import Armijo, PowerProx
-from ..federation.server import aggregate
-from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
 from ..federation.protocol import Run, Setup
+from ..federation.server import aggregate
 from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
 from .base import FederatedEstimator
 
 __all__ = ["HiFedProx"]

@@ -203,11 +203,11 @@ def _register_builtin() -> None:
     from .fedavg import PAPER_N_ROUNDS, FedAvg
     from .fedhybrid import PAPER_N_SERVER_ITER, FedHybrid
     from .fedirls import FedIRLS
+    from .fednewton import FedNewton
     from .fednmap import FedCanon, FedNMap, ZhangComposite
     from .fednormec import ClippedFedAvg, FedAlphaNormEC
-    from .fednewton import FedNewton
-    from .hifedprox import HiFedProx
     from .fedsgd import PAPER_N_ITER, FedSGD
+    from .hifedprox import HiFedProx
     from .scaffold import Scaffold
 
     for spec in (

@@ -6,17 +6,16 @@ import math
 
 import numpy as np
 
-from .._validation import check_positive_float, check_positive_int
+from .._validation import check_iterate, check_positive_float, check_positive_int
+from ..federation.protocol import Run, Setup
+from ..federation.server import aggregate
+from ..federation.session import Session
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 from ..privacy.clipping import AutoClip
 from ..theory.noise import ScaffoldNoise
-from .._validation import check_iterate
-from ..federation.server import aggregate
 from ._steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
-from ..federation.protocol import Run, Setup
-from ..federation.session import Session
 from .base import FederatedEstimator
 from .stages import resolve_weights
-from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 
 __all__ = ["Scaffold"]
 

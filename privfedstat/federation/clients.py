@@ -47,8 +47,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._linalg import clip_rows, floor_eigenvalues, row_norm_bounds, sym_to_vec
-from ..data.federated import FederatedData
 from .._validation import check_iterate
+from ..data.federated import FederatedData
 from ..families.base import Family
 from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release

@@ -33,8 +33,7 @@ from ..data.federated import FederatedData
 from ..families import Family
 from ..federation.clients import PUBLIC, VERBS, InProcessClients, Reply
 from ..privacy.ledger import Release
-from .wire import (MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape,
-                   per_client_args)
+from .wire import MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape, per_client_args
 
 __all__ = ["FlowerClients", "fit_on_grid"]
 

@@ -70,12 +70,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from collections.abc import Callable
-
+from .._linalg import floor_eigenvalues
 from ..data.federated import FederatedData
 from ..exceptions import DivergenceError
 from ..families import FAMILIES
@@ -85,7 +85,6 @@ from ..federation.queries import release_psd_mean, search_bounds
 from ..federation.session import Session
 from ..privacy.clipping import AutoClip
 from .config import Inference
-from .._linalg import floor_eigenvalues
 
 __all__ = ["Refits", "SimulationModel", "release_simulation_model", "run_bootstrap", "simulate_response"]
 

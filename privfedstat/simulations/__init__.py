@@ -5,8 +5,7 @@ from .allocations import Equal, FixedTotal, LogNormal, Uniform
 from .coverage import COVERAGE, COVERAGE_METHODS, coverage_scenarios, plot_coverage, summarise_coverage
 from .dgp import DEFAULT_BETA, GLMDesign, simulate_glm
 from .mse_study import GRIDS, MSEGrid, get_grid, plot_grid, plot_mse
-from .runner import (METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator,
-                     run_replicate, summarise)
+from .runner import METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator, run_replicate, summarise
 from .study import Study, StudyResult, Table, param, run_study
 from .theory_comparison import compare_to_theory, plot_theory_comparison
 

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ..data.federated import FederatedData
-from ..estimators.base import FederatedEstimator
 from ..estimators import registry
+from ..estimators.base import FederatedEstimator
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign

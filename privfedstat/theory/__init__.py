@@ -25,8 +25,8 @@ from .communication import communication_table
 from .constants import ProblemConstants, hessian_norm_quantile, problem_constants
 from .lower_bound import effective_sample_size, lower_bound
 from .newton import ClientCondition, fednewton_bound, fednewton_max_clients
-from .planning import Iterations, optimal_weights, recommended_iterations
 from .noise import protocol_noise_covariance
+from .planning import Iterations, optimal_weights, recommended_iterations
 from .predictor import MSEPrediction, Problem, predict_mse_from_params
 
 __all__ = [

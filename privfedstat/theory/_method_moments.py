@@ -18,8 +18,14 @@ import numpy as np
 
 from ..families import get_family
 from ..families.curvature import resolve_hessian_floor
-from ..privacy.calibration import (calibrated_sigma, gradient_calibration, newton_grad_radius, newton_sensitivity,
-                                   paper_newton_sensitivity, stage_budget)
+from ..privacy.calibration import (
+    calibrated_sigma,
+    gradient_calibration,
+    newton_grad_radius,
+    newton_sensitivity,
+    paper_newton_sensitivity,
+    stage_budget,
+)
 from ..privacy.clipping import AutoClip
 from ._engine import Linearisation, propagate
 from ._newton_step import newton_moments

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._engine import Stage, privacy_transport
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
+from ._engine import Stage, privacy_transport
 
 __all__ = [
     "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise", "protocol_noise_covariance",

@@ -12,8 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from privfedstat.deep import (FailingTensorData, TensorFederatedData, TorchClients, TorchNoise,  # noqa: E402
-                              per_sample_clipped_mean)
+from privfedstat.deep import FailingTensorData, TensorFederatedData, TorchClients, TorchNoise, per_sample_clipped_mean  # noqa: E402
 from privfedstat.deep.per_sample import CLIP_SAFETY  # noqa: E402
 from privfedstat.federation import clients as federation_clients  # noqa: E402
 

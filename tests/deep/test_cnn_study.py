@@ -12,12 +12,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from deep_fixtures import one_torch_thread  # noqa: E402,F401
+
 from privfedstat.cli import main  # noqa: E402
 from privfedstat.deep.cnn_study import (  # noqa: E402
-    CNN_METHODS, PRESETS, cnn_methods, cnn_study, plot_cnn_study, summarise_cnn,
+    CNN_METHODS,
+    PRESETS,
+    cnn_methods,
+    cnn_study,
+    plot_cnn_study,
+    summarise_cnn,
 )
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,15 +10,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_normec import linear_model, logistic_loss  # noqa: E402  (the linear logistic model, x_0 = 0)
 from torch import nn  # noqa: E402
 
 from privfedstat import FedCanon, FederatedData, FedNMap, ZhangComposite  # noqa: E402
 from privfedstat.deep import TensorFederatedData  # noqa: E402
 from privfedstat.deep.data import FailingTensorData  # noqa: E402
 from privfedstat.deep.fednmap import DeepFedCanon, DeepFedNMap, DeepZhang  # noqa: E402
-from privfedstat.simulations.composite_metrics import hoyer_sparsity  # noqa: E402
 from privfedstat.federation import FailingData  # noqa: E402
-from test_normec import linear_model, logistic_loss  # noqa: E402  (the linear logistic model, x_0 = 0)
+from privfedstat.simulations.composite_metrics import hoyer_sparsity  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

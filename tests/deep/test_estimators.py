@@ -10,14 +10,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _seam import ServerView  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from privfedstat import AutoClip, ClientFailureError  # noqa: E402
-from privfedstat.deep import (DeepDPFedAvg, DeepFedAvg, DeepFedHybrid, DeepFedSGD, FailingTensorData,  # noqa: E402
-                              TensorFederatedData, TorchClients, compute_matched_rounds)
+from privfedstat.deep import (  # noqa: E402
+    DeepDPFedAvg,
+    DeepFedAvg,
+    DeepFedHybrid,
+    DeepFedSGD,
+    FailingTensorData,
+    TensorFederatedData,
+    TorchClients,
+    compute_matched_rounds,
+)
 from privfedstat.deep import estimators as deep_estimators  # noqa: E402
-from _seam import ServerView  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

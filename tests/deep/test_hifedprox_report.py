@@ -12,7 +12,12 @@ from statsmodels.stats.multitest import multipletests
 pytest.importorskip("torch")
 
 from privfedstat.deep.hifedprox_study import (  # noqa: E402
-    STUDY, displacement_tail, hifedprox_comparisons, hifedprox_diagnostics, hifedprox_tables, plot_hifedprox,
+    STUDY,
+    displacement_tail,
+    hifedprox_comparisons,
+    hifedprox_diagnostics,
+    hifedprox_tables,
+    plot_hifedprox,
 )
 from privfedstat.simulations.paired_bootstrap import exhaustive_paired_bootstrap  # noqa: E402
 

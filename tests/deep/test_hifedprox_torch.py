@@ -9,11 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_normec import linear_model, logistic_loss  # noqa: E402  (the GLM's logistic model as a network)
+
 from privfedstat import HiFedProx  # noqa: E402
 from privfedstat.deep import TensorFederatedData  # noqa: E402
 from privfedstat.deep.hifedprox import DeepHiFedProx  # noqa: E402
 from privfedstat.deep.models import FemnistCNN  # noqa: E402
-from test_normec import linear_model, logistic_loss  # noqa: E402  (the GLM's logistic model as a network)
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

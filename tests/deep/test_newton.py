@@ -9,20 +9,23 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _seam import ServerView  # noqa: E402
+from deep_fixtures import one_torch_thread  # noqa: E402,F401
 from scipy.optimize import minimize  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from _seam import ServerView  # noqa: E402
-from deep_fixtures import one_torch_thread  # noqa: E402,F401
 from privfedstat.deep import DeepFedAvg, TensorFederatedData, newton  # noqa: E402
 from privfedstat.deep.models import DigitsCNN, HeadModel  # noqa: E402
 from privfedstat.deep.newton import (  # noqa: E402
-    DeepFedNewton, damped_fisher_solve, head_newton_message, head_slice, per_sample_head_gradients,
+    DeepFedNewton,
+    damped_fisher_solve,
+    head_newton_message,
+    head_slice,
+    per_sample_head_gradients,
 )
 from privfedstat.deep.per_sample import CLIP_SAFETY  # noqa: E402
 from privfedstat.privacy.calibration import head_newton_sensitivity  # noqa: E402
-
 
 #: a few rounds of a network do not settle: the fits below warn, as they should
 pytestmark = pytest.mark.filterwarnings("ignore::privfedstat.exceptions.ConvergenceWarning")

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from conftest import simulate
-from privfedstat import AutoClip, FedAvg, FedHybrid, FedNewton, FedSGD, get_family
 from test_contract import dataset
+
+from privfedstat import AutoClip, FedAvg, FedHybrid, FedNewton, FedSGD, get_family
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 

@@ -6,14 +6,14 @@ Release-level neighbouring-dataset checks of every estimator (replayed at the sa
 
 import numpy as np
 import pytest
-
 from conftest import simulate
+
 from privfedstat import FederatedData, FedSGD
-from privfedstat.federation.clients import newton_step
-from privfedstat.privacy.calibration import newton_sensitivity
 from privfedstat.families import get_family
 from privfedstat.federation import GLMOracle, privatize
+from privfedstat.federation.clients import newton_step
 from privfedstat.privacy import ClientNoise
+from privfedstat.privacy.calibration import newton_sensitivity
 
 
 @pytest.mark.parametrize("half", [0, 1])

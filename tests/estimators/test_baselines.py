@@ -6,9 +6,9 @@ import warnings
 import numpy as np
 import pytest
 import statsmodels.api as sm
+from conftest import simulate
 from scipy.optimize import minimize
 
-from conftest import simulate
 from privfedstat import ConvergenceWarning, FederatedData, LocalFit, PooledMLE
 from privfedstat.families import FAMILIES, get_family
 

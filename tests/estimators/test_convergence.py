@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import statsmodels.api as sm
-
 from conftest import simulate
+
 from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD
 
 INF = float("inf")
@@ -61,8 +61,8 @@ def test_fedsgd_with_clipping_minimises_the_clipped_objective():
     """With clipping, the fixed point is where the mean clipped gradient vanishes."""
     data = simulate("logistic", [100] * 5, [0.5, -0.5, 0.5], seed=14)
     est = FedSGD(mu=INF, clip=0.5, n_iter=4000, step_size=1.0).fit(data)
-    from privfedstat.federation import GLMOracle
     from privfedstat.families import get_family
+    from privfedstat.federation import GLMOracle
 
     g = GLMOracle(data, get_family("logistic")).clipped_gradients(est.coef_, 0.5)
     np.testing.assert_allclose(data.sizes / data.n_samples @ g, 0.0, atol=1e-10)

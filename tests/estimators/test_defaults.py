@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import pytest
 import statsmodels.api as sm
-
 from conftest import simulate
+
 from privfedstat import AutoClip, FedAvg, FedHybrid, FedSGD, Scaffold, get_family
 from privfedstat.estimators._steps import MAX_ITER_NONPRIVATE, resolve_count
 from privfedstat.families.curvature import auto_step_size

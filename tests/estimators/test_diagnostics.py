@@ -5,8 +5,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from conftest import simulate
+
 from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FedNewton, FedSGD, PrivacyNoiseWarning
 from privfedstat.estimators.diagnostics import hessian_condition, noise_dominated, undersized_clients
 from privfedstat.estimators.registry import methods

@@ -8,16 +8,16 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
+from conftest import simulate
 from scipy.optimize import minimize
 
-from conftest import simulate
 from privfedstat import FederatedData, FedIRLS, glm
+from privfedstat._linalg import sym_to_vec, vec_to_sym
 from privfedstat.estimators import fedirls
 from privfedstat.families import get_family
 from privfedstat.federation import make_oracle, privatize
 from privfedstat.privacy import ClientNoise
 from privfedstat.privacy.calibration import BACKWARD_RATIO, auto_budget_split, hessian_sensitivity
-from privfedstat._linalg import sym_to_vec, vec_to_sym
 
 INF = float("inf")
 SIZES = [150, 250, 300, 200, 400]
@@ -278,9 +278,9 @@ def test_a_last_step_cut_far_above_its_noise_says_the_fit_did_not_converge():
     five private Newton rounds cut to max_step = 2 cover about half the way (every coefficient ~half the
     MLE's): the fit must say so. On randhie a last step cut by its noise alone (the estimate 0.6 SE from
     the MLE) must not warn."""
-    from sklearn.datasets import load_breast_cancer
-
     import warnings
+
+    from sklearn.datasets import load_breast_cancer
 
     from privfedstat import ConvergenceWarning
     from privfedstat.data import load_randhie

@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from _enet_reference import _loss_grad, enet_glm
+
 from privfedstat import FedCanon, FederatedData, FedNMap, PrivateStandardize, ZhangComposite
 from privfedstat._rng import spawn_generators
 from privfedstat.families import get_family
@@ -150,7 +150,8 @@ def test_no_noise_converges_to_the_pooled_elastic_net(family, cls, penalty):
 
 def test_the_pooled_solution_is_scikit_learns():
     """The reference solver and FedNMap against scikit-learn's ElasticNet (Gaussian) and saga LogisticRegression."""
-    from sklearn.linear_model import ElasticNet as SkElasticNet, LogisticRegression
+    from sklearn.linear_model import ElasticNet as SkElasticNet
+    from sklearn.linear_model import LogisticRegression
 
     for family in ("gaussian", "logistic"):
         data = heterogeneous(family)

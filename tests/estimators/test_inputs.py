@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from conftest import simulate
+
 from privfedstat import AutoClip, DivergenceError, FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD, NotFittedError
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
@@ -146,8 +146,8 @@ def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logisti
 
 
 def test_hessian_floor_auto_uses_the_family_curvature():
-    from privfedstat.families.curvature import resolve_hessian_floor
     from privfedstat.families import get_family
+    from privfedstat.families.curvature import resolve_hessian_floor
 
     assert resolve_hessian_floor("auto", get_family("logistic"), 2.0) == 0.25
     assert resolve_hessian_floor("auto", get_family("poisson"), 2.0) == 1.0

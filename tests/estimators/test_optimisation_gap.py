@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from privfedstat import ConvergenceWarning, FederatedData, FedAvg, FedIRLS, FedSGD
+from privfedstat import ConvergenceWarning, FedAvg, FederatedData, FedIRLS, FedSGD
 from privfedstat.estimators.diagnostics import error_transport, optimisation_gap
 
 

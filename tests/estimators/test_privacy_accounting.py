@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from conftest import simulate
+
 from privfedstat import AutoClip, FedAvg, FedHybrid, FedNewton, FedSGD, PrivacyLeakWarning
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
@@ -69,9 +69,9 @@ def test_auto_clip_spends_the_declared_share():
     mu = 2.0
     est = FedSGD(mu=mu, clip=AutoClip(budget=0.25), inference=None, random_state=0).fit(data)
     df = est.privacy_.to_frame()
-    clip_mu = np.sqrt((df[df.stage == "clip-gradient"].groupby("client").mu.apply(lambda s: np.sum(s**2))))
+    clip_mu = np.sqrt(df[df.stage == "clip-gradient"].groupby("client").mu.apply(lambda s: np.sum(s**2)))
     np.testing.assert_allclose(clip_mu, 0.25 * mu, rtol=1e-12)
-    est_mu = np.sqrt((df[df.stage == "gradient"].groupby("client").mu.apply(lambda s: np.sum(s**2))))
+    est_mu = np.sqrt(df[df.stage == "gradient"].groupby("client").mu.apply(lambda s: np.sum(s**2)))
     np.testing.assert_allclose(est_mu, math.sqrt(mu**2 - (0.25 * mu) ** 2), rtol=1e-12)
     assert len(df[df.stage == "clip-gradient"]) == 6 * 6  # log2(64) queries x 6 clients
 

@@ -1,18 +1,17 @@
 """What a fit reports beyond coef_: statsmodels-style named views, the summary's header and goodness of fit
 (against statsmodels), significant digits, and the coefficient plot."""
 
-import math
 
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
-
 from conftest import simulate
-from privfedstat import FederatedData, FedIRLS, FedSGD, PooledMLE, get_family
-from privfedstat.estimators.summary import Summary
 from test_contract import dataset
+
+from privfedstat import FedIRLS, FedSGD, PooledMLE, get_family
+from privfedstat.estimators.summary import Summary
 
 matplotlib.use("Agg")
 INF = float("inf")

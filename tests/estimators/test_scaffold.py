@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 import statsmodels.api as sm
-
 from conftest import simulate
+
 from privfedstat import DivergenceError, FedAvg, FederatedData, PooledMLE, Scaffold
 from privfedstat.families import FAMILIES, get_family
 

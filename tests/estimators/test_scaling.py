@@ -9,12 +9,13 @@ import warnings
 
 import numpy as np
 import pytest
+from _scaling import private_scaler
 
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators import FedIRLS, FedSGD, PooledMLE
-from privfedstat.exceptions import PrivacyNoiseWarning
 from privfedstat.estimators.scaling import PrivateStandardize
-from _scaling import private_scaler
+from privfedstat.exceptions import PrivacyNoiseWarning
+
 
 def _noisy_release(rng):
     """A channel stand-in: every client's count gets N(0, 1 / mu_q^2) noise (sensitivity 1)."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from _scaling import private_scaler
 
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.scaling import MAX_SCALED, FeatureBounds, PrivateStandardize, Scaler
-from _scaling import private_scaler
 
 DMAX = float(np.finfo(np.float64).max)
 

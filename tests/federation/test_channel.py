@@ -109,6 +109,7 @@ def test_communication_counts_what_partial_participation_sent():
     """FedSGD with participation 0.5 asks about half the clients each round: the server receives (and
     communication_ reports) only their floats, one message per client that sent."""
     from conftest import simulate
+
     from privfedstat import FedSGD
 
     data = simulate("logistic", [50] * 20, [0.2, 0.5, -0.5])

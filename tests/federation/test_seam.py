@@ -14,15 +14,15 @@ import math
 
 import numpy as np
 import pytest
+from _seam import ServerView
 
-from privfedstat import ClientFailureError, FederatedData, FedAvg, FedSGD, get_family
-from privfedstat.privacy import ClientNoise
+from privfedstat import ClientFailureError, FedAvg, FederatedData, FedSGD, get_family
 from privfedstat.estimators import base
 from privfedstat.estimators.registry import methods
 from privfedstat.federation import FailingData, InProcessClients, Participation
 from privfedstat.federation.clients import PUBLIC, VERBS
-from _seam import ServerView
 from privfedstat.federation.oracle import GLMOracle, MultinomialOracle
+from privfedstat.privacy import ClientNoise
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -11,12 +11,12 @@ import os
 import signal
 
 import numpy as np
+from _fakegrid import npy_bytes
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from privfedstat.flower.app import client_app as honest
 from privfedstat.flower.wire import decode_request
-from _fakegrid import npy_bytes
 
 rogue = ClientApp()
 

@@ -23,8 +23,8 @@ pytest.importorskip("flwr")
 
 from privfedstat.estimators.registry import get_method
 from privfedstat.federation import FailingData
-from privfedstat.flower.client import demo_dataset
 from privfedstat.flower.app import make_estimator
+from privfedstat.flower.client import demo_dataset
 from privfedstat.flower.launch import LocalFederation
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]

@@ -14,18 +14,25 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from _fakegrid import FakeGrid, npy_bytes
+
 from privfedstat import ClientFailureError, FedSGD
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import Scaler
+from privfedstat.federation.power_prox import Armijo, PowerProx
 from privfedstat.flower.client import ClientNode, demo_dataset, load_node, load_partition
 from privfedstat.flower.proxy import fit_on_grid
-from privfedstat.federation.power_prox import Armijo, PowerProx
-from privfedstat.flower.wire import (MalformedReplyError, decode_reply, decode_request, encode_reply, encode_request,
-                                     expected_shape)
+from privfedstat.flower.wire import (
+    MalformedReplyError,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+    expected_shape,
+)
 from privfedstat.penalty import ElasticNet
 from privfedstat.privacy.ledger import Release
-from _fakegrid import FakeGrid, npy_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

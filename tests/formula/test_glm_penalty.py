@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
 from _enet_reference import enet_glm
+
 from privfedstat import FedNMap, ZhangComposite
 from privfedstat.formula import glm
 

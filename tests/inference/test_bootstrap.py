@@ -9,6 +9,7 @@ import pytest
 import statsmodels.api as sm
 
 from privfedstat import FederatedData, FedIRLS, FedSGD, PrivateStandardize
+from privfedstat._linalg import sym_to_vec
 from privfedstat._rng import spawn_generators
 from privfedstat.estimators import registry
 from privfedstat.estimators.stages import _fixed_bound
@@ -22,7 +23,6 @@ from privfedstat.inference.bootstrap import _gaussian_design, release_simulation
 from privfedstat.inference.config import Inference
 from privfedstat.privacy import ClientNoise, PrivacyLedger
 from privfedstat.privacy.calibration import hessian_sensitivity
-from privfedstat._linalg import sym_to_vec
 
 #: the test fits use tiny settings (a few rounds): their accuracy diagnostics are expected to speak up
 pytestmark = pytest.mark.filterwarnings("ignore::privfedstat.ConvergenceWarning")

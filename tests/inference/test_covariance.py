@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from privfedstat._linalg import sym_to_vec, vec_to_sym
 from privfedstat.estimators.scaling import Scaler
 from privfedstat.inference.covariance import original_scale_map, sampling_covariance, weighted_factor
 from privfedstat.theory.noise import symmetric_noise_sandwich
-from privfedstat._linalg import sym_to_vec, vec_to_sym
 
 
 def symmetric_noise(rng, p: int, s: float, n: int) -> np.ndarray:

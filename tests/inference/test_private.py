@@ -7,12 +7,23 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import simulate
 from scipy import stats
 
 import privfedstat.inference.core as core_module
-from conftest import simulate
-from privfedstat import (AutoClip, FederatedData, FedIRLS, FedNewton, FedSGD, FeatureBounds, Inference,
-                         NoInferenceError, NotFittedError, PrivacyBudget, glm)
+from privfedstat import (
+    AutoClip,
+    FeatureBounds,
+    FederatedData,
+    FedIRLS,
+    FedNewton,
+    FedSGD,
+    Inference,
+    NoInferenceError,
+    NotFittedError,
+    PrivacyBudget,
+    glm,
+)
 from privfedstat.inference.core import CLIP_COUNT_SHARE
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
 from privfedstat.privacy.calibration import hessian_sensitivity

@@ -30,12 +30,12 @@ from test_clipping_bounds import assert_within, neighbour_cases, per_row_cases
 from test_kernels import SETTINGS, _z, assert_close, cases, hess_scale
 
 from privfedstat import FederatedData
+from privfedstat._linalg import sym_to_vec
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.kernels import reference as ref
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
 from privfedstat.privacy.calibration import hessian_sensitivity
-from privfedstat._linalg import sym_to_vec
 
 GRADIENT_CLIPS = [1e-10, 0.05, 0.3, 1.0, 3.0, np.inf]
 

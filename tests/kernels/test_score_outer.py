@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_clipping_bounds import SETTINGS as ADVERSARIAL_SETTINGS
 from test_clipping_bounds import (
     DMAX,
     assert_within,
@@ -34,6 +33,7 @@ from test_clipping_bounds import (
     sq_norm,
     well_conditioned,
 )
+from test_clipping_bounds import SETTINGS as ADVERSARIAL_SETTINGS
 from test_kernels import SETTINGS, assert_close, cases
 
 from privfedstat import FederatedData

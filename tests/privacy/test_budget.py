@@ -7,9 +7,9 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import simulate
 from scipy.stats import norm
 
-from conftest import simulate
 from privfedstat import (
     BudgetExceededError,
     FedNewton,

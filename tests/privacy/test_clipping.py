@@ -191,8 +191,8 @@ class TestPilot:
         # steps from 0 with B0 and the 'auto' step, then the pilot_quantile of the norms at the pilot
         from privfedstat.data.federated import FederatedData
         from privfedstat.estimators import FedSGD
-        from privfedstat.families.curvature import auto_step_size
         from privfedstat.families import get_family
+        from privfedstat.families.curvature import auto_step_size
 
         rng = np.random.default_rng(5)
         n, d = 1200, 4

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pandas as pd
 import pytest
+from _replay import log_likelihood_ratios, one_numba_thread, realized_mu, record, replay, tap_channel  # noqa: F401
 from scipy.stats import norm
 
-from _replay import log_likelihood_ratios, one_numba_thread, realized_mu, record, replay, tap_channel  # noqa: F401
 from privfedstat import FederatedData
 from privfedstat.estimators.registry import get_method, methods
 from privfedstat.estimators.scaling import PrivateStandardize
@@ -150,7 +150,7 @@ def _stage_filter(prefix: str | None):
     return None if prefix is None else (lambda stage: stage.startswith(prefix))
 
 
-@lru_cache(maxsize=None)
+@cache
 def audit(name: str, broken: bool = False, runs: int = N_RUNS) -> pd.DataFrame:
     """Run a setting ``runs`` times on each side; one row per view and FPR: empirical TPR, allowed
     TPR, s.e., stated mu, realized mu. ``broken``: the channel adds half the noise it states."""

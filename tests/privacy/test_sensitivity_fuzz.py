@@ -19,24 +19,24 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
+from _replay import check_neighbours, one_numba_thread, tap_channel  # noqa: F401 (fixture)
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from _replay import check_neighbours, one_numba_thread, tap_channel  # noqa: F401 (fixture)
 from privfedstat import FederatedData
+from privfedstat._linalg import sym_to_vec
 from privfedstat._rng import spawn_generators
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.families import get_family
 from privfedstat.federation import clients
 from privfedstat.federation.oracle import make_oracle
-from privfedstat.privacy.mechanisms import ClientNoise
 from privfedstat.privacy.calibration import hessian_sensitivity
-from privfedstat._linalg import sym_to_vec
+from privfedstat.privacy.mechanisms import ClientNoise
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are irrelevant here
 pytestmark = [pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -59,7 +59,7 @@ def _family(name: str):
     return get_family(name, n_classes=N_CLASSES) if name == "multinomial" else get_family(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def base_data(family: str, intercept: bool) -> FederatedData:
     """3 clients x 20 rows of ordinary data for ``family``; an intercept column first if asked."""
     rng = np.random.default_rng(FAMILIES.index(family) + 10 * intercept)

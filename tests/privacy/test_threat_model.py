@@ -17,11 +17,11 @@ import warnings
 import dp_accounting
 import numpy as np
 import pytest
+from conftest import simulate
 from dp_accounting.pld import PLDAccountant
 from scipy import integrate, signal
 from scipy.stats import norm
 
-from conftest import simulate
 from privfedstat.estimators.dpfedavg import DPFedAvg
 from privfedstat.estimators.fednormec import FedAlphaNormEC
 from privfedstat.privacy.accounting import subsampled_gaussian_delta, subsampled_gaussian_epsilon

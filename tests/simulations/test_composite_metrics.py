@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
 from _enet_reference import _loss_grad, enet_glm
+
 from privfedstat import FederatedData, FedNMap
 from privfedstat.penalty import ElasticNet
 from privfedstat.simulations.composite_metrics import hoyer_sparsity, pooled_loss_gradient, stationarity, support_recovery

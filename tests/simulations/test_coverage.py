@@ -7,8 +7,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfedstat.simulations import (COVERAGE, COVERAGE_METHODS, Equal, GLMDesign, MonteCarlo, Scenario,
-                                     coverage_scenarios, plot_coverage, run_replicate, summarise_coverage)
+from privfedstat.simulations import (
+    COVERAGE,
+    COVERAGE_METHODS,
+    Equal,
+    GLMDesign,
+    MonteCarlo,
+    Scenario,
+    coverage_scenarios,
+    plot_coverage,
+    run_replicate,
+    summarise_coverage,
+)
 from privfedstat.simulations.coverage import binomial_halfwidth
 
 INF = float("inf")

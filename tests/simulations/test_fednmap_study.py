@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 
 from privfedstat import cli
-from privfedstat.simulations.fednmap_study import (FedNMapConfig, fednmap_slopes, fednmap_study, loglog_slope,
-                                                   plot_fednmap_study, sorted_logistic_clients, summarise_fednmap)
+from privfedstat.simulations.fednmap_study import (
+    FedNMapConfig,
+    fednmap_slopes,
+    fednmap_study,
+    loglog_slope,
+    plot_fednmap_study,
+    sorted_logistic_clients,
+    summarise_fednmap,
+)
 
 TINY = FedNMapConfig(n_samples=240, n_features=6, n_nonzero=2, n_rounds=6, trials=2, clients=(4, 8), local_steps=(2,),
                     clients_sweep=(4, 8), steps_sweep=(2, 4), fixed_local_steps=2, fixed_clients=4)

@@ -50,7 +50,6 @@ def test_fig5_fednewton_with_paper_calibration_beats_fedavg_at_largest_m():
 
     from privfedstat import FedAvg, FedNewton
     from privfedstat.simulations import FixedTotal, GLMDesign
-
     from privfedstat.theory import problem_constants
 
     design = GLMDesign("logistic")

@@ -23,17 +23,25 @@ import math
 
 import numpy as np
 import pytest
+from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
 
 from privfedstat import FedAvg, FederatedData, FedHybrid, FedIRLS, FedNewton, FedSGD, Scaffold, get_family
+from privfedstat._linalg import vec_to_sym
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.simulations import GLMDesign
 from privfedstat.theory import protocol_noise_covariance
 from privfedstat.theory._engine import Linearisation, Stage, privacy_transport, propagate
 from privfedstat.theory._population import Population, make_spec
-from privfedstat.theory.noise import (GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise, fedavg_noise,
-                                      fedhybrid_noise, fedsgd_noise, symmetric_noise_sandwich)
-from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
-from privfedstat._linalg import vec_to_sym
+from privfedstat.theory.noise import (
+    GradientNoise,
+    IRLSNoise,
+    NewtonNoise,
+    ScaffoldNoise,
+    fedavg_noise,
+    fedhybrid_noise,
+    fedsgd_noise,
+    symmetric_noise_sandwich,
+)
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")
 

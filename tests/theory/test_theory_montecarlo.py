@@ -10,11 +10,11 @@ Every replicate draws fresh data and fresh noise; seeds are fixed.
 
 import numpy as np
 import pytest
+from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
 
 from privfedstat import FedAvg, FedHybrid, FedNewton, FedSGD, predict_mse
 from privfedstat.simulations import GLMDesign
 from privfedstat.theory import Problem
-from theory_fixtures import one_numba_thread  # noqa: F401  (a fixture, used by name)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_numba_thread")]
 
