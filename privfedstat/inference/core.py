@@ -43,20 +43,10 @@ What the fit asked for is checked before anything is released (:func:`plan_infer
 ``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`, with
 the refit function the estimator builds (:class:`~privfedstat.inference.bootstrap.Refits`).
 
-**Jacobian (measured).** Logistic design (20 clients x 200 rows, 4 coefficients, correlated
-covariates), B fixed at the 95% quantile of the gradient norms at the truth (5% of rows clipped
-at the estimate); empirical over predicted variance per coefficient. Privacy part (one data set,
-200 noise seeds, mu = 1): FedSGD 0.93-1.08 linearised at J, 0.99-1.17 at the all-rows Hessian;
-FedAvg 1.00-1.22 vs 1.11-1.31; FedIRLS 0.93-1.14 vs 0.89-1.09 (its Newton matrix is its own
-released Hessian either way). Sampling part (mu = inf, 400 data replicates): sandwich 0.84-1.04
-with J vs 1.00-1.24 with the all-rows Hessian; model-based 0.86-1.06 vs 0.93-1.13.
-
-**Floor (measured).** An eigenvalue of H that the noise cannot resolve is raised to the floor, which
-shrinks the variance along it; FedIRLS floors at 3 s for a stable step, but inference is better
-served by a low floor (too wide rather than too narrow). On ``fair`` (``glm()`` defaults, 10
-sites, mu = 2, 40 noise seeds; private scaling leaves H an eigenvalue ~0.002 for the collinear
-age / yrs_married), the median private sampling SE relative to the MLE's was 0.69-0.97 with a
-floor of 3 s, 0.70-0.96 with 2 s, 0.84-1.02 with 1 s and 0.85-1.02 with 0.5 s.
+**Why J and a floor of 1 noise sd.** The clipped score's Jacobian J predicts both covariance parts
+better than the all-rows Hessian, and inference is better served by a low eigenvalue floor (too wide
+rather than too narrow) than by FedIRLS' 3 s; the measurements behind both choices are in
+benchmarks/RESULTS.md ("Inference at the estimate: Jacobian and floor").
 """
 
 from __future__ import annotations
