@@ -352,7 +352,7 @@ def main() -> None:
     memory = measure_memory(args.batches, args.threads)
     print(f"local_descent scaling in n [{time.perf_counter() - t_start:.0f} s]:", flush=True)
     scaling = time_local_descent(args.sizes, args.repeats)
-    mi["load_end"] = "%.2f %.2f %.2f" % os.getloadavg()
+    mi["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     section = format_section(mi, args, agree, times, memory, scaling, time.perf_counter() - t_start)
     print("\n" + section)
     if args.results:

@@ -4,11 +4,11 @@ The design: m = 10 clients of n = 500 rows, d = 1 + 20 columns (an intercept and
 covariates, client k's shifted by 0.1 k: heterogeneous sites), logistic responses from
 ``beta = (0.3, 1, -1, 0.8, -0.8, 0.6, 0, ..., 0)`` (5 of the 20 slopes non-zero). Each method
 (FedNMap, Zhang et al. 2024a, FedCanon) is fitted with its defaults (R = 10 rounds of Q = K = 10 local
-steps; private clipping bound ``clip="auto"``; no scaling; with mu = inf until settled) at lasso strengths ``alpha`` and budgets mu per client, ``--seeds`` data sets and noise
-draws per cell. Reported per cell, as medians over seeds: the estimation error ``||coef - beta||_2``,
-the distance to the non-private pooled lasso at the same alpha (FedNMap with mu = inf run to
-convergence), and the support precision and recall of the 20 slopes (the intercept is not penalised
-and is left out).
+steps; private clipping bound ``clip="auto"``; no scaling; with mu = inf until settled) at lasso
+strengths ``alpha`` and budgets mu per client, ``--seeds`` data sets and noise draws per cell.
+Reported per cell, as medians over seeds: the estimation error ``||coef - beta||_2``, the distance
+to the non-private pooled lasso at the same alpha (FedNMap with mu = inf run to convergence), and
+the support precision and recall of the 20 slopes (the intercept is not penalised and is left out).
 
 Run by hand::
 

@@ -205,7 +205,7 @@ def machine_info() -> dict:
         "numba_threads": DEFAULT_THREADS,
         "blas_threads": BLAS.default if BLAS.available else "default (not settable)",
         "date": sh(["date", "-u"]) or _dt.datetime.now(_dt.timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y"),
-        "load": "%.2f %.2f %.2f" % load,
+        "load": "{:.2f} {:.2f} {:.2f}".format(*load),
     }
 
 
@@ -357,7 +357,8 @@ def format_section(mi: dict, results: list[dict]) -> str:
         "unequal client sizes (lognormal, sigma 0.5)."
     )
     L.append(
-        "- Columns: median and best of `time.perf_counter` over the repeats (implementations interleaved round-robin with OpenBLAS held at 1 thread; "
+        "- Columns: median and best of `time.perf_counter` over the repeats "
+        "(implementations interleaved round-robin with OpenBLAS held at 1 thread; "
         "multi-threaded OpenBLAS is timed apart afterwards, as its workers busy-wait and steal the second core); "
         "GB/s = bytes of X / median; speedup = numpy twin / this; "
         "x pass (same thr) = this / numba row-dot pass with the same thread count; "
@@ -371,7 +372,8 @@ def format_section(mi: dict, results: list[dict]) -> str:
             f"(X = {r['mb']:.1f} MB; client sizes min/median/max {smin}/{smed}/{smax}; {r['repeats']} repeats)"
         )
         L.append("")
-        L.append("| kernel | implementation | threads | median ms | best ms | GB/s (X) | speedup vs numpy | x pass (same thr) | x fastest pass |")
+        L.append("| kernel | implementation | threads | median ms | best ms | GB/s (X) | speedup vs numpy "
+                 "| x pass (same thr) | x fastest pass |")
         L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for kind, impl, thr, med, best, gbs, sp, vs_same, vs_fast in r["table"]:
             L.append(f"| {kind} | {impl} | {thr} | {med:.3f} | {best:.3f} | {gbs:.1f} | {sp} | {vs_same} | {vs_fast} |")
@@ -418,14 +420,14 @@ def main() -> None:
         r = bench_case(*case, rng)
         results.append(r)
         print(f"\n({r['label']}) N={r['N']} d={r['d']} m={r['m']}  [{time.perf_counter() - t0:.1f} s]")
-        for kind, impl, thr, med, best, gbs, sp, vs_same, vs_fast in r["table"]:
+        for kind, impl, thr, med, _best, gbs, sp, vs_same, vs_fast in r["table"]:
             print(f"  {kind:15s} {impl:40s} thr={thr:>2s} {med:9.3f} ms  {gbs:6.1f} GB/s  "
                   f"{sp:>7s} {vs_same:>6s} {vs_fast:>6s}")
         print(f"  max abs err grad {r['err']:.1e}" + (f", hessian {r['herr']:.1e}" if r["herr"] is not None else ""))
         if r["foreign"] is not None:
             print(f"  other processes used {r['foreign']:.2f} cores on average during the timing"
                   + ("  <-- NOISY, rerun at a quieter moment" if r["foreign"] > 0.05 else ""))
-    mi["load_end"] = "%.2f %.2f %.2f" % os.getloadavg()
+    mi["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     update_results(format_section(mi, results))
     print(f"\nwrote {RESULTS.relative_to(HERE.parent)}")
 

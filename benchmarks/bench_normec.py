@@ -200,12 +200,13 @@ def section(df: pd.DataFrame, t_study, nonpriv: pd.DataFrame, t_np, more: pd.Dat
         f"Python {info['python']}, numpy {info['numpy']}",
         f"- Command: `privfedstat reproduce normec-digits --threads 1 --out benchmarks/normec_reduced` (wall "
         f"{wall(t_study)}, single-threaded), then the checks of `benchmarks/bench_normec.py` (non-private grid {wall(t_np)}, "
-        f"more clients {wall(t_more)}, other seeds {wall(t_seeds)}); files: `benchmarks/normec_reduced/` (normec-digits.csv / .png, "
-        "nonprivate.csv, more_clients.csv, seeds.csv)",
+        f"more clients {wall(t_more)}, other seeds {wall(t_seeds)}); files: `benchmarks/normec_reduced/` "
+        "(normec-digits.csv / .png, nonprivate.csv, more_clients.csv, seeds.csv)",
         f"- Setting (reduced; the paper: CIFAR-10, ResNet20, M = 20, R = 300): GLM backend, multinomial logistic "
         f"regression (10 classes, 64 pixels + intercept, 585 parameters) on scikit-learn's digits, 1437 training "
         f"images dealt IID to M = {m} clients (4-5 each), 360 test images; R = {r}, one local GD step (T = 1, "
-        "eta = gamma), alpha = 0.01, client-level (8, 1e-5)-DP with sigma_DP from the PLD (replace-one: one client's whole dataset replaced, "
+        "eta = gamma), alpha = 0.01, client-level (8, 1e-5)-DP with sigma_DP from the PLD "
+        "(replace-one: one client's whole dataset replaced, "
         "Poisson participation p); beta in {0.001, 0.01, 0.1}, gamma in {0.1, 0.3, 1, 3, 10, 30, 100}, p in {0.25, 0.5, 1}; "
         "one seed. Chance accuracy is 0.10.",
         "",

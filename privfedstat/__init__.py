@@ -56,7 +56,15 @@ from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
 
 __version__ = "0.1.0"
 
-__all__ = ["DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "ClientFailureError",
+__all__ = [
+    "DPFedAvg",
+    "HiFedProx",
+    "FedAlphaNormEC",
+    "ClippedFedAvg",
+    "FedNMap",
+    "ZhangComposite",
+    "FedCanon",
+    "ClientFailureError",
     "theory",
     "simulations",
     "FederatedData",

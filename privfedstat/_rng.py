@@ -13,11 +13,9 @@ from the operating system's entropy and the noise cannot be replayed by anyone w
 
 from __future__ import annotations
 
-from typing import Union
-
 import numpy as np
 
-RandomState = Union[int, np.random.SeedSequence, np.random.Generator, None]
+RandomState = int | np.random.SeedSequence | np.random.Generator | None
 
 __all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "check_secure_mode"]
 
@@ -25,8 +23,9 @@ __all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", 
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
     """Resolve ``random_state`` into a :class:`numpy.random.SeedSequence`.
 
-    The same int or SeedSequence always gives the same streams. A ``Generator`` is consumed once (one 128-bit draw) to seed the sequence, so passing the same
-    generator twice gives different, but still reproducible, streams.
+    The same int or SeedSequence always gives the same streams. A ``Generator`` is consumed once
+    (one 128-bit draw) to seed the sequence, so passing the same generator twice gives different,
+    but still reproducible, streams.
     """
     if random_state is None or isinstance(random_state, (int, np.integer)):
         if random_state is not None and int(random_state) < 0:

@@ -81,7 +81,10 @@ class ElasticNet:
         return out
 
     def natural_map(self, x: np.ndarray, gradient: np.ndarray, gamma: float) -> np.ndarray:
-        """``F_nat^gamma(x) = (x - prox_{gamma phi}(x - gamma grad f(x))) / gamma``: 0 exactly at the stationary points of f + phi."""
+        """``F_nat^gamma(x) = (x - prox_{gamma phi}(x - gamma grad f(x))) / gamma``.
+
+        It is 0 exactly at the stationary points of f + phi.
+        """
         x = np.asarray(x, dtype=np.float64)
         return (x - self.prox(x - gamma * np.asarray(gradient, dtype=np.float64), gamma)) / gamma
 

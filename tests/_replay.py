@@ -2,12 +2,13 @@
 
 Every value a client sends is privatized on the client by
 :func:`privfedstat.federation.clients.privatize` (an aggregated Gaussian mechanism, or a local one
-whose result is later sent as post-processing) and reaches the server through :meth:`Channel.receive`. :func:`record` runs a fit on a dataset D and taps every mechanism: the values
-before noise ``v_t(D)``, the noisy outputs ``y_t``, and the stated sensitivity, sigma and server
-weights of each client (read from the ledger record the channel just wrote). :func:`replay` runs
-the same estimator with the same seed on a neighbouring dataset D' while *forcing* every mechanism
-to return D's outputs ``y_t``: the algorithm at step t is then evaluated on D' given the same
-history, which is exactly what adaptive composition needs, and the tap records ``v_t(D')``.
+whose result is later sent as post-processing) and reaches the server through
+:meth:`Channel.receive`. :func:`record` runs a fit on a dataset D and taps every mechanism: the
+values before noise ``v_t(D)``, the noisy outputs ``y_t``, and the stated sensitivity, sigma and
+server weights of each client (read from the ledger record the channel just wrote). :func:`replay`
+runs the same estimator with the same seed on a neighbouring dataset D' while *forcing* every
+mechanism to return D's outputs ``y_t``: the algorithm at step t is then evaluated on D' given the
+same history, which is exactly what adaptive composition needs, and the tap records ``v_t(D')``.
 
 Everything the server computes is post-processing of the outputs, so a replay must reproduce D's
 run bit for bit apart from the pre-noise values: the same releases (stage, kind, shape), the same

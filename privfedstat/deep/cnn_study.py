@@ -17,9 +17,9 @@ Presets (:data:`PRESETS`): ``"mnist"`` and ``"cifar"`` hold the paper's settings
 as the test set, 1437 to split) with :class:`~privfedstat.deep.models.DigitsCNN`: Scenario 1
 with m = 8 and n in {40, 80, 120, 170}, Scenario 2 with m in {4, 8, 16, 32}, q = 0.5 (so
 a few clients per round; the paper asks 10 of 100), a larger step size (1.0: the small network
-trains slowly at 0.01) and 3 repetitions. Not given by the paper and chosen here [I]: FedHybrid's split (K1 = K local steps), FedSGD's and FedHybrid's
-step size (eta, that of FedAvg), the Newton step's damping lambda and step alpha, the client
-sampling of the Newton step (the same q).
+trains slowly at 0.01) and 3 repetitions. Not given by the paper and chosen here [I]: FedHybrid's
+split (K1 = K local steps), FedSGD's and FedHybrid's step size (eta, that of FedAvg), the Newton
+step's damping lambda and step alpha, the client sampling of the Newton step (the same q).
 """
 
 from __future__ import annotations

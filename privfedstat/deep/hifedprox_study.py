@@ -148,8 +148,9 @@ def _fit(study: HiFedProxConfig, data: WriterData, seed: int, condition: str, p:
         steps[stressed] = study.stress_local_steps
         alphas[stressed] = study.moderate_step_size if condition == "moderate" else study.severe_step_size
         train = stressed_data(train, stressed, data.n_classes)
-    est = DeepHiFedProx(model=seeded_model(lambda: FemnistCNN(n_classes=data.n_classes), seed), mu=math.inf, n_rounds=study.n_rounds, power=p,
-                        prox_coef=study.prox_coef, prox_radius=study.prox_radius, n_local_steps=steps,
+    est = DeepHiFedProx(model=seeded_model(lambda: FemnistCNN(n_classes=data.n_classes), seed), mu=math.inf,
+                        n_rounds=study.n_rounds, power=p, prox_coef=study.prox_coef, prox_radius=study.prox_radius,
+                        n_local_steps=steps,
                         step_size=alphas, batch_size=study.batch_size, participation=study.cohort, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a stochastic method does not settle

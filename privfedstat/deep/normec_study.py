@@ -1,13 +1,14 @@
 """The experiments of Fed-alpha-NormEC (Shulgin et al. 2025, Section 6 and App. A; Figs. 1-4) at a configurable scale.
 
 Protocol: the training images are split IID over M clients; every method runs R rounds with
-client-level DP at (epsilon, delta) = (8, 1e-5) towards a third party (replace-one), sigma_DP calibrated to it by the PLD accountant
-for R Poisson-subsampled rounds at participation p (``epsilon=(8, 1e-5)``, ``mu=None``); alpha =
-0.01, no server normalisation, a grid of beta (the "sensitivity threshold") and gamma (the step
-size), p in {0.25, 0.5, 1}. Methods: Fed-alpha-NormEC (:class:`~privfedstat.deep.DeepFedAlphaNormEC`)
-and DP-FedAvg with clipping (:class:`~privfedstat.deep.DeepClippedFedAvg`). Metrics: the test loss
-and accuracy every ``eval_every`` rounds, against rounds and against total communications
-``k p M`` (Figs. 1-3), and the best test accuracy of each (beta, gamma) (Fig. 4's heatmap).
+client-level DP at (epsilon, delta) = (8, 1e-5) towards a third party (replace-one), sigma_DP
+calibrated to it by the PLD accountant for R Poisson-subsampled rounds at participation p
+(``epsilon=(8, 1e-5)``, ``mu=None``); alpha = 0.01, no server normalisation, a grid of beta (the
+"sensitivity threshold") and gamma (the step size), p in {0.25, 0.5, 1}. Methods: Fed-alpha-NormEC
+(:class:`~privfedstat.deep.DeepFedAlphaNormEC`) and DP-FedAvg with clipping
+(:class:`~privfedstat.deep.DeepClippedFedAvg`). Metrics: the test loss and accuracy every
+``eval_every`` rounds, against rounds and against total communications ``k p M`` (Figs. 1-3), and
+the best test accuracy of each (beta, gamma) (Fig. 4's heatmap).
 
 Chosen here where the paper is silent or the scale is reduced [I]: one local step (T = 1) per
 round, so the local step cancels and gamma is the server step (eta = gamma: the paper tunes one

@@ -15,4 +15,8 @@ from .prediction import predict_mse
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 from .scaffold import Scaffold
 
-__all__ = ["FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "HiFedProx", "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY", "MethodSpec", "get_method", "methods", "register", "predict_mse"]
+__all__ = [
+    "FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "HiFedProx",
+    "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY",
+    "MethodSpec", "get_method", "methods", "register", "predict_mse",
+]

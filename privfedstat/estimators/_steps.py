@@ -19,7 +19,10 @@ from ..federation.server import aggregate, effective_weights
 from ..federation.session import Session
 from ..privacy.calibration import gradient_calibration, local_step_calibration
 
-__all__ = ["server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled", "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE"]
+__all__ = [
+    "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled",
+    "TOL", "MAX_ITER_NONPRIVATE", "MAX_ROUNDS_NONPRIVATE",
+]
 
 #: Relative size of the last update below which an iteration counts as settled (``converged_``).
 TOL = 1e-6

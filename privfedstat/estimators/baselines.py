@@ -2,8 +2,8 @@
 
 Both fit by damped Newton-Raphson (:func:`newton_fit`) on raw data and have the same API as the
 private estimators (``fit(data)``, ``coef_``, ``privacy_``, ``communication_``, ``history_``,
-``n_iter_``, ``mse``, ``predict``, ``summary``, and exact ``bse_``, ``conf_int``, ...). Their ledgers say plainly that they are not
-private (``privacy_.is_private is False``, with the reason recorded as a leak).
+``n_iter_``, ``mse``, ``predict``, ``summary``, and exact ``bse_``, ``conf_int``, ...). Their
+ledgers say plainly that they are not private (``privacy_.is_private is False``, with the reason recorded as a leak).
 """
 
 from __future__ import annotations

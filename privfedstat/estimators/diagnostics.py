@@ -82,7 +82,8 @@ def undersized_clients(ledger, sizes: np.ndarray) -> tuple[np.ndarray, int]:
         if rel.stage.startswith(SELECTION_STAGES):
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where((rel.sensitivity > 0) & np.isfinite(rel.sensitivity), 2.0 * rel.sigma / (rel.sensitivity * sizes), 0.0)
+            ratio = np.where((rel.sensitivity > 0) & np.isfinite(rel.sensitivity),
+                             2.0 * rel.sigma / (rel.sensitivity * sizes), 0.0)
         worst = np.maximum(worst, ratio)
     bad = np.flatnonzero(worst > 1.0)
     n_min = int(math.ceil(float(np.max(worst * sizes)))) if bad.size else 0
@@ -195,9 +196,10 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
                 and size > OSCILLATION_NOISE_SDS * float(np.max(update_sd)) and (finite or converged is False))
     if diverged:
         converged = False
+        noise = f", far above their noise ({float(np.max(update_sd)):.3g})" if finite else ""
         warnings.warn(
             f"{est.method} diverged: its last updates point back and forth (lag-1 correlation {correlation:.2f}) "
-            f"with a size of {size:.3g} (fitting scale){f', far above their noise ({float(np.max(update_sd)):.3g})' if finite else ''}: "
+            f"with a size of {size:.3g} (fitting scale){noise}: "
             f"the step size (step_size = {getattr(est, 'step_size', '?')!r}) is too large for this problem, and the "
             "estimate is not an optimum (clipping only keeps it bounded). Lower step_size, or use "
             "step_size='auto' where available.",
@@ -249,8 +251,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
             se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
             tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
-                f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of {est.method}: the protocol's "
-                f"noise sd there is at least {sd:.3g} (fitting scale), above the sampling-SE proxy {se_shown:.3g}{tail}. "
+                f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of "
+                f"{est.method}: the protocol's noise sd there is at least {sd:.3g} (fitting scale), "
+                f"above the sampling-SE proxy {se_shown:.3g}{tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
                 stacklevel=4,

@@ -260,15 +260,18 @@ class FedIRLS(FederatedEstimator):
         try:
             shares = np.array(self.budget_split, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"budget_split must be 'auto' or an array of shape (n_rounds, 2), got {self.budget_split!r}.") from None
+            raise ValueError(f"budget_split must be 'auto' or an array of shape (n_rounds, 2), "
+                             f"got {self.budget_split!r}.") from None
         if shares.ndim != 2 or shares.shape[1] != 2 or shares.shape[0] < 1:
-            raise ValueError(f"budget_split must have shape (n_rounds, 2) (gradient, Hessian share per round), got {shares.shape}.")
+            raise ValueError(f"budget_split must have shape (n_rounds, 2) (gradient, Hessian share per round), "
+                             f"got {shares.shape}.")
         if self.n_rounds != "auto" and shares.shape[0] != self.n_rounds:
             raise ValueError(f"budget_split has {shares.shape[0]} rounds but n_rounds={self.n_rounds}; give one row per round.")
         if not np.all(np.isfinite(shares)) or np.any(shares < 0):
             raise ValueError("budget_split must hold finite non-negative shares of mu^2.")
         if np.any(shares[:, 0] <= 0) or shares[0, 1] <= 0:
-            raise ValueError("every round needs a gradient share > 0, and round 1 a Hessian share > 0 (later rounds may reuse it).")
+            raise ValueError("every round needs a gradient share > 0, and round 1 a Hessian share > 0 "
+                             "(later rounds may reuse it).")
         if abs(shares.sum() - 1.0) > 1e-8:
             raise ValueError(f"budget_split shares of mu^2 must sum to 1 (GDP composition), they sum to {shares.sum():.6g}.")
         return shares

@@ -202,17 +202,17 @@ class Scaler:
         mu_q = mu / math.sqrt(len(cols) * config.queries_per_column()) if math.isfinite(mu) else math.inf
         lean = config.margin * config.count_noise_sd(n_clients, d, mu)
         n_total = float(n_samples)
+
+        def count(j: int, centre: float | None):
+            def noisy(threshold: float) -> float:
+                return noisy_count(j, threshold, centre, mu_q, f"scaling-x{j}")
+            return noisy
+
         for j in cols:
-
-            def count(centre):
-                def noisy(threshold: float, j=j) -> float:
-                    return noisy_count(j, threshold, centre, mu_q, f"scaling-x{j}")
-                return noisy
-
             if config.intercept is not None:
                 center[j] = private_grid_quantile(
-                    count(None), sym, lambda t: 0.5 * n_total + (lean if t < 0 else -lean))
-            dev = count(float(center[j]))  # counts of |x - centre| <= t
+                    count(j, None), sym, lambda t: 0.5 * n_total + (lean if t < 0 else -lean))
+            dev = count(j, float(center[j]))  # counts of |x - centre| <= t
             n_zero = min(max(dev(0.0), 0.0), n_total)  # deviations exactly 0 (an atom at the centre)
             top = n_total - 1.5 * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)

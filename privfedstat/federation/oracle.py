@@ -171,8 +171,8 @@ class GLMOracle(_ConcatenatedOracle):
             kernel, X = glm_nb.glm_clipped_mean_grad_cols, d.columns
         else:
             kernel, X = glm_nb.glm_clipped_mean_grad, d.X
-        kernel(X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes), self.family.code,
-               self.family.param, out)
+        kernel(X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes),
+               self.family.code, self.family.param, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:

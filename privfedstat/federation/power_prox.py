@@ -205,7 +205,7 @@ def power_prox_descent(w: np.ndarray, n_steps: np.ndarray, step_size: np.ndarray
         f0, grad_f = loss_and_gradient(u[who])
         d = u[who] - w
         g = grad_f + prox.gradient(d)
-        new, t, failed = armijo_step(u[who], g, f0 + prox.value(d), lambda U: loss(U) + prox.value(U - w),
+        new, t, failed = armijo_step(u[who], g, f0 + prox.value(d), lambda U, loss=loss: loss(U) + prox.value(U - w),
                                      step_size[who], armijo)
         u[who] = new
         trials[who] += t

@@ -108,10 +108,11 @@ class Session:
                                                                                        np.ndarray]:
         """Send ``request`` to the clients' ``verb`` and take the reply through the channel.
 
-        ``weights``: the weights with which the server will average the replies (None: it sums
-        them, as for counts); ``clients``: another handle than ``self.clients`` (FedNewton's halves). Returns the values (rows of clients that did not answer are NaN),
-        the weights as recorded in the ledger (renormalised over the clients that answered; for a
-        sum, 1 for each of them) and the mask of those clients.
+        ``weights``: the weights with which the server will average the replies (None: it sums them, as
+        for counts); ``clients``: another handle than ``self.clients`` (FedNewton's halves). Returns the
+        values (rows of clients that did not answer are NaN), the weights as recorded in the ledger
+        (renormalised over the clients that answered; for a sum, 1 for each of them) and the mask of
+        those clients.
         """
         reply = getattr(self.clients if clients is None else clients, verb)(**request)
         q = self.sampling_rate if request.get("active") is not None else 1.0  # a Poisson sample was asked

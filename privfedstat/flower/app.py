@@ -10,8 +10,9 @@ The ServerApp reads a *job* (run config ``job``: a JSON file listing the fits, e
 estimator name and its parameters, or a network estimator of :mod:`privfedstat.deep` with its model:
 :func:`make_estimator`), fits each in turn with :func:`~privfedstat.flower.proxy.fit_on_grid`
 and writes the results (``coef_``, ``privacy_``, ``communication_``, the summary text, the warnings
-the fit raised as (category, message) pairs, or the error it raised) to the run config's ``out`` path (a pickle, read by the launcher on the same
-machine); it appends ``started <k> <unix time>`` / ``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
+the fit raised as (category, message) pairs, or the error it raised) to the run config's ``out``
+path (a pickle, read by the launcher on the same machine); it appends ``started <k> <unix time>`` /
+``done <k> <unix time>`` lines to ``<out>.progress`` as it goes.
 
 The ClientApp keeps one :class:`~privfedstat.flower.client.ClientNode` per run in its process, so
 it must run in a persistent process: :mod:`privfedstat.flower.node` is a SuperNode that runs it in

@@ -343,7 +343,8 @@ def run_demo(*, clients: int = 3, estimator: str = "fedsgd", mu: float = 2.0, pa
     dataset = "synthetic-logistic" if model is None else "digits-images"
     tls = tls or authenticate
     with LocalFederation(clients, dataset=dataset, model=model, tls=tls, authenticate=authenticate) as fed:
-        out(f"SuperLink on {fed.address}{' (TLS)' if tls else ''}{', SuperNode authentication' if authenticate else ''} and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
+        out(f"SuperLink on {fed.address}{' (TLS)' if tls else ''}{', SuperNode authentication' if authenticate else ''} "
+            f"and {clients} SuperNodes (pids {[p.pid for p in fed.nodes]}) up in "
             f"{time.perf_counter() - t0:.1f} s; fitting {estimator} (mu = {mu:g} per client) ...")
         t1 = time.perf_counter()
         result = fed.run([fit], timeout=timeout)[0]

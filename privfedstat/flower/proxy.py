@@ -258,10 +258,11 @@ def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], 
             sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
             want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0
             if not sens >= asked or sigma != want or ("stage" in kw and rec.stage != kw["stage"]):
+                asked_sd = float(np.float64(asked) / mu) if math.isfinite(mu) else 0.0
                 raise MalformedReplyError(
                     f"client {i} reports a release for {verb!r} (stage {rec.stage!r}, sensitivity {sens:g}, noise sd "
                     f"{sigma:g}) that its request did not ask for (stage {kw.get('stage')!r}, sensitivity at least "
-                    f"{asked:g}, mu {mu:g}: noise sd sensitivity / mu = {float(np.float64(asked) / mu) if math.isfinite(mu) else 0.0:g}).")
+                    f"{asked:g}, mu {mu:g}: noise sd sensitivity / mu = {asked_sd:g}).")
 
 
 def _family_spec(family: Family) -> dict:

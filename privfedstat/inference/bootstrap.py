@@ -51,14 +51,14 @@ noise; the parametric bootstrap reproduces all three by simulation (Ferrando, Wa
    private per-row covariates of which nothing is released.
 
 3. **Refits.** Every simulated data set (the public client sizes n_i) is fitted by the refit
-   function the estimator hands over (:class:`Refits`; the bootstrap imports no estimator): a
-   clone of the estimator with exactly the fit's public settings -- the fitted clipping bound(s)
-   as fixed bounds (``clip = setup.clip``, and ``hessian_clip = setup.hessian_clip`` where the
-   estimator clips Hessians), the estimation budget ``mu = setup.mu`` (so the simulated noise
-   scales equal the real ones), ``scaling=None`` (the simulated covariates are already on the
-   fitting scale), ``inference=None``, ``secure_mode=False`` (the simulated data are not
-   private) and a ``random_state`` spawned from the session's ``inference_seed``. Refits that fail (:class:`~privfedstat.DivergenceError`,
-   a singular system) are counted in the notes and left out.
+   function the estimator hands over (:class:`Refits`; the bootstrap imports no estimator): a clone
+   of the estimator with exactly the fit's public settings -- the fitted clipping bound(s) as fixed
+   bounds (``clip = setup.clip``, and ``hessian_clip = setup.hessian_clip`` where the estimator
+   clips Hessians), the estimation budget ``mu = setup.mu`` (so the simulated noise scales equal the
+   real ones), ``scaling=None`` (the simulated covariates are already on the fitting scale),
+   ``inference=None``, ``secure_mode=False`` (the simulated data are not private) and a
+   ``random_state`` spawned from the session's ``inference_seed``. Refits that fail
+   (:class:`~privfedstat.DivergenceError`, a singular system) are counted in the notes and left out.
 
 **Privacy.** Only steps 1-2 touch client data, through the fit's Channel (ledger stages
 ``inference-clip-row``, ``inference-clip-gradient``, ``inference-moments``,

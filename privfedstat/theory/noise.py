@@ -58,7 +58,8 @@ from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_
 from ._engine import Stage, privacy_transport
 
 __all__ = [
-    "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise", "protocol_noise_covariance",
+    "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
+    "protocol_noise_covariance",
     "server_stage", "local_stage", "fedsgd_noise", "fedavg_noise", "fedhybrid_noise", "symmetric_noise_sandwich",
 ]
 

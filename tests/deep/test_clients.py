@@ -80,7 +80,8 @@ def test_noise_streams_are_per_client_and_reproducible():
 def test_initial_parameters_are_the_models_weights():
     model = tiny_model()
     c = clients_for(model=model)
-    np.testing.assert_array_equal(c.initial_parameters(), torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy())
+    initial = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    np.testing.assert_array_equal(c.initial_parameters(), initial)
     assert c.n_params == 16 * 6 + 6 + 6 * 3 + 3 and c.family is None and not c.has_offset
 
 

@@ -1,4 +1,7 @@
-"""HiFedProx's report: tail statistic, Tables II/III, paired comparisons with Holm's adjustment, figure (against independent references)."""
+"""HiFedProx's report: tail statistic, Tables II/III, paired comparisons with Holm's adjustment, figure.
+
+Each is checked against an independent reference.
+"""
 
 from __future__ import annotations
 

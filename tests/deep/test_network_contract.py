@@ -39,9 +39,9 @@ import pickle
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch")  # collect nothing without torch: the imports below need it
 
-from _contract import (
+from _contract import (  # noqa: E402
     assert_same_fit,
     check_clone,
     check_communication,
@@ -49,14 +49,14 @@ from _contract import (
     check_pickle_round_trip,
     record_uploads,
 )
-from torch import nn
+from torch import nn  # noqa: E402
 
-from privfedstat import FederatedEstimator, NotFittedError, deep
-from privfedstat.deep import TensorFederatedData
-from privfedstat.deep.models import HeadModel
-from privfedstat.deep.registry import network_methods
-from privfedstat.federation.channel import Communication
-from privfedstat.privacy.ledger import PrivacyLedger
+from privfedstat import FederatedEstimator, NotFittedError, deep  # noqa: E402
+from privfedstat.deep import TensorFederatedData  # noqa: E402
+from privfedstat.deep.models import HeadModel  # noqa: E402
+from privfedstat.deep.registry import network_methods  # noqa: E402
+from privfedstat.federation.channel import Communication  # noqa: E402
+from privfedstat.privacy.ledger import PrivacyLedger  # noqa: E402
 
 torch.set_num_threads(1)  # small networks on a loaded machine: threads only slow them
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -205,7 +205,8 @@ def _digits_clients(m=4, n=15, seed=8):
     return TensorFederatedData.from_pooled(X, y, sizes=sizes)
 
 
-def test_one_cycle_is_fedavg_then_the_weighted_newton_step(one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_one_cycle_is_fedavg_then_the_weighted_newton_step():
     """mu = inf, C = 1 (Algorithm 5): R DP-FedAvg rounds, then head -= sum_i w_i alpha (h_i + lambda I)^-1 g_i."""
     data = _digits_clients()
     torch.manual_seed(9)
@@ -224,7 +225,8 @@ def test_one_cycle_is_fedavg_then_the_weighted_newton_step(one_torch_thread):
     assert newton.communication_.rounds == 4 and newton.n_iter_ == 6
 
 
-def test_ledger_spends_mu_over_2C_stages(one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_ledger_spends_mu_over_2C_stages():
     data = _digits_clients()
     torch.manual_seed(10)
     est = DeepFedNewton(model=DigitsCNN(), loss="nll", mu=2.0, n_cycles=2, n_rounds=2, n_local_steps=2, step_size=0.1,
@@ -239,7 +241,8 @@ def test_ledger_spends_mu_over_2C_stages(one_torch_thread):
     assert np.isfinite(est.coef_).all() and 0 <= est.score(data) <= 1
 
 
-def test_participation_asks_a_sample_for_the_newton_step(one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_participation_asks_a_sample_for_the_newton_step():
     data = _digits_clients(m=6, n=8)
     torch.manual_seed(11)
     est = DeepFedNewton(model=DigitsCNN(), loss="nll", mu=2.0, n_cycles=1, n_rounds=1, n_local_steps=1, step_size=0.1,
@@ -258,7 +261,8 @@ def test_model_without_a_linear_head_is_refused():
         DeepFedNewton(model=DigitsCNN(), damping=0.0).fit(_digits_clients())
 
 
-def test_server_uses_only_verbs(one_torch_thread, monkeypatch):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_server_uses_only_verbs(monkeypatch):
     """Through a view that exposes only verbs and public metadata the fit is the same (the seam holds)."""
     data = _digits_clients()
     torch.manual_seed(12)

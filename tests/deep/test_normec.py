@@ -89,9 +89,12 @@ def test_client_level_ledger_as_the_glm_backend(kind):
 def test_same_seed_same_numbers_and_the_error_memory_stays_on_the_client():
     X, y, _ = logistic_data()
     tensors = TensorFederatedData.from_pooled(torch.from_numpy(X), torch.from_numpy(y), sizes=list(SIZES))
-    fit = lambda seed: DeepFedAlphaNormEC(model=linear_model(), loss=logistic_loss, mu=1.0, n_rounds=4, step_size=0.5,
-                                          server_step_size=0.3, batch_size=5, participation=0.5,
-                                          random_state=seed).fit(tensors).coef_
+
+    def fit(seed):
+        return DeepFedAlphaNormEC(model=linear_model(), loss=logistic_loss, mu=1.0, n_rounds=4, step_size=0.5,
+                                  server_step_size=0.3, batch_size=5, participation=0.5,
+                                  random_state=seed).fit(tensors).coef_
+
     np.testing.assert_array_equal(fit(7), fit(7))
     assert not np.array_equal(fit(7), fit(8))
 
@@ -114,7 +117,10 @@ def test_message_norm_below_one_and_memory_update():
     # every live client moved its memory by beta Delta_i, the non-participant too: round 2 sends Norm(u_i - v_i)
     r2 = clients.normec_round(x, alpha=0.01, beta=0.2, step_size=0.5, n_steps=1, incremental=False, sensitivity=2.0,
                               mu=math.inf, stage="s")
-    norm = lambda u: u / (0.01 + np.linalg.norm(u))
+
+    def norm(u):
+        return u / (0.01 + np.linalg.norm(u))
+
     for i, (lo, hi) in enumerate(zip(np.cumsum((0,) + SIZES[:-1]), np.cumsum(SIZES))):
         u = X[lo:hi].T @ (1 / (1 + np.exp(-X[lo:hi] @ x)) - y[lo:hi]) / (hi - lo)  # T = 1: u_i is the gradient
         np.testing.assert_allclose(r2.values[i], norm(u - 0.2 * norm(u)), atol=1e-12)

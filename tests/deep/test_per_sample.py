@@ -113,8 +113,8 @@ def test_norms_neither_overflow_nor_underflow():
     assert sample_norms([torch.zeros(2, 3)]).tolist() == [0.0, 0.0]
     g = torch.randn(3, 2**16) * torch.tensor([[1.0], [1e-15], [1e15]])  # the blocked float32 path, then rescaled rows
     exact = np.array([math.sqrt(math.fsum(r)) for r in g.numpy().astype(np.float64) ** 2])
-    np.testing.assert_allclose(sample_norms([g, g[:, :5]]).numpy() ** 2, exact**2 + np.sum(g[:, :5].numpy().astype(float) ** 2, 1),
-                               rtol=2**-21)
+    np.testing.assert_allclose(sample_norms([g, g[:, :5]]).numpy() ** 2,
+                               exact**2 + np.sum(g[:, :5].numpy().astype(float) ** 2, 1), rtol=2**-21)
 
 
 @pytest.mark.parametrize("width", [50, 4096])  # 4096: float32 squares summed in blocks

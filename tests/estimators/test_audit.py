@@ -27,7 +27,7 @@ def test_newton_step_moves_at_most_its_sensitivity_for_any_data(half, family):
     B, C_H, lam = 1.0, 2.0, 0.05
     G = np.minimum(B, lam * B * h1.sizes / (C_H * h2.sizes))
     worst = 0.0
-    for trial in range(30):
+    for _ in range(30):
         theta = rng.normal(scale=2.0, size=3)
         target = h1 if half == 0 else h2
         X, y = target.data.X.copy(), target.data.y.copy()

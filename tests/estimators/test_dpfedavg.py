@@ -106,7 +106,7 @@ def test_record_level_fits_face_definition_2_1_towards_third_parties_and_inferen
     from privfedstat import NoInferenceError
 
     with pytest.raises(NoInferenceError, match="whole clients"):
-        DPFedAvg(mu=1.0, n_rounds=2, random_state=0).fit(data).bse_
+        _ = DPFedAvg(mu=1.0, n_rounds=2, random_state=0).fit(data).bse_
     with pytest.raises(ValueError, match="update_clip"):
         DPFedAvg(update_clip=math.inf).fit(data)
 

@@ -174,7 +174,8 @@ def test_hessian_sensitivity_is_attained():
     data = FederatedData(X, np.zeros(n), np.array([0, n]))
     other = _neighbour(data, 0, np.array([0.0, 0.0, 30.0]), 0.0)
     fam = get_family("gaussian")  # ell'' = 1: per-sample Hessian x x^T, norm 900 > C_H (clipped)
-    diff = sym_to_vec(make_oracle(data, fam).hessians(np.zeros(3), C_H)) - sym_to_vec(make_oracle(other, fam).hessians(np.zeros(3), C_H))
+    diff = (sym_to_vec(make_oracle(data, fam).hessians(np.zeros(3), C_H))
+            - sym_to_vec(make_oracle(other, fam).hessians(np.zeros(3), C_H)))
     np.testing.assert_allclose(np.linalg.norm(diff), hessian_sensitivity(C_H, [n])[0], rtol=1e-12)
 
 

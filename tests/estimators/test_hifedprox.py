@@ -64,7 +64,7 @@ def test_affine_reference_is_the_minimiser_of_the_linear_model(p):
         want = -0.8 * theta ** (1 / (p - 1)) * gi / np.linalg.norm(gi) if theta > 0 else np.zeros(3)
         np.testing.assert_allclose(di, want, rtol=1e-13, atol=0)
         if theta > 0:  # the minimiser lies along -g: a one-dimensional search over its length
-            r = minimize_scalar(lambda s: -np.linalg.norm(gi) * s + phi(np.array([s]), 0.4, 0.8, p), bounds=(0, 10),
+            r = minimize_scalar(lambda s, gi=gi: -np.linalg.norm(gi) * s + phi(np.array([s]), 0.4, 0.8, p), bounds=(0, 10),
                                 method="bounded", options={"xatol": 1e-12}).x
             np.testing.assert_allclose(di, -r * gi / np.linalg.norm(gi), atol=1e-8)
 

@@ -146,7 +146,8 @@ def test_theta_gradient_and_hessian_finite_differences(fam, seed):
     fd_grad = np.array(
         [(_mean_loss(fam, X, y, theta + h * eye[k]) - _mean_loss(fam, X, y, theta - h * eye[k])) / (2 * h) for k in range(d)]
     )
-    fd_hess = np.array([(_grad(fam, X, y, theta + h * eye[k]) - _grad(fam, X, y, theta - h * eye[k])) / (2 * h) for k in range(d)])
+    fd_hess = np.array([(_grad(fam, X, y, theta + h * eye[k]) - _grad(fam, X, y, theta - h * eye[k])) / (2 * h)
+                        for k in range(d)])
     # a Huber sample within 2h*||x|| of its kink would spoil the finite difference: check and skip
     if isinstance(fam, Huber):
         r = np.abs(y - X @ theta)

@@ -191,8 +191,8 @@ def test_a_process_holding_client_i_alone_draws_what_client_i_draws_in_the_feder
     n_whole = h_whole[0].newton_steps(theta, clip=1.0, hessian_clip=5.0, hessian_floor=0.1, grad_clip=np.ones(4),
                                       sensitivity=np.full(4, 0.5), mu=2.0, stage="n").values
     hf = dict(prox=PowerProx(0.5, 1.0, 3.0), armijo=Armijo(1e-4, 0.5, 5), n_steps=np.full(4, 3),
-              step_size=np.ones(4), batch_size=3, batch_seed=np.random.SeedSequence(77), update_clip=1.0, sensitivity=np.full(4, 2.0),
-              mu=2.0, stage="h")
+              step_size=np.ones(4), batch_size=3, batch_seed=np.random.SeedSequence(77), update_clip=1.0,
+              sensitivity=np.full(4, 2.0), mu=2.0, stage="h")
     u_whole = whole.hifedprox_round(theta, **hf).values
     for i in range(4):
         one_data = FederatedData.from_arrays([data.client(i)])

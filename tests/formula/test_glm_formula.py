@@ -28,7 +28,8 @@ def test_names_and_equivalence_with_array_api(df):
               mu=2.0, scaling=None, random_state=3, step_size=1e-9, clip=1.0,
               levels={"region": ["north", "south", "west"]})
     assert est.feature_names_in_ == ["Intercept", "age", "income", "C(region)[T.south]", "C(region)[T.west]"]
-    X = np.column_stack([np.ones(len(df)), df["age"], df["income"], df["region"] == "south", df["region"] == "west"]).astype(float)
+    X = np.column_stack([np.ones(len(df)), df["age"], df["income"],
+                         df["region"] == "south", df["region"] == "west"]).astype(float)
     data = FederatedData.from_pooled(X, df["y"].to_numpy(), clients=df["site"].to_numpy())
     ref = FedSGD(family="logistic", mu=2.0, random_state=3, step_size=1e-9, clip=1.0).fit(data)
     np.testing.assert_array_equal(est.coef_, ref.coef_)

@@ -51,7 +51,7 @@ def naive_jacobian(fam, X, y, offsets, theta, hclip, B, off=None) -> np.ndarray:
     sq = np.einsum("ij,ij->i", X, X)
     kept = np.abs(r) * np.sqrt(sq) <= B * CLIP_SAFETY
     out = []
-    for c, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
+    for a, b in zip(offsets[:-1], offsets[1:]):
         H = np.zeros((X.shape[1], X.shape[1]))
         for j in range(a, b):
             if kept[j] and w[j] * sq[j] > 0:

@@ -108,7 +108,8 @@ def test_no_subsampling_is_exact_gdp(z, t, relation, sensitivity):
 
 
 def test_monotone_in_sigma_and_q():
-    by_sigma = [subsampled_gaussian_epsilon(z, 0.1, 100, 1e-5, value_discretization_interval=COARSE) for z in (0.7, 1.0, 1.5, 3.0)]
+    by_sigma = [subsampled_gaussian_epsilon(z, 0.1, 100, 1e-5, value_discretization_interval=COARSE)
+                for z in (0.7, 1.0, 1.5, 3.0)]
     assert all(a > b for a, b in zip(by_sigma, by_sigma[1:]))
     by_q = [subsampled_gaussian_epsilon(1.0, q, 100, 1e-5, value_discretization_interval=COARSE) for q in (1.0, 0.3, 0.1, 0.01)]
     assert all(a > b for a, b in zip(by_q, by_q[1:]))

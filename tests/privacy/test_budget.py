@@ -197,7 +197,7 @@ def test_reports(data):
     np.testing.assert_allclose(frame["spent mu"], [1.2, 2.0], rtol=1e-12)
     np.testing.assert_allclose(frame["remaining mu"], [1.6, 0.0], atol=1e-7)
     assert (frame["third-party mu"] < frame["charged mu"]).all()
-    for k in range(25):
+    for _ in range(25):
         budget.fits.append(budget.fits[0])  # only to exercise the long repr
     assert "earlier fits (to_frame() lists all)" in repr(budget)
 

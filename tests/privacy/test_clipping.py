@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -50,7 +51,7 @@ class TestAutoClipValidation:
 
     def test_frozen(self):
         a = AutoClip()
-        with pytest.raises(Exception):
+        with pytest.raises(dataclasses.FrozenInstanceError):
             a.quantile = 0.5  # type: ignore[misc]
 
 

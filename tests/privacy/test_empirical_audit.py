@@ -121,7 +121,8 @@ SETTINGS += [
     Setting("fedsgd clip='auto'", "fedsgd", {"mu": 2.0, "clip": AutoClip(budget=0.5)}, ((1.0, 0.0), 0.0, (1.0, 0.0), 1e6),
             stage_view="clip-", tight=1.0),
     # |x_j| = 0 on D (counted by every scale query), 1e12 on D' (above the grid: by none)
-    Setting("fedsgd scaling='private'", "fedsgd", {"mu": 2.0, "scaling": PrivateStandardize(columns=(0,), intercept=None, budget=0.5)},
+    Setting("fedsgd scaling='private'", "fedsgd",
+            {"mu": 2.0, "scaling": PrivateStandardize(columns=(0,), intercept=None, budget=0.5)},
             ((0.0, 0.0), 0.0, (1e12, 1e12), 0.0), intercept=False, stage_view="scaling-", tight=1.0),
 ]
 BY_NAME = {s.name: s for s in SETTINGS}

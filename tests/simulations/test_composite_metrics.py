@@ -17,7 +17,10 @@ def _data(family="logistic"):
     rng = np.random.default_rng(0)
     X = np.column_stack([np.ones(300), rng.standard_normal((300, 4))])
     eta = X @ np.array([0.2, 1.0, 0.0, -0.7, 0.0])
-    y = (rng.random(300) < 1 / (1 + np.exp(-eta))).astype(float) if family == "logistic" else rng.poisson(np.exp(eta)).astype(float)
+    if family == "logistic":
+        y = (rng.random(300) < 1 / (1 + np.exp(-eta))).astype(float)
+    else:
+        y = rng.poisson(np.exp(eta)).astype(float)
     return FederatedData.from_pooled(X, y, sizes=[50, 100, 150])
 
 
@@ -54,7 +57,8 @@ def test_hoyer_sparsity():
     p = x.size
     want = (math.sqrt(p) - np.sum(np.abs(x)) / np.linalg.norm(x)) / (math.sqrt(p) - 1)
     assert hoyer_sparsity(x) == pytest.approx(want, rel=1e-14)
-    assert hoyer_sparsity(1e300 * x) == pytest.approx(want, rel=1e-14) and hoyer_sparsity(1e-310 * x) == pytest.approx(want, rel=1e-9)
+    assert hoyer_sparsity(1e300 * x) == pytest.approx(want, rel=1e-14)
+    assert hoyer_sparsity(1e-310 * x) == pytest.approx(want, rel=1e-9)
     assert hoyer_sparsity(np.zeros(3)) == 0.0
     with pytest.raises(ValueError, match="at least 2"):
         hoyer_sparsity([1.0])

@@ -54,7 +54,7 @@ def test_rows_against_statsmodels():
     assert list(rows["coef"][:5]) == [f"x{j}" for j in range(5)] and (rows["rep"] == 3).all()
     data = replicate_data(PUBLIC, 3, 7)
     ref = sm.GLM(data.y, data.X, family=sm.families.Binomial()).fit()
-    for method, g in rows.groupby("method"):
+    for _, g in rows.groupby("method"):
         np.testing.assert_allclose(g["truth"], DESIGN.beta_true)
         np.testing.assert_allclose(g["np_width"], 2 * Z * ref.bse, rtol=1e-6)
         # mu = inf: both fits are the MLE, their intervals statsmodels' Wald intervals
