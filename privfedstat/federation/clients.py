@@ -47,8 +47,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._linalg import clip_rows, floor_eigenvalues, row_norm_bounds, sym_to_vec
-from .._validation import check_iterate
+from .._validation import iterate_error
 from ..data.federated import FederatedData
+from ..exceptions import DivergenceError
 from ..families.base import Family
 from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release
@@ -83,6 +84,11 @@ class Reply:
         Which of the requested clients failed while answering (they are gone for the rest of the fit).
     leak : str or None
         A description when the values are not privatized (the paper's clip rule).
+    error : Exception or None
+        The error the clients' computation stopped with after some of its mechanisms ran (a
+        diverging local iterate, :class:`~privfedstat.DivergenceError`): ``releases`` are those
+        that ran, and the server records them before it raises ``error``, which reaches it as a
+        message (post-processing of the noisy values).
     """
 
     values: np.ndarray
@@ -90,6 +96,7 @@ class Reply:
     answered: np.ndarray
     failed: np.ndarray
     leak: str | None = None
+    error: Exception | None = None
 
 
 def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str, unit: str = "record"
@@ -231,13 +238,13 @@ class InProcessClients:
         return asked & ~failing, failing
 
     def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
-               leak: str | None = None) -> Reply:
+               leak: str | None = None, error: Exception | None = None) -> Reply:
         values = np.asarray(values, dtype=np.float64)
         if not answered.all():
             values = values.copy()
             values[~answered] = np.nan
             releases = [_only(r, answered) for r in releases]
-        return Reply(values, tuple(releases), answered, failing, leak)
+        return Reply(values, tuple(releases), answered, failing, leak, error)
 
     def _release(self, values, sensitivity, mu, stage, active=None, kind="aggregated") -> Reply:
         answered, failing = self._begin(active)
@@ -271,7 +278,8 @@ class InProcessClients:
             g = o.clipped_gradients(theta, clip)
             theta, rec = privatize(theta - step_size * g, self._noise, sensitivity, mu, stage, "local")
             records.append(rec)
-            _check_local(theta, stage, step_size, answered)
+            if (error := _divergence(theta, stage, step_size, answered)) is not None:
+                return self._reply(theta, records, answered, failing, error=error)
         return self._reply(theta, records, answered, failing)
 
     def scaffold_round(self, x, c, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
@@ -295,7 +303,8 @@ class InProcessClients:
             g, rec = privatize(o.clipped_gradients(y, clip), self._noise, sensitivity, mu, stage, "local")
             records.append(rec)
             y = y - step_size * (g + correction)
-            _check_local(y, "SCAFFOLD local steps", step_size, answered)
+            if (error := _divergence(y, "SCAFFOLD local steps", step_size, answered)) is not None:
+                return self._reply(y, records, answered, failing, error=error)
         c_new = c_local - c + (x - y) / (n_steps * step_size)
         upload = np.hstack([y - x, c_new - c_local])
         self._control = np.where(answered[:, None], c_new, c_local)
@@ -331,7 +340,8 @@ class InProcessClients:
             records.append(rec)
             total += g
             local = local - step_size * (g + direction)
-            _check_local(local, "FedNMap local steps", step_size, answered)
+            if (error := _divergence(local, "FedNMap local steps", step_size, answered)) is not None:
+                return self._reply(local, records, answered, failing, error=error)
         upload = total / len(prox_steps) + direction
         self._correction = (c, np.where(answered[:, None], upload, y_last))
         return self._reply(upload, records, answered, failing)
@@ -597,6 +607,6 @@ def _only(release: Release, answered: np.ndarray) -> Release:
                    sigma=np.where(answered, release.sigma, 0.0))
 
 
-def _check_local(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> None:
-    """Divergence of the answering clients' local iterates (noisy values: post-processing)."""
-    check_iterate(theta if answered.all() else theta[answered], where, step_size)
+def _divergence(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> DivergenceError | None:
+    """The error of the answering clients' diverging local iterates, or None (noisy values: post-processing)."""
+    return iterate_error(theta if answered.all() else theta[answered], where, step_size)
