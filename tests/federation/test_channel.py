@@ -97,7 +97,7 @@ def test_a_failing_client_raises_or_is_skipped_and_leaves_the_ledger_exact():
 def test_the_round_a_client_fails_in_is_recorded_for_the_clients_that_answered():
     """Under on_client_failure='raise' the messages of the other clients in that round reached the server: recorded."""
     clients, ch = clients_and_channel(failures={1: 1})
-    req = dict(theta=np.zeros(2), clip=1.0, sensitivity=2.0 / clients.sizes, mu=1.0, stage="g")
+    req = {"theta": np.zeros(2), "clip": 1.0, "sensitivity": 2.0 / clients.sizes, "mu": 1.0, "stage": "g"}
     ch.receive(clients.gradients(**req), weights=np.full(3, 1 / 3))
     with pytest.raises(ClientFailureError):
         ch.receive(clients.gradients(**req), weights=np.full(3, 1 / 3))
