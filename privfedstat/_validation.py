@@ -20,6 +20,7 @@ __all__ = [
     "check_matrix",
     "check_finite_array",
     "check_iterate",
+    "iterate_error",
     "DIVERGENCE_NORM",
 ]
 
@@ -102,10 +103,22 @@ def check_matrix(X, name: str = "X") -> np.ndarray:
 DIVERGENCE_NORM = 1e10
 
 
+def iterate_error(theta: np.ndarray, where: str, step_size: float) -> DivergenceError | None:
+    """The ``DivergenceError`` to raise if ``theta`` is non-finite or exploded, else None.
+
+    For a client, which hands the error to the server with the releases that ran before it
+    (:class:`~privfedstat.federation.clients.Reply`) instead of raising it.
+    """
+    if np.all(np.isfinite(theta)) and float(np.max(np.abs(theta), initial=0.0)) <= DIVERGENCE_NORM:
+        return None
+    return DivergenceError(
+        f"iterates diverged during {where} (non-finite or |theta| > {DIVERGENCE_NORM:g}). "
+        f"Reduce step_size (now {step_size:g}), standardise the covariates, or use a finite clip."
+    )
+
+
 def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
     """Raise ``DivergenceError`` if ``theta`` is non-finite or exploded."""
-    if not np.all(np.isfinite(theta)) or float(np.max(np.abs(theta))) > DIVERGENCE_NORM:
-        raise DivergenceError(
-            f"iterates diverged during {where} (non-finite or |theta| > {DIVERGENCE_NORM:g}). "
-            f"Reduce step_size (now {step_size:g}), standardise the covariates, or use a finite clip."
-        )
+    error = iterate_error(theta, where, step_size)
+    if error is not None:
+        raise error

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .._rng import child_seed
-from .._validation import check_iterate
+from .._validation import iterate_error
 from ..federation import clients as federation_clients
 from ..federation.clients import InProcessClients, Reply, _Status, smoothed_normalize
 from ..privacy.ledger import Release
@@ -226,8 +226,8 @@ class TorchClients:
                              for t, i in zip(theta, clients)], self.n_params)
             theta, rec = self._privatize(theta - step_size * g, clients, sens, mu, stage, "local")
             records.append(rec)
-            if clients.size:
-                check_iterate(theta, stage, step_size)
+            if (error := iterate_error(theta, stage, step_size)) is not None:
+                return self._reply(self._scatter(theta, clients), records, answered, failing, error=error)
         return self._reply(self._scatter(theta, clients), records, answered, failing)
 
     def clipped_update(self, theta, *, step_size: float, n_steps: int, update_clip: float, sensitivity, mu: float,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from .._validation import check_iterate
+from .._validation import iterate_error
 from ..estimators.fednmap import FedCanon, FedNMap, ZhangComposite, _store
 from ..federation.clients import Reply
 from .clients import TorchClients
@@ -76,8 +76,8 @@ class CompositeTorchClients(TorchClients):
             records.append(rec)
             total += g
             local = local - step_size * (g + direction)
-            if clients.size:
-                check_iterate(local, "FedNMap local steps", step_size)
+            if (error := iterate_error(local, "FedNMap local steps", step_size)) is not None:
+                return self._reply(self._scatter(local, clients), records, answered, failing, error=error)
         upload = self._scatter(total / len(prox_steps) + direction, clients)
         self._correction = (c, np.where(answered[:, None], upload, y_last))
         return self._reply(upload, records, answered, failing)
@@ -101,8 +101,8 @@ class CompositeTorchClients(TorchClients):
             g, rec = self._privatize(self._local_gradients(y, clients, clip), clients, sens, mu, stage, "local")
             records.append(rec)
             y = y - step_size * (g + correction)
-            if clients.size:
-                check_iterate(y, "SCAFFOLD local steps", step_size)
+            if (error := iterate_error(y, "SCAFFOLD local steps", step_size)) is not None:
+                return self._reply(self._scatter(y, clients), records, answered, failing, error=error)
         c_new = c_local - c + (x - y) / (n_steps * step_size)
         self._control[clients] = c_new
         upload = self._scatter(np.hstack([y - x, c_new - c_local]), clients)

@@ -9,7 +9,9 @@ import numpy as np
 
 from .._linalg import MAX_HESSIAN_GB
 from .._validation import check_positive_float, check_positive_int
+from ..data.federated import FederatedData
 from ..exceptions import PrivacyLeakWarning
+from ..families.base import Family
 from ..families.curvature import resolve_hessian_floor
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
@@ -182,24 +184,32 @@ class FedNewton(FederatedEstimator):
         return ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "
                 "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
 
-    def _run(self, session: Session, setup: Setup) -> Run:
-        clients = session.clients
-        half1, half2 = clients.split_halves(session.seed)
-        n1, n2 = half1.sizes, half2.sizes
-        d = clients.n_features
+    def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
+        """The data and family (:meth:`FederatedEstimator._check_data`), refused when the public sizes rule FedNewton
+        out: a client whose Hessian half (``floor(n_i / 2)`` rows) has fewer rows than features, or Hessians beyond
+        the memory limit. Checked before the fit is charged or anything is released (the clip search included)."""
+        data, family = super()._check_data(X, y, clients, offset)
+        n1, d = data.sizes // 2, data.n_features
         if np.any(n1 < d):
             i = int(np.argmax(n1 < d))
             raise ValueError(
                 f"FedNewton inverts a Hessian on half of each client's rows: client {i} has {n1[i]} rows "
                 f"in that half but there are {d} features. FedNewton needs n_i >= 2 d; use FedAvg or merge small clients."
             )
-        p = clients.n_params
+        p = d * family.n_outputs
         need_gb = n1.size * p * p * 8 / 1e9
         if need_gb > MAX_HESSIAN_GB:
             raise ValueError(
                 f"FedNewton forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {n1.size} clients, "
                 f"limit {MAX_HESSIAN_GB} GB); reduce the number of parameters or use FedAvg / Scaffold."
             )
+        return data, family
+
+    def _run(self, session: Session, setup: Setup) -> Run:
+        clients = session.clients
+        half1, half2 = clients.split_halves(session.seed)
+        n1, n2 = half1.sizes, half2.sizes
+        d = clients.n_features
         lam, B, C_H = resolve_hessian_floor(self.hessian_floor, clients.family, setup.mu), setup.clip, setup.hessian_clip
         mu_stage = stage_budget(setup.mu, 2)
         weights = resolve_weights(self, session, B)

@@ -82,6 +82,11 @@ class Channel:
                 sampling_rate: float = 1.0, noise_multiplier: float | None = None) -> np.ndarray:
         """Record a reply's releases and return its values (rows of clients that did not answer are NaN).
 
+        Every release of the reply reached the server, so it is recorded first, whatever follows: the
+        error the clients' computation stopped with (:attr:`Reply.error`, raised then) and the failure
+        policy, which raises on a failed client after the messages of the others in that round are
+        in the ledger.
+
         Parameters
         ----------
         reply : Reply
@@ -99,15 +104,6 @@ class Channel:
             Recorded on the releases of a client-level Poisson round that the server tops up with noise
             for the clients that did not send (see :class:`~privfedstat.privacy.ledger.Release`).
         """
-        if reply.failed.any():
-            self.live &= ~reply.failed
-            if self.on_client_failure == "raise":
-                raise ClientFailureError(
-                    f"client(s) {np.flatnonzero(reply.failed).tolist()} failed while answering "
-                    f"{reply.releases[0].stage if reply.releases else 'a request'!r}; pass on_client_failure='skip' "
-                    "to continue without them.")
-            if not self.live.any():
-                raise ClientFailureError("every client has failed; nothing is left to fit.")
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
         for rec in reply.releases:
             self.ledger.record(replace(rec, round=self.rounds, weights=w if rec.kind == "aggregated" else None,
@@ -121,6 +117,17 @@ class Channel:
             self.floats_per_client += floats
             self.total_floats += floats * senders
             self.senders.append(senders)
+        if reply.error is not None:
+            raise reply.error
+        if reply.failed.any():
+            self.live &= ~reply.failed
+            if self.on_client_failure == "raise":
+                raise ClientFailureError(
+                    f"client(s) {np.flatnonzero(reply.failed).tolist()} failed while answering "
+                    f"{reply.releases[0].stage if reply.releases else 'a request'!r}; pass on_client_failure='skip' "
+                    "to continue without them.")
+            if not self.live.any():
+                raise ClientFailureError("every client has failed; nothing is left to fit.")
         return reply.values
 
     @property

@@ -41,14 +41,16 @@ Flower backend answers the same verbs.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .._linalg import clip_rows, floor_eigenvalues, row_norm_bounds, sym_to_vec
-from .._validation import check_iterate
+from .._validation import iterate_error
 from ..data.federated import FederatedData
+from ..exceptions import DivergenceError
 from ..families.base import Family
 from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release
@@ -83,6 +85,11 @@ class Reply:
         Which of the requested clients failed while answering (they are gone for the rest of the fit).
     leak : str or None
         A description when the values are not privatized (the paper's clip rule).
+    error : Exception or None
+        The error the clients' computation stopped with after some of its mechanisms ran (a
+        diverging local iterate, :class:`~privfedstat.DivergenceError`): ``releases`` are those
+        that ran, and the server records them before it raises ``error``, which reaches it as a
+        message (post-processing of the noisy values).
     """
 
     values: np.ndarray
@@ -90,6 +97,7 @@ class Reply:
     answered: np.ndarray
     failed: np.ndarray
     leak: str | None = None
+    error: Exception | None = None
 
 
 def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str, unit: str = "record"
@@ -154,6 +162,25 @@ class FailingData(FederatedData):
         if bad:
             raise ValueError(f"failures name clients {bad} outside 0..{data.n_clients - 1}.")
         self.failures = {int(i): int(at) for i, at in failures.items()}
+
+
+def _contained(verb):
+    """Run a clients' ``verb`` under ``np.errstate(all="ignore")``: no floating-point warning leaves a client.
+
+    Overflow and invalid operations on a client's data (a huge row, a diverging local iterate) are
+    data-dependent, so a warning about them would tell the server (or whoever reads the logs)
+    something about the data that no release accounts for. Every verb handles their results
+    itself: a non-finite update is sent as 0 (:func:`~privfedstat._linalg.clip_rows`,
+    :func:`smoothed_normalize`), a diverging local iterate is reported as a
+    :class:`~privfedstat.DivergenceError` in the reply, counts compare with inf as with any number.
+    """
+
+    @functools.wraps(verb)
+    def contained(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return verb(*args, **kwargs)
+
+    return contained
 
 
 @dataclass
@@ -231,13 +258,13 @@ class InProcessClients:
         return asked & ~failing, failing
 
     def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
-               leak: str | None = None) -> Reply:
+               leak: str | None = None, error: Exception | None = None) -> Reply:
         values = np.asarray(values, dtype=np.float64)
         if not answered.all():
             values = values.copy()
             values[~answered] = np.nan
             releases = [_only(r, answered) for r in releases]
-        return Reply(values, tuple(releases), answered, failing, leak)
+        return Reply(values, tuple(releases), answered, failing, leak, error)
 
     def _release(self, values, sensitivity, mu, stage, active=None, kind="aggregated") -> Reply:
         answered, failing = self._begin(active)
@@ -252,10 +279,12 @@ class InProcessClients:
         return self._norm_cache[1]
 
     # ------------------------------------------------------------------ verbs that release
+    @_contained
     def gradients(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """Each client's mean of per-sample gradients clipped to ``clip`` (B), plus noise."""
         return self._release(self._oracle.clipped_gradients(theta, clip), sensitivity, mu, stage, active)
 
+    @_contained
     def local_descent(self, theta0, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
                       stage: str, active=None) -> Reply:
         """``n_steps`` local steps ``theta <- theta - eta g(theta) + s Z`` (noise of sensitivity/mu per step); send theta.
@@ -271,9 +300,11 @@ class InProcessClients:
             g = o.clipped_gradients(theta, clip)
             theta, rec = privatize(theta - step_size * g, self._noise, sensitivity, mu, stage, "local")
             records.append(rec)
-            _check_local(theta, stage, step_size, answered)
+            if (error := _divergence(theta, stage, step_size, answered)) is not None:
+                return self._reply(theta, records, answered, failing, error=error)
         return self._reply(theta, records, answered, failing)
 
+    @_contained
     def scaffold_round(self, x, c, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
                        stage: str) -> Reply:
         """One SCAFFOLD round: K noisy-gradient local steps with correction ``c - c_i``; send ``(y - x, dc_i)``.
@@ -295,12 +326,14 @@ class InProcessClients:
             g, rec = privatize(o.clipped_gradients(y, clip), self._noise, sensitivity, mu, stage, "local")
             records.append(rec)
             y = y - step_size * (g + correction)
-            _check_local(y, "SCAFFOLD local steps", step_size, answered)
+            if (error := _divergence(y, "SCAFFOLD local steps", step_size, answered)) is not None:
+                return self._reply(y, records, answered, failing, error=error)
         c_new = c_local - c + (x - y) / (n_steps * step_size)
         upload = np.hstack([y - x, c_new - c_local])
         self._control = np.where(answered[:, None], c_new, c_local)
         return self._reply(upload, records, answered, failing)
 
+    @_contained
     def composite_round(self, z, *, shift, prox_steps, penalty, ybar, clip: float, step_size: float, sensitivity,
                         mu: float, stage: str) -> Reply:
         """One round of FedNMap (Huang, Pu & Johansson, Algorithm 1) or of Zhang et al. (2024a): send ``y_i``.
@@ -331,25 +364,30 @@ class InProcessClients:
             records.append(rec)
             total += g
             local = local - step_size * (g + direction)
-            _check_local(local, "FedNMap local steps", step_size, answered)
+            if (error := _divergence(local, "FedNMap local steps", step_size, answered)) is not None:
+                return self._reply(local, records, answered, failing, error=error)
         upload = total / len(prox_steps) + direction
         self._correction = (c, np.where(answered[:, None], upload, y_last))
         return self._reply(upload, records, answered, failing)
 
+    @_contained
     def hessians(self, theta, *, hessian_clip: float, gradient_clip: float | None = None, sensitivity, mu: float,
                  stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of per-sample Hessians clipped to C_H (see ``GLMOracle.hessians``), plus noise."""
         return self._release(sym_to_vec(self._oracle.hessians(theta, hessian_clip, gradient_clip)), sensitivity, mu,
                              stage, active)
 
+    @_contained
     def score_outer(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of ``g g^T`` (gradients clipped to ``clip``), plus noise."""
         return self._release(sym_to_vec(self._oracle.score_outer(theta, clip)), sensitivity, mu, stage, active)
 
+    @_contained
     def design_moments(self, *, row_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of ``x x^T`` (rows clipped to ``row_clip``), plus noise."""
         return self._release(sym_to_vec(self._oracle.design_moments(row_clip)), sensitivity, mu, stage, active)
 
+    @_contained
     def newton_steps(self, theta, *, clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray,
                      sensitivity, mu: float, stage: str) -> Reply:
         """FedNewton's message ``theta - H_i^-1 gbar_i`` plus noise (after :meth:`split_halves`).
@@ -365,6 +403,7 @@ class InProcessClients:
                            hessian_floor=hessian_floor, grad_clip=grad_clip)
         return self._release(theta - step, sensitivity, mu, stage)
 
+    @_contained
     def clipped_update(self, theta, *, step_size: float, n_steps: int, update_clip: float, sensitivity, mu: float,
                        stage: str, active=None) -> Reply:
         """Client-level DP-FedAvg: K local full-batch GD steps from theta (no noise), the model update clipped
@@ -378,14 +417,13 @@ class InProcessClients:
         answered, failing = self._begin(active)
         o = self._oracle
         local = np.array(np.broadcast_to(theta, (o.n_clients, o.n_params)), dtype=np.float64)
-        with np.errstate(all="ignore"):  # a diverging client's update is replaced below
-            for _ in range(n_steps):
-                local = local - step_size * o.clipped_gradients(local, math.inf)
-            delta = local - theta
-        delta = clip_rows(delta, update_clip * CLIP_SAFETY)
+        for _ in range(n_steps):
+            local = local - step_size * o.clipped_gradients(local, math.inf)
+        delta = clip_rows(local - theta, update_clip * CLIP_SAFETY)  # a diverging client's update is sent as 0
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(noisy, [rec], answered, failing)
 
+    @_contained
     def normec_round(self, x, *, alpha: float, beta: float, step_size: float, n_steps: int, incremental: bool,
                      sensitivity, mu: float, stage: str, active=None) -> Reply:
         """One round of Fed-alpha-NormEC (Shulgin et al. 2025, Algorithm 1) on every live client; ``active`` ones send.
@@ -406,15 +444,15 @@ class InProcessClients:
         o = self._oracle
         if self._memory is None:
             self._memory = np.zeros((o.n_clients, o.n_params))
-        with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
-            diff = self._local_gradient_mean(x, step_size, n_steps, incremental) - self._memory
-        diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
+        diff = self._local_gradient_mean(x, step_size, n_steps, incremental) - self._memory
+        diff[~np.all(np.isfinite(diff), axis=1)] = 0.0  # diverging local steps: their clients send 0
         delta = smoothed_normalize(diff, alpha)
         self._memory = np.where(computing[:, None], self._memory + beta * delta, self._memory)
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         sent = computing if active is None else computing & np.asarray(active, dtype=bool)
         return self._reply(noisy, [rec], sent, failing)
 
+    @_contained
     def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
                         update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """One round of HiFedProx (Kabgani & Ahookhosh): each asked client's ``Delta_i = u_i - w``, clipped to S, plus noise.
@@ -480,6 +518,7 @@ class InProcessClients:
             local[who] -= steps[who] * g
         return total / o.sizes[:, None]
 
+    @_contained
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each client's number of rows whose ``which`` norm (gradient / hessian / row) is <= ``threshold``, plus noise.
 
@@ -488,26 +527,29 @@ class InProcessClients:
         counts = self._oracle.count_at_most(self._norms(which, theta), threshold)[:, None]
         return self._release(counts, 1.0, mu, stage, active)
 
+    @_contained
     def count_clipped(self, theta, *, clip: float, mu: float, stage: str) -> Reply:
         """Each client's number of rows whose gradient norm exceeds ``clip`` (B), plus noise (sensitivity 1)."""
         counts = self.sizes - self._oracle.count_at_most(self._oracle.sample_norms("gradient", theta), clip)
         return self._release(np.asarray(counts, dtype=np.float64)[:, None], 1.0, mu, stage)
 
+    @_contained
     def column_count(self, column: int, threshold: float, *, center: float | None = None, mu: float,
                      stage: str) -> Reply:
         """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise."""
         x = self._oracle.data.X[:, column]
         if center is not None:
-            with np.errstate(over="ignore"):  # |x - centre| = inf near the largest double: above every grid point
-                x = np.abs(x - center)
+            x = np.abs(x - center)  # inf near the largest double: above every grid point
         counts = np.add.reduceat((x <= threshold).astype(np.float64), self._oracle.data.offsets[:-1])
         return self._release(counts[:, None], 1.0, mu, stage)
 
+    @_contained
     def losses(self, theta, *, stage: str) -> Reply:
         """Each client's mean loss, sent without noise (a non-private release: only for mu = inf fits)."""
         return self._release(self._oracle.losses(theta)[:, None], math.inf, math.inf, stage)
 
     # ------------------------------------------------------------------ non-private verbs (labelled)
+    @_contained
     def norm_quantiles(self, which: str, theta, q: float) -> Reply:
         """Each client's raw ``q``-quantile of its ``which`` norms (``clip="paper"``): not privatized, a leak."""
         answered, failing = self._begin(None)
@@ -516,11 +558,13 @@ class InProcessClients:
                            leak=f"{which} clipping bound chosen from raw data (clip='paper': each client's {q:g}-quantile "
                                 "of its norms sent without noise)")
 
+    @_contained
     def exact(self, theta, *, clip: float) -> tuple[np.ndarray, np.ndarray]:
         """Exact clipped gradients and unclipped Hessians (n_clients, p), (n_clients, p, p): diagnostics of mu = inf fits only."""
         return self._oracle.clipped_gradients(theta, clip), self._oracle.hessians(theta, math.inf)
 
     # ------------------------------------------------------------------ verbs that send nothing
+    @_contained
     def split_halves(self, seed) -> tuple[InProcessClients, InProcessClients]:
         """Each client splits its rows at random (``seed``: public randomness) into halves of floor(n_i/2) and the rest.
 
@@ -533,6 +577,7 @@ class InProcessClients:
         halves[0]._halves = halves
         return halves
 
+    @_contained
     def rescale(self, scaler) -> None:
         """Rescale the clients' columns with the public ``scaler`` (its centres and scales were released)."""
         self._oracle = make_oracle(scaler.transform(self._oracle.data), self.family)
@@ -597,6 +642,6 @@ def _only(release: Release, answered: np.ndarray) -> Release:
                    sigma=np.where(answered, release.sigma, 0.0))
 
 
-def _check_local(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> None:
-    """Divergence of the answering clients' local iterates (noisy values: post-processing)."""
-    check_iterate(theta if answered.all() else theta[answered], where, step_size)
+def _divergence(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> DivergenceError | None:
+    """The error of the answering clients' diverging local iterates, or None (noisy values: post-processing)."""
+    return iterate_error(theta if answered.all() else theta[answered], where, step_size)

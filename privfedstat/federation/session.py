@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..privacy.ledger import PrivacyLedger
+from ..privacy.mechanisms import SecureClientNoise
 from .channel import Channel
 from .clients import InProcessClients
 from .server import Participation, aggregate, effective_weights
@@ -45,7 +46,9 @@ class Session:
     participation : Participation or None
         Which clients each round asks (None: all); drawn from ``participation_rng``, the server's own stream.
     participation_rng, topup_rng : numpy.random.Generator or None
-        The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`.
+        The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`
+        (``topup_rng`` None in secure mode: the top-up noise is then the clients' secure noise,
+        :class:`~privfedstat.privacy.mechanisms.SecureClientNoise`, drawn from the OS CSPRNG).
     """
 
     clients: InProcessClients
@@ -63,14 +66,16 @@ class Session:
              participation: Participation | None = None, on_client_failure: str = "raise") -> Session:
         """A session over ``clients`` whose channel records into ``ledger``.
 
-        With partial ``participation`` the server's two streams (sampling, top-up) are spawned from ``seed``.
+        With partial ``participation`` the server's two streams (sampling, top-up) are spawned from ``seed``;
+        in secure mode (``ledger.secure_mode``) the top-up noise is secure noise instead (no top-up stream).
         """
         channel = Channel(clients.sizes, ledger, on_client_failure)
         if participation is None:
             return cls(clients, channel, seed, inference_seed, unit)
         sampling_seed, topup_seed = seed.spawn(2)  # the server's own streams
+        topup_rng = None if ledger.secure_mode else np.random.default_rng(topup_seed)
         return cls(clients, channel, seed, inference_seed, unit, participation, np.random.default_rng(sampling_seed),
-                   np.random.default_rng(topup_seed))
+                   topup_rng)
 
     def everyone(self) -> Session:
         """This session asking every live client each round (the clip search's pilot rounds)."""
@@ -133,7 +138,9 @@ class Session:
         Poisson-subsampled Gaussian, fixed noise) needs; without it the aggregate's noise variance would
         grow with the number of participants and reveal it. The weights stay fixed (no
         renormalisation over who took part): the caller divides by q for an unbiased aggregate
-        (fixed-denominator estimator). Returns the values, the weights and an all-true mask.
+        (fixed-denominator estimator). In secure mode the top-up is drawn as the clients draw theirs
+        (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`): the published aggregate's noise
+        is then secure in every row. Returns the values, the weights and an all-true mask.
         """
         m = reply.values.shape[0]
         w = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -143,8 +150,10 @@ class Session:
         silent = ~reply.answered
         if silent.any() and math.isfinite(mu):
             sigma = np.broadcast_to(np.asarray(request["sensitivity"], dtype=np.float64), (m,)) / mu
-            values[silent] = sigma[silent].reshape((-1,) + (1,) * (values.ndim - 1)) * \
-                self.topup_rng.standard_normal((int(silent.sum()),) + values.shape[1:])
+            k, shape = int(silent.sum()), values.shape[1:]
+            z = SecureClientNoise(k).standard_normal(shape) if self.topup_rng is None else \
+                self.topup_rng.standard_normal((k,) + shape)
+            values[silent] = sigma[silent].reshape((-1,) + (1,) * (values.ndim - 1)) * z
         else:
             values[silent] = 0.0
         return values, w, np.ones(m, dtype=bool)

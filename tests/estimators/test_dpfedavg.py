@@ -190,6 +190,25 @@ def test_poisson_rounds_are_topped_up_so_the_aggregate_noise_does_not_reveal_who
     assert 0.02 < participated < 0.09
 
 
+def test_secure_mode_draws_the_top_up_noise_from_the_os(monkeypatch):
+    """In secure mode the server's top-up noise, like the clients' noise, comes from SecureClientNoise (the OS CSPRNG,
+    four normals summed): one block per round with silent clients, of their number (the clients draw blocks of m)."""
+    from privfedstat.privacy import mechanisms
+
+    blocks = []
+    secure = mechanisms.SecureClientNoise.standard_normal
+
+    def spy(self, shape):
+        blocks.append(self.n_clients)
+        return secure(self, shape)
+
+    monkeypatch.setattr(mechanisms.SecureClientNoise, "standard_normal", spy)
+    est = DPFedAvg(mu=2.0, n_rounds=5, update_clip=0.2, participation=0.3, secure_mode=True).fit(_data(m=20))
+    silent = [int((r.sensitivity == 0).sum()) for r in est.privacy_.releases]
+    assert sorted(b for b in blocks if b != 20) == sorted(k for k in silent if 0 < k < 20)
+    assert len(blocks) == 5 + sum(0 < k for k in silent)
+
+
 def test_a_budget_charges_what_clients_that_sat_rounds_out_spent():
     from privfedstat import PrivacyBudget
 

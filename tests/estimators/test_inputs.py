@@ -1,10 +1,24 @@
 """Bad input gets a clear error, never a silent wrong answer."""
 
+import warnings
+
 import numpy as np
 import pytest
 from conftest import simulate
 
-from privfedstat import AutoClip, DivergenceError, FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD, NotFittedError
+from privfedstat import (
+    AutoClip,
+    DivergenceError,
+    FedAvg,
+    FederatedData,
+    FedHybrid,
+    FedNewton,
+    FedNMap,
+    FedSGD,
+    NotFittedError,
+    Scaffold,
+)
+from privfedstat.estimators.registry import methods
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 
@@ -115,6 +129,32 @@ def test_divergence_is_reported_with_the_knob_to_turn():
     data = simulate("poisson", [50] * 4, [1.0, 1.0, 1.0], seed=1)
     with pytest.raises(DivergenceError, match="step_size"):
         FedSGD(family="poisson", mu=float("inf"), clip=float("inf"), step_size=5.0, n_iter=200).fit(data)
+
+
+def _extreme_rows() -> FederatedData:
+    """A Gaussian response with one row of 1e150 (its gradient 1e300 at 0) and one tiny row."""
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(60), rng.standard_normal(60)])
+    y = rng.standard_normal(60)
+    X[3], y[3] = [1.0, 1e150], 1e150
+    X[25], y[25] = [1.0, 1e-300], -1e-300
+    return FederatedData.from_pooled(X, y, sizes=[20] * 3)
+
+
+@pytest.mark.parametrize("Est", [FedAvg, FedHybrid, FedNewton, Scaffold, FedNMap])
+def test_local_arithmetic_that_overflows_on_a_client_warns_nothing_and_reports_divergence(Est):
+    """A huge row and a huge step overflow a client's local steps: no RuntimeWarning leaves the client (pyproject
+    turns privfedstat's into errors), the fit reports the divergence."""
+    with pytest.raises(DivergenceError, match="step_size"):
+        Est(family="gaussian", mu=float("inf"), clip=float("inf"), step_size=1e10).fit(_extreme_rows())
+
+
+@pytest.mark.parametrize("spec", methods(private=True), ids=lambda s: s.name)
+def test_private_fits_on_extreme_rows_emit_no_runtime_warning(spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        spec.cls(family="gaussian", mu=1.0, random_state=0).fit(_extreme_rows())
 
 
 def test_unfitted_estimator():

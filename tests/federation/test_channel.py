@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from privfedstat import ClientFailureError, FederatedData
+from privfedstat import ClientFailureError, DivergenceError, FederatedData
 from privfedstat.families import get_family
 from privfedstat.federation import Channel, FailingData, InProcessClients, aggregate, privatize
 from privfedstat.privacy import ClientNoise, PrivacyLedger
@@ -92,6 +92,29 @@ def test_a_failing_client_raises_or_is_skipped_and_leaves_the_ledger_exact():
     assert list(ch.live) == [True, False, True]
     mu2 = np.array([r.client_mu() ** 2 for r in ch.ledger.releases]).sum(axis=0)
     np.testing.assert_allclose(mu2, [3.0, 1.0, 3.0])  # client 1 released once, before it failed
+
+
+def test_the_round_a_client_fails_in_is_recorded_for_the_clients_that_answered():
+    """Under on_client_failure='raise' the messages of the other clients in that round reached the server: recorded."""
+    clients, ch = clients_and_channel(failures={1: 1})
+    req = {"theta": np.zeros(2), "clip": 1.0, "sensitivity": 2.0 / clients.sizes, "mu": 1.0, "stage": "g"}
+    ch.receive(clients.gradients(**req), weights=np.full(3, 1 / 3))
+    with pytest.raises(ClientFailureError):
+        ch.receive(clients.gradients(**req), weights=np.full(3, 1 / 3))
+    assert len(ch.ledger.releases) == 2
+    np.testing.assert_allclose(ch.ledger.client_mu ** 2, [2.0, 1.0, 2.0])
+
+
+def test_a_diverging_local_step_is_recorded_before_the_error_reaches_the_server():
+    """The noisy local steps that ran before the divergence check fired are releases: the channel records them,
+    then raises the clients' DivergenceError."""
+    clients, ch = clients_and_channel()
+    reply = clients.local_descent(np.zeros(2), clip=1.0, step_size=1e12, n_steps=3, sensitivity=2e12 / clients.sizes,
+                                  mu=1.0, stage="local-step")
+    with pytest.raises(DivergenceError, match="local-step"):
+        ch.receive(reply, weights=np.full(3, 1 / 3))
+    assert len(ch.ledger.releases) == 1  # the first step diverged: one noisy step ran
+    np.testing.assert_allclose(ch.ledger.client_mu, 1.0)
 
 
 def test_every_client_failing_raises_even_when_skipping():

@@ -12,6 +12,9 @@ from scipy.stats import norm
 
 from privfedstat import (
     BudgetExceededError,
+    ClientFailureError,
+    DivergenceError,
+    FedAvg,
     FedNewton,
     FedSGD,
     LocalFit,
@@ -20,6 +23,7 @@ from privfedstat import (
     PrivacyLeakWarning,
 )
 from privfedstat.estimators.registry import methods
+from privfedstat.federation import FailingData
 from privfedstat.federation.channel import Channel
 from privfedstat.privacy import mechanisms
 
@@ -171,6 +175,31 @@ def test_a_failed_fit_is_charged_exactly_what_it_released(data):
         FailingEarly(mu=0.5, n_iter=3, clip=1.0, random_state=0).fit(data, budget=budget)
     assert budget.fits[1].status == "incomplete"
     np.testing.assert_allclose(budget.spent, 0.25, rtol=1e-12)
+
+
+def test_a_fit_that_a_client_failure_stops_is_charged_the_round_the_others_sent(data):
+    """Client 0 fails in the second of three rounds: the others' messages of that round reached the server."""
+    budget = PrivacyBudget(mu=1.0, n_clients=len(SIZES))
+    with pytest.raises(ClientFailureError):
+        _fedsgd(mu=0.6, random_state=0, inference=None).fit(FailingData(data, {0: 1}), budget=budget)
+    np.testing.assert_allclose(budget.spent, 0.6 * np.sqrt([1 / 3, 2 / 3, 2 / 3, 2 / 3]), rtol=1e-12)
+
+
+def test_a_fit_that_diverges_in_local_steps_is_charged_the_noisy_steps_that_ran(data):
+    budget = PrivacyBudget(mu=1.0, n_clients=len(SIZES))
+    est = FedAvg(mu=0.8, clip=1.0, step_size=1e12, n_rounds=2, n_local_steps=4, scaling=None, inference=None,
+                 random_state=0)
+    with pytest.raises(DivergenceError):
+        est.fit(data, budget=budget)
+    np.testing.assert_allclose(budget.spent, 0.8 / np.sqrt(8), rtol=1e-12)  # one of the 2 x 4 local steps ran
+
+
+def test_fednewton_checks_the_public_sizes_before_any_release():
+    small = simulate("logistic", [10] * 4, [0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.1])
+    budget = PrivacyBudget(mu=1.0, n_clients=4)
+    with pytest.raises(ValueError, match="n_i >= 2 d"):
+        FedNewton(mu=0.5, random_state=0).fit(small, budget=budget)
+    np.testing.assert_array_equal(budget.spent, 0.0)
 
 
 def test_leaky_fits_are_recorded(data):
