@@ -105,6 +105,7 @@ class _Network:
     scaling = None
     init = None
     inference = None
+    _round_done = None  # the clients' ``on_round`` during ``fit``: the progress bar's update
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, clients=None, offset=None, budget=None):
@@ -121,7 +122,7 @@ class _Network:
         self
         """
         with tqdm(desc=self.method, unit="round", disable=not self.progress, delay=PROGRESS_DELAY_S) as bar:
-            self._round_done = bar.update  # the clients' ``on_round`` (see :meth:`_make_clients`)
+            self._round_done = bar.update
             try:
                 super().fit(X, y, clients=clients, offset=offset, budget=budget)
             finally:
