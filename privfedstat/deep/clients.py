@@ -108,6 +108,9 @@ class TorchClients:
         Draw the noise from :class:`~privfedstat.privacy.mechanisms.SecureClientNoise` (the
         estimators' ``secure_mode``: the OS's CSPRNG, four normals summed) instead of the seeded
         :class:`TorchNoise` streams.
+    on_round : callable or None, default None
+        Called with no argument after each request the clients answer (one round of the server's
+        loop, the clip search's included): the network estimators' progress bar counts them.
 
     Attributes (public: what the server may know)
     ----------------------------------------------
@@ -115,7 +118,8 @@ class TorchClients:
     """
 
     def __init__(self, data: TensorFederatedData, model: nn.Module, loss_fn: Callable, seed: np.random.SeedSequence, *,
-                 batch_size: int | None = None, first_client: int = 0, secure: bool = False) -> None:
+                 batch_size: int | None = None, first_client: int = 0, secure: bool = False,
+                 on_round: Callable[[], object] | None = None) -> None:
         if not isinstance(data, TensorFederatedData):
             raise TypeError(f"TorchClients need a TensorFederatedData, got {type(data).__name__}.")
         self._psg = PerSampleGradients(model, loss_fn)
@@ -129,6 +133,7 @@ class TorchClients:
                        else TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients]))
         self._batches = [seeded_generator(child_seed(batch_seed, i)) for i in clients]
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
+        self._on_round = on_round
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)
         self._numels = [int(np.prod(s, dtype=np.int64)) for s in self._psg.shapes]
@@ -144,7 +149,13 @@ class TorchClients:
 
     # the failure bookkeeping and the assembly of a reply are InProcessClients' own (shared, not copied)
     _begin = InProcessClients._begin
-    _reply = InProcessClients._reply
+
+    def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
+               leak: str | None = None) -> Reply:
+        """The reply of one request (every verb ends here), after telling ``on_round`` that a round is done."""
+        if self._on_round is not None:
+            self._on_round()
+        return InProcessClients._reply(self, values, releases, answered, failing, leak)
 
     def initial_parameters(self) -> np.ndarray:
         """theta^(0): the model's initial trainable parameters, flat, float64 (public)."""

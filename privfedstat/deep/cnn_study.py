@@ -97,7 +97,7 @@ def cnn_methods(study: CNNConfig, model: nn.Module, mu: float, seed: int) -> dic
     """The four estimators of Figures 9-10 at ``mu``, compute-matched to DP-FedAvg's R K gradient evaluations."""
     R, K = study.n_rounds, study.n_local_steps
     common = dict(model=model, loss="nll", mu=mu, step_size=study.step_size, clip=study.clip,
-                  participation=study.participation, random_state=seed)
+                  participation=study.participation, random_state=seed, progress=False)  # the study's bar only
     if R % study.n_cycles:
         raise ValueError(f"FedNewton-Iter's {study.n_cycles} cycles must split the {R} base rounds evenly.")
     return {

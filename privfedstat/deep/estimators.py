@@ -22,6 +22,11 @@ What differs from the GLM estimators (and why):
 * ``clip`` is B, a number, or an :class:`~privfedstat.AutoClip` without pilot rounds (the private
   quantile of the per-sample gradient norms at the initial weights; it spends its budget share
   of mu); ``"auto"`` (whose pilot takes GLM steps) and ``"paper"`` are refused.
+* A long fit shows a tqdm bar over its rounds on stderr (``progress``, default True): the bar
+  appears once the fit has run :data:`~privfedstat.inference.bootstrap.PROGRESS_DELAY_S` seconds,
+  so short fits (tests, the contract suite, the estimators of a study that draws its own bar with
+  ``progress=False``) print nothing. A round is one request the clients answer (the clip search's
+  included); the total is not known in advance (the clip search, HiFedProx's line search).
 * The diagnostics keep the convergence and site-size checks; the GLM ones (sampling-SE proxy,
   stationarity) are skipped (:func:`~privfedstat.estimators.diagnostics.diagnose`).
 
@@ -42,6 +47,7 @@ import pandas as pd
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 from .._linalg import safe_norm
 from .._validation import check_positive_float, check_positive_int
@@ -50,6 +56,7 @@ from ..estimators.fedavg import FedAvg
 from ..estimators.fedhybrid import FedHybrid
 from ..estimators.fedsgd import FedSGD
 from ..estimators.summary import Summary, privacy_rows
+from ..inference.bootstrap import PROGRESS_DELAY_S
 from ..privacy.clipping import AutoClip
 from .clients import TorchClients
 from .data import TensorFederatedData
@@ -98,6 +105,7 @@ class _Network:
     scaling = None
     init = None
     inference = None
+    _round_done = None  # the clients' ``on_round`` during ``fit``: the progress bar's update
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, clients=None, offset=None, budget=None):
@@ -113,7 +121,12 @@ class _Network:
         -------
         self
         """
-        super().fit(X, y, clients=clients, offset=offset, budget=budget)
+        with tqdm(desc=self.method, unit="round", disable=not self.progress, delay=PROGRESS_DELAY_S) as bar:
+            self._round_done = bar.update
+            try:
+                super().fit(X, y, clients=clients, offset=offset, budget=budget)
+            finally:
+                del self._round_done
         self.model_ = _with_parameters(self.model, self.coef_)
         return self
 
@@ -127,7 +140,7 @@ class _Network:
 
     def _make_clients(self, data: TensorFederatedData, family, seed: np.random.SeedSequence, secure: bool) -> TorchClients:
         return TorchClients(data, self.model, _loss(self.loss), seed, batch_size=getattr(self, "batch_size", None),
-                            secure=secure)
+                            secure=secure, on_round=self._round_done)
 
     def _coef_shape(self, n_features: int, family) -> tuple[int, ...]:
         return (-1,)  # the flat parameter vector
@@ -140,6 +153,8 @@ class _Network:
         if isinstance(self.clip, str) or (isinstance(self.clip, AutoClip) and self.clip.pilot_rounds):
             raise ValueError("clip must be a number B, or an AutoClip without pilot rounds (the private quantile of the "
                              f"per-sample gradient norms at the initial weights), got {self.clip!r}.")
+        if not isinstance(self.progress, (bool, np.bool_)):
+            raise TypeError(f"progress must be True or False, got {self.progress!r}.")
         batch_size = getattr(self, "batch_size", None)
         if batch_size is not None:
             check_positive_int(batch_size, "batch_size")
@@ -246,6 +261,10 @@ _COMMON = """    model : torch.nn.Module
         interact): see :func:`~privfedstat.deep.per_sample.check_model`.
     loss : {"cross_entropy", "nll"} or callable, default "cross_entropy"
         rho: ``loss(outputs, targets)`` returning the mean over the batch."""
+#: the ``progress`` parameter of every network estimator
+PROGRESS_PARAM = """    progress : bool, default True
+        Show a tqdm bar over the rounds on stderr once the fit has run ``PROGRESS_DELAY_S`` (2)
+        seconds (short fits print nothing); False: never (a study drawing its own bar)."""
 _TAIL = """    weights : "size" or array of shape (n_clients,), default "size"
         Server aggregation weights (w_i = n_i / N).
     participation : None, float, int or Participation, default None
@@ -259,6 +278,7 @@ _TAIL = """    weights : "size" or array of shape (n_clients,), default "size"
     secure_mode : bool, default False
         Noise from the operating system's CSPRNG, four normals summed (random_state must be None);
         see :class:`~privfedstat.FederatedEstimator`.
+""" + PROGRESS_PARAM + """
 
     Attributes
     ----------
@@ -304,7 +324,7 @@ class DeepFedAvg(_Network, FedAvg):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 10,
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
                  batch_size: int | None = None, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -319,6 +339,7 @@ class DeepFedAvg(_Network, FedAvg):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
@@ -349,7 +370,7 @@ class DeepFedSGD(_Network, FedSGD):
 
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_iter: int = 100,
                  step_size: float = 0.01, clip=1.0, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -361,6 +382,7 @@ class DeepFedSGD(_Network, FedSGD):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress
 
 
 class DeepFedHybrid(_Network, FedHybrid):
@@ -393,7 +415,7 @@ class DeepFedHybrid(_Network, FedHybrid):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_local_steps: int = 10,
                  n_server_iter: int = 90, step_size: float = 0.01, clip=1.0, batch_size: int | None = None,
                  weights="size", participation=None, random_state=None, on_client_failure: str = "raise",
-                 secure_mode: bool = False) -> None:
+                 secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -407,6 +429,7 @@ class DeepFedHybrid(_Network, FedHybrid):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress
 
 
 class DeepDPFedAvg(_Network, DPFedAvg):
@@ -442,7 +465,7 @@ class DeepDPFedAvg(_Network, DPFedAvg):
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 20,
                  n_local_steps: int = 5, step_size: float = 0.01, server_step_size: float = 1.0,
                  update_clip: float = 1.0, weights="size", participation=None, random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -456,3 +479,4 @@ class DeepDPFedAvg(_Network, DPFedAvg):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress

@@ -27,7 +27,7 @@ from .._validation import iterate_error
 from ..estimators.fednmap import FedCanon, FedNMap, ZhangComposite, _store
 from ..federation.clients import Reply
 from .clients import TorchClients
-from .estimators import _loss, _Network
+from .estimators import PROGRESS_PARAM, _loss, _Network
 
 __all__ = ["CompositeTorchClients", "DeepFedNMap", "DeepZhang", "DeepFedCanon"]
 
@@ -113,7 +113,8 @@ class _NetworkComposite(_Network):
     """The network mixin for the composite estimators: composite torch clients, phi on every trainable parameter."""
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> CompositeTorchClients:
-        return CompositeTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure)
+        return CompositeTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure,
+                                     on_round=self._round_done)
 
     def _mask(self, n_features: int, family) -> np.ndarray:
         return np.ones(sum(p.numel() for p in self.model.parameters() if p.requires_grad), dtype=bool)
@@ -135,6 +136,7 @@ _NETWORK = """
         phi on every trainable parameter.
     batch_size : int or None, default None
         Rows per local gradient (a fresh uniform sample each step); None: the full batch.
+""" + PROGRESS_PARAM + """
 
     ``fit`` takes a :class:`~privfedstat.deep.data.TensorFederatedData`; ``coef_`` is the flat
     parameter vector and ``model_`` a copy of ``model`` holding it.
@@ -155,7 +157,7 @@ class DeepFedNMap(_NetworkComposite, FedNMap):
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0,
                  gamma: float | str = "auto", penalty: str = "l1", alpha: float = 1e-4, l1_ratio: float | None = None,
                  clip=1.0, batch_size: int | None = None, weights="size", random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         _store(self, locals())
 
 
@@ -172,7 +174,7 @@ class DeepZhang(_NetworkComposite, ZhangComposite):
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0,
                  penalty: str = "l1", alpha: float = 1e-4, l1_ratio: float | None = None, clip=1.0,
                  batch_size: int | None = None, weights="size", random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         _store(self, locals())
 
 

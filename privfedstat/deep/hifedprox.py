@@ -25,7 +25,7 @@ from ..federation.clients import Reply
 from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 from ..kernels.glm_nb import CLIP_SAFETY
 from .clients import TorchClients
-from .estimators import _loss, _Network
+from .estimators import PROGRESS_PARAM, _loss, _Network
 
 __all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
 
@@ -82,7 +82,7 @@ class HiFedProxTorchClients(TorchClients):
 
 
 class DeepHiFedProx(_Network, HiFedProx):
-    """HiFedProx for networks: power-p proximal local objectives with Armijo minibatch steps.
+    __doc__ = f"""HiFedProx for networks: power-p proximal local objectives with Armijo minibatch steps.
 
     The algorithm, the decisions where the paper is open, the participation and the optional
     client-level privacy are those of :class:`~privfedstat.HiFedProx`; the clients take their
@@ -101,6 +101,7 @@ class DeepHiFedProx(_Network, HiFedProx):
         shares them across p), e.g. :class:`~privfedstat.deep.models.FemnistCNN`.
     loss : {"cross_entropy", "nll"} or callable, default "cross_entropy"
         f_i's per-batch mean loss, ``loss(outputs, targets)``.
+{PROGRESS_PARAM}
 
     ``fit`` takes a :class:`~privfedstat.deep.data.TensorFederatedData`; ``coef_`` is the flat
     parameter vector and ``model_`` a copy of ``model`` holding it (see
@@ -115,7 +116,7 @@ class DeepHiFedProx(_Network, HiFedProx):
                  power: float = 5.0, prox_coef: float = 0.03, prox_radius: float = 1.0, n_local_steps=3,
                  step_size=0.5, batch_size: int | None = 16, armijo_c: float = 1e-4, backtrack_factor: float = 0.5,
                  max_backtracks: int = 12, update_clip: float | str = "auto", participation=None, random_state=None,
-                 on_client_failure: str = "raise", secure_mode: bool = False) -> None:
+                 on_client_failure: str = "raise", secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.mu = mu
@@ -134,6 +135,7 @@ class DeepHiFedProx(_Network, HiFedProx):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> HiFedProxTorchClients:
-        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed, secure=secure)
+        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed, secure=secure, on_round=self._round_done)

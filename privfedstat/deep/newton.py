@@ -285,11 +285,11 @@ class DeepFedNewton(DeepFedAvg):
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
                  damping: float = 0.1, newton_step: float = 1.0, batch_size: int | None = None, weights="size",
                  participation=None, random_state=None, on_client_failure: str = "raise",
-                 secure_mode: bool = False) -> None:
+                 secure_mode: bool = False, progress: bool = True) -> None:
         super().__init__(model=model, loss=loss, mu=mu, n_rounds=n_rounds, n_local_steps=n_local_steps,
                          step_size=step_size, server_step_size=server_step_size, clip=clip, batch_size=batch_size,
                          weights=weights, participation=participation, random_state=random_state,
-                         on_client_failure=on_client_failure, secure_mode=secure_mode)
+                         on_client_failure=on_client_failure, secure_mode=secure_mode, progress=progress)
         self.n_cycles = n_cycles
         self.damping = damping
         self.newton_step = newton_step
@@ -302,7 +302,8 @@ class DeepFedNewton(DeepFedAvg):
         _head_names(self.model)
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> NewtonTorchClients:
-        return NewtonTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure)
+        return NewtonTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure,
+                                  on_round=self._round_done)
 
     def _run(self, session: Session, setup: Setup) -> Run:
         clients, weights = session.clients, resolve_weights(self, session, setup.clip)

@@ -17,7 +17,7 @@ import math
 from torch import nn
 
 from ..estimators.fednormec import ClippedFedAvg, FedAlphaNormEC
-from .estimators import _Network
+from .estimators import PROGRESS_PARAM, _Network
 
 __all__ = ["DeepFedAlphaNormEC", "DeepClippedFedAvg"]
 
@@ -32,6 +32,7 @@ _NETWORK = """
         gamma and eta, numbers (``"auto"`` is the GLM curvature bound and does not apply).
     batch_size : int or None, default None
         Rows per local gradient step (a fresh uniform sample each step); None: the full batch.
+""" + PROGRESS_PARAM + """
 
     ``fit`` takes a :class:`~privfedstat.deep.data.TensorFederatedData`; ``coef_`` is the flat
     parameter vector and ``model_`` a copy of ``model`` holding it (see
@@ -66,7 +67,7 @@ class DeepFedAlphaNormEC(_NetworkUnitMessages, FedAlphaNormEC):
                  local_solver: str = "gd", server_normalization: bool = False, batch_size: int | None = None,
                  mu: float | None = 2.0, epsilon: tuple[float, float] | None = None, sigma: str | None = None,
                  participation=None, weights="size", random_state=None, on_client_failure: str = "raise",
-                 secure_mode: bool = False) -> None:
+                 secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.n_rounds = n_rounds
@@ -86,6 +87,7 @@ class DeepFedAlphaNormEC(_NetworkUnitMessages, FedAlphaNormEC):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress
 
 
 class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
@@ -104,7 +106,7 @@ class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
                  step_size: float = 0.1, server_step_size: float = 0.1, n_local_steps: int = 1,
                  mu: float | None = 2.0, epsilon: tuple[float, float] | None = None, sigma: str | None = None,
                  participation=None, weights="size", random_state=None, on_client_failure: str = "raise",
-                 secure_mode: bool = False) -> None:
+                 secure_mode: bool = False, progress: bool = True) -> None:
         self.model = model
         self.loss = loss
         self.n_rounds = n_rounds
@@ -120,3 +122,4 @@ class DeepClippedFedAvg(_NetworkUnitMessages, ClippedFedAvg):
         self.random_state = random_state
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
+        self.progress = progress

@@ -219,6 +219,24 @@ def test_communication_counts_every_transmission_once(spec, monkeypatch):
     assert all(n % P == 0 or n == head.weight.numel() + head.bias.numel() for _, n in sent)
 
 
+# ---------------------------------------------------------------------------------- progress
+@pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
+def test_progress_bar_counts_the_rounds_on_stderr_and_is_silent_when_off(spec, capsys, monkeypatch):
+    """A bar over the rounds (one per request the clients answer) once the fit has run PROGRESS_DELAY_S seconds:
+    none for a short fit at the default delay nor with ``progress=False``; with no delay, one whose count is
+    ``communication_.rounds``."""
+    make(spec).fit(DATA)
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setattr(deep.estimators, "PROGRESS_DELAY_S", 0.0)
+    make(spec, progress=False).fit(DATA)
+    assert capsys.readouterr() == ("", "")
+    est = make(spec).fit(DATA)
+    out, err = capsys.readouterr()
+    assert out == "" and err.rstrip().split("\r")[-1].startswith(f"{est.method}: {est.communication_.rounds}round ")
+    with pytest.raises(TypeError, match="progress must be True or False"):
+        make(spec, progress="yes").fit(DATA)
+
+
 # ---------------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
 def test_bad_input_is_refused(spec):
