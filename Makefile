@@ -1,5 +1,5 @@
-# The two quick-start commands: `make demo` (main job) and `make test` (the layer contracts of
-# pyproject.toml, then the full test suite).
+# The two quick-start commands: `make demo` (main job) and `make test` (lint and import order (ruff),
+# the layer contracts of pyproject.toml (lint-imports), then the full test suite on every core).
 # Both create .venv and install the package with its test extras on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,8 +15,9 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/privfedstat demo
 
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_kernels.py
