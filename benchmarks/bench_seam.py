@@ -59,12 +59,15 @@ def child_fedsgd(tree: Path, reps: int) -> tuple[float, float]:
 
 
 def child_section4(reps: int) -> tuple[float, float]:
-    from privfedstat.simulations import GRIDS, MonteCarlo
+    from privfedstat import simulations
+    from privfedstat.simulations import MonteCarlo
+
+    grids = getattr(simulations, "GRIDS", None) or simulations.STUDIES  # a baseline tree may name them STUDIES
 
     checksum = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        for name, study in GRIDS.items():
+        for name, study in grids.items():
             df = MonteCarlo(study.scenarios(), study.methods, n_reps=reps, n_jobs=1, progress=False,
                             out=Path(tmp) / f"{name}.csv").run()
             checksum += float(df["mse"].sum())
