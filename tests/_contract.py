@@ -40,6 +40,19 @@ def check_parameters(est, defaults: dict, test_params: dict, positional) -> None
         positional()
 
 
+def check_fit_keeps_parameters(est, data) -> None:
+    """``fit`` neither rebinds nor mutates a parameter (scikit-learn's contract): each is the same object,
+    pickled to the same bytes, afterwards."""
+    before = est.get_params()
+    frozen = {k: pickle.dumps(v) for k, v in before.items()}
+    est.fit(data)
+    after = est.get_params()
+    assert after.keys() == before.keys()
+    for k, v in after.items():
+        assert v is before[k], k
+        assert pickle.dumps(v) == frozen[k], k
+
+
 def check_clone(fitted, data) -> None:
     """``clone`` gives an unfitted copy with the same parameters that refits to the same numbers."""
     copy = clone(fitted)

@@ -19,6 +19,7 @@ from _contract import (
     assert_same_fit,
     check_clone,
     check_communication,
+    check_fit_keeps_parameters,
     check_parameters,
     check_pickle_round_trip,
     record_uploads,
@@ -119,14 +120,7 @@ def test_fit_does_not_mutate_or_replace_parameters(spec):
     if accepts(spec, "init"):
         extra["init"] = np.full(data.n_features, 0.1)
     est = make(spec, **extra)
-    before = est.get_params()
-    frozen = {k: pickle.dumps(v) for k, v in before.items()}
-    est.fit(data)
-    after = est.get_params()
-    assert after.keys() == before.keys()
-    for k, v in after.items():
-        assert v is before[k], k
-        assert pickle.dumps(v) == frozen[k], k
+    check_fit_keeps_parameters(est, data)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=ids(SPECS))
