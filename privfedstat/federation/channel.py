@@ -27,6 +27,11 @@ FAILURE_POLICIES = ("raise", "skip")
 class Communication:
     """Client-to-server communication of one fit: what was actually sent.
 
+    This is the server's view: with Poisson participation ``senders`` and ``total_floats`` reveal
+    how many clients took part in each round, which the third-party (amplified) epsilon assumes
+    hidden; publish ``rounds`` and ``floats_per_client`` only (as ``summary()`` does), like
+    :meth:`~privfedstat.privacy.ledger.PrivacyLedger.public_view` for the ledger.
+
     Attributes
     ----------
     rounds : int
