@@ -219,6 +219,7 @@ class FederatedEstimator(FittedResults):
         scaler = fit_scaler(self, session, plan)
         setup = choose_bounds(self, session, plan)
         run = self._run(session, setup)
+        setup = run.setup if run.setup is not None else setup
         converged = diagnose(self, session, setup, run, n_samples)
         inference = hessian = to_original = None
         if task is not None:

@@ -18,16 +18,26 @@ from .._validation import DIVERGENCE_NORM, check_iterate, check_positive_float, 
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
+from ..federation.queries import search_bounds
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
 from .base import FederatedEstimator
-from .stages import resolve_weights
+from .stages import bound_search, resolve_weights, searched_norms
 
 __all__ = ["FedIRLS"]
 
 #: rounds when ``n_rounds="auto"``: with finite mu (measured best of 3-6 on the Fig. 5 design),
 #: and the cap with mu = inf, where rounds continue until the step is below ``tol``
 DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE = 5, 100
+#: private rounds of the automatic schedule: locate rounds from theta^(0) with the bounds chosen there, then refine
+#: rounds from the located point with bounds searched again at it
+LOCATE_ROUNDS = 4
+#: shares of the estimation mu^2: all locate rounds together (equal, gradient and Hessian halves) and the new search
+LOCATE_SHARE, RESEARCH_SHARE = 0.25, 0.05
+#: shares of the rest among the refine rounds (rows: gradient, Hessian): two Hessians, the last one reused by the
+#: last gradient, which gets half (measured on real designs, where the derivation's ``||H^-1|| ~ 2 / ell''(0)``
+#: understates the Hessian's weight and its tiny Hessian shares left the refine steps noisy)
+REFINE_SPLIT = np.array([[0.1, 0.15], [0.1, 0.15], [0.5, 0.0]])
 #: the eigenvalue floor is this many standard deviations of a noisy eigenvalue (measured)
 FLOOR_NOISE_SDS = 3.0
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
@@ -203,6 +213,9 @@ class FedIRLS(FederatedEstimator):
 
     method = "FedIRLS"
     _norms = ("gradient", "hessian")
+    #: ``clip="auto"``: the bounds at theta^(0) (no FedSGD pilot: the locate rounds are the pilot, and the
+    #: bounds are searched again at their end for ``pilot_quantile``)
+    _default_search = AutoClip()
 
     def __init__(
         self,
@@ -292,58 +305,72 @@ class FedIRLS(FederatedEstimator):
                 f"FedIRLS forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {m} clients, limit "
                 f"{MAX_HESSIAN_GB} GB); reduce the number of parameters (features x (classes - 1)) or use FedAvg / Scaffold."
             )
-        mu, clip, hessian_clip = setup.mu, setup.clip, setup.hessian_clip
-        finite = math.isfinite(mu)
-        R = self._rounds(finite)
-        w = resolve_weights(self, session, clip)
-        sens_g = 2.0 * clip / session.sizes
+        w = resolve_weights(self, session, setup.clip)
+        if math.isinf(setup.mu):
+            return self._run_exact(session, setup, w)
+        return self._run_private(session, setup, w)
+
+    def _phased(self) -> bool:
+        """Whether the private rounds run as locate + refine (the automatic schedule)."""
+        return self.n_rounds == "auto" and isinstance(self.budget_split, str)
+
+    def _run_private(self, session: Session, setup: Setup, w: np.ndarray) -> Run:
+        """Noisy Newton rounds: one phase on the given schedule, or locate + (new bounds) + refine."""
+        mu, p = setup.mu, session.clients.n_params
+        rounds = _Rounds(self, session, w, session.clients.initial_parameters())
+        if not self._phased():
+            R = self._rounds(True)
+            shares = (self._explicit_split() if not isinstance(self.budget_split, str)
+                      else auto_budget_split(R, self._beta(session, w, setup.hessian_clip, mu)))
+            rounds.run(shares, mu, setup.clip, setup.hessian_clip)
+            self.budget_split_ = shares
+            return rounds.result(None)
+        todo = searched_norms(self, mu)
+        research = RESEARCH_SHARE if todo else 0.0
+        locate = np.full((LOCATE_ROUNDS, 2), LOCATE_SHARE / (2 * LOCATE_ROUNDS))
+        rounds.run(locate, mu, setup.clip, setup.hessian_clip)
+        bounds = {"gradient": setup.clip, "hessian": setup.hessian_clip}
+        if todo:  # the bounds at the located point: its per-sample norms are the ones the refine rounds clip
+            config = bound_search(self)
+            bounds.update(search_bounds(session, todo, rounds.theta, config.pilot_quantile, config,
+                                        mu * math.sqrt(research), stage="irls-clip"))
+        refine = (1.0 - LOCATE_SHARE - research) * REFINE_SPLIT
+        rounds.run(refine, mu, bounds["gradient"], bounds["hessian"])
+        self.budget_split_ = np.vstack([locate, refine])
+        final = Setup(bounds["gradient"], bounds["hessian"], mu) if todo else None
+        return rounds.result(final)
+
+    def _beta(self, session: Session, w: np.ndarray, hessian_clip: float, mu: float) -> float:
+        """beta of the budget-split derivation for Hessian bound C_H and budget ``mu`` (public)."""
+        p = session.clients.n_params
+        c0 = float(session.clients.family.curvature_at_zero)
         sens_h = hessian_sensitivity(hessian_clip, session.sizes)
-        if isinstance(self.budget_split, str) and not finite:
-            shares = np.ones((R, 2))
-        elif isinstance(self.budget_split, str):
-            c0 = float(session.clients.family.curvature_at_zero)
-            beta = (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
-            shares = auto_budget_split(R, beta)
-        else:
-            shares = self._explicit_split()
-        mu_g, mu_h = (mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
+        return (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
 
-        def gradient(theta, r):
-            return session.mean("gradients", weights=w, theta=theta, clip=clip, sensitivity=sens_g, mu=mu_g[r],
-                                stage="irls-gradient")
+    def _run_exact(self, session: Session, setup: Setup, w: np.ndarray) -> Run:
+        """mu = inf: Newton rounds on exact aggregates, each step halved until the loss or the gradient norm decreases."""
+        p, clip, hessian_clip = session.clients.n_params, setup.clip, setup.hessian_clip
+        R = self._rounds(False)
 
-        def gradient_and_loss(theta):  # mu = inf only: nothing is noised
+        def gradient_and_loss(theta):
             loss = float(session.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])
-            return gradient(theta, 0), loss
+            g = session.mean("gradients", weights=w, theta=theta, clip=clip, sensitivity=2.0 * clip / session.sizes,
+                             mu=math.inf, stage="irls-gradient")
+            return g, loss
 
         theta = session.clients.initial_parameters()
         path = [theta]
-        if finite:
-            g = gradient(theta, 0)
-        else:
-            g, f = gradient_and_loss(theta)
-        H, H_floored, lam, rounds, shortened = None, None, math.nan, 0, None
-        hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
+        g, f = gradient_and_loss(theta)
+        H, lam, n_iter = None, math.nan, 0
+        sens_h = hessian_sensitivity(hessian_clip, session.sizes)
         for r in range(R):
-            if shares[r, 1] > 0:
+            if isinstance(self.budget_split, str) or self._explicit_split()[r, 1] > 0:
                 H = vec_to_sym(session.mean("hessians", weights=w, theta=theta, hessian_clip=hessian_clip,
-                                            sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian"), p)
-                lam = self._floor(session.clients.family, aggregated_noise_sd(sens_h, mu_h[r], w))
+                                            sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
+                lam = self._floor(session.clients.family, 0.0)
                 H_floored = floor_eigenvalues(H, lam)
-                h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
-            hessian_var[r], floors[r] = h_var, lam
             step = self.step_size * np.linalg.solve(H_floored, g)
-            rounds += 1
-            if finite:
-                length = float(np.linalg.norm(step))
-                if r == R - 1 and length > self.max_step:
-                    shortened = (length, float(self.max_step))
-                theta = theta - _within(step, self.max_step)
-                check_iterate(theta, "FedIRLS", self.step_size)
-                path.append(theta)
-                if r + 1 < R:
-                    g = gradient(theta, r + 1)
-                continue
+            n_iter += 1
             if _negligible(step, theta, self.tol):
                 path.append(theta - step)
                 theta = path[-1]
@@ -353,16 +380,11 @@ class FedIRLS(FederatedEstimator):
                 break
             theta, g, f = accepted
             path.append(theta)
-        self.budget_split_ = shares[:rounds]
+        self.budget_split_ = np.ones((n_iter, 2))
         self.hessian_floor_ = lam
-        gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(rounds)])
-        noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
-        noise_sd, update_noise_sd = 0.0, None
-        if finite:
-            noise_sd, update_noise_sd = self._noise(
-                H_floored, np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)]))
-        return Run(theta, path, rounds, noise_sd=noise_sd, update_noise_sd=update_noise_sd, hessian=H,
-                   shortened=shortened, noise_model=noise_model, weights=w)
+        noise_model = IRLSNoise(np.zeros(n_iter), np.zeros(n_iter), np.full(n_iter, lam), float(self.step_size),
+                                H_floored)
+        return Run(theta, path, n_iter, hessian=H, noise_model=noise_model, weights=w)
 
     def _noise(self, H_floored: np.ndarray, gradient_sd: np.ndarray) -> tuple[np.ndarray, float]:
         """Noise sd of the estimate and of the last update, per coordinate (for the diagnostics).
@@ -380,6 +402,67 @@ class FedIRLS(FederatedEstimator):
             return float(self.hessian_floor)
         tiny = 1e-8 * float(family.curvature_at_zero)
         return max(tiny, FLOOR_NOISE_SDS * noise_sd)
+
+
+class _Rounds:
+    """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
+
+    Round r releases the clipped mean gradient at theta (budget ``sqrt(g_r) mu``) and, with a
+    Hessian share ``h_r > 0``, the Jacobian of the clipped mean score (per-sample Hessians clipped
+    at C_H over the rows whose gradient is not clipped at B; budget ``sqrt(h_r) mu``; otherwise the
+    last one is reused), floors its eigenvalues and takes the trust-region Newton step.
+    """
+
+    def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
+        self.est, self.session, self.w = estimator, session, weights
+        self.theta, self.path = theta, [theta]
+        self.H = self.H_floored = None
+        self.lam, self.shortened = math.nan, None
+        self.gradient_var: list[float] = []
+        self.hessian_var: list[float] = []
+        self.floors: list[float] = []
+        self.gradient_sd: list[float] = []
+        self._h_var = 0.0
+
+    def run(self, shares: np.ndarray, mu: float, clip: float, hessian_clip: float) -> None:
+        """Rounds with these shares of ``mu^2`` (rows: gradient, Hessian) and bounds B, C_H."""
+        est, session, w = self.est, self.session, self.w
+        p, family = session.clients.n_params, session.clients.family
+        sens_g, sens_h = 2.0 * clip / session.sizes, hessian_sensitivity(hessian_clip, session.sizes)
+        jacobian_clip = clip if family.n_outputs == 1 else None
+        mu_g, mu_h = mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])
+        for r in range(len(shares)):
+            g = session.mean("gradients", weights=w, theta=self.theta, clip=clip, sensitivity=sens_g, mu=mu_g[r],
+                             stage="irls-gradient")
+            if shares[r, 1] > 0 or self.H is None:
+                self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta, hessian_clip=hessian_clip,
+                                                 gradient_clip=jacobian_clip, sensitivity=sens_h, mu=mu_h[r],
+                                                 stage="irls-hessian"), p)
+                self.lam = est._floor(family, aggregated_noise_sd(sens_h, mu_h[r], w))
+                self.H_floored = floor_eigenvalues(self.H, self.lam)
+                self._h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
+            self.hessian_var.append(self._h_var)
+            self.floors.append(self.lam)
+            self.gradient_var.append(float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)))
+            self.gradient_sd.append(aggregated_noise_sd(sens_g, mu_g[r], w))
+            step = est.step_size * np.linalg.solve(self.H_floored, g)
+            length, radius = float(np.linalg.norm(step)), float(est.max_step)
+            if math.isfinite(family.max_curvature):  # the loss grows at most quadratically: the region may grow with theta
+                radius = max(radius, float(np.linalg.norm(self.theta)))
+            self.shortened = (length, radius) if length > radius else None
+            self.theta = self.theta - _within(step, radius)
+            check_iterate(self.theta, "FedIRLS", est.step_size)
+            self.path.append(self.theta)
+
+    def result(self, setup: Setup | None) -> Run:
+        est = self.est
+        est.hessian_floor_ = self.lam
+        n = len(self.gradient_var)
+        noise_model = IRLSNoise(np.array(self.gradient_var), np.array(self.hessian_var), np.array(self.floors),
+                                float(est.step_size), self.H_floored)
+        noise_sd, update_noise_sd = est._noise(self.H_floored, np.array(self.gradient_sd))
+        return Run(self.theta, self.path, n, noise_sd=noise_sd, update_noise_sd=update_noise_sd, hessian=self.H,
+                   shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup)
 
 
 def _within(step: np.ndarray, radius: float) -> np.ndarray:

@@ -27,7 +27,8 @@ from ..privacy.plan import BudgetPlan
 from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 
-__all__ = ["plan_budget", "fit_scaler", "choose_bounds", "bound_search", "resolve_weights", "scaling_config"]
+__all__ = ["plan_budget", "fit_scaler", "choose_bounds", "bound_search", "searched_norms", "resolve_weights",
+           "scaling_config"]
 
 
 def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardize | None:
@@ -49,9 +50,16 @@ def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardi
 
 
 def bound_search(estimator) -> AutoClip:
-    """The configuration of the private bound searches: the estimator's :class:`AutoClip`, else the pilot default."""
+    """The configuration of the private bound searches: the estimator's :class:`AutoClip`, else the estimator's
+    default (``_default_search``; :data:`PILOT_AUTOCLIP` unless the protocol finds its own working point)."""
     clip = getattr(estimator, "clip", None)
-    return clip if isinstance(clip, AutoClip) else PILOT_AUTOCLIP
+    return clip if isinstance(clip, AutoClip) else getattr(estimator, "_default_search", PILOT_AUTOCLIP)
+
+
+def searched_norms(estimator, mu: float) -> list[str]:
+    """The norms whose clipping bound the fit chooses by a private search (empty: all fixed, ``"paper"`` or unclipped)."""
+    _, todo = _bounds_to_choose(estimator)
+    return [] if _unclipped(estimator, mu) or estimator.clip == "paper" else todo
 
 
 def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:

@@ -73,6 +73,10 @@ class Run:
     weights : ndarray of shape (n_clients,) or None
         The server's aggregation weights w_i of the estimate; None: size weights (the inference
         aggregates with them).
+    setup : Setup or None
+        The clipping bounds the estimate's last rounds used, when the protocol chose new ones on the
+        way (FedIRLS re-searches them at a located point; the inference describes the equation
+        solved with them); None: the :class:`Setup` it was given.
     """
 
     theta: np.ndarray
@@ -84,3 +88,4 @@ class Run:
     shortened: tuple[float, float] | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None
+    setup: Setup | None = None
