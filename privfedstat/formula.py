@@ -93,7 +93,7 @@ def glm(
         GDP budget per client; ``float("inf")`` for non-private fits.
     scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
         Rescale the covariates before fitting (coefficients are reported on the original scale).
-        The default spends 10% of mu on private centres and scales, so raw-scale covariates (ages,
+        The default spends 25% of mu on private centres and scales, so raw-scale covariates (ages,
         incomes) work with the default step sizes.
     levels : dict of {str: list}, optional
         Declared levels of categorical columns, ``{"region": ["north", "south", "west"]}``, in

@@ -40,7 +40,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from ._results import FittedResults
 from ._sklearn import as_federated_data
-from .diagnostics import diagnose, review_inference
+from .diagnostics import diagnose, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
 
@@ -231,6 +231,8 @@ class FederatedEstimator(FittedResults):
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:
             self.converged_ = review_inference(self, run, hessian, to_original)
+            if math.isfinite(mu) and not np.all(self.converged_):
+                self.inference_ = withhold_inference(self)
         return self
 
     def _open_session(self, data: FederatedData, family: Family, mu: float, participation: Participation | None,

@@ -18,6 +18,7 @@ import numpy as np
 from ..exceptions import ClippingBiasWarning, ConvergenceWarning, IllConditionedWarning, PrivacyNoiseWarning
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..inference.results import InferenceResult
 from ._steps import settled
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "stationarity_gap",
@@ -386,3 +387,22 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
     return converged
+
+
+def withhold_inference(estimator) -> InferenceResult:
+    """The fit's ``inference_`` without standard errors or intervals, for a private fit that did not converge.
+
+    Its covariance describes the privacy and sampling noise around the point the path had
+    reached, not the distance still to travel, so its intervals could be narrower than even the
+    non-private ones while missing the optimum. The standard errors and intervals become NaN (the
+    two covariance parts stay, for diagnosis), with a :class:`~privfedstat.ConvergenceWarning`
+    that says so and what to change.
+    """
+    warnings.warn(
+        f"{estimator.method} did not converge, so its standard errors and confidence intervals are withheld "
+        "(NaN): they would describe the noise around a point short of the optimum, not the distance left. "
+        "Increase mu or the data per site, or check the warnings above for the cause.",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
+    return estimator.inference_.withheld("the fit did not converge (see its ConvergenceWarning)")

@@ -100,8 +100,11 @@ class PrivateStandardize:
 
     Parameters
     ----------
-    budget : float, default 0.1
-        Share of mu spent on all columns together.
+    budget : float, default 0.25
+        Share of mu spent on all columns together (6.25% of mu^2 under composition in squares: a
+        column whose scale is off by an order of magnitude costs far more than the estimation
+        loses to it; at 0.1, 60 sites of 120 rows at mu = 2 left a 0-100 column unscaled in one fit
+        of five, 54 SE from the MLE).
     columns : tuple of int or None
         Columns to rescale; None = every column except ``intercept``.
     intercept : int or None, default 0
@@ -122,7 +125,7 @@ class PrivateStandardize:
         Phi(-margin) per step.
     """
 
-    budget: float = 0.1
+    budget: float = 0.25
     columns: tuple[int, ...] | None = None
     intercept: int | None = 0
     quantile: float = 0.9
@@ -230,7 +233,7 @@ class Scaler:
                 below = float(sym[k - 1]) if k > 0 else coarse
                 fine = np.linspace(below, coarse, CENTRE_REFINE + 1)[1:]  # the bracket (sym[k-1], sym[k]]
                 center[j] = private_grid_quantile(count(j, None), fine, median_target)
-                atom = 2.0 * float(fine[1] - fine[0])  # an atom at the median lies within a fine step of the centre
+                atom = float(fine[1] - fine[0])  # an atom at the median lies within a fine step of the centre
             dev = count(j, float(center[j]))  # counts of |x - centre| <= t
             n_zero = min(max(dev(atom), 0.0), n_total)  # deviations within the centre's resolution (an atom there)
             top = n_total - TOP_LEAN * lean  # reached reliably by the top of the data

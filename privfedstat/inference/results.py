@@ -8,7 +8,7 @@ values: no privacy cost.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats
@@ -86,6 +86,16 @@ class InferenceResult:
     bias: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
     clipped_fraction: tuple[float, float] | None = None
+
+    def withheld(self, reason: str) -> InferenceResult:
+        """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).
+
+        For a fit that did not reach the optimum of its objective: its covariance describes the
+        noise around a point it did not reach, and intervals built on it can miss by more than
+        they claim.
+        """
+        return replace(self, cov=np.full_like(self.cov, np.nan),
+                       notes=[*self.notes, f"standard errors and intervals withheld (NaN): {reason}"])
 
     @property
     def bse(self) -> np.ndarray:

