@@ -26,9 +26,8 @@ from .stages import bound_search, resolve_weights, searched_norms
 
 __all__ = ["FedIRLS"]
 
-#: rounds when ``n_rounds="auto"``: with finite mu (measured best of 3-6 on the Fig. 5 design),
-#: and the cap with mu = inf, where rounds continue until the step is below ``tol``
-DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE = 5, 100
+#: the cap on rounds when ``n_rounds="auto"`` with mu = inf, where rounds continue until the step is below ``tol``
+MAX_ROUNDS_NONPRIVATE = 100
 #: private rounds of the automatic schedule: locate rounds from theta^(0) with the bounds chosen there, then refine
 #: rounds from the located point with bounds searched again at it
 LOCATE_ROUNDS = 4
@@ -53,24 +52,45 @@ class FedIRLS(FederatedEstimator):
     Round r = 1, ..., R at the current theta (theta^(0) = 0):
 
     1. Client i releases its mean gradient, per-sample gradients clipped to norm B, with
-       sensitivity ``2 B / n_i`` and budget ``mu_{g,r}``, and ``sym_to_vec`` of its mean Hessian,
-       per-sample Hessians clipped to Frobenius norm C_H, with sensitivity ``sqrt(2) C_H / n_i``
+       sensitivity ``2 B / n_i`` and budget ``mu_{g,r}``, and ``sym_to_vec`` of its mean Hessian
+       over the rows whose gradient is not clipped (the Jacobian of the clipped score: a clipped
+       row's gradient ``B sign(ell') x / ||x||`` does not move with theta), per-sample Hessians
+       clipped to Frobenius norm C_H, with sensitivity ``sqrt(2) C_H / n_i``
        (:func:`hessian_sensitivity`: PSD Hessians make this the tight bound) and budget
        ``mu_{H,r}``. The Gaussian noise on the vector is symmetric Gaussian noise on the matrix:
        variance ``sigma^2`` on the diagonal and ``sigma^2 / 2`` off it (half the off-diagonal
        variance of noise added to the raw upper triangle, whose sensitivity is the same).
     2. The server averages with weights w_i: ``g = sum_i w_i g_i``, ``H = sum_i w_i H_i``,
        floors the eigenvalues of H at lambda (post-processing) and steps
-       ``theta <- theta - eta H^{-1} g``.
+       ``theta <- theta - eta H^{-1} g``, cut to the trust region (``max_step``).
 
-    A round with a zero Hessian share (explicit ``budget_split`` only) reuses the last released
-    Hessian (a quasi-Newton step). Each client is ``mu``-GDP: the releases compose to
-    ``sqrt(sum_r mu_{g,r}^2 + mu_{H,r}^2) = mu`` (after the clip and scaling budgets). With
-    ``mu = inf`` nothing is noised; each step is then halved until the aggregated loss does not
-    increase or the aggregated gradient gets shorter (rejected trials cost a round), and the
-    rounds stop when the step is below ``tol``.
+    **Schedule** (``n_rounds="auto"``, ``budget_split="auto"``, finite mu; inferred and measured,
+    not from a paper): *locate* -- ``LOCATE_ROUNDS`` = 4 rounds from theta = 0 with the bounds
+    chosen at theta = 0 (``clip="auto"``: the 90% quantiles of the norms there), sharing
+    ``LOCATE_SHARE`` = 25% of the estimation mu^2 equally (gradient and Hessian halves); then the
+    bounds are searched again at the located point for ``AutoClip.pilot_quantile`` (99.9%) with
+    ``RESEARCH_SHARE`` = 5% (stages ``irls-clip-*``; its norms are the ones the last rounds clip,
+    and near the optimum residuals are smaller than at 0, so the bias of the clipped equation
+    shrinks); *refine* -- the rest in ``REFINE_SPLIT`` (3 rounds: two Hessians, the last
+    gradient half of it; families of unbounded curvature ``REFINE_SPLIT_UNBOUNDED``, 5 rounds:
+    their Hessian moves fast along the path). For families of bounded curvature the trust region
+    grows with the iterate (``max(max_step, ||theta||)``): a loss that grows at most
+    quadratically cannot be overshot into overflow, and coefficients far from 0 (a Gaussian
+    response on its own scale) are reached in a few rounds. Real data with natural sites
+    (benchmarks/RESULTS.md, "Real data with natural sites"): the single-phase split derived
+    below starved the early rounds (shares 1e-4 of mu^2: noise-driven, floor-damped steps) and
+    stopped 5-500 SE from the MLE where the optimum is far from 0. An int ``n_rounds`` or an
+    explicit ``budget_split`` runs one phase of R rounds on the derived or given split, with the
+    bounds chosen before it.
 
-    **Budget split (derivation).** Near the optimum theta-hat (Hessian H), a round with released
+    A round with a zero Hessian share reuses the last released Hessian (a quasi-Newton step).
+    Each client is ``mu``-GDP: the releases compose to ``sqrt(sum_r mu_{g,r}^2 + mu_{H,r}^2 +
+    mu_search^2) = mu`` (after the clip and scaling budgets). With ``mu = inf`` nothing is
+    noised; each step is then halved until the aggregated loss does not increase or the
+    aggregated gradient gets shorter (rejected trials cost a round), and the rounds stop when the
+    step is below ``tol``.
+
+    **Budget split of one phase (derivation).** Near the optimum theta-hat (Hessian H), a round with released
     ``g + xi_r`` and ``H + Xi_r`` leaves ``e_r = theta_r - theta-hat ~ H^{-1} Xi_r e_{r-1} -
     H^{-1} xi_r``: Newton forgets the previous error up to the Hessian's relative error and adds
     the new gradient noise. With shares g_r, h_r of mu^2 (``mu_{g,r}^2 = g_r mu^2``),
@@ -158,26 +178,28 @@ class FedIRLS(FederatedEstimator):
     mu : float, default 2.0
         GDP budget per client (mu); ``inf`` for no privacy.
     n_rounds : int or "auto", default "auto"
-        Rounds (R). "auto": 5 with finite mu; with mu = inf until the step is below ``tol``
-        (at most 100). An int with mu = inf is a cap (the rounds also stop at ``tol``).
+        Rounds (R). "auto": with finite mu the schedule above (7 rounds; 9 for unbounded
+        curvature); with mu = inf until the step is below ``tol`` (at most 100). An int: one
+        phase of R rounds (with mu = inf a cap; the rounds also stop at ``tol``).
     budget_split : "auto" or array of shape (R, 2), default "auto"
         Shares of mu^2 for the gradient (column 0) and Hessian (column 1) release of each
-        round. "auto": derived above. An array: non-negative, summing to 1, every gradient
-        share and the first Hessian share > 0; a zero Hessian share reuses the last Hessian.
+        round. "auto": the schedule above (with an int ``n_rounds``: the derived split). An
+        array: one phase, non-negative, summing to 1, every gradient share and the first
+        Hessian share > 0; a zero Hessian share reuses the last Hessian.
     step_size : float, default 1.0
         Newton step length (eta); 1 is the full step.
     max_step : float, default 2.0
         With finite mu: trust region, the largest Euclidean norm of one update on the fitting
-        (scaled) coordinates; a longer Newton step is shortened to it (post-processing). Without
+        (scaled) coordinates (for families of bounded curvature ``max(max_step, ||theta||)``);
+        a longer Newton step is shortened to it (post-processing). Without
         it, Newton from theta = 0 overshoots where the curvature grows fast along the path (the
         Poisson family) and, with no private loss to backtrack on, does not recover: on
         ``randhie`` (Poisson, 20 sites, mu = 2, 3 seeds) max |coef - MLE| / SE was 115-235 with
         no region, 9-30 with 2 and 8-23 with 1, while on ``fair`` (logistic) 2 changed nothing
         and 1 cost up to 2 SE. With mu = inf the step is backtracked on the loss instead. A last
         step cut to it while far longer than its noise means the path was still travelling when
-        the rounds ran out: the fit warns (ConvergenceWarning) and ``converged_`` is False
-        (scikit-learn's breast cancer, 3 sites, mu = 50: every coefficient about half the MLE's;
-        with ``max_step=float("inf")`` within ~3 SE).
+        the rounds ran out: the fit warns (ConvergenceWarning), ``converged_`` is False and the
+        intervals are withheld.
     clip : float, "auto", "paper" or AutoClip, default "auto"
         Per-sample gradient clipping bound (B).
     hessian_clip : float or None, default None
@@ -203,7 +225,8 @@ class FedIRLS(FederatedEstimator):
     Attributes
     ----------
     budget_split_ : ndarray of shape (n_iter_, 2)
-        The shares of mu^2 used (with mu = inf and "auto": ones).
+        The shares of the estimation mu^2 used by each round (with the automatic schedule they
+        sum to 1 - ``RESEARCH_SHARE`` when the bounds were searched again; with mu = inf: ones).
     hessian_floor_ : float
         The eigenvalue floor lambda of the last Hessian.
 
@@ -292,12 +315,13 @@ class FedIRLS(FederatedEstimator):
             raise ValueError(f"budget_split shares of mu^2 must sum to 1 (GDP composition), they sum to {shares.sum():.6g}.")
         return shares
 
-    def _rounds(self, finite: bool) -> int:
+    def _rounds(self) -> int:
+        """R of one phase: ``n_rounds``, the explicit split's length, or the mu = inf cap."""
         if self.n_rounds != "auto":
             return int(self.n_rounds)
         if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
             return len(self.budget_split)
-        return DEFAULT_ROUNDS if finite else MAX_ROUNDS_NONPRIVATE
+        return MAX_ROUNDS_NONPRIVATE
 
     # ------------------------------------------------------------------ protocol
     def _run(self, session: Session, setup: Setup) -> Run:
@@ -322,7 +346,7 @@ class FedIRLS(FederatedEstimator):
         mu = setup.mu
         rounds = _Rounds(self, session, w, session.clients.initial_parameters())
         if not self._phased():
-            R = self._rounds(True)
+            R = self._rounds()
             shares = (self._explicit_split() if not isinstance(self.budget_split, str)
                       else auto_budget_split(R, self._beta(session, w, setup.hessian_clip, mu)))
             rounds.run(shares, mu, setup.clip, setup.hessian_clip)
@@ -354,7 +378,7 @@ class FedIRLS(FederatedEstimator):
     def _run_exact(self, session: Session, setup: Setup, w: np.ndarray) -> Run:
         """mu = inf: Newton rounds on exact aggregates, each step halved until the loss or the gradient norm decreases."""
         p, clip, hessian_clip = session.clients.n_params, setup.clip, setup.hessian_clip
-        R = self._rounds(False)
+        R = self._rounds()
 
         def gradient_and_loss(theta):
             loss = float(session.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])

@@ -95,8 +95,11 @@ def _fit(spec, family, mu, clip):
         est = spec.cls(**params).fit(_data(family))
     out = {"coef": np.asarray(est.coef_, dtype=float).ravel().tolist(),
            "releases": [[r.stage, np.asarray(r.sigma, dtype=float).tolist()] for r in est.privacy_.releases]}
-    if est.inference_ is not None:
-        out["bse"] = np.asarray(est.bse_, dtype=float).ravel().tolist()
+    res = est.inference_
+    if res is not None:  # the two covariance parts: a fit that did not converge withholds bse_ (NaN) but keeps them
+        cov = res.cov if res.cov_sampling is None else res.cov_sampling + res.cov_privacy
+        sd = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(np.shape(est.coef_), order="F")
+        out["bse"] = sd.ravel().tolist()
     return out
 
 
