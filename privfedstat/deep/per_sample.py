@@ -5,9 +5,18 @@ rows of the per-sample gradients ``g_j = grad_theta rho(x_j, theta)``, each clip
 over all parameters jointly: ``gbar = (1/n) sum_j g_j min(1, B / ||g_j||)``. Replacing one row
 moves it by at most ``2B / n`` (the core paper's Lemma 3.1), whatever the model.
 
-The per-sample gradients come from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
-evaluated with ``functional_call``), a batch at a time (:data:`CHUNK_ELEMENTS` bounds the memory),
-in the model's dtype (float32 or float64); the clipping factors, the scaled terms and their sum are
+The per-sample gradients are computed in the model's dtype (float32 or float64), the fastest exact
+way each parameter allows, chosen automatically:
+
+* the parameters of Linear, Conv1d/2d/3d, GroupNorm, LayerNorm and Embedding layers by
+  book-keeping (:mod:`privfedstat.deep.ghost`): one batched forward and backward pass records each
+  layer's input and output gradient, from which its per-sample gradients follow without ``vmap``
+  (a Linear layer's on one vector per sample stays factored, ``g_j a_j^T``: never formed);
+* the other parameters from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
+  evaluated with ``functional_call``).
+
+Samples go :data:`PASS_ROWS` at a time through the batched pass and :data:`CHUNK_ELEMENTS` bounds
+the per-sample entries formed at once. The clipping factors, the scaled terms and their sum are
 computed in float64, and the clipped mean is returned in float64 (the clients release it in
 float64). Nothing is taken from the model's ``.grad``.
 
@@ -28,6 +37,13 @@ Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.
   also after rounding (``9 u + 2^-30 < 2^-20``). A float32 sum would not do: its error grows with
   ``n`` (about ``1e-3`` relative at ``n = 10^5`` rows in one direction), far past the margin. The
   cost is a clipping bias of ``10^-6`` relative, far below the privacy noise;
+* a factored Linear gradient ``g_j a_j^T`` has norm ``||g_j|| ||a_j||``, each factor's norm computed
+  in float64 (float32 entries square exactly in float64, relative error about ``d 2^-53`` for d
+  entries; float64 ones by :func:`sample_norms`), and its terms ``(c_j g_jk) a_jl`` are float64
+  products (two roundings of ``2^-53``): the bound above holds with room to spare. The parts'
+  norms (formed gradients jointly, factored layers, Embedding rows) are combined as
+  ``m sqrt(sum (norm / m)^2)``, ``m`` the largest (no overflow, relative error about ``k 2^-53``
+  for k parts);
 * a per-sample gradient with a non-finite entry (a NaN or infinite loss) contributes 0: NaN against
   a finite value would be a perfect distinguisher. So does one whose clipping factor would be
   subnormal in the model's dtype (norm above about ``8e37 B`` in float32). With ``B = inf`` (no
@@ -50,7 +66,7 @@ from torch.func import functional_call, grad, vmap
 from .ghost import GROUP_ROWS, Call, Outer, Rows, covered, formed_elements, ghost_layers, layer_pieces, trace
 
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
-           "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS"]
+           "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS", "PASS_ROWS"]
 
 #: per-sample terms are clipped to ``B * CLIP_SAFETY`` so that float32 rounding never lifts one above B
 CLIP_SAFETY = 1.0 - 2.0**-20
@@ -65,6 +81,9 @@ _SAFE = {torch.float32: (2.0**-60, 2.0**100), torch.float64: (2.0**-900, 2.0**10
 #: per-sample gradient entries materialised by one vmap call (2^23 float32 numbers: 32 MiB; with chunks about the size of
 #: the last-level cache a private step on the MNIST CNN is ~20% faster than with 64 MiB, benchmarks/bench_deep.py)
 CHUNK_ELEMENTS = 2**23
+#: samples per batched forward and backward pass of the book-keeping path (the activations of a non-private step at
+#: batch 256; a client's full batch of thousands of rows goes through in such passes)
+PASS_ROWS = 256
 
 
 def check_model(model: nn.Module) -> None:
@@ -169,6 +188,18 @@ class PerSampleGradients:
                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Per-sample norms and (``clip`` not None) ``sum_j g_j min(1, B kappa / ||g_j||)`` per parameter, float64.
 
+        Samples go :data:`PASS_ROWS` at a time through :meth:`_pass` (the samples are independent,
+        so the split changes nothing but the memory of the recorded activations).
+        """
+        total = {k: torch.zeros(s, dtype=torch.float64) for k, s in zip(self.names, self.shapes)}
+        norms = [self._pass(params, inputs[lo:lo + PASS_ROWS], targets[lo:lo + PASS_ROWS], clip, total)
+                 for lo in range(0, inputs.shape[0], PASS_ROWS)]
+        return torch.cat(norms), [total[k] for k in self.names]
+
+    def _pass(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None,
+              total: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The per-sample norms of a batch, adding its clipped terms to ``total`` (``clip`` not None).
+
         The book-keeping layers (:mod:`privfedstat.deep.ghost`) are traced in one batched forward
         and backward pass; then, a chunk of samples at a time (:data:`CHUNK_ELEMENTS` bounds the
         per-sample entries formed), their per-sample gradients
@@ -196,7 +227,6 @@ class PerSampleGradients:
             formed_elements(m, name, trainable, calls[name]) for name, m in layers.items())
         step = max(1, CHUNK_ELEMENTS // max(width, 1))
         step = step if step < GROUP_ROWS else step - step % GROUP_ROWS  # whole blocks of grouped convolutions
-        total = {k: torch.zeros(s, dtype=torch.float64) for k, s in zip(self.names, self.shapes)}
         norms = []
         with torch.no_grad():
             for lo in range(0, inputs.shape[0], step):
@@ -213,7 +243,7 @@ class PerSampleGradients:
                 norms.append(chunk)
                 if clip is not None:
                     _add_terms(total, dense, outers, rows, chunk, clip)
-        return torch.cat(norms), [total[k] for k in self.names]
+        return torch.cat(norms)
 
 
 def _vector_norms(t: torch.Tensor) -> torch.Tensor:
@@ -360,8 +390,9 @@ def per_sample_clipped_mean(model: nn.Module, loss_fn: Callable, inputs: torch.T
     """Mean over a batch of the per-sample gradients, each clipped to L2 norm ``clip`` (B) over all parameters jointly.
 
     ``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` with ``g_j`` the gradient of
-    ``loss_fn(model(x_j), y_j)`` at the model's current parameters, from ``torch.func``
-    (``functional_call`` + ``vmap`` + ``grad``) in the model's dtype, scaled and summed in float64;
+    ``loss_fn(model(x_j), y_j)`` at the model's current parameters, in the model's dtype (by
+    book-keeping for Linear, convolution, GroupNorm/LayerNorm and Embedding layers, by
+    ``torch.func`` ``vmap`` of ``grad`` for the other parameters), scaled and summed in float64;
     ``kappa = 1 - 2^-20`` keeps every clipped term's norm, and the mean's, ``<= B`` after
     rounding, and a non-finite per-sample gradient
     contributes 0 (see :mod:`privfedstat.deep.per_sample`). Its L2 sensitivity to one row replaced

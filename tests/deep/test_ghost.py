@@ -198,13 +198,14 @@ def test_a_layer_that_breaks_a_rule_moves_to_vmap_and_the_mean_stays_exact(cls, 
     np.testing.assert_allclose(norms.numpy(), norms_ref.numpy(), rtol=1e-10)
 
 
-def test_chunks_of_samples_give_the_same_mean(monkeypatch):
+@pytest.mark.parametrize("constant", ["CHUNK_ELEMENTS", "PASS_ROWS"])
+def test_chunks_and_passes_of_samples_give_the_same_mean(monkeypatch, constant):
     from privfedstat.deep import per_sample
 
     model = seeded(ResNet20, torch.float64)
     X, y = images(5, (3, 32, 32), torch.float64)
     whole = per_sample_clipped_mean(model, F.nll_loss, X, y, 0.5)
-    monkeypatch.setattr(per_sample, "CHUNK_ELEMENTS", 1)  # one sample per chunk
+    monkeypatch.setattr(per_sample, constant, 2 if constant == "PASS_ROWS" else 1)  # two samples a pass, one a chunk
     np.testing.assert_allclose(per_sample_clipped_mean(model, F.nll_loss, X, y, 0.5).numpy(), whole.numpy(),
                                rtol=1e-12, atol=1e-16)
 
