@@ -35,8 +35,14 @@ is reported in :attr:`Trace.misused` and its parameters go to the ``vmap`` path)
 * the layer's parameters are used only inside its own forward call (a ``TorchFunctionMode`` sees
   every torch call of the forward pass: a parent that reads ``self.fc.weight`` into ``F.linear``
   is caught);
-* its input and output have the samples along dimension 0 (size n), and its input is not
-  changed in place after the call (the tensor's version counter).
+* its input and output have the samples along dimension 0 (size n; an input without a batch
+  dimension is refused), and its input is not changed in place after the call (the tensor's
+  version counter);
+* the loss depends on its output through the recorded graph (its output gradient arrives), and
+  it carries no hooks of its own (a hook could change its output or gradients).
+
+Not checked, hence assumed as for every batched layer: a layer whose input's first dimension is
+not the samples' but happens to have size n (a (positions, n, d) layout with n positions).
 
 The output gradients come from tensor hooks, which receive the gradient of the output as it was
 when the layer returned (an in-place ReLU afterwards does not alter it).
@@ -81,7 +87,7 @@ def _full(prefix: str, local: str) -> str:
 
 def _qualifies(module: nn.Module) -> bool:
     """Whether the layer's forward is one of the rules' (exact class, options the rule covers)."""
-    if type(module) not in _LAYERS:
+    if type(module) not in _LAYERS or _hooked(module):
         return False
     if isinstance(module, _CONV):
         return module.padding_mode == "zeros" and not isinstance(module.padding, str)
@@ -90,6 +96,12 @@ def _qualifies(module: nn.Module) -> bool:
     if isinstance(module, _NORM):
         return bool(module.elementwise_affine if isinstance(module, nn.LayerNorm) else module.affine)
     return True
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether the module carries forward or backward hooks of its own."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
 
 
 def _batched(module: nn.Module, a: torch.Tensor) -> bool:
@@ -124,14 +136,13 @@ def ghost_layers(model: nn.Module, trainable: set[str]) -> dict[str, nn.Module]:
 
 @dataclass
 class Call:
-    """One forward call of a layer: its input ``a`` (detached), whether ``a`` needed a gradient, and the gradient
-    ``g`` of the summed losses with respect to its output (None until the backward pass; None after it when the
-    losses do not depend on the output)."""
+    """One forward call of a layer: its input ``a`` (detached) and that input's version counter, whether ``a``
+    needed a gradient, and the gradient ``g`` of the summed losses with respect to its output (set by the backward
+    pass; a call left without one makes the layer misused)."""
 
     a: torch.Tensor
     version: int
     first: bool
-    out_shape: torch.Size
     g: torch.Tensor | None = None
 
 
@@ -196,12 +207,15 @@ def trace(model: nn.Module, layers: dict[str, nn.Module], params: dict[str, torc
                     or a.shape[0] != n or out.shape[0] != n or not out.requires_grad):
                 rec.misused.add(name)
                 return None
-            call = Call(a.detach(), a._version, not a.requires_grad, out.shape)
+            call = Call(a.detach(), a._version, not a.requires_grad)
             rec.calls[name].append(call)
             out.register_hook(lambda g: setattr(call, "g", g))
             return None
         return post
 
+    rec.misused = {name for name, m in layers.items() if _hooked(m)}  # hooks added since ghost_layers
+    if rec.misused:
+        return rec
     for name, module in layers.items():
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave(name))]
     try:
@@ -213,6 +227,7 @@ def trace(model: nn.Module, layers: dict[str, nn.Module], params: dict[str, torc
     rec.misused |= guard.misused
     if not isinstance(out, torch.Tensor):
         rec.misused |= set(layers)
+    if rec.misused:  # the pass is redone without these layers
         return rec
     rec.losses = vmap(sample_loss)(out, targets)
     anchors = []
@@ -223,7 +238,7 @@ def trace(model: nn.Module, layers: dict[str, nn.Module], params: dict[str, torc
     if anchors:
         torch.autograd.grad(rec.losses.sum(), anchors, allow_unused=True)
     for name, calls in rec.calls.items():
-        if any(c.a._version != c.version for c in calls):
+        if any(c.a._version != c.version or c.g is None for c in calls):  # None: a graph the hook did not see
             rec.misused.add(name)
     return rec
 
@@ -248,10 +263,6 @@ class Rows:
     sample: torch.Tensor  # (k,) int64, in 0..r-1
     index: torch.Tensor  # (k,) int64
     rows: torch.Tensor  # (k, d) float64
-
-
-def _grad(call: Call, out_dtype: torch.dtype) -> torch.Tensor:
-    return call.g if call.g is not None else torch.zeros(call.out_shape, dtype=out_dtype)
 
 
 def covered(layers: dict[str, nn.Module], trainable: set[str]) -> list[str]:
@@ -279,8 +290,7 @@ def layer_pieces(module: nn.Module, prefix: str, trainable: set[str], calls: lis
     dense: dict[str, torch.Tensor] = {}
     if not calls:
         return dense, [], []
-    dtype = module.weight.dtype
-    parts = [(c.a[lo:hi], _grad(c, dtype)[lo:hi]) for c in calls]
+    parts = [(c.a[lo:hi], c.g[lo:hi]) for c in calls]
     if isinstance(module, nn.Embedding):
         return dense, [], [_embedding_rows(module, wanted["weight"], parts)]
     if isinstance(module, nn.Linear) and len(parts) == 1 and parts[0][0].dim() == 2:

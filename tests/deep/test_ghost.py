@@ -198,6 +198,52 @@ def test_a_layer_that_breaks_a_rule_moves_to_vmap_and_the_mean_stays_exact(cls, 
     np.testing.assert_allclose(norms.numpy(), norms_ref.numpy(), rtol=1e-10)
 
 
+class UnusedModel(nn.Module):
+    """A Linear whose output the loss does not use (no output gradient arrives): its gradient is 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.spare = nn.Linear(4, 2)
+
+    def forward(self, x):
+        self.spare(x)
+        return F.log_softmax(self.fc(x), dim=-1)
+
+
+def test_unused_and_hooked_layers_move_to_vmap():
+    model = seeded(UnusedModel, torch.float64)
+    X, y = torch.randn(5, 4, dtype=torch.float64), torch.randint(0, 3, (5,))
+    want = reference_with_unused(model, X, y, 0.3)
+    got, _, psg = ours(model, X, y, 0.3)
+    assert set(psg._layers) == {"fc"}
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-14)
+
+    doubled = seeded(MisusedModel, torch.float64)
+    psg = PerSampleGradients(doubled, F.nll_loss)
+    doubled.out.register_forward_hook(lambda module, args, out: 2 * out)  # hooked after the layers were chosen
+    X = torch.randn(5, 10, dtype=torch.float64)
+    want = reference(doubled, X, y, 0.3)[0]
+    params = {k: p.detach() for k, p in doubled.named_parameters()}
+    got = torch.cat([t.reshape(-1) for t in psg.clipped_mean(params, X, y, 0.3)])
+    assert "out" not in psg._layers
+    assert "out" not in PerSampleGradients(doubled, F.nll_loss)._layers  # hooked from the start
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def reference_with_unused(model, X, y, clip):
+    """The reference with a zero gradient for parameters the loss does not reach."""
+    rows = []
+    for j in range(X.shape[0]):
+        grads = torch.autograd.grad(F.nll_loss(model(X[j:j + 1]), y[j:j + 1]), list(model.parameters()),
+                                    allow_unused=True)
+        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                               for p, g in zip(model.parameters(), grads)]))
+    grads = torch.stack(rows)
+    factors = torch.clamp(clip * CLIP_SAFETY / torch.linalg.vector_norm(grads, dim=1), max=1.0)
+    return (factors[:, None] * grads).mean(dim=0)
+
+
 @pytest.mark.parametrize("constant", ["CHUNK_ELEMENTS", "PASS_ROWS"])
 def test_chunks_and_passes_of_samples_give_the_same_mean(monkeypatch, constant):
     from privfedstat.deep import per_sample
