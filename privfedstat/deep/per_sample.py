@@ -63,7 +63,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .ghost import GROUP_ROWS, Call, Outer, Rows, covered, formed_elements, ghost_layers, layer_pieces, trace
+from .ghost import Call, Outer, Rows, covered, ghost_layers, kept, layer_pieces, trace
 
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
            "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS", "PASS_ROWS"]
@@ -78,8 +78,9 @@ _BLOCK = 16
 #: float64 sums of squares in these ranges are accurate as computed (no square overflowed; entries whose squares
 #: underflowed change them by less than 2^-80 relative); other rows are rescaled by their largest entry
 _SAFE = {torch.float32: (2.0**-60, 2.0**100), torch.float64: (2.0**-900, 2.0**1000)}
-#: per-sample gradient entries materialised by one vmap call (2^23 float32 numbers: 32 MiB; with chunks about the size of
-#: the last-level cache a private step on the MNIST CNN is ~20% faster than with 64 MiB, benchmarks/bench_deep.py)
+#: per-sample gradient entries materialised by one vmap call, or converted to float64 at once (2^23 float32 numbers:
+#: 32 MiB; with chunks about the size of the last-level cache a private step on the MNIST CNN ran ~20% faster than
+#: with 64 MiB, benchmarks/bench_deep.py)
 CHUNK_ELEMENTS = 2**23
 #: samples per batched forward and backward pass of the book-keeping path (the activations of a non-private step at
 #: batch 256; a client's full batch of thousands of rows goes through in such passes)
@@ -201,11 +202,12 @@ class PerSampleGradients:
         """The per-sample norms of a batch, adding its clipped terms to ``total`` (``clip`` not None).
 
         The book-keeping layers (:mod:`privfedstat.deep.ghost`) are traced in one batched forward
-        and backward pass; then, a chunk of samples at a time (:data:`CHUNK_ELEMENTS` bounds the
-        per-sample entries formed), their per-sample gradients
-        (:func:`~privfedstat.deep.ghost.layer_pieces`) and the other parameters' (``vmap``) give the
-        joint norms, the factors and the float64 terms. A layer that broke a rule during the pass
-        moves to ``vmap`` for good, and the pass is redone.
+        and backward pass, which forms their per-sample gradients as their output gradients arrive
+        (factored Linear layers and Embeddings are kept as inputs and output gradients); then, a
+        chunk of samples at a time (:data:`CHUNK_ELEMENTS` bounds the entries converted to float64
+        at once), those, the kept layers' (:func:`~privfedstat.deep.ghost.layer_pieces`) and the
+        other parameters' (``vmap``) give the joint norms, the factors and the float64 terms. A
+        layer that broke a rule during the pass moves to ``vmap`` for good, and the pass is redone.
         """
         trainable = set(self.names)
         while True:
@@ -214,6 +216,7 @@ class PerSampleGradients:
             fixed = {k: params[k].detach() for k in self.names if k in ghost}
             rest = {k: params[k] for k in self.names if k not in ghost}
             calls: dict[str, list[Call]] = {}
+            formed: dict[str, torch.Tensor] = {}
             if layers:
                 with torch.enable_grad():
                     rec = trace(self.model, layers, fixed, {k: v.detach() for k, v in rest.items()}, self._buffers,
@@ -221,22 +224,21 @@ class PerSampleGradients:
                 if rec.misused:
                     self._layers = {k: m for k, m in layers.items() if k not in rec.misused}
                     continue
-                calls = rec.calls
+                calls, formed = rec.calls, rec.formed
             break
-        width = sum(p.numel() for p in rest.values()) + sum(
-            formed_elements(m, name, trainable, calls[name]) for name, m in layers.items())
+        width = sum(p.numel() for p in rest.values()) + sum(t[0].numel() for t in formed.values())
         step = max(1, CHUNK_ELEMENTS // max(width, 1))
-        step = step if step < GROUP_ROWS else step - step % GROUP_ROWS  # whole blocks of grouped convolutions
         norms = []
         with torch.no_grad():
             for lo in range(0, inputs.shape[0], step):
                 hi = min(inputs.shape[0], lo + step)
-                dense, outers, rows = {}, [], []
+                dense = {k: t[lo:hi] for k, t in formed.items()}
+                outers, rows = [], []
                 for name, m in layers.items():
-                    d, o, e = layer_pieces(m, name, trainable, calls[name], lo, hi)
-                    dense.update(d)
-                    outers += o
-                    rows += e
+                    if kept(m, calls[name]):
+                        o, e = layer_pieces(m, name, trainable, calls[name], lo, hi)
+                        outers += o
+                        rows += e
                 if rest:
                     dense.update(self._grad(rest, fixed, inputs[lo:hi], targets[lo:hi]))
                 chunk = _joint_norms(list(dense.values()), outers, rows, hi - lo)
