@@ -45,10 +45,6 @@ allocations, and ``getrusage``'s ``ru_maxrss`` survives ``exec`` (a child would 
 its parent's peak); where ``clear_refs`` is not writable, ``ru_maxrss`` is used and the figure,
 marked ``*``, is an upper bound.
 
-Allocator probe: privfedstat and the non-private step again, in a fresh process whose glibc
-allocator keeps freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``): how much of
-the ratio is page faults on freshly mapped memory rather than arithmetic.
-
 Scaling: one client holding n in {64, 128, 256, 512} rows of the MNIST CNN answers
 ``TorchClients.local_descent`` (the verb of a DP-FedAvg round: ``K = 2`` full-batch local steps
 with per-sample clipping and noise on the parameters), interleaved over n; reported as time per
@@ -65,7 +61,6 @@ import multiprocessing
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -97,6 +92,13 @@ NOISE_MULTIPLIER = 1.0  # z: noise sd z B on the sum of clipped gradients, z B /
 LEARNING_RATE = 0.05
 LOCAL_STEPS = 2  # K of the local_descent scaling check
 SEED = 20240612
+#: what the private step does beyond a non-private one (printed under the targets)
+LIMITS = ("What privfedstat's step does beyond the non-private one (whose forward pass and backward pass, without weight "
+          "gradients, it shares): it forms every convolution's and normalisation layer's per-sample gradients (the "
+          "arithmetic of their weight gradients, as grouped convolutions of 16 samples, slower per operation than one "
+          "batched weight gradient), converts them to float64 for the norms and the clipped sum, and takes the "
+          "factored Linear layers' norms and clipped sums from their inputs and output gradients. Opacus' ghost "
+          "clipping forms the same convolution gradients and runs a second backward pass.")
 
 
 def set_threads(threads: int) -> None:
@@ -238,36 +240,6 @@ def time_steps(archs: tuple[str, ...], batches: tuple[int, ...], repeats: int, w
     return times
 
 
-#: glibc settings that keep freed memory in the process (no mmap per large tensor, no trimming of the heap)
-KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**31), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
-
-
-def allocator_probe(archs: tuple[str, ...], batches: tuple[int, ...], repeats: int, threads: int) -> dict[Key, float]:
-    """Median seconds per step of privfedstat and the non-private step in a fresh process whose allocator keeps freed
-    memory (:data:`KEEP_MEMORY`): how much of the gap to the non-private step is page faults on fresh memory."""
-    env = {**os.environ, **KEEP_MEMORY}
-    cmd = [sys.executable, __file__, "--probe", "--threads", str(threads), "--repeats", str(repeats), "--archs",
-           *archs, "--batches", *map(str, batches)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return {(a, m, int(n)): float(t) for a, m, n, t in (line.split() for line in out.splitlines() if line.strip())}
-
-
-def _probe(args) -> None:
-    """The child of :func:`allocator_probe`: one line ``arch method n seconds`` per configuration."""
-    steps = {(a, m, n): make_step(a, m, n) for a in args.archs for n in args.batches
-             for m in ("privfedstat", "non-private")}
-    for step in steps.values():
-        step()
-    times: dict[Key, list[float]] = {key: [] for key in steps}
-    for r in range(args.repeats):
-        for key in (list(steps) if r % 2 == 0 else list(steps)[::-1]):
-            t0 = time.perf_counter()
-            steps[key]()
-            times[key].append(time.perf_counter() - t0)
-    for (a, m, n), t in times.items():
-        print(a, m, n, statistics.median(t))
-
-
 def time_local_descent(sizes: tuple[int, ...], repeats: int) -> dict[int, list[float]]:
     """Seconds of one client's local_descent (K full-batch private local steps) on n rows of the MNIST CNN,
     interleaved over n."""
@@ -333,7 +305,7 @@ def measure_memory(archs: tuple[str, ...], batches: tuple[int, ...], threads: in
 
 
 # --------------------------------------------------------------------------- report
-def format_section(mi: dict, args, agree, times, memory, scaling, probe, elapsed: float) -> str:
+def format_section(mi: dict, args, agree, times, memory, scaling, elapsed: float) -> str:
     med = {k: statistics.median(v) for k, v in times.items()}
     lines = [
         HEADING,
@@ -373,15 +345,7 @@ def format_section(mi: dict, args, agree, times, memory, scaling, probe, elapsed
                            + ("" if n < 128 else f" ({'met' if b <= 1.5 else 'MISSED'})"))
     lines += ["", "Targets (issue 27): privfedstat <= 1.0x Opacus ghost at every batch (aim 0.8x) and <= 1.5x the "
               "non-private step at batch >= 128: " + "; ".join(targets) + "."]
-    if probe:
-        lines += ["", "With glibc's allocator keeping freed memory (`" + " ".join(f"{k}={v}" for k, v in KEEP_MEMORY.items())
-                  + f"`, a fresh process, median of {args.repeats} interleaved rounds): privfedstat / non-private = "
-                  + "; ".join(f"{a} n={n} {probe[a, 'privfedstat', n] / probe[a, 'non-private', n]:.2f}x "
-                              f"({1000 * probe[a, 'privfedstat', n]:.0f} / {1000 * probe[a, 'non-private', n]:.0f} ms)"
-                              for a in args.archs for n in args.batches)
-                  + " (glibc's default settings map every large tensor afresh and return freed memory to the system, "
-                  "so both steps fault pages in again; the book-keeping pass, which holds every recorded layer's "
-                  "input and output gradient until its end, allocates more of them)."]
+    lines += ["", LIMITS]
     lines += ["", "Agreement of the clipped mean gradients with Opacus' (noise 0, same parameters and batch), max abs "
               "difference: " + "; ".join(
                   f"{arch} n={n} " + ", ".join(f"{mode} {d:.1e}" for a, m, mode, d, _, _ in agree if (a, m) == (arch, n))
@@ -412,9 +376,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     parser.add_argument("--archs", nargs="+", choices=list(ARCHS), default=list(ARCHS), help="architectures (all)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
-    parser.add_argument("--no-probe", action="store_true", help="skip the allocator probe")
     parser.add_argument("--batches", nargs="+", type=int, default=list(BATCHES), help="batch sizes (64 128 256)")
-    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the allocator probe's child
     parser.add_argument("--quick", action="store_true", help="smoke run: batch 64, sizes 32/64, 2 rounds")
     parser.add_argument("--results", action="store_true", help="write the section of benchmarks/RESULTS.md")
     args = parser.parse_args()
@@ -424,9 +386,6 @@ def main() -> None:
     args.batches, args.sizes = (tuple(args.batches), SIZES) if not args.quick else ((64,), (32, 64))
     if args.quick:
         args.repeats, args.warmup = 2, 1
-    if args.probe:
-        _probe(args)
-        return
     t_start = time.perf_counter()
     sys.path.insert(0, str(HERE))
     from bench_kernels import machine_info, update_results  # numba: imported here, not in the memory children
@@ -442,16 +401,12 @@ def main() -> None:
     if not args.no_memory:
         print(f"peak memory (fresh process per configuration) [{time.perf_counter() - t_start:.0f} s]:", flush=True)
         memory = measure_memory(args.archs, args.batches, args.threads)
-    probe = {}
-    if not args.no_probe:
-        print(f"allocator probe [{time.perf_counter() - t_start:.0f} s]:", flush=True)
-        probe = allocator_probe(args.archs, args.batches, args.repeats, args.threads)
     scaling = {}
     if "MnistCNN" in args.archs:
         print(f"local_descent scaling in n [{time.perf_counter() - t_start:.0f} s]:", flush=True)
         scaling = time_local_descent(args.sizes, args.repeats)
     mi["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    section = format_section(mi, args, agree, times, memory, scaling, probe, time.perf_counter() - t_start)
+    section = format_section(mi, args, agree, times, memory, scaling, time.perf_counter() - t_start)
     print("\n" + section)
     if args.results:
         update_results(section.rstrip(), HEADING)
