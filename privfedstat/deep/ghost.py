@@ -119,7 +119,7 @@ def _batched(module: nn.Module, a: torch.Tensor) -> bool:
 
 
 def ghost_layers(model: nn.Module, trainable: set[str]) -> dict[str, nn.Module]:
-    """The layers whose per-sample gradients :func:`layer_pieces` forms, by module name.
+    """The layers whose per-sample gradients come by book-keeping, by module name.
 
     A layer qualifies when it is of one of the supported classes exactly, has a parameter among
     ``trainable`` (full names, ``model.named_parameters()``), and none of its parameters belongs

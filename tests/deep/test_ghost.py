@@ -107,6 +107,19 @@ class ReusedModel(nn.Module):
         return F.log_softmax(self.head(self.twice(torch.tanh(self.twice(h)))), dim=-1)
 
 
+class VolumeModel(nn.Module):
+    """A strided Conv3d with bias, GroupNorm on volumes, a Linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(2, 4, 3, stride=(1, 2, 2), padding=1)
+        self.norm = nn.GroupNorm(2, 4)
+        self.head = nn.Linear(4 * 4 * 2 * 2, 3)
+
+    def forward(self, x):  # x: (n, 2, 4, 4, 4)
+        return F.log_softmax(self.head(torch.tanh(self.norm(self.conv(x))).flatten(1)), dim=-1)
+
+
 class TimeMajorModel(nn.Module):
     """A Linear applied to a (positions, n, d) layout: its input's first dimension is not the samples'."""
 
@@ -136,6 +149,7 @@ CASES = {
     "resnet20-groupnorm": (ResNet20, (3, 32, 32)),
     "mixed": (MixedModel, (1, 8, 8)),
     "reused": (ReusedModel, (4, 17)),
+    "volume": (VolumeModel, (2, 4, 4, 4)),
 }
 
 
