@@ -21,7 +21,9 @@ CRITICAL = ("federation", "kernels", "privacy", "deep", "flower")
 NOT_RELEASED = {"kernels/reference.py"}
 #: the safe norm itself and its twins: the only functions allowed to square-sum-root or call a library norm
 SAFE = {("_linalg.py", "row_norms"), ("kernels/norm_nb.py", "norm_bound"), ("deep/per_sample.py", "sample_norms"),
-        ("deep/per_sample.py", "_row_squares"), ("deep/per_sample.py", "_rescaled_norms")}
+        ("deep/per_sample.py", "_row_squares"), ("deep/per_sample.py", "_rescaled_norms"),
+        ("deep/per_sample.py", "_vector_norms"), ("deep/per_sample.py", "_segment_norms"),
+        ("deep/per_sample.py", "_joint_norms")}
 NORM_CALLS = {"norm", "vector_norm", "matrix_norm", "hypot"}
 SUMS = {"sum", "einsum", "dot", "inner", "vdot", "square", "tensordot"}
 

@@ -4,8 +4,9 @@ Needs the ``deep`` extra (``pip install "privfedstat[deep]"``: torch). Importing
 never imports torch; importing this package without it raises an ImportError saying what to install.
 
 :func:`per_sample_clipped_mean` is the clients' statistic (mean of per-sample gradients clipped to
-B, from ``torch.func``); :class:`TorchClients` answers the verbs the network estimators send,
-with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
+B: by book-keeping for Linear, convolution, normalisation and Embedding layers,
+:mod:`privfedstat.deep.ghost`; from ``torch.func`` for the rest); :class:`TorchClients` answers
+the verbs the network estimators send, with :class:`TensorFederatedData` as the clients' data; :class:`DeepFedAvg`,
 :class:`DeepFedSGD`, :class:`DeepFedHybrid` and :class:`DeepDPFedAvg` run the server loops of the
 GLM estimators on them; :class:`DeepFedNewton` is FedNewton-NN / FedNewton-Iter (Algorithm 5);
 :class:`DeepFedAlphaNormEC` and :class:`DeepClippedFedAvg` are Fed-alpha-NormEC and its comparator;

@@ -5,9 +5,18 @@ rows of the per-sample gradients ``g_j = grad_theta rho(x_j, theta)``, each clip
 over all parameters jointly: ``gbar = (1/n) sum_j g_j min(1, B / ||g_j||)``. Replacing one row
 moves it by at most ``2B / n`` (the core paper's Lemma 3.1), whatever the model.
 
-The per-sample gradients come from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
-evaluated with ``functional_call``), a batch at a time (:data:`CHUNK_ELEMENTS` bounds the memory),
-in the model's dtype (float32 or float64); the clipping factors, the scaled terms and their sum are
+The per-sample gradients are computed in the model's dtype (float32 or float64), the fastest exact
+way each parameter allows, chosen automatically:
+
+* the parameters of Linear, Conv1d/2d/3d, GroupNorm, LayerNorm and Embedding layers by
+  book-keeping (:mod:`privfedstat.deep.ghost`): one batched forward and backward pass records each
+  layer's input and output gradient, from which its per-sample gradients follow without ``vmap``
+  (a Linear layer's on one vector per sample stays factored, ``g_j a_j^T``: never formed);
+* the other parameters from ``torch.func`` (``vmap`` of ``grad`` of the loss of one sample,
+  evaluated with ``functional_call``).
+
+Samples go :data:`PASS_ROWS` at a time through the batched pass and :data:`CHUNK_ELEMENTS` bounds
+the per-sample entries formed at once. The clipping factors, the scaled terms and their sum are
 computed in float64, and the clipped mean is returned in float64 (the clients release it in
 float64). Nothing is taken from the model's ``.grad``.
 
@@ -28,6 +37,13 @@ Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.
   also after rounding (``9 u + 2^-30 < 2^-20``). A float32 sum would not do: its error grows with
   ``n`` (about ``1e-3`` relative at ``n = 10^5`` rows in one direction), far past the margin. The
   cost is a clipping bias of ``10^-6`` relative, far below the privacy noise;
+* a factored Linear gradient ``g_j a_j^T`` has norm ``||g_j|| ||a_j||``, each factor's norm computed
+  in float64 (float32 entries square exactly in float64, relative error about ``d 2^-53`` for d
+  entries; float64 ones by :func:`sample_norms`), and its terms ``(c_j g_jk) a_jl`` are float64
+  products (two roundings of ``2^-53``): the bound above holds with room to spare. The parts'
+  norms (formed gradients jointly, factored layers, Embedding rows) are combined as
+  ``m sqrt(sum (norm / m)^2)``, ``m`` the largest (no overflow, relative error about ``k 2^-53``
+  for k parts);
 * a per-sample gradient with a non-finite entry (a NaN or infinite loss) contributes 0: NaN against
   a finite value would be a perfect distinguisher. So does one whose clipping factor would be
   subnormal in the model's dtype (norm above about ``8e37 B`` in float32). With ``B = inf`` (no
@@ -47,8 +63,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .ghost import Call, Outer, Rows, covered, ghost_layers, kept, layer_pieces, trace
+
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
-           "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS"]
+           "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS", "PASS_ROWS"]
 
 #: per-sample terms are clipped to ``B * CLIP_SAFETY`` so that float32 rounding never lifts one above B
 CLIP_SAFETY = 1.0 - 2.0**-20
@@ -60,9 +78,13 @@ _BLOCK = 16
 #: float64 sums of squares in these ranges are accurate as computed (no square overflowed; entries whose squares
 #: underflowed change them by less than 2^-80 relative); other rows are rescaled by their largest entry
 _SAFE = {torch.float32: (2.0**-60, 2.0**100), torch.float64: (2.0**-900, 2.0**1000)}
-#: per-sample gradient entries materialised by one vmap call (2^23 float32 numbers: 32 MiB; with chunks about the size of
-#: the last-level cache a private step on the MNIST CNN is ~20% faster than with 64 MiB, benchmarks/bench_deep.py)
+#: per-sample gradient entries materialised by one vmap call, or converted to float64 at once (2^23 float32 numbers:
+#: 32 MiB; with chunks about the size of the last-level cache a private step on the MNIST CNN ran ~20% faster than
+#: with 64 MiB, benchmarks/bench_deep.py)
 CHUNK_ELEMENTS = 2**23
+#: samples per batched forward and backward pass of the book-keeping path (the activations of a non-private step at
+#: batch 256; a client's full batch of thousands of rows goes through in such passes)
+PASS_ROWS = 256
 
 
 def check_model(model: nn.Module) -> None:
@@ -123,17 +145,24 @@ class PerSampleGradients:
         self.n_params = sum(p.numel() for _, p in trainable)
         self._frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
         self._buffers = dict(model.named_buffers())
-        self._grad = vmap(grad(self._loss), in_dims=(None, 0, 0))
+        self._grad = vmap(grad(self._loss), in_dims=(None, None, 0, 0))
+        self._layers = ghost_layers(model, set(self.names))
 
-    def _loss(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.model, ({**params, **self._frozen}, self._buffers), (x.unsqueeze(0),))
+    def _loss(self, params: dict, fixed: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss of one sample as a function of ``params`` (``fixed``: trainable parameters held constant)."""
+        out = functional_call(self.model, ({**params, **fixed, **self._frozen}, self._buffers), (x.unsqueeze(0),))
         return self.loss_fn(out, y.unsqueeze(0))
 
+    def _sample_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``loss_fn`` on the model's output for one sample (``vmap``-ed over a batch's outputs)."""
+        return self.loss_fn(output.unsqueeze(0), target.unsqueeze(0))
+
     def chunks(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> Iterator[list[torch.Tensor]]:
-        """The per-sample gradients, a chunk of rows at a time: lists of tensors of shape (rows, *shape), one per parameter."""
+        """The per-sample gradients from ``vmap``, a chunk of rows at a time: lists of tensors of shape (rows, *shape),
+        one per parameter."""
         step = max(1, CHUNK_ELEMENTS // max(self.n_params, 1))
         for lo in range(0, inputs.shape[0], step):
-            grads = self._grad(params, inputs[lo:lo + step], targets[lo:lo + step])
+            grads = self._grad(params, {}, inputs[lo:lo + step], targets[lo:lo + step])
             yield [grads[n] for n in self.names]
 
     def clipped_mean(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float) -> list[torch.Tensor]:
@@ -141,16 +170,7 @@ class PerSampleGradients:
 
         Factors, terms and sum are float64 whatever the model's dtype (see the module docstring).
         """
-        total = [torch.zeros(s, dtype=torch.float64) for s in self.shapes]
-        for grads in self.chunks(params, inputs, targets):
-            norms = sample_norms(grads)
-            factors = clip_factors(norms, clip, torch.float64)
-            finite = torch.isfinite(norms)
-            for acc, g in zip(total, grads):
-                if math.isfinite(clip) and not bool(finite.all()):
-                    g = torch.where(finite.view((-1,) + (1,) * (g.dim() - 1)), g, torch.zeros((), dtype=g.dtype))
-                acc += torch.tensordot(factors, g.to(torch.float64), dims=1)
-        return [t / inputs.shape[0] for t in total]
+        return [t / inputs.shape[0] for t in self._clipped_sums(params, inputs, targets, clip)[1]]
 
     def mean_gradient(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
         """The gradient of the batch's mean loss per parameter (one backward pass; no per-sample clipping)."""
@@ -163,7 +183,136 @@ class PerSampleGradients:
 
     def norms(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-sample gradient norms ``||g_j||`` (float64, shape (n,); non-finite for non-finite gradients)."""
-        return torch.cat([sample_norms(grads) for grads in self.chunks(params, inputs, targets)])
+        return self._clipped_sums(params, inputs, targets, None)[0]
+
+    def _clipped_sums(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None
+                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Per-sample norms and (``clip`` not None) ``sum_j g_j min(1, B kappa / ||g_j||)`` per parameter, float64.
+
+        Samples go :data:`PASS_ROWS` at a time through :meth:`_pass` (the samples are independent,
+        so the split changes nothing but the memory of the recorded activations).
+        """
+        total = {k: torch.zeros(s, dtype=torch.float64) for k, s in zip(self.names, self.shapes)}
+        norms = [self._pass(params, inputs[lo:lo + PASS_ROWS], targets[lo:lo + PASS_ROWS], clip, total)
+                 for lo in range(0, inputs.shape[0], PASS_ROWS)]
+        return torch.cat(norms), [total[k] for k in self.names]
+
+    def _pass(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None,
+              total: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The per-sample norms of a batch, adding its clipped terms to ``total`` (``clip`` not None).
+
+        The book-keeping layers (:mod:`privfedstat.deep.ghost`) are traced in one batched forward
+        and backward pass, which forms their per-sample gradients as their output gradients arrive
+        (factored Linear layers and Embeddings are kept as inputs and output gradients); then, a
+        chunk of samples at a time (:data:`CHUNK_ELEMENTS` bounds the entries converted to float64
+        at once), those, the kept layers' (:func:`~privfedstat.deep.ghost.layer_pieces`) and the
+        other parameters' (``vmap``) give the joint norms, the factors and the float64 terms. A
+        layer that broke a rule during the pass moves to ``vmap`` for good, and the pass is redone.
+        """
+        trainable = set(self.names)
+        while True:
+            layers = self._layers
+            ghost = set(covered(layers, trainable))
+            fixed = {k: params[k].detach() for k in self.names if k in ghost}
+            rest = {k: params[k] for k in self.names if k not in ghost}
+            calls: dict[str, list[Call]] = {}
+            formed: dict[str, torch.Tensor] = {}
+            if layers:
+                with torch.enable_grad():
+                    rec = trace(self.model, layers, fixed, {k: v.detach() for k, v in rest.items()}, self._buffers,
+                                inputs, targets, self._sample_loss)
+                if rec.misused:
+                    self._layers = {k: m for k, m in layers.items() if k not in rec.misused}
+                    continue
+                calls, formed = rec.calls, rec.formed
+            break
+        width = sum(p.numel() for p in rest.values()) + sum(t[0].numel() for t in formed.values())
+        step = max(1, CHUNK_ELEMENTS // max(width, 1))
+        norms = []
+        with torch.no_grad():
+            for lo in range(0, inputs.shape[0], step):
+                hi = min(inputs.shape[0], lo + step)
+                dense = {k: t[lo:hi] for k, t in formed.items()}
+                outers, rows = [], []
+                for name, m in layers.items():
+                    if kept(m, calls[name]):
+                        o, e = layer_pieces(m, name, trainable, calls[name], lo, hi)
+                        outers += o
+                        rows += e
+                if rest:
+                    dense.update(self._grad(rest, fixed, inputs[lo:hi], targets[lo:hi]))
+                chunk = _joint_norms(list(dense.values()), outers, rows, hi - lo)
+                norms.append(chunk)
+                if clip is not None:
+                    _add_terms(total, dense, outers, rows, chunk, clip)
+        return torch.cat(norms)
+
+
+def _vector_norms(t: torch.Tensor) -> torch.Tensor:
+    """Row norms of ``t`` (r, ...) in float64: float32 entries squared and summed in float64 (no overflow or
+    underflow possible, relative error about ``k 2^-53`` for k entries), float64 ones by :func:`sample_norms`."""
+    if t.dtype == torch.float32:
+        return torch.linalg.vector_norm(t.reshape(t.shape[0], -1), dim=1, dtype=torch.float64)
+    return sample_norms([t])
+
+
+def _segment_norms(rows: Rows, r: int) -> torch.Tensor:
+    """Each sample's norm over its rows of an Embedding gradient (scaled by the sample's largest row norm)."""
+    each = sample_norms([rows.rows]) if rows.rows.shape[0] else torch.zeros(0, dtype=torch.float64)
+    finite = torch.isfinite(each)
+    bad = torch.zeros(r, dtype=torch.float64).index_add_(0, rows.sample, (~finite).to(torch.float64)) > 0
+    each = torch.where(finite, each, torch.zeros((), dtype=torch.float64))
+    top = torch.zeros(r, dtype=torch.float64).scatter_reduce_(0, rows.sample, each, "amax")
+    scale = torch.where(top > 0, top, torch.ones((), dtype=torch.float64))
+    squares = torch.zeros(r, dtype=torch.float64).index_add_(0, rows.sample, (each / scale[rows.sample]) ** 2)
+    return torch.where(bad, torch.full((), math.nan, dtype=torch.float64), top * torch.sqrt(squares))
+
+
+def _joint_norms(dense: list[torch.Tensor], outers: list[Outer], rows: list[Rows], r: int) -> torch.Tensor:
+    """``||g_j||`` over all parameters from the parts' norms: formed gradients (:func:`sample_norms`, jointly),
+    factored Linear ones (``||g_j|| ||a_j||`` and ``||g_j||``) and Embedding rows, combined as
+    ``m sqrt(sum (norm / m)^2)`` with ``m`` the largest part (no overflow; non-finite parts give a non-finite norm).
+    """
+    parts = [sample_norms(dense)] if dense else []
+    for o in outers:
+        g = _vector_norms(o.g)
+        parts += ([g * _vector_norms(o.a)] if o.weight else []) + ([g] if o.bias else [])
+    parts += [_segment_norms(e, r) for e in rows]
+    if len(parts) == 1:
+        return parts[0]
+    stacked = torch.stack(parts)
+    finite = torch.isfinite(stacked)
+    clean = torch.where(finite, stacked, torch.zeros((), dtype=torch.float64))
+    top = clean.amax(dim=0)
+    scale = torch.where(top > 0, top, torch.ones((), dtype=torch.float64))
+    joint = top * torch.sqrt(((clean / scale) ** 2).sum(dim=0))
+    return torch.where(finite.all(dim=0), joint, stacked.sum(dim=0))
+
+
+def _add_terms(total: dict[str, torch.Tensor], dense: dict[str, torch.Tensor], outers: list[Outer], rows: list[Rows],
+               norms: torch.Tensor, clip: float) -> None:
+    """Add ``sum_j g_j min(1, B kappa / ||g_j||)`` over a chunk's samples to ``total``, in float64 (a sample with a
+    non-finite norm contributes 0 when B is finite)."""
+    factors = clip_factors(norms, clip, torch.float64)
+    finite = torch.isfinite(norms)
+    drop = math.isfinite(clip) and not bool(finite.all())
+    zero = torch.zeros((), dtype=torch.float64)
+
+    def clean(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        t = t.to(torch.float64)
+        return torch.where(keep.view((-1,) + (1,) * (t.dim() - 1)), t, zero) if drop else t
+
+    for name, g in dense.items():
+        total[name] += torch.tensordot(factors, clean(g, finite), dims=1)
+    for o in outers:
+        scaled = clean(o.g, finite) * factors[:, None]
+        if o.weight:
+            total[o.weight] += scaled.T @ clean(o.a, finite)
+        if o.bias:
+            total[o.bias] += scaled.sum(dim=0)
+    for e in rows:
+        keep = finite[e.sample]
+        total[e.name].index_add_(0, e.index, clean(e.rows, keep) * factors[e.sample, None])
 
 
 def sample_norms(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -243,8 +392,9 @@ def per_sample_clipped_mean(model: nn.Module, loss_fn: Callable, inputs: torch.T
     """Mean over a batch of the per-sample gradients, each clipped to L2 norm ``clip`` (B) over all parameters jointly.
 
     ``(1/n) sum_j g_j min(1, B kappa / ||g_j||)`` with ``g_j`` the gradient of
-    ``loss_fn(model(x_j), y_j)`` at the model's current parameters, from ``torch.func``
-    (``functional_call`` + ``vmap`` + ``grad``) in the model's dtype, scaled and summed in float64;
+    ``loss_fn(model(x_j), y_j)`` at the model's current parameters, in the model's dtype (by
+    book-keeping for Linear, convolution, GroupNorm/LayerNorm and Embedding layers, by
+    ``torch.func`` ``vmap`` of ``grad`` for the other parameters), scaled and summed in float64;
     ``kappa = 1 - 2^-20`` keeps every clipped term's norm, and the mean's, ``<= B`` after
     rounding, and a non-finite per-sample gradient
     contributes 0 (see :mod:`privfedstat.deep.per_sample`). Its L2 sensitivity to one row replaced
