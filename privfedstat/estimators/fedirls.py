@@ -10,6 +10,7 @@ derived for the error of the final iterate rather than spread evenly over the re
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibr
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
 from .base import FederatedEstimator
-from .stages import resolve_weights
+from .stages import resolve_weights, weights_for
 
 __all__ = ["FedIRLS"]
 
@@ -32,6 +33,33 @@ DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE = 5, 100
 FLOOR_NOISE_SDS = 3.0
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
 MAX_HALVINGS = 60
+
+
+@dataclass(frozen=True)
+class _Releases:
+    """FedIRLS's releases, round by round (R rounds): shares of mu^2, budgets, sensitivities, floors, noise variances.
+
+    ``floors``, ``hessian_var`` and ``gradient_var`` are those of :class:`~privfedstat.theory.noise.IRLSNoise`
+    (the Hessian each round's step uses, and the aggregated gradient noise).
+    """
+
+    shares: np.ndarray
+    mu_gradient: np.ndarray
+    mu_hessian: np.ndarray
+    gradient_sensitivity: np.ndarray
+    hessian_sensitivity: np.ndarray
+    floors: np.ndarray
+    hessian_var: np.ndarray
+    gradient_var: np.ndarray
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.shares)
+
+    def noise_model(self, rounds: int, step_size: float, last_hessian: np.ndarray) -> IRLSNoise:
+        """The noise model of the first ``rounds`` rounds, whose last step used ``last_hessian`` (floored)."""
+        return IRLSNoise(self.gradient_var[:rounds], self.hessian_var[:rounds], self.floors[:rounds], step_size,
+                         last_hessian)
 
 
 class FedIRLS(FederatedEstimator):
@@ -283,6 +311,68 @@ class FedIRLS(FederatedEstimator):
             return len(self.budget_split)
         return DEFAULT_ROUNDS if finite else MAX_ROUNDS_NONPRIVATE
 
+    def _release_plan(self, sizes: np.ndarray, weights: np.ndarray, setup: Setup, family, n_params: int) -> _Releases:
+        """Every round's budgets, sensitivities, floors and aggregated noise variances: public, fixed before round 1.
+
+        The auto split uses ``beta = (p + 1) / 2 sum_i w_i^2 (sqrt(2) C_H / n_i)^2 (2 / ell''(0))^2 / mu^2``
+        (derivation in the class docstring); a round with a zero Hessian share reuses the previous
+        round's Hessian, its floor and noise variance.
+        """
+        mu, finite = setup.mu, math.isfinite(setup.mu)
+        R = self._rounds(finite)
+        w = np.asarray(weights, dtype=np.float64)
+        sens_g = 2.0 * setup.clip / sizes
+        sens_h = hessian_sensitivity(setup.hessian_clip, sizes)
+        if isinstance(self.budget_split, str) and not finite:
+            shares = np.ones((R, 2))
+        elif isinstance(self.budget_split, str):
+            c0 = float(family.curvature_at_zero)
+            beta = (n_params + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
+            shares = auto_budget_split(R, beta)
+        else:
+            shares = self._explicit_split()
+        mu_g, mu_h = (mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
+        hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
+        h_var, lam = math.nan, math.nan
+        for r in range(R):
+            if shares[r, 1] > 0:
+                lam = self._floor(family, aggregated_noise_sd(sens_h, mu_h[r], w))
+                h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
+            hessian_var[r], floors[r] = h_var, lam
+        gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(R)])
+        return _Releases(shares, mu_g, mu_h, sens_g, sens_h, floors, hessian_var, gradient_var)
+
+    def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray) -> IRLSNoise:
+        """The privacy-noise model a fit with these public settings reports, before any data are seen.
+
+        A fit's :class:`~privfedstat.theory.noise.IRLSNoise` is a function of public quantities
+        (the client sizes n_i, the bounds and estimation budget of ``setup``, the family, the
+        parameters) and of the floored Hessian the last round releases; here that Hessian is
+        ``newton_matrix`` floored at the last round's floor (the noise-free Newton matrix of a
+        planned design: the mean of per-sample Hessians clipped at C_H). Used by
+        :func:`~privfedstat.estimators.power.plan_study`; every round is assumed to run.
+
+        Parameters
+        ----------
+        sizes : array of shape (n_clients,)
+            n_i.
+        setup : Setup
+            B, C_H and the estimation mu.
+        family : Family
+        newton_matrix : ndarray of shape (p, p)
+            Symmetric positive definite, on the fitting scale.
+
+        Returns
+        -------
+        IRLSNoise
+        """
+        n = np.asarray(sizes, dtype=np.float64)
+        p = newton_matrix.shape[0]
+        w = weights_for(self, n, p, setup.clip)
+        plan = self._release_plan(n, w, setup, family, p)
+        last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(plan.floors[-1]))
+        return plan.noise_model(plan.n_rounds, float(self.step_size), last)
+
     # ------------------------------------------------------------------ protocol
     def _run(self, session: Session, setup: Setup) -> Run:
         p, m = session.clients.n_params, session.clients.n_clients
@@ -294,19 +384,10 @@ class FedIRLS(FederatedEstimator):
             )
         mu, clip, hessian_clip = setup.mu, setup.clip, setup.hessian_clip
         finite = math.isfinite(mu)
-        R = self._rounds(finite)
         w = resolve_weights(self, session, clip)
-        sens_g = 2.0 * clip / session.sizes
-        sens_h = hessian_sensitivity(hessian_clip, session.sizes)
-        if isinstance(self.budget_split, str) and not finite:
-            shares = np.ones((R, 2))
-        elif isinstance(self.budget_split, str):
-            c0 = float(session.clients.family.curvature_at_zero)
-            beta = (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
-            shares = auto_budget_split(R, beta)
-        else:
-            shares = self._explicit_split()
-        mu_g, mu_h = (mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])) if finite else (np.full(R, math.inf),) * 2
+        plan = self._release_plan(session.sizes, w, setup, session.clients.family, p)
+        shares, mu_g, mu_h, R = plan.shares, plan.mu_gradient, plan.mu_hessian, plan.n_rounds
+        sens_g, sens_h = plan.gradient_sensitivity, plan.hessian_sensitivity
 
         def gradient(theta, r):
             return session.mean("gradients", weights=w, theta=theta, clip=clip, sensitivity=sens_g, mu=mu_g[r],
@@ -323,15 +404,12 @@ class FedIRLS(FederatedEstimator):
         else:
             g, f = gradient_and_loss(theta)
         H, H_floored, lam, rounds, shortened = None, None, math.nan, 0, None
-        hessian_var, floors = np.zeros(R), np.zeros(R)  # of the Hessian each round's step uses
         for r in range(R):
             if shares[r, 1] > 0:
                 H = vec_to_sym(session.mean("hessians", weights=w, theta=theta, hessian_clip=hessian_clip,
                                             sensitivity=sens_h, mu=mu_h[r], stage="irls-hessian"), p)
-                lam = self._floor(session.clients.family, aggregated_noise_sd(sens_h, mu_h[r], w))
+                lam = float(plan.floors[r])
                 H_floored = floor_eigenvalues(H, lam)
-                h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
-            hessian_var[r], floors[r] = h_var, lam
             step = self.step_size * np.linalg.solve(H_floored, g)
             rounds += 1
             if finite:
@@ -355,8 +433,7 @@ class FedIRLS(FederatedEstimator):
             path.append(theta)
         self.budget_split_ = shares[:rounds]
         self.hessian_floor_ = lam
-        gradient_var = np.array([np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2) for r in range(rounds)])
-        noise_model = IRLSNoise(gradient_var, hessian_var[:rounds], floors[:rounds], float(self.step_size), H_floored)
+        noise_model = plan.noise_model(rounds, float(self.step_size), H_floored)
         noise_sd, update_noise_sd = 0.0, None
         if finite:
             noise_sd, update_noise_sd = self._noise(

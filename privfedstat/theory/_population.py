@@ -93,8 +93,6 @@ class Population:
     """
 
     def __init__(self, spec: Spec, n_mc: int, seed) -> None:
-        self.spec = spec
-        self.family = spec.resolved_family
         half = max(1, (int(n_mc) + 1) // 2)
         rng = np.random.default_rng(seed)
         z = rng.standard_normal((half, spec.d - 1))
@@ -104,10 +102,29 @@ class Population:
             # which removes the Monte-Carlo error of every quantity quadratic in the covariates
             L = np.linalg.cholesky(z.T @ z / z.shape[0])
             z = np.linalg.solve(L, z.T).T
-        self.X = np.column_stack([np.ones(z.shape[0]), spec.sigma_c * z])
-        self.n = self.X.shape[0]
-        self.xnorm = np.linalg.norm(self.X, axis=1)
-        self.eta0 = self.X @ spec.beta_array
+        self._use(spec, np.column_stack([np.ones(z.shape[0]), spec.sigma_c * z]))
+
+    @classmethod
+    def of_covariates(cls, spec: Spec, X: np.ndarray) -> Population:
+        """The population whose covariates are the rows of ``X`` (equally likely), y | x from ``spec``'s GLM.
+
+        ``X`` is any covariate sample (a public pilot or synthetic design, with its intercept
+        column); ``spec.sigma_c`` is not used.
+        """
+        pop = cls.__new__(cls)
+        pop._use(spec, np.asarray(X, dtype=np.float64))
+        return pop
+
+    def _use(self, spec: Spec, X: np.ndarray) -> None:
+        if X.ndim != 2 or X.shape[1] != spec.d or X.shape[0] < 1 or not np.all(np.isfinite(X)):
+            raise ValueError(f"the covariates must be a finite (n, {spec.d}) array, one column per coefficient; "
+                             f"got shape {X.shape}.")
+        self.spec = spec
+        self.family = spec.resolved_family
+        self.X = X
+        self.n = X.shape[0]
+        self.xnorm = np.linalg.norm(X, axis=1)
+        self.eta0 = X @ spec.beta_array
         self._nodes = None
 
     @property
