@@ -28,7 +28,7 @@ from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 
 __all__ = ["plan_budget", "fit_scaler", "make_scaler", "choose_bounds", "bound_search", "resolve_weights", "weights_for",
-           "scaling_config", "pending_bounds"]
+           "scaling_config", "pending_bounds", "autoclip_bounds"]
 
 
 def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardize | None:
@@ -153,19 +153,38 @@ def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
 
 
 def _search(session: Session, bounds: dict[str, float], todo: list[str], config: AutoClip, mu_clip: float) -> None:
-    """Add to ``bounds`` the :class:`AutoClip` choice of the bounds ``todo``, ``mu_clip``-GDP in all: a search at
-    theta^(0), and with pilot rounds a private FedSGD pilot from there (every client, size weights, the gradient
-    bound found) and a search at the pilot."""
-    theta0 = session.clients.initial_parameters()
-    mu_stage = mu_clip / math.sqrt(config.n_stages)
-    bounds.update(search_bounds(session, todo, theta0, config.quantile, config, mu_stage))
-    if config.pilot_rounds:
-        clients = session.clients
+    """Add to ``bounds`` the :class:`AutoClip` choice of the bounds ``todo`` on the session's clients,
+    ``mu_clip``-GDP in all (:func:`autoclip_bounds`; the pilot is private FedSGD on every client with
+    size weights)."""
+    clients = session.clients
+
+    def search(theta, quantile, mu_stage):
+        return search_bounds(session, todo, theta, quantile, config, mu_stage)
+
+    def pilot(theta0, clip, mu_stage):
         eta = resolve_step_size("auto", clients.family, clients.n_features)
-        pilot, _ = server_gradient_descent(session.everyone(), theta0, clip=bounds["gradient"],
-                                           n_iter=config.pilot_rounds, step_size=eta, mu=mu_stage,
-                                           weights=session.size_weights, stage="clip-pilot")
-        bounds.update(search_bounds(session, todo, pilot, config.pilot_quantile, config, mu_stage))
+        return server_gradient_descent(session.everyone(), theta0, clip=clip, n_iter=config.pilot_rounds,
+                                       step_size=eta, mu=mu_stage, weights=session.size_weights,
+                                       stage="clip-pilot")[0]
+
+    bounds.update(autoclip_bounds(config, mu_clip, clients.initial_parameters(), search, pilot))
+
+
+def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search, pilot) -> dict[str, float]:
+    """The stages of an :class:`AutoClip` choice, ``mu_clip``-GDP in all (equal shares in squares).
+
+    ``search(theta, quantile, mu_stage) -> {norm: bound}`` finds the ``quantile`` of the per-sample
+    norms at theta; with ``config.pilot_rounds`` a pilot ``pilot(theta0, clip, mu_stage) -> theta``
+    (``pilot_rounds`` FedSGD rounds from theta^(0) with the gradient bound found and
+    ``step_size="auto"``) moves to a working point, where ``search`` looks for the
+    ``pilot_quantile``. A fit searches its clients (:func:`choose_bounds`); a plan searches a
+    public design (:mod:`privfedstat.estimators.power`).
+    """
+    mu_stage = mu_clip / math.sqrt(config.n_stages)
+    bounds = dict(search(theta0, config.quantile, mu_stage))
+    if config.pilot_rounds:
+        bounds.update(search(pilot(theta0, bounds["gradient"], mu_stage), config.pilot_quantile, mu_stage))
+    return bounds
 
 
 def pending_bounds(estimator, mu: float) -> tuple[dict[str, float], list[str], str]:
@@ -177,9 +196,9 @@ def pending_bounds(estimator, mu: float) -> tuple[dict[str, float], list[str], s
     :func:`bound_search`).
     """
     bounds, todo = _bounds_to_choose(estimator)
-    clip = estimator.clip
     if not todo:
         return bounds, todo, "none"
+    clip = estimator.clip
     if clip != "paper" and not isinstance(clip, AutoClip) and math.isinf(mu):
         return bounds, todo, "infinite"
     return bounds, todo, "paper" if clip == "paper" else "search"

@@ -186,6 +186,17 @@ class Population:
         _, _, active = self._pieces(theta, clip)
         return float(np.mean(np.sum(self.W * ~active, axis=1)))
 
+    def share_at_most(self, which: str, theta, threshold: float) -> float:
+        """P(per-sample norm <= threshold) at ``theta``: ``"gradient"`` norms ``|ell'(y, x^T theta)| ||x||`` (y | x
+        integrated) or ``"hessian"`` norms ``ell''(x^T theta) ||x||^2`` (the norms a clip search counts)."""
+        if which == "hessian":
+            return float(np.mean(self.hessian_norms(theta) <= threshold))
+        if which != "gradient":
+            raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+        z = (self.X @ np.asarray(theta, dtype=np.float64))[:, None]
+        norms = np.abs(self.family.deriv(self.Y, z)) * self.xnorm[:, None]
+        return float(np.mean(np.sum(self.W * (norms <= threshold), axis=1)))
+
     def hessian_norms(self, theta) -> np.ndarray:
         """Per-sample Hessian spectral norms ell''(x^T theta) ||x||^2 (ell'' does not depend on y for
         the supported GLM families)."""
