@@ -31,8 +31,10 @@ from .estimators import (
                          LocalFit,
                          PooledMLE,
                          Scaffold,
+                         StudyPlan,
                          ZhangComposite,
                          clone,
+                         plan_study,
                          predict_mse,
 )
 from .estimators.scaling import FeatureBounds, PrivateStandardize
@@ -79,6 +81,8 @@ __all__ = [
     "FederatedEstimator",
     "clone",
     "predict_mse",
+    "plan_study",
+    "StudyPlan",
     "get_family",
     "glm",
     "Inference",

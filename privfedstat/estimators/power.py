@@ -64,14 +64,18 @@ from .registry import get_method
 from .scaling import PrivateStandardize
 from .stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget, weights_for
 
-__all__ = ["plan_study", "StudyPlan"]
+__all__ = ["plan_study", "StudyPlan", "Unplannable"]
 
 #: what every plan says about itself
 NO_SPEND = "planned from public design information only: no budget spent, no private data read"
 #: bisection range of the required mu (beyond it, a larger mu changes nothing that matters)
-MU_RANGE = (0.01, 1e4)
+MU_RANGE = (0.1, 1e4)
 #: largest number of sites or rows per site :meth:`StudyPlan.required` tries
 MAX_COUNT = 10**7
+
+
+class Unplannable(ValueError):
+    """The planned fit has no estimate to predict (e.g. every row clipped): the setting is out of reach."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,14 +185,16 @@ class StudyPlan:
         The public settings the prediction resolved: budgets of the stages, B, C_H, sites, N.
     """
 
-    def __init__(self, estimator, design: _Design, sizes: np.ndarray, alpha: float) -> None:
+    def __init__(self, estimator, design: _Design, sizes: np.ndarray, alpha: float, public: dict | None = None) -> None:
         self._estimator = estimator
         self._design = design
         self.mu = float(estimator.mu)
         self.sizes = sizes
         self.alpha = alpha
         private = _predict(estimator, design, sizes)
-        public = private if math.isinf(self.mu) else _predict(_with(estimator, mu=math.inf), design, sizes)
+        if public is None:
+            public = private if math.isinf(self.mu) else _predict(_with(estimator, mu=math.inf), design, sizes)
+        self._public = public  # the mu = inf prediction: the same for every mu
         se_s, se_p = np.sqrt(private["sampling"]), np.sqrt(private["privacy"])
         se = np.hypot(se_s, se_p)
         se_np = np.sqrt(public["sampling"])
@@ -204,7 +210,9 @@ class StudyPlan:
     def at(self, *, mu: float | None = None, sizes=None) -> StudyPlan:
         """The same design planned at another ``mu`` and/or other site sizes."""
         est = self._estimator if mu is None else _with(self._estimator, mu=check_mu(mu))
-        return StudyPlan(est, self._design, self.sizes if sizes is None else _sizes(sizes), self.alpha)
+        if sizes is None:
+            return StudyPlan(est, self._design, self.sizes, self.alpha, self._public)
+        return StudyPlan(est, self._design, _sizes(sizes), self.alpha)
 
     def required(self, term: str, *, power: float | None = None, half_width: float | None = None,
                  vary: str = "mu") -> StudyPlan:
@@ -238,7 +246,9 @@ class StudyPlan:
         if term not in self.frame.index:
             raise ValueError(f"term {term!r} is not a coefficient; they are {list(self.frame.index)}.")
 
-        def meets(plan: StudyPlan) -> bool:
+        def meets(plan: StudyPlan | None) -> bool:
+            if plan is None:
+                return False
             row = plan.frame.loc[term]
             return bool(row["power"] >= power) if power is not None else bool(row["half_width"] <= half_width)
 
@@ -247,35 +257,38 @@ class StudyPlan:
             return self._required_mu(meets, what, term)
         base = self.sizes.astype(np.float64)
         if vary == "sites":
-            def build(k: int) -> StudyPlan:
-                return self.at(sizes=base[np.arange(k) % base.size])
+            def build(k: int) -> StudyPlan | None:
+                return _plannable(self.at, sizes=base[np.arange(k) % base.size])
         elif vary == "rows":
-            def build(k: int) -> StudyPlan:
-                return self.at(sizes=np.maximum(1, np.round(k * base / base.mean())))
+            def build(k: int) -> StudyPlan | None:
+                return _plannable(self.at, sizes=np.maximum(1, np.round(k * base / base.mean())))
         else:
             raise ValueError(f"vary must be 'mu', 'sites' or 'rows', got {vary!r}.")
         return _smallest_count(build, meets, f"{what} for {term!r}")
 
     def _required_mu(self, meets, what: str, term: str) -> StudyPlan:
         lo, hi = (math.log(v) for v in MU_RANGE)
-        if not meets(self.at(mu=math.exp(hi))):
+        if not meets(_plannable(self.at, mu=math.exp(hi))):
             raise ValueError(f"{what} for {term!r} is out of reach at any mu with these sizes (N = {int(self.sizes.sum())})"
                              ": the sampling variance alone is too large; plan more sites or rows "
                              "(vary='sites' or 'rows').")
-        if meets(self.at(mu=math.exp(lo))):
+        if meets(_plannable(self.at, mu=math.exp(lo))):
             return self.at(mu=math.exp(lo))
         while hi - lo > 0.01:
             mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if meets(self.at(mu=math.exp(mid))) else (mid, hi)
+            lo, hi = (lo, mid) if meets(_plannable(self.at, mu=math.exp(mid))) else (mid, hi)
         return self.at(mu=math.exp(hi))
 
     def curve(self, mus) -> pd.DataFrame:
         """The plan's ``se``, ``half_width``, ``width_ratio``, ``privacy_share`` and ``power`` at each mu in ``mus``.
 
         Returns a tidy DataFrame: one row per mu and term (columns ``mu``, ``term`` and those of
-        :attr:`frame`).
+        :attr:`frame`); a mu at which the fit has no estimate (:class:`Unplannable`) has no rows.
         """
-        rows = [self.at(mu=float(mu)).frame.reset_index().assign(mu=float(mu)) for mu in mus]
+        plans = {float(mu): _plannable(self.at, mu=float(mu)) for mu in mus}
+        rows = [plan.frame.reset_index().assign(mu=mu) for mu, plan in plans.items() if plan is not None]
+        if not rows:
+            raise Unplannable(f"the fit has no estimate at any of these mu ({list(plans)}).")
         return pd.concat(rows, ignore_index=True)
 
     def plot(self, term: str, what: str = "power", mus=None, ax=None):
@@ -321,12 +334,12 @@ class StudyPlan:
         """The plan next to a private fit's own inference: standard errors and privacy shares of the variance.
 
         Columns ``se_planned``, ``se_fit`` (the fit's ``bse_``), ``privacy_share_planned`` and
-        ``privacy_share_fit`` (``diag(cov_privacy) / diag(cov)`` of ``fit.inference_``).
+        ``privacy_share_fit`` (``fit.inference_.privacy_share``).
         """
         result = getattr(fit, "inference_", None)
         if result is None or result.cov_privacy is None:
             raise ValueError("compare needs a fit with model or sandwich inference (its covariance has a privacy part).")
-        realised = realised_privacy_share(result)
+        realised = result.privacy_share
         if realised.size != len(self.frame):
             raise ValueError(f"the fit has {realised.size} coefficients, the plan {len(self.frame)}.")
         return pd.DataFrame({"se_planned": self.frame["se"].to_numpy(), "se_fit": np.ravel(result.bse),
@@ -342,15 +355,17 @@ class StudyPlan:
         return head + self.frame.to_string(float_format=lambda v: f"{v:.4g}")
 
 
-def realised_privacy_share(result) -> np.ndarray:
-    """``diag(cov_privacy) / diag(cov)`` of a fit's :class:`~privfedstat.InferenceResult`: the realised
-    privacy share of each coefficient's variance."""
-    return np.diag(result.cov_privacy) / np.diag(result.cov)
-
-
 def _with(estimator, **params):
     """A copy of ``estimator`` with ``params`` changed."""
     return type(estimator)(**{**estimator.get_params(), **params})
+
+
+def _plannable(at, **change) -> StudyPlan | None:
+    """``at(**change)``, or None where that setting is :class:`Unplannable` (it meets no target)."""
+    try:
+        return at(**change)
+    except Unplannable:
+        return None
 
 
 def _smallest_count(build, meets, what: str) -> StudyPlan:
@@ -390,9 +405,14 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
     pop = Population.of_covariates(spec, X if scaler is None else scaler.transform_rows(X))
     setup = _bounds(estimator, pop, plan, sizes)
     B = None if math.isinf(setup.clip) else setup.clip
-    target = pop.root(B)
-    mom = pop.moments(target, B)
-    J_inv = np.linalg.inv(mom["J"])
+    try:
+        target = pop.root(B)
+        mom = pop.moments(target, B)
+        J_inv = np.linalg.inv(mom["J"])
+    except np.linalg.LinAlgError:
+        raise Unplannable(f"at mu = {mu:g} with {m} sites of {int(sizes.min())}-{int(sizes.max())} rows the fit "
+                          f"would clip nearly every row (B = {setup.clip:.3g}): its estimating equation has no "
+                          "root on this design; a larger mu or more rows per site is needed.") from None
     w = weights_for(estimator, sizes, d, setup.clip)
     c = weighted_factor(w, sizes)[0]
     sampling = c * J_inv @ mom["S"] @ J_inv
