@@ -131,6 +131,8 @@ def test_curve_and_plot(design):
 def test_unplannable_and_refused_settings(design):
     with pytest.raises(Unplannable, match="B = 0.01"):  # the clip search's target is below 0: the grid's lowest B
         pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[30] * 4, mu=2.0, names=NAMES)
+    noisy = pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[100] * 100, mu=0.5, names=NAMES)
+    assert "Note: privacy noise is at least 0.5" in repr(noisy)
     with pytest.raises(ValueError, match="planned_noise_model"):
         pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, method="fedsgd")
     with pytest.raises(ValueError, match="coef must hold 3"):
