@@ -8,7 +8,8 @@ algorithms for differentially private federated learning"), next to :class:`FedI
 :class:`Scaffold`, the composite methods (:class:`FedNMap`, :class:`ZhangComposite`,
 :class:`FedCanon`), the client-level methods (:class:`DPFedAvg`, :class:`FedAlphaNormEC`,
 :class:`ClippedFedAvg`, :class:`HiFedProx`) and the non-private baselines (:class:`PooledMLE`,
-:class:`LocalFit`); :func:`glm` fits one from a formula. The privacy math, the ledger and the
+:class:`LocalFit`); :func:`glm` fits one from a formula, and :func:`plan_study` predicts, before any
+data are touched, the standard errors and power such a fit will have. The privacy math, the ledger and the
 budget live in :mod:`privfedstat.privacy`. The layers and the data flow are described in
 ``docs/architecture.md``, the privacy model in ``docs/privacy.md``.
 """
@@ -31,8 +32,10 @@ from .estimators import (
                          LocalFit,
                          PooledMLE,
                          Scaffold,
+                         StudyPlan,
                          ZhangComposite,
                          clone,
+                         plan_study,
                          predict_mse,
 )
 from .estimators.scaling import FeatureBounds, PrivateStandardize
@@ -79,6 +82,8 @@ __all__ = [
     "FederatedEstimator",
     "clone",
     "predict_mse",
+    "plan_study",
+    "StudyPlan",
     "get_family",
     "glm",
     "Inference",

@@ -11,6 +11,7 @@ from .fednmap import FedCanon, FedNMap, ZhangComposite
 from .fednormec import ClippedFedAvg, FedAlphaNormEC
 from .fedsgd import FedSGD
 from .hifedprox import HiFedProx
+from .power import StudyPlan, plan_study
 from .prediction import predict_mse
 from .registry import REGISTRY, MethodSpec, get_method, methods, register
 from .scaffold import Scaffold
@@ -18,5 +19,5 @@ from .scaffold import Scaffold
 __all__ = [
     "FederatedEstimator", "FedSGD", "FedHybrid", "FedAvg", "FedNewton", "FedIRLS", "Scaffold", "DPFedAvg", "HiFedProx",
     "FedAlphaNormEC", "ClippedFedAvg", "FedNMap", "ZhangComposite", "FedCanon", "PooledMLE", "LocalFit", "clone", "REGISTRY",
-    "MethodSpec", "get_method", "methods", "register", "predict_mse",
+    "MethodSpec", "get_method", "methods", "register", "predict_mse", "plan_study", "StudyPlan",
 ]

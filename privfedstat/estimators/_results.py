@@ -25,7 +25,7 @@ from ._offset import prediction_offset
 from ._sklearn import dense_array, sklearn_tags
 from .fit_statistics import FitStatistics, fit_statistics
 from .plotting import coefficient_frame, plot_coefficients
-from .summary import Summary, privacy_rows
+from .summary import Summary, privacy_rows, privacy_share_row
 
 __all__ = ["FittedResults"]
 
@@ -327,7 +327,7 @@ class FittedResults:
             R = np.eye(len(names))[[names.get_loc(r) for r in R]]
         return result.wald_test(R, q)
 
-    def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None) -> Summary:
+    def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None, plan=None) -> Summary:
         """Summary of the fit (statsmodels' layout): what was fitted to what, privacy, goodness of fit, and the
         coefficients with standard errors, z, p-values and intervals.
 
@@ -342,6 +342,12 @@ class FittedResults:
             BIC, pseudo-R^2, :meth:`fit_statistics`) of a non-private fit (mu = inf). A private fit
             shows them as not available: they are sums over the clients' rows, so each would be a
             release that costs budget, and a summary spends none; the fit keeps no rows either.
+
+        plan : StudyPlan, optional
+            The fit's plan (:func:`~privfedstat.estimators.power.plan_study`): the header then sets
+            the privacy share of the variance the plan predicted next to the fit's own
+            (:attr:`~privfedstat.InferenceResult.privacy_share`), to show whether the fit paid the
+            planned price.
 
         The degrees of freedom count the coefficients, less one per equation for a declared
         intercept (``Intercept`` in the names: a formula's, or ``scaling``'s ``intercept``): a
@@ -385,6 +391,9 @@ class FittedResults:
             coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
             notes += result.notes
+        if plan is not None:
+            header["Privacy share of variance"] = privacy_share_row(
+                None if result is None else result.privacy_share, plan.frame["privacy_share"].to_numpy())
         return Summary(f"{self.method} results", header, coefs, notes)
 
     def _goodness_of_fit(self, data) -> dict[str, str]:

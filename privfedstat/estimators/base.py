@@ -212,7 +212,8 @@ class FederatedEstimator(FittedResults):
         participation = resolve_participation(getattr(self, "participation", None), data.n_clients)
         task = plan_inference(self.inference, family, data.n_clients, data.n_features, participation,
                               bound_search(self))
-        plan = plan_budget(self, data, mu, task)
+        plan = plan_budget(self, mu, task, n_features=data.n_features, n_clients=data.n_clients,
+                           n_samples=data.n_samples)
         session, charge = self._open_session(data, family, mu, participation, budget)
         n_features, n_samples = data.n_features, data.n_samples
         del data  # from here on the server talks to the clients only through their verbs

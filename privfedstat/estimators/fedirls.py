@@ -10,6 +10,7 @@ derived for the error of the final iterate rather than spread evenly over the re
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibr
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
 from .base import FederatedEstimator
-from .stages import bound_search, resolve_weights, searched_norms
+from .stages import bound_search, pending_bounds, resolve_weights, weights_for
 
 __all__ = ["FedIRLS"]
 
@@ -343,36 +344,97 @@ class FedIRLS(FederatedEstimator):
 
     def _run_private(self, session: Session, setup: Setup, w: np.ndarray) -> Run:
         """Noisy Newton rounds: one phase on the given schedule, or locate + (new bounds) + refine."""
-        mu = setup.mu
+        family, sizes, p = session.clients.family, session.sizes, session.clients.n_params
         rounds = _Rounds(self, session, w, session.clients.initial_parameters())
-        if not self._phased():
-            R = self._rounds()
-            shares = (self._explicit_split() if not isinstance(self.budget_split, str)
-                      else auto_budget_split(R, self._beta(session, w, setup.hessian_clip, mu)))
-            rounds.run(shares, mu, setup.clip, setup.hessian_clip)
-            self.budget_split_ = shares
+        phases = self._phases(family, sizes, w, setup, p)
+        rounds.run(phases[0])
+        if len(phases) == 1:
+            self.budget_split_ = phases[0].shares
             return rounds.result(None)
-        todo = searched_norms(self, mu)
-        research = RESEARCH_SHARE if todo else 0.0
-        locate = np.full((LOCATE_ROUNDS, 2), LOCATE_SHARE / (2 * LOCATE_ROUNDS))
-        rounds.run(locate, mu, setup.clip, setup.hessian_clip)
-        bounds = {"gradient": setup.clip, "hessian": setup.hessian_clip}
+        todo, mu_search = self.refine_search(setup.mu)
+        final = None
         if todo:  # the bounds at the located point: its per-sample norms are the ones the refine rounds clip
             config = bound_search(self)
-            bounds.update(search_bounds(session, todo, rounds.theta, config.pilot_quantile, config,
-                                        mu * math.sqrt(research), stage="irls-clip"))
-        bounded = math.isfinite(session.clients.family.max_curvature)
-        refine = (1.0 - LOCATE_SHARE - research) * (REFINE_SPLIT if bounded else REFINE_SPLIT_UNBOUNDED)
-        rounds.run(refine, mu, bounds["gradient"], bounds["hessian"])
-        self.budget_split_ = np.vstack([locate, refine])
-        final = Setup(bounds["gradient"], bounds["hessian"], mu) if todo else None
+            found = search_bounds(session, todo, rounds.theta, config.pilot_quantile, config, mu_search,
+                                  stage="irls-clip")
+            final = Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu)
+        refine = self._phases(family, sizes, w, setup, p, final)[1]
+        rounds.run(refine)
+        self.budget_split_ = np.vstack([phases[0].shares, refine.shares])
         return rounds.result(final)
 
-    def _beta(self, session: Session, w: np.ndarray, hessian_clip: float, mu: float) -> float:
-        """beta of the budget-split derivation for Hessian bound C_H and budget ``mu`` (public)."""
-        p = session.clients.n_params
-        c0 = float(session.clients.family.curvature_at_zero)
-        sens_h = hessian_sensitivity(hessian_clip, session.sizes)
+    def refine_search(self, mu: float) -> tuple[list[str], float]:
+        """The norms whose bounds the automatic schedule searches again between its phases, and the
+        search's budget, for estimation budget ``mu`` (``RESEARCH_SHARE`` of mu^2).
+
+        Those the fit chose by a private search (:func:`~privfedstat.estimators.stages.pending_bounds`);
+        none (and budget 0) when the rounds run as one phase, with fixed bounds, or with mu = inf.
+        """
+        if not (self._phased() and math.isfinite(mu)):
+            return [], 0.0
+        _, todo, how = pending_bounds(self, mu)
+        return (todo, mu * math.sqrt(RESEARCH_SHARE)) if how == "search" else ([], 0.0)
+
+    def _phases(self, family, sizes: np.ndarray, w: np.ndarray, setup: Setup, p: int, refine: Setup | None = None
+                ) -> list[_Phase]:
+        """The private phases and their releases, public and fixed before each phase's first round.
+
+        One phase (an int ``n_rounds`` or an explicit ``budget_split``), or locate (the bounds of
+        ``setup``) and refine (the bounds of ``refine``, those searched at the located point;
+        default ``setup``'s), the latter with what the new search leaves.
+        """
+        mu = setup.mu
+        if not self._phased():
+            shares = (self._explicit_split() if not isinstance(self.budget_split, str)
+                      else auto_budget_split(self._rounds(), self._beta(family, sizes, w, setup.hessian_clip, mu, p)))
+            return [_phase(self, family, sizes, w, shares, setup)]
+        locate = np.full((LOCATE_ROUNDS, 2), LOCATE_SHARE / (2 * LOCATE_ROUNDS))
+        left = 1.0 - LOCATE_SHARE - (RESEARCH_SHARE if self.refine_search(mu)[0] else 0.0)
+        split = REFINE_SPLIT if math.isfinite(family.max_curvature) else REFINE_SPLIT_UNBOUNDED
+        return [_phase(self, family, sizes, w, locate, setup),
+                _phase(self, family, sizes, w, left * split, setup if refine is None else refine)]
+
+    def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray,
+                            refine: Setup | None = None) -> IRLSNoise:
+        """The privacy-noise model a fit with these public settings reports, before any data are seen.
+
+        A fit's :class:`~privfedstat.theory.noise.IRLSNoise` is a function of public quantities
+        (the client sizes n_i, the bounds and estimation budget of ``setup``, the bounds the
+        refine phase searches, the family, the parameters) and of the floored Hessian the last
+        round releases; here that Hessian is ``newton_matrix`` floored at the last round's floor
+        (the noise-free Newton matrix of a planned design: the mean of per-sample Hessians
+        clipped at C_H over the rows whose gradient is not clipped). Used by
+        :func:`~privfedstat.estimators.power.plan_study`; every round is assumed to run.
+
+        Parameters
+        ----------
+        sizes : array of shape (n_clients,)
+            n_i.
+        setup : Setup
+            B, C_H of the first phase and the estimation mu.
+        family : Family
+        newton_matrix : ndarray of shape (p, p)
+            Symmetric positive definite, on the fitting scale.
+        refine : Setup, optional
+            The bounds of the refine phase (:meth:`refine_search`); default ``setup``'s.
+
+        Returns
+        -------
+        IRLSNoise
+        """
+        n = np.asarray(sizes, dtype=np.float64)
+        p = newton_matrix.shape[0]
+        w = weights_for(self, n, p, setup.clip)
+        phases = self._phases(family, n, w, setup, p, refine)
+        last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(phases[-1].floors[-1]))
+        return IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
+                         np.concatenate([ph.hessian_var for ph in phases]),
+                         np.concatenate([ph.floors for ph in phases]), float(self.step_size), last)
+
+    def _beta(self, family, sizes: np.ndarray, w: np.ndarray, hessian_clip: float, mu: float, p: int) -> float:
+        """beta of the budget-split derivation for Hessian bound C_H, budget ``mu`` and p parameters (public)."""
+        c0 = float(family.curvature_at_zero)
+        sens_h = hessian_sensitivity(hessian_clip, sizes)
         return (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
 
     def _run_exact(self, session: Session, setup: Setup, w: np.ndarray) -> Run:
@@ -432,13 +494,51 @@ class FedIRLS(FederatedEstimator):
         return max(tiny, FLOOR_NOISE_SDS * noise_sd)
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """The releases of one phase of private rounds, public and fixed before its first round.
+
+    Per round: the shares of the estimation mu^2 (gradient, Hessian), their budgets, and the
+    floor, diagonal noise variance of the Hessian the step uses (a round with Hessian share 0
+    repeats the last released one's) and the aggregated gradient noise's variance and sd, as
+    :class:`~privfedstat.theory.noise.IRLSNoise` takes them; the bounds B and C_H.
+    """
+
+    shares: np.ndarray
+    clip: float
+    hessian_clip: float
+    mu_gradient: np.ndarray
+    mu_hessian: np.ndarray
+    floors: np.ndarray
+    hessian_var: np.ndarray
+    gradient_var: np.ndarray
+    gradient_sd: np.ndarray
+
+
+def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.ndarray, setup: Setup) -> _Phase:
+    """The :class:`_Phase` of rounds with these shares of ``setup.mu^2`` and ``setup``'s bounds."""
+    sens_g, sens_h = 2.0 * setup.clip / sizes, hessian_sensitivity(setup.hessian_clip, sizes)
+    mu_g, mu_h = setup.mu * np.sqrt(shares[:, 0]), setup.mu * np.sqrt(shares[:, 1])
+    R = len(shares)
+    floors, hessian_var = np.empty(R), np.empty(R)
+    lam = var = math.nan
+    for r in range(R):
+        if shares[r, 1] > 0:
+            lam = est._floor(family, aggregated_noise_sd(sens_h, mu_h[r], w))
+            var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
+        floors[r], hessian_var[r] = lam, var
+    gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
+    gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
+    return _Phase(shares, setup.clip, setup.hessian_clip, mu_g, mu_h, floors, hessian_var, gradient_var, gradient_sd)
+
+
 class _Rounds:
     """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
 
-    Round r releases the clipped mean gradient at theta (budget ``sqrt(g_r) mu``) and, with a
-    Hessian share ``h_r > 0``, the Jacobian of the clipped mean score (per-sample Hessians clipped
-    at C_H over the rows whose gradient is not clipped at B; budget ``sqrt(h_r) mu``; otherwise the
-    last one is reused), floors its eigenvalues and takes the trust-region Newton step.
+    Round r releases the clipped mean gradient at theta and, with a Hessian share > 0, the
+    Jacobian of the clipped mean score (per-sample Hessians clipped at C_H over the rows whose
+    gradient is not clipped at B; otherwise the last one is reused), floors its eigenvalues and
+    takes the trust-region Newton step.
     """
 
     def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
@@ -446,33 +546,23 @@ class _Rounds:
         self.theta, self.path = theta, [theta]
         self.H = self.H_floored = None
         self.lam, self.shortened = math.nan, None
-        self.gradient_var: list[float] = []
-        self.hessian_var: list[float] = []
-        self.floors: list[float] = []
-        self.gradient_sd: list[float] = []
-        self._h_var = 0.0
+        self.phases: list[_Phase] = []
 
-    def run(self, shares: np.ndarray, mu: float, clip: float, hessian_clip: float) -> None:
-        """Rounds with these shares of ``mu^2`` (rows: gradient, Hessian) and bounds B, C_H."""
+    def run(self, phase: _Phase) -> None:
+        """The rounds of ``phase``."""
         est, session, w = self.est, self.session, self.w
         p, family = session.clients.n_params, session.clients.family
-        sens_g, sens_h = 2.0 * clip / session.sizes, hessian_sensitivity(hessian_clip, session.sizes)
-        jacobian_clip = clip if family.n_outputs == 1 else None
-        mu_g, mu_h = mu * np.sqrt(shares[:, 0]), mu * np.sqrt(shares[:, 1])
-        for r in range(len(shares)):
-            g = session.mean("gradients", weights=w, theta=self.theta, clip=clip, sensitivity=sens_g, mu=mu_g[r],
-                             stage="irls-gradient")
-            if shares[r, 1] > 0 or self.H is None:
-                self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta, hessian_clip=hessian_clip,
-                                                 gradient_clip=jacobian_clip, sensitivity=sens_h, mu=mu_h[r],
-                                                 stage="irls-hessian"), p)
-                self.lam = est._floor(family, aggregated_noise_sd(sens_h, mu_h[r], w))
+        sens_g, sens_h = 2.0 * phase.clip / session.sizes, hessian_sensitivity(phase.hessian_clip, session.sizes)
+        jacobian_clip = phase.clip if family.n_outputs == 1 else None
+        for r in range(len(phase.shares)):
+            g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
+                             mu=phase.mu_gradient[r], stage="irls-gradient")
+            if phase.shares[r, 1] > 0:
+                self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta,
+                                                 hessian_clip=phase.hessian_clip, gradient_clip=jacobian_clip,
+                                                 sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
+                self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
-                self._h_var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
-            self.hessian_var.append(self._h_var)
-            self.floors.append(self.lam)
-            self.gradient_var.append(float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)))
-            self.gradient_sd.append(aggregated_noise_sd(sens_g, mu_g[r], w))
             step = est.step_size * np.linalg.solve(self.H_floored, g)
             length, radius = float(np.linalg.norm(step)), float(est.max_step)
             if math.isfinite(family.max_curvature):  # the loss grows at most quadratically: the region may grow with theta
@@ -481,17 +571,18 @@ class _Rounds:
             self.theta = self.theta - _within(step, radius)
             check_iterate(self.theta, "FedIRLS", est.step_size)
             self.path.append(self.theta)
+        self.phases.append(phase)
 
     def result(self, setup: Setup | None) -> Run:
-        est = self.est
+        """The :class:`Run` (``setup``: the bounds of the last phase when they were searched again)."""
+        est, phases = self.est, self.phases
         est.hessian_floor_ = self.lam
-        n = len(self.gradient_var)
-        noise_model = IRLSNoise(np.array(self.gradient_var), np.array(self.hessian_var), np.array(self.floors),
-                                float(est.step_size), self.H_floored)
-        noise_sd, update_noise_sd = est._noise(self.H_floored, np.array(self.gradient_sd))
-        return Run(self.theta, self.path, n, noise_sd=noise_sd, update_noise_sd=update_noise_sd, hessian=self.H,
-                   shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup)
-
+        noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
+                                np.concatenate([ph.hessian_var for ph in phases]),
+                                np.concatenate([ph.floors for ph in phases]), float(est.step_size), self.H_floored)
+        noise_sd, update_noise_sd = est._noise(self.H_floored, np.concatenate([ph.gradient_sd for ph in phases]))
+        return Run(self.theta, self.path, len(self.path) - 1, noise_sd=noise_sd, update_noise_sd=update_noise_sd,
+                   hessian=self.H, shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup)
 
 def _within(step: np.ndarray, radius: float) -> np.ndarray:
     """``step`` shortened to Euclidean norm ``radius`` if it is longer (a trust region)."""

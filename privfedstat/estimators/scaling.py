@@ -254,12 +254,16 @@ class Scaler:
         dataset and not on its neighbour. The clamp is a fixed, data-independent map of each row,
         so it costs no privacy; it changes only entries whose rescaled magnitude exceeds 1e300.
         """
+        return FederatedData(self.transform_rows(data.X), data.y, data.offsets, data.offset)  # the offset: unscaled
+
+    def transform_rows(self, X: np.ndarray) -> np.ndarray:
+        """The rows of ``X`` (n, d) rescaled as :meth:`transform` rescales a client's (a new array)."""
         with np.errstate(over="ignore"):
-            X = (data.X - self.center) / self.scale
-        np.clip(X, -MAX_SCALED, MAX_SCALED, out=X)
+            Z = (X - self.center) / self.scale
+        np.clip(Z, -MAX_SCALED, MAX_SCALED, out=Z)
         if self.intercept is not None:
-            X[:, self.intercept] = 1.0
-        return FederatedData(X, data.y, data.offsets, data.offset)  # the offset is not a covariate: unscaled
+            Z[:, self.intercept] = 1.0
+        return Z
 
     def coef_to_original(self, theta: np.ndarray) -> np.ndarray:
         """Map coefficients of shape (d,) or (d, q) fitted on scaled columns to the original scale."""

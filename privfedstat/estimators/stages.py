@@ -27,8 +27,8 @@ from ..privacy.plan import BudgetPlan
 from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 
-__all__ = ["plan_budget", "fit_scaler", "choose_bounds", "bound_search", "searched_norms", "resolve_weights",
-           "scaling_config"]
+__all__ = ["plan_budget", "fit_scaler", "make_scaler", "choose_bounds", "bound_search", "resolve_weights", "weights_for",
+           "scaling_config", "pending_bounds", "autoclip_bounds"]
 
 
 def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardize | None:
@@ -49,6 +49,10 @@ def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardi
     return scaling
 
 
+#: the quantile of the raw per-sample norms at theta = 0 that ``clip="paper"`` takes (Section 4.1 of the core paper)
+PAPER_QUANTILE = 0.9
+
+
 def bound_search(estimator) -> AutoClip:
     """The configuration of the private bound searches: the estimator's :class:`AutoClip`, else the estimator's
     default (``_default_search``; :data:`PILOT_AUTOCLIP` unless the protocol finds its own working point)."""
@@ -56,23 +60,17 @@ def bound_search(estimator) -> AutoClip:
     return clip if isinstance(clip, AutoClip) else getattr(estimator, "_default_search", PILOT_AUTOCLIP)
 
 
-def searched_norms(estimator, mu: float) -> list[str]:
-    """The norms whose clipping bound the fit chooses by a private search (empty: all fixed, ``"paper"`` or unclipped)."""
-    _, todo = _bounds_to_choose(estimator)
-    return [] if _unclipped(estimator, mu) or estimator.clip == "paper" else todo
-
-
-def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:
+def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: int, n_samples: int) -> BudgetPlan:
     """The fit's :class:`BudgetPlan`, decided from public facts before any release.
 
     The scaling spends ``scaling.budget`` of mu only when it rescales columns privately and can
     locate them at that budget (:meth:`PrivateStandardize.locatable`; otherwise it warns and
     spends nothing); the clip search spends its :class:`AutoClip`'s ``budget`` when some bound
-    is chosen privately (not fixed, not ``"paper"``, not left unclipped with mu = inf); the inference
-    spends ``inference.config.budget`` (``inference``: a
-    :class:`~privfedstat.inference.core.InferenceTask` or None).
+    is chosen privately (:func:`pending_bounds` says "search"); the inference spends
+    ``inference.config.budget`` (``inference``: a :class:`~privfedstat.inference.core.InferenceTask`
+    or None). ``n_features``, ``n_clients`` and ``n_samples`` (N) describe the data (public).
     """
-    d, m, n_samples = data.n_features, data.n_clients, data.n_samples
+    d, m = n_features, n_clients
     scaling = scaling_config(getattr(estimator, "scaling", None), d)
     scaling_share = 0.0
     if isinstance(scaling, PrivateStandardize) and scaling.columns_to_scale(d):
@@ -88,8 +86,7 @@ def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:
                 PrivacyNoiseWarning,
                 stacklevel=3,
             )
-    _, todo = _bounds_to_choose(estimator)
-    searched = todo and not _unclipped(estimator, mu) and estimator.clip != "paper"
+    searched = pending_bounds(estimator, mu)[2] == "search"
     return BudgetPlan.split(mu, scaling=scaling_share, clip=bound_search(estimator).budget if searched else 0.0,
                             inference=0.0 if inference is None else inference.config.budget)
 
@@ -97,24 +94,33 @@ def plan_budget(estimator, data, mu: float, inference) -> BudgetPlan:
 def fit_scaler(estimator, session: Session, plan: BudgetPlan) -> Scaler | None:
     """Fit the feature rescaling requested by ``scaling`` (privately with ``plan.scaling``) and rescale the clients.
 
-    Each client rescales its own columns with the public centres and scales. Nothing to rescale
-    leaves the columns as they are (an identity :class:`Scaler` when an intercept is declared).
+    Each client rescales its own columns with the public centres and scales (:func:`make_scaler`).
     """
     clients = session.clients
-    d = clients.n_features
+    scaler = make_scaler(estimator, functools.partial(column_count, session), int(np.sum(clients.sizes)),
+                         clients.n_clients, clients.n_features, plan)
+    if scaler is not None:
+        clients.rescale(scaler)
+    return scaler
+
+
+def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: int, plan: BudgetPlan) -> Scaler | None:
+    """The feature rescaling requested by ``scaling``: public bounds, or private centres and scales from ``count``.
+
+    ``count(column, threshold, center, mu_q, stage)`` is the pooled (noisy) count of
+    :meth:`Scaler.private` (a fit asks its clients, :func:`~privfedstat.federation.queries.column_count`;
+    a plan asks a public design). Nothing to rescale gives None, or an identity :class:`Scaler`
+    when an intercept is declared.
+    """
+    d = n_features
     scaling = scaling_config(getattr(estimator, "scaling", None), d)
     if scaling is None:
         return None
     if isinstance(scaling, FeatureBounds):
-        scaler = Scaler.from_bounds(scaling, d)
-    elif plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
-        scaler = None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
-    else:
-        scaler = Scaler.private(scaling, functools.partial(column_count, session), int(np.sum(clients.sizes)),
-                                clients.n_clients, d, plan.scaling)
-    if scaler is not None:
-        clients.rescale(scaler)
-    return scaler
+        return Scaler.from_bounds(scaling, d)
+    if plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
+        return None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
+    return Scaler.private(scaling, count, n_samples, n_clients, d, plan.scaling)
 
 
 def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
@@ -127,10 +133,10 @@ def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
     ``plan.clip``, split equally in squares over its stages (search, pilot rounds of FedSGD,
     search at the pilot).
     """
-    bounds, todo = _bounds_to_choose(estimator)
-    if todo and _unclipped(estimator, plan.mu):
+    bounds, todo, how = pending_bounds(estimator, plan.mu)
+    if how == "infinite":
         bounds.update(dict.fromkeys(todo, math.inf))
-    elif todo and estimator.clip == "paper":
+    elif how == "paper":
         warnings.warn(
             "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
             "per-sample norms at theta=0) without privacy accounting; the fit is not fully private. "
@@ -140,33 +146,63 @@ def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
         )
         theta0 = session.clients.initial_parameters()
         for which in todo:
-            quantiles, _, answered = session.ask("norm_quantiles", which=which, theta=theta0, q=0.9)
+            quantiles, _, answered = session.ask("norm_quantiles", which=which, theta=theta0, q=PAPER_QUANTILE)
             bounds[which] = float(np.max(quantiles[answered]))
-    elif todo:
+    elif how == "search":
         _search(session, bounds, todo, bound_search(estimator), plan.clip)
     return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation)
 
 
 def _search(session: Session, bounds: dict[str, float], todo: list[str], config: AutoClip, mu_clip: float) -> None:
-    """Add to ``bounds`` the :class:`AutoClip` choice of the bounds ``todo``, ``mu_clip``-GDP in all: a search at
-    theta^(0), and with pilot rounds a private FedSGD pilot from there (every client, size weights, the gradient
-    bound found) and a search at the pilot."""
-    theta0 = session.clients.initial_parameters()
-    mu_stage = mu_clip / math.sqrt(config.n_stages)
-    bounds.update(search_bounds(session, todo, theta0, config.quantile, config, mu_stage))
-    if config.pilot_rounds:
-        clients = session.clients
+    """Add to ``bounds`` the :class:`AutoClip` choice of the bounds ``todo`` on the session's clients,
+    ``mu_clip``-GDP in all (:func:`autoclip_bounds`; the pilot is private FedSGD on every client with
+    size weights)."""
+    clients = session.clients
+
+    def search(theta, quantile, mu_stage):
+        return search_bounds(session, todo, theta, quantile, config, mu_stage)
+
+    def pilot(theta0, clip, mu_stage):
         eta = resolve_step_size("auto", clients.family, clients.n_features)
-        pilot, _ = server_gradient_descent(session.everyone(), theta0, clip=bounds["gradient"],
-                                           n_iter=config.pilot_rounds, step_size=eta, mu=mu_stage,
-                                           weights=session.size_weights, stage="clip-pilot")
-        bounds.update(search_bounds(session, todo, pilot, config.pilot_quantile, config, mu_stage))
+        return server_gradient_descent(session.everyone(), theta0, clip=clip, n_iter=config.pilot_rounds,
+                                       step_size=eta, mu=mu_stage, weights=session.size_weights,
+                                       stage="clip-pilot")[0]
+
+    bounds.update(autoclip_bounds(config, mu_clip, clients.initial_parameters(), search, pilot))
 
 
-def _unclipped(estimator, mu: float) -> bool:
-    """Whether the bounds left to choose are infinite: mu = inf and neither an :class:`AutoClip` nor ``"paper"`` asks."""
+def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search, pilot) -> dict[str, float]:
+    """The stages of an :class:`AutoClip` choice, ``mu_clip``-GDP in all (equal shares in squares).
+
+    ``search(theta, quantile, mu_stage) -> {norm: bound}`` finds the ``quantile`` of the per-sample
+    norms at theta; with ``config.pilot_rounds`` a pilot ``pilot(theta0, clip, mu_stage) -> theta``
+    (``pilot_rounds`` FedSGD rounds from theta^(0) with the gradient bound found and
+    ``step_size="auto"``) moves to a working point, where ``search`` looks for the
+    ``pilot_quantile``. A fit searches its clients (:func:`choose_bounds`); a plan searches a
+    public design (:mod:`privfedstat.estimators.power`).
+    """
+    mu_stage = mu_clip / math.sqrt(config.n_stages)
+    bounds = dict(search(theta0, config.quantile, mu_stage))
+    if config.pilot_rounds:
+        bounds.update(search(pilot(theta0, bounds["gradient"], mu_stage), config.pilot_quantile, mu_stage))
+    return bounds
+
+
+def pending_bounds(estimator, mu: float) -> tuple[dict[str, float], list[str], str]:
+    """The user's fixed bounds by norm, the norms whose bound the fit must choose, and how it chooses them.
+
+    How: ``"none"`` (every bound fixed), ``"infinite"`` (mu = inf and neither an :class:`AutoClip`
+    nor ``"paper"`` asks: no clipping), ``"paper"`` (the ``PAPER_QUANTILE`` of the raw norms at
+    theta = 0, not private) or ``"search"`` (the private :class:`AutoClip` search of
+    :func:`bound_search`).
+    """
+    bounds, todo = _bounds_to_choose(estimator)
+    if not todo:
+        return bounds, todo, "none"
     clip = estimator.clip
-    return clip != "paper" and not isinstance(clip, AutoClip) and math.isinf(mu)
+    if clip != "paper" and not isinstance(clip, AutoClip) and math.isinf(mu):
+        return bounds, todo, "infinite"
+    return bounds, todo, "paper" if clip == "paper" else "search"
 
 
 def _bounds_to_choose(estimator) -> tuple[dict[str, float], list[str]]:
@@ -202,26 +238,34 @@ def _fixed_bound(estimator, which: str) -> float | None:
 
 
 def resolve_weights(estimator, session: Session, clip: float, noise_var: np.ndarray | None = None) -> np.ndarray:
-    """Server aggregation weights from the estimator's ``weights`` parameter.
+    """Server aggregation weights from the estimator's ``weights`` parameter, for the session's clients
+    (:func:`weights_for` their public sizes). The protocol reports the result in its
+    :class:`~privfedstat.federation.protocol.Run` (the inference aggregates with it)."""
+    return weights_for(estimator, session.sizes, session.clients.n_params, clip, noise_var)
+
+
+def weights_for(estimator, sizes: np.ndarray, n_params: int, clip: float, noise_var: np.ndarray | None = None
+                ) -> np.ndarray:
+    """Server aggregation weights from the estimator's ``weights`` parameter, for clients of public sizes n_i.
 
     ``"size"``: n_i / N. ``"optimal"`` (eq. (2) of the core paper, only where ``noise_var`` is
-    given): w_i proportional to ``1 / (trace(Sigma)/n_i + d * s_i^2)``, with ``s_i^2`` the
+    given): w_i proportional to ``1 / (trace(Sigma)/n_i + p * s_i^2)``, with ``s_i^2`` the
     per-coordinate variance of client i's noise and trace(Sigma) replaced by its bound B^2
     (``clip``: clipped gradients have norm <= B), as Remark 3.3 suggests replacing it by a
-    constant. An array is used as given (non-negative, summing to 1). The protocol reports the
-    result in its :class:`~privfedstat.federation.protocol.Run` (the inference aggregates with it).
+    constant. An array is used as given (non-negative, summing to 1).
     """
     w = estimator.weights
-    m = session.clients.n_clients
+    sizes = np.asarray(sizes, dtype=np.float64)
+    m = sizes.size
     if isinstance(w, str):
         if w == "size":
-            return session.size_weights
+            return sizes / sizes.sum()
         if w == "optimal":
             if noise_var is None:
                 raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not "
                                  f"{estimator.method}; use 'size' or an array.")
             B2 = clip**2 if math.isfinite(clip) else 1.0
-            inv = 1.0 / (B2 / session.sizes + session.clients.n_params * noise_var)
+            inv = 1.0 / (B2 / sizes + n_params * noise_var)
             return inv / inv.sum()
         raise ValueError(f"weights must be 'size', 'optimal' or an array of {m} numbers, got {w!r}.")
     arr = np.asarray(w, dtype=np.float64)

@@ -6,12 +6,13 @@ import html
 import math
 import textwrap
 
+import numpy as np
 import pandas as pd
 
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.public import NEIGHBOURING, SUBSAMPLED
 
-__all__ = ["Summary", "privacy_rows"]
+__all__ = ["Summary", "privacy_rows", "privacy_share_row"]
 
 #: what one unit is, as the summary states it
 _UNITS = {"record": "one row of one client", "client": "one client's whole dataset"}
@@ -102,3 +103,14 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
     else:
         rows["Towards third parties"] = f"mu = {public.record_third_party_mu:.4g}, {third} (published model)"
     return rows
+
+
+def privacy_share_row(realised, planned) -> str:
+    """The summary's "Privacy share of variance" line: the fit's share and its plan's, each as the mean and the
+    range over the coefficients (``realised`` None: the fit's covariance has no privacy part)."""
+    def share(v) -> str:
+        v = np.asarray(v, dtype=np.float64)
+        return f"{100 * np.mean(v):.0f}% ({100 * np.min(v):.0f}-{100 * np.max(v):.0f}%)"
+
+    fit = "n/a (no privacy part in the fit's covariance)" if realised is None else share(realised)
+    return f"fit {fit}, planned {share(planned)}: mean (min-max) over the coefficients"

@@ -34,11 +34,9 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
     and targets ``quantile`` of the live clients' public N, lowered by ``config.margin`` count-noise
     standard deviations.
     """
-    mu_query = mu / math.sqrt(len(todo) * config.n_queries)
+    mu_query = config.query_budget(mu, len(todo))
     live = session.channel.live
-    n_total = float(np.sum(session.sizes[live]))
-    m = int(np.count_nonzero(live))
-    count_sd = math.sqrt(m) / mu_query if math.isfinite(mu_query) else 0.0  # public: sensitivity 1 per client
+    target = config.target(quantile, float(np.sum(session.sizes[live])), int(np.count_nonzero(live)), mu_query)
     bounds = {}
     for which in todo:
 
@@ -46,7 +44,7 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
             return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
                                  stage=f"{stage}-{which}")
 
-        bounds[which] = private_grid_quantile(noisy_count, config.grid, quantile * n_total - config.margin * count_sd)
+        bounds[which] = private_grid_quantile(noisy_count, config.grid, target)
     return bounds
 
 

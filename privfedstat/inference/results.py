@@ -103,6 +103,15 @@ class InferenceResult:
         return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
 
     @property
+    def privacy_share(self) -> np.ndarray | None:
+        """Share of each coefficient's variance that is privacy noise, ``diag(cov_privacy) / diag(cov)``
+        (None for the bootstrap, whose draws do not separate the parts)."""
+        if self.cov_privacy is None:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.diag(self.cov_privacy) / np.diag(self.cov)
+
+    @property
     def zvalues(self) -> np.ndarray:
         """``params / bse``."""
         with np.errstate(divide="ignore", invalid="ignore"):

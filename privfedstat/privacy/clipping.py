@@ -124,6 +124,16 @@ class AutoClip:
         """Number of noisy count queries per estimated bound."""
         return int(math.log2(self.n_grid))
 
+    def query_budget(self, mu: float, n_searches: int) -> float:
+        """GDP budget of each count query when ``n_searches`` searches share ``mu`` (in squares)."""
+        return mu / math.sqrt(n_searches * self.n_queries)
+
+    def target(self, quantile: float, n_total: float, n_clients: int, mu_query: float) -> float:
+        """The count a search aims at: ``quantile`` of the N samples, lowered by ``margin`` sds of the pooled
+        count's noise (``sqrt(m) / mu_query``: sensitivity 1 per client; public)."""
+        count_sd = math.sqrt(n_clients) / mu_query if math.isfinite(mu_query) else 0.0
+        return quantile * n_total - self.margin * count_sd
+
     @property
     def n_stages(self) -> int:
         """Stages sharing the budget: the search at 0, and with a pilot the pilot and the search at it."""

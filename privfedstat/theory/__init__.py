@@ -11,6 +11,8 @@
 * Prediction: :func:`predict_mse_from_params` (an algorithm's linearised recursion at given
   parameters, summed exactly), :class:`Problem`; :func:`privfedstat.predict_mse` applies it to an
   estimator.
+* Power: :func:`wald_power` and :func:`wald_half_width` of a Wald test or interval given an SE
+  (:func:`privfedstat.plan_study` predicts a private fit's SE).
 * Inference: :func:`protocol_noise_covariance`, the covariance of a fit's privacy noise from the
   noise model its protocol records (:mod:`privfedstat.theory.noise`), linearised at a Hessian.
 
@@ -27,6 +29,7 @@ from .lower_bound import effective_sample_size, lower_bound
 from .newton import ClientCondition, fednewton_bound, fednewton_max_clients
 from .noise import protocol_noise_covariance
 from .planning import Iterations, optimal_weights, recommended_iterations
+from .power import wald_half_width, wald_power
 from .predictor import MSEPrediction, Problem, predict_mse_from_params
 
 __all__ = [
@@ -44,6 +47,8 @@ __all__ = [
     "hessian_norm_quantile",
     "predict_mse_from_params",
     "protocol_noise_covariance",
+    "wald_power",
+    "wald_half_width",
     "Problem",
     "MSEPrediction",
     "ProblemConstants",

@@ -93,8 +93,6 @@ class Population:
     """
 
     def __init__(self, spec: Spec, n_mc: int, seed) -> None:
-        self.spec = spec
-        self.family = spec.resolved_family
         half = max(1, (int(n_mc) + 1) // 2)
         rng = np.random.default_rng(seed)
         z = rng.standard_normal((half, spec.d - 1))
@@ -104,10 +102,29 @@ class Population:
             # which removes the Monte-Carlo error of every quantity quadratic in the covariates
             L = np.linalg.cholesky(z.T @ z / z.shape[0])
             z = np.linalg.solve(L, z.T).T
-        self.X = np.column_stack([np.ones(z.shape[0]), spec.sigma_c * z])
-        self.n = self.X.shape[0]
-        self.xnorm = np.linalg.norm(self.X, axis=1)
-        self.eta0 = self.X @ spec.beta_array
+        self._use(spec, np.column_stack([np.ones(z.shape[0]), spec.sigma_c * z]))
+
+    @classmethod
+    def of_covariates(cls, spec: Spec, X: np.ndarray) -> Population:
+        """The population whose covariates are the rows of ``X`` (equally likely), y | x from ``spec``'s GLM.
+
+        ``X`` is any covariate sample (a public pilot or synthetic design, with its intercept
+        column); ``spec.sigma_c`` is not used.
+        """
+        pop = cls.__new__(cls)
+        pop._use(spec, np.asarray(X, dtype=np.float64))
+        return pop
+
+    def _use(self, spec: Spec, X: np.ndarray) -> None:
+        if X.ndim != 2 or X.shape[1] != spec.d or X.shape[0] < 1 or not np.all(np.isfinite(X)):
+            raise ValueError(f"the covariates must be a finite (n, {spec.d}) array, one column per coefficient; "
+                             f"got shape {X.shape}.")
+        self.spec = spec
+        self.family = spec.resolved_family
+        self.X = X
+        self.n = X.shape[0]
+        self.xnorm = np.linalg.norm(X, axis=1)
+        self.eta0 = X @ spec.beta_array
         self._nodes = None
 
     @property
@@ -168,6 +185,17 @@ class Population:
         """P(||grad rho(x, theta)|| > clip)."""
         _, _, active = self._pieces(theta, clip)
         return float(np.mean(np.sum(self.W * ~active, axis=1)))
+
+    def share_at_most(self, which: str, theta, threshold: float) -> float:
+        """P(per-sample norm <= threshold) at ``theta``: ``"gradient"`` norms ``|ell'(y, x^T theta)| ||x||`` (y | x
+        integrated) or ``"hessian"`` norms ``ell''(x^T theta) ||x||^2`` (the norms a clip search counts)."""
+        if which == "hessian":
+            return float(np.mean(self.hessian_norms(theta) <= threshold))
+        if which != "gradient":
+            raise ValueError(f"which must be 'gradient' or 'hessian', got {which!r}.")
+        z = (self.X @ np.asarray(theta, dtype=np.float64))[:, None]
+        norms = np.abs(self.family.deriv(self.Y, z)) * self.xnorm[:, None]
+        return float(np.mean(np.sum(self.W * (norms <= threshold), axis=1)))
 
     def hessian_norms(self, theta) -> np.ndarray:
         """Per-sample Hessian spectral norms ell''(x^T theta) ||x||^2 (ell'' does not depend on y for

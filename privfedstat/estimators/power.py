@@ -1,0 +1,486 @@
+"""Plan a private federated study before spending any budget: standard errors, interval widths, power.
+
+:func:`plan_study` predicts, from public design information only, what the default ``glm()`` fit
+(or the fit the keywords ask for) will report: each coefficient's standard error split into its
+sampling and privacy parts, the interval's half-width against the non-private one, and the power
+of the Wald test of ``coef = 0``. :meth:`StudyPlan.required` inverts it (the mu, the number of
+sites or the rows per site for a target half-width or power); :meth:`StudyPlan.curve` and
+:meth:`StudyPlan.plot` show the price of privacy against mu; :meth:`StudyPlan.compare` (and
+``fit.summary(plan=...)``) sets a fit's realised privacy share next to the plan's.
+
+How the prediction follows the fit, stage by stage (each through the function the fit itself
+runs, fed with the design instead of the clients):
+
+1. the budget plan (:func:`~privfedstat.estimators.stages.plan_budget`, with the inference task
+   of :func:`~privfedstat.inference.core.plan_inference`);
+2. the private scaling (:func:`~privfedstat.estimators.stages.make_scaler`): its noisy bisections
+   run on the design's exact counts (``N`` times the share of design rows), so the centres and
+   scales are those a fit gets without count noise (the decisions still lean by the fit's margins);
+3. the clipping bounds (:func:`~privfedstat.estimators.stages.autoclip_bounds`): the same
+   searches on the design's exact counts of per-sample norms (y | x integrated exactly), the pilot
+   as the noise-free population FedSGD path;
+4. the privacy noise: the estimator's own noise model for these public settings
+   (``planned_noise_model``, e.g. :meth:`~privfedstat.FedIRLS.planned_noise_model`), linearised at
+   the design's clipped-score Jacobian J by :func:`~privfedstat.theory.protocol_noise_covariance`,
+   the function the fit's inference uses;
+5. the sampling variance ``c J^-1 S J^-1`` (``c = sum_i w_i^2 / n_i``, S the clipped score's
+   covariance) at the root theta* of the clipped population equation; both parts mapped to the
+   original scale with the scaler (:func:`~privfedstat.inference.covariance.original_scale_map`).
+
+The test's effect is theta*'s coefficient on the original scale (the guessed coefficient
+shrunk by the clipping bias), not the guess itself.
+
+Approximations (inferred): the design's covariate sample is the population (a public pilot or
+synthetic sample: the prediction is only as good as the guess); the fit's estimate is taken at
+theta* (the rounds converged, no clipping-bias beyond theta*); the released last Hessian is taken
+as the noise-free Newton matrix (its noise inflates the last round's variance by about
+``s^2 (p + 1) / (2 lambda^2)``, small at the auto floor); the count noise of the private scaling
+and clip searches is left out (their decisions lean as the fit's do). Accuracy against Monte
+Carlo (``benchmarks/bench_power.py``, section "Planning" of ``benchmarks/RESULTS.md``; logistic,
+Poisson, Gaussian, 5 x 2000 and 100 x 100 rows, mu 0.5-8): where the planned privacy share of the
+variance is below ``EDGE_SHARE`` = 0.5, the planned SE is within 15% of the fits' median reported
+SE in 97% of the cells and of the robust SD of their estimates in 94%, the power within 0.1 in
+96%; above it the plan is optimistic (fits' SEs 10-85% larger), and the 0.1-3% of fits that a
+noisy clip or scaling decision sends far off are not described.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .._validation import check_mu
+from ..exceptions import PrivacyNoiseWarning
+from ..families import get_family
+from ..federation.protocol import Setup
+from ..inference.config import resolve_inference
+from ..inference.core import plan_inference
+from ..inference.covariance import original_scale_map, weighted_factor
+from ..privacy.clipping import private_grid_quantile
+from ..theory._population import Population, make_spec
+from ..theory.noise import protocol_noise_covariance
+from ..theory.power import wald_half_width, wald_power
+from ._steps import resolve_step_size
+from .registry import get_method
+from .scaling import PrivateStandardize
+from .stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget, weights_for
+
+__all__ = ["plan_study", "StudyPlan", "Unplannable"]
+
+#: what every plan says about itself
+NO_SPEND = "planned from public design information only: no budget spent, no private data read"
+#: bisection range of the required mu (beyond it, a larger mu changes nothing that matters)
+MU_RANGE = (0.1, 1e4)
+#: a planned privacy share of the variance from which the linearised plan is optimistic (benchmarks/bench_power.py)
+EDGE_SHARE = 0.5
+#: largest number of sites or rows per site :meth:`StudyPlan.required` tries
+MAX_COUNT = 10**7
+
+
+class Unplannable(ValueError):
+    """The planned fit has no estimate to predict (e.g. every row clipped): the setting is out of reach."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Design:
+    """The public design guess: covariate sample (with the intercept column), coefficients, family, residual sd."""
+
+    X: np.ndarray
+    coef: np.ndarray
+    family: str
+    noise_sd: float
+    names: tuple
+
+
+def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, names=None, noise_sd: float = 1.0,
+               alpha: float = 0.05, method: str = "fedirls", scaling="private", **params) -> StudyPlan:
+    """Predict a private federated GLM fit's standard errors and power from public design information.
+
+    Nothing is released and no data are read: the inputs are what a statistician knows before the
+    study (how many sites, how many rows each, a guess of the covariates' distribution and of the
+    coefficients). The estimator is built as :func:`privfedstat.glm` builds it with the same
+    keywords (default: FedIRLS, private scaling, ``clip="auto"``, ``inference="auto"``).
+
+    Parameters
+    ----------
+    covariates : array of shape (n, d)
+        A public sample of design rows, one column per coefficient and the intercept as a
+        column of ones (a pilot study, a synthetic sample drawn from what is known of the
+        population, a published table): its rows are taken as the population. A few thousand
+        rows are enough for the moments; more for the tails that set the clipping bounds.
+    coef : array of shape (d,)
+        Guessed coefficients on the original scale (the effects to detect).
+    sizes : sequence of int
+        Rows per site n_i (public, as in the fit).
+    family : {"gaussian", "logistic", "poisson"}, default "gaussian"
+        A likelihood family with a scalar response (the plan integrates y | x exactly).
+    mu : float, default 2.0
+        GDP budget per client of the whole fit (``inf``: the non-private fit).
+    names : sequence of str, optional
+        Coefficient names (default ``x0, x1, ...``; ``"Intercept"`` for a column of ones).
+    noise_sd : float, default 1.0
+        Residual sd of the Gaussian family (ignored by the others).
+    alpha : float, default 0.05
+        Level of the intervals and tests.
+    method : str, default "fedirls"
+        A registered method whose estimator has ``planned_noise_model`` (FedIRLS).
+    scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
+        As in :func:`privfedstat.glm` ("private": a :class:`PrivateStandardize` with the column of
+        ones as intercept).
+    **params
+        Further estimator parameters (``clip``, ``n_rounds``, ``inference``, ...).
+
+    Returns
+    -------
+    StudyPlan
+    """
+    X = np.asarray(covariates, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 2 or not np.all(np.isfinite(X)):
+        raise ValueError(f"covariates must be a finite (n, d) array of design rows, got shape {X.shape}.")
+    d = X.shape[1]
+    beta = np.asarray(coef, dtype=np.float64).ravel()
+    if beta.shape != (d,) or not np.all(np.isfinite(beta)):
+        raise ValueError(f"coef must hold {d} finite numbers (one per column of covariates), got {coef!r}.")
+    ones = [j for j in range(d) if np.all(X[:, j] == 1.0)]
+    intercept = ones[0] if ones else None
+    if names is None:
+        names = tuple("Intercept" if j == intercept else f"x{j}" for j in range(d))
+    if len(names) != d:
+        raise ValueError(f"names has {len(names)} entries, covariates {d} columns.")
+    law = get_family(family)
+    make_spec(family=law.name, beta=beta)  # refuses families without a scalar response law
+    spec = get_method(method)
+    if not hasattr(spec.cls, "planned_noise_model"):
+        raise ValueError(f"plan_study needs an estimator that reports its noise model from public settings "
+                         f"(planned_noise_model): method='fedirls'; got {method!r}.")
+    if scaling == "private":
+        scaling = PrivateStandardize(intercept=intercept)
+    estimator = spec.cls(family=law.name, mu=check_mu(mu), scaling=scaling, **params)
+    design = _Design(X, beta, law.name, float(noise_sd), tuple(str(n) for n in names))
+    return StudyPlan(estimator, design, _sizes(sizes), float(alpha))
+
+
+def _sizes(sizes) -> np.ndarray:
+    n = np.asarray(sizes, dtype=np.float64).ravel()
+    if n.size == 0 or np.any(~(n >= 1)) or np.any(n != np.floor(n)):
+        raise ValueError(f"sizes must be positive integers (rows per site), got {sizes!r}.")
+    return n.astype(np.int64)
+
+
+class StudyPlan:
+    """The predicted precision and power of one planned fit (see :func:`plan_study`).
+
+    Attributes
+    ----------
+    mu : float
+        GDP budget per client.
+    sizes : ndarray of int
+        Rows per site.
+    alpha : float
+    frame : pandas.DataFrame
+        One row per coefficient: ``coef`` (the guess), ``effect`` (what the fit estimates: theta*
+        on the original scale), ``se`` and its parts ``se_sampling`` and ``se_privacy``
+        (``se^2 = se_sampling^2 + se_privacy^2``), ``privacy_share`` (``se_privacy^2 / se^2``),
+        ``se_nonprivate`` (the mu = inf fit's), ``width_ratio`` (``se / se_nonprivate``: the
+        interval's width against the non-private one), ``half_width`` (``z_{1 - alpha/2} se``),
+        ``power`` and ``power_nonprivate`` (two-sided Wald test of ``coef = 0`` at level alpha).
+    settings : dict
+        The public settings the prediction resolved: budgets of the stages, B, C_H, sites, N.
+    """
+
+    def __init__(self, estimator, design: _Design, sizes: np.ndarray, alpha: float, public: dict | None = None) -> None:
+        self._estimator = estimator
+        self._design = design
+        self.mu = float(estimator.mu)
+        self.sizes = sizes
+        self.alpha = alpha
+        private = _predict(estimator, design, sizes)
+        if public is None:
+            public = private if math.isinf(self.mu) else _predict(_with(estimator, mu=math.inf), design, sizes)
+        self._public = public  # the mu = inf prediction: the same for every mu
+        se_s, se_p = np.sqrt(private["sampling"]), np.sqrt(private["privacy"])
+        se = np.hypot(se_s, se_p)
+        se_np = np.sqrt(public["sampling"])
+        self.settings = private["settings"]
+        self.frame = pd.DataFrame({
+            "coef": design.coef, "effect": private["effect"], "se": se, "se_sampling": se_s, "se_privacy": se_p,
+            "privacy_share": se_p**2 / se**2, "se_nonprivate": se_np, "width_ratio": se / se_np,
+            "half_width": wald_half_width(se, alpha), "power": wald_power(private["effect"], se, alpha),
+            "power_nonprivate": wald_power(public["effect"], se_np, alpha),
+        }, index=pd.Index(design.names, name="term"))
+
+    # ------------------------------------------------------------------ variations
+    def at(self, *, mu: float | None = None, sizes=None) -> StudyPlan:
+        """The same design planned at another ``mu`` and/or other site sizes."""
+        est = self._estimator if mu is None else _with(self._estimator, mu=check_mu(mu))
+        if sizes is None:
+            return StudyPlan(est, self._design, self.sizes, self.alpha, self._public)
+        return StudyPlan(est, self._design, _sizes(sizes), self.alpha)
+
+    def required(self, term: str, *, power: float | None = None, half_width: float | None = None,
+                 vary: str = "mu") -> StudyPlan:
+        """The plan at the smallest ``mu``, number of sites or rows per site that reaches a target for ``term``.
+
+        Parameters
+        ----------
+        term : str
+            A coefficient name.
+        power, half_width : float
+            The target: the Wald test's power at least ``power``, or the interval's half-width at
+            most ``half_width`` (give one).
+        vary : {"mu", "sites", "rows"}, default "mu"
+            What to change: mu (bisection on its logarithm, to 1%); the number of sites (the
+            current sizes repeated in turn); the rows per site (every site scaled in proportion,
+            searched on the mean size).
+
+        Returns
+        -------
+        StudyPlan
+            At the value found (read ``.mu`` or ``.sizes``).
+
+        Raises
+        ------
+        ValueError
+            When the target is out of reach (e.g. the non-private fit misses it: more data, not
+            more mu, is needed).
+        """
+        if (power is None) == (half_width is None):
+            raise ValueError("give exactly one target: power= or half_width=.")
+        if term not in self.frame.index:
+            raise ValueError(f"term {term!r} is not a coefficient; they are {list(self.frame.index)}.")
+
+        def meets(plan: StudyPlan | None) -> bool:
+            if plan is None:
+                return False
+            row = plan.frame.loc[term]
+            return bool(row["power"] >= power) if power is not None else bool(row["half_width"] <= half_width)
+
+        what = f"power {power:g}" if power is not None else f"half-width {half_width:g}"
+        if vary == "mu":
+            return self._required_mu(meets, what, term)
+        base = self.sizes.astype(np.float64)
+        if vary == "sites":
+            def build(k: int) -> StudyPlan | None:
+                return _plannable(self.at, sizes=base[np.arange(k) % base.size])
+        elif vary == "rows":
+            def build(k: int) -> StudyPlan | None:
+                return _plannable(self.at, sizes=np.maximum(1, np.round(k * base / base.mean())))
+        else:
+            raise ValueError(f"vary must be 'mu', 'sites' or 'rows', got {vary!r}.")
+        return _smallest_count(build, meets, f"{what} for {term!r}")
+
+    def _required_mu(self, meets, what: str, term: str) -> StudyPlan:
+        lo, hi = (math.log(v) for v in MU_RANGE)
+        if not meets(_plannable(self.at, mu=math.exp(hi))):
+            raise ValueError(f"{what} for {term!r} is out of reach at any mu with these sizes (N = {int(self.sizes.sum())})"
+                             ": the sampling variance alone is too large; plan more sites or rows "
+                             "(vary='sites' or 'rows').")
+        if meets(_plannable(self.at, mu=math.exp(lo))):
+            return self.at(mu=math.exp(lo))
+        while hi - lo > 0.01:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if meets(_plannable(self.at, mu=math.exp(mid))) else (mid, hi)
+        return self.at(mu=math.exp(hi))
+
+    def curve(self, mus) -> pd.DataFrame:
+        """The plan's ``se``, ``half_width``, ``width_ratio``, ``privacy_share`` and ``power`` at each mu in ``mus``.
+
+        Returns a tidy DataFrame: one row per mu and term (columns ``mu``, ``term`` and those of
+        :attr:`frame`); a mu at which the fit has no estimate (:class:`Unplannable`) has no rows.
+        """
+        plans = {float(mu): _plannable(self.at, mu=float(mu)) for mu in mus}
+        rows = [plan.frame.reset_index().assign(mu=mu) for mu, plan in plans.items() if plan is not None]
+        if not rows:
+            raise Unplannable(f"the fit has no estimate at any of these mu ({list(plans)}).")
+        return pd.concat(rows, ignore_index=True)
+
+    def plot(self, term: str, what: str = "power", mus=None, ax=None):
+        """Draw ``power`` or ``half_width`` of ``term`` against mu (log axis), with the non-private line.
+
+        Parameters
+        ----------
+        term : str
+        what : {"power", "half_width"}, default "power"
+        mus : sequence of float, optional
+            Default 25 values from 0.25 to 16 (and the plan's own mu, marked).
+        ax : matplotlib Axes, optional
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        import matplotlib.pyplot as plt
+
+        if what not in ("power", "half_width"):
+            raise ValueError(f"what must be 'power' or 'half_width', got {what!r}.")
+        mus = np.geomspace(0.25, 16.0, 25) if mus is None else np.asarray(mus, dtype=np.float64)
+        frame = self.curve(mus)
+        frame = frame[frame["term"] == term]
+        row = self.frame.loc[term]
+        reference = row["power_nonprivate"] if what == "power" else wald_half_width(row["se_nonprivate"], self.alpha)
+        if ax is None:
+            ax = plt.subplots(figsize=(5.5, 3.5))[1]
+        ax.plot(frame["mu"], frame[what], "-", label=f"private ({self._estimator.method})")
+        ax.axhline(float(reference), color="grey", ls="--", label="non-private (mu = inf)")
+        if math.isfinite(self.mu):
+            ax.plot([self.mu], [row[what]], "o", color="C3", label=f"planned mu = {self.mu:g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("mu (GDP budget per site)")
+        ax.set_ylabel("power of the Wald test" if what == "power" else f"{100 * (1 - self.alpha):g}% interval half-width")
+        n = self.sizes
+        ax.set_title(f"{term}: {n.size} sites, {int(n.sum())} rows", fontsize=10)
+        ax.legend(loc="best", fontsize=8)
+        return ax
+
+    # ------------------------------------------------------------------ against a fit
+    def compare(self, fit) -> pd.DataFrame:
+        """The plan next to a private fit's own inference: standard errors and privacy shares of the variance.
+
+        Columns ``se_planned``, ``se_fit`` (the fit's ``bse_``), ``privacy_share_planned`` and
+        ``privacy_share_fit`` (``fit.inference_.privacy_share``).
+        """
+        result = getattr(fit, "inference_", None)
+        if result is None or result.cov_privacy is None:
+            raise ValueError("compare needs a fit with model or sandwich inference (its covariance has a privacy part).")
+        realised = result.privacy_share
+        if realised.size != len(self.frame):
+            raise ValueError(f"the fit has {realised.size} coefficients, the plan {len(self.frame)}.")
+        return pd.DataFrame({"se_planned": self.frame["se"].to_numpy(), "se_fit": np.ravel(result.bse),
+                             "privacy_share_planned": self.frame["privacy_share"].to_numpy(),
+                             "privacy_share_fit": realised}, index=self.frame.index)
+
+    def __repr__(self) -> str:
+        n = self.sizes
+        head = (f"StudyPlan: {self._estimator.method}, {self._design.family}, {n.size} sites "
+                f"({int(n.min())}-{int(n.max())} rows, N = {int(n.sum())}), mu = {self.mu:g}, alpha = {self.alpha:g}\n"
+                f"{NO_SPEND}\n"
+                + ", ".join(f"{k} {v}" for k, v in self.settings.items()) + "\n")
+        text = head + self.frame.to_string(float_format=lambda v: f"{v:.4g}")
+        edge = list(self.frame.index[self.frame["privacy_share"] >= EDGE_SHARE])
+        if edge:
+            text += (f"\nNote: privacy noise is at least {EDGE_SHARE:g} of the variance of {', '.join(edge)}: there the "
+                     "fits' SEs have exceeded the plan by 10-85% (benchmarks/RESULTS.md, Planning); plan more mu or rows.")
+        return text
+
+
+def _with(estimator, **params):
+    """A copy of ``estimator`` with ``params`` changed."""
+    return type(estimator)(**{**estimator.get_params(), **params})
+
+
+def _plannable(at, **change) -> StudyPlan | None:
+    """``at(**change)``, or None where that setting is :class:`Unplannable` (it meets no target)."""
+    try:
+        return at(**change)
+    except Unplannable:
+        return None
+
+
+def _smallest_count(build, meets, what: str) -> StudyPlan:
+    """``build(k)`` at the smallest integer k >= 1 for which ``meets`` holds (doubling, then bisection)."""
+    hi = 1
+    while not meets(build(hi)):
+        if hi >= MAX_COUNT:
+            raise ValueError(f"{what} is out of reach with up to {MAX_COUNT} (check the design and the target).")
+        hi *= 2
+    lo = hi // 2  # fails (or 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if meets(build(mid)) else (mid, hi)
+    return build(hi)
+
+
+def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
+    """Sampling and privacy variances (original scale), the effect theta* and the resolved settings of one fit."""
+    mu = float(estimator.mu)
+    family = get_family(estimator.family)
+    X = design.X
+    d, m, N = X.shape[1], sizes.size, int(sizes.sum())
+    estimator._validate_params(mu)
+    task = plan_inference(estimator.inference, family, m, d, None, bound_search(estimator))
+    with warnings.catch_warnings():  # the plan reports the scaling it can do; the fit will warn
+        warnings.simplefilter("ignore", PrivacyNoiseWarning)
+        plan = plan_budget(estimator, mu, task, n_features=d, n_clients=m, n_samples=N)
+
+    def count(j, threshold, center, mu_q, stage):
+        x = X[:, j] if center is None else np.abs(X[:, j] - center)
+        return N * float(np.mean(x <= threshold))
+
+    scaler = make_scaler(estimator, count, N, m, d, plan)
+    G = original_scale_map(None if scaler is None else scaler.coef_to_original, d, 1)
+    theta = np.linalg.solve(G, design.coef)
+    spec = dataclasses.replace(make_spec(family=family.name, beta=theta), noise_sd=design.noise_sd)
+    pop = Population.of_covariates(spec, X if scaler is None else scaler.transform_rows(X))
+    setup, search = _bounds(estimator, pop, plan, sizes)
+    target, mom, J_inv = _root(pop, setup, mu, sizes)
+    refine = None
+    todo, mu_search = estimator.refine_search(setup.mu)
+    if todo:  # the bounds the fit searches again at its located point: here the root of the first bounds
+        found = search(todo, target, bound_search(estimator).pilot_quantile, mu_search)
+        refine = Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu)
+        target, mom, J_inv = _root(pop, refine, mu, sizes)
+    final = setup if refine is None else refine
+    w = weights_for(estimator, sizes, d, final.clip)
+    c = weighted_factor(w, sizes)[0]
+    sampling = c * J_inv @ mom["S"] @ J_inv
+    privacy = np.zeros((d, d))
+    if math.isfinite(mu):
+        newton = pop.clipped_hessian(target, final.hessian_clip)
+        noise = estimator.planned_noise_model(sizes, setup, family, newton, refine)
+        privacy = protocol_noise_covariance(noise, mom["J"])
+    config = resolve_inference(estimator.inference)
+    settings = {"mu: scaling": f"{plan.scaling:.3g}", "clip search": f"{plan.clip:.3g}",
+                "estimation": f"{plan.estimation:.3g}", "inference": f"{plan.inference:.3g}",
+                "B": f"{final.clip:.3g}", "C_H": f"{final.hessian_clip:.3g}",
+                "clipped": f"{100 * pop.clip_fraction(target, final.clip):.1f}%",
+                "cov_type": "none" if config is None else task.cov_type}
+    return {"sampling": np.diag(G @ sampling @ G.T), "privacy": np.diag(G @ privacy @ G.T), "effect": G @ target,
+            "settings": settings}
+
+
+def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup, object]:
+    """The clipping bounds the fit would choose on this population (fixed, infinite, or the AutoClip search on
+    exact counts; the pilot: noise-free population FedSGD), and the search ``search(todo, theta, quantile,
+    mu_stage) -> {norm: bound}`` it runs on the population's exact counts."""
+    bounds, todo, how = pending_bounds(estimator, plan.mu)
+    config = bound_search(estimator)
+    N, m = float(sizes.sum()), sizes.size
+
+    def search(norms, theta, quantile, mu_stage):
+        target = config.target(quantile, N, m, config.query_budget(mu_stage, len(norms)))
+        return {which: private_grid_quantile(lambda t, which=which: N * pop.share_at_most(which, theta, t),
+                                             config.grid, target) for which in norms}
+
+    if how == "paper":
+        raise ValueError("clip='paper' reads the raw data (not private) and is not planned; use clip='auto' or a number.")
+    if how == "infinite":
+        bounds.update(dict.fromkeys(todo, math.inf))
+    elif how == "search":
+
+        def pilot(theta0, clip, mu_stage):
+            eta = resolve_step_size("auto", pop.family, pop.X.shape[1])
+            theta = theta0
+            for _ in range(config.pilot_rounds):
+                theta = theta - eta * pop.gradient(theta, clip)
+            return theta
+
+        bounds.update(autoclip_bounds(config, plan.clip, np.zeros(pop.X.shape[1]),
+                                      lambda theta, q, mu_stage: search(todo, theta, q, mu_stage), pilot))
+    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation), search
+
+
+def _root(pop: Population, setup: Setup, mu: float, sizes: np.ndarray):
+    """The root of the clipped estimating equation at ``setup``'s B, its moments and ``J^-1``; Unplannable if none."""
+    B = None if math.isinf(setup.clip) else setup.clip
+    try:
+        target = pop.root(B)
+        mom = pop.moments(target, B)
+        return target, mom, np.linalg.inv(mom["J"])
+    except np.linalg.LinAlgError:
+        raise Unplannable(f"at mu = {mu:g} with {sizes.size} sites of {int(sizes.min())}-{int(sizes.max())} rows the "
+                          f"fit would clip nearly every row (B = {setup.clip:.3g}): its estimating equation has no "
+                          "root on this design; a larger mu or more rows per site is needed.") from None

@@ -1,0 +1,161 @@
+"""plan_study: the planned fit follows the real one (bounds, SEs), its power is statsmodels', its inversions hit
+their targets, and a reduced Monte Carlo agrees with it (the full grid: benchmarks/bench_power.py)."""
+
+import warnings
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+from statsmodels.stats.power import NormalIndPower
+
+import privfedstat as pfs
+from privfedstat import FederatedData, FedIRLS, PrivateStandardize
+from privfedstat.estimators import fedirls
+from privfedstat.estimators.power import NO_SPEND, Unplannable
+from privfedstat.federation.protocol import Setup
+from privfedstat.theory import wald_half_width, wald_power
+
+NAMES = ["Intercept", "x1", "x2"]
+
+
+def rows(n, rng):
+    return np.column_stack([np.ones(n), rng.standard_normal(n), (rng.random(n) < 0.4).astype(float)])
+
+
+@pytest.fixture(scope="module")
+def design():
+    return rows(20_000, np.random.default_rng(0))
+
+
+def simulate(family, coef, m, n, rng):
+    X = rows(m * n, rng)
+    y = pfs.get_family(family).simulate(X @ np.asarray(coef), rng, 1.0)
+    return X, y, FederatedData.from_pooled(X, y, clients=np.repeat(np.arange(m), n))
+
+
+def test_wald_power_is_statsmodels_normal_power():
+    for effect, se in [(0.1, 0.05), (0.3, 0.2), (-0.2, 0.04), (0.0, 1.0)]:
+        expected = NormalIndPower().power(effect_size=abs(effect) / se, nobs1=1, alpha=0.05, ratio=0)
+        assert wald_power(effect, se) == pytest.approx(expected, abs=1e-12)
+    assert wald_half_width(1.0) == pytest.approx(1.959964, abs=1e-6)
+
+
+@pytest.mark.parametrize("family", ["logistic", "poisson", "gaussian"])
+def test_non_private_plan_is_statsmodels(design, family):
+    """mu = inf: the planned SE is the MLE's (statsmodels' bse on a large sample, scaled to N) and its power is
+    NormalIndPower's at that SE."""
+    coef = {"logistic": (-0.5, 0.3, 0.4), "poisson": (0.3, 0.2, 0.3), "gaussian": (1.0, 0.3, 0.4)}[family]
+    plan = pfs.plan_study(design, coef, family=family, sizes=[500] * 8, mu=float("inf"), names=NAMES)
+    frame = plan.frame
+    assert np.all(frame["se_privacy"] == 0) and np.allclose(frame["se"], frame["se_nonprivate"])
+    X, y, _ = simulate(family, coef, 40, 5000, np.random.default_rng(1))  # 200000 rows
+    sm_family = {"logistic": sm.families.Binomial(), "poisson": sm.families.Poisson(),
+                 "gaussian": sm.families.Gaussian()}[family]
+    bse = sm.GLM(y, X, family=sm_family).fit().bse * np.sqrt(200_000 / 4000)
+    np.testing.assert_allclose(frame["se"], bse, rtol=0.03)
+    for _, row in frame.iterrows():
+        es = abs(row["effect"]) / row["se"]
+        assert row["power"] == pytest.approx(NormalIndPower().power(effect_size=es, nobs1=1, alpha=0.05, ratio=0))
+    assert NO_SPEND in repr(plan)
+
+
+def test_plan_resolves_the_fit_settings_and_matches_its_standard_errors(design):
+    """The fit's budget plan, bounds and reported SEs are those the plan predicts (logistic, 8 x 1000, mu = 2)."""
+    coef = (-0.5, 0.3, 0.4)
+    plan = pfs.plan_study(design, coef, family="logistic", sizes=[1000] * 8, mu=2.0, names=NAMES)
+    scaling = (PrivateStandardize().budget * 2.0) ** 2  # shares of mu = 2, composed in squares
+    assert plan.settings["estimation"] == f"{np.sqrt(4 - scaling - 0.2**2 - 0.5**2):.3g}"
+    rng = np.random.default_rng(2)
+    ses, clips = [], []
+    for r in range(5):
+        _, _, data = simulate("logistic", coef, 8, 1000, rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = FedIRLS(family="logistic", mu=2.0, scaling=PrivateStandardize(intercept=0), random_state=r).fit(data)
+        ses.append(fit.bse_)
+        clips.append(fit.clip_)
+        table = plan.compare(fit)
+        assert list(table.columns) == ["se_planned", "se_fit", "privacy_share_planned", "privacy_share_fit"]
+    assert float(plan.settings["B"]) == pytest.approx(np.median(clips), rel=5e-3)  # settings show 3 digits
+    np.testing.assert_allclose(np.median(ses, axis=0), plan.frame["se"], rtol=0.15)
+    assert "Privacy share of variance" in fit.summary(plan=plan).header
+
+
+def test_reduced_monte_carlo(design):
+    """Predicted SE against the robust SD of 40 private fits' estimates, and power against their rejection rate
+    (Poisson, 20 x 250, mu = 1; the full grid is benchmarks/bench_power.py)."""
+    coef = (0.3, 0.05, 0.06)
+    plan = pfs.plan_study(design, coef, family="poisson", sizes=[250] * 20, mu=1.0, names=NAMES)
+    rng = np.random.default_rng(3)
+    est = FedIRLS(family="poisson", mu=1.0, scaling=PrivateStandardize(intercept=0))
+    coefs, rejects = [], []
+    for r in range(40):
+        _, _, data = simulate("poisson", coef, 20, 250, rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.set_params(random_state=r).fit(data)
+        coefs.append(est.coef_)
+        rejects.append(np.abs(est.zvalues_) > 1.959964)
+    coefs = np.array(coefs)
+    robust_sd = 1.4826 * np.median(np.abs(coefs - np.median(coefs, axis=0)), axis=0)
+    # 40 fits: the robust SD is itself uncertain by ~17%; the fits' own SEs of x1 are ~25% below it here
+    np.testing.assert_allclose(plan.frame["se"], robust_sd, rtol=0.45)
+    np.testing.assert_allclose(plan.frame["power"], np.mean(rejects, axis=0), atol=0.3)
+
+
+def test_required_reaches_its_target_and_no_less_would(design):
+    plan = pfs.plan_study(design, (-0.5, 0.05, 0.25), family="logistic", sizes=[300] * 10, mu=2.0, names=NAMES)
+    need = plan.required("x2", power=0.8)
+    assert need.frame.loc["x2", "power"] >= 0.8 and plan.at(mu=need.mu / 1.03).frame.loc["x2", "power"] < 0.8
+    sites = plan.required("x1", half_width=0.05, vary="sites")
+    k = sites.sizes.size
+    assert sites.frame.loc["x1", "half_width"] <= 0.05 < plan.at(sizes=[300] * (k - 1)).frame.loc["x1", "half_width"]
+    rows_ = plan.required("x1", half_width=0.05, vary="rows")
+    assert rows_.sizes.size == 10 and rows_.frame.loc["x1", "half_width"] <= 0.05
+    with pytest.raises(ValueError, match="out of reach at any mu"):
+        plan.required("x1", half_width=1e-4)
+    with pytest.raises(ValueError, match="exactly one target"):
+        plan.required("x1")
+
+
+def test_curve_and_plot(design):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    plan = pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[300] * 10, mu=2.0, names=NAMES)
+    curve = plan.curve([1.0, 4.0])
+    assert set(curve["mu"]) == {1.0, 4.0} and len(curve) == 6
+    x1 = curve[curve["term"] == "x1"].set_index("mu")
+    assert x1.loc[4.0, "se"] < x1.loc[1.0, "se"]  # more budget, less privacy noise
+    ax = plan.plot("x2", "half_width", mus=[1.0, 2.0, 4.0])
+    assert ax.get_xscale() == "log"
+
+
+def test_unplannable_and_refused_settings(design):
+    with pytest.raises(Unplannable, match="B = 0.01"):  # the clip search's target is below 0: the grid's lowest B
+        pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[10] * 4, mu=2.0, names=NAMES)
+    noisy = pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[100] * 100, mu=0.5, names=NAMES)
+    assert "Note: privacy noise is at least 0.5" in repr(noisy)
+    with pytest.raises(ValueError, match="planned_noise_model"):
+        pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, method="fedsgd")
+    with pytest.raises(ValueError, match="coef must hold 3"):
+        pfs.plan_study(design, (0.0, 0.1), family="logistic", sizes=[100] * 3)
+    with pytest.raises(ValueError, match="not planned"):
+        pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, clip="paper")
+
+
+def test_planned_noise_model_is_the_fits(design):
+    """FedIRLS's noise model from public settings has the fit's own round variances and floors."""
+    est = FedIRLS(family="logistic", mu=2.0)
+    sizes = np.array([200, 300, 500])
+    setup = Setup(1.5, 0.8, 1.9)
+    H = np.diag([0.2, 0.1, 0.05])
+    noise = est.planned_noise_model(sizes, setup, pfs.get_family("logistic"), H)
+    w = sizes / sizes.sum()
+    phases = est._phases(pfs.get_family("logistic"), sizes.astype(float), w, setup, 3)
+    shares = np.vstack([ph.shares for ph in phases])
+    rounds = fedirls.LOCATE_ROUNDS + len(fedirls.REFINE_SPLIT)
+    assert len(noise.gradient_var) == rounds and shares.sum() == pytest.approx(1.0 - fedirls.RESEARCH_SHARE)
+    expected_last = np.sum((w * 2 * 1.5 / sizes) ** 2) / (1.9**2 * shares[-1, 0])
+    assert noise.gradient_var[-1] == pytest.approx(expected_last)
+    assert np.all(np.linalg.eigvalsh(noise.last_hessian) >= noise.floors[-1] - 1e-15)
