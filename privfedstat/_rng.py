@@ -17,7 +17,12 @@ import numpy as np
 
 RandomState = int | np.random.SeedSequence | np.random.Generator | None
 
-__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "check_secure_mode"]
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "child_seed_words", "check_secure_mode"]
+
+# numpy.random.SeedSequence's hash constants (numpy/random/bit_generator.pyx)
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_MULT_L, _MIX_MULT_R, _XSHIFT = 0xCA01F9DD, 0x4973F715, np.uint32(16)
+_WORD = 0xFFFFFFFF
 
 
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
@@ -57,6 +62,66 @@ def spawn_generators(seed: np.random.SeedSequence, n: int, first: int = 0) -> li
 def child_seed(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequence:
     """Child ``index`` of ``seed``, as ``seed.spawn(index + 1)[index]`` gives on a fresh ``seed`` (``seed`` unchanged)."""
     return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (int(index),), pool_size=seed.pool_size)
+
+
+def child_seed_words(seed: np.random.SeedSequence, n: int, first: int = 0) -> np.ndarray:
+    """``child.generate_state(4, np.uint64)`` of the children ``first, ..., first + n - 1`` of ``seed``, shape (n, 4).
+
+    The children are those :func:`child_seed` names (``seed.spawn(first + n)[first:]`` on a fresh
+    ``seed``); the words are what ``numpy.random.PCG64(child)`` seeds itself with
+    (:func:`privfedstat.kernels.pcg64_nb.pcg64_states`). numpy's ``SeedSequence`` hash (its entropy
+    pool mixed with the spawn key, then hashed out into words) runs here on uint32 arrays over all
+    children at once, so a million clients' streams are seeded without a million objects.
+    """
+    if first + n > 2**32:
+        raise ValueError("child indices must be below 2**32.")
+    run = _uint32_words(seed.entropy)
+    run += [0] * max(0, seed.pool_size - len(run))  # numpy pads the run entropy when there is a spawn key
+    entropy = [np.full(n, w, dtype=np.uint32) for w in run + _uint32_words(seed.spawn_key)]
+    entropy.append(np.arange(first, first + n, dtype=np.uint32))
+    hash_const = [_INIT_A]
+
+    def hashmix(value: np.ndarray) -> np.ndarray:
+        value = value ^ np.uint32(hash_const[0])
+        hash_const[0] = (hash_const[0] * _MULT_A) & _WORD
+        value = value * np.uint32(hash_const[0])
+        return value ^ (value >> _XSHIFT)
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        result = np.uint32(_MIX_MULT_L) * x - np.uint32(_MIX_MULT_R) * y
+        return result ^ (result >> _XSHIFT)
+
+    size = seed.pool_size
+    pool = [hashmix(entropy[i] if i < len(entropy) else np.zeros(n, dtype=np.uint32)) for i in range(size)]
+    for src in range(size):
+        for dst in range(size):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    for src in range(size, len(entropy)):
+        for dst in range(size):
+            pool[dst] = mix(pool[dst], hashmix(entropy[src]))
+    words, hb = [], _INIT_B
+    for k in range(8):  # 4 uint64 = 8 uint32 words, drawn cyclically from the pool
+        value = pool[k % size] ^ np.uint32(hb)
+        hb = (hb * _MULT_B) & _WORD
+        value = value * np.uint32(hb)
+        words.append(value ^ (value >> _XSHIFT))
+    return np.stack(words, axis=1).astype("<u4").view("<u8").astype(np.uint64)
+
+
+def _uint32_words(value) -> list[int]:
+    """A SeedSequence's entropy or spawn key as numpy coerces it: each int's 32-bit words, least significant first."""
+    if value is None:
+        return []
+    words: list[int] = []
+    for v in ([value] if isinstance(value, (int, np.integer)) else value):
+        v = int(v)
+        words.append(v & _WORD)
+        v >>= 32
+        while v:
+            words.append(v & _WORD)
+            v >>= 32
+    return words
 
 
 def check_secure_mode(secure_mode: bool, random_state: RandomState) -> bool:
