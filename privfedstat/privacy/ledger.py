@@ -181,9 +181,10 @@ class PrivacyLedger:
     def _store(self, values: np.ndarray) -> _Column:
         """``values`` as stored: sparse when mostly zero, else a read-only copy shared with an equal vector stored recently."""
         values = np.asarray(values, dtype=np.float64)
-        index = np.flatnonzero((values != 0) | np.signbit(values))  # -0.0 is kept as it came
-        if index.size <= _SPARSE_FRACTION * values.size:
-            return _Column(values.size, index, values[index])
+        if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
+            index = np.flatnonzero((values != 0) | np.signbit(values))  # -0.0 is kept as it came
+            if index.size <= _SPARSE_FRACTION * values.size:
+                return _Column(values.size, index, values[index])
         bits = values.view(np.uint64)
         for i, seen in enumerate(self._recent):
             if seen is values or (seen.shape == values.shape and seen.view(np.uint64)[0] == bits[0]
