@@ -17,11 +17,8 @@ import numpy as np
 
 RandomState = int | np.random.SeedSequence | np.random.Generator | None
 
-__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "child_seed_words", "check_secure_mode"]
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "child_entropy", "check_secure_mode"]
 
-# numpy.random.SeedSequence's hash constants (numpy/random/bit_generator.pyx)
-_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
-_MIX_MULT_L, _MIX_MULT_R, _XSHIFT = 0xCA01F9DD, 0x4973F715, np.uint32(16)
 _WORD = 0xFFFFFFFF
 
 
@@ -64,49 +61,17 @@ def child_seed(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequen
     return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (int(index),), pool_size=seed.pool_size)
 
 
-def child_seed_words(seed: np.random.SeedSequence, n: int, first: int = 0) -> np.ndarray:
-    """``child.generate_state(4, np.uint64)`` of the children ``first, ..., first + n - 1`` of ``seed``, shape (n, 4).
+def child_entropy(seed: np.random.SeedSequence) -> np.ndarray:
+    """The entropy words numpy's ``SeedSequence`` mixes for every child of ``seed``, before the child's own index.
 
-    The children are those :func:`child_seed` names (``seed.spawn(first + n)[first:]`` on a fresh
-    ``seed``); the words are what ``numpy.random.PCG64(child)`` seeds itself with
-    (:func:`privfedstat.kernels.pcg64_nb.pcg64_states`). numpy's ``SeedSequence`` hash (its entropy
-    pool mixed with the spawn key, then hashed out into words) runs here on uint32 arrays over all
-    children at once, so a million clients' streams are seeded without a million objects.
+    A child ``SeedSequence(seed.entropy, spawn_key=seed.spawn_key + (i,))`` assembles its entropy as
+    the 32-bit words of ``seed.entropy`` (zero-padded to ``pool_size`` words, as numpy pads when there
+    is a spawn key), then those of the spawn key; the words of ``i`` come last
+    (:func:`privfedstat.kernels.pcg64_nb.pcg64_children` adds them and hashes every child at once).
     """
-    if first + n > 2**32:
-        raise ValueError("child indices must be below 2**32.")
     run = _uint32_words(seed.entropy)
-    run += [0] * max(0, seed.pool_size - len(run))  # numpy pads the run entropy when there is a spawn key
-    entropy = [np.full(n, w, dtype=np.uint32) for w in run + _uint32_words(seed.spawn_key)]
-    entropy.append(np.arange(first, first + n, dtype=np.uint32))
-    hash_const = [_INIT_A]
-
-    def hashmix(value: np.ndarray) -> np.ndarray:
-        value = value ^ np.uint32(hash_const[0])
-        hash_const[0] = (hash_const[0] * _MULT_A) & _WORD
-        value = value * np.uint32(hash_const[0])
-        return value ^ (value >> _XSHIFT)
-
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        result = np.uint32(_MIX_MULT_L) * x - np.uint32(_MIX_MULT_R) * y
-        return result ^ (result >> _XSHIFT)
-
-    size = seed.pool_size
-    pool = [hashmix(entropy[i] if i < len(entropy) else np.zeros(n, dtype=np.uint32)) for i in range(size)]
-    for src in range(size):
-        for dst in range(size):
-            if src != dst:
-                pool[dst] = mix(pool[dst], hashmix(pool[src]))
-    for src in range(size, len(entropy)):
-        for dst in range(size):
-            pool[dst] = mix(pool[dst], hashmix(entropy[src]))
-    words, hb = [], _INIT_B
-    for k in range(8):  # 4 uint64 = 8 uint32 words, drawn cyclically from the pool
-        value = pool[k % size] ^ np.uint32(hb)
-        hb = (hb * _MULT_B) & _WORD
-        value = value * np.uint32(hb)
-        words.append(value ^ (value >> _XSHIFT))
-    return np.stack(words, axis=1).astype("<u4").view("<u8").astype(np.uint64)
+    run += [0] * max(0, seed.pool_size - len(run))
+    return np.array(run + _uint32_words(seed.spawn_key), dtype=np.uint32)
 
 
 def _uint32_words(value) -> list[int]:

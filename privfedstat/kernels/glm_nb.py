@@ -93,9 +93,8 @@ _DOUBLE_MAX = 1.7976931348623157e308
 _BLOCK = 32
 #: rows per block in the column-major gradient kernel
 _CBLOCK = 256
-#: rows of consecutive small clients whose clipped scalars the column-major kernel computes together (a multiple
-#: of _CBLOCK, so a large client's blocks start where they would for the client alone)
-_RUN = 16 * _CBLOCK
+#: rows of consecutive small clients whose clipped scalars the column-major kernel computes together
+_RUN = 4 * _CBLOCK
 #: up to this many features the column-major kernel is faster (the two break even near d = 50;
 #: measurements in benchmarks/RESULTS.md); above it the row-major blocked kernel is used
 COLUMN_KERNEL_MAX_D = 32
@@ -303,8 +302,8 @@ def glm_clipped_mean_grad_cols(Xt, y, eta_off, row_norm, offsets, theta, clip, c
     Many small clients (the cross-device regime) would make those loops a few rows long, so with a
     shared ``theta`` consecutive clients are taken together: their linear predictors and clipped
     scalars are computed over runs of up to ``_RUN`` rows (:func:`_cols_residuals`, row by row, so
-    each value is the same whatever the run) and only the accumulation is per client, in the blocks
-    of ``_CBLOCK`` rows relative to its first row that a client alone has (:func:`_cols_accumulate`).
+    each value is the same whatever the run) and only the accumulation is per client
+    (:func:`_cols_accumulate`); a larger client is processed alone in blocks of ``_CBLOCK`` rows.
     A client's mean therefore does not depend on the other clients, and the threads take
     contiguous ranges of clients of about equal numbers of rows.
     """
@@ -324,8 +323,9 @@ def glm_clipped_mean_grad_cols(Xt, y, eta_off, row_norm, offsets, theta, clip, c
             stop = c + 1  # the run: clients c .. stop - 1, all of them within _RUN rows, or client c alone
             while shared and stop < c_end and offsets[stop + 1] - lo <= _RUN:
                 stop += 1
-            for b0 in range(lo, offsets[stop], _RUN):
-                nb = min(_RUN, offsets[stop] - b0)
+            block = _CBLOCK if stop == c + 1 else _RUN  # a lone client: its own blocks, cache-resident
+            for b0 in range(lo, offsets[stop], block):
+                nb = min(block, offsets[stop] - b0)
                 _cols_residuals(Xt, y, eta_off, row_norm, t, b0, nb, zb, bound, cap, nan_fill, code, param)
                 for cc in range(c, stop):  # every client of the run lies in this block; a lone client may span several
                     acc = out[cc]

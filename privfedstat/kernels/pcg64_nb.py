@@ -6,9 +6,9 @@ create and a Python call per client for every refill. These kernels hold the str
 ``(n_clients, 4)`` array of 64-bit words instead (each stream's 128-bit state and increment, high
 word first) and reproduce numpy bit for bit:
 
-* :func:`pcg64_states`: PCG64's seeding from the four 64-bit words a ``SeedSequence`` generates
-  (``pcg_setseq_128_srandom_r``: ``inc = 2 s + 1`` from the last two words, then a step, the
-  first two words added to the state, a step);
+* :func:`pcg64_children`: the children of a ``SeedSequence`` (its hash of their entropy into four
+  64-bit words) and PCG64's seeding from those words (``pcg_setseq_128_srandom_r``), all children
+  in one loop;
 * :func:`pcg64_standard_normal`: numpy's ``Generator.standard_normal`` (the 256-layer ziggurat of
   ``random_standard_normal`` in numpy's ``distributions.c``, with numba's copy of its tables) on
   the PCG64 XSL-RR output ``rotr64(hi ^ lo, hi >> 58)`` of the 128-bit LCG step
@@ -27,12 +27,18 @@ from numba import njit, prange, types, uint64
 from numba.extending import intrinsic
 from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 
-__all__ = ["pcg64_states", "pcg64_standard_normal"]
+__all__ = ["pcg64_children", "pcg64_standard_normal"]
 
 #: PCG's default 128-bit LCG multiplier (high and low word)
 _MUL_HI = np.uint64(2549297995355413924)
 _MUL_LO = np.uint64(4865540595714422341)
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53: numpy's next_double from the top 53 bits
+# numpy.random.SeedSequence's hash constants (numpy/random/bit_generator.pyx), as uint64 holding 32-bit words
+_INIT_A, _MULT_A = np.uint64(0x43B0D7E5), np.uint64(0x931E8875)
+_INIT_B, _MULT_B = np.uint64(0x8B51F9DD), np.uint64(0x58F38DED)
+_MIX_MULT_L, _MIX_MULT_R = np.uint64(0xCA01F9DD), np.uint64(0x4973F715)
+_XSHIFT, _WORD, _32 = np.uint64(16), np.uint64(0xFFFFFFFF), np.uint64(32)
+_PARALLEL_DRAWS = 2**16
 
 
 @intrinsic
@@ -99,28 +105,89 @@ def _standard_normal(st):
             return x
 
 
+@njit(inline="always")
+def _hashmix(value, hash_const, mult):
+    """SeedSequence's ``hashmix`` on 32-bit words held in uint64; returns the value and the next hash constant."""
+    value ^= hash_const
+    hash_const = (hash_const * mult) & _WORD
+    value = (value * hash_const) & _WORD
+    return value ^ (value >> _XSHIFT), hash_const
+
+
 @njit(cache=True)
-def pcg64_states(words):
-    """The state of ``PCG64`` seeded with each row of ``words`` (n, 4) uint64 (a ``SeedSequence``'s
-    ``generate_state(4, np.uint64)``): (n, 4) uint64, state high and low word, increment high and low word."""
-    n = words.shape[0]
+def pcg64_children(entropy, pool_size, first, n):
+    """The PCG64 states of ``Generator(PCG64(child))`` for the children ``first, ..., first + n - 1`` of a
+    ``SeedSequence`` whose children's entropy before their index is ``entropy`` (uint32 words,
+    :func:`privfedstat._rng.child_entropy`): (n, 4) uint64, state high and low word, increment high and low word.
+
+    Per child: numpy's ``SeedSequence`` mixes the entropy words and the child's index (one word:
+    ``first + n <= 2^32``) into a pool of ``pool_size`` words and hashes four 64-bit words out of it
+    (``generate_state(4, np.uint64)``); PCG64 takes the state from the first two and the increment
+    ``2 s + 1`` from the last two (``pcg_setseq_128_srandom_r``: a step, the state added, a step).
+    """
     out = np.empty((n, 4), dtype=np.uint64)
+    words = np.empty(entropy.shape[0] + 1, dtype=np.uint64)
+    words[:-1] = entropy
+    pool = np.empty(pool_size, dtype=np.uint64)
+    w32 = np.empty(8, dtype=np.uint64)
     for i in range(n):
-        ih = (words[i, 2] << uint64(1)) | (words[i, 3] >> uint64(63))
-        il = (words[i, 3] << uint64(1)) | uint64(1)
+        words[-1] = uint64(first + i)
+        hc = _INIT_A
+        for k in range(pool_size):
+            pool[k], hc = _hashmix(words[k] if k < words.shape[0] else uint64(0), hc, _MULT_A)
+        for src in range(pool_size):
+            for dst in range(pool_size):
+                if src != dst:
+                    h, hc = _hashmix(pool[src], hc, _MULT_A)
+                    pool[dst] = _mix(pool[dst], h)
+        for src in range(pool_size, words.shape[0]):
+            for dst in range(pool_size):
+                h, hc = _hashmix(words[src], hc, _MULT_A)
+                pool[dst] = _mix(pool[dst], h)
+        hc = _INIT_B
+        for k in range(8):
+            w32[k], hc = _hashmix(pool[k % pool_size], hc, _MULT_B)
+        s_hi, s_lo = w32[0] | (w32[1] << _32), w32[2] | (w32[3] << _32)  # little-endian pairs of 32-bit words
+        i_hi, i_lo = w32[4] | (w32[5] << _32), w32[6] | (w32[7] << _32)
+        ih = (i_hi << uint64(1)) | (i_lo >> uint64(63))
+        il = (i_lo << uint64(1)) | uint64(1)
         sh, sl = _step(uint64(0), uint64(0), ih, il)
-        lo = sl + words[i, 1]
+        lo = sl + s_lo
         carry = uint64(1) if lo < sl else uint64(0)
-        sh, sl = _step(sh + words[i, 0] + carry, lo, ih, il)
+        sh, sl = _step(sh + s_hi + carry, lo, ih, il)
         out[i, 0], out[i, 1], out[i, 2], out[i, 3] = sh, sl, ih, il
     return out
 
 
+@njit(inline="always")
+def _mix(x, y):
+    """SeedSequence's ``mix`` of two 32-bit words held in uint64."""
+    result = (_MIX_MULT_L * x - _MIX_MULT_R * y) & _WORD
+    return result ^ (result >> _XSHIFT)
+
+
+def pcg64_standard_normal(states: np.ndarray, out: np.ndarray) -> None:
+    """Fill row i of ``out`` (n, k) with the next k standard normals of stream ``states[i]``, advancing it in place.
+
+    Threads share the clients when there are at least ``_PARALLEL_DRAWS`` draws: below that, waking
+    them costs more than the draws (on a loaded machine, a scheduler time slice per call).
+    """
+    (_normals_parallel if out.size >= _PARALLEL_DRAWS else _normals)(states, out)
+
+
+@njit(inline="always")
+def _fill(st, row):
+    for k in range(row.shape[0]):
+        row[k] = _standard_normal(st)
+
+
+@njit(cache=True)
+def _normals(states, out):
+    for i in range(states.shape[0]):
+        _fill(states[i], out[i])
+
+
 @njit(parallel=True, cache=True)
-def pcg64_standard_normal(states, out):
-    """Fill row i of ``out`` (n, k) with the next k standard normals of stream ``states[i]``, advancing it in place."""
+def _normals_parallel(states, out):
     for i in prange(states.shape[0]):
-        st = states[i]
-        row = out[i]
-        for k in range(row.shape[0]):
-            row[k] = _standard_normal(st)
+        _fill(states[i], out[i])

@@ -19,8 +19,8 @@ import os
 import numpy as np
 from scipy.special import ndtri
 
-from .._rng import child_seed_words
-from ..kernels.pcg64_nb import pcg64_standard_normal, pcg64_states
+from .._rng import child_entropy
+from ..kernels.pcg64_nb import pcg64_children, pcg64_standard_normal
 
 __all__ = ["ClientNoise", "SecureClientNoise"]
 
@@ -50,7 +50,10 @@ class ClientNoise:
     """
 
     def __init__(self, seed: np.random.SeedSequence, n_clients: int, first: int = 0) -> None:
-        self._states = pcg64_states(child_seed_words(seed, int(n_clients), int(first)))
+        n, first = int(n_clients), int(first)
+        if first + n > 2**32:
+            raise ValueError("client indices must be below 2**32.")
+        self._states = pcg64_children(child_entropy(seed), seed.pool_size, first, n)
 
     @property
     def n_clients(self) -> int:

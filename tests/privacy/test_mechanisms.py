@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privfedstat._rng import child_seed_words
-from privfedstat.kernels.pcg64_nb import pcg64_states
+from privfedstat._rng import child_entropy
+from privfedstat.kernels.pcg64_nb import pcg64_children
 from privfedstat.privacy import mechanisms
 from privfedstat.privacy.mechanisms import ClientNoise, SecureClientNoise
 
@@ -37,15 +37,13 @@ def _seed_sequences():
 
 @pytest.mark.parametrize("seed", list(_seed_sequences()), ids=lambda s: repr(s.entropy)[:20] + repr(s.spawn_key))
 @pytest.mark.parametrize("first", [0, 7])
-def test_seed_words_and_states_are_numpys(seed, first):
-    """child_seed_words is SeedSequence's hash of each child; pcg64_states is PCG64's seeding from those words."""
+def test_children_states_are_numpys(seed, first):
+    """pcg64_children is SeedSequence's hash of each child and PCG64's seeding from it: numpy's states, bit for bit."""
     children = np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key, pool_size=seed.pool_size).spawn(first + 40)
-    words = child_seed_words(seed, 40, first)
-    np.testing.assert_array_equal(words, np.stack([c.generate_state(4, np.uint64) for c in children[first:]]))
     states = [np.random.PCG64(c).state["state"] for c in children[first:]]
     expected = np.array([[s["state"] >> 64, s["state"] & (2**64 - 1), s["inc"] >> 64, s["inc"] & (2**64 - 1)]
                          for s in states], dtype=np.uint64)
-    np.testing.assert_array_equal(pcg64_states(words), expected)
+    np.testing.assert_array_equal(pcg64_children(child_entropy(seed), seed.pool_size, first, 40), expected)
 
 
 def test_long_streams_match_numpy_including_the_tails():
