@@ -14,8 +14,8 @@ iteration, the ratio to 100 clients, the peak resident memory of the process (``
 data included) and the pickled ledger. ``--baseline PATH`` also times the package at PATH (another
 checkout, e.g. the main branch) in the same run, case by case, where it can run the case.
 
-Run by hand: ``python benchmarks/bench_clients.py [--baseline /path/to/other/checkout]``; writes its
-section of RESULTS.md.
+Run by hand: ``python benchmarks/bench_clients.py [--baseline /path/to/other/checkout] [--threads 1]``;
+writes its section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -92,9 +92,12 @@ def _commit(tree: Path) -> str:
     return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def run_case(tree: Path, n_rows: int, n_clients: int, estimator: str, timeout: float) -> dict | None:
+def run_case(tree: Path, n_rows: int, n_clients: int, estimator: str, timeout: float, threads: int | None
+             ) -> dict | None:
     """``one`` in a fresh process importing the package from ``tree``; None if it failed or ran out of time."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    if threads is not None:
+        env.update({name: str(threads) for name in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
     cmd = [sys.executable, __file__, "--one", str(n_rows), str(n_clients), estimator]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=True)
@@ -104,14 +107,14 @@ def run_case(tree: Path, n_rows: int, n_clients: int, estimator: str, timeout: f
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(baseline: Path | None, timeout: float) -> None:
+def main(baseline: Path | None, timeout: float, threads: int | None) -> None:
     mi = machine_info()
     rows = []
     for label, n_rows, n_clients, estimator in CASES:
-        res = run_case(ROOT, n_rows, n_clients, estimator, timeout)
+        res = run_case(ROOT, n_rows, n_clients, estimator, timeout, threads)
         base = None
         if baseline is not None and n_clients <= BASELINE_MAX_CLIENTS:
-            base = run_case(baseline, n_rows, n_clients, estimator, timeout)
+            base = run_case(baseline, n_rows, n_clients, estimator, timeout, threads)
         rows.append((label, n_rows, n_clients, estimator, res, base))
         print(label, n_rows, n_clients, estimator, res, base, flush=True)
     ref = {n: r["seconds"] for lab, n, m, _, r, _ in rows if m == 100 and r is not None}
@@ -120,7 +123,8 @@ def main(baseline: Path | None, timeout: float) -> None:
         f"- Date: {mi['date']}",
         f"- Machine: {mi['model']}, {mi['cpus']} CPU(s), shared with other agents' jobs (load average at start "
         f"{mi['load']}, at end {'{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg())}); Python {mi['python']}, "
-        f"numpy {mi['numpy']}, numba {mi['numba']}",
+        f"numpy {mi['numpy']}, numba {mi['numba']}; "
+        f"{f'{threads} thread(s) (numba, OpenMP, BLAS)' if threads else 'default threads'}",
         f"- Compared: FedSGD (mu={MU}, K={K}, eta={ETA}, B={B}, inference=None), logistic, d={D}, N rows split "
         "equally over m clients; DP-FedAvg with Poisson participation q = "
         f"{POISSON_RATE:g}, {POISSON_ROUNDS} rounds, one local step. Each case in a fresh process, best of "
@@ -159,8 +163,10 @@ if __name__ == "__main__":
     parser.add_argument("--one", nargs=3, metavar=("N", "CLIENTS", "ESTIMATOR"), help=argparse.SUPPRESS)
     parser.add_argument("--baseline", type=Path, help="another checkout of the package to time in the same run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per case and tree")
+    parser.add_argument("--threads", type=int, help="numba / OpenMP / BLAS threads of the timed processes "
+                        "(1: robust to other jobs on a shared machine)")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(int(args.one[0]), int(args.one[1]), args.one[2])))
     else:
-        main(args.baseline, args.timeout)
+        main(args.baseline, args.timeout, args.threads)

@@ -138,8 +138,10 @@ def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str,
     else:
         sigma = np.zeros(m)
     if np.any(sigma > 0):
-        z = noise.standard_normal(values.shape[1:])
-        values = values + sigma.reshape((-1,) + (1,) * (values.ndim - 1)) * z
+        noisy = noise.standard_normal(values.shape[1:])  # a fresh array: scaled and shifted in place, no temporaries
+        noisy *= sigma.reshape((-1,) + (1,) * (values.ndim - 1))
+        noisy += values  # values + sigma_i z_i, the same sum (floating-point addition commutes)
+        values = noisy
     else:
         values = values.copy()
     return values, Release(stage, -1, kind, sens, sigma, unit=unit)
