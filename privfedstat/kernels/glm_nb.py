@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import njit, prange
 
 from ..families.glm import POISSON_MAX_ETA
 
@@ -95,6 +95,8 @@ _BLOCK = 32
 _CBLOCK = 256
 #: rows of consecutive small clients whose clipped scalars the column-major kernel computes together
 _RUN = 4 * _CBLOCK
+#: ranges of clients of about equal rows that the column-major kernel's threads share out
+_CHUNKS = 64
 #: up to this many features the column-major kernel is faster (the two break even near d = 50;
 #: measurements in benchmarks/RESULTS.md); above it the row-major blocked kernel is used
 COLUMN_KERNEL_MAX_D = 32
@@ -311,7 +313,7 @@ def glm_clipped_mean_grad_cols(Xt, y, eta_off, row_norm, offsets, theta, clip, c
     d = Xt.shape[0]
     shared = theta.shape[0] == 1
     bound, cap, nan_fill = _clip_constants(clip)
-    n_chunks = min(m, 8 * get_num_threads())
+    n_chunks = min(m, _CHUNKS)
     rows = offsets[m] - offsets[0]
     for ch in prange(n_chunks):
         c = np.searchsorted(offsets, offsets[0] + ch * rows // n_chunks) if ch else 0
