@@ -17,7 +17,9 @@ import numpy as np
 
 RandomState = int | np.random.SeedSequence | np.random.Generator | None
 
-__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "check_secure_mode"]
+__all__ = ["RandomState", "as_seed_sequence", "spawn_generators", "child_seed", "child_entropy", "check_secure_mode"]
+
+_WORD = 0xFFFFFFFF
 
 
 def as_seed_sequence(random_state: RandomState) -> np.random.SeedSequence:
@@ -57,6 +59,34 @@ def spawn_generators(seed: np.random.SeedSequence, n: int, first: int = 0) -> li
 def child_seed(seed: np.random.SeedSequence, index: int) -> np.random.SeedSequence:
     """Child ``index`` of ``seed``, as ``seed.spawn(index + 1)[index]`` gives on a fresh ``seed`` (``seed`` unchanged)."""
     return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (int(index),), pool_size=seed.pool_size)
+
+
+def child_entropy(seed: np.random.SeedSequence) -> np.ndarray:
+    """The entropy words numpy's ``SeedSequence`` mixes for every child of ``seed``, before the child's own index.
+
+    A child ``SeedSequence(seed.entropy, spawn_key=seed.spawn_key + (i,))`` assembles its entropy as
+    the 32-bit words of ``seed.entropy`` (zero-padded to ``pool_size`` words, as numpy pads when there
+    is a spawn key), then those of the spawn key; the words of ``i`` come last
+    (:func:`privfedstat.kernels.pcg64_nb.pcg64_children` adds them and hashes every child at once).
+    """
+    run = _uint32_words(seed.entropy)
+    run += [0] * max(0, seed.pool_size - len(run))
+    return np.array(run + _uint32_words(seed.spawn_key), dtype=np.uint32)
+
+
+def _uint32_words(value) -> list[int]:
+    """A SeedSequence's entropy or spawn key as numpy coerces it: each int's 32-bit words, least significant first."""
+    if value is None:
+        return []
+    words: list[int] = []
+    for v in ([value] if isinstance(value, (int, np.integer)) else value):
+        v = int(v)
+        words.append(v & _WORD)
+        v >>= 32
+        while v:
+            words.append(v & _WORD)
+            v >>= 32
+    return words
 
 
 def check_secure_mode(secure_mode: bool, random_state: RandomState) -> bool:

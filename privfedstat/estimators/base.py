@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .._rng import as_seed_sequence, check_secure_mode, spawn_generators
+from .._rng import as_seed_sequence, check_secure_mode
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
 from ..families import Family, get_family
@@ -292,7 +292,7 @@ class FederatedEstimator(FittedResults):
         """The clients' side of the seam for ``data``, with noise streams spawned from ``seed`` (the OS CSPRNG
         when ``secure``): :class:`~privfedstat.federation.clients.InProcessClients`. A backend for other
         models overrides it (:mod:`privfedstat.deep` builds torch clients)."""
-        noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(spawn_generators(seed, data.n_clients))
+        noise = SecureClientNoise(data.n_clients) if secure else ClientNoise(seed, data.n_clients)
         return InProcessClients(data, family, noise)
 
     def _coef_shape(self, n_features: int, family: Family) -> tuple[int, ...]:

@@ -66,6 +66,8 @@ VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "cli
          "split_halves", "rescale")
 #: what the server may know of the clients besides their replies (public metadata)
 PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
+#: a request that at most this fraction of the clients answers is computed on their rows alone (Poisson rounds)
+_SUBSET_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,10 @@ def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str,
     else:
         sigma = np.zeros(m)
     if np.any(sigma > 0):
-        z = noise.standard_normal(values.shape[1:])
-        values = values + sigma.reshape((-1,) + (1,) * (values.ndim - 1)) * z
+        noisy = noise.standard_normal(values.shape[1:])  # a fresh array: scaled and shifted in place, no temporaries
+        noisy *= sigma.reshape((-1,) + (1,) * (values.ndim - 1))
+        noisy += values  # values + sigma_i z_i, the same sum (floating-point addition commutes)
+        values = noisy
     else:
         values = values.copy()
     return values, Release(stage, -1, kind, sens, sigma, unit=unit)
@@ -266,10 +270,39 @@ class InProcessClients:
             releases = [_only(r, answered) for r in releases]
         return Reply(values, tuple(releases), answered, failing, leak, error)
 
-    def _release(self, values, sensitivity, mu, stage, active=None, kind="aggregated") -> Reply:
+    def _release(self, statistic, sensitivity, mu, stage, active=None, theta=None) -> Reply:
+        """Privatize ``statistic(oracle, theta)`` (see :meth:`_answering`) and reply with it (an "aggregated" release)."""
         answered, failing = self._begin(active)
-        noisy, rec = privatize(values, self._noise, sensitivity, mu, stage, kind)
+        noisy, rec = privatize(self._answering(answered, statistic, theta), self._noise, sensitivity, mu, stage,
+                               "aggregated")
         return self._reply(noisy, [rec], answered, failing)
+
+    def _answering(self, answered: np.ndarray, statistic, theta=None) -> np.ndarray:
+        """``statistic(oracle, theta)``, one row per client, read from the ``answered`` clients' rows alone when they are
+        few (a Poisson round: the absent clients' data is not touched, their rows are 0 and are never sent).
+
+        ``theta``: shared (n_params,) or one row per client (restricted to the answered clients with them). Each
+        client's statistic depends on its own rows only, so it is the same either way.
+        """
+        m = self.n_clients
+        k = int(np.count_nonzero(answered))
+        if k == 0 or k > _SUBSET_FRACTION * m:
+            return statistic(self._oracle, theta)
+        who = np.flatnonzero(answered)
+        if theta is not None and np.ndim(theta) == 2:
+            theta = np.asarray(theta)[who]
+        part = statistic(self._subset(who), theta)
+        out = np.zeros((m,) + part.shape[1:])
+        out[who] = part
+        return out
+
+    def _subset(self, who: np.ndarray) -> ClientOracle:
+        """The oracle on clients ``who`` (sorted indices) alone: their rows gathered, nobody else's read."""
+        o = self._oracle
+        sizes = o.sizes[who]
+        ends = np.cumsum(sizes)
+        rows = np.arange(ends[-1]) + np.repeat(o.data.offsets[who] - (ends - sizes), sizes)
+        return make_oracle(o.data.take(rows, sizes), self.family)
 
     def _norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         """Per-sample norms, cached for the repeated thresholds of one private quantile search."""
@@ -282,7 +315,7 @@ class InProcessClients:
     @_contained
     def gradients(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """Each client's mean of per-sample gradients clipped to ``clip`` (B), plus noise."""
-        return self._release(self._oracle.clipped_gradients(theta, clip), sensitivity, mu, stage, active)
+        return self._release(lambda o, t: o.clipped_gradients(t, clip), sensitivity, mu, stage, active, theta)
 
     @_contained
     def local_descent(self, theta0, *, clip: float, step_size: float, n_steps: int, sensitivity, mu: float,
@@ -374,18 +407,18 @@ class InProcessClients:
     def hessians(self, theta, *, hessian_clip: float, gradient_clip: float | None = None, sensitivity, mu: float,
                  stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of per-sample Hessians clipped to C_H (see ``GLMOracle.hessians``), plus noise."""
-        return self._release(sym_to_vec(self._oracle.hessians(theta, hessian_clip, gradient_clip)), sensitivity, mu,
-                             stage, active)
+        return self._release(lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, gradient_clip)), sensitivity, mu,
+                             stage, active, theta)
 
     @_contained
     def score_outer(self, theta, *, clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of ``g g^T`` (gradients clipped to ``clip``), plus noise."""
-        return self._release(sym_to_vec(self._oracle.score_outer(theta, clip)), sensitivity, mu, stage, active)
+        return self._release(lambda o, t: sym_to_vec(o.score_outer(t, clip)), sensitivity, mu, stage, active, theta)
 
     @_contained
     def design_moments(self, *, row_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
         """``sym_to_vec`` of each client's mean of ``x x^T`` (rows clipped to ``row_clip``), plus noise."""
-        return self._release(sym_to_vec(self._oracle.design_moments(row_clip)), sensitivity, mu, stage, active)
+        return self._release(lambda o, _: sym_to_vec(o.design_moments(row_clip)), sensitivity, mu, stage, active)
 
     @_contained
     def newton_steps(self, theta, *, clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray,
@@ -399,9 +432,10 @@ class InProcessClients:
         """
         if self._halves is None:
             raise RuntimeError("newton_steps needs split_halves first.")
-        step = newton_step(*(h._oracle for h in self._halves), theta, clip=clip, hessian_clip=hessian_clip,
-                           hessian_floor=hessian_floor, grad_clip=grad_clip)
-        return self._release(theta - step, sensitivity, mu, stage)
+        halves = tuple(h._oracle for h in self._halves)
+        return self._release(lambda _, t: t - newton_step(*halves, t, clip=clip, hessian_clip=hessian_clip,
+                                                          hessian_floor=hessian_floor, grad_clip=grad_clip),
+                             sensitivity, mu, stage, theta=theta)
 
     @_contained
     def clipped_update(self, theta, *, step_size: float, n_steps: int, update_clip: float, sensitivity, mu: float,
@@ -415,11 +449,14 @@ class InProcessClients:
         as 0), so replacing the whole dataset moves it by at most 2S: the server's ``sensitivity``.
         """
         answered, failing = self._begin(active)
-        o = self._oracle
-        local = np.array(np.broadcast_to(theta, (o.n_clients, o.n_params)), dtype=np.float64)
-        for _ in range(n_steps):
-            local = local - step_size * o.clipped_gradients(local, math.inf)
-        delta = clip_rows(local - theta, update_clip * CLIP_SAFETY)  # a diverging client's update is sent as 0
+
+        def update(o: ClientOracle, theta: np.ndarray) -> np.ndarray:
+            local = np.array(np.broadcast_to(theta, (o.n_clients, o.n_params)), dtype=np.float64)
+            for _ in range(n_steps):
+                local = local - step_size * o.clipped_gradients(local, math.inf)
+            return clip_rows(local - theta, update_clip * CLIP_SAFETY)  # a diverging client's update is sent as 0
+
+        delta = self._answering(answered, update, np.asarray(theta, dtype=np.float64))
         noisy, rec = privatize(delta, self._noise, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(noisy, [rec], answered, failing)
 
@@ -524,29 +561,34 @@ class InProcessClients:
 
         Sensitivity 1 (one row replaced changes a count by at most 1).
         """
-        counts = self._oracle.count_at_most(self._norms(which, theta), threshold)[:, None]
-        return self._release(counts, 1.0, mu, stage, active)
+        def counts(o: ClientOracle, t) -> np.ndarray:
+            norms = self._norms(which, t) if o is self._oracle else o.sample_norms(which, t)
+            return o.count_at_most(norms, threshold)[:, None]
+
+        return self._release(counts, 1.0, mu, stage, active, theta)
 
     @_contained
     def count_clipped(self, theta, *, clip: float, mu: float, stage: str) -> Reply:
         """Each client's number of rows whose gradient norm exceeds ``clip`` (B), plus noise (sensitivity 1)."""
-        counts = self.sizes - self._oracle.count_at_most(self._oracle.sample_norms("gradient", theta), clip)
-        return self._release(np.asarray(counts, dtype=np.float64)[:, None], 1.0, mu, stage)
+        return self._release(lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
+                                                     dtype=np.float64)[:, None], 1.0, mu, stage, theta=theta)
 
     @_contained
     def column_count(self, column: int, threshold: float, *, center: float | None = None, mu: float,
                      stage: str) -> Reply:
         """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise."""
-        x = self._oracle.data.X[:, column]
-        if center is not None:
-            x = np.abs(x - center)  # inf near the largest double: above every grid point
-        counts = np.add.reduceat((x <= threshold).astype(np.float64), self._oracle.data.offsets[:-1])
-        return self._release(counts[:, None], 1.0, mu, stage)
+        def counts(o: ClientOracle, _) -> np.ndarray:
+            x = o.data.X[:, column]
+            if center is not None:
+                x = np.abs(x - center)  # inf near the largest double: above every grid point
+            return np.add.reduceat((x <= threshold).astype(np.float64), o.data.offsets[:-1])[:, None]
+
+        return self._release(counts, 1.0, mu, stage)
 
     @_contained
     def losses(self, theta, *, stage: str) -> Reply:
         """Each client's mean loss, sent without noise (a non-private release: only for mu = inf fits)."""
-        return self._release(self._oracle.losses(theta)[:, None], math.inf, math.inf, stage)
+        return self._release(lambda o, t: o.losses(t)[:, None], math.inf, math.inf, stage, theta=theta)
 
     # ------------------------------------------------------------------ non-private verbs (labelled)
     @_contained

@@ -27,7 +27,6 @@ import sys
 import numpy as np
 from flwr.app import RecordDict
 
-from .._rng import spawn_generators
 from ..data.federated import FederatedData
 from ..families import get_family
 from ..federation.clients import VERBS, InProcessClients, Reply
@@ -208,10 +207,9 @@ class ClientNode:
         if secure:
             return SecureClientNoise(1)
         if self.simulation_seed is None:
-            return ClientNoise(spawn_generators(np.random.SeedSequence(), 1))  # fresh OS entropy for every fit
+            return ClientNoise(np.random.SeedSequence(), 1)  # fresh OS entropy for every fit
         # in-process the noise streams are the children of the fit's child (0,) of random_state
-        return ClientNoise(spawn_generators(np.random.SeedSequence(self.simulation_seed, spawn_key=(0,)), 1,
-                                           first=self.index))
+        return ClientNoise(np.random.SeedSequence(self.simulation_seed, spawn_key=(0,)), 1, first=self.index)
 
     def handle(self, content: RecordDict) -> RecordDict:
         """Answer one request (a Message's content); an exception becomes an error reply."""

@@ -93,6 +93,10 @@ _DOUBLE_MAX = 1.7976931348623157e308
 _BLOCK = 32
 #: rows per block in the column-major gradient kernel
 _CBLOCK = 256
+#: rows of consecutive small clients whose clipped scalars the column-major kernel computes together
+_RUN = 4 * _CBLOCK
+#: ranges of clients of about equal rows that the column-major kernel's threads share out
+_CHUNKS = 64
 #: up to this many features the column-major kernel is faster (the two break even near d = 50;
 #: measurements in benchmarks/RESULTS.md); above it the row-major blocked kernel is used
 COLUMN_KERNEL_MAX_D = 32
@@ -296,45 +300,81 @@ def glm_clipped_mean_grad_cols(Xt, y, eta_off, row_norm, offsets, theta, clip, c
 
     Every loop runs along rows of a block, contiguous in memory, so the linear predictors, the
     clipped scalars (with the vectorisable ``_exp``) and the accumulation are all SIMD.
+
+    Many small clients (the cross-device regime) would make those loops a few rows long, so with a
+    shared ``theta`` consecutive clients are taken together: their linear predictors and clipped
+    scalars are computed over runs of up to ``_RUN`` rows (:func:`_cols_residuals`, row by row, so
+    each value is the same whatever the run) and only the accumulation is per client
+    (:func:`_cols_accumulate`); a larger client is processed alone in blocks of ``_CBLOCK`` rows.
+    A client's mean therefore does not depend on the other clients, and the threads take
+    contiguous ranges of clients of about equal numbers of rows.
     """
     m = offsets.shape[0] - 1
     d = Xt.shape[0]
     shared = theta.shape[0] == 1
-    has_off = eta_off.shape[0] > 0
     bound, cap, nan_fill = _clip_constants(clip)
-    for c in prange(m):
-        t = theta[0] if shared else theta[c]
-        acc = out[c]
-        acc[:] = 0.0
-        zb = np.empty(_CBLOCK)
-        lo, hi = offsets[c], offsets[c + 1]
-        for b0 in range(lo, hi, _CBLOCK):
-            nb = min(_CBLOCK, hi - b0)
-            z = zb[:nb]
-            z[:] = 0.0
-            for k in range(d):
-                xk = Xt[k, b0:b0 + nb]
-                tk = t[k]
-                for j in range(nb):
-                    z[j] += xk[j] * tk
-            if has_off:
-                ob = eta_off[b0:b0 + nb]
-                for j in range(nb):
-                    z[j] += ob[j]
-            yb = y[b0:b0 + nb]
-            rn = row_norm[b0:b0 + nb]
+    n_chunks = min(m, _CHUNKS)
+    rows = offsets[m] - offsets[0]
+    for ch in prange(n_chunks):
+        c = np.searchsorted(offsets, offsets[0] + ch * rows // n_chunks) if ch else 0
+        c_end = np.searchsorted(offsets, offsets[0] + (ch + 1) * rows // n_chunks) if ch + 1 < n_chunks else m
+        zb = np.empty(_RUN)
+        while c < c_end:
+            t = theta[0] if shared else theta[c]
+            lo = offsets[c]
+            stop = c + 1  # the run: clients c .. stop - 1, all of them within _RUN rows, or client c alone
+            while shared and stop < c_end and offsets[stop + 1] - lo <= _RUN:
+                stop += 1
+            block = _CBLOCK if stop == c + 1 else _RUN  # a lone client: its own blocks, cache-resident
+            for b0 in range(lo, offsets[stop], block):
+                nb = min(block, offsets[stop] - b0)
+                _cols_residuals(Xt, y, eta_off, row_norm, t, b0, nb, zb, bound, cap, nan_fill, code, param)
+                for cc in range(c, stop):  # every client of the run lies in this block; a lone client may span several
+                    acc = out[cc]
+                    c_lo, c_hi = offsets[cc], offsets[cc + 1]
+                    if c_lo >= b0:
+                        acc[:] = 0.0
+                    _cols_accumulate(Xt, zb, b0, max(c_lo, b0), min(c_hi, b0 + nb), acc)
+                    if c_hi <= b0 + nb:
+                        inv = 1.0 / (c_hi - c_lo)
+                        for k in range(d):
+                            acc[k] *= inv
+            c = stop
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _cols_residuals(Xt, y, eta_off, row_norm, t, b0, nb, zb, bound, cap, nan_fill, code, param):
+    """``zb[:nb]`` = the clipped scalars of rows ``b0 .. b0 + nb - 1`` (linear predictor, derivative, clip), row by row."""
+    z = zb[:nb]
+    z[:] = 0.0
+    for k in range(Xt.shape[0]):
+        xk = Xt[k, b0:b0 + nb]
+        tk = t[k]
+        for j in range(nb):
+            z[j] += xk[j] * tk
+    if eta_off.shape[0] > 0:
+        ob = eta_off[b0:b0 + nb]
+        for j in range(nb):
+            z[j] += ob[j]
+    yb = y[b0:b0 + nb]
+    rn = row_norm[b0:b0 + nb]
+    for j in range(nb):
+        r = _deriv(code, param, yb[j], z[j])
+        z[j] = _clip_scalar(r, _limit(bound, rn[j], cap), nan_fill)
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _cols_accumulate(Xt, zb, b0, lo, hi, acc):
+    """``acc += sum_j zb[j - b0] x_j`` over rows ``lo .. hi - 1``, in blocks of ``_CBLOCK`` rows (the summation order)."""
+    for bb in range(lo, hi, _CBLOCK):
+        nb = min(_CBLOCK, hi - bb)
+        z = zb[bb - b0:bb - b0 + nb]
+        for k in range(Xt.shape[0]):
+            xk = Xt[k, bb:bb + nb]
+            s = 0.0
             for j in range(nb):
-                r = _deriv(code, param, yb[j], z[j])
-                z[j] = _clip_scalar(r, _limit(bound, rn[j], cap), nan_fill)
-            for k in range(d):
-                xk = Xt[k, b0:b0 + nb]
-                s = 0.0
-                for j in range(nb):
-                    s += z[j] * xk[j]
-                acc[k] += s
-        inv = 1.0 / (hi - lo)
-        for k in range(d):
-            acc[k] *= inv
+                s += z[j] * xk[j]
+            acc[k] += s
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -34,6 +34,14 @@ amplify. What may be published is :meth:`PrivacyLedger.public_view`
 membership, with the epsilon a third party faces (for client-level Poisson rounds, amplified by
 the sampling and accounted with dp-accounting's PLD under replace-one adjacency).
 
+**Storage.** A fit of M clients over R rounds has R M (sensitivity, sigma, weight) triples. The
+ledger keeps each release's per-client vectors compactly (:class:`_Column`): a vector equal bit for
+bit to one of the last few it stored is kept once and shared (the same sensitivities and noise
+every round), and a vector that is zero for all but a few clients (a Poisson round: clients that
+sat out have ``Delta_i = sigma_i = w_i = 0``) keeps only its non-zero entries. The guarantees are
+composed as releases arrive (running sums of ``mu_i^2``); :attr:`PrivacyLedger.releases` and
+:meth:`PrivacyLedger.to_frame` rebuild the full per-client vectors and table on demand.
+
 Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*;
 a ledger with a leak, or with a non-private release, reports ``is_private == False``.
 """
@@ -41,7 +49,8 @@ a ledger with a leak, or with a non-private release, reports ``is_private == Fal
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,6 +60,11 @@ from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
 
 __all__ = ["Release", "PrivacyLedger", "UNITS"]
+
+#: a stored vector with at most this fraction of non-zero entries keeps only those
+_SPARSE_FRACTION = 0.125
+#: distinct dense vectors the ledger compares a new one with before storing it
+_RECENT = 8
 
 #: privacy units a release can protect: one row of a client, or a client's whole dataset
 UNITS = ("record", "client")
@@ -133,7 +147,8 @@ class PrivacyLedger:
     def __init__(self, n_clients: int, *, secure_mode: bool = False) -> None:
         self.n_clients = int(n_clients)
         self.secure_mode = bool(secure_mode)
-        self.releases: list[Release] = []
+        self._entries: list[_Entry] = []
+        self._recent: list[np.ndarray] = []  # the last distinct dense vectors stored, newest first
         self.leaks: list[str] = []
         # running sums of squared per-release mu (GDP composition), kept up to date by record()
         self._mu2 = np.zeros(self.n_clients)
@@ -154,11 +169,37 @@ class PrivacyLedger:
             raise ValueError(f"a release's sampling rate must lie in (0, 1], got {release.sampling_rate!r}.")
         if release.kind == "aggregated" and (release.weights is None or release.weights.shape != (self.n_clients,)):
             raise ValueError("an aggregated release needs one server weight per client.")
-        self.releases.append(release)
         cm = release.client_mu()
+        w = release.weights
+        self._entries.append(_Entry(replace(release, sensitivity=None, sigma=None, weights=None),
+                                    self._store(release.sensitivity), self._store(release.sigma),
+                                    None if w is None else self._store(w), float(np.max(cm, initial=0.0))))
         self._mu2 += cm * cm
         tp = cm if release.kind == "local" else release.third_party_mu()
         self._tp2 += tp * tp
+
+    def _store(self, values: np.ndarray) -> _Column:
+        """``values`` as stored: sparse when mostly zero, else a read-only copy shared with an equal vector stored recently."""
+        values = np.asarray(values, dtype=np.float64)
+        if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
+            index = np.flatnonzero((values != 0) | np.signbit(values))  # -0.0 is kept as it came
+            if index.size <= _SPARSE_FRACTION * values.size:
+                return _Column(values.size, index, values[index])
+        bits = values.view(np.uint64)
+        for i, seen in enumerate(self._recent):
+            if seen is values or (seen.shape == values.shape and seen.view(np.uint64)[0] == bits[0]
+                                  and np.array_equal(seen.view(np.uint64), bits)):
+                self._recent.insert(0, self._recent.pop(i))
+                return _Column(values.size, None, seen)
+        kept = values.copy()
+        kept.flags.writeable = False
+        self._recent = [kept] + self._recent[:_RECENT - 1]
+        return _Column(values.size, None, kept)
+
+    @property
+    def releases(self) -> Sequence[Release]:
+        """Every release in the order recorded, with its per-client vectors rebuilt on access (read-only)."""
+        return _Releases(self._entries)
 
     def add_leak(self, description: str) -> None:
         """Note a data-dependent quantity used without privacy accounting."""
@@ -201,7 +242,7 @@ class PrivacyLedger:
     @property
     def units(self) -> tuple[str, ...]:
         """The privacy units of the releases (``"record"``, ``"client"``), in order of first appearance."""
-        return tuple(dict.fromkeys(r.unit for r in self.releases))
+        return tuple(dict.fromkeys(e.labels.unit for e in self._entries))
 
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon towards a third party at the given delta."""
@@ -217,12 +258,12 @@ class PrivacyLedger:
         release a Gaussian block at its worst client's ``Delta_i / sigma_i``.
         """
         groups: dict[tuple, int] = {}
-        for r in self.releases:
+        for e in self._entries:
+            r, mu = e.labels, e.mu_max
             if r.unit == "client" and r.sampling_rate < 1.0 and r.noise_multiplier is not None:
                 z = float(r.noise_multiplier)
                 key = (r.stage, r.unit, r.kind, SUBSAMPLED, r.sampling_rate, 2.0 / z if z > 0 else math.inf, z)
             else:
-                mu = float(np.max(r.client_mu(), initial=0.0))
                 key = (r.stage, r.unit, r.kind, "Gaussian", r.sampling_rate, mu, 2.0 / mu if mu > 0 else math.inf)
             groups[key] = groups.get(key, 0) + 1
         return PublicLedger(
@@ -239,19 +280,19 @@ class PrivacyLedger:
         """One row per release and client: stage, round, kind, client, sensitivity, sigma, mu, weight.
 
         Server-side: a client with sensitivity 0 in a round did not send in it."""
-        m = self.n_clients
+        m, releases = self.n_clients, list(self.releases)
         rows = {
-            "stage": np.repeat([r.stage for r in self.releases], m),
-            "round": np.repeat([r.round for r in self.releases], m),
-            "kind": np.repeat([r.kind for r in self.releases], m),
-            "client": np.tile(np.arange(m), len(self.releases)),
-            "sensitivity": np.concatenate([r.sensitivity for r in self.releases]) if self.releases else [],
-            "sigma": np.concatenate([r.sigma for r in self.releases]) if self.releases else [],
-            "mu": np.concatenate([r.client_mu() for r in self.releases]) if self.releases else [],
+            "stage": np.repeat([r.stage for r in releases], m),
+            "round": np.repeat([r.round for r in releases], m),
+            "kind": np.repeat([r.kind for r in releases], m),
+            "client": np.tile(np.arange(m), len(releases)),
+            "sensitivity": np.concatenate([r.sensitivity for r in releases]) if releases else [],
+            "sigma": np.concatenate([r.sigma for r in releases]) if releases else [],
+            "mu": np.concatenate([r.client_mu() for r in releases]) if releases else [],
             "weight": np.concatenate(
-                [r.weights if r.weights is not None else np.full(m, np.nan) for r in self.releases]
+                [r.weights if r.weights is not None else np.full(m, np.nan) for r in releases]
             )
-            if self.releases
+            if releases
             else [],
         }
         return pd.DataFrame(rows)
@@ -267,10 +308,10 @@ class PrivacyLedger:
     def __repr__(self) -> str:
         cm = self.client_mu
         if not self.is_private and np.all(np.isinf(cm)):
-            return f"PrivacyLedger(non-private: no noise, {len(self.releases)} releases, {self.n_clients} clients)"
+            return f"PrivacyLedger(non-private: no noise, {len(self._entries)} releases, {self.n_clients} clients)"
         eps = self.epsilon(1e-5)
         text = (
-            f"PrivacyLedger(server view, {self.n_clients} clients, {len(self.releases)} releases: "
+            f"PrivacyLedger(server view, {self.n_clients} clients, {len(self._entries)} releases: "
             f"client mu max {cm.max():.4g} (min {cm.min():.4g}), third-party mu {self.third_party_mu:.4g}, "
             f"(eps, delta) = ({eps:.4g}, 1e-05), unit={'+'.join(self.units) or 'record'}, private={self.is_private}"
             f"{', secure_mode=True' if self.secure_mode else ''})"
@@ -278,3 +319,52 @@ class PrivacyLedger:
         if self.leaks:
             text += "\n  NOT fully private: " + "; ".join(self.leaks)
         return text
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One stored per-client vector of length ``size``: ``values`` at positions ``index`` and 0 elsewhere, or (``index``
+    None) ``values`` itself, read-only and possibly shared with other releases."""
+
+    size: int
+    index: np.ndarray | None
+    values: np.ndarray
+
+    def dense(self) -> np.ndarray:
+        if self.index is None:
+            return self.values
+        out = np.zeros(self.size)
+        out[self.index] = self.values
+        out.flags.writeable = False
+        return out
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A recorded release: its labels (a :class:`Release` without vectors), its stored vectors and its worst client's mu."""
+
+    labels: Release
+    sensitivity: _Column
+    sigma: _Column
+    weights: _Column | None
+    mu_max: float
+
+    def release(self) -> Release:
+        w = self.weights
+        return replace(self.labels, sensitivity=self.sensitivity.dense(), sigma=self.sigma.dense(),
+                       weights=None if w is None else w.dense())
+
+
+class _Releases(Sequence):
+    """The ledger's releases as :class:`Release` objects, their vectors rebuilt from the stored columns on access."""
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [e.release() for e in self._entries[i]]
+        return self._entries[i].release()

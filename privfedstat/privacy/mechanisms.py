@@ -1,10 +1,8 @@
 """Gaussian noise for the clients: reproducible per-client streams, or secure noise.
 
-:class:`ClientNoise` (the default) gives each client a :class:`numpy.random.Generator` spawned from
-the fit's seed. Draws are served from a per-client buffer refilled in chunks; because
-``Generator.standard_normal`` produces the same sequence whether values are drawn one at a time or
-in blocks, the numbers a client uses depend only on its own stream, not on the chunk size. This
-removes one Python-level generator call per client and message from the hot loop. Every call draws
+:class:`ClientNoise` (the default) gives each client the stream of a :class:`numpy.random.Generator`
+spawned from the fit's seed, reproduced bit for bit by a numba kernel over all clients' states
+(:mod:`privfedstat.kernels.pcg64_nb`), so a draw costs no Python work per client. Every call draws
 one block for every client, whether or not it takes part in the round, so the streams advance in
 lockstep and a client's draws depend only on its own stream and the sequence of requests.
 
@@ -21,6 +19,9 @@ import os
 import numpy as np
 from scipy.special import ndtri
 
+from .._rng import child_entropy
+from ..kernels.pcg64_nb import pcg64_children, pcg64_standard_normal
+
 __all__ = ["ClientNoise", "SecureClientNoise"]
 
 _LOW52 = np.uint64(2**52 - 1)
@@ -30,39 +31,39 @@ _SIGN = np.uint64(2**63)
 class ClientNoise:
     """Standard normal draws from one independent stream per client.
 
+    Client i's stream is ``numpy.random.Generator(numpy.random.PCG64(child_i))``, ``child_i`` the
+    child ``first + i`` of ``seed`` (as ``seed.spawn(first + n_clients)[first + i]`` gives on a
+    fresh ``seed``), and its draws are that generator's ``standard_normal`` values, bit for bit.
+    The streams are held as one array of PCG64 states and drawn by a numba kernel over all clients
+    (:mod:`privfedstat.kernels.pcg64_nb`): no generator object per client, no Python work per
+    client, 32 bytes of state per client.
+
     Parameters
     ----------
-    generators : list of numpy.random.Generator
-        One generator per client (spawned from a ``SeedSequence``).
-    chunk : int
-        Normals drawn per client at the first refill of the buffer; each refill doubles it.
+    seed : numpy.random.SeedSequence
+        The parent of the clients' streams.
+    n_clients : int
+        Number of clients (m).
+    first : int, default 0
+        Federation index of the first client held here: a process holding clients ``first ...``
+        (a Flower node holds one) draws what they draw when all clients are held in one process.
     """
 
-    def __init__(self, generators: list[np.random.Generator], chunk: int = 256) -> None:
-        self._gens = list(generators)
-        self._chunk = int(chunk)
-        self._buf = np.empty((len(self._gens), 0))
-        self._pos = 0
+    def __init__(self, seed: np.random.SeedSequence, n_clients: int, first: int = 0) -> None:
+        n, first = int(n_clients), int(first)
+        if first + n > 2**32:
+            raise ValueError("client indices must be below 2**32.")
+        self._states = pcg64_children(child_entropy(seed), seed.pool_size, first, n)
 
     @property
     def n_clients(self) -> int:
-        return len(self._gens)
+        return self._states.shape[0]
 
     def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Return an array of shape ``(n_clients, *shape)``; row i comes from client i's stream."""
-        size = int(np.prod(shape, dtype=np.int64))
-        unread = self._buf[:, self._pos:]
-        if unread.shape[1] < size:
-            width = max(self._chunk, size)
-            self._chunk *= 2  # geometric refills: few generator calls, at most ~2x over-drawn
-            fresh = np.empty((self.n_clients, width))
-            for i, g in enumerate(self._gens):
-                g.standard_normal(out=fresh[i])
-            self._buf = np.concatenate([unread, fresh], axis=1)
-            self._pos = 0
-        out = self._buf[:, self._pos: self._pos + size]
-        self._pos += size
-        return out.reshape((self.n_clients, *shape)).copy()
+        """Return an array of shape ``(n_clients, *shape)``; row i is the next draws of client i's stream."""
+        out = np.empty((self.n_clients, int(np.prod(shape, dtype=np.int64))))
+        pcg64_standard_normal(self._states, out)
+        return out.reshape((self.n_clients, *shape))
 
 
 class SecureClientNoise:

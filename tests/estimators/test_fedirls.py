@@ -192,7 +192,7 @@ def test_sym_to_vec_is_an_isometry_and_inverts():
 def test_hessian_noise_is_symmetric_with_the_calibrated_sd():
     """Noise on sym_to_vec becomes symmetric matrix noise: sd sigma on the diagonal, sigma/sqrt(2) off it."""
     m, p, sens, mu = 4, 30, np.array([0.2, 0.5, 1.0, 2.0]), 0.9
-    noise = ClientNoise([np.random.default_rng(i) for i in range(m)])
+    noise = ClientNoise(np.random.SeedSequence(0), m)
     reps = [vec_to_sym(privatize(np.zeros((m, p * (p + 1) // 2)), noise, sens, mu, "t", "aggregated")[0], p)
             for _ in range(30)]
     E = np.stack(reps, axis=1)  # (m, 30, p, p)

@@ -11,7 +11,6 @@ import pytest
 from _enet_reference import _loss_grad, enet_glm
 
 from privfedstat import FedCanon, FederatedData, FedNMap, PrivateStandardize, ZhangComposite
-from privfedstat._rng import spawn_generators
 from privfedstat.families import get_family
 from privfedstat.federation import InProcessClients
 from privfedstat.penalty import ElasticNet
@@ -82,7 +81,7 @@ def test_newton_step_solves_the_penalised_quadratic_model():
 def test_composite_round_is_the_papers_local_loop():
     """Two rounds of the verb (mu = inf, no clipping) against the local loop written out with independent gradients."""
     data = heterogeneous("logistic")
-    clients = InProcessClients(data, get_family("logistic"), ClientNoise(spawn_generators(np.random.SeedSequence(0), 4)))
+    clients = InProcessClients(data, get_family("logistic"), ClientNoise(np.random.SeedSequence(0), 4))
     phi = ElasticNet(0.05, 0.01, np.array([False] + [True] * (BETA.size - 1)))
     rng = np.random.default_rng(3)
     z = 0.3 * rng.standard_normal(BETA.size)
@@ -225,7 +224,7 @@ def test_the_upload_noise_is_that_of_one_release_of_sensitivity_2B_over_n_per_ro
     ys = []
     for seed in range(300):
         clients = InProcessClients(data, get_family("gaussian"),
-                                   ClientNoise(spawn_generators(np.random.SeedSequence(seed), 2)))
+                                   ClientNoise(np.random.SeedSequence(seed), 2))
         sens = 2 * B / data.sizes
         reply = clients.composite_round(np.zeros(2), shift=np.zeros(2), prox_steps=(1.0,) * Q,
                                         penalty=ElasticNet(0.0, 0.0, np.ones(2, bool)), ybar=None, clip=B,

@@ -10,7 +10,7 @@ from privfedstat.privacy import ClientNoise, PrivacyLedger
 
 
 def noise(m=3):
-    return ClientNoise([np.random.default_rng(i) for i in range(m)])
+    return ClientNoise(np.random.SeedSequence(0), m)
 
 
 def clients_and_channel(m=3, failures=None, policy="raise"):

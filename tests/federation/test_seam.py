@@ -38,7 +38,7 @@ def test_every_verb_is_answered_by_a_clients_backend():
     for name in VERBS:
         assert any(hasattr(b, name) for b in backends), name
     for name in PUBLIC:
-        clients = InProcessClients(_data(), get_family("logistic"), ClientNoise([np.random.default_rng(0)] * 4))
+        clients = InProcessClients(_data(), get_family("logistic"), ClientNoise(np.random.SeedSequence(0), 4))
         assert hasattr(clients, name), name
 
 
@@ -170,7 +170,6 @@ def test_unknown_failure_policy_is_refused_before_any_release():
 
 def test_a_process_holding_client_i_alone_draws_what_client_i_draws_in_the_federation():
     """``first_client=i`` (a Flower node): noise, FedNewton's split and HiFedProx's minibatches are client i's streams."""
-    from privfedstat._rng import spawn_generators
     from privfedstat.federation.power_prox import Armijo, PowerProx
 
     rng = np.random.default_rng(5)
@@ -180,8 +179,8 @@ def test_a_process_holding_client_i_alone_draws_what_client_i_draws_in_the_feder
     data = FederatedData.from_pooled(X, y, sizes=sizes)
     fam = get_family("logistic")
 
-    def noise(n, first=0):  # the children first.. of a fresh seed (spawning advances a SeedSequence)
-        return ClientNoise(spawn_generators(np.random.SeedSequence(11), n, first=first))
+    def noise(n, first=0):  # the children first.. of SeedSequence(11)
+        return ClientNoise(np.random.SeedSequence(11), n, first)
 
     whole = InProcessClients(data, fam, noise(4))
     theta = np.array([0.1, -0.2, 0.3])

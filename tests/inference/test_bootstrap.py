@@ -10,7 +10,6 @@ import statsmodels.api as sm
 
 from privfedstat import FederatedData, FedIRLS, FedSGD, PrivateStandardize
 from privfedstat._linalg import sym_to_vec
-from privfedstat._rng import spawn_generators
 from privfedstat.estimators import registry
 from privfedstat.estimators.stages import _fixed_bound
 from privfedstat.exceptions import DivergenceError
@@ -49,7 +48,7 @@ def _logistic(N, seed, m=10, beta=BETA):
 def _session(est, data, noise_seed=5, seed=7):
     """The fit's session as ``fit`` opens it (identity scaling: the oracle sees the original design), fresh ledger,
     inference seed ``seed``."""
-    noise = ClientNoise(spawn_generators(np.random.SeedSequence(noise_seed), data.n_clients))
+    noise = ClientNoise(np.random.SeedSequence(noise_seed), data.n_clients)
     return Session.open(InProcessClients(data, est.family_, noise), PrivacyLedger(data.n_clients),
                         seed=np.random.SeedSequence(0), inference_seed=np.random.SeedSequence(seed))
 

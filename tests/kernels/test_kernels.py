@@ -321,3 +321,27 @@ def test_outputs_do_not_depend_on_buffer_contents():
     glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, a)
     glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, b)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_column_kernel_client_mean_does_not_depend_on_the_other_clients(shared):
+    """Runs of small clients, a client larger than a run, per-client or shared theta: each client's mean is the one it
+    gets alone, bit for bit (the clipped scalars are computed row by row, the sums in the client's own blocks)."""
+    from privfedstat.kernels.glm_nb import _RUN, glm_clipped_mean_grad_cols
+
+    rng = np.random.default_rng(4)
+    sizes = np.concatenate([rng.integers(1, 12, 700), [_RUN + 300, 3 * _RUN], rng.integers(1, 400, 40), [_RUN]])
+    rng.shuffle(sizes)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    N, d = int(offsets[-1]), 5
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, d - 1))])
+    Xt, y, rn = np.ascontiguousarray(X.T), (rng.random(N) < 0.5).astype(float), row_norms(X)
+    theta = rng.standard_normal((1 if shared else sizes.size, d)) * 0.5
+    together = np.empty((sizes.size, d))
+    glm_clipped_mean_grad_cols(Xt, y, np.empty(0), rn, offsets, theta, 0.8, 0, 0.0, together)
+    for c in range(sizes.size):
+        lo, hi = offsets[c], offsets[c + 1]
+        alone = np.empty((1, d))
+        glm_clipped_mean_grad_cols(np.ascontiguousarray(Xt[:, lo:hi]), y[lo:hi], np.empty(0), rn[lo:hi],
+                                   np.array([0, hi - lo]), theta[[0 if shared else c]], 0.8, 0, 0.0, alone)
+        np.testing.assert_array_equal(together[c].view(np.uint64), alone[0].view(np.uint64))

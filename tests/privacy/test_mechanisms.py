@@ -1,4 +1,4 @@
-"""Tests for privfedstat.privacy.mechanisms: reproducible per-client streams, secure noise, secure_mode."""
+"""Tests for privfedstat.privacy.mechanisms: reproducible per-client streams (numpy's, bit for bit), secure noise, secure_mode."""
 
 from __future__ import annotations
 
@@ -7,30 +7,56 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from privfedstat._rng import child_entropy
+from privfedstat.kernels.pcg64_nb import pcg64_children
 from privfedstat.privacy import mechanisms
 from privfedstat.privacy.mechanisms import ClientNoise, SecureClientNoise
 
 
-def _children(seed: int, m: int):
-    return np.random.SeedSequence(seed).spawn(m)
+def _noise(seed, m: int, first: int = 0) -> ClientNoise:
+    return ClientNoise(np.random.SeedSequence(seed), m, first)
 
 
-def _noise(children, chunk):
-    return ClientNoise([np.random.Generator(np.random.PCG64(c)) for c in children], chunk=chunk)
-
-
-def _expected(children, total):
+def _expected(seed, m: int, total: int, first: int = 0) -> np.ndarray:
+    """The draws of numpy's own generators on the children first, ..., first + m - 1 of SeedSequence(seed)."""
+    children = np.random.SeedSequence(seed).spawn(first + m)[first:]
     return np.stack([np.random.Generator(np.random.PCG64(c)).standard_normal(total) for c in children])
 
 
 SHAPES = [(), (1,), (3,), (2, 2), (5,), (1, 7), (4, 3), (0,), (10,), (2, 3, 2)]
+SEEDS = [0, 123, 2**32 - 1, 2**64 + 5, 2**200, [2**62, 7], [0, 0, 0, 0, 0, 9], None]
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 16, 4096])
-def test_streams_match_generators_for_any_chunk(chunk):
+def _seed_sequences():
+    for entropy in SEEDS:
+        yield np.random.SeedSequence(entropy)
+    yield np.random.SeedSequence(5, spawn_key=(3, 2**40))
+    yield np.random.SeedSequence(17, pool_size=8)
+    yield np.random.SeedSequence(11).spawn(3)[2]
+
+
+@pytest.mark.parametrize("seed", list(_seed_sequences()), ids=lambda s: repr(s.entropy)[:20] + repr(s.spawn_key))
+@pytest.mark.parametrize("first", [0, 7])
+def test_children_states_are_numpys(seed, first):
+    """pcg64_children is SeedSequence's hash of each child and PCG64's seeding from it: numpy's states, bit for bit."""
+    children = np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key, pool_size=seed.pool_size).spawn(first + 40)
+    states = [np.random.PCG64(c).state["state"] for c in children[first:]]
+    expected = np.array([[s["state"] >> 64, s["state"] & (2**64 - 1), s["inc"] >> 64, s["inc"] & (2**64 - 1)]
+                         for s in states], dtype=np.uint64)
+    np.testing.assert_array_equal(pcg64_children(child_entropy(seed), seed.pool_size, first, 40), expected)
+
+
+def test_long_streams_match_numpy_including_the_tails():
+    """A million draws per client: the ziggurat's tail and wedge rejections (a few percent of draws) included."""
+    got = _noise(2024, 3, first=5).standard_normal((1_000_000,))
+    np.testing.assert_array_equal(got, _expected(2024, 3, 1_000_000, first=5))
+    assert np.abs(got).max() > 4.5  # the tail beyond the base strip (|z| > 3.65) was drawn
+
+
+@pytest.mark.parametrize("seed", [1, 123])
+def test_streams_match_generators_for_any_blocks(seed):
     m = 4
-    children = _children(123, m)
-    noise = _noise(children, chunk)
+    noise = _noise(seed, m)
     draws = []
     for shape in SHAPES * 3:
         out = noise.standard_normal(shape)
@@ -38,47 +64,38 @@ def test_streams_match_generators_for_any_chunk(chunk):
         assert out.dtype == np.float64
         draws.append(out.reshape(m, -1))
     got = np.concatenate(draws, axis=1)
-    np.testing.assert_array_equal(got, _expected(children, got.shape[1]))
+    np.testing.assert_array_equal(got, _expected(seed, m, got.shape[1]))
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     m=st.integers(1, 5),
-    chunk=st.integers(1, 50),
+    first=st.integers(0, 50),
     shapes=st.lists(st.lists(st.integers(0, 6), min_size=0, max_size=3).map(tuple), min_size=1, max_size=12),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_streams_match_generators_hypothesis(m, chunk, shapes, seed):
-    children = _children(seed, m)
-    noise = _noise(children, chunk)
+def test_streams_match_generators_hypothesis(m, first, shapes, seed):
+    noise = _noise(seed, m, first)
     blocks = [noise.standard_normal(s).reshape(m, -1) for s in shapes]
     got = np.concatenate(blocks, axis=1)
-    np.testing.assert_array_equal(got, _expected(children, got.shape[1]))
-
-
-def test_chunk_size_does_not_change_values():
-    children = _children(7, 3)
-    a = _noise(children, 1)
-    b = _noise(children, 1000)
-    for shape in [(3,), (5, 2), (), (40,), (1,)]:
-        np.testing.assert_array_equal(a.standard_normal(shape), b.standard_normal(shape))
+    np.testing.assert_array_equal(got, _expected(seed, m, got.shape[1], first))
 
 
 def test_returned_arrays_are_independent_copies():
-    noise = _noise(_children(1, 2), 64)
+    noise = _noise(1, 2)
     first = noise.standard_normal((4,))
     keep = first.copy()
     first[:] = 0.0
     second = noise.standard_normal((4,))
     assert not np.array_equal(second, np.zeros_like(second))
     # mutating a returned block does not leak into later draws (they come from the stream)
-    expected = _expected(_children(1, 2), 8)
+    expected = _expected(1, 2, 8)
     np.testing.assert_array_equal(keep, expected[:, :4])
     np.testing.assert_array_equal(second, expected[:, 4:])
 
 
 def test_clients_differ():
-    noise = _noise(_children(99, 6), 128)
+    noise = _noise(99, 6)
     out = noise.standard_normal((500,))
     for i in range(6):
         for j in range(i + 1, 6):
@@ -89,11 +106,11 @@ def test_clients_differ():
 
 
 def test_n_clients():
-    assert _noise(_children(0, 5), 8).n_clients == 5
+    assert _noise(0, 5).n_clients == 5
 
 
 def test_moments():
-    noise = _noise(_children(2024, 3), 1000)
+    noise = _noise(2024, 3)
     out = noise.standard_normal((20_000,))
     for row in out:
         assert abs(row.mean()) < 0.035  # 5 standard errors (1/sqrt(20000) ~ 0.007)
@@ -101,9 +118,9 @@ def test_moments():
 
 
 def test_same_seed_reproducible_different_seed_differs():
-    a = _noise(_children(5, 2), 10).standard_normal((30,))
-    b = _noise(_children(5, 2), 10).standard_normal((30,))
-    c = _noise(_children(6, 2), 10).standard_normal((30,))
+    a = _noise(5, 2).standard_normal((30,))
+    b = _noise(5, 2).standard_normal((30,))
+    c = _noise(6, 2).standard_normal((30,))
     np.testing.assert_array_equal(a, b)
     assert not np.any(a == c)
 

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 
 from privfedstat import FederatedData
 from privfedstat._linalg import sym_to_vec
-from privfedstat._rng import spawn_generators
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.families import get_family
@@ -246,7 +245,7 @@ class InferenceReleases:
 
     def fit(self, data: FederatedData) -> InferenceReleases:
         oracle = make_oracle(data, self.family)
-        noise = ClientNoise(spawn_generators(np.random.SeedSequence(0), data.n_clients))
+        noise = ClientNoise(np.random.SeedSequence(0), data.n_clients)
         w = data.sizes / data.sizes.sum()
         released = []
         for stage, values, C in (("inference-score", oracle.score_outer(self.theta, self.clip), self.clip**2),
