@@ -174,6 +174,10 @@ class TorchClients:
         flat = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float64)).to(self._dtype)
         return {n: t.view(s) for n, t, s in zip(self._psg.names, torch.split(flat, self._numels), self._psg.shapes)}
 
+    def _broadcast(self, theta: np.ndarray, k: int) -> dict[str, torch.Tensor]:
+        """theta (flat, float64) as k clients' stacked parameters, shape (k, *shape) each (views: not to be written)."""
+        return {n: p.expand(k, *p.shape) for n, p in self._params(theta).items()}
+
     def _stacked_params(self, theta: np.ndarray) -> dict[str, torch.Tensor]:
         """The rows of theta (k, P; float64) as stacked parameters: shape (k, *shape) each, in the model's dtype."""
         flat = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float64)).to(self._dtype)
@@ -278,7 +282,7 @@ class TorchClients:
         """
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
-        params = self._stacked_params(np.broadcast_to(theta, (clients.size, self.n_params)))
+        params = self._broadcast(theta, clients.size)
         batches = [self._index(i) for i in clients]
         for _ in range(n_steps):
             _, step = self._stacked.value_and_gradient(params, batches)
@@ -286,8 +290,10 @@ class TorchClients:
         delta = torch.from_numpy(self._flat_rows(params) - theta)
         if clients.size:
             norms = sample_norms([delta])
-            delta = torch.where(torch.isfinite(norms)[:, None], delta, torch.zeros((), dtype=delta.dtype))
-            delta = delta * clip_factors(norms, update_clip, torch.float64)[:, None]
+            finite = torch.isfinite(norms)
+            if not bool(finite.all()):
+                delta = torch.where(finite[:, None], delta, torch.zeros((), dtype=delta.dtype))
+            delta *= clip_factors(norms, update_clip, torch.float64)[:, None]
         noisy, rec = self._privatize(delta.numpy(), clients, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
 
@@ -326,7 +332,7 @@ class TorchClients:
         Incremental: step j takes client i's row j (the clients with more than j rows), size ``gamma / n_i``;
         otherwise ``n_steps`` steps of size ``gamma / T`` on every client's rows or a fresh minibatch of them.
         """
-        params = self._stacked_params(np.broadcast_to(x, (clients.size, self.n_params)))
+        params = {n: p.clone() for n, p in self._broadcast(x, clients.size).items()}  # stepped in place below
         total = np.zeros((clients.size, self.n_params))
         if incremental:
             sizes, lo = self.sizes[clients], self._offsets[clients]
@@ -335,14 +341,15 @@ class TorchClients:
                      for j in range(int(sizes.max(initial=0))))
             count = sizes
         else:
-            everyone = np.arange(clients.size)
             eta = torch.full((clients.size,), step_size / n_steps, dtype=torch.float64).to(self._dtype)
-            steps = ((everyone, lambda who: [self._index(clients[k], batch=True) for k in who]) for _ in range(n_steps))
+            steps = ((np.arange(clients.size), lambda who: [self._index(clients[k], batch=True) for k in who])
+                     for _ in range(n_steps))
             count = np.full(clients.size, n_steps)
         for who, batches in steps:
-            index = torch.from_numpy(who)
+            everyone = who.size == clients.size  # then a view (no gather, no scatter)
+            rows, index = (slice(None), slice(None)) if everyone else (who, torch.from_numpy(who))
             _, g = self._stacked.value_and_gradient({n: p[index] for n, p in params.items()}, batches(who))
-            total[who] += self._flat_rows(g)
+            total[rows] += self._flat_rows(g)
             for n, p in params.items():
                 p[index] -= eta[index].view(-1, *(1,) * (p.dim() - 1)) * g[n]
         return total / count[:, None]

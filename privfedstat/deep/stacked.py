@@ -112,7 +112,7 @@ class StackedLoss:
             Each of shape (k, *shape), in the model's dtype.
         """
         losses = torch.empty(len(batches), dtype=next(iter(params.values())).dtype)
-        grads = {n: torch.empty_like(params[n]) for n in self._names}
+        grads = {n: torch.empty(params[n].shape, dtype=params[n].dtype) for n in self._names}
         for who, rows in self._chunks(batches):
             part = {n: params[n][who] for n in self._names}
             g, f = self._evaluate(part, self._inputs[rows], self._targets[rows])
