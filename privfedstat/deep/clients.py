@@ -333,14 +333,15 @@ class TorchClients:
         otherwise ``n_steps`` steps of size ``gamma / T`` on every client's rows or a fresh minibatch of them.
         """
         params = {n: p.clone() for n, p in self._broadcast(x, clients.size).items()}  # stepped in place below
-        total = np.zeros((clients.size, self.n_params))
         if incremental:
+            total = np.zeros((clients.size, self.n_params))
             sizes, lo = self.sizes[clients], self._offsets[clients]
             eta = torch.from_numpy(step_size / sizes).to(self._dtype)
             steps = ((np.flatnonzero(sizes > j), lambda who, j=j: [torch.tensor([lo[k] + j]) for k in who])
                      for j in range(int(sizes.max(initial=0))))
             count = sizes
         else:
+            total = None  # the first step's gradients (every client steps)
             eta = torch.full((clients.size,), step_size / n_steps, dtype=torch.float64).to(self._dtype)
             steps = ((np.arange(clients.size), lambda who: [self._index(clients[k], batch=True) for k in who])
                      for _ in range(n_steps))
@@ -349,10 +350,15 @@ class TorchClients:
             everyone = who.size == clients.size  # then a view (no gather, no scatter)
             rows, index = (slice(None), slice(None)) if everyone else (who, torch.from_numpy(who))
             _, g = self._stacked.value_and_gradient({n: p[index] for n, p in params.items()}, batches(who))
-            total[rows] += self._flat_rows(g)
+            flat = self._flat_rows(g)
+            if total is None:
+                total = flat
+            else:
+                total[rows] += flat
             for n, p in params.items():
                 p[index] -= eta[index].view(-1, *(1,) * (p.dim() - 1)) * g[n]
-        return total / count[:, None]
+        total /= count[:, None]
+        return total
 
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each asked client's number of rows whose per-sample gradient norm is <= ``threshold``, plus noise
