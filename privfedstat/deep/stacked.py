@@ -15,10 +15,10 @@ model and ``loss_fn`` exactly as in a per-client call (no padding, no masks), so
 strategies compute the same quantity and agree to float rounding (the batched kernels may sum
 in another order).
 
-The vectorised strategy is used where the model allows it: :class:`StackedLoss` tries it once on
-two clients of the data and falls back to the per-client loop if ``vmap`` refuses the model (an
-operation without a batching rule, ``.item()`` in ``forward``, ...). Models with batch
-statistics or random masks in training mode never get here (refused by
+The vectorised strategy is used where the model allows it: :class:`StackedLoss` tries it once
+(at its first evaluation) on two clients of the data and falls back to the per-client loop if
+``vmap`` refuses the model (an operation without a batching rule, ``.item()`` in ``forward``,
+...). Models with batch statistics or random masks in training mode never get here (refused by
 :func:`~privfedstat.deep.per_sample.check_model`).
 """
 
@@ -60,7 +60,7 @@ class StackedLoss:
     Attributes
     ----------
     vectorised : bool
-        Whether the vmap strategy is in use.
+        Whether the vmap strategy is in use (tried at the first evaluation).
     """
 
     def __init__(self, model: nn.Module, loss_fn: Callable, names: list[str], inputs: torch.Tensor,
@@ -74,10 +74,18 @@ class StackedLoss:
                        dict(model.named_buffers()))
         self._one = grad_and_value(self._batch_loss)
         self._many = vmap(self._one)
-        trainable = dict(model.named_parameters())
         self._row_numel = max(1, int(np.prod(inputs.shape[1:], dtype=np.int64)))
-        self._n_params = sum(trainable[n].numel() for n in self._names)
-        self.vectorised = bool(vectorise) and self._vmap_allowed({n: trainable[n].detach() for n in self._names})
+        trainable = dict(model.named_parameters())
+        self._initial = {n: trainable[n].detach() for n in self._names}
+        self._n_params = sum(p.numel() for p in self._initial.values())
+        self._vectorised = None if vectorise else False
+
+    @property
+    def vectorised(self) -> bool:
+        """Whether the vmap strategy is in use (decided at the first use: :meth:`_vmap_allowed`)."""
+        if self._vectorised is None:
+            self._vectorised = self._vmap_allowed(self._initial)
+        return self._vectorised
 
     def _batch_loss(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         frozen, buffers = self._fixed
