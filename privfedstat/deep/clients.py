@@ -113,8 +113,8 @@ class TorchClients:
         Called with no argument after each request the clients answer (one round of the server's
         loop, the clip search's included): the network estimators' progress bar counts them.
     vectorise : bool, default True
-        Run the client-level verbs' local steps (``clipped_update``, ``normec_round``) for all
-        asked clients at once, ``vmap`` over stacked client parameters
+        Run the client-level verbs' local steps (``clipped_update``, ``normec_round``, HiFedProx's
+        ``hifedprox_round``) for all asked clients at once, ``vmap`` over stacked client parameters
         (:class:`~privfedstat.deep.stacked.StackedLoss`), where the model allows it; False: one
         client after the other. Same numbers to float rounding, same random streams.
 

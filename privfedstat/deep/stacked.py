@@ -33,8 +33,8 @@ from torch.func import functional_call, grad_and_value, vmap
 
 __all__ = ["StackedLoss", "STACK_ELEMENTS"]
 
-#: numbers one vmap call holds per client and batch: stacked parameters and gradients (2 P each) and the batch's
-#: inputs; a chunk has at most this many in all (2^23 float32 numbers: 32 MiB, plus the activations)
+#: numbers one vmap call holds at most: per client its parameters and their gradient (2 P) and its batch's inputs
+#: (b times an input's size); 2^23 float32 numbers are 32 MiB (the activations come on top)
 STACK_ELEMENTS = 2**23
 
 
@@ -74,6 +74,7 @@ class StackedLoss:
                        dict(model.named_buffers()))
         self._one = grad_and_value(self._batch_loss)
         self._many = vmap(self._one)
+        self._many_values = vmap(self._batch_loss)
         self._row_numel = max(1, int(np.prod(inputs.shape[1:], dtype=np.int64)))
         trainable = dict(model.named_parameters())
         self._initial = {n: trainable[n].detach() for n in self._names}
@@ -137,7 +138,7 @@ class StackedLoss:
                 part = {n: params[n][who] for n in self._names}
                 inputs, targets = self._inputs[rows], self._targets[rows]
                 if self.vectorised:
-                    losses[who] = vmap(self._batch_loss)(part, inputs, targets)
+                    losses[who] = self._many_values(part, inputs, targets)
                 else:
                     losses[who] = torch.stack([self._batch_loss({n: p[k] for n, p in part.items()}, inputs[k],
                                                                 targets[k]) for k in range(len(who))])
