@@ -314,12 +314,14 @@ class TorchClients:
         clients = np.flatnonzero(computing)
         if self._memory is None:
             self._memory = np.zeros((self.n_clients, self.n_params))
-        u = self._local_gradient_means(x, clients, step_size, n_steps, incremental)
+        # every client live (the usual case): the memory itself, not a gathered copy
+        rows = slice(None) if clients.size == self.n_clients else clients
+        diff = self._local_gradient_means(x, clients, step_size, n_steps, incremental)
         with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
-            diff = u - self._memory[clients]
+            diff -= self._memory[rows]
         diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
         delta = smoothed_normalize(diff, alpha)
-        self._memory[clients] += beta * delta
+        self._memory[rows] += beta * delta
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         sent = computing if active is None else computing & np.asarray(active, dtype=bool)
         return self._reply(self._scatter(noisy, clients), [rec], sent, failing)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from privfedstat.deep import DeepDPFedAvg, TensorFederatedData, TorchClients  # noqa: E402
+from privfedstat.deep import DeepDPFedAvg, FailingTensorData, TensorFederatedData, TorchClients  # noqa: E402
 from privfedstat.deep.hifedprox import DeepHiFedProx  # noqa: E402
 from privfedstat.deep.models import DigitsCNN  # noqa: E402
 from privfedstat.deep.normec import DeepClippedFedAvg, DeepFedAlphaNormEC  # noqa: E402
@@ -122,6 +122,11 @@ def test_normec_round_vectorised_equals_the_loop(kw):
     fast, slow = both("normec_round", alpha=0.01, beta=0.2, step_size=0.5, sensitivity=2.0, mu=1.5, stage="s",
                       calls=3, **kw)
     assert_same(fast, slow)
+    # client 2 fails at its second request: the live clients' memories are updated, its own is left
+    fast, slow = both("normec_round", data=FailingTensorData(digits_data(), {2: 1}), alpha=0.01, beta=0.2,
+                      step_size=0.5, sensitivity=2.0, mu=1.5, stage="s", calls=3, **kw)
+    assert_same(fast, slow)
+    assert fast[1].failed[2] and not fast[2].answered[2]
 
 
 def fits(make, data, monkeypatch):
