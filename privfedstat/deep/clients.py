@@ -15,6 +15,12 @@ The server's parameter vector theta is the model's trainable parameters flattene
 own dtype). Only the clients asked in a round compute anything, and each draws its noise from its
 own stream only when it answers (so a client's draws depend on its own stream and on the requests
 it answered, not on the others': the streams do not run in lockstep as ``ClientNoise``'s do).
+
+The client-level verbs (``clipped_update``, ``normec_round``) take every asked client's local
+steps at once, one ``vmap`` over the clients' stacked parameters
+(:class:`~privfedstat.deep.stacked.StackedLoss`), where the model allows it; each client still
+draws its minibatches and its noise from its own streams, so the numbers are those of one client
+after the other, to float rounding.
 """
 
 from __future__ import annotations
