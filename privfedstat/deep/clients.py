@@ -233,6 +233,10 @@ class TorchClients:
         return noisy, replace(rec, sensitivity=full_sens, sigma=full_sigma)
 
     def _scatter(self, rows: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """``rows`` (one per client of ``clients``, float64) in a zero array of one row per client (``rows`` itself when
+        every client is there)."""
+        if clients.size == self.n_clients and rows.dtype == np.float64:
+            return rows
         out = np.zeros((self.n_clients, *rows.shape[1:]))
         out[clients] = rows
         return out
@@ -293,7 +297,9 @@ class TorchClients:
         for _ in range(n_steps):
             _, step = self._stacked.value_and_gradient(params, batches)
             params = {n: p - step_size * step[n] for n, p in params.items()}
-        delta = torch.from_numpy(self._flat_rows(params) - theta)
+        delta = self._flat_rows(params)
+        delta -= theta
+        delta = torch.from_numpy(delta)
         if clients.size:
             norms = sample_norms([delta])
             finite = torch.isfinite(norms)
