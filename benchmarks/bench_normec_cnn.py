@@ -69,12 +69,12 @@ READING = """**Reading** (of the run recorded here). At M = 359 clients the clie
 coordinate, a norm of about 54 over DigitsCNN's 3658 parameters (22 over the GLM's 585) against a mean message of norm
 at most 1. (The GLM section's run recorded sigma_DP = 8.49 for the same target; the current calibration gives 16.98
 for both backends, the GLM estimator's included.) Neither method gets far from chance (0.10) in 200 rounds at any
-(beta, gamma) of the grid (the best final accuracy is 0.18, the best at any evaluated round 0.22), and Fed-alpha-
-NormEC's larger steps diverge; without noise the same network, split and rounds reach 0.83 (Fed-alpha-NormEC) and 0.87
-(DP-FedAvg) at gamma 1 and 3, beyond the private grid (gamma <= 0.3, where the noisy runs stay bounded). As the noise
-norm grows as sqrt(P / M), matching the GLM backend's signal-to-noise needs about 359 x 3658 / 585 = 2,245 clients,
-more than the 1437 training images allow; the vectorised clients make such client counts affordable
-(benchmarks/bench_stacked.py), the data set does not.
+(beta, gamma) of the grid (the best final accuracy is 0.18, the best at any evaluated round 0.22), and
+Fed-alpha-NormEC's larger steps diverge; without noise the same network, split and rounds reach 0.83
+(Fed-alpha-NormEC) and 0.87 (DP-FedAvg) at gamma 1 and 3, beyond the private grid (gamma <= 0.3, where the noisy runs
+stay bounded). As the noise norm grows as sqrt(P / M), matching the GLM backend's signal-to-noise needs about 359 x
+3658 / 585 = 2,245 clients, more than the 1437 training images allow; the vectorised clients make such client counts
+affordable (benchmarks/bench_stacked.py), the data set does not.
 """
 
 
