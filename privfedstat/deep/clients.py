@@ -346,21 +346,23 @@ class TorchClients:
         Incremental: step j takes client i's row j (the clients with more than j rows), size ``gamma / n_i``;
         otherwise ``n_steps`` steps of size ``gamma / T`` on every client's rows or a fresh minibatch of them.
         """
-        params = {n: p.clone() for n, p in self._broadcast(x, clients.size).items()}  # stepped in place below
+        params = self._broadcast(x, clients.size)  # views of x until the first step moves them
         if incremental:
             total = np.zeros((clients.size, self.n_params))
             sizes, lo = self.sizes[clients], self._offsets[clients]
             eta = torch.from_numpy(step_size / sizes).to(self._dtype)
+            n_total = int(sizes.max(initial=0))
             steps = ((np.flatnonzero(sizes > j), lambda who, j=j: [torch.tensor([lo[k] + j]) for k in who])
-                     for j in range(int(sizes.max(initial=0))))
+                     for j in range(n_total))
             count = sizes
         else:
             total = None  # the first step's gradients (every client steps)
             eta = torch.full((clients.size,), step_size / n_steps, dtype=torch.float64).to(self._dtype)
+            n_total = n_steps
             steps = ((np.arange(clients.size), lambda who: [self._index(clients[k], batch=True) for k in who])
                      for _ in range(n_steps))
             count = np.full(clients.size, n_steps)
-        for who, batches in steps:
+        for step, (who, batches) in enumerate(steps):
             everyone = who.size == clients.size  # then a view (no gather, no scatter)
             rows, index = (slice(None), slice(None)) if everyone else (who, torch.from_numpy(who))
             _, g = self._stacked.value_and_gradient({n: p[index] for n, p in params.items()}, batches(who))
@@ -369,6 +371,10 @@ class TorchClients:
                 total = flat
             else:
                 total[rows] += flat
+            if step + 1 == n_total:  # the last step's iterate is not needed, only its gradient
+                break
+            if step == 0:
+                params = {n: p.clone() for n, p in params.items()}  # stepped in place from here on
             for n, p in params.items():
                 p[index] -= eta[index].view(-1, *(1,) * (p.dim() - 1)) * g[n]
         total /= count[:, None]

@@ -123,8 +123,7 @@ class StackedLoss:
         losses = torch.empty(len(batches), dtype=next(iter(params.values())).dtype)
         grads = {n: torch.empty(params[n].shape, dtype=params[n].dtype) for n in self._names}
         for who, rows in self._chunks(batches):
-            part = {n: params[n][who] for n in self._names}
-            g, f = self._evaluate(part, self._inputs[rows], self._targets[rows])
+            g, f = self._evaluate(self._part(params, who), self._inputs[rows], self._targets[rows])
             losses[who] = f
             for n in self._names:
                 grads[n][who] = g[n]
@@ -135,7 +134,7 @@ class StackedLoss:
         losses = torch.empty(len(batches), dtype=next(iter(params.values())).dtype)
         with torch.no_grad():
             for who, rows in self._chunks(batches):
-                part = {n: params[n][who] for n in self._names}
+                part = self._part(params, who)
                 inputs, targets = self._inputs[rows], self._targets[rows]
                 if self.vectorised:
                     losses[who] = self._many_values(part, inputs, targets)
@@ -143,6 +142,12 @@ class StackedLoss:
                     losses[who] = torch.stack([self._batch_loss({n: p[k] for n, p in part.items()}, inputs[k],
                                                                 targets[k]) for k in range(len(who))])
         return losses
+
+    def _part(self, params: dict[str, torch.Tensor], who: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The parameters of the clients ``who``: a view where every client holds the same (client stride 0: one
+        theta broadcast), else a gathered copy."""
+        return {n: params[n][:1].expand(len(who), *params[n].shape[1:]) if params[n].stride(0) == 0
+                else params[n][who] for n in self._names}
 
     def _evaluate(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[dict, torch.Tensor]:
         """Gradients and losses of one chunk of equal-size batches (inputs of shape (k, b, ...))."""
