@@ -155,6 +155,7 @@ class TorchClients:
         self.n_clients = data.n_clients
         self.sizes = data.sizes.copy()
         self._batch_sizes = self.sizes if batch_size is None else np.minimum(self.sizes, int(batch_size))
+        self._all_rows = [torch.arange(lo, hi) for lo, hi in zip(self._offsets[:-1], self._offsets[1:])]
         self.n_features = data.n_features
         self.n_params = self._psg.n_params
         self.family = None
@@ -207,7 +208,7 @@ class TorchClients:
         lo, n = int(self._offsets[i]), int(self.sizes[i])
         if batch and self._batch_sizes[i] < n:
             return lo + torch.randperm(n, generator=self._batches[i])[: int(self._batch_sizes[i])]
-        return torch.arange(lo, lo + n)
+        return self._all_rows[i]
 
     def _rows(self, i: int, batch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Client i's rows, or (``batch``) a fresh minibatch of them (:meth:`_index`)."""
