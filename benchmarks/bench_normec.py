@@ -49,8 +49,9 @@ SEEDS = (1, 2)
 
 
 def _timed(path: Path, reuse: bool, compute) -> tuple[pd.DataFrame, float | None]:
-    """``compute()`` written to ``path`` with its wall time in ``timing.json``, or the stored CSV with ``--reuse``."""
-    timing_file = OUT / "timing.json"
+    """``compute()`` written to ``path`` with its wall time in ``timing.json`` beside it, or the stored CSV with
+    ``--reuse``."""
+    timing_file = path.parent / "timing.json"
     timing = json.loads(timing_file.read_text()) if timing_file.exists() else {}
     if reuse and path.exists():
         return pd.read_csv(path), timing.get(path.name)

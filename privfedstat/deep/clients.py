@@ -15,6 +15,12 @@ The server's parameter vector theta is the model's trainable parameters flattene
 own dtype). Only the clients asked in a round compute anything, and each draws its noise from its
 own stream only when it answers (so a client's draws depend on its own stream and on the requests
 it answered, not on the others': the streams do not run in lockstep as ``ClientNoise``'s do).
+
+The client-level verbs (``clipped_update``, ``normec_round``) take every asked client's local
+steps at once, one ``vmap`` over the clients' stacked parameters
+(:class:`~privfedstat.deep.stacked.StackedLoss`), where the model allows it; each client still
+draws its minibatches and its noise from its own streams, so the numbers are those of one client
+after the other, to float rounding.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..privacy.ledger import Release
 from ..privacy.mechanisms import SecureClientNoise
 from .data import TensorFederatedData
 from .per_sample import PerSampleGradients, clip_factors, sample_norms
+from .stacked import StackedLoss
 
 __all__ = ["TorchClients", "TorchNoise"]
 
@@ -70,7 +77,7 @@ class TorchNoise:
         """An array of shape ``(n_clients, *shape)`` (float64); row i from client i's generator."""
         out = np.empty((self.n_clients, *shape))
         for row, g in zip(out, self._gens):
-            row[...] = torch.randn(tuple(shape), generator=g, dtype=torch.float64).numpy()
+            torch.randn(tuple(shape), generator=g, dtype=torch.float64, out=torch.from_numpy(row))
         return out
 
     def subset(self, clients: np.ndarray) -> TorchNoise:
@@ -111,6 +118,11 @@ class TorchClients:
     on_round : callable or None, default None
         Called with no argument after each request the clients answer (one round of the server's
         loop, the clip search's included): the network estimators' progress bar counts them.
+    vectorise : bool, default True
+        Run the client-level verbs' local steps (``clipped_update``, ``normec_round``, HiFedProx's
+        ``hifedprox_round``) for all asked clients at once, ``vmap`` over stacked client parameters
+        (:class:`~privfedstat.deep.stacked.StackedLoss`), where the model allows it; False: one
+        client after the other. Same numbers to float rounding, same random streams.
 
     Attributes (public: what the server may know)
     ----------------------------------------------
@@ -119,7 +131,7 @@ class TorchClients:
 
     def __init__(self, data: TensorFederatedData, model: nn.Module, loss_fn: Callable, seed: np.random.SeedSequence, *,
                  batch_size: int | None = None, first_client: int = 0, secure: bool = False,
-                 on_round: Callable[[], object] | None = None) -> None:
+                 on_round: Callable[[], object] | None = None, vectorise: bool = True) -> None:
         if not isinstance(data, TensorFederatedData):
             raise TypeError(f"TorchClients need a TensorFederatedData, got {type(data).__name__}.")
         self._psg = PerSampleGradients(model, loss_fn)
@@ -138,10 +150,12 @@ class TorchClients:
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)
         self._numels = [int(np.prod(s, dtype=np.int64)) for s in self._psg.shapes]
         trainable = dict(model.named_parameters())
+        self._stacked = StackedLoss(model, loss_fn, self._psg.names, self._inputs, self._targets, vectorise=vectorise)
         self._theta0 = torch.cat([trainable[n].detach().reshape(-1) for n in self._psg.names]).to(torch.float64).numpy()
         self.n_clients = data.n_clients
         self.sizes = data.sizes.copy()
         self._batch_sizes = self.sizes if batch_size is None else np.minimum(self.sizes, int(batch_size))
+        self._all_rows = [torch.arange(lo, hi) for lo, hi in zip(self._offsets[:-1], self._offsets[1:])]
         self.n_features = data.n_features
         self.n_params = self._psg.n_params
         self.family = None
@@ -167,17 +181,39 @@ class TorchClients:
         flat = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float64)).to(self._dtype)
         return {n: t.view(s) for n, t, s in zip(self._psg.names, torch.split(flat, self._numels), self._psg.shapes)}
 
+    def _broadcast(self, theta: np.ndarray, k: int) -> dict[str, torch.Tensor]:
+        """theta (flat, float64) as k clients' stacked parameters, shape (k, *shape) each (views: not to be written)."""
+        return {n: p.expand(k, *p.shape) for n, p in self._params(theta).items()}
+
+    def _stacked_params(self, theta: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows of theta (k, P; float64) as stacked parameters: shape (k, *shape) each, in the model's dtype."""
+        flat = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float64)).to(self._dtype)
+        return {n: t.reshape(-1, *s) for n, t, s in zip(self._psg.names, torch.split(flat, self._numels, dim=1),
+                                                        self._psg.shapes)}
+
+    def _flat_rows(self, params: dict[str, torch.Tensor]) -> np.ndarray:
+        """Stacked parameters (or gradients) as rows of flat vectors, float64, shape (k, P)."""
+        out = torch.empty((next(iter(params.values())).shape[0], self.n_params), dtype=torch.float64)
+        for part, n in zip(torch.split(out, self._numels, dim=1), self._psg.names):
+            part.copy_(params[n].reshape(part.shape))
+        return out.numpy()
+
     @staticmethod
     def _flat(tensors: list[torch.Tensor]) -> np.ndarray:
         return torch.cat([t.reshape(-1) for t in tensors]).to(torch.float64).numpy()
 
-    def _rows(self, i: int, batch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client i's rows, or (``batch``) a fresh minibatch of ``min(batch_size, n_i)`` of them from its own stream."""
+    def _index(self, i: int, batch: bool = False) -> torch.Tensor:
+        """Indices of client i's rows, or (``batch``) of a fresh minibatch of ``min(batch_size, n_i)`` of them drawn
+        from its own stream."""
         lo, n = int(self._offsets[i]), int(self.sizes[i])
         if batch and self._batch_sizes[i] < n:
-            rows = lo + torch.randperm(n, generator=self._batches[i])[: int(self._batch_sizes[i])]
-            return self._inputs[rows], self._targets[rows]
-        return self._inputs[lo:lo + n], self._targets[lo:lo + n]
+            return lo + torch.randperm(n, generator=self._batches[i])[: int(self._batch_sizes[i])]
+        return self._all_rows[i]
+
+    def _rows(self, i: int, batch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client i's rows, or (``batch``) a fresh minibatch of them (:meth:`_index`)."""
+        rows = self._index(i, batch)
+        return self._inputs[rows], self._targets[rows]
 
     def _gradient(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float) -> list[torch.Tensor]:
         """Mean of the per-sample gradients clipped to B; with B = inf the gradient of the mean loss (the same
@@ -198,6 +234,10 @@ class TorchClients:
         return noisy, replace(rec, sensitivity=full_sens, sigma=full_sigma)
 
     def _scatter(self, rows: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """``rows`` (one per client of ``clients``, float64) in a zero array of one row per client (``rows`` itself when
+        every client is there)."""
+        if clients.size == self.n_clients and rows.dtype == np.float64:
+            return rows
         out = np.zeros((self.n_clients, *rows.shape[1:]))
         out[clients] = rows
         return out
@@ -253,19 +293,20 @@ class TorchClients:
         """
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
-        deltas = []
-        for i in clients:
-            params = self._params(theta)
-            inputs, targets = self._rows(i)
-            for _ in range(n_steps):
-                step = self._psg.mean_gradient(params, inputs, targets)
-                params = {n: p - step_size * g for (n, p), g in zip(params.items(), step)}
-            deltas.append(self._flat(list(params.values())) - theta)
-        delta = torch.from_numpy(self._stack(deltas, self.n_params))
+        params = self._broadcast(theta, clients.size)
+        batches = [self._index(i) for i in clients]
+        for _ in range(n_steps):
+            _, step = self._stacked.value_and_gradient(params, batches)
+            params = {n: p - step_size * step[n] for n, p in params.items()}
+        delta = self._flat_rows(params)
+        delta -= theta
+        delta = torch.from_numpy(delta)
         if clients.size:
             norms = sample_norms([delta])
-            delta = torch.where(torch.isfinite(norms)[:, None], delta, torch.zeros((), dtype=delta.dtype))
-            delta = delta * clip_factors(norms, update_clip, torch.float64)[:, None]
+            finite = torch.isfinite(norms)
+            if not bool(finite.all()):
+                delta = torch.where(finite[:, None], delta, torch.zeros((), dtype=delta.dtype))
+            delta *= clip_factors(norms, update_clip, torch.float64)[:, None]
         noisy, rec = self._privatize(delta.numpy(), clients, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
 
@@ -286,33 +327,59 @@ class TorchClients:
         clients = np.flatnonzero(computing)
         if self._memory is None:
             self._memory = np.zeros((self.n_clients, self.n_params))
-        u = self._stack([self._local_gradient_mean(x, i, step_size, n_steps, incremental) for i in clients],
-                        self.n_params)
+        # every client live (the usual case): the memory itself, not a gathered copy
+        rows = slice(None) if clients.size == self.n_clients else clients
+        diff = self._local_gradient_means(x, clients, step_size, n_steps, incremental)
         with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
-            diff = u - self._memory[clients]
+            diff -= self._memory[rows]
         diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
         delta = smoothed_normalize(diff, alpha)
-        self._memory[clients] += beta * delta
+        self._memory[rows] += beta * delta
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         sent = computing if active is None else computing & np.asarray(active, dtype=bool)
         return self._reply(self._scatter(noisy, clients), [rec], sent, failing)
 
-    def _local_gradient_mean(self, x, i: int, step_size: float, n_steps: int, incremental: bool) -> np.ndarray:
-        """``(x - T_i(x)) / gamma`` for client i: the mean of the (unclipped) gradients along its local path."""
-        params = self._params(x)
-        grads = []
+    def _local_gradient_means(self, x, clients: np.ndarray, step_size: float, n_steps: int,
+                              incremental: bool) -> np.ndarray:
+        """``(x - T_i(x)) / gamma`` for each of ``clients`` (rows, shape (k, P)): the mean of the (unclipped) gradients
+        along its local path; all clients' steps at once (:class:`~privfedstat.deep.stacked.StackedLoss`).
+
+        Incremental: step j takes client i's row j (the clients with more than j rows), size ``gamma / n_i``;
+        otherwise ``n_steps`` steps of size ``gamma / T`` on every client's rows or a fresh minibatch of them.
+        """
+        params = self._broadcast(x, clients.size)  # views of x until the first step moves them
         if incremental:
-            inputs, targets = self._rows(i)
-            steps = [(inputs[j:j + 1], targets[j:j + 1]) for j in range(inputs.shape[0])]
-            eta = step_size / inputs.shape[0]
+            total = np.zeros((clients.size, self.n_params))
+            sizes, lo = self.sizes[clients], self._offsets[clients]
+            eta = torch.from_numpy(step_size / sizes).to(self._dtype)
+            n_total = int(sizes.max(initial=0))
+            steps = ((np.flatnonzero(sizes > j), lambda who, j=j: [torch.tensor([lo[k] + j]) for k in who])
+                     for j in range(n_total))
+            count = sizes
         else:
-            steps = (self._rows(i, batch=True) for _ in range(n_steps))
-            eta = step_size / n_steps
-        for inputs, targets in steps:
-            g = self._psg.mean_gradient(params, inputs, targets)
-            grads.append(self._flat(g))
-            params = {n: p - eta * d for (n, p), d in zip(params.items(), g)}
-        return np.mean(grads, axis=0)
+            total = None  # the first step's gradients (every client steps)
+            eta = torch.full((clients.size,), step_size / n_steps, dtype=torch.float64).to(self._dtype)
+            n_total = n_steps
+            steps = ((np.arange(clients.size), lambda who: [self._index(clients[k], batch=True) for k in who])
+                     for _ in range(n_steps))
+            count = np.full(clients.size, n_steps)
+        for step, (who, batches) in enumerate(steps):
+            everyone = who.size == clients.size  # then a view (no gather, no scatter)
+            rows, index = (slice(None), slice(None)) if everyone else (who, torch.from_numpy(who))
+            _, g = self._stacked.value_and_gradient({n: p[index] for n, p in params.items()}, batches(who))
+            flat = self._flat_rows(g)
+            if total is None:
+                total = flat
+            else:
+                total[rows] += flat
+            if step + 1 == n_total:  # the last step's iterate is not needed, only its gradient
+                break
+            if step == 0:
+                params = {n: p.clone() for n, p in params.items()}  # stepped in place from here on
+            for n, p in params.items():
+                p[index] -= eta[index].view(-1, *(1,) * (p.dim() - 1)) * g[n]
+        total /= count[:, None]
+        return total
 
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each asked client's number of rows whose per-sample gradient norm is <= ``threshold``, plus noise

@@ -6,7 +6,7 @@ seeds per round, optional client-level DP and its ledger) is the GLM estimator's
 :class:`HiFedProxTorchClients`, whose verb ``hifedprox_round`` takes the local steps with the same
 solver (:func:`~privfedstat.federation.power_prox.power_prox_descent`) and the same minibatch
 streams as the numba clients, on the network's minibatch loss (one gradient evaluation per local
-step, one forward pass per Armijo trial). The paper's network is
+step, one forward pass per Armijo trial; all clients' at once). The paper's network is
 :class:`~privfedstat.deep.models.FemnistCNN` (27,326 parameters).
 """
 
@@ -17,7 +17,6 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from .._linalg import clip_rows
 from ..estimators.hifedprox import HiFedProx
@@ -32,22 +31,7 @@ __all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
 
 class HiFedProxTorchClients(TorchClients):
     """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``hifedprox_round`` (HiFedProx's local
-    steps, one client after the other)."""
-
-    def _batch_loss(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self._psg.loss_fn(functional_call(self._psg.model, params, (inputs,)), targets)
-
-    def _loss(self, u: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-        """The minibatch mean loss at the flat parameters u (one forward pass), as an array of one float64."""
-        with torch.no_grad():
-            return np.array([float(self._batch_loss(self._params(u), inputs, targets))])
-
-    def _loss_and_gradient(self, u: np.ndarray, inputs: torch.Tensor,
-                           targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The minibatch mean loss and its gradient at u (one forward and one backward pass), float64."""
-        params = {n: t.detach().requires_grad_() for n, t in self._params(u).items()}
-        f = self._batch_loss(params, inputs, targets)
-        return np.array([float(f.detach())]), self._flat(list(torch.autograd.grad(f, list(params.values()))))[None]
+    steps, all asked clients at once)."""
 
     def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
                         update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
@@ -55,29 +39,38 @@ class HiFedProxTorchClients(TorchClients):
         :meth:`InProcessClients.hifedprox_round <privfedstat.federation.InProcessClients.hifedprox_round>`:
         ``n_steps[i]`` Armijo steps on ``f_B + phi(u - w)`` over minibatches from the client's stream
         for the round, ``Delta_i`` clipped to S plus noise (client-level), and with mu = inf the
-        client's Armijo trial points and failed line searches after it."""
+        client's Armijo trial points and failed line searches after it.
+
+        The asked clients' losses and gradients are evaluated together, vectorised across clients
+        (:class:`~privfedstat.deep.stacked.StackedLoss`; each Armijo trial evaluates the loss of
+        every client still stepping, the accepted ones' values unused)."""
         answered, failing = self._begin(active)
         clients = np.flatnonzero(answered)
         w = np.asarray(w, dtype=np.float64)
-        steps, alphas = np.asarray(n_steps), np.asarray(step_size, dtype=np.float64)
-        local, diagnostics = [], []
-        for i in clients:
-            rng, lo, n = client_batch_rng(batch_seed, i), int(self._offsets[i]), int(self.sizes[i])
+        rngs = [client_batch_rng(batch_seed, i) for i in clients]
 
-            def batch_objective(step: int, who: np.ndarray, rng=rng, lo=lo, n=n):
-                rows = torch.from_numpy(lo + minibatch_rows(rng, n, batch_size))
-                inputs, targets = self._inputs[rows], self._targets[rows]
-                return (lambda U: self._loss(U[0], inputs, targets)), (lambda U: self._loss_and_gradient(U[0], inputs,
-                                                                                                      targets))
+        def batch_objective(step: int, who: np.ndarray):
+            batches = [torch.from_numpy(int(self._offsets[clients[k]])
+                                        + minibatch_rows(rngs[k], int(self.sizes[clients[k]]), batch_size))
+                       for k in who]
 
-            u, trials, failures = power_prox_descent(w, steps[i:i + 1], alphas[i:i + 1], prox, armijo, batch_objective)
-            local.append(u[0])
-            diagnostics.append([trials[0], failures[0]])
-        delta = clip_rows(self._stack(local, self.n_params) - w, update_clip * CLIP_SAFETY)
+            def loss(U: np.ndarray) -> np.ndarray:
+                return self._stacked.value(self._stacked_params(U), batches).to(torch.float64).numpy()
+
+            def loss_and_gradient(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                f, g = self._stacked.value_and_gradient(self._stacked_params(U), batches)
+                return f.to(torch.float64).numpy(), self._flat_rows(g)
+            return loss, loss_and_gradient
+
+        u, trials, failures = power_prox_descent(w, np.asarray(n_steps)[clients],
+                                                 np.asarray(step_size, dtype=np.float64)[clients], prox, armijo,
+                                                 batch_objective)
+        delta = clip_rows(u - w, update_clip * CLIP_SAFETY)
         noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
         values = self._scatter(noisy, clients)
         if math.isinf(mu):
-            values = np.hstack([values, self._scatter(self._stack(diagnostics, 2), clients)])
+            values = np.hstack([values, self._scatter(np.column_stack([trials, failures]).astype(np.float64),
+                                                      clients)])
         return self._reply(values, [rec], answered, failing)
 
 

@@ -24,7 +24,10 @@ the GLM backend (``model=None``: :class:`~privfedstat.FedAlphaNormEC` and
 :class:`~privfedstat.ClippedFedAvg`, multinomial logistic regression, 10 classes, on the 64
 pixels and an intercept, 585 parameters) over M = 359 clients of 4-5 of scikit-learn's 8 x 8
 digits, R = 200, beta in {0.001, 0.01, 0.1} and a gamma grid widened to {0.1, 0.3, ..., 100} (the
-comparator depends only on beta gamma).
+comparator depends only on beta gamma). ``"digits-cnn"`` is the same split and rounds with the
+network :class:`~privfedstat.deep.models.DigitsCNN` (3658 parameters), full-batch local steps,
+gamma in {0.01, 0.03, 0.1, 0.3} and p = 1 (a fit's round runs every client's local step at once,
+vectorised across clients: :mod:`privfedstat.deep.stacked`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from ..exceptions import ConvergenceWarning
 from ..families import get_family
 from ..simulations.study import Study, Table, param
 from .data import TensorFederatedData
-from .models import ResNet20
+from .models import DigitsCNN, ResNet20
 from .normec import DeepClippedFedAvg, DeepFedAlphaNormEC
 from .study import TorchConfig, load_cnn_data, seeded_model
 
@@ -83,6 +86,8 @@ NORMEC_PRESETS = {
     "cifar": NormECConfig(dataset="cifar", model=ResNet20, n_clients=20, n_rounds=300),
     "digits": NormECConfig(dataset="digits", model=None, n_clients=359, n_rounds=200,
                            gammas=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), batch_size=None),
+    "digits-cnn": NormECConfig(dataset="digits", model=DigitsCNN, n_clients=359, n_rounds=200,
+                               gammas=(0.01, 0.03, 0.1, 0.3), participations=(1.0,), batch_size=None),
 }
 
 
@@ -246,4 +251,6 @@ STUDIES = tuple(Study(f"normec-{name}", f"Fed-alpha-NormEC vs clipped DP-FedAvg,
                       lambda frames, tables, config: {"": plot_normec_study(frames[""])})
                 for name, where, preset in (("digits", "scikit-learn's digits (offline, GLM backend)",
                                              NORMEC_PRESETS["digits"]),
+                                            ("digits-cnn", "scikit-learn's digits (offline, DigitsCNN)",
+                                             NORMEC_PRESETS["digits-cnn"]),
                                             ("cifar", "CIFAR-10 (--data-dir; ResNet20)", NORMEC_PRESETS["cifar"])))

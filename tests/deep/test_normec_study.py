@@ -54,6 +54,18 @@ def test_tiny_study_on_a_network():
     assert len(df) == 2 * 3 and df.accuracy.between(0, 1).all() and np.all(df.epsilon <= 8.0 + 1e-6)
 
 
+def test_the_network_preset_runs_hundreds_of_clients():
+    """The digits-cnn preset (DigitsCNN, M >= 200) for one round on 400 images: 200 clients of two images."""
+    from privfedstat.deep.models import DigitsCNN
+
+    preset = ns.NORMEC_PRESETS["digits-cnn"]
+    assert preset.model is DigitsCNN and preset.n_clients >= 200
+    train, test = load_cnn_data("digits")
+    study = replace(preset, n_clients=200, n_rounds=1, betas=(0.01,), gammas=(0.1,), eval_every=1, seed=2)
+    df = ns.normec_study(study, (train[0][:400], train[1][:400]), (test[0][:50], test[1][:50]))
+    assert len(df) == 2 * 2 and df.accuracy.between(0, 1).all() and np.all(df.epsilon <= 8.0 + 1e-6)
+
+
 def test_the_glm_backend_logits_are_the_multinomial_models():
     """The digits preset's GLM: Theta (65 x 9, class 0 the reference) on an intercept and the 64 pixels."""
     study = ns.NORMEC_PRESETS["digits"]
