@@ -109,6 +109,7 @@ def run_case(tree: Path, n_rows: int, n_clients: int, estimator: str, timeout: f
 
 def main(baseline: Path | None, timeout: float, threads: int | None) -> None:
     mi = machine_info()
+    revs = _commit(ROOT), (_commit(baseline) if baseline else "")  # before the runs: a baseline may be a temporary tree
     rows = []
     for label, n_rows, n_clients, estimator in CASES:
         res = run_case(ROOT, n_rows, n_clients, estimator, timeout, threads)
@@ -130,8 +131,7 @@ def main(baseline: Path | None, timeout: float, threads: int | None) -> None:
         f"{POISSON_RATE:g}, {POISSON_ROUNDS} rounds, one local step. Each case in a fresh process, best of "
         f"{REPEATS} fits after a warm-up (one fit for the largest cases). Peak RSS includes the data "
         "(N = 10^7: 0.8 GB of X and its 0.8 GB column-major copy).",
-        f"- This tree: {_commit(ROOT)}; baseline: "
-        f"{f'{baseline} at {_commit(baseline)} (same cases, same run)' if baseline else 'none'}.",
+        f"- This tree: {revs[0]}; baseline: {f'{baseline} at {revs[1]} (same cases, same run)' if baseline else 'none'}.",
         "",
         "| case | N | clients | rows/client | seconds / fit | ns / row / iteration | vs 100 clients, same N | "
         "peak RSS MB | ledger MB (releases) | baseline seconds | baseline peak RSS MB | baseline ledger MB |",
