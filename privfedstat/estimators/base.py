@@ -232,7 +232,7 @@ class FederatedEstimator(FittedResults):
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:
             self.converged_ = review_inference(self, run, hessian, to_original)
-            if math.isfinite(mu) and not np.all(self.converged_):
+            if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self
 

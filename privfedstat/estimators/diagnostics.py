@@ -390,7 +390,8 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
 
 
 def withhold_inference(estimator) -> InferenceResult:
-    """The fit's ``inference_`` without standard errors or intervals, for a private fit that did not converge.
+    """The fit's ``inference_`` without standard errors or intervals, for a private fit that did not converge
+    (a bootstrap keeps them: its refits simulate the same unfinished path).
 
     Its covariance describes the privacy and sampling noise around the point the path had
     reached, not the distance still to travel, so its intervals could be narrower than even the

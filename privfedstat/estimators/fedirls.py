@@ -54,8 +54,12 @@ class FedIRLS(FederatedEstimator):
 
     1. Client i releases its mean gradient, per-sample gradients clipped to norm B, with
        sensitivity ``2 B / n_i`` and budget ``mu_{g,r}``, and ``sym_to_vec`` of its mean Hessian
-       over the rows whose gradient is not clipped (the Jacobian of the clipped score: a clipped
-       row's gradient ``B sign(ell') x / ||x||`` does not move with theta), per-sample Hessians
+       (in the refine rounds over the rows whose gradient is not clipped: the Jacobian of the
+       clipped score, since a clipped row's gradient ``B sign(ell') x / ||x||`` does not move
+       with theta, so that Newton converges quadratically near the root; far from it, where most
+       rows may be clipped, that Jacobian is small next to its noise and the floored steps
+       oscillated -- Poisson, B = 6: a 2-cycle between 0.2 and 0.9 -- so the locate rounds
+       release the all-rows Hessian, which damps them), per-sample Hessians
        clipped to Frobenius norm C_H, with sensitivity ``sqrt(2) C_H / n_i``
        (:func:`hessian_sensitivity`: PSD Hessians make this the tight bound) and budget
        ``mu_{H,r}``. The Gaussian noise on the vector is symmetric Gaussian noise on the matrix:
@@ -387,12 +391,12 @@ class FedIRLS(FederatedEstimator):
         if not self._phased():
             shares = (self._explicit_split() if not isinstance(self.budget_split, str)
                       else auto_budget_split(self._rounds(), self._beta(family, sizes, w, setup.hessian_clip, mu, p)))
-            return [_phase(self, family, sizes, w, shares, setup)]
+            return [_phase(self, family, sizes, w, shares, setup, jacobian=False)]
         locate = np.full((LOCATE_ROUNDS, 2), LOCATE_SHARE / (2 * LOCATE_ROUNDS))
         left = 1.0 - LOCATE_SHARE - (RESEARCH_SHARE if self.refine_search(mu)[0] else 0.0)
         split = REFINE_SPLIT if math.isfinite(family.max_curvature) else REFINE_SPLIT_UNBOUNDED
-        return [_phase(self, family, sizes, w, locate, setup),
-                _phase(self, family, sizes, w, left * split, setup if refine is None else refine)]
+        return [_phase(self, family, sizes, w, locate, setup, jacobian=False),
+                _phase(self, family, sizes, w, left * split, setup if refine is None else refine, jacobian=True)]
 
     def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray,
                             refine: Setup | None = None) -> IRLSNoise:
@@ -507,6 +511,7 @@ class _Phase:
     shares: np.ndarray
     clip: float
     hessian_clip: float
+    jacobian: bool
     mu_gradient: np.ndarray
     mu_hessian: np.ndarray
     floors: np.ndarray
@@ -515,8 +520,10 @@ class _Phase:
     gradient_sd: np.ndarray
 
 
-def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.ndarray, setup: Setup) -> _Phase:
-    """The :class:`_Phase` of rounds with these shares of ``setup.mu^2`` and ``setup``'s bounds."""
+def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.ndarray, setup: Setup,
+           jacobian: bool) -> _Phase:
+    """The :class:`_Phase` of rounds with these shares of ``setup.mu^2`` and ``setup``'s bounds; ``jacobian``: the
+    rounds release the Jacobian of the clipped score (scalar-response families), else the all-rows Hessian."""
     sens_g, sens_h = 2.0 * setup.clip / sizes, hessian_sensitivity(setup.hessian_clip, sizes)
     mu_g, mu_h = setup.mu * np.sqrt(shares[:, 0]), setup.mu * np.sqrt(shares[:, 1])
     R = len(shares)
@@ -529,7 +536,8 @@ def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.nd
         floors[r], hessian_var[r] = lam, var
     gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
     gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
-    return _Phase(shares, setup.clip, setup.hessian_clip, mu_g, mu_h, floors, hessian_var, gradient_var, gradient_sd)
+    return _Phase(shares, setup.clip, setup.hessian_clip, jacobian and family.n_outputs == 1, mu_g, mu_h, floors,
+                  hessian_var, gradient_var, gradient_sd)
 
 
 class _Rounds:
@@ -553,7 +561,7 @@ class _Rounds:
         est, session, w = self.est, self.session, self.w
         p, family = session.clients.n_params, session.clients.family
         sens_g, sens_h = 2.0 * phase.clip / session.sizes, hessian_sensitivity(phase.hessian_clip, session.sizes)
-        jacobian_clip = phase.clip if family.n_outputs == 1 else None
+        jacobian_clip = phase.clip if phase.jacobian else None
         for r in range(len(phase.shares)):
             g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
                              mu=phase.mu_gradient[r], stage="irls-gradient")

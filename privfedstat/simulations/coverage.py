@@ -145,11 +145,16 @@ def coverage_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[
         for j, name in enumerate(ci.index):
             width = upper[j] - lower[j]
             rows.append({**row, "coef": str(name), "j": j, "truth": truth[j], "estimate": estimate[j], "se": se[j],
-                         "lower": lower[j], "upper": upper[j], "covered": float(lower[j] <= truth[j] <= upper[j]),
+                         "lower": lower[j], "upper": upper[j], "covered": _covered(lower[j], truth[j], upper[j]),
                          "width": width, "np_width": np_width[j], "width_ratio": width / np_width[j],
                          "pred_ratio": pred[j], "cov_type": res.cov_type, "inference_mu": res.mu,
                          "client_mu": est.privacy_.mu, "converged": converged})
     return rows
+
+
+def _covered(lower: float, truth: float, upper: float) -> float:
+    """1.0 if the interval holds the truth, 0.0 if not, NaN where the fit withheld its interval (not converged)."""
+    return float(lower <= truth <= upper) if math.isfinite(lower) and math.isfinite(upper) else math.nan
 
 
 #: columns of a coverage row after the scenario's and the method (NaN where a fit failed), in order
@@ -217,7 +222,7 @@ def summarise_coverage(df: pd.DataFrame, target: tuple[float, float] = TARGET) -
     lo, hi = target
     coef = _per_coefficient(df).groupby(level=CELL, sort=False)
     fits = df.drop_duplicates(CELL + ["rep"])
-    by_fit = fits.assign(failed=fits["covered"].isna()).groupby(CELL, sort=False)
+    by_fit = fits.assign(failed=fits["estimate"].isna()).groupby(CELL, sort=False)  # raised (withheld: covered NaN)
     g = df.groupby(CELL, sort=False)
     out = pd.DataFrame({
         "n_mean": by_fit["n_mean"].mean(),

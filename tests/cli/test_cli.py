@@ -18,7 +18,7 @@ def test_studies_lists_all(capsys):
 def test_every_reproduce_flag_has_help_text(capsys):
     pytest.importorskip("torch")
     studies = [study for module in STUDY_MODULES for study in _studies(module)]
-    assert len({s.name for s in studies}) == len(studies) == 22
+    assert len({s.name for s in studies}) == len(studies) == 23
     for study in studies:
         actions = [a for a in study_parser(study)._actions if a.dest != "help"]
         assert len(actions) > 2 and all(a.help and a.option_strings[0].startswith("--") for a in actions)
