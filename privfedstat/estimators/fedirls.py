@@ -457,8 +457,9 @@ class FedIRLS(FederatedEstimator):
         g, f = gradient_and_loss(theta)
         H, lam, n_iter = None, math.nan, 0
         sens_h = hessian_sensitivity(hessian_clip, session.sizes)
+        fresh = np.ones(R, dtype=bool) if isinstance(self.budget_split, str) else self._explicit_split()[:, 1] > 0
         for r in range(R):
-            if isinstance(self.budget_split, str) or self._explicit_split()[r, 1] > 0:
+            if fresh[r]:
                 H = vec_to_sym(session.mean("hessians", weights=w, theta=theta, hessian_clip=hessian_clip,
                                             sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
                 lam = self._floor(session.clients.family, 0.0)
@@ -505,13 +506,16 @@ class _Phase:
     Per round: the shares of the estimation mu^2 (gradient, Hessian), their budgets, and the
     floor, diagonal noise variance of the Hessian the step uses (a round with Hessian share 0
     repeats the last released one's) and the aggregated gradient noise's variance and sd, as
-    :class:`~privfedstat.theory.noise.IRLSNoise` takes them; the bounds B and C_H.
+    :class:`~privfedstat.theory.noise.IRLSNoise` takes them; the bounds B and C_H and the clients'
+    sensitivities ``2 B / n_i`` and ``sqrt(2) C_H / n_i``.
     """
 
     shares: np.ndarray
     clip: float
     hessian_clip: float
     jacobian: bool
+    gradient_sensitivity: np.ndarray
+    hessian_sensitivity: np.ndarray
     mu_gradient: np.ndarray
     mu_hessian: np.ndarray
     floors: np.ndarray
@@ -536,8 +540,8 @@ def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.nd
         floors[r], hessian_var[r] = lam, var
     gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
     gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
-    return _Phase(shares, setup.clip, setup.hessian_clip, jacobian and family.n_outputs == 1, mu_g, mu_h, floors,
-                  hessian_var, gradient_var, gradient_sd)
+    return _Phase(shares, setup.clip, setup.hessian_clip, jacobian and family.n_outputs == 1, sens_g, sens_h, mu_g,
+                  mu_h, floors, hessian_var, gradient_var, gradient_sd)
 
 
 class _Rounds:
@@ -560,7 +564,7 @@ class _Rounds:
         """The rounds of ``phase``."""
         est, session, w = self.est, self.session, self.w
         p, family = session.clients.n_params, session.clients.family
-        sens_g, sens_h = 2.0 * phase.clip / session.sizes, hessian_sensitivity(phase.hessian_clip, session.sizes)
+        sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
         jacobian_clip = phase.clip if phase.jacobian else None
         for r in range(len(phase.shares)):
             g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
