@@ -181,7 +181,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
     bool or None
         ``converged_``.
     """
-    path = run.path
+    path = run.path[run.settle_from:]
     theta = np.ravel(path[-1])
     finite = math.isfinite(setup.mu)
     update_sd = 0.0 if not finite else run.update_noise_sd

@@ -451,9 +451,11 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
     N, m = float(sizes.sum()), sizes.size
 
     def search(norms, theta, quantile, mu_stage):
-        target = config.target(quantile, N, m, config.query_budget(mu_stage, len(norms)))
+        level = quantile if callable(quantile) else (lambda which: quantile)
+        mu_query = config.query_budget(mu_stage, len(norms))
         return {which: private_grid_quantile(lambda t, which=which: N * pop.share_at_most(which, theta, t),
-                                             config.grid, target) for which in norms}
+                                             config.grid, config.target(level(which), N, m, mu_query))
+                for which in norms}
 
     if how == "paper":
         raise ValueError("clip='paper' reads the raw data (not private) and is not planned; use clip='auto' or a number.")

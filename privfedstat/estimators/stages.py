@@ -174,17 +174,18 @@ def _search(session: Session, bounds: dict[str, float], todo: list[str], config:
 def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search, pilot) -> dict[str, float]:
     """The stages of an :class:`AutoClip` choice, ``mu_clip``-GDP in all (equal shares in squares).
 
-    ``search(theta, quantile, mu_stage) -> {norm: bound}`` finds the ``quantile`` of the per-sample
-    norms at theta; with ``config.pilot_rounds`` a pilot ``pilot(theta0, clip, mu_stage) -> theta``
-    (``pilot_rounds`` FedSGD rounds from theta^(0) with the gradient bound found and
+    ``search(theta, quantile, mu_stage) -> {norm: bound}`` finds the ``quantile(norm)`` of the
+    per-sample norms at theta (at theta^(0): :meth:`AutoClip.start_quantile`); with
+    ``config.pilot_rounds`` a pilot ``pilot(theta0, clip, mu_stage) -> theta`` (``pilot_rounds``
+    FedSGD rounds from theta^(0) with the gradient bound found and
     ``step_size="auto"``) moves to a working point, where ``search`` looks for the
     ``pilot_quantile``. A fit searches its clients (:func:`choose_bounds`); a plan searches a
     public design (:mod:`privfedstat.estimators.power`).
     """
     mu_stage = mu_clip / math.sqrt(config.n_stages)
-    bounds = dict(search(theta0, config.quantile, mu_stage))
+    bounds = dict(search(theta0, config.start_quantile, mu_stage))
     if config.pilot_rounds:
-        bounds.update(search(pilot(theta0, bounds["gradient"], mu_stage), config.pilot_quantile, mu_stage))
+        bounds.update(search(pilot(theta0, bounds["gradient"], mu_stage), lambda which: config.pilot_quantile, mu_stage))
     return bounds
 
 

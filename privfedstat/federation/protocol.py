@@ -77,6 +77,11 @@ class Run:
         The clipping bounds the estimate's last rounds used, when the protocol chose new ones on the
         way (FedIRLS re-searches them at a located point; the inference describes the equation
         solved with them); None: the :class:`Setup` it was given.
+    settle_from : int
+        The index in ``path`` of the model the protocol's last phase started from (FedIRLS's refine
+        rounds start from the located point); the convergence diagnostics judge only the updates
+        after it, since an earlier phase's moves (a path still travelling from theta^(0)) say
+        nothing about whether the last phase settled.
     """
 
     theta: np.ndarray
@@ -89,3 +94,4 @@ class Run:
     noise_model: object | None = None
     weights: np.ndarray | None = None
     setup: Setup | None = None
+    settle_from: int = 0

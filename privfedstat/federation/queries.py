@@ -12,6 +12,7 @@ ledger under the stage its caller names; none reads raw data on the server.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,9 +25,11 @@ from .session import Session
 __all__ = ["search_bounds", "column_count", "release_psd_mean", "clipped_fraction"]
 
 
-def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile: float, config: AutoClip, mu: float,
-                  stage: str = "clip") -> dict[str, float]:
+def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile: float | Callable[[str], float],
+                  config: AutoClip, mu: float, stage: str = "clip") -> dict[str, float]:
     """The private ``quantile`` of the per-sample norms ``todo`` at ``theta`` (one search each), ``mu``-GDP in all.
+
+    ``quantile``: one level for every norm, or a function of the norm's name giving its level.
 
     Ledger stages ``f"{stage}-{which}"``. Each query asks every live client for its noisy count
     (verb ``count_at_most``, sensitivity 1) and sums the replies; the bisection
@@ -36,9 +39,10 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
     """
     mu_query = config.query_budget(mu, len(todo))
     live = session.channel.live
-    target = config.target(quantile, float(np.sum(session.sizes[live])), int(np.count_nonzero(live)), mu_query)
+    level = quantile if callable(quantile) else (lambda which: quantile)
     bounds = {}
     for which in todo:
+        target = config.target(level(which), float(np.sum(session.sizes[live])), int(np.count_nonzero(live)), mu_query)
 
         def noisy_count(threshold: float, which=which) -> float:
             return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,

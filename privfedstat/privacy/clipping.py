@@ -73,6 +73,10 @@ class AutoClip:
         at the pilot. The three stages share ``budget * mu`` equally in squares (each
         ``budget * mu / sqrt(3)``-GDP), so the whole choice is still exactly ``budget * mu``.
         ``clip="auto"`` uses :data:`PILOT_AUTOCLIP`.
+    hessian_quantile : float or None, default None
+        Target fraction of per-sample Hessian norms at theta = 0 below the Hessian bound (C_H);
+        None: ``quantile``. FedIRLS raises it to ``pilot_quantile`` for families of unbounded
+        curvature, whose Hessian at theta = 0 understates the curvature along the path.
     pilot_quantile : float, default 0.999
         Target fraction of per-sample norms at the pilot below the bound (stage 3). 0.999 rather
         than 0.99 because it raises the coverage of FedIRLS's 95% intervals by about 4 points on
@@ -97,6 +101,7 @@ class AutoClip:
     margin: float = 2.0
     pilot_rounds: int = 0
     pilot_quantile: float = 0.999
+    hessian_quantile: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile < 1:
@@ -111,8 +116,14 @@ class AutoClip:
             raise ValueError(f"AutoClip.pilot_rounds must be an integer >= 0, got {self.pilot_rounds!r}.")
         if not 0 < self.pilot_quantile < 1:
             raise ValueError(f"AutoClip.pilot_quantile must lie in (0, 1), got {self.pilot_quantile}.")
+        if self.hessian_quantile is not None and not 0 < self.hessian_quantile < 1:
+            raise ValueError(f"AutoClip.hessian_quantile must lie in (0, 1) or be None, got {self.hessian_quantile}.")
         if not 0 <= self.margin < math.inf:
             raise ValueError(f"AutoClip.margin must be a finite number >= 0, got {self.margin}.")
+
+    def start_quantile(self, which: str) -> float:
+        """The quantile searched at theta = 0 for the bound of the ``which`` norm ("gradient" or "hessian")."""
+        return self.hessian_quantile if which == "hessian" and self.hessian_quantile is not None else self.quantile
 
     @property
     def grid(self) -> np.ndarray:

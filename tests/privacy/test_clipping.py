@@ -231,3 +231,11 @@ class TestPilot:
         est = FedAvg(family="logistic", mu=1.5, random_state=0).fit(data)  # clip="auto": the pilot bound
         assert "clip-pilot" in {r.stage for r in est.privacy_.releases}
         np.testing.assert_allclose(est.privacy_.client_mu, 1.5, rtol=1e-12)
+
+
+def test_autoclip_hessian_quantile():
+    assert AutoClip().start_quantile("hessian") == AutoClip().start_quantile("gradient") == 0.9
+    config = AutoClip(hessian_quantile=0.99)
+    assert (config.start_quantile("gradient"), config.start_quantile("hessian")) == (0.9, 0.99)
+    with pytest.raises(ValueError, match="hessian_quantile"):
+        AutoClip(hessian_quantile=1.0)
