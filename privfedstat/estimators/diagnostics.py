@@ -239,6 +239,18 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
             ConvergenceWarning,
             stacklevel=4,
         )
+    elif run.damped is not None:
+        count, kept = run.damped
+        converged = False
+        warnings.warn(
+            f"{est.method} did not reach the optimum along {count} direction(s): there the curvature of its released "
+            "Hessians stayed below their eigenvalue floor (privacy noise) in every one of its last rounds, so the "
+            f"damped Newton steps removed as little as {1 - kept:.0%} of the error the path had there, and the "
+            "estimate along them is where the path stopped, not an optimum. Increase mu or the rows per site, merge "
+            "small sites, or drop or combine weakly identified columns.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
     if not finite and converged is not False and glm:
         gap = stationarity_gap(session, setup.clip, theta, n_samples, getattr(est, "penalty_", None))
         if gap > STATIONARITY_SE:

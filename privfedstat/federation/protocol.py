@@ -77,6 +77,12 @@ class Run:
         The clipping bounds the estimate's last rounds used, when the protocol chose new ones on the
         way (FedIRLS re-searches them at a located point; the inference describes the equation
         solved with them); None: the :class:`Setup` it was given.
+    damped : tuple of (int, float) or None
+        For Newton-type rounds whose released curvature stayed below the eigenvalue floor along
+        some directions in every round of the last phase (FedIRLS): how many directions kept more
+        than half of their error (the floored steps remove only ``lambda / floor`` of it per round)
+        and the largest fraction kept. The estimate along them is where the path was, not an
+        optimum.
     settle_from : int
         The index in ``path`` of the model the protocol's last phase started from (FedIRLS's refine
         rounds start from the located point); the convergence diagnostics judge only the updates
@@ -94,4 +100,5 @@ class Run:
     noise_model: object | None = None
     weights: np.ndarray | None = None
     setup: Setup | None = None
+    damped: tuple[int, float] | None = None
     settle_from: int = 0
