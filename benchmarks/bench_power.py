@@ -13,7 +13,7 @@ that reject it with their own SEs. At mu = inf the statsmodels GLM fits the same
 
 Run by hand::
 
-    python benchmarks/bench_power.py                  # 200 replicates per cell: writes RESULTS.md and the figures
+    python benchmarks/bench_power.py                  # 2000 replicates per cell: writes RESULTS.md and the figures
     python benchmarks/bench_power.py --quick          # 10 replicates, prints only (smoke test)
     python benchmarks/bench_power.py --reps 50 --no-write
 
@@ -36,7 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy import code_version  # noqa: E402
-from bench_kernels import update_results  # noqa: E402
+from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize  # noqa: E402
 from privfedstat.estimators.power import plan_study  # noqa: E402
@@ -138,7 +138,7 @@ def _f(x, digits=2) -> str:
     return "-" if pd.isna(x) else f"{x:.{digits}f}"
 
 
-def section(table: pd.DataFrame, reps: int, seconds: float) -> str:
+def section(table: pd.DataFrame, reps: int, seconds: float, mi: dict) -> str:
     slopes = table[table["term"] != "Intercept"]
     summary = []
     for name, col in (("SE plan / SD of estimates", "ratio"), ("SE plan / robust SD (1.4826 MAD)", "ratio_robust"),
@@ -158,6 +158,8 @@ def section(table: pd.DataFrame, reps: int, seconds: float) -> str:
                        f"{100 * part['wild'].mean():.2f}% | {100 * part['withheld'].mean():.2f}% |")
     lines = [
         HEADING, "",
+        f"- Date: {mi['date']}; machine: {mi['model']}, {mi['cpus']} CPU(s), shared; Python {mi['python']}, "
+        f"numpy {mi['numpy']}, numba {mi['numba']}; load average at start {mi['load']}", "",
         f"Code: {code_version()}. {reps} replicates per cell, {seconds / 60:.1f} min in all; the plan reads a public "
         f"synthetic sample of {DESIGN_ROWS} design rows (intercept, x1 ~ N(0, 1), x2 ~ Bernoulli(0.4)); coefficients "
         f"{COEF}; N = 10000 rows in each layout. Each cell's fits draw fresh data from the design and run the default "
@@ -239,14 +241,15 @@ def figures(table: pd.DataFrame) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="10 replicates, print only")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     reps = 10 if args.quick else args.reps
+    mi = machine_info()
     t = time.perf_counter()
     table = run(reps)
-    text = section(table, reps, time.perf_counter() - t)
+    text = section(table, reps, time.perf_counter() - t, mi)
     print(text)
     if not (args.quick or args.no_write):
         figures(table)

@@ -359,6 +359,32 @@ def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
     assert np.trace(without) < 0.97 * np.trace(emp)
 
 
+def test_irls_expected_covariance_averages_over_the_released_hessian():
+    """From the noise-free N, ``expected_covariance`` is the same simulation's covariance (what a plan predicts
+    before any Hessian is released), and its stacked recursion is the recursion at each released matrix."""
+    rng = np.random.default_rng(5)
+    p, R = 3, 4
+    H = _random_spd(rng, p, 0.5, 1.5)
+    N = H + 0.2 * _random_spd(rng, p, 0.1, 0.5)
+    g_var = np.array([0.4, 0.1, 0.03, 0.01])
+    h_var = np.array([0.03, 0.02, 0.01, 0.005])
+    reps = 40000
+    e = np.zeros((reps, p))
+    for r in range(R):
+        Xi = vec_to_sym(rng.standard_normal((reps, p * (p + 1) // 2)) * math.sqrt(h_var[r]), p)
+        xi = rng.standard_normal((reps, p)) * math.sqrt(g_var[r])
+        e = e - np.linalg.solve(N + Xi, (e @ H + xi)[..., None])[..., 0]
+    model = IRLSNoise(g_var, h_var, np.zeros(R), 1.0, N)
+    expected = model.expected_covariance(H)
+    np.testing.assert_allclose(np.diag(np.cov(e, rowvar=False)) / np.diag(expected), 1.0, atol=0.04)
+    released = N + vec_to_sym(rng.standard_normal((4, p * (p + 1) // 2)), p) * 0.05
+    stacked = IRLSNoise(g_var, h_var, np.zeros(R), 1.0, released).covariance(H)
+    for Hf, C in zip(released, stacked):
+        np.testing.assert_allclose(C, IRLSNoise(g_var, h_var, np.zeros(R), 1.0, Hf).covariance(H), rtol=1e-12)
+    assert IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N).expected_covariance(H) == pytest.approx(
+        IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N).covariance(H))
+
+
 @pytest.mark.parametrize("method", ["FedSGD", "FedHybrid", "FedAvg", "Scaffold", "FedIRLS", "FedNewton"])
 def test_noise_models_use_the_sigmas_the_channel_was_given(method):
     data = _data("logistic", 6, 150)
