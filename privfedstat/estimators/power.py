@@ -79,7 +79,7 @@ __all__ = ["plan_study", "StudyPlan", "Unplannable"]
 NO_SPEND = "planned from public design information only: no budget spent, no private data read"
 #: bisection range of the required mu (beyond it, a larger mu changes nothing that matters)
 MU_RANGE = (0.1, 1e4)
-#: a planned privacy share of the variance from which the linearised plan is optimistic (benchmarks/bench_power.py)
+#: a planned privacy share of the variance from which the plan is optimistic (benchmarks/bench_power.py)
 EDGE_SHARE = 0.5
 #: largest number of sites or rows per site :meth:`StudyPlan.required` tries
 MAX_COUNT = 10**7
@@ -376,7 +376,8 @@ class StudyPlan:
         edge = list(self.frame.index[self.frame["privacy_share"] >= EDGE_SHARE])
         if edge:
             text += (f"\nNote: privacy noise is at least {EDGE_SHARE:g} of the variance of {', '.join(edge)}: there the "
-                     "fits' SEs have exceeded the plan by 10-85% (benchmarks/RESULTS.md, Planning); plan more mu or rows.")
+                     "fits' median SEs have exceeded the plan by up to 28% and a few fits land far off "
+                     "(benchmarks/RESULTS.md, Planning); plan more mu or rows.")
         return text
 
 
