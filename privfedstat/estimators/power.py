@@ -409,7 +409,8 @@ def _smallest_count(build, meets, what: str) -> StudyPlan:
 
 
 def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
-    """Sampling and privacy variances (original scale), the effect theta* and the resolved settings of one fit."""
+    """Per outcome of the refine bound search (one case without it): its probability ``prob``, the sampling and
+    privacy variances (original scale) and the effect theta*; and the resolved settings of the fit."""
     mu = float(estimator.mu)
     family = get_family(estimator.family)
     X = design.X
