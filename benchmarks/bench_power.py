@@ -13,7 +13,7 @@ that reject it with their own SEs. At mu = inf the statsmodels GLM fits the same
 
 Run by hand::
 
-    python benchmarks/bench_power.py                  # 200 replicates per cell: writes RESULTS.md and the figures
+    python benchmarks/bench_power.py                  # 2000 replicates per cell: writes RESULTS.md and the figures
     python benchmarks/bench_power.py --quick          # 10 replicates, prints only (smoke test)
     python benchmarks/bench_power.py --reps 50 --no-write
 
@@ -36,7 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy import code_version  # noqa: E402
-from bench_kernels import update_results  # noqa: E402
+from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize  # noqa: E402
 from privfedstat.estimators.power import plan_study  # noqa: E402
@@ -100,8 +100,8 @@ def cell(family: str, layout: str, mu: float, reps: int, seed: int) -> list[dict
         mad = 1.4826 * float(np.median(np.abs(est - np.median(est))))
         rec = {"family": family, "layout": layout, "mu": mu, "term": term, "reps": reps, "se_plan": row["se"],
                "privacy_share": row["privacy_share"], "sd_sim": sd, "sd_robust": mad,
-               "se_fit_median": float(np.median(se[:, j])), "power_plan": row["power"],
-               "power_sim": float(np.mean(np.abs(est) / se[:, j] > z)),
+               "se_fit_median": float(np.nanmedian(se[:, j])), "withheld": float(np.mean(np.isnan(se[:, j]))),
+               "power_plan": row["power"], "power_sim": float(np.mean(np.abs(est) / se[:, j] > z)),
                "wild": float(np.mean(np.abs(est - row["effect"]) > 6 * row["se"])), "s_per_fit": seconds}
         if np.isinf(mu):
             from statsmodels.stats.power import NormalIndPower
@@ -138,7 +138,7 @@ def _f(x, digits=2) -> str:
     return "-" if pd.isna(x) else f"{x:.{digits}f}"
 
 
-def section(table: pd.DataFrame, reps: int, seconds: float) -> str:
+def section(table: pd.DataFrame, reps: int, seconds: float, mi: dict) -> str:
     slopes = table[table["term"] != "Intercept"]
     summary = []
     for name, col in (("SE plan / SD of estimates", "ratio"), ("SE plan / robust SD (1.4826 MAD)", "ratio_robust"),
@@ -155,22 +155,26 @@ def section(table: pd.DataFrame, reps: int, seconds: float) -> str:
                        f"{100 * np.mean(np.abs(part['ratio_fit'] - 1) <= 0.15):.0f}% | "
                        f"{100 * np.mean(np.abs(part['ratio'] - 1) <= 0.15):.0f}% | "
                        f"{100 * np.mean(part['power_diff'].abs() <= 0.1):.0f}% | {part['power_diff'].abs().max():.3f} | "
-                       f"{100 * part['wild'].mean():.2f}% |")
+                       f"{100 * part['wild'].mean():.2f}% | {100 * part['withheld'].mean():.2f}% |")
     lines = [
         HEADING, "",
+        f"- Date: {mi['date']}; machine: {mi['model']}, {mi['cpus']} CPU(s), shared; Python {mi['python']}, "
+        f"numpy {mi['numpy']}, numba {mi['numba']}; load average at start {mi['load']}", "",
         f"Code: {code_version()}. {reps} replicates per cell, {seconds / 60:.1f} min in all; the plan reads a public "
         f"synthetic sample of {DESIGN_ROWS} design rows (intercept, x1 ~ N(0, 1), x2 ~ Bernoulli(0.4)); coefficients "
         f"{COEF}; N = 10000 rows in each layout. Each cell's fits draw fresh data from the design and run the default "
         "private GLM (FedIRLS, private scaling, clip='auto', inference='auto'). Power: two-sided 5% Wald test of "
-        "coef = 0 with the fit's own SE. 'wild': share of fits more than 6 planned SEs from the planned effect.", "",
+        "coef = 0 with the fit's own SE (a fit whose intervals are withheld, not converged, does not reject; the median "
+        "fit SE is over the fits that report one). 'wild': share of fits more than 6 planned SEs from the planned "
+        "effect; 'withheld': share of fits with withheld intervals.", "",
         "### Summary over the grid (3 families x 2 layouts x 6 mu x 3 coefficients)", "",
         "| ratio | cells | median | 10% - 90% | within 15% |", "|---|---|---:|---:|---:|", *summary, "",
         f"Power, plan minus simulated: median {pd_.median():+.3f}, 10%-90% {pd_.quantile(0.1):+.3f} to "
         f"{pd_.quantile(0.9):+.3f}, largest |difference| {pd_.abs().max():.3f} (binomial sd of a simulated power at "
         f"0.5: {0.5 / np.sqrt(reps):.3f}).", "",
         "By the planned privacy share of the variance (share of cells within 15% / power within 0.1):", "",
-        "| cells | n | plan/robust SD | plan/fit SE | plan/SD | power | largest power diff | wild fits |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|", *regimes, "",
+        "| cells | n | plan/robust SD | plan/fit SE | plan/SD | power | largest power diff | wild fits | withheld |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|", *regimes, "",
     ]
     inf = table[np.isinf(table["mu"])]
     lines += ["### mu = inf against statsmodels", "",
@@ -237,14 +241,15 @@ def figures(table: pd.DataFrame) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="10 replicates, print only")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     reps = 10 if args.quick else args.reps
+    mi = machine_info()
     t = time.perf_counter()
     table = run(reps)
-    text = section(table, reps, time.perf_counter() - t)
+    text = section(table, reps, time.perf_counter() - t, mi)
     print(text)
     if not (args.quick or args.no_write):
         figures(table)

@@ -18,30 +18,35 @@ runs, fed with the design instead of the clients):
    scales are those a fit gets without count noise (the decisions still lean by the fit's margins);
 3. the clipping bounds (:func:`~privfedstat.estimators.stages.autoclip_bounds`): the same
    searches on the design's exact counts of per-sample norms (y | x integrated exactly), the pilot
-   as the noise-free population FedSGD path;
+   as the noise-free population FedSGD path. The search the fit runs again at its located point
+   (FedIRLS's refine bounds, at theta* of the first bounds) is taken with its count noise: its
+   bisection's decisions are Gaussian with the public count sd, so its result is a distribution
+   over neighbouring grid points (:func:`~privfedstat.privacy.clipping.grid_quantile_outcomes`;
+   at 100 sites x 100 rows and mu = 0.5 the bound B lands on 3-4 grid points 25% apart), and
+   every later step is planned for each outcome of probability at least ``LEAST_OUTCOME``;
 4. the privacy noise: the estimator's own noise model for these public settings
-   (``planned_noise_model``, e.g. :meth:`~privfedstat.FedIRLS.planned_noise_model`), linearised at
-   the design's clipped-score Jacobian J by :func:`~privfedstat.theory.protocol_noise_covariance`,
-   the function the fit's inference uses;
+   (``planned_noise_model``, e.g. :meth:`~privfedstat.FedIRLS.planned_noise_model`), at the
+   design's clipped-score Jacobian J, averaged over the noise of the last released Hessian
+   (:meth:`~privfedstat.theory.noise.IRLSNoise.expected_covariance`: the inverse of a noisy
+   Hessian is larger on average than the inverse of the noise-free one, by 10-40% in sd where
+   privacy noise dominates);
 5. the sampling variance ``c J^-1 S J^-1`` (``c = sum_i w_i^2 / n_i``, S the clipped score's
    covariance) at the root theta* of the clipped population equation; both parts mapped to the
    original scale with the scaler (:func:`~privfedstat.inference.covariance.original_scale_map`).
+
+Over the search's outcomes, the planned SE of a coefficient is the probability-weighted median
+of the outcomes' SEs (the SE a typical fit reports; its sampling and privacy parts and its effect
+are that outcome's) and the power is the outcomes' average power.
 
 The test's effect is theta*'s coefficient on the original scale (the guessed coefficient
 shrunk by the clipping bias), not the guess itself.
 
 Approximations (inferred): the design's covariate sample is the population (a public pilot or
 synthetic sample: the prediction is only as good as the guess); the fit's estimate is taken at
-theta* (the rounds converged, no clipping-bias beyond theta*); the released last Hessian is taken
-as the noise-free Newton matrix (its noise inflates the last round's variance by about
-``s^2 (p + 1) / (2 lambda^2)``, small at the auto floor); the count noise of the private scaling
-and clip searches is left out (their decisions lean as the fit's do). Accuracy against Monte
-Carlo (``benchmarks/bench_power.py``, section "Planning" of ``benchmarks/RESULTS.md``; logistic,
-Poisson, Gaussian, 5 x 2000 and 100 x 100 rows, mu 0.5-8): where the planned privacy share of the
-variance is below ``EDGE_SHARE`` = 0.5, the planned SE is within 15% of the fits' median reported
-SE in 97% of the cells and of the robust SD of their estimates in 94%, the power within 0.1 in
-96%; above it the plan is optimistic (fits' SEs 10-85% larger), and the 0.1-3% of fits that a
-noisy clip or scaling decision sends far off are not described.
+theta* (the rounds converged, no clipping-bias beyond theta*); the count noise of the private
+scaling and of the first clip search is left out (their decisions lean as the fit's do), and so
+is the noise of the located point the second search runs at. Accuracy against Monte Carlo:
+``benchmarks/bench_power.py``, section "Planning" of ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -60,9 +65,8 @@ from ..federation.protocol import Setup
 from ..inference.config import resolve_inference
 from ..inference.core import plan_inference
 from ..inference.covariance import original_scale_map, weighted_factor
-from ..privacy.clipping import private_grid_quantile
+from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile
 from ..theory._population import Population, make_spec
-from ..theory.noise import protocol_noise_covariance
 from ..theory.power import wald_half_width, wald_power
 from ._steps import resolve_step_size
 from .registry import get_method
@@ -75,10 +79,12 @@ __all__ = ["plan_study", "StudyPlan", "Unplannable"]
 NO_SPEND = "planned from public design information only: no budget spent, no private data read"
 #: bisection range of the required mu (beyond it, a larger mu changes nothing that matters)
 MU_RANGE = (0.1, 1e4)
-#: a planned privacy share of the variance from which the linearised plan is optimistic (benchmarks/bench_power.py)
+#: a planned privacy share of the variance from which the plan is optimistic (benchmarks/bench_power.py)
 EDGE_SHARE = 0.5
 #: largest number of sites or rows per site :meth:`StudyPlan.required` tries
 MAX_COUNT = 10**7
+#: results of a private bound search less likely than this are left out of the plan (their mass with them)
+LEAST_OUTCOME = 0.05
 
 
 class Unplannable(ValueError):
@@ -183,13 +189,16 @@ class StudyPlan:
     alpha : float
     frame : pandas.DataFrame
         One row per coefficient: ``coef`` (the guess), ``effect`` (what the fit estimates: theta*
-        on the original scale), ``se`` and its parts ``se_sampling`` and ``se_privacy``
+        on the original scale), ``se`` (the SE a typical fit reports: the median over the bound
+        search's outcomes) and its parts ``se_sampling`` and ``se_privacy``
         (``se^2 = se_sampling^2 + se_privacy^2``), ``privacy_share`` (``se_privacy^2 / se^2``),
         ``se_nonprivate`` (the mu = inf fit's), ``width_ratio`` (``se / se_nonprivate``: the
         interval's width against the non-private one), ``half_width`` (``z_{1 - alpha/2} se``),
-        ``power`` and ``power_nonprivate`` (two-sided Wald test of ``coef = 0`` at level alpha).
+        ``power`` (two-sided Wald test of ``coef = 0`` at level alpha, averaged over the search's
+        outcomes) and ``power_nonprivate``.
     settings : dict
-        The public settings the prediction resolved: budgets of the stages, B, C_H, sites, N.
+        The public settings the prediction resolved: budgets of the stages, B, C_H and the share of
+        clipped rows (each with its probabilities where the search's noise spreads it), cov_type.
     """
 
     def __init__(self, estimator, design: _Design, sizes: np.ndarray, alpha: float, public: dict | None = None) -> None:
@@ -202,15 +211,19 @@ class StudyPlan:
         if public is None:
             public = private if math.isinf(self.mu) else _predict(_with(estimator, mu=math.inf), design, sizes)
         self._public = public  # the mu = inf prediction: the same for every mu
-        se_s, se_p = np.sqrt(private["sampling"]), np.sqrt(private["privacy"])
+        prob, sampling, privacy, effects = (private[k] for k in ("prob", "sampling", "privacy", "effect"))
+        cases_se = np.sqrt(sampling + privacy)
+        typical = _weighted_median_index(prob, cases_se)
+        d = np.arange(cases_se.shape[1])
+        se_s, se_p, effect = np.sqrt(sampling[typical, d]), np.sqrt(privacy[typical, d]), effects[typical, d]
         se = np.hypot(se_s, se_p)
-        se_np = np.sqrt(public["sampling"])
+        se_np = np.sqrt(public["sampling"][0])
         self.settings = private["settings"]
         self.frame = pd.DataFrame({
-            "coef": design.coef, "effect": private["effect"], "se": se, "se_sampling": se_s, "se_privacy": se_p,
+            "coef": design.coef, "effect": effect, "se": se, "se_sampling": se_s, "se_privacy": se_p,
             "privacy_share": se_p**2 / se**2, "se_nonprivate": se_np, "width_ratio": se / se_np,
-            "half_width": wald_half_width(se, alpha), "power": wald_power(private["effect"], se, alpha),
-            "power_nonprivate": wald_power(public["effect"], se_np, alpha),
+            "half_width": wald_half_width(se, alpha), "power": prob @ wald_power(effects, cases_se, alpha),
+            "power_nonprivate": wald_power(public["effect"][0], se_np, alpha),
         }, index=pd.Index(design.names, name="term"))
 
     # ------------------------------------------------------------------ variations
@@ -363,7 +376,8 @@ class StudyPlan:
         edge = list(self.frame.index[self.frame["privacy_share"] >= EDGE_SHARE])
         if edge:
             text += (f"\nNote: privacy noise is at least {EDGE_SHARE:g} of the variance of {', '.join(edge)}: there the "
-                     "fits' SEs have exceeded the plan by 10-85% (benchmarks/RESULTS.md, Planning); plan more mu or rows.")
+                     "fits' median SEs have exceeded the plan by up to 28% and a few fits land far off "
+                     "(benchmarks/RESULTS.md, Planning); plan more mu or rows.")
         return text
 
 
@@ -395,7 +409,8 @@ def _smallest_count(build, meets, what: str) -> StudyPlan:
 
 
 def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
-    """Sampling and privacy variances (original scale), the effect theta* and the resolved settings of one fit."""
+    """Per outcome of the refine bound search (one case without it): its probability ``prob``, the sampling and
+    privacy variances (original scale) and the effect theta*; and the resolved settings of the fit."""
     mu = float(estimator.mu)
     family = get_family(estimator.family)
     X = design.X
@@ -415,47 +430,110 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
     theta = np.linalg.solve(G, design.coef)
     spec = dataclasses.replace(make_spec(family=family.name, beta=theta), noise_sd=design.noise_sd)
     pop = Population.of_covariates(spec, X if scaler is None else scaler.transform_rows(X))
-    setup, search = _bounds(estimator, pop, plan, sizes)
-    target, mom, J_inv = _root(pop, setup, mu, sizes)
-    refine = None
+    setup, outcomes = _bounds(estimator, pop, plan, sizes)
+    roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
     todo, mu_search = estimator.refine_search(setup.mu)
-    if todo:  # the bounds the fit searches again at its located point: here the root of the first bounds
-        found = search(todo, target, bound_search(estimator).pilot_quantile, mu_search)
-        refine = Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu)
-        target, mom, J_inv = _root(pop, refine, mu, sizes)
+    cases = [(1.0, None)]
+    if todo:  # the bounds the fit searches again at its located point (here the root of the first bounds), by outcome
+        located = _root(pop, setup, mu, sizes, roots)[0]
+        cases = [(prob, Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu))
+                 for prob, found in outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search)]
+    results = []
+    for prob, refine in cases:
+        try:
+            results.append((prob, *_case(estimator, pop, setup, refine, sizes, roots)))
+        except Unplannable:
+            if len(cases) == 1:
+                raise
+    if not results:
+        raise Unplannable(f"at mu = {mu:g} with {m} sites of {int(sizes.min())}-{int(sizes.max())} rows the fit would "
+                          "clip nearly every row at every bound its search can choose; a larger mu or more rows per "
+                          "site is needed.")
+    prob = np.array([r[0] for r in results])
+    stack = {key: np.array([G @ r[1][key] @ G.T for r in results]) for key in ("sampling", "privacy")}
+    settings = {"mu: scaling": f"{plan.scaling:.3g}", "clip search": f"{plan.clip:.3g}",
+                "estimation": f"{plan.estimation:.3g}", "inference": f"{plan.inference:.3g}",
+                "B": _outcome_text(prob, [r[2].clip for r in results]),
+                "C_H": _outcome_text(prob, [r[2].hessian_clip for r in results]),
+                "clipped": _outcome_text(prob, [r[1]["clipped"] for r in results], "{:.1%}"),
+                "cov_type": "none" if resolve_inference(estimator.inference) is None else task.cov_type}
+    return {"prob": prob / prob.sum(), "sampling": np.diagonal(stack["sampling"], axis1=1, axis2=2),
+            "privacy": np.diagonal(stack["privacy"], axis1=1, axis2=2),
+            "effect": np.array([G @ r[1]["target"] for r in results]), "settings": settings}
+
+
+def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes: np.ndarray, roots: dict
+          ) -> tuple[dict, Setup]:
+    """Sampling and privacy covariances (fitting scale), theta* and the clipped share of one choice of the refine
+    bounds (None: one phase on ``setup``'s), and the final bounds (``roots``: :func:`_root`'s cache)."""
+    mu = float(estimator.mu)
+    family = pop.family
     final = setup if refine is None else refine
-    w = weights_for(estimator, sizes, d, final.clip)
+    target, mom, J_inv = _root(pop, final, mu, sizes, roots)
+    w = weights_for(estimator, sizes, pop.X.shape[1], final.clip)
     c = weighted_factor(w, sizes)[0]
-    sampling = c * J_inv @ mom["S"] @ J_inv
-    privacy = np.zeros((d, d))
+    privacy = np.zeros_like(J_inv)
     if math.isfinite(mu):
         newton = pop.clipped_hessian(target, final.hessian_clip)
         noise = estimator.planned_noise_model(sizes, setup, family, newton, refine)
-        privacy = protocol_noise_covariance(noise, mom["J"])
-    config = resolve_inference(estimator.inference)
-    settings = {"mu: scaling": f"{plan.scaling:.3g}", "clip search": f"{plan.clip:.3g}",
-                "estimation": f"{plan.estimation:.3g}", "inference": f"{plan.inference:.3g}",
-                "B": f"{final.clip:.3g}", "C_H": f"{final.hessian_clip:.3g}",
-                "clipped": f"{100 * pop.clip_fraction(target, final.clip):.1f}%",
-                "cov_type": "none" if config is None else task.cov_type}
-    return {"sampling": np.diag(G @ sampling @ G.T), "privacy": np.diag(G @ privacy @ G.T), "effect": G @ target,
-            "settings": settings}
+        privacy = noise.expected_covariance(mom["J"])
+    return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
+            "clipped": pop.clip_fraction(target, final.clip)}, final
+
+
+def _outcome_text(prob: np.ndarray, values: list, form: str = "{:.3g}") -> str:
+    """``values`` by probability: the single value, or ``"v1 (p1), v2 (p2), ..."`` over the distinct values."""
+    share: dict = {}
+    for p, v in zip(prob / prob.sum(), values):
+        key = form.format(v)
+        share[key] = share.get(key, 0.0) + p
+    if len(share) == 1:
+        return next(iter(share))
+    return ", ".join(f"{v} ({p:.0%})" for v, p in sorted(share.items(), key=lambda kv: -kv[1]))
+
+
+def _weighted_median_index(prob: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per column of ``values`` (cases x coefficients), the row at the ``prob``-weighted median."""
+    order = np.argsort(values, axis=0, kind="stable")
+    cumulative = np.cumsum(prob[order], axis=0)
+    at = np.argmax(cumulative >= 0.5 * prob.sum(), axis=0)
+    return order[at, np.arange(values.shape[1])]
+
+
+def _level(quantile, which: str) -> float:
+    """The search level of the ``which`` norm: ``quantile(which)``, or ``quantile`` itself for one level for all."""
+    return quantile(which) if callable(quantile) else quantile
 
 
 def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup, object]:
     """The clipping bounds the fit would choose on this population (fixed, infinite, or the AutoClip search on
-    exact counts; the pilot: noise-free population FedSGD), and the search ``search(todo, theta, quantile,
-    mu_stage) -> {norm: bound}`` it runs on the population's exact counts."""
+    exact counts; the pilot: noise-free population FedSGD), and the distribution of a later search's result
+    ``outcomes(norms, theta, quantile, mu_stage) -> [(probability, {norm: bound})]``: its count queries' noise
+    sends each search to neighbouring grid points (:func:`~privfedstat.privacy.clipping.grid_quantile_outcomes`;
+    results below ``LEAST_OUTCOME`` are dropped), and the searches of the norms are independent."""
     bounds, todo, how = pending_bounds(estimator, plan.mu)
     config = bound_search(estimator)
     N, m = float(sizes.sum()), sizes.size
 
+    def counts(which, theta):
+        return lambda t: N * pop.share_at_most(which, theta, t)
+
     def search(norms, theta, quantile, mu_stage):
-        level = quantile if callable(quantile) else (lambda which: quantile)
         mu_query = config.query_budget(mu_stage, len(norms))
-        return {which: private_grid_quantile(lambda t, which=which: N * pop.share_at_most(which, theta, t),
-                                             config.grid, config.target(level(which), N, m, mu_query))
+        return {which: private_grid_quantile(counts(which, theta), config.grid,
+                                             config.target(_level(quantile, which), N, m, mu_query))
                 for which in norms}
+
+    def outcomes(norms, theta, quantile, mu_stage):
+        mu_query = config.query_budget(mu_stage, len(norms))
+        sd = config.count_sd(m, mu_query)
+        joint = [(1.0, {})]
+        for which in norms:
+            target = config.target(_level(quantile, which), N, m, mu_query)
+            found = grid_quantile_outcomes(counts(which, theta), config.grid, target, sd, least=LEAST_OUTCOME)
+            joint = [(p * q, {**bound, which: value}) for p, bound in joint for value, q in found.items()
+                     if q >= LEAST_OUTCOME]
+        return joint
 
     if how == "paper":
         raise ValueError("clip='paper' reads the raw data (not private) and is not planned; use clip='auto' or a number.")
@@ -472,17 +550,20 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
 
         bounds.update(autoclip_bounds(config, plan.clip, np.zeros(pop.X.shape[1]),
                                       lambda theta, q, mu_stage: search(todo, theta, q, mu_stage), pilot))
-    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation), search
+    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation), outcomes
 
 
-def _root(pop: Population, setup: Setup, mu: float, sizes: np.ndarray):
-    """The root of the clipped estimating equation at ``setup``'s B, its moments and ``J^-1``; Unplannable if none."""
-    B = None if math.isinf(setup.clip) else setup.clip
-    try:
-        target = pop.root(B)
-        mom = pop.moments(target, B)
-        return target, mom, np.linalg.inv(mom["J"])
-    except np.linalg.LinAlgError:
-        raise Unplannable(f"at mu = {mu:g} with {sizes.size} sites of {int(sizes.min())}-{int(sizes.max())} rows the "
-                          f"fit would clip nearly every row (B = {setup.clip:.3g}): its estimating equation has no "
-                          "root on this design; a larger mu or more rows per site is needed.") from None
+def _root(pop: Population, setup: Setup, mu: float, sizes: np.ndarray, roots: dict):
+    """The root of the clipped estimating equation at ``setup``'s B, its moments and ``J^-1`` (cached in ``roots`` by
+    B); Unplannable if none."""
+    if setup.clip not in roots:
+        B = None if math.isinf(setup.clip) else setup.clip
+        try:
+            target = pop.root(B)
+            mom = pop.moments(target, B)
+            roots[setup.clip] = target, mom, np.linalg.inv(mom["J"])
+        except np.linalg.LinAlgError:
+            raise Unplannable(f"at mu = {mu:g} with {sizes.size} sites of {int(sizes.min())}-{int(sizes.max())} rows "
+                              f"the fit would clip nearly every row (B = {setup.clip:.3g}): its estimating equation has "
+                              "no root on this design; a larger mu or more rows per site is needed.") from None
+    return roots[setup.clip]

@@ -44,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
-__all__ = ["AutoClip", "PILOT_AUTOCLIP", "private_grid_quantile"]
+__all__ = ["AutoClip", "PILOT_AUTOCLIP", "private_grid_quantile", "grid_quantile_outcomes"]
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,15 @@ class AutoClip:
         """GDP budget of each count query when ``n_searches`` searches share ``mu`` (in squares)."""
         return mu / math.sqrt(n_searches * self.n_queries)
 
+    @staticmethod
+    def count_sd(n_clients: int, mu_query: float) -> float:
+        """Standard deviation of a pooled noisy count: ``sqrt(m) / mu_query`` (sensitivity 1 per client; public)."""
+        return math.sqrt(n_clients) / mu_query if math.isfinite(mu_query) else 0.0
+
     def target(self, quantile: float, n_total: float, n_clients: int, mu_query: float) -> float:
         """The count a search aims at: ``quantile`` of the N samples, lowered by ``margin`` sds of the pooled
-        count's noise (``sqrt(m) / mu_query``: sensitivity 1 per client; public)."""
-        count_sd = math.sqrt(n_clients) / mu_query if math.isfinite(mu_query) else 0.0
-        return quantile * n_total - self.margin * count_sd
+        count's noise (:meth:`count_sd`)."""
+        return quantile * n_total - self.margin * self.count_sd(n_clients, mu_query)
 
     @property
     def n_stages(self) -> int:
@@ -182,3 +187,47 @@ def private_grid_quantile(
         else:
             lo = mid + 1
     return float(grid[lo])
+
+
+def grid_quantile_outcomes(count: Callable[[float], float], grid: np.ndarray, target: float, count_sd: float, *,
+                           least: float = 0.0) -> dict[float, float]:
+    """The distribution of :func:`private_grid_quantile`'s result when each count carries Gaussian noise.
+
+    Each bisection step at grid point t compares ``count(t) + e`` (``e ~ N(0, count_sd^2)``,
+    independent across steps) with ``target``: it goes down with probability
+    ``Phi((count(t) - target) / count_sd)``. A result's probability is the product of the
+    decisions on its path (``log2(len(grid))`` of them); with ``count_sd = 0`` the decisions are
+    exact and the result is :func:`private_grid_quantile` on ``count``.
+
+    Parameters
+    ----------
+    count : callable
+        ``count(threshold)``: the noise-free number of samples with norm <= threshold.
+    grid : ndarray
+        Increasing candidate thresholds, length a power of two.
+    target : float
+        Count to reach.
+    count_sd : float
+        Standard deviation of a query's noise (:meth:`AutoClip.count_sd`).
+    least : float, default 0
+        Paths whose probability falls below it are not followed: their mass is missing from the result.
+
+    Returns
+    -------
+    dict
+        ``{grid point: probability}`` over the reachable results.
+    """
+    outcomes: dict[float, float] = {}
+    paths = [(0, len(grid) - 1, 1.0)]
+    while paths:
+        lo, hi, prob = paths.pop()
+        if lo == hi:
+            outcomes[float(grid[lo])] = outcomes.get(float(grid[lo]), 0.0) + prob
+            continue
+        mid = (lo + hi) // 2
+        gap = count(float(grid[mid])) - target
+        down = float(gap >= 0) if count_sd == 0 else float(norm.cdf(gap / count_sd))
+        for branch, p in (((lo, mid), prob * down), ((mid + 1, hi), prob * (1.0 - down))):
+            if p > 0 and p >= least:
+                paths.append((*branch, p))
+    return outcomes

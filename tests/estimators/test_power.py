@@ -76,31 +76,63 @@ def test_plan_resolves_the_fit_settings_and_matches_its_standard_errors(design):
         clips.append(fit.clip_)
         table = plan.compare(fit)
         assert list(table.columns) == ["se_planned", "se_fit", "privacy_share_planned", "privacy_share_fit"]
-    assert float(plan.settings["B"]) == pytest.approx(np.median(clips), rel=5e-3)  # settings show 3 digits
+    likeliest_B = float(plan.settings["B"].split()[0])  # "B (probability), ..." when the search's noise spreads it
+    assert likeliest_B == pytest.approx(np.median(clips), rel=5e-3)  # settings show 3 digits
     np.testing.assert_allclose(np.median(ses, axis=0), plan.frame["se"], rtol=0.15)
     assert "Privacy share of variance" in fit.summary(plan=plan).header
 
 
-def test_reduced_monte_carlo(design):
-    """Predicted SE against the robust SD of 40 private fits' estimates, and power against their rejection rate
-    (Poisson, 20 x 250, mu = 1; the full grid is benchmarks/bench_power.py)."""
-    coef = (0.3, 0.05, 0.06)
-    plan = pfs.plan_study(design, coef, family="poisson", sizes=[250] * 20, mu=1.0, names=NAMES)
-    rng = np.random.default_rng(3)
-    est = FedIRLS(family="poisson", mu=1.0, scaling=PrivateStandardize(intercept=0))
-    coefs, rejects = [], []
-    for r in range(40):
-        _, _, data = simulate("poisson", coef, 20, 250, rng)
+def monte_carlo(family, coef, m, n, mu, reps, seed):
+    """``reps`` default private fits on fresh data: estimates, reported SEs, and whether each rejects coef = 0."""
+    rng = np.random.default_rng(seed)
+    est = FedIRLS(family=family, mu=mu, scaling=PrivateStandardize(intercept=0))
+    coefs, ses = [], []
+    for r in range(reps):
+        _, _, data = simulate(family, coef, m, n, rng)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.set_params(random_state=r).fit(data)
         coefs.append(est.coef_)
-        rejects.append(np.abs(est.zvalues_) > 1.959964)
-    coefs = np.array(coefs)
+        ses.append(np.ravel(est.bse_))
+    coefs, ses = np.array(coefs), np.array(ses)
+    return coefs, ses, np.abs(coefs) / ses > 1.959964  # a withheld interval (NaN SE) does not reject
+
+
+def test_reduced_monte_carlo(design):
+    """Where sampling noise dominates (Poisson, 5 x 1000, mu = 2: planned privacy share 0.28-0.38), 200 private fits
+    agree with the plan within their Monte-Carlo error (the full grid: benchmarks/bench_power.py).
+
+    Tolerances, three Monte-Carlo sds of 200 fits: the SD of the estimates (over those within 6 planned SEs of the
+    effect, which leaves out the rare fit that a noisy bound decision sends far off) is uncertain by
+    1 / sqrt(2 * 199) = 5%, so 15%; the median of the SEs the fits report varies far less (their spread is the
+    inference releases' noise), so 5%; a rejection rate by at most sqrt(0.25 / 200) = 0.035, so 0.1."""
+    coef = (0.3, 0.04, 0.06)
+    plan = pfs.plan_study(design, coef, family="poisson", sizes=[1000] * 5, mu=2.0, names=NAMES)
+    assert np.all(plan.frame["privacy_share"] < 0.5)
+    coefs, ses, rejects = monte_carlo("poisson", coef, 5, 1000, 2.0, 200, 3)
+    effect, se = plan.frame["effect"].to_numpy(), plan.frame["se"].to_numpy()
+    bulk = np.abs(coefs - effect) <= 6 * se
+    assert bulk.mean() > 0.98
+    sd = np.array([np.std(coefs[bulk[:, j], j], ddof=1) for j in range(3)])
+    np.testing.assert_allclose(se, sd, rtol=0.15)
+    np.testing.assert_allclose(se, np.nanmedian(ses, axis=0), rtol=0.05)
+    np.testing.assert_allclose(plan.frame["power"], rejects.mean(axis=0), atol=0.1)
+
+
+def test_reduced_monte_carlo_privacy_dominated(design):
+    """Where privacy noise dominates (logistic, 50 x 100, mu = 1: planned privacy share 0.57-0.78) the plan is a
+    looser guide: 150 fits, the planned SE within 25% of the robust SD of the estimates (1.4826 MAD, itself
+    uncertain by about 1.17 / sqrt(150) = 10%) and within 15% of the median SE the fits report (which exceeds the
+    plan by about 12% here: the fit reads its privacy covariance at noisy released Hessians), and the power within
+    0.2 (benchmarks/RESULTS.md, Planning)."""
+    coef = (-0.5, 0.1, 0.2)
+    plan = pfs.plan_study(design, coef, family="logistic", sizes=[100] * 50, mu=1.0, names=NAMES)
+    assert np.all(plan.frame["privacy_share"] > 0.5)
+    coefs, ses, rejects = monte_carlo("logistic", coef, 50, 100, 1.0, 150, 4)
     robust_sd = 1.4826 * np.median(np.abs(coefs - np.median(coefs, axis=0)), axis=0)
-    # 40 fits: the robust SD is itself uncertain by ~17%; the fits' own SEs of x1 are ~25% below it here
-    np.testing.assert_allclose(plan.frame["se"], robust_sd, rtol=0.45)
-    np.testing.assert_allclose(plan.frame["power"], np.mean(rejects, axis=0), atol=0.3)
+    np.testing.assert_allclose(plan.frame["se"], robust_sd, rtol=0.25)
+    np.testing.assert_allclose(plan.frame["se"], np.nanmedian(ses, axis=0), rtol=0.15)
+    np.testing.assert_allclose(plan.frame["power"], rejects.mean(axis=0), atol=0.2)
 
 
 def test_required_reaches_its_target_and_no_less_would(design):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privfedstat.privacy.clipping import AutoClip, private_grid_quantile
+from privfedstat.privacy.clipping import AutoClip, grid_quantile_outcomes, private_grid_quantile
 
 
 # --------------------------------------------------------------------------- AutoClip
@@ -239,3 +239,26 @@ def test_autoclip_hessian_quantile():
     assert (config.start_quantile("gradient"), config.start_quantile("hessian")) == (0.9, 0.99)
     with pytest.raises(ValueError, match="hessian_quantile"):
         AutoClip(hessian_quantile=1.0)
+
+
+def test_grid_quantile_outcomes_is_the_noisy_search_distribution():
+    """Exact decisions give private_grid_quantile's result; noisy ones the frequencies of the noisy search."""
+    config = AutoClip()
+    norms = np.random.default_rng(0).lognormal(0.0, 0.5, 2000)
+
+    def count(t):
+        return float(np.sum(norms <= t))
+
+    target = 0.99 * norms.size
+    exact = grid_quantile_outcomes(count, config.grid, target, 0.0)
+    assert exact == {private_grid_quantile(count, config.grid, target): 1.0}
+    sd = 15.0
+    outcomes = grid_quantile_outcomes(count, config.grid, target, sd)
+    assert sum(outcomes.values()) == pytest.approx(1.0) and len(outcomes) > 2
+    rng = np.random.default_rng(1)
+    draws = [private_grid_quantile(lambda t: count(t) + sd * rng.standard_normal(), config.grid, target)
+             for _ in range(4000)]
+    for bound, prob in outcomes.items():
+        assert np.mean(np.array(draws) == bound) == pytest.approx(prob, abs=0.03)  # binomial sd <= 0.008
+    pruned = grid_quantile_outcomes(count, config.grid, target, sd, least=0.05)
+    assert set(pruned) <= set(outcomes) and all(outcomes[b] >= pruned[b] - 1e-12 for b in pruned)

@@ -332,11 +332,9 @@ def test_symmetric_noise_sandwich_by_enumerating_the_noise_basis():
     np.testing.assert_allclose(symmetric_noise_sandwich(C, s2), expected, rtol=1e-12)
 
 
-def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
-    """e_r = e_{r-1} - (N + Xi_r)^-1 (H e_{r-1} + xi_r), Xi_r symmetric noise as a sym_to_vec release
-    (diagonal variance s^2, off-diagonal s^2 / 2) of up to a third of N's eigenvalues, N != H (a
-    linearly converging Newton). The model is conditional on the released last Hessian
-    Hf_R = N + Xi_R: its average over Xi_R is compared with the simulation's covariance."""
+def _linearised_irls_rounds():
+    """e_r = e_{r-1} - (N + Xi_r)^-1 (H e_{r-1} + xi_r) over 40000 replicates (p = 3, R = 4): the generator (for
+    further draws), H, N, the round variances and the replicates' final errors."""
     rng = np.random.default_rng(5)
     p, R = 3, 4
     H = _random_spd(rng, p, 0.5, 1.5)
@@ -349,6 +347,16 @@ def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
         Xi = vec_to_sym(rng.standard_normal((reps, p * (p + 1) // 2)) * math.sqrt(h_var[r]), p)
         xi = rng.standard_normal((reps, p)) * math.sqrt(g_var[r])
         e = e - np.linalg.solve(N + Xi, (e @ H + xi)[..., None])[..., 0]
+    return rng, H, N, g_var, h_var, e
+
+
+def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
+    """e_r = e_{r-1} - (N + Xi_r)^-1 (H e_{r-1} + xi_r), Xi_r symmetric noise as a sym_to_vec release
+    (diagonal variance s^2, off-diagonal s^2 / 2) of up to a third of N's eigenvalues, N != H (a
+    linearly converging Newton). The model is conditional on the released last Hessian
+    Hf_R = N + Xi_R: its average over Xi_R is compared with the simulation's covariance."""
+    rng, H, N, g_var, h_var, e = _linearised_irls_rounds()
+    p, R = H.shape[0], len(g_var)
     emp = np.cov(e, rowvar=False)
     released = N + vec_to_sym(rng.standard_normal((2000, p * (p + 1) // 2)) * math.sqrt(h_var[-1]), p)
     pred = np.mean([protocol_noise_covariance(IRLSNoise(g_var, h_var, np.zeros(R), 1.0, Hf), H) for Hf in released],
@@ -357,6 +365,22 @@ def test_irls_model_matches_a_simulation_of_the_linearised_rounds():
     # the Hessian noise matters here: without it (and with the noise-free N) the prediction is 5-8% low
     without = protocol_noise_covariance(IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N), H)
     assert np.trace(without) < 0.97 * np.trace(emp)
+
+
+def test_irls_expected_covariance_averages_over_the_released_hessian():
+    """From the noise-free N, ``expected_covariance`` is the same simulation's covariance (what a plan predicts
+    before any Hessian is released), and its stacked recursion is the recursion at each released matrix."""
+    rng, H, N, g_var, h_var, e = _linearised_irls_rounds()
+    p, R = H.shape[0], len(g_var)
+    model = IRLSNoise(g_var, h_var, np.zeros(R), 1.0, N)
+    expected = model.expected_covariance(H)
+    np.testing.assert_allclose(np.diag(np.cov(e, rowvar=False)) / np.diag(expected), 1.0, atol=0.04)
+    released = N + vec_to_sym(rng.standard_normal((4, p * (p + 1) // 2)), p) * 0.05
+    stacked = IRLSNoise(g_var, h_var, np.zeros(R), 1.0, released).covariance(H)
+    for Hf, C in zip(released, stacked):
+        np.testing.assert_allclose(C, IRLSNoise(g_var, h_var, np.zeros(R), 1.0, Hf).covariance(H), rtol=1e-12)
+    assert IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N).expected_covariance(H) == pytest.approx(
+        IRLSNoise(g_var, 0 * h_var, np.zeros(R), 1.0, N).covariance(H))
 
 
 @pytest.mark.parametrize("method", ["FedSGD", "FedHybrid", "FedAvg", "Scaffold", "FedIRLS", "FedNewton"])
