@@ -334,3 +334,35 @@ def test_overdispersed_counts_settle_after_the_locate_rounds():
         assert fit.converged_
         assert np.all(np.isfinite(fit.bse_))
         assert np.max(np.abs((fit.coef_ - mle.params) / mle.bse)) < 1.5  # the clipping bias at B = the 99.9% quantile
+
+
+def test_damped_directions_are_counted_from_the_released_curvature_and_the_floors():
+    """Along an eigenvector with eigenvalue lambda < floor each floored round keeps ``1 - lambda / floor`` of the
+    error (all of it where lambda <= 0); directions keeping more than DAMPED_KEPT over the phase are reported."""
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
+
+    def H(vals):
+        return Q @ np.diag(vals) @ Q.T
+
+    assert fedirls._damped(H([5.0, 2.0, 1.5]), np.array([1.0, 1.0, 1.0])) is None
+    count, kept = fedirls._damped(H([5.0, 0.01, -0.3]), np.array([1.0, 1.0, 1.0]))
+    assert count == 2 and kept == pytest.approx(1.0)
+    count, kept = fedirls._damped(H([5.0, 0.05, 2.0]), np.array([1.0, 0.5]))
+    assert count == 1 and kept == pytest.approx((1 - 0.05) * (1 - 0.1))
+    assert fedirls._damped(H([5.0, 0.5, 2.0]), np.array([1.0, 1.0])) is None  # keeps 0.25
+
+
+def test_a_direction_the_noise_hides_withholds_the_intervals():
+    """Two nearly collinear columns (Poisson, mean ~0.3, 6 sites of 500, mu = 1): the released curvature along
+    their difference stays below the eigenvalue floor in every refine round, so the floored steps never move the
+    estimate there; the fit says it did not reach the optimum and reports no interval."""
+    from privfedstat import ConvergenceWarning
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((3000, 5))
+    X = np.column_stack([np.ones(3000), Z[:, :4], Z[:, 3] + 0.01 * Z[:, 4]])
+    y = rng.poisson(np.exp(-1.2 + 0.3 * X[:, 1] - 0.2 * X[:, 2])).astype(float)
+    data = FederatedData.from_pooled(X, y, sizes=[500] * 6)
+    with pytest.warns(ConvergenceWarning, match="did not reach the optimum along"):
+        fit = FedIRLS(family="poisson", mu=1.0, random_state=3).fit(data)
+    assert fit.converged_ is False and np.all(np.isnan(fit.bse_))
