@@ -35,11 +35,11 @@ SHORTENED_NOISE_SDS = 4.0
 #: (logistic, 4 sites, mu = 2, FedSGD: step 100 and 10 gave correlations -0.76 and -0.96 and updates 100-900
 #: noise sds, coefficients +-20; steps 0.5-5 and "auto": correlations -0.08 to -0.50)
 OSCILLATION_CORRELATION = 0.6
+OSCILLATION_NOISE_SDS = 4.0
 #: with finite mu, a mean update over the window below this many sampling SEs (proxy from the released Hessian)
 #: counts as settled even where it exceeds its noise: at negligible noise (mu = 1e6) Newton rounds that reuse a
 #: Hessian still close in linearly, 0.006 SE from the MLE on bikeshare (Poisson), which changes no inference
 SETTLED_SE = 0.05
-OSCILLATION_NOISE_SDS = 4.0
 #: the stationarity check forms one Hessian per client; skipped above this many bytes
 STATIONARITY_MAX_BYTES = 2e8
 #: a released Hessian whose condition number exceeds this (or that is not positive definite) warns
@@ -194,14 +194,14 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
     k = max(1, (len(path) - 1) // 4) if finite else 1
     family = session.clients.family
     glm = family is not None  # networks (privfedstat.deep) have no family: GLM checks skipped
+    se = _sampling_se_proxy(run.hessian, family, n_samples, theta.size) if finite and glm else np.inf
     if len(path) < 2 or update_sd is None:
         converged = None
     else:
         converged = settled(theta, np.ravel(path[-1 - k]), update_sd / math.sqrt(k), scale=k)
         if not converged and finite and glm:  # a drift far below a standard error cannot move an inference
             drift = np.abs(theta - np.ravel(path[-1 - k])) / k
-            converged = bool(np.all(drift <= SETTLED_SE * _sampling_se_proxy(run.hessian, family, n_samples,
-                                                                              theta.size)))
+            converged = bool(np.all(drift <= SETTLED_SE * se))
     correlation, size = oscillation(path, max(k, min(len(path) - 1, 8)))
     diverged = (correlation < -OSCILLATION_CORRELATION and update_sd is not None
                 and size > OSCILLATION_NOISE_SDS * float(np.max(update_sd)) and (finite or converged is False))
@@ -263,7 +263,6 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
                 stacklevel=4,
             )
     if finite and not diverged:  # a diverged fit's noise grows with its step size: the step, not mu, is at fault
-        se = _sampling_se_proxy(run.hessian, family, n_samples, theta.size) if glm else np.inf
         idx, small = noise_dominated(theta, run.noise_sd, se)
         if idx.size:
             features = getattr(est, "feature_names_in_", None)

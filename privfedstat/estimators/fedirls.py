@@ -576,7 +576,6 @@ class _Rounds:
         self.H = self.H_floored = None
         self.lam, self.shortened = math.nan, None
         self.phases: list[_Phase] = []
-        self.phase_start = 0
 
     def run(self, phase: _Phase) -> None:
         """The rounds of ``phase``."""
@@ -584,7 +583,6 @@ class _Rounds:
         p, family = session.clients.n_params, session.clients.family
         sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
         jacobian_clip = phase.clip if phase.jacobian else None
-        self.phase_start = len(self.path) - 1
         for r in range(len(phase.shares)):
             g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
                              mu=phase.mu_gradient[r], stage="irls-gradient")
@@ -614,7 +612,8 @@ class _Rounds:
         noise_sd, update_noise_sd = est._noise(self.H_floored, np.concatenate([ph.gradient_sd for ph in phases]))
         return Run(self.theta, self.path, len(self.path) - 1, noise_sd=noise_sd, update_noise_sd=update_noise_sd,
                    hessian=self.H, shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup,
-                   damped=_damped(self.H, phases[-1].floors), settle_from=self.phase_start)
+                   damped=_damped(self.H, phases[-1].floors), settle_from=len(self.path) - 1 - len(phases[-1].shares))
+
 
 def _damped(H: np.ndarray, floors: np.ndarray) -> tuple[int, float] | None:
     """Directions along which the floored Newton rounds of a phase kept more than ``DAMPED_KEPT`` of their error.

@@ -65,7 +65,7 @@ from ..federation.protocol import Setup
 from ..inference.config import resolve_inference
 from ..inference.core import plan_inference
 from ..inference.covariance import original_scale_map, weighted_factor
-from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile
+from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile, search_level
 from ..theory._population import Population, make_spec
 from ..theory.power import wald_half_width, wald_power
 from ._steps import resolve_step_size
@@ -500,11 +500,6 @@ def _weighted_median_index(prob: np.ndarray, values: np.ndarray) -> np.ndarray:
     return order[at, np.arange(values.shape[1])]
 
 
-def _level(quantile, which: str) -> float:
-    """The search level of the ``which`` norm: ``quantile(which)``, or ``quantile`` itself for one level for all."""
-    return quantile(which) if callable(quantile) else quantile
-
-
 def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup, object]:
     """The clipping bounds the fit would choose on this population (fixed, infinite, or the AutoClip search on
     exact counts; the pilot: noise-free population FedSGD), and the distribution of a later search's result
@@ -521,7 +516,7 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
     def search(norms, theta, quantile, mu_stage):
         mu_query = config.query_budget(mu_stage, len(norms))
         return {which: private_grid_quantile(counts(which, theta), config.grid,
-                                             config.target(_level(quantile, which), N, m, mu_query))
+                                             config.target(search_level(quantile, which), N, m, mu_query))
                 for which in norms}
 
     def outcomes(norms, theta, quantile, mu_stage):
@@ -529,7 +524,7 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
         sd = config.count_sd(m, mu_query)
         joint = [(1.0, {})]
         for which in norms:
-            target = config.target(_level(quantile, which), N, m, mu_query)
+            target = config.target(search_level(quantile, which), N, m, mu_query)
             found = grid_quantile_outcomes(counts(which, theta), config.grid, target, sd, least=LEAST_OUTCOME)
             joint = [(p * q, {**bound, which: value}) for p, bound in joint for value, q in found.items()
                      if q >= LEAST_OUTCOME]

@@ -79,9 +79,9 @@ class Run:
         solved with them); None: the :class:`Setup` it was given.
     damped : tuple of (int, float) or None
         For Newton-type rounds whose released curvature stayed below the eigenvalue floor along
-        some directions in every round of the last phase (FedIRLS): how many directions kept more
-        than half of their error (the floored steps remove only ``lambda / floor`` of it per round)
-        and the largest fraction kept. The estimate along them is where the path was, not an
+        some directions in every round of the last phase (FedIRLS): how many directions kept most of
+        their error (the floored steps remove only ``lambda / floor`` of it per round; the protocol
+        sets the threshold) and the largest fraction kept. The estimate along them is where the path was, not an
         optimum.
     settle_from : int
         The index in ``path`` of the model the protocol's last phase started from (FedIRLS's refine

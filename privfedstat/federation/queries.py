@@ -18,7 +18,7 @@ import numpy as np
 
 from .._linalg import vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
-from ..privacy.clipping import AutoClip, private_grid_quantile
+from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
 from .server import aggregate
 from .session import Session
 
@@ -39,10 +39,10 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
     """
     mu_query = config.query_budget(mu, len(todo))
     live = session.channel.live
-    level = quantile if callable(quantile) else (lambda which: quantile)
+    n_total, n_live = float(np.sum(session.sizes[live])), int(np.count_nonzero(live))
     bounds = {}
     for which in todo:
-        target = config.target(level(which), float(np.sum(session.sizes[live])), int(np.count_nonzero(live)), mu_query)
+        target = config.target(search_level(quantile, which), n_total, n_live, mu_query)
 
         def noisy_count(threshold: float, which=which) -> float:
             return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,

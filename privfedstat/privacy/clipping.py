@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-__all__ = ["AutoClip", "PILOT_AUTOCLIP", "private_grid_quantile", "grid_quantile_outcomes"]
+__all__ = ["AutoClip", "PILOT_AUTOCLIP", "private_grid_quantile", "grid_quantile_outcomes", "search_level"]
 
 
 @dataclass(frozen=True)
@@ -231,3 +231,9 @@ def grid_quantile_outcomes(count: Callable[[float], float], grid: np.ndarray, ta
             if p > 0 and p >= least:
                 paths.append((*branch, p))
     return outcomes
+
+
+def search_level(quantile: float | Callable[[str], float], which: str) -> float:
+    """The quantile a bound search targets for the ``which`` norm: ``quantile(which)`` when the levels differ by
+    norm (:meth:`AutoClip.start_quantile`), else ``quantile`` itself."""
+    return quantile(which) if callable(quantile) else quantile
