@@ -63,12 +63,17 @@ class FedIRLS(FederatedEstimator):
 
     1. Client i releases its mean gradient, per-sample gradients clipped to norm B, with
        sensitivity ``2 B / n_i`` and budget ``mu_{g,r}``, and ``sym_to_vec`` of its mean Hessian
-       (in the refine rounds over the rows whose gradient is not clipped: the Jacobian of the
-       clipped score, since a clipped row's gradient ``B sign(ell') x / ||x||`` does not move
-       with theta, so that Newton converges quadratically near the root; far from it, where most
-       rows may be clipped, that Jacobian is small next to its noise and the floored steps
-       oscillated -- Poisson, B = 6: a 2-cycle between 0.2 and 0.9 -- so the locate rounds
-       release the all-rows Hessian, which damps them), per-sample Hessians
+       (in the refine rounds of families of bounded curvature over the rows whose gradient is not
+       clipped: the Jacobian of the clipped score, since a clipped row's gradient
+       ``B sign(ell') x / ||x||`` does not move with theta, so that Newton converges
+       quadratically near the root; far from it, where most rows may be clipped, that Jacobian is
+       small next to its noise and the floored steps oscillated -- Poisson, B = 6: a 2-cycle
+       between 0.2 and 0.9 -- so the locate rounds release the all-rows Hessian, which damps
+       them; families of unbounded curvature release it in the refine rounds too: where the
+       located point is still far off, a Jacobian that leaves out the many rows clipped there
+       makes the step overshoot, and the refine rounds reuse that Hessian, so the 2-cycle
+       lasts to the last round, whereas the all-rows Hessian is never below the Jacobian and the
+       steps only shorten, converging linearly at the clipped rows' share of the curvature), per-sample Hessians
        clipped to Frobenius norm C_H, with sensitivity ``sqrt(2) C_H / n_i``
        (:func:`hessian_sensitivity`: PSD Hessians make this the tight bound) and budget
        ``mu_{H,r}``. The Gaussian noise on the vector is symmetric Gaussian noise on the matrix:
@@ -416,7 +421,8 @@ class FedIRLS(FederatedEstimator):
         left = 1.0 - LOCATE_SHARE - (RESEARCH_SHARE if self.refine_search(mu)[0] else 0.0)
         split = REFINE_SPLIT if math.isfinite(family.max_curvature) else REFINE_SPLIT_UNBOUNDED
         return [_phase(self, family, sizes, w, locate, setup, jacobian=False),
-                _phase(self, family, sizes, w, left * split, setup if refine is None else refine, jacobian=True)]
+                _phase(self, family, sizes, w, left * split, setup if refine is None else refine,
+                       jacobian=math.isfinite(family.max_curvature))]
 
     def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray,
                             refine: Setup | None = None) -> IRLSNoise:
@@ -427,7 +433,9 @@ class FedIRLS(FederatedEstimator):
         refine phase searches, the family, the parameters) and of the floored Hessian the last
         round releases; here that Hessian is ``newton_matrix`` floored at the last round's floor
         (the noise-free Newton matrix of a planned design: the mean of per-sample Hessians
-        clipped at C_H over the rows whose gradient is not clipped). Used by
+        clipped at C_H; the refine rounds of bounded-curvature families release it over the rows
+        whose gradient is not clipped, which near the root at the searched 99.9% bound are nearly
+        all). Used by
         :func:`~privfedstat.estimators.power.plan_study`; every round is assumed to run.
 
         Parameters
@@ -567,10 +575,10 @@ def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.nd
 class _Rounds:
     """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
 
-    Round r releases the clipped mean gradient at theta and, with a Hessian share > 0, the
-    Jacobian of the clipped mean score (per-sample Hessians clipped at C_H over the rows whose
-    gradient is not clipped at B; otherwise the last one is reused), floors its eigenvalues and
-    takes the trust-region Newton step.
+    Round r releases the clipped mean gradient at theta and, with a Hessian share > 0, the mean
+    of per-sample Hessians clipped at C_H (over the rows whose gradient is not clipped at B where
+    the phase releases the Jacobian of the clipped score; otherwise the last one is reused),
+    floors its eigenvalues and takes the trust-region Newton step.
     """
 
     def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
