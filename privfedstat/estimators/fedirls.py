@@ -52,6 +52,11 @@ FLOOR_NOISE_SDS = 3.0
 #: this share of its error (the rounds removed less than a fifth of it; measurements in benchmarks/RESULTS.md,
 #: "Real data with natural sites")
 DAMPED_KEPT = 0.8
+#: families of unbounded curvature: the gradients' change along the last step is trusted as curvature when it
+#: exceeds this many standard deviations of its noise (see ``_secant_scale``)
+SECANT_NOISE_SDS = 3.0
+#: the most the secant may raise the Newton matrix by
+MAX_SECANT_SCALE = 10.0
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
 MAX_HALVINGS = 60
 
@@ -584,9 +589,10 @@ class _Rounds:
     def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
         self.est, self.session, self.w = estimator, session, weights
         self.theta, self.path = theta, [theta]
-        self.H = self.H_floored = None
+        self.H = self.H_floored = self.newton = None
         self.lam, self.shortened = math.nan, None
         self.phases: list[_Phase] = []
+        self.scales: list[np.ndarray] = []
 
     def run(self, phase: _Phase) -> None:
         """The rounds of ``phase``."""
@@ -594,6 +600,9 @@ class _Rounds:
         p, family = session.clients.n_params, session.clients.family
         sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
         jacobian_clip = phase.clip if phase.jacobian else None
+        secant = not math.isfinite(family.max_curvature)
+        scales = np.ones(len(phase.shares))
+        previous = None  # the last step of this phase and the gradient it started from (same bounds)
         for r in range(len(phase.shares)):
             g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
                              mu=phase.mu_gradient[r], stage="irls-gradient")
@@ -603,27 +612,57 @@ class _Rounds:
                                                  sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
-            step = est.step_size * np.linalg.solve(self.H_floored, g)
+            if secant and previous is not None:
+                scales[r] = _secant_scale(previous[0], g - previous[1], self.H_floored,
+                                          float(phase.gradient_var[r - 1] + phase.gradient_var[r]))
+            self.newton = scales[r] * self.H_floored
+            step = est.step_size * np.linalg.solve(self.newton, g)
             length, radius = float(np.linalg.norm(step)), float(est.max_step)
             if math.isfinite(family.max_curvature):  # the loss grows at most quadratically: the region may grow with theta
                 radius = max(radius, float(np.linalg.norm(self.theta)))
             self.shortened = (length, radius) if length > radius else None
-            self.theta = self.theta - _within(step, radius)
+            taken = _within(step, radius)
+            previous = (-taken, g)
+            self.theta = self.theta - taken
             check_iterate(self.theta, "FedIRLS", est.step_size)
             self.path.append(self.theta)
         self.phases.append(phase)
+        self.scales.append(scales)
 
     def result(self, setup: Setup | None) -> Run:
         """The :class:`Run` (``setup``: the bounds of the last phase when they were searched again)."""
         est, phases = self.est, self.phases
         est.hessian_floor_ = self.lam
+        scales = np.concatenate(self.scales)  # a secant-raised Newton matrix c Hf: floor c lambda, noise variance c^2 s^2
         noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
-                                np.concatenate([ph.hessian_var for ph in phases]),
-                                np.concatenate([ph.floors for ph in phases]), float(est.step_size), self.H_floored)
-        noise_sd, update_noise_sd = est._noise(self.H_floored, np.concatenate([ph.gradient_sd for ph in phases]))
+                                np.concatenate([ph.hessian_var for ph in phases]) * scales**2,
+                                np.concatenate([ph.floors for ph in phases]) * scales, float(est.step_size), self.newton)
+        noise_sd, update_noise_sd = est._noise(self.newton, np.concatenate([ph.gradient_sd for ph in phases]))
         return Run(self.theta, self.path, len(self.path) - 1, noise_sd=noise_sd, update_noise_sd=update_noise_sd,
                    hessian=self.H, shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup,
                    damped=_damped(self.H, phases[-1].floors), settle_from=len(self.path) - 1 - len(phases[-1].shares))
+
+
+def _secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float) -> float:
+    """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
+
+    A per-sample Hessian bound C_H chosen where the curvature was lower (at theta = 0, where every
+    Poisson row has weight exp(0) = 1, or at a located point short of the optimum) clips most rows'
+    Hessians where the fitted means are larger: the released matrix is then several times too
+    flat, each step overshoots, and the rounds fall into a 2-cycle the reused Hessian keeps. The
+    released gradients g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along
+    the step s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd
+    ``||s|| sqrt(v_{r-1} + v_r)``. Where that slope, lowered by ``SECANT_NOISE_SDS`` noise sds,
+    exceeds the Newton matrix's own ``s^T N s``, the step uses c N with c their ratio (at most
+    ``MAX_SECANT_SCALE``): post-processing of released values, so no privacy cost; c = 1 where the
+    slope is within the noise or the matrix is steep enough (the step is never lengthened).
+    Inferred (a scalar secant condition; quasi-Newton methods use it to correct a curvature model).
+    """
+    slope = float(step @ change) - SECANT_NOISE_SDS * math.sqrt(noise_var) * float(np.linalg.norm(step))
+    model = float(step @ newton @ step)
+    if not (model > 0 and slope > model):
+        return 1.0
+    return min(slope / model, MAX_SECANT_SCALE)
 
 
 def _damped(H: np.ndarray, floors: np.ndarray) -> tuple[int, float] | None:
