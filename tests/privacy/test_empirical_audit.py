@@ -182,12 +182,13 @@ def audit(name: str, noise: float = 1.0, runs: int = N_RUNS) -> pd.DataFrame:
                     observed = record(make, p)
                     other = replay(make, q, observed)
                     assert observed.error is None and other.error is None, (observed.error, other.error)
+                    releases = list(observed.estimator.privacy_.releases)
                     for key in views:
                         view, prefix = key
                         stages = _stage_filter(prefix)
                         llr[key][side].append(log_likelihood_ratios(observed, other, observed_is_p=side == 0,
                                                                     view=view, stages=stages))
-                        mus[key].add(round(_stated_mu(observed, view, stages), 12))
+                        mus[key].add(round(_stated_mu(observed.estimator.privacy_, releases, view, stages), 12))
                         realized[key].append(realized_mu(observed, other, CHANGED, view=view, stages=stages))
     finally:
         clients.privatize = privatize
@@ -211,15 +212,15 @@ def audit(name: str, noise: float = 1.0, runs: int = N_RUNS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _stated_mu(tr, view: str, stages) -> float:
-    """The changed client's mu over the selected releases, from the fit's ledger."""
-    rel = [r for r in tr.estimator.privacy_.releases if stages is None or stages(r.stage)]
+def _stated_mu(ledger, releases: list, view: str, stages) -> float:
+    """The changed client's mu over the selected ``releases`` of the fit's ``ledger``."""
+    rel = [r for r in releases if stages is None or stages(r.stage)]
     per = [r.client_mu() if view == "client" else r.third_party_mu() for r in rel]
     total = math.sqrt(sum(float(p[CHANGED]) ** 2 for p in per))
     if view == "third-party" and stages is None:
-        assert total <= tr.estimator.privacy_.third_party_mu * (1 + 1e-12)
+        assert total <= ledger.third_party_mu * (1 + 1e-12)
     elif stages is None:
-        assert total == pytest.approx(tr.estimator.privacy_.client_mu[CHANGED], rel=1e-12)
+        assert total == pytest.approx(ledger.client_mu[CHANGED], rel=1e-12)
     return total
 
 
