@@ -31,7 +31,8 @@ sample halves, each of which reaches only one stage's worst case: mu_r = mu / sq
 broken channels (ledger unchanged) must be caught: noise halved (true mu 2 mu), and, at the audit's
 own ``N_RUNS``, noise divided by sqrt 2 (true mu sqrt(2) mu, a stage whose budget is counted once
 where it is spent twice): with 1000 runs a side the bound flags a true mu of 1.22 (FPR 0.05) with
-probability one half, and sqrt 2 lies 2.4 standard errors beyond that threshold.
+probability one half, and sqrt 2 lies 2.4 standard errors beyond that threshold (measured: TPR
+0.42 against 0.34).
 
 The Monte-Carlo standard error combines the binomial error of the TPR and of the FPR at which the
 threshold lands, propagated through the curve's slope: ``se^2 = T(1 - T)/n + T'(a)^2 a(1 - a)/n``,
@@ -265,4 +266,4 @@ def test_the_audit_catches_a_sqrt2_understatement_at_its_own_size():
     (client view, FPR 0.05)."""
     table = audit("fedsgd", noise=1 / math.sqrt(2))
     client = table[(table.view == "client") & (table.fpr > 0.02)]
-    assert np.all(client.tpr > client.allowed + 3 * client.se), client.to_string()
+    assert len(client) == 1 and np.all(client.tpr > client.allowed + 3 * client.se), client.to_string()
