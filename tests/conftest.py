@@ -9,7 +9,7 @@ from privfedstat import FederatedData
 
 # Idle threads must not spin on cores that other test processes need. The numba kernels' OpenMP threads sleep
 # between parallel regions (libgomp reads OMP_WAIT_POLICY when numba loads it, at the first parallel kernel call;
-# 200 tiny fits on 2 busy cores: 15 s with spinning threads, 2 s without). pytest-xdist's workers share the cores:
+# 400 tiny fits on 2 busy cores: 15 s with spinning threads, 2 s without). pytest-xdist's workers share the cores:
 # each worker's BLAS gets its share of them (-n auto: one thread; NP-LocalFit on the 585 parameters of 10-class
 # digits: 30 s with 2 BLAS threads, 1.2 s with 1). Neither changes a number (tests/fingerprints/test_fingerprints.py
 # passes under both).
