@@ -3,8 +3,20 @@ import os
 import numpy as np
 import pytest
 from hypothesis import settings
+from threadpoolctl import threadpool_limits
 
 from privfedstat import FederatedData
+
+# Idle threads must not spin on cores that other test processes need. The numba kernels' OpenMP threads sleep
+# between parallel regions (libgomp reads OMP_WAIT_POLICY when numba loads it, at the first parallel kernel call;
+# 400 tiny fits on 2 busy cores: 15 s with spinning threads, 2 s without). pytest-xdist's workers share the cores:
+# each worker's BLAS gets its share of them (-n auto: one thread; NP-LocalFit on the 585 parameters of 10-class
+# digits: 30 s with 2 BLAS threads, 1.2 s with 1). Neither changes a number (tests/fingerprints/test_fingerprints.py
+# passes under both).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threadpool_limits(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])), user_api="blas")
 
 # Deterministic property-based tests: the same examples on every run (CI must not be flaky);
 # run with HYPOTHESIS_PROFILE=explore to search new examples locally.

@@ -29,14 +29,15 @@ from privfedstat.flower.launch import LocalFederation
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
-#: one fit per protocol family: record-level gradient (with the inference releases and their private Hessian
-#: bound search), sample-split Newton, control variates, client-level, error feedback
+#: one fit per protocol family: record-level gradient (with the job's default private scaling, and the inference
+#: releases and their private Hessian bound search), sample-split Newton, control variates, client-level, error
+#: feedback; the private scaling (21 rounds per column, the same stage for every record-level estimator) runs once
 FITS = [
     {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 4, "clip": 1.0, "random_state": 5}},
     {"estimator": "fednewton", "params": {"mu": 2.0, "n_local_steps": 2, "clip": 2.0, "hessian_clip": 2.0,
-                                          "inference": None, "random_state": 5}},
+                                          "inference": None, "scaling": None, "random_state": 5}},
     {"estimator": "scaffold", "params": {"mu": 2.0, "n_rounds": 2, "n_local_steps": 2, "clip": 2.0, "inference": None,
-                                         "random_state": 5}},
+                                         "scaling": None, "random_state": 5}},
     {"estimator": "dpfedavg", "params": {"mu": 2.0, "n_rounds": 2, "n_local_steps": 2, "random_state": 5}},
     {"estimator": "fednormec", "params": {"mu": 2.0, "n_rounds": 2, "random_state": 5}},
 ]
@@ -153,7 +154,7 @@ def test_nodes_serving_their_own_csv_files(tmp_path):
     for s in range(3):
         paths.append(tmp_path / f"site{s}.csv")
         df.loc[site == s, ["malignant", *cols]].to_csv(paths[-1], index=False)
-    fit = {"estimator": "fedirls", "params": {"mu": 2.0, "random_state": 3}}
+    fit = {"estimator": "fedirls", "params": {"mu": 2.0, "n_rounds": 3, "random_state": 3}}
     with LocalFederation(3, data_files=paths, response="malignant", simulation_seed=3) as fed:
         res = fed.run([fit], timeout=300)[0]
     assert "error" not in res, res.get("trace")
@@ -179,7 +180,8 @@ def test_a_federation_over_tls_with_authenticated_nodes_equals_the_in_process_fi
     import sys
     import time
 
-    fit = {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 5, "clip": 1.0, "inference": None, "random_state": 5}}
+    fit = {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 5, "clip": 1.0, "inference": None, "scaling": None,
+                                             "random_state": 5}}
     with LocalFederation(2, simulation_seed=5, tls=True, authenticate=True) as fed:
         res = fed.run([fit], timeout=300)[0]
         with socket.create_connection(("127.0.0.1", fed.port), timeout=10) as raw:

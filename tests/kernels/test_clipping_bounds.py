@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_kernels import readonly
 
 from privfedstat._linalg import row_norm_bounds
 from privfedstat.families import get_family
@@ -56,32 +57,31 @@ def grads(fam, X, y, offsets, theta, clip, off=None) -> dict[str, np.ndarray]:
 
     ``off``: per-row offsets of the linear predictor (scalar-response families), or None."""
     m, p = offsets.size - 1, X.shape[1] * fam.n_outputs
-    rn = row_norm_bounds(X)
+    X_, y_, rn, offsets_ = readonly(X, y, row_norm_bounds(X), offsets)
     out = {}
     if fam.n_outputs > 1:
         out["rows"] = np.full((m, p), np.nan)
-        multinomial_clipped_mean_grad(X, y, rn, offsets, theta, clip, fam.n_outputs, out["rows"])
+        multinomial_clipped_mean_grad(X_, y_, rn, offsets_, theta, clip, fam.n_outputs, out["rows"])
         out["twin"] = ref.multinomial_clipped_mean_grad(X, y, offsets, theta, clip, fam)
     else:
         out["rows"], out["cols"] = np.full((m, p), np.nan), np.full((m, p), np.nan)
-        eo = np.empty(0) if off is None else off
-        glm_clipped_mean_grad(X, y, eo, rn, offsets, theta, clip, fam.code, fam.param, out["rows"])
-        glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, eo, rn, offsets, theta, clip, fam.code, fam.param,
-                                   out["cols"])
+        eo, Xt = readonly(np.empty(0) if off is None else off, np.ascontiguousarray(X.T))
+        glm_clipped_mean_grad(X_, y_, eo, rn, offsets_, theta, clip, fam.code, fam.param, out["rows"])
+        glm_clipped_mean_grad_cols(Xt, y_, eo, rn, offsets_, theta, clip, fam.code, fam.param, out["cols"])
         out["twin"] = ref.clipped_mean_grad(X, y, offsets, theta, clip, fam, off)
     return out
 
 
 def hessians(fam, X, y, offsets, theta, hclip, off=None) -> dict[str, np.ndarray]:
     m, p = offsets.size - 1, X.shape[1] * fam.n_outputs
-    rn = row_norm_bounds(X)
+    X_, y_, rn, offsets_ = readonly(X, y, row_norm_bounds(X), offsets)
     out = {"kernel": np.full((m, p, p), np.nan)}
     if fam.n_outputs > 1:
-        multinomial_client_hessian(X, y, rn, offsets, theta, hclip, fam.n_outputs, out["kernel"])
+        multinomial_client_hessian(X_, y_, rn, offsets_, theta, hclip, fam.n_outputs, out["kernel"])
         out["twin"] = ref.multinomial_client_hessian(X, y, offsets, theta, hclip, fam)
     else:
-        glm_client_hessian(X, y, np.empty(0) if off is None else off, rn, offsets, theta, hclip, fam.code, fam.param,
-                           out["kernel"])
+        glm_client_hessian(X_, y_, *readonly(np.empty(0) if off is None else off), rn, offsets_, theta, hclip, fam.code,
+                           fam.param, out["kernel"])
         out["twin"] = ref.client_hessian(X, y, offsets, theta, hclip, fam, off)
     return out
 

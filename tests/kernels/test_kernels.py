@@ -31,6 +31,18 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 # --------------------------------------------------------------------------- helpers
+def readonly(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Read-only views of the kernels' data arguments, as :class:`~privfedstat.FederatedData` hands them over.
+
+    numba compiles one variant per argument type, read-only flag included; calling the kernels as the
+    package does tests the variant it runs and spares compiling a second one (seconds per kernel).
+    """
+    views = tuple(np.asarray(a).view() for a in arrays)
+    for v in views:
+        v.flags.writeable = False
+    return views
+
+
 def _eo(off):
     """The kernels' offset argument: the offset, or an empty array for none."""
     return np.empty(0) if off is None else off
@@ -39,11 +51,11 @@ def _eo(off):
 def k_grad(X, y, offsets, theta, clip, fam, off=None):
     """Row-major kernel; also runs the column-major (small-d) kernel and checks the two agree."""
     out = np.full((offsets.size - 1, X.shape[1]), np.nan)
-    glm_clipped_mean_grad(X, y, _eo(off), row_norms(X), offsets, theta, float(clip), int(fam.code), float(fam.param),
-                          out)
+    data = readonly(y, _eo(off), row_norms(X), offsets)
+    glm_clipped_mean_grad(*readonly(X), *data, theta, float(clip), int(fam.code), float(fam.param), out)
     cols = np.full_like(out, np.nan)
-    glm_clipped_mean_grad_cols(np.ascontiguousarray(X.T), y, _eo(off), row_norms(X), offsets, theta, float(clip),
-                               int(fam.code), float(fam.param), cols)
+    glm_clipped_mean_grad_cols(*readonly(np.ascontiguousarray(X.T)), *data, theta, float(clip), int(fam.code),
+                               float(fam.param), cols)
     with np.errstate(all="ignore"):
         scale = grad_scale(X, y, offsets, theta, clip, fam, off)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, np.abs(out))  # the twin's scale overflows for huge y
@@ -53,14 +65,15 @@ def k_grad(X, y, offsets, theta, clip, fam, off=None):
 
 def k_loss(X, y, offsets, theta, fam, off=None):
     out = np.full(offsets.size - 1, np.nan)
-    glm_client_loss(X, y, _eo(off), offsets, theta, int(fam.code), float(fam.param), out)
+    glm_client_loss(*readonly(X, y, _eo(off), offsets), theta, int(fam.code), float(fam.param), out)
     return out
 
 
 def k_hess(X, y, offsets, theta, hclip, fam, off=None):
     d = X.shape[1]
     out = np.full((offsets.size - 1, d, d), np.nan)
-    glm_client_hessian(X, y, _eo(off), row_norms(X), offsets, theta, float(hclip), int(fam.code), float(fam.param), out)
+    glm_client_hessian(*readonly(X, y, _eo(off), row_norms(X), offsets), theta, float(hclip), int(fam.code),
+                       float(fam.param), out)
     return out
 
 
@@ -318,8 +331,9 @@ def test_outputs_do_not_depend_on_buffer_contents():
     theta = np.zeros((1, 2))
     a = np.full((2, 2), 1e300)
     b = np.zeros((2, 2))
-    glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, a)
-    glm_clipped_mean_grad(X, y, np.empty(0), row_norms(X), offsets, theta, 1.0, fam.code, fam.param, b)
+    data = readonly(X, y, np.empty(0), row_norms(X), offsets)
+    glm_clipped_mean_grad(*data, theta, 1.0, fam.code, fam.param, a)
+    glm_clipped_mean_grad(*data, theta, 1.0, fam.code, fam.param, b)
     np.testing.assert_array_equal(a, b)
 
 
@@ -338,10 +352,10 @@ def test_column_kernel_client_mean_does_not_depend_on_the_other_clients(shared):
     Xt, y, rn = np.ascontiguousarray(X.T), (rng.random(N) < 0.5).astype(float), row_norms(X)
     theta = rng.standard_normal((1 if shared else sizes.size, d)) * 0.5
     together = np.empty((sizes.size, d))
-    glm_clipped_mean_grad_cols(Xt, y, np.empty(0), rn, offsets, theta, 0.8, 0, 0.0, together)
+    glm_clipped_mean_grad_cols(*readonly(Xt, y, np.empty(0), rn, offsets), theta, 0.8, 0, 0.0, together)
     for c in range(sizes.size):
         lo, hi = offsets[c], offsets[c + 1]
         alone = np.empty((1, d))
-        glm_clipped_mean_grad_cols(np.ascontiguousarray(Xt[:, lo:hi]), y[lo:hi], np.empty(0), rn[lo:hi],
-                                   np.array([0, hi - lo]), theta[[0 if shared else c]], 0.8, 0, 0.0, alone)
+        glm_clipped_mean_grad_cols(*readonly(np.ascontiguousarray(Xt[:, lo:hi]), y[lo:hi], np.empty(0), rn[lo:hi],
+                                             np.array([0, hi - lo])), theta[[0 if shared else c]], 0.8, 0, 0.0, alone)
         np.testing.assert_array_equal(together[c].view(np.uint64), alone[0].view(np.uint64))
