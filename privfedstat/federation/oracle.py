@@ -213,10 +213,9 @@ class GLMOracle(_ConcatenatedOracle):
         d = self.data
         args = (d.X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta),
                 _bound(hessian_clip, "hessian_clip", self.sizes), self.family.code, self.family.param, out)
-        if gradient_clip is None:
-            glm_nb.glm_client_hessian(*args)
-        else:
-            glm_nb.glm_client_hessian(*args, _bound(gradient_clip, "gradient_clip", self.sizes))
+        # one call signature (inf: every row), so numba compiles the kernel once rather than once per form
+        glm_nb.glm_client_hessian(*args, math.inf if gradient_clip is None else _bound(gradient_clip, "gradient_clip",
+                                                                                        self.sizes))
         return out
 
     def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
