@@ -68,17 +68,14 @@ class FedIRLS(FederatedEstimator):
 
     1. Client i releases its mean gradient, per-sample gradients clipped to norm B, with
        sensitivity ``2 B / n_i`` and budget ``mu_{g,r}``, and ``sym_to_vec`` of its mean Hessian
-       (in the refine rounds of families of bounded curvature over the rows whose gradient is not
-       clipped: the Jacobian of the clipped score, since a clipped row's gradient
-       ``B sign(ell') x / ||x||`` does not move with theta, so that Newton converges
-       quadratically near the root; far from it, where most rows may be clipped, that Jacobian is
-       small next to its noise and the floored steps oscillated -- Poisson, B = 6: a 2-cycle
-       between 0.2 and 0.9 -- so the locate rounds release the all-rows Hessian, which damps
-       them; families of unbounded curvature release it in the refine rounds too: where the
-       located point is still far off, a Jacobian that leaves out the many rows clipped there
-       makes the step overshoot, and the refine rounds reuse that Hessian, so the 2-cycle
-       lasts to the last round, whereas the all-rows Hessian is never below the Jacobian and the
-       steps only shorten, converging linearly at the clipped rows' share of the curvature), per-sample Hessians
+       (over all rows, not the Jacobian of the clipped score, which leaves out the rows whose
+       gradient is clipped, since a clipped row's gradient ``B sign(ell') x / ||x||`` does not
+       move with theta: near the root, with the bound searched there, few rows are clipped and
+       the two nearly agree; away from it, where many rows may be clipped, the Jacobian is small
+       next to its noise and the steps overshoot -- Poisson, B = 6: a 2-cycle between 0.2 and 0.9
+       -- and a reused Hessian keeps the cycle to the last round, whereas the all-rows Hessian is
+       never below the Jacobian: the steps only shorten, converging linearly at the clipped
+       rows' share of the curvature), per-sample Hessians
        clipped to Frobenius norm C_H, with sensitivity ``sqrt(2) C_H / n_i``
        (:func:`hessian_sensitivity`: PSD Hessians make this the tight bound) and budget
        ``mu_{H,r}``. The Gaussian noise on the vector is symmetric Gaussian noise on the matrix:
@@ -421,13 +418,12 @@ class FedIRLS(FederatedEstimator):
         if not self._phased():
             shares = (self._explicit_split() if not isinstance(self.budget_split, str)
                       else auto_budget_split(self._rounds(), self._beta(family, sizes, w, setup.hessian_clip, mu, p)))
-            return [_phase(self, family, sizes, w, shares, setup, jacobian=False)]
+            return [_phase(self, family, sizes, w, shares, setup)]
         locate = np.full((LOCATE_ROUNDS, 2), LOCATE_SHARE / (2 * LOCATE_ROUNDS))
         left = 1.0 - LOCATE_SHARE - (RESEARCH_SHARE if self.refine_search(mu)[0] else 0.0)
         split = REFINE_SPLIT if math.isfinite(family.max_curvature) else REFINE_SPLIT_UNBOUNDED
-        return [_phase(self, family, sizes, w, locate, setup, jacobian=False),
-                _phase(self, family, sizes, w, left * split, setup if refine is None else refine,
-                       jacobian=math.isfinite(family.max_curvature))]
+        return [_phase(self, family, sizes, w, locate, setup),
+                _phase(self, family, sizes, w, left * split, setup if refine is None else refine)]
 
     def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray,
                             refine: Setup | None = None) -> IRLSNoise:
@@ -438,9 +434,7 @@ class FedIRLS(FederatedEstimator):
         refine phase searches, the family, the parameters) and of the floored Hessian the last
         round releases; here that Hessian is ``newton_matrix`` floored at the last round's floor
         (the noise-free Newton matrix of a planned design: the mean of per-sample Hessians
-        clipped at C_H; the refine rounds of bounded-curvature families release it over the rows
-        whose gradient is not clipped, which near the root at the searched 99.9% bound are nearly
-        all). Used by
+        clipped at C_H, as the rounds release it). Used by
         :func:`~privfedstat.estimators.power.plan_study`; every round is assumed to run.
 
         Parameters
@@ -546,7 +540,6 @@ class _Phase:
     shares: np.ndarray
     clip: float
     hessian_clip: float
-    jacobian: bool
     gradient_sensitivity: np.ndarray
     hessian_sensitivity: np.ndarray
     mu_gradient: np.ndarray
@@ -557,10 +550,8 @@ class _Phase:
     gradient_sd: np.ndarray
 
 
-def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.ndarray, setup: Setup,
-           jacobian: bool) -> _Phase:
-    """The :class:`_Phase` of rounds with these shares of ``setup.mu^2`` and ``setup``'s bounds; ``jacobian``: the
-    rounds release the Jacobian of the clipped score (scalar-response families), else the all-rows Hessian."""
+def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.ndarray, setup: Setup) -> _Phase:
+    """The :class:`_Phase` of rounds with these shares of ``setup.mu^2`` and ``setup``'s bounds."""
     sens_g, sens_h = 2.0 * setup.clip / sizes, hessian_sensitivity(setup.hessian_clip, sizes)
     mu_g, mu_h = setup.mu * np.sqrt(shares[:, 0]), setup.mu * np.sqrt(shares[:, 1])
     R = len(shares)
@@ -573,17 +564,16 @@ def _phase(est: FedIRLS, family, sizes: np.ndarray, w: np.ndarray, shares: np.nd
         floors[r], hessian_var[r] = lam, var
     gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
     gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
-    return _Phase(shares, setup.clip, setup.hessian_clip, jacobian and family.n_outputs == 1, sens_g, sens_h, mu_g,
-                  mu_h, floors, hessian_var, gradient_var, gradient_sd)
+    return _Phase(shares, setup.clip, setup.hessian_clip, sens_g, sens_h, mu_g, mu_h, floors, hessian_var, gradient_var,
+                  gradient_sd)
 
 
 class _Rounds:
     """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
 
     Round r releases the clipped mean gradient at theta and, with a Hessian share > 0, the mean
-    of per-sample Hessians clipped at C_H (over the rows whose gradient is not clipped at B where
-    the phase releases the Jacobian of the clipped score; otherwise the last one is reused),
-    floors its eigenvalues and takes the trust-region Newton step.
+    of per-sample Hessians clipped at C_H (otherwise the last one is reused), floors its
+    eigenvalues and takes the trust-region Newton step.
     """
 
     def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
@@ -599,7 +589,6 @@ class _Rounds:
         est, session, w = self.est, self.session, self.w
         p, family = session.clients.n_params, session.clients.family
         sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
-        jacobian_clip = phase.clip if phase.jacobian else None
         secant = not math.isfinite(family.max_curvature)
         scales = np.ones(len(phase.shares))
         previous = None  # the last step of this phase and the gradient it started from (same bounds)
@@ -608,7 +597,7 @@ class _Rounds:
                              mu=phase.mu_gradient[r], stage="irls-gradient")
             if phase.shares[r, 1] > 0:
                 self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta,
-                                                 hessian_clip=phase.hessian_clip, gradient_clip=jacobian_clip,
+                                                 hessian_clip=phase.hessian_clip,
                                                  sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
