@@ -581,7 +581,7 @@ class _Rounds:
     def __init__(self, estimator: FedIRLS, session: Session, weights: np.ndarray, theta: np.ndarray) -> None:
         self.est, self.session, self.w = estimator, session, weights
         self.theta, self.path = theta, [theta]
-        self.H = self.H_floored = self.newton = None
+        self.H = self.H_floored = None
         self.lam, self.shortened = math.nan, None
         self.phases: list[_Phase] = []
         self.scales: list[np.ndarray] = []
@@ -606,8 +606,7 @@ class _Rounds:
             if secant and previous is not None:
                 scales[r] = _secant_scale(previous[0], g - previous[1], self.H_floored,
                                           float(phase.gradient_var[r - 1] + phase.gradient_var[r]))
-            self.newton = scales[r] * self.H_floored
-            step = est.step_size * np.linalg.solve(self.newton, g)
+            step = est.step_size * np.linalg.solve(scales[r] * self.H_floored, g)
             length, radius = float(np.linalg.norm(step)), float(est.max_step)
             if math.isfinite(family.max_curvature):  # the loss grows at most quadratically: the region may grow with theta
                 radius = max(radius, float(np.linalg.norm(self.theta)))
@@ -625,10 +624,11 @@ class _Rounds:
         est, phases = self.est, self.phases
         est.hessian_floor_ = self.lam
         scales = np.concatenate(self.scales)  # a secant-raised Newton matrix c Hf: floor c lambda, noise variance c^2 s^2
+        newton = scales[-1] * self.H_floored  # the matrix of the last step
         noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
                                 np.concatenate([ph.hessian_var for ph in phases]) * scales**2,
-                                np.concatenate([ph.floors for ph in phases]) * scales, float(est.step_size), self.newton)
-        noise_sd, update_noise_sd = est._noise(self.newton, np.concatenate([ph.gradient_sd for ph in phases]))
+                                np.concatenate([ph.floors for ph in phases]) * scales, float(est.step_size), newton)
+        noise_sd, update_noise_sd = est._noise(newton, np.concatenate([ph.gradient_sd for ph in phases]))
         return Run(self.theta, self.path, len(self.path) - 1, noise_sd=noise_sd, update_noise_sd=update_noise_sd,
                    hessian=self.H, shortened=self.shortened, noise_model=noise_model, weights=self.w, setup=setup,
                    damped=_damped(self.H, phases[-1].floors), settle_from=len(self.path) - 1 - len(phases[-1].shares))
