@@ -226,12 +226,21 @@ class FederatedEstimator(FittedResults):
         if task is not None:
             to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, n_features,
                                              family.n_outputs)
-            inference, hessian = infer(session, setup, run, plan, task, to_original=to_original,
-                                       refits=self._refits(setup, scaler))
+            # the inference releases in the basis of the protocol's last rounds, where its bounds are norms
+            inference_run = run.in_basis()
+            if run.basis is not None:
+                to_original = to_original @ run.basis
+                session.clients.change_basis(run.basis)
+            try:
+                inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
+                                           refits=self._refits(setup, None if run.basis is not None else scaler))
+            finally:
+                if run.basis is not None:
+                    session.clients.change_basis(None)
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:
-            self.converged_ = review_inference(self, run, hessian, to_original)
+            self.converged_ = review_inference(self, inference_run, hessian, to_original)
             if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self

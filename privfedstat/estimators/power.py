@@ -434,14 +434,18 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
     roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
     todo, mu_search = estimator.refine_search(setup.mu)
     cases = [(1.0, None)]
+    basis = None
     if todo:  # the bounds the fit searches again at its located point (here the root of the first bounds), by outcome
         located = _root(pop, setup, mu, sizes, roots)[0]
+        basis = estimator.planned_basis(sizes, setup, family, pop.clipped_hessian(located, setup.hessian_clip))
+        if basis is not None:  # the refine rounds (and the inference) in the whitened coordinates phi
+            pop, located, G, roots = pop.in_basis(basis), np.linalg.solve(basis, located), G @ basis, {}
         cases = [(prob, Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu))
-                 for prob, found in outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search)]
+                 for prob, found in outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search, pop)]
     results = []
     for prob, refine in cases:
         try:
-            results.append((prob, *_case(estimator, pop, setup, refine, sizes, roots)))
+            results.append((prob, *_case(estimator, pop, setup, refine, sizes, roots, basis)))
         except Unplannable:
             if len(cases) == 1:
                 raise
@@ -462,10 +466,11 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
             "effect": np.array([G @ r[1]["target"] for r in results]), "settings": settings}
 
 
-def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes: np.ndarray, roots: dict
-          ) -> tuple[dict, Setup]:
-    """Sampling and privacy covariances (fitting scale), theta* and the clipped share of one choice of the refine
-    bounds (None: one phase on ``setup``'s), and the final bounds (``roots``: :func:`_root`'s cache)."""
+def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes: np.ndarray, roots: dict,
+          basis: np.ndarray | None = None) -> tuple[dict, Setup]:
+    """Sampling and privacy covariances (fitting scale, or the coordinates of the refine rounds' ``basis``, which
+    ``pop`` then has), theta* and the clipped share of one choice of the refine bounds (None: one phase on
+    ``setup``'s), and the final bounds (``roots``: :func:`_root`'s cache)."""
     mu = float(estimator.mu)
     family = pop.family
     final = setup if refine is None else refine
@@ -475,7 +480,7 @@ def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes:
     privacy = np.zeros_like(J_inv)
     if math.isfinite(mu):
         newton = pop.clipped_hessian(target, final.hessian_clip)
-        noise = estimator.planned_noise_model(sizes, setup, family, newton, refine)
+        noise = estimator.planned_noise_model(sizes, setup, family, newton, refine, basis)
         privacy = noise.expected_covariance(mom["J"])
     return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
             "clipped": pop.clip_fraction(target, final.clip)}, final
@@ -503,15 +508,15 @@ def _weighted_median_index(prob: np.ndarray, values: np.ndarray) -> np.ndarray:
 def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup, object]:
     """The clipping bounds the fit would choose on this population (fixed, infinite, or the AutoClip search on
     exact counts; the pilot: noise-free population FedSGD), and the distribution of a later search's result
-    ``outcomes(norms, theta, quantile, mu_stage) -> [(probability, {norm: bound})]``: its count queries' noise
+    ``outcomes(norms, theta, quantile, mu_stage[, population]) -> [(probability, {norm: bound})]``: its count queries' noise
     sends each search to neighbouring grid points (:func:`~privfedstat.privacy.clipping.grid_quantile_outcomes`;
     results below ``LEAST_OUTCOME`` are dropped), and the searches of the norms are independent."""
     bounds, todo, how = pending_bounds(estimator, plan.mu)
     config = bound_search(estimator)
     N, m = float(sizes.sum()), sizes.size
 
-    def counts(which, theta):
-        return lambda t: N * pop.share_at_most(which, theta, t)
+    def counts(which, theta, population=pop):
+        return lambda t: N * population.share_at_most(which, theta, t)
 
     def search(norms, theta, quantile, mu_stage):
         mu_query = config.query_budget(mu_stage, len(norms))
@@ -519,13 +524,14 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
                                              config.target(search_level(quantile, which), N, m, mu_query))
                 for which in norms}
 
-    def outcomes(norms, theta, quantile, mu_stage):
+    def outcomes(norms, theta, quantile, mu_stage, population=pop):
         mu_query = config.query_budget(mu_stage, len(norms))
         sd = config.count_sd(m, mu_query)
         joint = [(1.0, {})]
         for which in norms:
             target = config.target(search_level(quantile, which), N, m, mu_query)
-            found = grid_quantile_outcomes(counts(which, theta), config.grid, target, sd, least=LEAST_OUTCOME)
+            found = grid_quantile_outcomes(counts(which, theta, population), config.grid, target, sd,
+                                           least=LEAST_OUTCOME)
             joint = [(p * q, {**bound, which: value}) for p, bound in joint for value, q in found.items()
                      if q >= LEAST_OUTCOME]
         return joint

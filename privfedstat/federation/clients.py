@@ -30,9 +30,10 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``exact``              exact gradient and Hessian for diagnostics of non-private fits (mu = inf)
 =====================  ========================================================================
 
-plus two that send nothing: ``split_halves`` (each client splits its rows at random into two
-halves and answers later requests on either) and ``rescale`` (each client rescales its columns
-with public, already released centres and scales).
+plus three that send nothing: ``split_halves`` (each client splits its rows at random into two
+halves and answers later requests on either), ``rescale`` (each client rescales its columns
+with public, already released centres and scales) and ``change_basis`` (each client maps its rows
+by a public matrix, a reparametrisation of the coefficients, or back to the columns it had).
 
 :class:`InProcessClients` is the in-process backend: all clients' rows concatenated, every
 statistic computed by one numba kernel call (:mod:`privfedstat.federation.oracle`). A torch or
@@ -63,9 +64,12 @@ __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_no
 VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round",
          "hifedprox_round", "hessians", "newton_steps", "head_newton_steps", "score_outer",
          "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
-         "split_halves", "rescale")
+         "split_halves", "rescale", "change_basis")
 #: what the server may know of the clients besides their replies (public metadata)
 PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
+#: rows mapped by ``change_basis`` are clamped to [-_MAX_MAPPED, _MAX_MAPPED] (a fixed map of each row, as the
+#: scaler's clamp): x P overflows for huge finite x
+_MAX_MAPPED = 1e300
 #: a request that at most this fraction of the clients answers is computed on their rows alone (Poisson rounds)
 _SUBSET_FRACTION = 0.25
 
@@ -236,6 +240,7 @@ class InProcessClients:
         self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i
         self._row_oracles: tuple[ClientOracle, list] | None = None  # incremental gradient: oracles on the j-th rows
         self._norm_cache: tuple[tuple, np.ndarray] | None = None
+        self._before_basis: ClientOracle | None = None  # the oracle on the columns before change_basis
         self.n_clients = data.n_clients
         self.sizes = data.sizes.copy()
         self.n_features = data.n_features
@@ -623,6 +628,28 @@ class InProcessClients:
     def rescale(self, scaler) -> None:
         """Rescale the clients' columns with the public ``scaler`` (its centres and scales were released)."""
         self._oracle = make_oracle(scaler.transform(self._oracle.data), self.family)
+        self._norm_cache = None
+
+    @_contained
+    def change_basis(self, basis) -> None:
+        """Map every row x to ``basis^T x`` (a public (d, d) matrix: the coefficients become theta = basis phi, since
+        ``x^T theta = (basis^T x)^T phi``), or, with None, return to the columns held before the first change.
+
+        Computed from the columns held before the first change, so a second change replaces the first.
+        """
+        if self._before_basis is None:
+            self._before_basis = self._oracle
+        base = self._before_basis
+        if basis is None:
+            self._oracle, self._before_basis = base, None
+        else:
+            d = base.data
+            P = np.asarray(basis, dtype=np.float64)
+            if P.shape != (d.n_features, d.n_features) or not np.all(np.isfinite(P)):
+                raise ValueError(f"basis must be a finite ({d.n_features}, {d.n_features}) matrix, got shape {P.shape}.")
+            mapped = np.nan_to_num(d.X @ P, nan=0.0, posinf=_MAX_MAPPED, neginf=-_MAX_MAPPED)  # huge finite rows
+            self._oracle = make_oracle(FederatedData(np.clip(mapped, -_MAX_MAPPED, _MAX_MAPPED), d.y, d.offsets,
+                                                     d.offset), self.family)
         self._norm_cache = None
 
 

@@ -11,7 +11,7 @@ no stage reads or writes another stage's state.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -88,6 +88,11 @@ class Run:
         rounds start from the located point); the convergence diagnostics judge only the updates
         after it, since an earlier phase's moves (a path still travelling from theta^(0)) say
         nothing about whether the last phase settled.
+    basis : ndarray of shape (n_params, n_params) or None
+        A public change of coordinates ``theta = basis phi`` in which the protocol's last rounds ran
+        (FedIRLS whitens its refine rounds); ``setup``'s bounds are norms there, and the inference
+        releases there too (:meth:`in_basis`; the clients' ``change_basis`` verb). Every other
+        attribute is in theta. None: the fitting columns throughout.
     """
 
     theta: np.ndarray
@@ -102,3 +107,17 @@ class Run:
     setup: Setup | None = None
     damped: tuple[int, float] | None = None
     settle_from: int = 0
+    basis: np.ndarray | None = None
+
+    def in_basis(self) -> Run:
+        """The run in the coordinates phi of ``basis``, for stages that talk to clients in that basis (the
+        inference): the estimate, the path and the Hessian mapped (``phi = basis^-1 theta``,
+        ``basis^T H basis``), the noise model's view there (its ``in_basis()``), and no basis."""
+        P = self.basis
+        if P is None:
+            return self
+        to_phi = np.linalg.inv(P)
+        return replace(self, theta=to_phi @ self.theta, path=[to_phi @ t for t in self.path],
+                       hessian=None if self.hessian is None else P.T @ self.hessian @ P,
+                       noise_model=None if self.noise_model is None else self.noise_model.in_basis(),
+                       noise_sd=math.nan, update_noise_sd=None, shortened=None, basis=None)

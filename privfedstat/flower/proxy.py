@@ -201,7 +201,7 @@ class FlowerClients:
                 meta = dict(self._meta(), sizes=np.array([int(replies[i].extra[f"size{t}"]) for i in range(m)]))
                 halves.append(FlowerClients(None, self.family, _link=self._link, _target=t, _meta=meta))
             return tuple(halves)
-        if verb == "rescale":
+        if verb in ("rescale", "change_basis"):
             return None
         if verb == "exact":
             if failing.any():

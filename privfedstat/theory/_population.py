@@ -11,7 +11,7 @@ Clipping (per-sample gradient norm <= B) enters through ``clip(ell'(y, z), -B/||
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -113,6 +113,17 @@ class Population:
         """
         pop = cls.__new__(cls)
         pop._use(spec, np.asarray(X, dtype=np.float64))
+        return pop
+
+    def in_basis(self, basis: np.ndarray) -> Population:
+        """The same population in the coordinates ``phi = basis^-1 theta``: covariate rows ``basis^T x`` and the true
+        parameter ``basis^-1 beta`` (the linear predictors, so y | x, are unchanged)."""
+        P = np.asarray(basis, dtype=np.float64)
+        pop = type(self).__new__(type(self))
+        pop.__dict__.update(self.__dict__)
+        pop.spec = replace(self.spec, beta=tuple(np.linalg.solve(P, self.spec.beta_array)))
+        pop.X = self.X @ P
+        pop.xnorm = np.linalg.norm(pop.X, axis=1)
         return pop
 
     def _use(self, spec: Spec, X: np.ndarray) -> None:

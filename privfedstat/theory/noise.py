@@ -404,7 +404,20 @@ class IRLSNoise:
     step_size : float
         eta.
     last_hessian : ndarray of shape (p, p)
-        The floored released Hessian Hf_R of the last step (public: post-processing of releases).
+        The floored released Hessian Hf_R of the last step (public: post-processing of releases),
+        in the coordinates phi of ``basis`` when one is given.
+    basis : ndarray of shape (p, p) or None, default None
+        A public change of coordinates ``theta = basis phi`` the clients made before round
+        ``basis_from`` (FedIRLS whitens its refine rounds): from that round on, the gradient
+        noise is ``v_r I`` and the Hessian noise symmetric in phi, and the rounds' floors apply
+        there. None: every round in theta.
+    basis_from : int, default 0
+        The first round run in phi; the earlier rounds ran in theta, where their gradient noise
+        ``v_r I`` is ``v_r basis^T basis`` in phi, their Hessian noise ``basis^T Xi basis`` and their
+        floors apply to ``basis^-T N basis^-1``.
+    in_phi : bool, default False
+        With a ``basis``: :meth:`covariance` takes H and returns the covariance in phi (the view of
+        :meth:`in_basis`) rather than in theta.
 
     Notes
     -----
@@ -447,6 +460,11 @@ class IRLSNoise:
     treated as independent of the earlier rounds'. If H is Hf_R itself (no independent
     Hessian), D_R = 0 and the last round's forgetting term ``E[F C F^T]`` is lost (small:
     relative ``s_R^2 (p + 1) / (2 lambda^2)``).
+
+    With a ``basis`` the recursion runs in phi (``H`` becomes ``basis^T H basis``) and the
+    covariance is mapped back, ``basis C basis^T``; the excess Hessian variance of a round in theta
+    is compared with the last round's in phi as if they were on one scale (those rounds' noise is
+    forgotten by the later ones up to the clipped rows' share).
     """
 
     gradient_var: np.ndarray
@@ -454,6 +472,13 @@ class IRLSNoise:
     floors: np.ndarray
     step_size: float
     last_hessian: np.ndarray
+    basis: np.ndarray | None = None
+    basis_from: int = 0
+    in_phi: bool = False
+
+    def in_basis(self) -> IRLSNoise:
+        """The same model with H given and the covariance returned in phi (``theta = basis phi``)."""
+        return replace(self, in_phi=True)
 
     @property
     def is_zero(self) -> bool:
@@ -466,18 +491,30 @@ class IRLSNoise:
             raise ValueError(f"H has shape {H.shape} but this FedIRLS fit has {self.last_hessian.shape[-1]} parameters.")
         eta = self.step_size
         R = len(self.gradient_var)
+        P = np.eye(p) if self.basis is None else np.asarray(self.basis, dtype=np.float64)
+        P_inv = np.linalg.inv(P)
+        if not self.in_phi:
+            H = P.T @ H @ P
         last_inv = np.linalg.inv(self.last_hessian)
         C = np.zeros(self.last_hessian.shape)
         for r in range(R):
-            N_r = self.last_hessian if r == R - 1 else floored(self.last_hessian, float(self.floors[r]))
+            native = r >= self.basis_from
+            if r == R - 1:
+                N_r = self.last_hessian
+            elif native:
+                N_r = floored(self.last_hessian, float(self.floors[r]))
+            else:  # floored in theta
+                N_r = P.T @ floored(P_inv.T @ self.last_hessian @ P_inv, float(self.floors[r])) @ P
             N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
             D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
-            C = (D @ C @ D.mT + eta**2 * N_inv @ symmetric_noise_sandwich((G + G.mT) / 2, excess) @ N_inv
-                 + eta**2 * float(self.gradient_var[r]) * N_inv @ N_inv)
+            middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
+                      else P.T @ symmetric_noise_sandwich(P @ ((G + G.mT) / 2) @ P.T, excess) @ P)
+            gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
+            C = (D @ C @ D.mT + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
-        return C
+        return C if self.basis is None or self.in_phi else P @ C @ P.T
 
     def expected_covariance(self, H: np.ndarray, *, n_pairs: int = RELEASE_PAIRS, seed: int = 0) -> np.ndarray:
         """:meth:`covariance` averaged over the noise of the last released Hessian, when ``last_hessian`` is noise-free.
