@@ -11,9 +11,10 @@ statsmodels' pooled MLE on the same design matrix (formulaic, as ``glm()`` build
 Per (data set, mu), over seeds (a seed changes the privacy noise, and the split where it is random):
 
 * ``med SE`` / ``max SE``: median and maximum over seeds of ``max_j |coef_j - MLE_j| / SE_j(MLE)``;
-* ``withheld``: share of fits that did not converge and so report no interval (NaN);
-* ``hold``: share of the other fits' own 95% intervals (sampling + privacy) that hold the MLE;
-* ``width``: median over coefficients and those fits of the fit's SE over the MLE's;
+* ``withheld``: share of coefficients without an interval (NaN): all of a fit that did not converge,
+  those along directions its released Hessian does not identify;
+* ``hold``: share of the other intervals (the fit's own 95%, sampling + privacy) that hold the MLE;
+* ``width``: median over those coefficients and the fits of the fit's SE over the MLE's;
 * ``RMS z``: root mean square of ``(coef_j - MLE_j) / sqrt(cov_privacy_jj)``, the deviation in units
   of the privacy noise the fit's own noise model predicts (:func:`privfedstat.theory.protocol_noise_covariance`,
   linearised at the released Hessian): 1 when the model is right and the fit unbiased;
@@ -204,9 +205,11 @@ def fit_one(name: str, mu: float, seed: int) -> dict:
 
     ci = np.asarray(inf.conf_int())
     lo, hi = by_coef(ci[:, 0]), by_coef(ci[:, 1])
-    row["withheld"] = not np.all(np.isfinite(ci))  # a fit that did not converge reports no interval
-    row["hold"] = np.nan if row["withheld"] else float(np.mean((lo <= mle) & (mle <= hi)))
-    row["width"] = np.nan if row["withheld"] else float(np.median(by_coef(np.sqrt(np.diag(inf.cov))) / se))
+    # no interval: every coefficient of a fit that did not converge, those its released Hessian does not identify
+    shown = np.isfinite(lo) & np.isfinite(hi)
+    row["withheld"] = float(np.mean(~shown))
+    row["hold"] = float(np.mean(((lo <= mle) & (mle <= hi))[shown])) if shown.any() else np.nan
+    row["width"] = float(np.median((by_coef(np.sqrt(np.diag(inf.cov))) / se)[shown])) if shown.any() else np.nan
     if np.isfinite(mu) and inf.cov_privacy is not None:
         sd = by_coef(np.sqrt(np.diag(inf.cov_privacy)))
         row["sq_z"] = float(np.mean(((coef - mle) / sd) ** 2))

