@@ -28,7 +28,7 @@ from ..families import Family, get_family
 from ..federation.channel import FAILURE_POLICIES
 from ..federation.clients import InProcessClients
 from ..federation.oracle import check_offset_family
-from ..federation.protocol import Run, Setup
+from ..federation.protocol import Run, Setup, parameter_basis
 from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
 from ..inference.bootstrap import Refits
@@ -229,7 +229,7 @@ class FederatedEstimator(FittedResults):
             # the inference releases in the basis of the protocol's last rounds, where its bounds are norms
             inference_run = run.in_basis()
             if run.basis is not None:
-                to_original = to_original @ run.basis
+                to_original = to_original @ parameter_basis(run.basis, run.theta.size)
                 session.clients.change_basis(run.basis)
             try:
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,

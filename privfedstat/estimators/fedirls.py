@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from .._validation import DIVERGENCE_NORM, check_iterate, check_positive_float, check_positive_int
 from ..families import get_family
-from ..federation.protocol import Run, Setup
+from ..federation.protocol import Run, Setup, parameter_basis
 from ..federation.queries import search_bounds
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
@@ -389,7 +389,7 @@ class FedIRLS(FederatedEstimator):
             self.budget_split_ = phases[0].shares
             return rounds.result(None)
         todo, mu_search = self.refine_search(setup.mu)
-        basis = whitening(rounds.H_floored) if self._whitens(family, todo) else None
+        basis = whitening(rounds.H_floored, family.n_outputs) if self._whitens(todo) else None
         if basis is not None:
             session.clients.change_basis(basis)
             rounds.change_basis(basis)
@@ -408,12 +408,10 @@ class FedIRLS(FederatedEstimator):
         self.budget_split_ = np.vstack([phases[0].shares, refine.shares])
         return rounds.result(final)
 
-    def _whitens(self, family, todo: list[str]) -> bool:
+    def _whitens(self, todo: list[str]) -> bool:
         """Whether the refine rounds run whitened (:func:`whitening`): the automatic schedule, with both bounds
-        searched again at the located point (a bound the user fixed keeps its meaning on the fitting columns),
-        for a scalar-response family (a (d, d) map of the rows cannot whiten a multinomial Hessian of size
-        (d (K - 1))^2)."""
-        return set(todo) == set(self._norms) and family.n_outputs == 1
+        searched again at the located point (a bound the user fixed keeps its meaning on the fitting columns)."""
+        return set(todo) == set(self._norms)
 
     def refine_search(self, mu: float) -> tuple[list[str], float]:
         """The norms whose bounds the automatic schedule searches again between its phases, and the
@@ -453,12 +451,13 @@ class FedIRLS(FederatedEstimator):
         is ``newton_matrix`` (noise-free, at the located point, fitting scale) floored at that round's
         floor. None when the fit would not whiten (:meth:`_whitens`).
         """
-        if not self._whitens(family, self.refine_search(setup.mu)[0]):
+        if not self._whitens(self.refine_search(setup.mu)[0]):
             return None
         n = np.asarray(sizes, dtype=np.float64)
         p = newton_matrix.shape[0]
         locate = self._phases(family, n, weights_for(self, n, p, setup.clip), setup, p)[0]
-        return whitening(floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(locate.floors[-1])))
+        return whitening(floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(locate.floors[-1])),
+                         family.n_outputs)
 
     def planned_noise_model(self, sizes, setup: Setup, family, newton_matrix: np.ndarray,
                             refine: Setup | None = None, basis: np.ndarray | None = None) -> IRLSNoise:
@@ -483,10 +482,10 @@ class FedIRLS(FederatedEstimator):
             Symmetric positive definite, on the fitting scale.
         refine : Setup, optional
             The bounds of the refine phase (:meth:`refine_search`); default ``setup``'s.
-        basis : ndarray of shape (p, p), optional
-            The basis of the refine rounds (:meth:`planned_basis`); ``newton_matrix`` and ``refine``'s
-            bounds are then in its coordinates phi, and so are the model's H and covariance
-            (:meth:`IRLSNoise.in_basis`).
+        basis : ndarray of shape (d, d), optional
+            The map of the rows in the refine rounds (:meth:`planned_basis`); ``newton_matrix`` and
+            ``refine``'s bounds are then in its coordinates phi, and so are the model's H and
+            covariance (:meth:`IRLSNoise.in_basis`).
 
         Returns
         -------
@@ -500,7 +499,7 @@ class FedIRLS(FederatedEstimator):
         noise = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
                           np.concatenate([ph.hessian_var for ph in phases]),
                           np.concatenate([ph.floors for ph in phases]), float(self.step_size), last,
-                          basis, len(phases[0].shares) if basis is not None else 0)
+                          None if basis is None else parameter_basis(basis, p), len(phases[0].shares) if basis is not None else 0)
         return noise if basis is None else noise.in_basis()
 
     def _beta(self, family, sizes: np.ndarray, w: np.ndarray, hessian_clip: float, mu: float, p: int) -> float:
@@ -626,13 +625,16 @@ class _Rounds:
         self.lam, self.shortened = math.nan, None
         self.phases: list[_Phase] = []
         self.scales: list[np.ndarray] = []
-        self.basis, self.basis_from = None, 0  # theta = basis phi from round basis_from on (theta, H in phi)
+        # the clients' rows are design^T x from round basis_from on; theta = basis phi (theta, H held in phi)
+        self.design = self.basis = None
+        self.basis_from = 0
 
-    def change_basis(self, basis: np.ndarray) -> None:
-        """From the next round on, the clients' rows are ``basis^T x`` and the server's state is in phi."""
+    def change_basis(self, design: np.ndarray) -> None:
+        """From the next round on, the clients' rows are ``design^T x`` and the server's state is in phi."""
+        basis = parameter_basis(design, self.theta.size)
         self.theta = np.linalg.solve(basis, self.theta)
         self.H, self.H_floored = basis.T @ self.H @ basis, basis.T @ self.H_floored @ basis
-        self.basis, self.basis_from = basis, len(self.path) - 1
+        self.design, self.basis, self.basis_from = design, basis, len(self.path) - 1
 
     def _in_theta(self, value: np.ndarray) -> np.ndarray:
         return value if self.basis is None else self.basis @ value
@@ -686,7 +688,7 @@ class _Rounds:
         return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2, shortened=self.shortened,
                    noise_model=noise_model, weights=self.w, setup=setup, damped=_damped(self.H, phases[-1].floors),
-                   settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.basis)
+                   settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.design)
 
 
 def _secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float) -> float:
@@ -711,8 +713,11 @@ def _secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, nois
     return min(slope / model, MAX_SECANT_SCALE)
 
 
-def whitening(H_floored: np.ndarray) -> np.ndarray:
-    """The basis ``Hf^{-1/2}`` (symmetric) in which the floored released Hessian Hf is the identity.
+def whitening(H_floored: np.ndarray, n_outputs: int = 1) -> np.ndarray:
+    """The map of the rows ``x -> Hf^{-1/2} x`` (symmetric) under which the floored released Hessian Hf becomes the
+    identity; for q = ``n_outputs`` > 1 (multinomial, Hf of size (d q)^2, parameters flat in C order) Hf is replaced
+    by the mean of its q diagonal blocks ``X^T W_k X / N`` (a (d, d) map of the rows reaches only the design's
+    part of the curvature; the classes' coupling stays).
 
     The refine rounds run in it: the clients map their rows x to ``Hf^{-1/2} x`` (the coefficients
     become ``phi = Hf^{1/2} theta``), clip per-sample gradients there and release noise that is
@@ -723,7 +728,10 @@ def whitening(H_floored: np.ndarray) -> np.ndarray:
     of basis costs no budget; the bounds are searched again in the new basis. Inferred, not from a
     paper (the preconditioning of Newton-type methods, here applied before the clipping).
     """
-    vals, vecs = np.linalg.eigh((H_floored + H_floored.T) / 2)
+    H = (H_floored + H_floored.T) / 2
+    if n_outputs > 1:
+        H = np.mean([H[k::n_outputs, k::n_outputs] for k in range(n_outputs)], axis=0)
+    vals, vecs = np.linalg.eigh(H)
     return (vecs / np.sqrt(vals)) @ vecs.T
 
 

@@ -438,7 +438,7 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
     if todo:  # the bounds the fit searches again at its located point (here the root of the first bounds), by outcome
         located = _root(pop, setup, mu, sizes, roots)[0]
         basis = estimator.planned_basis(sizes, setup, family, pop.clipped_hessian(located, setup.hessian_clip))
-        if basis is not None:  # the refine rounds (and the inference) in the whitened coordinates phi
+        if basis is not None:  # the refine rounds (and the inference) in the whitened coordinates phi (one output)
             pop, located, G, roots = pop.in_basis(basis), np.linalg.solve(basis, located), G @ basis, {}
         cases = [(prob, Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu))
                  for prob, found in outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search, pop)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Setup", "Run"]
+__all__ = ["Setup", "Run", "parameter_basis"]
 
 
 @dataclass(frozen=True)
@@ -88,11 +88,12 @@ class Run:
         rounds start from the located point); the convergence diagnostics judge only the updates
         after it, since an earlier phase's moves (a path still travelling from theta^(0)) say
         nothing about whether the last phase settled.
-    basis : ndarray of shape (n_params, n_params) or None
-        A public change of coordinates ``theta = basis phi`` in which the protocol's last rounds ran
-        (FedIRLS whitens its refine rounds); ``setup``'s bounds are norms there, and the inference
-        releases there too (:meth:`in_basis`; the clients' ``change_basis`` verb). Every other
-        attribute is in theta. None: the fitting columns throughout.
+    basis : ndarray of shape (n_features, n_features) or None
+        A public map of the clients' rows ``x -> basis^T x`` under which the protocol's last rounds
+        ran (FedIRLS whitens its refine rounds; the clients' ``change_basis`` verb): the
+        coefficients became ``theta = B phi`` with ``B`` = :func:`parameter_basis` of it.
+        ``setup``'s bounds are norms there, and the inference releases there too
+        (:meth:`in_basis`). Every other attribute is in theta. None: the fitting columns throughout.
     """
 
     theta: np.ndarray
@@ -111,13 +112,24 @@ class Run:
 
     def in_basis(self) -> Run:
         """The run in the coordinates phi of ``basis``, for stages that talk to clients in that basis (the
-        inference): the estimate, the path and the Hessian mapped (``phi = basis^-1 theta``,
-        ``basis^T H basis``), the noise model's view there (its ``in_basis()``), and no basis."""
-        P = self.basis
-        if P is None:
+        inference): the estimate, the path and the Hessian mapped (``phi = B^-1 theta``, ``B^T H B`` with
+        B = :func:`parameter_basis`), the noise model's view there (its ``in_basis()``), and no basis."""
+        if self.basis is None:
             return self
+        P = parameter_basis(self.basis, self.theta.size)
         to_phi = np.linalg.inv(P)
         return replace(self, theta=to_phi @ self.theta, path=[to_phi @ t for t in self.path],
                        hessian=None if self.hessian is None else P.T @ self.hessian @ P,
                        noise_model=None if self.noise_model is None else self.noise_model.in_basis(),
                        noise_sd=math.nan, update_noise_sd=None, shortened=None, basis=None)
+
+
+def parameter_basis(basis: np.ndarray, n_params: int) -> np.ndarray:
+    """The map ``theta = B phi`` of the flat parameters when every row x becomes ``basis^T x``.
+
+    A coefficient matrix Theta of shape (d, q) (q = ``n_params / d`` outputs, flattened in C order)
+    becomes ``Theta = basis Phi``, so ``B = kron(basis, I_q)``; for scalar-response families B is
+    ``basis`` itself.
+    """
+    d = basis.shape[0]
+    return basis if n_params == d else np.kron(basis, np.eye(n_params // d))

