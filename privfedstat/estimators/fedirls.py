@@ -61,7 +61,7 @@ SECANT_NOISE_SDS = 3.0
 MAX_SECANT_SCALE = 10.0
 #: ``AutoClip.coarse_lean`` of ``clip="auto"``: the refine rounds' whitened norms (about sqrt(p) times a residual)
 #: sit near the public grid's middle, so the 99.9% search's coarse queries lie above the data's top, where a wrong
-#: upward decision sent ~2% of the bounds 30-1000 times too high
+#: upward decision sends the bound 30-1000 times too high
 COARSE_LEAN = 1.0
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
 MAX_HALVINGS = 60
@@ -101,7 +101,12 @@ class FedIRLS(FederatedEstimator):
     and near the optimum residuals are smaller than at 0, so the bias of the clipped equation
     shrinks); *refine* -- the rest in ``REFINE_SPLIT`` (3 rounds: two Hessians, the last
     gradient 45% of it; families of unbounded curvature ``REFINE_SPLIT_UNBOUNDED``, 4 rounds:
-    their Hessian moves fast along the path). For families of bounded curvature the trust region
+    their Hessian moves fast along the path). With both bounds searched again, the search, the
+    refine rounds and the inference run *whitened* (:func:`whitening`): the clients map their rows
+    by ``Hf^{-1/2}`` of the last locate round's floored Hessian, so the isotropic noise of the
+    releases is shaped like the sampling noise in theta rather than swamping the directions of
+    small curvature (inferred; measured in ``benchmarks/RESULTS.md``, "FedIRLS whitened refine
+    rounds"); ``clip_`` and the bounds are then norms in that basis. For families of bounded curvature the trust region
     grows with the iterate (``max(max_step, ||theta||)``): a loss that grows at most
     quadratically cannot be overshot into overflow, and coefficients far from 0 (a Gaussian
     response on its own scale) are reached in a few rounds. Real data with natural sites

@@ -98,9 +98,9 @@ class AutoClip:
         (x1.25 per point on the default grid: x2.4 at k = 2, x33 at k = 4, x1100 at k = 5), so its
         margin is ``margin + coarse_lean min(max(k - 1, 0), 3)`` (2, 2, 3, 4, 5, 5 sds from the last
         query to the first). Above the data's top every count is N, and with ``margin`` alone a
-        high quantile's target sits only ``margin`` sds below it: each such query went up with
-        probability ~Phi(-2), and about 2% of the bounds came out 10-1000 times too high (FedIRLS on
-        egsingle at mu = 8: B = 373 against a 99.9% quantile of 10.8). The extra lean lowers the
+        high quantile's target sits only ``margin`` sds below it, so each such query goes up with
+        probability ~Phi(-margin) and sends the bound far above every norm (measured in
+        ``benchmarks/RESULTS.md``, "FedIRLS whitened refine rounds"). The extra lean lowers the
         effective quantile only where it lies next to a coarse query's grid point. FedIRLS's
         ``clip="auto"`` uses 1; the default 0 keeps the other estimators' searches (and the
         studies of the core paper's Section 4) as they were.
