@@ -61,8 +61,9 @@ SECANT_NOISE_SDS = 3.0
 MAX_SECANT_SCALE = 10.0
 #: ``AutoClip.coarse_lean`` of ``clip="auto"``: the refine rounds' whitened norms (about sqrt(p) times a residual)
 #: sit near the public grid's middle, so the 99.9% search's coarse queries lie above the data's top, where a wrong
-#: upward decision sends the bound 30-1000 times too high
-COARSE_LEAN = 1.0
+#: upward decision sends the bound 30-1000 times too high; 1 lowered the effective quantile too far where it lies
+#: next to the grid's middle point (measured in benchmarks/RESULTS.md, "FedIRLS whitened refine rounds")
+COARSE_LEAN = 0.5
 #: step halvings tried before a non-private round gives up on decreasing the gradient norm
 MAX_HALVINGS = 60
 

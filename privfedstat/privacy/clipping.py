@@ -96,13 +96,13 @@ class AutoClip:
         Extra lean, in count-noise sds, of the queries whose wrong upward decision costs most: a
         query with k bisection levels below it sends a wrong "up" ``2^k`` grid points too high
         (x1.25 per point on the default grid: x2.4 at k = 2, x33 at k = 4, x1100 at k = 5), so its
-        margin is ``margin + coarse_lean min(max(k - 1, 0), 3)`` (2, 2, 3, 4, 5, 5 sds from the last
-        query to the first). Above the data's top every count is N, and with ``margin`` alone a
+        margin is ``margin + coarse_lean min(max(k - 1, 0), 3)`` (with ``coarse_lean = 0.5``: 2, 2,
+        2.5, 3, 3.5, 3.5 sds from the last query to the first). Above the data's top every count is N, and with ``margin`` alone a
         high quantile's target sits only ``margin`` sds below it, so each such query goes up with
         probability ~Phi(-margin) and sends the bound far above every norm (measured in
         ``benchmarks/RESULTS.md``, "FedIRLS whitened refine rounds"). The extra lean lowers the
         effective quantile only where it lies next to a coarse query's grid point. FedIRLS's
-        ``clip="auto"`` uses 1; the default 0 keeps the other estimators' searches (and the
+        ``clip="auto"`` uses 0.5; the default 0 keeps the other estimators' searches (and the
         studies of the core paper's Section 4) as they were.
     """
 
