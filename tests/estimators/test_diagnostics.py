@@ -103,3 +103,21 @@ def test_fednewton_warns_when_its_one_step_is_large():
     data = simulate("logistic", [60] * 20, [1.0, -1.5, 1.5], seed=7)
     with pytest.warns(ConvergenceWarning, match="FedIRLS"):
         FedNewton(mu=INF, n_local_steps=2, random_state=0).fit(data)
+
+
+def test_privacy_share_warning_reads_the_inference_split():
+    """PrivacyNoiseWarning names the coefficients whose privacy variance exceeds their sampling variance (the fit's
+    own noise model), and says nothing where none does."""
+    import dataclasses
+
+    from privfedstat.estimators.diagnostics import warn_privacy_share
+
+    data = simulate("logistic", [400] * 5, [0.3, -0.8, 0.5], seed=2)
+    fit = FedSGD(mu=8.0, random_state=0).fit(data)
+    inf = fit.inference_
+    S = np.diag([1.0, 1.0, 1.0])
+    with pytest.warns(PrivacyNoiseWarning, match=r"coefficient\(s\) x1 of FedSGD: .* up to 2 times"):
+        assert warn_privacy_share(fit, dataclasses.replace(inf, cov_sampling=S, cov_privacy=np.diag([0.5, 4.0, 1.0])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_privacy_share(fit, dataclasses.replace(inf, cov_sampling=S, cov_privacy=0.9 * S))

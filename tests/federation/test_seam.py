@@ -210,3 +210,26 @@ def test_a_process_holding_client_i_alone_draws_what_client_i_draws_in_the_feder
                 theta, clip=1.0, hessian_clip=5.0, hessian_floor=0.1, grad_clip=np.ones(1), sensitivity=np.full(1, 0.5),
                 mu=2.0, stage="n").values[0], n_whole[i])
             assert not np.array_equal(alone.hifedprox_round(theta, **hf1).values[0], u_whole[i])
+
+
+def test_change_basis_maps_every_row_and_returns_to_the_columns():
+    """After ``change_basis(P)`` a client's statistics at phi are those of the rows ``P^T x``: unclipped gradients
+    ``P^T g(P phi)`` and Hessians ``P^T H P``; a second change replaces the first (it maps the original columns), and
+    None gives back exactly the statistics on the columns held before."""
+    data, fam = _data(), get_family("logistic")
+    clients = InProcessClients(data, fam, ClientNoise(np.random.SeedSequence(0), 4))
+    theta = np.array([0.2, -0.4, 0.1])
+    g0, H0 = clients.exact(theta, clip=math.inf)
+    P = np.array([[1.0, 0.0, 0.0], [0.3, 2.0, 0.0], [-0.5, 0.1, 0.7]])
+    phi = np.linalg.solve(P, theta)
+    for basis in (2.0 * P, P):  # the second change is of the original columns, not of the first change's
+        clients.change_basis(basis)
+    g, H = clients.exact(phi, clip=math.inf)
+    np.testing.assert_allclose(g, g0 @ P, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(H, P.T @ H0 @ P, rtol=1e-12, atol=1e-14)
+    clients.change_basis(None)
+    g1, H1 = clients.exact(theta, clip=math.inf)
+    np.testing.assert_array_equal(g1, g0)
+    np.testing.assert_array_equal(H1, H0)
+    with pytest.raises(ValueError, match="basis must be a finite"):
+        clients.change_basis(np.eye(2))

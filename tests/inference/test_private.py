@@ -321,3 +321,35 @@ def test_clipped_share_at_the_estimate_is_counted_privately_and_warned():
         assert ("Clipped at estimate" in est.summary().header) and (true > 0.5) == big
     counts = [r for r in est.privacy_.releases if r.stage == "inference-clip-count"]
     assert len(counts) == 1 and np.all(counts[0].sensitivity == 1.0)
+
+
+def test_unidentified_coefficients_by_their_variance_along_the_floored_directions():
+    """G = I: a coefficient lying along an eigendirection the floor raised (released eigenvalue below 1 noise sd)
+    is withheld when more than UNIDENTIFIED_SHARE of its variance comes from there; one between 1 and 3 sds is not."""
+    from privfedstat.inference.core import unidentified_coefficients
+
+    U = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
+    released = U @ np.diag([2.0, 1.0, 0.02]) @ U.T
+    floored_H = U @ np.diag([2.0, 1.0, 0.1]) @ U.T  # the third raised to s = 0.1
+    loads = (U[:, 2] ** 2 / 0.1) / np.sum(U**2 / np.array([2.0, 1.0, 0.1]), axis=1)
+    expected = np.flatnonzero(loads > core_module.UNIDENTIFIED_SHARE)
+    np.testing.assert_array_equal(unidentified_coefficients(released, floored_H, 0.1, np.eye(3)), expected)
+    assert expected.size  # exercised
+    assert unidentified_coefficients(released, floored_H, 0.0, np.eye(3)).size == 0  # exact: nothing to withhold
+    mid = U @ np.diag([2.0, 1.0, 0.2]) @ U.T  # 2 sds: warned as weakly identified, not withheld
+    assert unidentified_coefficients(mid, mid, 0.1, np.eye(3)).size == 0
+
+
+def test_a_near_duplicate_column_withholds_its_pair_and_reports_the_rest():
+    """x2 and x2 + 1e-3 z (logistic, 4 sites of 1000, mu = 2, FedIRLS): the released Hessian cannot identify their
+    difference, so the pair's standard errors are NaN with a note, while the intercept's and x1's are reported."""
+    from privfedstat import FedIRLS, IllConditionedWarning
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((4000, 3))
+    X = np.column_stack([np.ones(4000), Z[:, 0], Z[:, 1], Z[:, 1] + 1e-3 * Z[:, 2]])
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(X[:, :3] @ [0.3, -0.5, 0.2])))).astype(float)
+    with pytest.warns(IllConditionedWarning, match="withheld, NaN"):
+        fit = FedIRLS(mu=2.0, random_state=0).fit(FederatedData.from_pooled(X, y, sizes=[1000] * 4))
+    assert fit.converged_ and np.all(np.isfinite(fit.bse_[:2])) and np.all(np.isnan(fit.bse_[2:]))
+    assert any("withheld (NaN) for coefficient(s) [2, 3]" in n for n in fit.inference_.notes)

@@ -262,3 +262,29 @@ def test_grid_quantile_outcomes_is_the_noisy_search_distribution():
         assert np.mean(np.array(draws) == bound) == pytest.approx(prob, abs=0.03)  # binomial sd <= 0.008
     pruned = grid_quantile_outcomes(count, config.grid, target, sd, least=0.05)
     assert set(pruned) <= set(outcomes) and all(outcomes[b] >= pruned[b] - 1e-12 for b in pruned)
+
+
+def test_coarse_lean_by_bisection_level_and_the_runaway_it_prevents():
+    """A query with k bisection levels below it leans ``margin + coarse_lean min(max(k - 1, 0), 3)`` count sds; a 99.9%
+    search whose norms lie just above the grid's middle point (so its coarser queries above them see every row) ends
+    10 or more grid points too high with probability ~Phi(-2) per such query without the lean, and almost never with it."""
+    config = AutoClip(coarse_lean=0.5)
+    grid, sd, n = config.grid, 25.0, 2000.0
+    reach = config.target(1.0, n, 4, 2 / sd)  # count_sd(4 clients, mu_query) = sqrt(4) / mu_query = sd
+    levels = {31: 5, 15: 4, 47: 4, 7: 3, 23: 3, 3: 2, 1: 1, 0: 0, 2: 0}
+    for i, k in levels.items():
+        assert n - reach(float(grid[i])) == pytest.approx((2.0 + 0.5 * min(max(k - 1, 0), 3)) * sd)
+    assert AutoClip().target(0.5, n, 4, 2 / sd)(float(grid[31])) == pytest.approx(0.5 * n - 2.0 * sd)  # default: none
+    norms = np.linspace(9.5, 11.0, int(n))  # just above the middle point grid[31] = 8.96
+
+    def count(t):
+        return float(np.sum(norms <= t))
+
+    def far_too_high(cfg):
+        outcomes = grid_quantile_outcomes(count, grid, cfg.target(0.999, n, 4, 2 / sd), sd)
+        return sum(p for b, p in outcomes.items() if b > 10 * 11.0)
+
+    assert far_too_high(AutoClip()) > 0.01
+    assert far_too_high(config) < 1e-3
+    with pytest.raises(ValueError, match="coarse_lean"):
+        AutoClip(coarse_lean=-1.0)

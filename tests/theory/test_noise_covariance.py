@@ -473,3 +473,39 @@ def test_mu_inf_gives_zeros_and_bad_input_says_what_to_change():
     irls = IRLSNoise(np.array([0.1]), np.array([0.01]), np.zeros(1), 1.0, np.eye(2))
     with pytest.raises(ValueError, match="2 parameters"):
         protocol_noise_covariance(irls, H)
+
+
+def test_irls_model_with_a_change_of_basis_matches_a_simulation():
+    """The first two rounds in theta (gradient noise v I, symmetric Hessian noise there), the last two in phi with
+    theta = P phi (noise v I and symmetric in phi, Newton matrix P^T N P): the model with ``basis=P, basis_from=2``
+    (its last Hessian released in phi) gives the simulated covariance of theta, and its ``in_basis()`` view that of
+    phi. The same variances without the basis predict a clearly different covariance."""
+    rng = np.random.default_rng(8)
+    p, R, reps = 3, 4, 40000
+    H = _random_spd(rng, p, 0.5, 1.5)
+    N = H + 0.2 * _random_spd(rng, p, 0.1, 0.5)
+    P = np.linalg.cholesky(np.linalg.inv(_random_spd(rng, p, 0.05, 2.0)))  # a non-symmetric whitening-like map
+    g_var = np.array([0.4, 0.1, 0.03, 0.01])
+    h_var = np.array([0.03, 0.02, 0.01, 0.005])
+    e = np.zeros((reps, p))  # theta error
+    for r in range(R):
+        Xi = vec_to_sym(rng.standard_normal((reps, p * (p + 1) // 2)) * math.sqrt(h_var[r]), p)
+        xi = rng.standard_normal((reps, p)) * math.sqrt(g_var[r])
+        if r < 2:
+            e = e - np.linalg.solve(N + Xi, (e @ H + xi)[..., None])[..., 0]
+        else:  # in phi: e_phi = P^-1 e
+            f = np.linalg.solve(P, e.T).T
+            f = f - np.linalg.solve(P.T @ N @ P + Xi, (f @ (P.T @ H @ P) + xi)[..., None])[..., 0]
+            e = f @ P.T
+    emp = np.cov(e, rowvar=False)
+    released = P.T @ N @ P + vec_to_sym(rng.standard_normal((2000, p * (p + 1) // 2)) * math.sqrt(h_var[-1]), p)
+    models = [IRLSNoise(g_var, h_var, np.zeros(R), 1.0, Hf, P, 2) for Hf in released]
+    pred = np.mean([m.covariance(H) for m in models], axis=0)
+    np.testing.assert_allclose(np.diag(emp) / np.diag(pred), 1.0, atol=0.04)  # MC sd ~1%
+    P_inv = np.linalg.inv(P)
+    phi_pred = np.mean([m.in_basis().covariance(P.T @ H @ P) for m in models[:50]], axis=0)
+    np.testing.assert_allclose(phi_pred, P_inv @ np.mean([m.covariance(H) for m in models[:50]], axis=0) @ P_inv.T,
+                               rtol=1e-8, atol=1e-14)
+    plain = np.mean([IRLSNoise(g_var, h_var, np.zeros(R), 1.0, P_inv.T @ Hf @ P_inv).covariance(H)
+                     for Hf in released[:200]], axis=0)
+    assert np.max(np.abs(np.diag(plain) / np.diag(emp) - 1)) > 0.2
