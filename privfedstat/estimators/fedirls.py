@@ -107,8 +107,8 @@ class FedIRLS(FederatedEstimator):
     by ``Hf^{-1/2}`` of the last locate round's floored Hessian, so the isotropic noise of the
     releases is shaped like the sampling noise in theta rather than swamping the directions of
     small curvature (inferred; measured in ``benchmarks/RESULTS.md``, "FedIRLS whitened refine
-    rounds"); ``clip_`` and the bounds are then norms in that basis. For families of bounded curvature the trust region
-    grows with the iterate (``max(max_step, ||theta||)``): a loss that grows at most
+    rounds"); ``clip_`` and the bounds are then norms in that basis. For families of bounded
+    curvature the trust region grows with the iterate (``max(max_step, ||theta||)``): a loss that grows at most
     quadratically cannot be overshot into overflow, and coefficients far from 0 (a Gaussian
     response on its own scale) are reached in a few rounds. Real data with natural sites
     (benchmarks/RESULTS.md, "Real data with natural sites"): the single-phase split derived
@@ -502,11 +502,11 @@ class FedIRLS(FederatedEstimator):
         w = weights_for(self, n, p, setup.clip)
         phases = self._phases(family, n, w, setup, p, refine)
         last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(phases[-1].floors[-1]))
-        noise = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
-                          np.concatenate([ph.hessian_var for ph in phases]),
-                          np.concatenate([ph.floors for ph in phases]), float(self.step_size), last,
-                          None if basis is None else parameter_basis(basis, p), len(phases[0].shares) if basis is not None else 0)
-        return noise if basis is None else noise.in_basis()
+        rounds = (np.concatenate([ph.gradient_var for ph in phases]), np.concatenate([ph.hessian_var for ph in phases]),
+                  np.concatenate([ph.floors for ph in phases]), float(self.step_size), last)
+        if basis is None:
+            return IRLSNoise(*rounds)
+        return IRLSNoise(*rounds, parameter_basis(basis, p), len(phases[0].shares)).in_basis()
 
     def _beta(self, family, sizes: np.ndarray, w: np.ndarray, hessian_clip: float, mu: float, p: int) -> float:
         """beta of the budget-split derivation for Hessian bound C_H, budget ``mu`` and p parameters (public)."""
