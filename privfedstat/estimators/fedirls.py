@@ -692,7 +692,8 @@ class _Rounds:
         noise_sd, update_noise_sd = est._noise(newton, np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
         return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
-                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2, shortened=self.shortened,
+                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2,
+                   hessian_sd=float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), shortened=self.shortened,
                    noise_model=noise_model, weights=self.w, setup=setup, damped=_damped(self.H, phases[-1].floors),
                    settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.design)
 

@@ -62,6 +62,9 @@ class Run:
     hessian : ndarray of shape (n_params, n_params) or None
         The server's aggregated released Hessian of the last round (before any eigenvalue
         floor), for protocols that release one; checked for ill-conditioning.
+    hessian_sd : float
+        The standard deviation of that Hessian's diagonal noise, in the coordinates it was released
+        in (phi of ``basis`` when there is one, as :meth:`in_basis` shows it); 0 without one.
     shortened : tuple of (float, float) or None
         For a last server update cut short by a trust region (FedIRLS's ``max_step``): the norm
         of the update it computed and the radius it was cut to (fitting scale). Far above its
@@ -102,6 +105,7 @@ class Run:
     noise_sd: float | np.ndarray = 0.0
     update_noise_sd: float | None = None
     hessian: np.ndarray | None = None
+    hessian_sd: float = 0.0
     shortened: tuple[float, float] | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None

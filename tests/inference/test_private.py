@@ -338,6 +338,15 @@ def test_unidentified_coefficients_by_their_variance_along_the_floored_direction
     assert unidentified_coefficients(released, floored_H, 0.0, np.eye(3)).size == 0  # exact: nothing to withhold
     mid = U @ np.diag([2.0, 1.0, 0.2]) @ U.T  # 2 sds: warned as weakly identified, not withheld
     assert unidentified_coefficients(mid, mid, 0.1, np.eye(3)).size == 0
+    # the protocol's release (sd 0.01) sees 0.05 along it, agreeing with the inference's 0.02 (sd 0.1): identified
+    agreeing = U @ np.diag([2.0, 1.0, 0.05]) @ U.T
+    assert unidentified_coefficients(released, floored_H, 0.1, np.eye(3), agreeing, 0.01).size == 0
+    # it sees 1.0 there: the curvature fell between the two points, the inference's (at the estimate) decides
+    falling = U @ np.diag([2.0, 1.0, 1.0]) @ U.T
+    np.testing.assert_array_equal(unidentified_coefficients(released, floored_H, 0.1, np.eye(3), falling, 0.01), expected)
+    # it does not see it either (0.02 against its sd 0.01): unidentified
+    np.testing.assert_array_equal(unidentified_coefficients(released, floored_H, 0.1, np.eye(3), released, 0.01),
+                                  expected)
 
 
 def test_a_near_duplicate_column_withholds_its_pair_and_reports_the_rest():
