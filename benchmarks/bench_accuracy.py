@@ -351,7 +351,7 @@ def section(runs: pd.DataFrame, cells: pd.DataFrame, args, mi: dict, wall: float
              f"- Machine: {mi['model']}, {mi['cpus']} CPU(s); Python {mi['python']}, numpy {mi['numpy']}, "
              f"numba {mi['numba']}, privfedstat {getattr(privfedstat, '__version__', '?')}; "
              f"load average at start {mi['load']}",
-             f"- Code: privfedstat from {code_version()}",
+             f"- Code: privfedstat at {code_version()}",
              f"- Run: `python benchmarks/bench_accuracy.py {' '.join(sys.argv[1:])}`".rstrip() +
              f" ({len(runs)} fits, {args.seeds} seeds, {args.jobs} worker(s), {wall:.0f} s wall)",
              "- Every method through `privfedstat.glm(formula, df, client='site', family=..., method=..., mu=..., "
@@ -369,7 +369,8 @@ def section(runs: pd.DataFrame, cells: pd.DataFrame, args, mi: dict, wall: float
 
 # --------------------------------------------------------------------------- main
 def code_version() -> str:
-    """Where privfedstat was imported from, with its git commit (``-dirty`` if the package has local edits)."""
+    """The git commit privfedstat was imported from (``-dirty`` if the package has local edits), or, outside a git
+    checkout, the folder (an installed copy): a checkout's path says nothing to a reader of RESULTS.md."""
     import subprocess
 
     root = Path(PKG_DIR).parent
@@ -380,7 +381,7 @@ def code_version() -> str:
     rev = git("rev-parse", "--short", "HEAD")
     if not rev:
         return f"`{root}` (not a git checkout)"
-    return f"`{root}` at commit {rev}" + ("-dirty" if git("status", "--porcelain", "--", "privfedstat") else "")
+    return f"commit {rev}" + ("-dirty" if git("status", "--porcelain", "--", "privfedstat") else "")
 
 
 def main(argv: list[str] | None = None) -> None:

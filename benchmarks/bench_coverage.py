@@ -91,7 +91,7 @@ def section(df: pd.DataFrame, table: pd.DataFrame, args, mi: dict, wall: float, 
              f"- Machine: {mi['model']}, {mi['cpus']} CPU(s); Python {mi['python']}, numpy {mi['numpy']}, "
              f"numba {mi['numba']}, privfedstat {getattr(privfedstat, '__version__', '?')}; "
              f"load average at start {mi['load']}",
-             f"- Code: privfedstat from {code_version()}",
+             f"- Code: privfedstat at {code_version()}",
              f"- Run: `python benchmarks/bench_coverage.py {' '.join(sys.argv[1:])}`".rstrip() +
              f" ({len(df)} rows, {int(table['reps'].min())}-{int(table['reps'].max())} replicates per cell, "
              f"{args.jobs} worker(s), {wall:.0f} s wall; results in `{args.out}/coverage.csv`)",

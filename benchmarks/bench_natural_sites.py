@@ -243,7 +243,7 @@ def _f(x: float, nd: int = 2) -> str:
 def section(table: pd.DataFrame, args, mi: dict, wall: float) -> str:
     lines = [HEADING, "", f"- Date: {mi['date']}",
              f"- Machine: {mi['model']}, {mi['cpus']} CPU(s); Python {mi['python']}, numpy {mi['numpy']}; "
-             f"load average at start {mi['load']}", f"- Code: privfedstat from {code_version()}",
+             f"load average at start {mi['load']}", f"- Code: privfedstat at {code_version()}",
              f"- Run: `python benchmarks/bench_natural_sites.py {' '.join(sys.argv[1:])}`".rstrip()
              + f" ({int(table['fits'].sum())} fits, {args.seeds} seeds, {wall:.0f} s wall)",
              "- `glm()` defaults; columns as in the module docstring of the script. Sites: the data's own "

@@ -160,7 +160,8 @@ def section(table: pd.DataFrame, reps: int, seconds: float, mi: dict) -> str:
         HEADING, "",
         f"- Date: {mi['date']}; machine: {mi['model']}, {mi['cpus']} CPU(s), shared; Python {mi['python']}, "
         f"numpy {mi['numpy']}, numba {mi['numba']}; load average at start {mi['load']}", "",
-        f"Code: {code_version()}. {reps} replicates per cell, {seconds / 60:.1f} min in all; the plan reads a public "
+        f"Code: privfedstat at {code_version()}. {reps} replicates per cell, {seconds / 60:.1f} min in all; the plan "
+        "reads a public "
         f"synthetic sample of {DESIGN_ROWS} design rows (intercept, x1 ~ N(0, 1), x2 ~ Bernoulli(0.4)); coefficients "
         f"{COEF}; N = 10000 rows in each layout. Each cell's fits draw fresh data from the design and run the default "
         "private GLM (FedIRLS, private scaling, clip='auto', inference='auto'). Power: two-sided 5% Wald test of "
