@@ -230,13 +230,9 @@ class FederatedEstimator(FittedResults):
             inference_run = run.in_basis()
             if run.basis is not None:
                 to_original = to_original @ parameter_basis(run.basis, run.theta.size)
-                session.clients.change_basis(run.basis)
-            try:
+            with session.rows_mapped(run.basis):
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
                                            refits=self._refits(setup, None if run.basis is not None else scaler))
-            finally:
-                if run.basis is not None:
-                    session.clients.change_basis(None)
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:

@@ -397,9 +397,8 @@ class FedIRLS(FederatedEstimator):
         todo, mu_search = self.refine_search(setup.mu)
         basis = whitening(rounds.H_floored, family.n_outputs) if self._whitens(todo) else None
         if basis is not None:
-            session.clients.change_basis(basis)
             rounds.change_basis(basis)
-        try:
+        with session.rows_mapped(basis):  # after it the later stages (diagnostics, inference) read the fitting columns
             final = None
             if todo:  # the bounds at the located point: its per-sample norms are the ones the refine rounds clip
                 config = bound_search(self)
@@ -408,9 +407,6 @@ class FedIRLS(FederatedEstimator):
                 final = Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu)
             refine = self._phases(family, sizes, w, setup, p, final)[1]
             rounds.run(refine)
-        finally:
-            if basis is not None:  # the later stages (diagnostics, inference) read the fitting columns
-                session.clients.change_basis(None)
         self.budget_split_ = np.vstack([phases[0].shares, refine.shares])
         return rounds.result(final)
 

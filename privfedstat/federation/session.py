@@ -13,6 +13,8 @@ the session below them stays the same object from the first release to the last.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -76,6 +78,19 @@ class Session:
         topup_rng = None if ledger.secure_mode else np.random.default_rng(topup_seed)
         return cls(clients, channel, seed, inference_seed, unit, participation, np.random.default_rng(sampling_seed),
                    topup_rng)
+
+    @contextmanager
+    def rows_mapped(self, basis: np.ndarray | None) -> Iterator[None]:
+        """Within the block the clients' rows are ``basis^T x`` (their ``change_basis`` verb: a public map, nothing
+        is sent); after it, whatever happened, the columns they held before. None: nothing changes."""
+        if basis is None:
+            yield
+            return
+        self.clients.change_basis(basis)
+        try:
+            yield
+        finally:
+            self.clients.change_basis(None)
 
     def everyone(self) -> Session:
         """This session asking every live client each round (the clip search's pilot rounds)."""
