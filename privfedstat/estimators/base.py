@@ -33,7 +33,7 @@ from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
 from ..inference.bootstrap import Refits
 from ..inference.core import infer, plan_inference
-from ..inference.covariance import original_scale_map
+from ..inference.covariance import original_scale_map, original_scale_origin
 from ..privacy.budget import FitCharge, PrivacyBudget, reserve
 from ..privacy.clipping import AutoClip
 from ..privacy.ledger import PrivacyLedger
@@ -213,7 +213,7 @@ class FederatedEstimator(FittedResults):
         task = plan_inference(self.inference, family, data.n_clients, data.n_features, participation,
                               bound_search(self))
         plan = plan_budget(self, mu, task, n_features=data.n_features, n_clients=data.n_clients,
-                           n_samples=data.n_samples)
+                           n_samples=data.n_samples, family=family)
         session, charge = self._open_session(data, family, mu, participation, budget)
         n_features, n_samples = data.n_features, data.n_samples
         del data  # from here on the server talks to the clients only through their verbs
@@ -224,15 +224,16 @@ class FederatedEstimator(FittedResults):
         converged, privacy_open = diagnose(self, session, setup, run, n_samples)
         inference = hessian = to_original = None
         if task is not None:
-            to_original = original_scale_map(None if scaler is None else scaler.coef_to_original, n_features,
-                                             family.n_outputs)
+            back = None if scaler is None else scaler.coef_to_original
+            to_original = original_scale_map(back, n_features, family.n_outputs)
             # the inference releases in the basis of the protocol's last rounds, where its bounds are norms
             inference_run = run.in_basis()
             if run.basis is not None:
                 to_original = to_original @ parameter_basis(run.basis, run.theta.size)
             with session.rows_mapped(run.basis):
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
-                                           refits=self._refits(setup, None if run.basis is not None else scaler))
+                                           refits=self._refits(setup, None if run.basis is not None else scaler),
+                                           origin=original_scale_origin(back, n_features, family.n_outputs))
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if inference is not None:

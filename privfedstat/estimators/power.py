@@ -57,14 +57,16 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from .._validation import check_mu
 from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
+from ..federation.clients import RESPONSE
 from ..federation.protocol import Setup
 from ..inference.config import resolve_inference
 from ..inference.core import plan_inference
-from ..inference.covariance import original_scale_map, weighted_factor
+from ..inference.covariance import original_scale_map, original_scale_origin, weighted_factor
 from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile, search_level
 from ..theory._population import Population, make_spec
 from ..theory.power import wald_half_width, wald_power
@@ -419,16 +421,24 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
     task = plan_inference(estimator.inference, family, m, d, None, bound_search(estimator))
     with warnings.catch_warnings():  # the plan reports the scaling it can do; the fit will warn
         warnings.simplefilter("ignore", PrivacyNoiseWarning)
-        plan = plan_budget(estimator, mu, task, n_features=d, n_clients=m, n_samples=N)
+        plan = plan_budget(estimator, mu, task, n_features=d, n_clients=m, n_samples=N, family=family)
+    mean_response, sd = X @ design.coef, design.noise_sd
 
     def count(j, threshold, center, mu_q, stage):
+        if j == RESPONSE:  # the Gaussian law of y given each design row
+            if center is None:
+                return N * float(np.mean(norm.cdf((threshold - mean_response) / sd)))
+            return N * float(np.mean(norm.cdf((center + threshold - mean_response) / sd)
+                                     - norm.cdf((center - threshold - mean_response) / sd)))
         x = X[:, j] if center is None else np.abs(X[:, j] - center)
         return N * float(np.mean(x <= threshold))
 
-    scaler = make_scaler(estimator, count, N, m, d, plan)
-    G = original_scale_map(None if scaler is None else scaler.coef_to_original, d, 1)
-    theta = np.linalg.solve(G, design.coef)
-    spec = dataclasses.replace(make_spec(family=family.name, beta=theta), noise_sd=design.noise_sd)
+    scaler = make_scaler(estimator, count, N, m, d, plan, family)
+    back = None if scaler is None else scaler.coef_to_original
+    G, origin = original_scale_map(back, d, 1), original_scale_origin(back, d, 1)
+    theta = np.linalg.solve(G, design.coef - origin)
+    response_scale = 1.0 if scaler is None else scaler.response_scale
+    spec = dataclasses.replace(make_spec(family=family.name, beta=theta), noise_sd=design.noise_sd / response_scale)
     pop = Population.of_covariates(spec, X if scaler is None else scaler.transform_rows(X))
     setup, outcomes = _bounds(estimator, pop, plan, sizes)
     roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
@@ -463,7 +473,7 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
                 "cov_type": "none" if resolve_inference(estimator.inference) is None else task.cov_type}
     return {"prob": prob / prob.sum(), "sampling": np.diagonal(stack["sampling"], axis1=1, axis2=2),
             "privacy": np.diagonal(stack["privacy"], axis1=1, axis2=2),
-            "effect": np.array([G @ r[1]["target"] for r in results]), "settings": settings}
+            "effect": np.array([G @ r[1]["target"] + origin for r in results]), "settings": settings}
 
 
 def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes: np.ndarray, roots: dict,

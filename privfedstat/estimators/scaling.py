@@ -16,6 +16,14 @@ coefficients on the original scale. The centre and scale come either from
 Centring needs an intercept column (``intercept``) to absorb it; without one, columns are only
 scaled. Back-transformation (for each output column of Theta): ``theta_j = theta'_j / s_j`` for
 scaled j, ``theta_0 = theta'_0 - sum_j c_j theta'_j / s_j``.
+
+The response of a location family (Gaussian, Huber: the loss is a function of ``y - z``) is located
+the same way: ``y' = (y - c_y) / s_y`` (and an offset ``o' = o / s_y``), so that a response far
+from 0 -- test scores around 600, wages in dollars -- puts the coefficients on the fitting scale at
+the scale of 1, where the trust region of the Newton steps and the clipping searches start; the
+fitted ``theta'`` maps back as ``s_y theta'`` plus ``c_y`` on the intercept (before the columns'
+map), an exact reparametrisation of least squares (Huber's threshold is divided by ``s_y``:
+:meth:`~privfedstat.families.Family.for_response_scale`).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.federated import FederatedData
+from ..families import Family
+from ..federation.clients import RESPONSE
 from ..privacy.clipping import private_grid_quantile
 
 __all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
@@ -101,7 +111,7 @@ class PrivateStandardize:
     Parameters
     ----------
     budget : float, default 0.25
-        Share of mu spent on all columns together (6.25% of mu^2 under composition in squares: a
+        Share of mu spent on all columns (and the response) together (6.25% of mu^2 under composition in squares: a
         column whose scale is off by an order of magnitude costs far more than the estimation
         loses to it; at 0.1, 60 sites of 120 rows at mu = 2 left a 0-100 column unscaled in one fit
         of five, 54 SE from the MLE).
@@ -123,6 +133,14 @@ class PrivateStandardize:
         reliably: the noisy ``n_0`` and the noisy count each contribute one sd); otherwise the
         column is left unscaled. A wrong decision against the lean has probability below
         Phi(-margin) per step.
+    response : bool, default True
+        Also locate the response of a location family (gaussian, huber; see the module): centred
+        (with an intercept) and scaled like a column, sharing ``budget`` with the columns as one
+        more. The coefficients, their covariance and Huber's threshold are mapped exactly, so it
+        changes the fit only through the fitting scale: a response far from 0 would otherwise be
+        reached by Newton steps from theta = 0 that grow round by round and that the private rounds
+        may not finish (the fit then warns and withholds its intervals). A penalised fit's
+        ``alpha`` then acts on the rescaled response as it acts on the rescaled columns.
     """
 
     budget: float = 0.25
@@ -131,6 +149,7 @@ class PrivateStandardize:
     quantile: float = 0.9
     n_grid: int = 256
     margin: float = 2.0
+    response: bool = True
     _range: tuple[float, float] = field(default=(1e-15, 1e15), repr=False)
 
     def __post_init__(self) -> None:
@@ -150,16 +169,26 @@ class PrivateStandardize:
         refine = int(math.log2(CENTRE_REFINE)) if self.intercept is not None else 0
         return searches * int(math.log2(self.n_grid)) + refine + 1
 
-    def count_noise_sd(self, n_clients: int, n_features: int, mu: float) -> float:
+    def scales_response(self, family: Family | None) -> bool:
+        """Whether the response is located too: ``response`` and a :attr:`~privfedstat.families.Family.location`
+        family (a ``family`` of None: the columns alone)."""
+        return self.response and family is not None and family.location
+
+    def n_located(self, n_features: int, family: Family | None = None) -> int:
+        """Columns rescaled, plus one for the response when it is (:meth:`scales_response`)."""
+        return len(self.columns_to_scale(n_features)) + int(self.scales_response(family))
+
+    def count_noise_sd(self, n_clients: int, n_features: int, mu: float, family: Family | None = None) -> float:
         """sd of the noise of one pooled count when the whole procedure has budget ``mu`` (public)."""
         if math.isinf(mu):
             return 0.0
-        mu_q = mu / math.sqrt(len(self.columns_to_scale(n_features)) * self.queries_per_column())
+        mu_q = mu / math.sqrt(self.n_located(n_features, family) * self.queries_per_column())
         return math.sqrt(n_clients) / mu_q
 
-    def locatable(self, n_samples: int, n_clients: int, n_features: int, mu: float) -> bool:
+    def locatable(self, n_samples: int, n_clients: int, n_features: int, mu: float, family: Family | None = None
+                  ) -> bool:
         """Whether any pooled count can be located above its noise: ``N >= 3.5 margin sd`` (public)."""
-        return n_samples >= 3.5 * self.margin * self.count_noise_sd(n_clients, n_features, mu)
+        return n_samples >= 3.5 * self.margin * self.count_noise_sd(n_clients, n_features, mu, family)
 
     def columns_to_scale(self, n_features: int) -> list[int]:
         """The columns this configuration rescales for a design with ``n_features`` columns."""
@@ -169,12 +198,16 @@ class PrivateStandardize:
 
 
 class Scaler:
-    """Affine rescaling of columns, fitted from a :class:`FeatureBounds` or privately."""
+    """Affine rescaling of columns (and of a location family's response), fitted from a :class:`FeatureBounds`
+    or privately."""
 
-    def __init__(self, center: np.ndarray, scale: np.ndarray, intercept: int | None) -> None:
+    def __init__(self, center: np.ndarray, scale: np.ndarray, intercept: int | None, response_center: float = 0.0,
+                 response_scale: float = 1.0) -> None:
         self.center = center
         self.scale = scale
         self.intercept = intercept
+        self.response_center = float(response_center)
+        self.response_scale = float(response_scale)
 
     @classmethod
     def from_bounds(cls, bounds: FeatureBounds, n_features: int) -> Scaler:
@@ -192,59 +225,70 @@ class Scaler:
 
     @classmethod
     def private(cls, config: PrivateStandardize, noisy_count, n_samples: int, n_clients: int, n_features: int,
-                mu: float) -> Scaler:
+                mu: float, family: Family | None = None) -> Scaler:
         """Estimate centre and scale privately from noisy pooled counts.
 
         ``noisy_count(column, threshold, center, mu_q, stage)`` asks every client for its number of
         rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <= threshold``,
         privatized with budget ``mu_q`` (sensitivity 1, the clients' verb ``column_count``), and
-        returns their sum. ``mu`` is the budget of the whole procedure; ``n_samples`` (N),
-        ``n_clients`` and ``n_features`` are public.
+        returns their sum; ``column`` :data:`RESPONSE` counts the response. ``mu`` is the budget of
+        the whole procedure; ``n_samples`` (N), ``n_clients``, ``n_features`` and the ``family``
+        (whether its response is located: :meth:`PrivateStandardize.scales_response`) are public.
         """
         d = n_features
         cols = config.columns_to_scale(d)
+        keys: list[int | str] = [*cols, *([RESPONSE] if config.scales_response(family) else [])]
         center, scale = np.zeros(d), np.ones(d)
-        if not cols:
+        if not keys:
             return cls(center, scale, config.intercept)
         lo, hi = config._range
         grid = np.geomspace(lo, hi, config.n_grid)
         half = grid[:: 2]  # n_grid / 2 points: the symmetric centre grid has n_grid points, 0 included
         sym = np.concatenate([-half[::-1], [0.0], half[:-1]])
-        if not config.locatable(n_samples, n_clients, d, mu):
+        if not config.locatable(n_samples, n_clients, d, mu, family):
             raise ValueError("private scaling cannot locate the columns at this budget; check "
                              "PrivateStandardize.locatable() first (the estimators do).")
-        mu_q = mu / math.sqrt(len(cols) * config.queries_per_column()) if math.isfinite(mu) else math.inf
-        lean = config.margin * config.count_noise_sd(n_clients, d, mu)
+        mu_q = mu / math.sqrt(len(keys) * config.queries_per_column()) if math.isfinite(mu) else math.inf
+        lean = config.margin * config.count_noise_sd(n_clients, d, mu, family)
         n_total = float(n_samples)
 
-        def count(j: int, centre: float | None):
+        def count(key: int | str, centre: float | None):
             def noisy(threshold: float) -> float:
-                return noisy_count(j, threshold, centre, mu_q, f"scaling-x{j}")
+                return noisy_count(key, threshold, centre, mu_q, f"scaling-{key}" if key == RESPONSE else f"scaling-x{key}")
             return noisy
 
         def median_target(t: float) -> float:
             return 0.5 * n_total + (lean if t < 0 else -lean)
 
-        for j in cols:
-            atom = 0.0
+        def locate(key: int | str) -> tuple[float, float]:
+            centre, atom = 0.0, 0.0
             if config.intercept is not None:
-                coarse = private_grid_quantile(count(j, None), sym, median_target)
+                coarse = private_grid_quantile(count(key, None), sym, median_target)
                 k = int(np.searchsorted(sym, coarse))
                 below = float(sym[k - 1]) if k > 0 else coarse
                 fine = np.linspace(below, coarse, CENTRE_REFINE + 1)[1:]  # the bracket (sym[k-1], sym[k]]
-                center[j] = private_grid_quantile(count(j, None), fine, median_target)
+                centre = private_grid_quantile(count(key, None), fine, median_target)
                 atom = float(fine[1] - fine[0])  # an atom at the median lies within a fine step of the centre
-            dev = count(j, float(center[j]))  # counts of |x - centre| <= t
+            dev = count(key, centre)  # counts of |x - centre| <= t
             n_zero = min(max(dev(atom), 0.0), n_total)  # deviations within the centre's resolution (an atom there)
             top = n_total - TOP_LEAN * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
             s = private_grid_quantile(dev, grid, target)  # runs in every case: the budget is fixed in advance
             clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
-            scale[j] = s if clears_atom and s > lo else 1.0
-        return cls(center, scale, config.intercept)
+            return centre, (s if clears_atom and s > lo else 1.0)
+
+        for j in cols:
+            center[j], scale[j] = locate(j)
+        response = locate(RESPONSE) if RESPONSE in keys else (0.0, 1.0)
+        return cls(center, scale, config.intercept, *response)
+
+    def fitting_family(self, family: Family) -> Family:
+        """The family on the fitting scale: ``family`` with its response rescaled (a location family), else itself."""
+        return family if self.response_scale == 1.0 else family.for_response_scale(self.response_scale)
 
     def transform(self, data: FederatedData) -> FederatedData:
-        """Rescale every column; the declared intercept column is set to 1, its value in the data domain.
+        """Rescale every column (and the response, with its offset); the declared intercept column is set to 1,
+        its value in the data domain.
 
         A client never inspects the intercept column's values (an error raised on one row's value
         would itself be a release): declaring a column the intercept declares it constant 1.
@@ -254,21 +298,34 @@ class Scaler:
         dataset and not on its neighbour. The clamp is a fixed, data-independent map of each row,
         so it costs no privacy; it changes only entries whose rescaled magnitude exceeds 1e300.
         """
-        return FederatedData(self.transform_rows(data.X), data.y, data.offsets, data.offset)  # the offset: unscaled
+        y, offset = data.y, data.offset
+        if (self.response_center, self.response_scale) != (0.0, 1.0):
+            with np.errstate(over="ignore"):
+                y = _clamped((y - self.response_center) / self.response_scale)
+                offset = None if offset is None else _clamped(offset / self.response_scale)
+        return FederatedData(self.transform_rows(data.X), y, data.offsets, offset)
 
     def transform_rows(self, X: np.ndarray) -> np.ndarray:
         """The rows of ``X`` (n, d) rescaled as :meth:`transform` rescales a client's (a new array)."""
         with np.errstate(over="ignore"):
-            Z = (X - self.center) / self.scale
-        np.clip(Z, -MAX_SCALED, MAX_SCALED, out=Z)
+            Z = _clamped((X - self.center) / self.scale)
         if self.intercept is not None:
             Z[:, self.intercept] = 1.0
         return Z
 
     def coef_to_original(self, theta: np.ndarray) -> np.ndarray:
-        """Map coefficients of shape (d,) or (d, q) fitted on scaled columns to the original scale."""
-        t = theta / (self.scale if theta.ndim == 1 else self.scale[:, None])
+        """Map coefficients of shape (d,) or (d, q) fitted on the fitting scale to the original scale (an affine
+        map: the response's centre enters the intercept)."""
+        t = theta * self.response_scale
         if self.intercept is not None:
             t = t.copy()
+            t[self.intercept] += self.response_center
+        t = t / (self.scale if theta.ndim == 1 else self.scale[:, None])
+        if self.intercept is not None:
             t[self.intercept] -= self.center @ t
         return t
+
+
+def _clamped(values: np.ndarray) -> np.ndarray:
+    """``values`` (a new array, computed with overflow allowed) clamped to ``[-MAX_SCALED, MAX_SCALED]`` in place."""
+    return np.clip(values, -MAX_SCALED, MAX_SCALED, out=values)

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._validation import check_positive_float
 from ..exceptions import PrivacyLeakWarning, PrivacyNoiseWarning
+from ..families import Family
 from ..federation.protocol import Setup
 from ..federation.queries import column_count, search_bounds
 from ..federation.session import Session
@@ -60,25 +61,27 @@ def bound_search(estimator) -> AutoClip:
     return clip if isinstance(clip, AutoClip) else getattr(estimator, "_default_search", PILOT_AUTOCLIP)
 
 
-def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: int, n_samples: int) -> BudgetPlan:
+def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: int, n_samples: int,
+                family: Family | None = None) -> BudgetPlan:
     """The fit's :class:`BudgetPlan`, decided from public facts before any release.
 
-    The scaling spends ``scaling.budget`` of mu only when it rescales columns privately and can
-    locate them at that budget (:meth:`PrivateStandardize.locatable`; otherwise it warns and
-    spends nothing); the clip search spends its :class:`AutoClip`'s ``budget`` when some bound
-    is chosen privately (:func:`pending_bounds` says "search"); the inference spends
-    ``inference.config.budget`` (``inference``: a :class:`~privfedstat.inference.core.InferenceTask`
-    or None). ``n_features``, ``n_clients`` and ``n_samples`` (N) describe the data (public).
+    The scaling spends ``scaling.budget`` of mu only when it rescales columns (or the ``family``'s
+    response: :meth:`PrivateStandardize.scales_response`) privately and can locate them at that
+    budget (:meth:`PrivateStandardize.locatable`; otherwise it warns and spends nothing); the clip
+    search spends its :class:`AutoClip`'s ``budget`` when some bound is chosen privately
+    (:func:`pending_bounds` says "search"); the inference spends ``inference.config.budget``
+    (``inference``: a :class:`~privfedstat.inference.core.InferenceTask` or None). ``n_features``,
+    ``n_clients`` and ``n_samples`` (N) describe the data (public).
     """
     d, m = n_features, n_clients
     scaling = scaling_config(getattr(estimator, "scaling", None), d)
     scaling_share = 0.0
-    if isinstance(scaling, PrivateStandardize) and scaling.columns_to_scale(d):
+    if isinstance(scaling, PrivateStandardize) and scaling.n_located(d, family):
         mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
-        if scaling.locatable(n_samples, m, d, mu_scale):  # public: decided before any release
+        if scaling.locatable(n_samples, m, d, mu_scale, family):  # public: decided before any release
             scaling_share = scaling.budget
         else:
-            sd = scaling.count_noise_sd(m, d, mu_scale)
+            sd = scaling.count_noise_sd(m, d, mu_scale, family)
             warnings.warn(
                 f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
                 f"(sd {sd:.3g}) is comparable to N = {n_samples}. The columns are left unscaled and no "
@@ -98,14 +101,16 @@ def fit_scaler(estimator, session: Session, plan: BudgetPlan) -> Scaler | None:
     """
     clients = session.clients
     scaler = make_scaler(estimator, functools.partial(column_count, session), int(np.sum(clients.sizes)),
-                         clients.n_clients, clients.n_features, plan)
+                         clients.n_clients, clients.n_features, plan, clients.family)
     if scaler is not None:
         clients.rescale(scaler)
     return scaler
 
 
-def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: int, plan: BudgetPlan) -> Scaler | None:
-    """The feature rescaling requested by ``scaling``: public bounds, or private centres and scales from ``count``.
+def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: int, plan: BudgetPlan,
+                family: Family | None = None) -> Scaler | None:
+    """The feature rescaling requested by ``scaling``: public bounds, or private centres and scales from ``count``
+    (of the ``family``'s response too, where it is located).
 
     ``count(column, threshold, center, mu_q, stage)`` is the pooled (noisy) count of
     :meth:`Scaler.private` (a fit asks its clients, :func:`~privfedstat.federation.queries.column_count`;
@@ -120,7 +125,7 @@ def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: in
         return Scaler.from_bounds(scaling, d)
     if plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
         return None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
-    return Scaler.private(scaling, count, n_samples, n_clients, d, plan.scaling)
+    return Scaler.private(scaling, count, n_samples, n_clients, d, plan.scaling, family)
 
 
 def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:

@@ -63,6 +63,19 @@ class Family:
     #: curvature vanishes away from the data (Huber beyond its threshold), where a start at 0 may
     #: see no curvature at all
     start_at_least_squares: bool = False
+    #: whether the loss depends on ``y`` and ``z`` only through the residual ``y - z`` and the response may be
+    #: shifted and rescaled (Gaussian, Huber): :meth:`for_response_scale` then gives the family of the
+    #: rescaled response with the same estimator, so a private scaling can bring a response far from 0
+    #: (test scores around 600) to the fitting scale
+    location: bool = False
+
+    def for_response_scale(self, scale: float) -> Family:
+        """The family whose fit to ``y / scale`` is the fit of this family to ``y``, divided by ``scale``.
+
+        Defined for :attr:`location` families (a least-squares loss is only multiplied by ``scale^2``;
+        Huber's threshold is in units of the response and is divided by it).
+        """
+        raise ValueError(f"the {self.name} family does not allow a rescaled response (it is not a location family).")
 
     @property
     def unit_dispersion(self) -> bool:

@@ -143,7 +143,11 @@ class Gaussian(Family):
     name = "gaussian"
     likelihood = True
     has_dispersion = True
+    location = True
     code = 2
+
+    def for_response_scale(self, scale: float) -> Gaussian:
+        return self
 
     def loss(self, y, z):
         return 0.5 * (y - z) ** 2
@@ -186,6 +190,7 @@ class Huber(Family):
     name = "huber"
     code = 3
     start_at_least_squares = True
+    location = True
 
     def __init__(self, c: float = 1.345) -> None:
         c = float(c)
@@ -206,6 +211,9 @@ class Huber(Family):
 
     def mean(self, z):
         return np.asarray(z, dtype=np.float64)
+
+    def for_response_scale(self, scale: float) -> Huber:
+        return Huber(self.param / scale)
 
     def __repr__(self) -> str:
         return f"Huber(c={self.param})"

@@ -58,7 +58,7 @@ from ..privacy.ledger import Release
 from .oracle import ClientOracle, make_oracle
 
 __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_normalize", "FailingData", "VERBS",
-           "PUBLIC"]
+           "PUBLIC", "RESPONSE"]
 
 #: the requests a clients backend answers (everything the server may ask of the clients)
 VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round",
@@ -67,6 +67,8 @@ VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "cli
          "split_halves", "rescale", "change_basis")
 #: what the server may know of the clients besides their replies (public metadata)
 PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
+#: the key of the response in ``column_count`` (the columns are keyed by their index)
+RESPONSE = "y"
 #: rows mapped by ``change_basis`` are clamped to [-_MAX_MAPPED, _MAX_MAPPED] (a fixed map of each row, as the
 #: scaler's clamp): x P overflows for huge finite x
 _MAX_MAPPED = 1e300
@@ -579,11 +581,12 @@ class InProcessClients:
                                                      dtype=np.float64)[:, None], 1.0, mu, stage, theta=theta)
 
     @_contained
-    def column_count(self, column: int, threshold: float, *, center: float | None = None, mu: float,
+    def column_count(self, column: int | str, threshold: float, *, center: float | None = None, mu: float,
                      stage: str) -> Reply:
-        """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise."""
+        """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise;
+        ``column`` :data:`RESPONSE` counts the response ``y`` instead of a column ``x_j``."""
         def counts(o: ClientOracle, _) -> np.ndarray:
-            x = o.data.X[:, column]
+            x = o.data.y if column == RESPONSE else o.data.X[:, column]
             if center is not None:
                 x = np.abs(x - center)  # inf near the largest double: above every grid point
             return np.add.reduceat((x <= threshold).astype(np.float64), o.data.offsets[:-1])[:, None]
@@ -626,7 +629,9 @@ class InProcessClients:
 
     @_contained
     def rescale(self, scaler) -> None:
-        """Rescale the clients' columns with the public ``scaler`` (its centres and scales were released)."""
+        """Rescale the clients' columns (and a location family's response) with the public ``scaler`` (its centres
+        and scales were released); the family becomes the one of the fitting scale (Huber's threshold)."""
+        self.family = scaler.fitting_family(self.family)
         self._oracle = make_oracle(scaler.transform(self._oracle.data), self.family)
         self._norm_cache = None
 

@@ -201,6 +201,8 @@ class FlowerClients:
                 meta = dict(self._meta(), sizes=np.array([int(replies[i].extra[f"size{t}"]) for i in range(m)]))
                 halves.append(FlowerClients(None, self.family, _link=self._link, _target=t, _meta=meta))
             return tuple(halves)
+        if verb == "rescale":  # the clients now fit on the scaler's scale: so does the family the server sees
+            self.family = kwargs["scaler"].fitting_family(self.family)
         if verb in ("rescale", "change_basis"):
             return None
         if verb == "exact":

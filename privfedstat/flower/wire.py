@@ -153,6 +153,8 @@ def encode_request(verb: str, session: str, target: int, kwargs: dict) -> Record
             types[name] = "scaler"
             arrays[f"{name}.center"], arrays[f"{name}.scale"] = value.center, value.scale
             scalars[f"{name}.intercept"] = -1 if value.intercept is None else int(value.intercept)
+            scalars[f"{name}.response_center"] = value.response_center
+            scalars[f"{name}.response_scale"] = value.response_scale
         elif isinstance(value, ElasticNet):
             types[name] = "elasticnet"
             scalars[f"{name}.l1"], scalars[f"{name}.l2"] = float(value.l1), float(value.l2)
@@ -194,7 +196,8 @@ def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
                                                   pool_size=int(scalars[f"{name}.pool_size"]))
         elif kind == "scaler":
             j = int(scalars[f"{name}.intercept"])
-            kwargs[name] = Scaler(arrays[f"{name}.center"], arrays[f"{name}.scale"], None if j < 0 else j)
+            kwargs[name] = Scaler(arrays[f"{name}.center"], arrays[f"{name}.scale"], None if j < 0 else j,
+                                  float(scalars[f"{name}.response_center"]), float(scalars[f"{name}.response_scale"]))
         elif kind == "elasticnet":
             kwargs[name] = ElasticNet(scalars[f"{name}.l1"], scalars[f"{name}.l2"], arrays[f"{name}.mask"])
         elif kind in _RECORDS:  # the constructor checks the values again on the client

@@ -195,7 +195,8 @@ def plan_inference(value, family: Family, n_clients: int, n_features: int, parti
 
 
 def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: InferenceTask, *,
-          to_original: np.ndarray, refits: Refits) -> tuple[InferenceResult, np.ndarray | None]:
+          to_original: np.ndarray, refits: Refits, origin: np.ndarray | None = None
+          ) -> tuple[InferenceResult, np.ndarray | None]:
     """Run the inference releases at the protocol's estimate and return the fit's :class:`InferenceResult`.
 
     Parameters
@@ -212,6 +213,9 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     task : InferenceTask
     to_original : ndarray of shape (p, p)
         G of :func:`~privfedstat.inference.covariance.original_scale_map`.
+    origin : ndarray of shape (p,), optional
+        The original-scale image of theta = 0 (a located response's centre on the intercept): the
+        estimate on the original scale is ``G theta + origin``; None for 0.
     refits : Refits
         How the bootstrap refits the estimator (used by ``cov_type="bootstrap"`` only).
 
@@ -222,12 +226,13 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         The released (floored) Hessian at the estimate, fitting scale; None for the bootstrap.
     """
     G, config, cov_type, mu, theta = to_original, task.config, task.cov_type, plan.inference, run.theta
-    params = G @ theta
+    shift = np.zeros(theta.size) if origin is None else origin
+    params = G @ theta + shift
     finite = math.isfinite(mu)
     spent = f"mu = {mu:.4g} per client" if finite else "no noise (mu = inf)"
     if cov_type == "bootstrap":
         draws_fit, notes = run_bootstrap(session, setup, theta, config, mu, refits)
-        draws = np.asarray(draws_fit, dtype=np.float64) @ G.T
+        draws = np.asarray(draws_fit, dtype=np.float64) @ G.T + shift
         cov = np.atleast_2d(np.cov(draws, rowvar=False))
         method = (f"parametric bootstrap, {draws.shape[0]} simulated private fits ({spent}); basic intervals")
         return InferenceResult(params, cov, None, None, "bootstrap", config.alpha, mu, method, draws,

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..theory.noise import symmetric_noise_sandwich
 
-__all__ = ["sampling_covariance", "original_scale_map", "weighted_factor"]
+__all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor"]
 
 
 def _inverse(A: np.ndarray) -> np.ndarray:
@@ -90,13 +90,20 @@ def weighted_factor(weights: np.ndarray, sizes: np.ndarray) -> tuple[float, np.n
     return c, w2n / c
 
 
+def original_scale_origin(coef_to_original, n_features: int, n_outputs: int) -> np.ndarray:
+    """The image of theta = 0 under ``coef_to_original`` (as :func:`original_scale_map`), flat in F order: the
+    constant of the affine map (a located response's centre on the intercept; zeros without one)."""
+    zero = np.zeros((n_features, n_outputs)) if n_outputs > 1 else np.zeros(n_features)
+    return (zero if coef_to_original is None else coef_to_original(zero)).ravel(order="F")
+
+
 def original_scale_map(coef_to_original, n_features: int, n_outputs: int) -> np.ndarray:
     """Matrix G with ``G theta = coef.ravel(order="F")`` for a fitting-scale ``theta`` (C order).
 
     ``coef_to_original`` maps a (d,) or (d, q) coefficient array on the fitting scale to the
-    original scale and is linear (the scaler divides by scales and moves the centres into the
-    intercept: no constant term), so its Jacobian is read off the images of the unit vectors.
-    Covariances map as ``G V G^T``.
+    original scale and is affine (the scaler divides by scales and moves the columns' centres into
+    the intercept; a located response adds its centre there), so its Jacobian is read off the
+    images of the unit vectors less the image of 0. Covariances map as ``G V G^T``.
 
     Parameters
     ----------
@@ -107,12 +114,10 @@ def original_scale_map(coef_to_original, n_features: int, n_outputs: int) -> np.
     """
     d, q = n_features, n_outputs
     p = d * q
-    G = np.empty((p, p))
-    for e in range(p):
-        unit = np.zeros(p)
-        unit[e] = 1.0
-        coef = unit.reshape(d, q) if q > 1 else unit
-        if coef_to_original is not None:
-            coef = coef_to_original(coef)
-        G[:, e] = coef.ravel(order="F")
-    return G
+    origin = original_scale_origin(coef_to_original, d, q)
+
+    def image(flat: np.ndarray) -> np.ndarray:
+        coef = flat.reshape(d, q) if q > 1 else flat
+        return (coef if coef_to_original is None else coef_to_original(coef)).ravel(order="F") - origin
+
+    return np.column_stack([image(unit) for unit in np.eye(p)])

@@ -45,7 +45,7 @@ def test_a_request_round_trips_every_argument_type():
     ss = np.random.SeedSequence(2**100 + 7, spawn_key=(1, 2))
     kwargs = {"theta": np.array([1.0, -2.0]), "clip": 1.5, "n_steps": 3, "stage": "gradient", "incremental": True,
               "active": None, "seed": ss, "prox_steps": [0.1, 0.2],
-              "scaler": Scaler(np.array([0.0, 1.0]), np.array([1.0, 2.0]), 0),
+              "scaler": Scaler(np.array([0.0, 1.0]), np.array([1.0, 2.0]), 0, 612.5, 37.25),
               "penalty": ElasticNet(0.1, 0.2, np.array([False, True])), "prox": PowerProx(0.5, 2, 3.5),
               "armijo": Armijo(0.001, 0.25, 7)}
     verb, session, target, back = decode_request(encode_request("gradients", "s1", 2, kwargs))
@@ -56,6 +56,7 @@ def test_a_request_round_trips_every_argument_type():
     assert back["seed"].entropy == ss.entropy and tuple(back["seed"].spawn_key) == (1, 2)
     np.testing.assert_array_equal(back["scaler"].scale, [1.0, 2.0])
     assert back["scaler"].intercept == 0 and back["penalty"].l2 == 0.2
+    assert (back["scaler"].response_center, back["scaler"].response_scale) == (612.5, 37.25)
     assert back["prox"] == kwargs["prox"] and back["armijo"] == kwargs["armijo"]
     assert type(back["armijo"].max_backtracks) is int and type(back["prox"].radius) is int
     with pytest.raises(TypeError, match="cannot travel"):

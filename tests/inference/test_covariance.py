@@ -5,7 +5,7 @@ import pytest
 
 from privfedstat._linalg import sym_to_vec, vec_to_sym
 from privfedstat.estimators.scaling import Scaler
-from privfedstat.inference.covariance import original_scale_map, sampling_covariance, weighted_factor
+from privfedstat.inference.covariance import original_scale_map, original_scale_origin, sampling_covariance, weighted_factor
 from privfedstat.theory.noise import symmetric_noise_sandwich
 
 
@@ -78,17 +78,23 @@ def test_weighted_factor():
     assert v == pytest.approx(w**2 / sizes / c)
 
 
+@pytest.mark.parametrize("response", [False, True])
 @pytest.mark.parametrize("q", [1, 3])
-def test_original_scale_map_is_the_scalers_linear_map_in_F_order(q):
+def test_original_scale_map_and_origin_are_the_scalers_affine_map_in_F_order(q, response):
     rng = np.random.default_rng(3)
     d = 4
-    scaler = Scaler(center=rng.standard_normal(d), scale=rng.uniform(0.5, 3, d), intercept=0)
-    scaler.center[0] = 0.0
+    located = (612.5, 37.0) if response and q == 1 else (0.0, 1.0)  # a location family's response (scalar)
+    scaler = Scaler(center=rng.standard_normal(d), scale=rng.uniform(0.5, 3, d), intercept=0, response_center=located[0],
+                    response_scale=located[1])
+    scaler.center[0], scaler.scale[0] = 0.0, 1.0  # the intercept, as every Scaler has it
     G = original_scale_map(scaler.coef_to_original, d, q)
+    origin = original_scale_origin(scaler.coef_to_original, d, q)
     for _ in range(3):
         theta = rng.standard_normal(d * q)  # oracle order: flat C order of the (d, q) matrix
         coef = scaler.coef_to_original(theta.reshape(d, q) if q > 1 else theta)
-        np.testing.assert_allclose(G @ theta, coef.ravel(order="F"), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(G @ theta + origin, coef.ravel(order="F"), rtol=1e-12, atol=1e-10)
+    # the constant: the response's centre on the intercept, less its share through the columns' centres
+    assert origin[0] == pytest.approx(located[0]) and np.all(origin[1:] == 0.0)
     P = original_scale_map(None, d, q)  # no scaler: the permutation to equation-major order
     theta = np.arange(d * q, dtype=float)
     np.testing.assert_array_equal(P @ theta, theta.reshape(d, q).ravel(order="F") if q > 1 else theta)

@@ -126,8 +126,12 @@ SETTINGS += [
             stage_view="clip-", tight=1.0),
     # |x_j| = 0 on D (counted by every scale query), 1e12 on D' (above the grid: by none)
     Setting("fedsgd scaling='private'", "fedsgd",
-            {"mu": 2.0, "scaling": PrivateStandardize(columns=(0,), intercept=None, budget=0.5)},
+            {"mu": 2.0, "scaling": PrivateStandardize(columns=(0,), intercept=None, budget=0.5, response=False)},
             ((0.0, 0.0), 0.0, (1e12, 1e12), 0.0), intercept=False, stage_view="scaling-", tight=1.0),
+    # the Gaussian response located alone: |y| = 0 on D (counted by every scale query), 1e12 on D' (by none)
+    Setting("fedsgd scaling='private' response", "fedsgd",
+            {"mu": 2.0, "scaling": PrivateStandardize(columns=(), intercept=None, budget=0.5)},
+            ((0.0, 0.0), 0.0, (0.0, 0.0), 1e12), intercept=False, stage_view="scaling-", tight=1.0),
 ]
 BY_NAME = {s.name: s for s in SETTINGS}
 
