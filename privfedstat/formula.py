@@ -82,8 +82,8 @@ def glm(
         Fit a penalised GLM (federated lasso / elastic net): the mean loss plus
         ``alpha (l1_ratio ||b||_1 + (1 - l1_ratio) ||b||^2 / 2)``, scikit-learn's and glmnet's
         scaling; give ``alpha=`` (required) and, for ``"elasticnet"``, ``l1_ratio=``. The intercept is not
-        penalised; with the default ``scaling="private"`` the penalty acts on the columns as the
-        private scaling sets them (centre: a private median; scale: the private 90% quantile of
+        penalised; with the default ``scaling="private"`` the penalty acts on the columns (and a
+        Gaussian or Huber response) as the private scaling sets them (centre: a private median; scale: the private 90% quantile of
         ``|x - centre|``, see ``fit.scaler_`` -- not glmnet's standard deviations, so the same alpha
         selects differently from ``standardize=TRUE``); pass public ``FeatureBounds`` as ``scaling``
         to fix the scale yourself. Coefficients are reported on the original scale.
@@ -94,7 +94,9 @@ def glm(
     scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
         Rescale the covariates before fitting (coefficients are reported on the original scale).
         The default spends 25% of mu on private centres and scales, so raw-scale covariates (ages,
-        incomes) work with the default step sizes.
+        incomes) work with the default step sizes; it also centres and scales the response of the
+        gaussian and huber families (:class:`~privfedstat.PrivateStandardize` ``response``), so a
+        response far from 0 is reached in the few private Newton rounds.
     levels : dict of {str: list}, optional
         Declared levels of categorical columns, ``{"region": ["north", "south", "west"]}``, in
         order (the first is the reference level); a named column is treated as categorical even if
