@@ -450,8 +450,13 @@ def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
         basis = estimator.planned_basis(sizes, setup, family, pop.clipped_hessian(located, setup.hessian_clip))
         if basis is not None:  # the refine rounds (and the inference) in the whitened coordinates phi (one output)
             pop, located, G, roots = pop.in_basis(basis), np.linalg.solve(basis, located), G @ basis, {}
+        outcomes_found = outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search, pop)
+        if basis is not None:  # the whitened fit raises its gradient bound where that costs little noise
+            w = weights_for(estimator, sizes, d, setup.clip)
+            outcomes_found = [(prob, estimator.insured_bounds(found, sizes, w, setup, family, d))
+                              for prob, found in outcomes_found]
         cases = [(prob, Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu))
-                 for prob, found in outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search, pop)]
+                 for prob, found in outcomes_found]
     results = []
     for prob, refine in cases:
         try:
