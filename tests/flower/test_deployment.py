@@ -171,6 +171,35 @@ def test_nodes_serving_their_own_csv_files(tmp_path):
     assert "no column(s) ['mean_texture']" in log and "mean_texture" not in res["error"][1]  # the details stay there
 
 
+def test_a_located_huber_response_on_flower_equals_the_in_process_fit(tmp_path):
+    """A response far from 0 (breast cancer's mean radius, about 14, 4 residual sds) with the Huber family: the private scaling
+    locates it, so the nodes fit ``y / s`` with the threshold ``c / s`` and the server's family follows (the rescale
+    verb); the Flower fit equals the in-process fit, ledger included."""
+    pytest.importorskip("sklearn")
+    from sklearn.datasets import load_breast_cancer
+
+    from privfedstat import FederatedData
+
+    df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
+    site = np.random.default_rng(1).integers(0, 3, len(df))
+    cols = ["mean_texture", "mean_smoothness"]
+    paths = []
+    for s in range(3):
+        paths.append(tmp_path / f"site{s}.csv")
+        df.loc[site == s, ["mean_radius", *cols]].to_csv(paths[-1], index=False)
+    fit = {"estimator": "fedirls", "params": {"family": "huber", "mu": 4.0, "random_state": 2}}
+    with LocalFederation(3, data_files=paths, response="mean_radius", simulation_seed=2) as fed:
+        res = fed.run([fit], timeout=300)[0]
+    assert "error" not in res, res.get("trace")
+    data = FederatedData.from_arrays([(np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols]]),
+                                       df.loc[site == s, "mean_radius"].to_numpy()) for s in range(3)])
+    ref = make_estimator(fit).fit(data)
+    assert ref.scaler_.response_scale > 2.0 and ref.converged_  # located (the nodes fit c / s), and converged
+    np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-9)
+    assert [(r.stage, r.round) for r in res["privacy"].releases] == [(r.stage, r.round) for r in ref.privacy_.releases]
+    assert any(r.stage == "scaling-y" for r in ref.privacy_.releases)
+
+
 def test_a_federation_over_tls_with_authenticated_nodes_equals_the_in_process_fit():
     """Every connection over TLS (a throwaway CA, the SuperLink serving with its certificate, nodes and flwr
     verifying it) and SuperNode authentication (registered public keys), as on several machines: the fit is
