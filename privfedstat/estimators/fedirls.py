@@ -111,10 +111,13 @@ class FedIRLS(FederatedEstimator):
     by ``Hf^{-1/2}`` of the last locate round's floored Hessian, so the isotropic noise of the
     releases is shaped like the sampling noise in theta rather than swamping the directions of
     small curvature (inferred; measured in ``benchmarks/RESULTS.md``, "FedIRLS whitened refine
-    rounds"); ``clip_`` and the bounds are then norms in that basis. For families of bounded
+    rounds"); ``clip_`` and the bounds are then norms in that basis, and the gradient bound found is
+    raised by up to ``INSURANCE_STEPS`` grid points where its noise stays small next to the sampling error
+    (:meth:`insured_bounds`: insurance against a clipping bias the search's counts cannot resolve). For families of bounded
     curvature the trust region grows with the iterate (``max(max_step, ||theta||)``): a loss that grows at most
-    quadratically cannot be overshot into overflow, and coefficients far from 0 (a Gaussian
-    response on its own scale) are reached in a few rounds. Real data with natural sites
+    quadratically cannot be overshot into overflow, and the reach of a step doubles round by round
+    (still short for a Gaussian response tens of residual sds from 0, which the private scaling
+    therefore locates: ``PrivateStandardize.response``). Real data with natural sites
     (benchmarks/RESULTS.md, "Real data with natural sites"): the single-phase split derived
     below starved the early rounds (shares 1e-4 of mu^2: noise-driven, floor-damped steps) and
     stopped 5-500 SE from the MLE where the optimum is far from 0. An int ``n_rounds`` or an
