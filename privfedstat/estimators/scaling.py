@@ -59,16 +59,26 @@ class FeatureBounds:
     lower, upper : sequence of float, one per column of X
     intercept : int or None
         Index of the intercept column (used to absorb the centring), or None.
+    response : (float, float) or None, default None
+        Public bounds of a Gaussian or Huber response (a score's range, 0 to 1000): it is centred at their
+        midpoint (with an intercept) and scaled by their half-range, as :class:`PrivateStandardize` locates it
+        privately; None leaves the response as it is.
     """
 
     lower: tuple[float, ...]
     upper: tuple[float, ...]
     intercept: int | None = 0
+    response: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         lo, hi = np.asarray(self.lower, float), np.asarray(self.upper, float)
         if lo.shape != hi.shape or lo.ndim != 1 or not np.all(np.isfinite(lo) & np.isfinite(hi)) or np.any(hi < lo):
             raise ValueError("FeatureBounds needs finite lower <= upper, one pair per column.")
+        if self.response is not None:
+            r = np.asarray(self.response, float)
+            if r.shape != (2,) or not np.all(np.isfinite(r)) or not r[0] < r[1]:
+                raise ValueError(f"FeatureBounds.response needs finite (lower, upper) with lower < upper, got "
+                                 f"{self.response!r}.")
 
 
 @dataclass(frozen=True)
@@ -210,7 +220,8 @@ class Scaler:
         self.response_scale = float(response_scale)
 
     @classmethod
-    def from_bounds(cls, bounds: FeatureBounds, n_features: int) -> Scaler:
+    def from_bounds(cls, bounds: FeatureBounds, n_features: int, family: Family | None = None) -> Scaler:
+        """The public rescaling of ``bounds`` (its ``response`` bounds need a location ``family``)."""
         lo, hi = np.asarray(bounds.lower, float), np.asarray(bounds.upper, float)
         if lo.size != n_features:
             raise ValueError(f"FeatureBounds has {lo.size} columns but X has {n_features}.")
@@ -221,7 +232,14 @@ class Scaler:
             center[:] = 0.0
         else:
             center[bounds.intercept], scale[bounds.intercept] = 0.0, 1.0
-        return cls(center, scale, bounds.intercept)
+        response = (0.0, 1.0)
+        if bounds.response is not None:
+            if family is None or not family.location:
+                raise ValueError("FeatureBounds.response bounds a Gaussian or Huber response; the "
+                                 f"{getattr(family, 'name', 'given')} family's response cannot be rescaled.")
+            r_lo, r_hi = (float(v) for v in bounds.response)
+            response = (0.0 if bounds.intercept is None else r_lo / 2 + r_hi / 2, r_hi / 2 - r_lo / 2)
+        return cls(center, scale, bounds.intercept, *response)
 
     @classmethod
     def private(cls, config: PrivateStandardize, noisy_count, n_samples: int, n_clients: int, n_features: int,

@@ -122,7 +122,7 @@ def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: in
     if scaling is None:
         return None
     if isinstance(scaling, FeatureBounds):
-        return Scaler.from_bounds(scaling, d)
+        return Scaler.from_bounds(scaling, d, family)
     if plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
         return None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
     return Scaler.private(scaling, count, n_samples, n_clients, d, plan.scaling, family)

@@ -128,3 +128,22 @@ def test_a_plan_does_not_depend_on_the_level_of_the_response():
              for level in (0.0, 600.0)]
     se = [p["se"].to_numpy()[1:] for p in plans]
     np.testing.assert_allclose(se[1], se[0], rtol=0.1)
+
+
+def test_public_response_bounds_locate_the_response_for_free():
+    """``FeatureBounds(response=(lo, hi))``: centre the midpoint, scale the half-range, no budget; the fit at mu = inf
+    is least squares; a family whose response cannot be rescaled refuses them."""
+    from privfedstat.estimators.scaling import FeatureBounds
+
+    data = _far_response(n=2000, n_clients=5)
+    bounds = FeatureBounds((1.0, -4.0, 0.0), (1.0, 4.0, 1.0), intercept=0, response=(400.0, 800.0))
+    est = FedIRLS(family="gaussian", mu=math.inf, scaling=bounds).fit(data)
+    assert (est.scaler_.response_center, est.scaler_.response_scale) == (600.0, 200.0)
+    np.testing.assert_allclose(est.coef_, np.linalg.lstsq(data.X, data.y, rcond=None)[0], rtol=1e-9)
+    assert not any(r.stage.startswith("scaling") for r in FedIRLS(family="gaussian", mu=2.0, scaling=bounds,
+                                                                 random_state=0).fit(data).privacy_.releases)
+    with pytest.raises(ValueError, match="response"):
+        FedIRLS(family="logistic", mu=math.inf, scaling=bounds).fit(FederatedData(data.X, (data.y > 620).astype(float),
+                                                                                  data.offsets))
+    with pytest.raises(ValueError, match="lower < upper"):
+        FeatureBounds((1.0,), (1.0,), response=(5.0, 5.0))
