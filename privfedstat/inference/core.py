@@ -70,7 +70,7 @@ from ..privacy.plan import BudgetPlan
 from ..theory.noise import protocol_noise_covariance
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, resolve_inference
-from .covariance import sampling_covariance, weighted_factor
+from .covariance import sampling_covariance, variance_df, weighted_factor
 from .results import InferenceResult
 
 __all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
@@ -269,17 +269,22 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                               theta=theta, hessian_clip=C_H, gradient_clip=B)
     released = H
     H = floored(H, s_H, "Hessian", notes)
-    Sigma = None
+    Sigma, s_S = None, 0.0
     if cov_type == "sandwich":
         Sigma, s_S = release_psd_mean(session, "score_outer", B_release**2, mu_rest * math.sqrt(1.0 - share_h), v,
                                       "inference-score", theta=theta, clip=B_release)
-        Sigma = floored(Sigma * rescale, s_S * rescale, "score covariance", notes)
+        s_S *= rescale
+        Sigma = floored(Sigma * rescale, s_S, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
     V_p = _privacy_part(run, setup.mu, H, notes)
     V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T
+    df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p)) if finite else None
+    if df is not None and np.any(np.isfinite(df)):
+        notes.append(f"intervals and p-values use Student's t with the degrees of freedom of the released noise in "
+                     f"their variances (smallest {np.min(df):.3g})")
     clip_text = "unclipped" if math.isinf(C_H) else f"C_H = {C_H:.3g} ({bound_text})"
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
@@ -294,7 +299,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                      f"than {UNIDENTIFIED_SHARE:.0%} of their variance lies along directions whose released curvature "
                      "was below the floor (not identified)")
     return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
-                           clipped_fraction=clipped), H
+                           clipped_fraction=clipped, df=df), H
 
 
 def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: np.ndarray,

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..theory.noise import symmetric_noise_sandwich
 
-__all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor"]
+__all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor", "variance_df"]
 
 
 def _inverse(A: np.ndarray) -> np.ndarray:
@@ -121,3 +121,32 @@ def original_scale_map(coef_to_original, n_features: int, n_outputs: int) -> np.
         return (coef if coef_to_original is None else coef_to_original(coef)).ravel(order="F") - origin
 
     return np.column_stack([image(unit) for unit in np.eye(p)])
+
+
+def variance_df(G: np.ndarray, H: np.ndarray, Sigma: np.ndarray | None, s_H: float, s_S: float, c: float,
+                total: np.ndarray) -> np.ndarray:
+    """Satterthwaite degrees of freedom of each coefficient's estimated variance, from the noise of the releases.
+
+    The sampling variance ``v_j = c g_j^T H^-1 Sigma H^-1 g_j`` (``g_j`` the j-th row of the original-scale map
+    ``G``; ``Sigma = H`` for the model-based ``c H^-1``) is computed from a Hessian and a score covariance
+    released with symmetric Gaussian noise of diagonal sd ``s_H`` and ``s_S`` (off-diagonal variance half of
+    it), so it is itself noisy. With ``a = H^-1 g_j`` and ``b = H^-1 Sigma a``, to first order
+    ``v_j + c a^T Xi_S a - 2 c a^T Xi_H b`` (sandwich) or ``v_j - c a^T Xi_H a`` (model), and for such noise
+    ``Var(a^T Xi b) = s^2 (|a|^2 |b|^2 + (a^T b)^2) / 2``. The estimate of the ``total`` variance (sampling +
+    privacy of the protocol, whose part is exact) then has ``df = 2 total^2 / Var`` degrees of freedom, and its
+    intervals use Student's t with them (inferred: the Welch-Satterthwaite approximation applied to released
+    noise; infinite where nothing is noised, the normal interval).
+    """
+    Hi = np.linalg.inv(H)
+    A = Hi @ G.T  # column j: a = H^-1 g_j
+    na = np.sum(A * A, axis=0)
+    if Sigma is None:
+        var = (c * s_H) ** 2 * na**2
+    else:
+        Bm = Hi @ Sigma @ A
+        nb, ab = np.sum(Bm * Bm, axis=0), np.sum(A * Bm, axis=0)
+        var = (c * s_S) ** 2 * na**2 + 2.0 * (c * s_H) ** 2 * (na * nb + ab**2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(var > 0, 2.0 * np.asarray(total, dtype=np.float64) ** 2 / var, np.inf)
+    return np.where(np.isnan(df), np.inf, df)
+

@@ -70,6 +70,10 @@ class InferenceResult:
     clipped_fraction : tuple of float or None
         Private share of the per-sample gradients clipped at the estimate and its noise sd (a
         released count; None with mu = inf, no clipping or the bootstrap).
+    df : ndarray of shape (p,) or None
+        Degrees of freedom of each estimated variance, from the noise of the releases it is computed from
+        (:func:`~privfedstat.inference.covariance.variance_df`): intervals and p-values use Student's t
+        with them; infinite (or None) where nothing is noised, the normal ones.
     notes : list of str
         Anything the user should know (fallbacks, floors).
     """
@@ -86,6 +90,7 @@ class InferenceResult:
     bias: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
     clipped_fraction: tuple[float, float] | None = None
+    df: np.ndarray | None = None
 
     def withheld(self, reason: str) -> InferenceResult:
         """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).
@@ -119,13 +124,16 @@ class InferenceResult:
 
     @property
     def pvalues(self) -> np.ndarray:
-        """Two-sided normal p-values of ``params = 0``."""
-        return 2.0 * stats.norm.sf(np.abs(self.zvalues))
+        """Two-sided p-values of ``params = 0``: normal, or Student's t with :attr:`df`."""
+        if self.df is None:
+            return 2.0 * stats.norm.sf(np.abs(self.zvalues))
+        return 2.0 * stats.t.sf(np.abs(self.zvalues), self.df)
 
     def conf_int(self, alpha: float | None = None) -> np.ndarray:
         """Intervals of level ``1 - alpha``, shape (p, 2).
 
-        Normal (Wald) intervals ``params -+ z_{1 - alpha/2} bse``; with the bootstrap the "basic"
+        Wald intervals ``params -+ z_{1 - alpha/2} bse`` (Student's ``t_{1 - alpha/2, df}`` with the
+        degrees of freedom :attr:`df` of a variance computed from noisy releases); with the bootstrap the "basic"
         intervals ``[2 params - q_{1 - alpha/2}, 2 params - q_{alpha/2}]`` of the draws, which also
         correct for the bias the draws show (e.g. from clipping).
         """
@@ -133,7 +141,8 @@ class InferenceResult:
         if self.draws is not None:
             lo, hi = np.quantile(self.draws, [alpha / 2, 1 - alpha / 2], axis=0)
             return np.column_stack([2 * self.params - hi, 2 * self.params - lo])
-        half = stats.norm.ppf(1 - alpha / 2) * self.bse
+        quantile = stats.norm.ppf(1 - alpha / 2) if self.df is None else stats.t.ppf(1 - alpha / 2, self.df)
+        half = quantile * self.bse
         return np.column_stack([self.params - half, self.params + half])
 
     def wald_test(self, R, q=None) -> WaldTestResult:

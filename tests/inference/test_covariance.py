@@ -5,7 +5,13 @@ import pytest
 
 from privfedstat._linalg import sym_to_vec, vec_to_sym
 from privfedstat.estimators.scaling import Scaler
-from privfedstat.inference.covariance import original_scale_map, original_scale_origin, sampling_covariance, weighted_factor
+from privfedstat.inference.covariance import (
+    original_scale_map,
+    original_scale_origin,
+    sampling_covariance,
+    variance_df,
+    weighted_factor,
+)
 from privfedstat.theory.noise import symmetric_noise_sandwich
 
 
@@ -105,3 +111,23 @@ def test_sym_to_vec_round_trip_keeps_noise_symmetric():
     Xi = symmetric_noise(rng, 3, 1.0, 2)
     np.testing.assert_array_equal(Xi, np.swapaxes(Xi, 1, 2))
     np.testing.assert_allclose(vec_to_sym(sym_to_vec(Xi), 3), Xi)
+
+
+@pytest.mark.parametrize("sandwich", [False, True])
+def test_variance_df_matches_the_spread_of_variances_computed_from_noisy_releases(sandwich):
+    """Monte Carlo: the variance c g^T (H + Xi_H)^-1 (Sigma + Xi_S) (H + Xi_H)^-1 g over draws of the symmetric release
+    noise has the spread the Satterthwaite degrees of freedom say (``Var = 2 total^2 / df``), within 12%."""
+    rng = np.random.default_rng(8)
+    p, c, s_H, s_S = 4, 1e-3, 0.02, 0.03
+    H, Sigma = random_spd(rng, p), random_spd(rng, p) if sandwich else None
+    G = rng.standard_normal((3, p))
+    v_p = np.full(3, 2e-4)  # an exact privacy part adds to the total, not to the noise
+    exact = np.diag(G @ sampling_covariance(H, c, Sigma)[0] @ G.T)
+    df = variance_df(G, H, Sigma, s_H, s_S, c, exact + v_p)
+    n = 40000
+    XH, XS = symmetric_noise(rng, p, s_H, n), symmetric_noise(rng, p, s_S, n)
+    Hi = np.linalg.inv(H + XH)
+    M = Hi if Sigma is None else Hi @ (Sigma + XS) @ Hi
+    draws = c * np.einsum("jp,npq,jq->nj", G, M, G)
+    np.testing.assert_allclose(draws.var(axis=0), 2 * (exact + v_p) ** 2 / df, rtol=0.12)
+    assert np.all(np.isinf(variance_df(G, H, Sigma, 0.0, 0.0, c, exact)))  # nothing noised: the normal interval

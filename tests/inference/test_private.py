@@ -185,7 +185,11 @@ def test_alpha_sets_the_summary_columns_and_conf_int(data):
     wide, narrow = est.conf_int(0.01), est.conf_int(0.5)
     assert np.all(wide["lower"] < narrow["lower"]) and np.all(wide["upper"] > narrow["upper"])
     half = (est.conf_int(0.05)["upper"] - est.coef_) / est.bse_
-    np.testing.assert_allclose(half, 1.959964, rtol=1e-6)
+    df = est.inference_.df  # the released Hessian's noise in the variances: Student's t
+    assert np.all(np.isfinite(df)) and np.all(df > 30)
+    np.testing.assert_allclose(half, stats.t.ppf(0.975, df), rtol=1e-6)
+    np.testing.assert_allclose(est.pvalues_, 2 * stats.t.sf(np.abs(est.coef_ / est.bse_), df), rtol=1e-9)
+    assert np.all(half > 1.959964)
     with pytest.raises(ValueError, match="alpha must be"):
         est.conf_int(1.5)
 
@@ -208,7 +212,8 @@ def test_glm_passes_inference_and_names_the_intervals():
     fit = glm("y ~ age", df, client="site", family="logistic", mu=MU, random_state=0)
     ci = fit.conf_int()
     assert list(ci.index) == ["Intercept", "age"]
-    np.testing.assert_allclose(ci.to_numpy(), fit.coef_[:, None] + np.outer(fit.bse_, stats.norm.ppf([0.025, 0.975])))
+    t = stats.t.ppf(0.975, fit.inference_.df)  # Student's t with the released noise's degrees of freedom
+    np.testing.assert_allclose(ci.to_numpy(), fit.coef_[:, None] + np.column_stack([-t, t]) * fit.bse_[:, None])
     assert "age" in fit.summary().as_text() and "Inference" in fit.summary().as_text()
     off = glm("y ~ age", df, client="site", family="logistic", mu=MU, random_state=0, inference=None)
     assert off.inference_ is None
