@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from .._validation import check_positive_float
-from ..exceptions import PrivacyLeakWarning, PrivacyNoiseWarning
+from ..exceptions import IllConditionedWarning, PrivacyLeakWarning, PrivacyNoiseWarning
 from ..families import Family
 from ..federation.protocol import Setup
 from ..federation.queries import column_count, search_bounds
@@ -104,7 +104,33 @@ def fit_scaler(estimator, session: Session, plan: BudgetPlan) -> Scaler | None:
                          clients.n_clients, clients.n_features, plan, clients.family)
     if scaler is not None:
         clients.rescale(scaler)
+        _check_huber_threshold(clients.family, scaler)
     return scaler
+
+
+#: a Huber threshold below this share of the located response's spread leaves the loss almost without curvature
+HUBER_MIN_THRESHOLD = 0.05
+
+
+def _check_huber_threshold(family, scaler: Scaler) -> None:
+    """Warn when a located response makes Huber's threshold (in units of the response) tiny next to its spread.
+
+    On the fitting scale the response's spread (the private 90% quantile of ``|y - c|``) is 1 and the
+    threshold ``c / s``: below ``HUBER_MIN_THRESHOLD`` nearly every residual lies beyond it, the loss is almost
+    the absolute error, its curvature (the rows inside the threshold) almost 0, and noisy Newton steps on it
+    go far astray (post-processing of the released scale).
+    """
+    if family.name != "huber" or scaler.response_scale == 1.0 or family.param >= HUBER_MIN_THRESHOLD:
+        return
+    c = family.param * scaler.response_scale
+    warnings.warn(
+        f"Huber's threshold c = {c:.4g} (in units of the response) is {family.param:.2%} of the response's spread "
+        f"(private 90% quantile of |y - centre|: {scaler.response_scale:.4g}): nearly every residual lies beyond it, "
+        "so the loss is almost the absolute error and has almost no curvature. Give the threshold in the "
+        f"response's units, e.g. family=Huber(c=1.345 * residual sd), or rescale y.",
+        IllConditionedWarning,
+        stacklevel=3,
+    )
 
 
 def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: int, plan: BudgetPlan,

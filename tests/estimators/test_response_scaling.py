@@ -147,3 +147,16 @@ def test_public_response_bounds_locate_the_response_for_free():
                                                                                   data.offsets))
     with pytest.raises(ValueError, match="lower < upper"):
         FeatureBounds((1.0,), (1.0,), response=(5.0, 5.0))
+
+
+def test_a_huber_threshold_tiny_next_to_the_located_response_warns():
+    """c = 1.345 (the default, meant for a unit residual scale) on a response with residual sd 40: the located scale says
+    so, with what to change; a threshold in the response's units does not warn."""
+    from privfedstat.exceptions import IllConditionedWarning
+
+    data = _far_response(n=2000, n_clients=5)
+    with pytest.warns(IllConditionedWarning, match="Huber's threshold c = 1.345"):
+        FedIRLS(family="huber", mu=math.inf, scaling=PrivateStandardize(), inference=None).fit(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IllConditionedWarning)
+        FedIRLS(family=get_family("huber", c=50.0), mu=math.inf, scaling=PrivateStandardize(), inference=None).fit(data)
