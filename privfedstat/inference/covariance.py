@@ -135,7 +135,8 @@ def variance_df(G: np.ndarray, H: np.ndarray, Sigma: np.ndarray | None, s_H: flo
     ``Var(a^T Xi b) = s^2 (|a|^2 |b|^2 + (a^T b)^2) / 2``. The estimate of the ``total`` variance (sampling +
     privacy of the protocol, whose part is exact) then has ``df = 2 total^2 / Var`` degrees of freedom, and its
     intervals use Student's t with them (inferred: the Welch-Satterthwaite approximation applied to released
-    noise; infinite where nothing is noised, the normal interval).
+    noise; infinite where nothing is noised, the normal interval). A protocol whose sampling covariance is its
+    own map of ``H^-1 Sigma H^-1`` (FedNewton's half-rows step) gets the df of the full-data form, an approximation.
     """
     Hi = np.linalg.inv(H)
     A = Hi @ G.T  # column j: a = H^-1 g_j

@@ -135,31 +135,38 @@ def test_a_network_job_on_node_processes_equals_the_in_process_fit():
     assert "DigitsCNN" in res["summary"]
 
 
-def test_nodes_serving_their_own_csv_files(tmp_path):
-    """Each node reads its own CSV file (scikit-learn's breast cancer dealt over 3 sites); the job's
-    FedIRLS (private scaling by default) equals the in-process fit on the same rows, with the columns
-    named; a node whose file lacks a column makes the fit fail (its error's class on the server, its message,
-    which may describe the site's data, only in the node's log)."""
+def _cancer_sites(tmp_path, response: str, cols: list[str], seed: int):
+    """scikit-learn's breast cancer rows dealt at random over 3 sites: one CSV file per site (``response`` and
+    ``cols``, ``malignant`` the diagnosis) and the same rows in process (an intercept and ``cols``)."""
     pytest.importorskip("sklearn")
-    import pandas as pd
     from sklearn.datasets import load_breast_cancer
 
     from privfedstat import FederatedData
 
     df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
     df["malignant"] = (df["target"] == 0).astype(float)
-    site = np.random.default_rng(0).integers(0, 3, len(df))
+    site = np.random.default_rng(seed).integers(0, 3, len(df))
+    paths = [tmp_path / f"site{s}.csv" for s in range(3)]
+    for s, path in enumerate(paths):
+        df.loc[site == s, [response, *cols]].to_csv(path, index=False)
+    data = FederatedData.from_arrays([(np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols]]),
+                                       df.loc[site == s, response].to_numpy()) for s in range(3)])
+    return paths, data
+
+
+def test_nodes_serving_their_own_csv_files(tmp_path):
+    """Each node reads its own CSV file (scikit-learn's breast cancer dealt over 3 sites); the job's
+    FedIRLS (private scaling by default) equals the in-process fit on the same rows, with the columns
+    named; a node whose file lacks a column makes the fit fail (its error's class on the server, its message,
+    which may describe the site's data, only in the node's log)."""
+    import pandas as pd
+
     cols = ["mean_radius", "mean_texture"]
-    paths = []
-    for s in range(3):
-        paths.append(tmp_path / f"site{s}.csv")
-        df.loc[site == s, ["malignant", *cols]].to_csv(paths[-1], index=False)
+    paths, data = _cancer_sites(tmp_path, "malignant", cols, seed=0)
     fit = {"estimator": "fedirls", "params": {"mu": 2.0, "n_rounds": 3, "random_state": 3}}
     with LocalFederation(3, data_files=paths, response="malignant", simulation_seed=3) as fed:
         res = fed.run([fit], timeout=300)[0]
     assert "error" not in res, res.get("trace")
-    data = FederatedData.from_arrays([(np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols]]),
-                                       df.loc[site == s, "malignant"].to_numpy()) for s in range(3)])
     ref = make_estimator(fit).fit(data)
     np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-12)
     assert "mean_radius" in res["summary"] and "Intercept" in res["summary"]
@@ -175,24 +182,11 @@ def test_a_located_huber_response_on_flower_equals_the_in_process_fit(tmp_path):
     """A response far from 0 (breast cancer's mean radius, about 14, 4 residual sds) with the Huber family: the private scaling
     locates it, so the nodes fit ``y / s`` with the threshold ``c / s`` and the server's family follows (the rescale
     verb); the Flower fit equals the in-process fit, ledger included."""
-    pytest.importorskip("sklearn")
-    from sklearn.datasets import load_breast_cancer
-
-    from privfedstat import FederatedData
-
-    df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
-    site = np.random.default_rng(1).integers(0, 3, len(df))
-    cols = ["mean_texture", "mean_smoothness"]
-    paths = []
-    for s in range(3):
-        paths.append(tmp_path / f"site{s}.csv")
-        df.loc[site == s, ["mean_radius", *cols]].to_csv(paths[-1], index=False)
+    paths, data = _cancer_sites(tmp_path, "mean_radius", ["mean_texture", "mean_smoothness"], seed=1)
     fit = {"estimator": "fedirls", "params": {"family": "huber", "mu": 4.0, "random_state": 2}}
     with LocalFederation(3, data_files=paths, response="mean_radius", simulation_seed=2) as fed:
         res = fed.run([fit], timeout=300)[0]
     assert "error" not in res, res.get("trace")
-    data = FederatedData.from_arrays([(np.column_stack([np.ones((site == s).sum()), df.loc[site == s, cols]]),
-                                       df.loc[site == s, "mean_radius"].to_numpy()) for s in range(3)])
     ref = make_estimator(fit).fit(data)
     assert ref.scaler_.response_scale > 2.0 and ref.converged_  # located (the nodes fit c / s), and converged
     np.testing.assert_allclose(res["coef"], ref.coef_, rtol=0, atol=1e-9)
