@@ -282,7 +282,7 @@ def section(table: pd.DataFrame, args, mi: dict, wall: float) -> str:
              f"- Run: `python benchmarks/bench_natural_sites.py {' '.join(sys.argv[1:])}`".rstrip()
              + f" ({int(table['fits'].sum())} fits, {args.seeds} seeds, {wall:.0f} s wall)",
              "- `glm()` defaults; columns as in the module docstring of the script. Sites: the data's own "
-             "(year, injury type, region, LEA, school) or random equal sites (`random:K`).", "",
+             "(year, injury type, region, state, LEA, school, commune) or random equal sites (`random:K`).", "",
              "| data (family, N, sites) | mu | med SE | max SE | withheld | hold | width | RMS z | pred / got "
              "| silent > 3 SE | errors | warnings |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in table.itertuples():
