@@ -401,7 +401,7 @@ def update_results(section: str, heading: str = HEADING) -> None:
         )
     pattern = re.compile(r"^" + re.escape(heading) + r"[ \t]*\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
+        text = pattern.sub(lambda _: section.rstrip() + "\n\n", text, count=1)
     else:
         text = text.rstrip() + "\n\n" + section
     RESULTS.write_text(text.rstrip() + "\n")
