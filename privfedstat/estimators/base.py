@@ -229,8 +229,8 @@ class FederatedEstimator(FittedResults):
             # the inference releases in the basis of the protocol's last rounds, where its bounds are norms
             inference_run = run.in_basis()
             if run.basis is not None:
-                to_original = to_original @ parameter_basis(run.basis, run.theta.size)
-            with session.rows_mapped(run.basis):
+                to_original = to_original @ parameter_basis(run.basis, run.theta.size, run.reference)
+            with session.rows_mapped(run.basis, run.reference):
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
                                            refits=self._refits(setup, None if run.basis is not None else scaler),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))

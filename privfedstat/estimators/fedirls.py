@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues, vec_to_sym
 from .._validation import DIVERGENCE_NORM, check_iterate, check_positive_float, check_positive_int
 from ..families import get_family
-from ..federation.protocol import Run, Setup, parameter_basis
+from ..federation.protocol import Run, Setup, parameter_basis, reference_map
 from ..federation.queries import search_bounds
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
@@ -108,7 +108,9 @@ class FedIRLS(FederatedEstimator):
     gradient 45% of it; families of unbounded curvature ``REFINE_SPLIT_UNBOUNDED``, 4 rounds:
     their Hessian moves fast along the path). With both bounds searched again, the search, the
     refine rounds and the inference run *whitened* (:func:`whitening`): the clients map their rows
-    by ``Hf^{-1/2}`` of the last locate round's floored Hessian, so the isotropic noise of the
+    by ``Hf^{-1/2}`` of the last locate round's floored Hessian (a multinomial model's clients also take as
+    reference the class under which that map whitens best, :func:`reference_class`; the coefficients are reported
+    for the model's own reference), so the isotropic noise of the
     releases is shaped like the sampling noise in theta rather than swamping the directions of
     small curvature (inferred; measured in ``benchmarks/RESULTS.md``, "FedIRLS whitened refine
     rounds"); ``clip_`` and the bounds are then norms in that basis, and the gradient bound found is
@@ -402,10 +404,12 @@ class FedIRLS(FederatedEstimator):
             self.budget_split_ = phases[0].shares
             return rounds.result(None)
         todo, mu_search = self.refine_search(setup.mu)
-        basis = whitening(rounds.H_floored, family.n_outputs) if self._whitens(todo) else None
-        if basis is not None:
-            rounds.change_basis(basis)
-        with session.rows_mapped(basis):  # after it the later stages (diagnostics, inference) read the fitting columns
+        basis, reference = None, 0
+        if self._whitens(todo):
+            reference = reference_class(rounds.H_floored, family.n_outputs)
+            basis = whitening(rounds.H_floored, family.n_outputs, reference)
+            rounds.change_basis(basis, reference)
+        with session.rows_mapped(basis, reference):  # after it the later stages (diagnostics, inference) read the fitting columns
             final = None
             if todo:  # the bounds at the located point: its per-sample norms are the ones the refine rounds clip
                 config = bound_search(self)
@@ -668,14 +672,15 @@ class _Rounds:
         self.scales: list[np.ndarray] = []
         # the clients' rows are design^T x from round basis_from on; theta = basis phi (theta, H held in phi)
         self.design = self.basis = None
-        self.basis_from = 0
+        self.basis_from = self.reference = 0
 
-    def change_basis(self, design: np.ndarray) -> None:
-        """From the next round on, the clients' rows are ``design^T x`` and the server's state is in phi."""
-        basis = parameter_basis(design, self.theta.size)
+    def change_basis(self, design: np.ndarray, reference: int = 0) -> None:
+        """From the next round on, the clients' rows are ``design^T x`` (and class ``reference`` their reference class)
+        and the server's state is in phi."""
+        basis = parameter_basis(design, self.theta.size, reference)
         self.theta = np.linalg.solve(basis, self.theta)
         self.H, self.H_floored = basis.T @ self.H @ basis, basis.T @ self.H_floored @ basis
-        self.design, self.basis, self.basis_from = design, basis, len(self.path) - 1
+        self.design, self.basis, self.basis_from, self.reference = design, basis, len(self.path) - 1, reference
 
     def _in_theta(self, value: np.ndarray) -> np.ndarray:
         return value if self.basis is None else self.basis @ value
@@ -730,7 +735,8 @@ class _Rounds:
                    update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2,
                    hessian_sd=float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), shortened=self.shortened,
                    noise_model=noise_model, weights=self.w, setup=setup, damped=_damped(self.H, phases[-1].floors),
-                   settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.design)
+                   settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.design,
+                   reference=self.reference)
 
 
 def _secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float) -> float:
@@ -755,11 +761,12 @@ def _secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, nois
     return min(slope / model, MAX_SECANT_SCALE)
 
 
-def whitening(H_floored: np.ndarray, n_outputs: int = 1) -> np.ndarray:
+def whitening(H_floored: np.ndarray, n_outputs: int = 1, reference: int = 0) -> np.ndarray:
     """The map of the rows ``x -> Hf^{-1/2} x`` (symmetric) under which the floored released Hessian Hf becomes the
     identity; for q = ``n_outputs`` > 1 (multinomial, Hf of size (d q)^2, parameters flat in C order) Hf is replaced
     by the mean of its q diagonal blocks ``X^T W_k X / N`` (a (d, d) map of the rows reaches only the design's
-    part of the curvature; the classes' coupling stays).
+    part of the curvature; the classes' coupling stays), in the coefficients of class ``reference`` as the
+    reference (:func:`~privfedstat.federation.protocol.reference_map`; see :func:`reference_class`).
 
     The refine rounds run in it: the clients map their rows x to ``Hf^{-1/2} x`` (the coefficients
     become ``phi = Hf^{1/2} theta``), clip per-sample gradients there and release noise that is
@@ -772,9 +779,38 @@ def whitening(H_floored: np.ndarray, n_outputs: int = 1) -> np.ndarray:
     """
     H = (H_floored + H_floored.T) / 2
     if n_outputs > 1:
+        T = np.kron(np.eye(H.shape[0] // n_outputs), reference_map(n_outputs, reference))
+        H = T.T @ H @ T
         H = np.mean([H[k::n_outputs, k::n_outputs] for k in range(n_outputs)], axis=0)
     vals, vecs = np.linalg.eigh(H)
     return (vecs / np.sqrt(vals)) @ vecs.T
+
+
+def reference_class(H_floored: np.ndarray, n_outputs: int) -> int:
+    """The reference class of a multinomial model's whitened refine rounds (0 for other families): the one under
+    which :func:`whitening`'s row map comes closest to whitening the whole floored Hessian Hf.
+
+    A (d, d) map of the rows whitens only the design's part of the curvature; the classes' coupling
+    stays, and it is strong when the reference class is rare (each class's coefficients are contrasts
+    with it, and they share its sampling noise): the isotropic noise of the rounds is then far from the
+    shape of the sampling noise in theta. For each class j as reference (the clients swap its labels
+    with class 0's: :func:`~privfedstat.federation.protocol.reference_map`), with P the map of the
+    coefficients, the isotropic noise has covariance ``P (P^T Hf P)^-2 P^T`` in theta against the sampling
+    ``Hf^-1`` (up to a common factor); the class whose mean ratio of the two diagonals is smallest wins,
+    class 0 on ties within 1%. Post-processing of the released Hessian; inferred (measured in
+    ``benchmarks/RESULTS.md``, "Multinomial refine rounds: the reference class").
+    """
+    if n_outputs == 1:
+        return 0
+    H = (H_floored + H_floored.T) / 2
+    target = np.diag(np.linalg.inv(H))
+    score = []
+    for j in range(n_outputs + 1):
+        P = parameter_basis(whitening(H, n_outputs, j), H.shape[0], j)
+        inner = np.linalg.inv(P.T @ H @ P)
+        score.append(float(np.mean(np.einsum("ij,jk,ik->i", P @ inner, inner, P) / target)))
+    best = int(np.argmin(score))
+    return best if score[best] < 0.99 * score[0] else 0
 
 
 def _damped(H: np.ndarray, floors: np.ndarray) -> tuple[int, float] | None:

@@ -33,7 +33,8 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 plus three that send nothing: ``split_halves`` (each client splits its rows at random into two
 halves and answers later requests on either), ``rescale`` (each client rescales its columns
 with public, already released centres and scales) and ``change_basis`` (each client maps its rows
-by a public matrix, a reparametrisation of the coefficients, or back to the columns it had).
+by a public matrix and, for a multinomial model, may take another class as reference: a
+reparametrisation of the coefficients; or back to the columns and labels it had).
 
 :class:`InProcessClients` is the in-process backend: all clients' rows concatenated, every
 statistic computed by one numba kernel call (:mod:`privfedstat.federation.oracle`). A torch or
@@ -636,11 +637,15 @@ class InProcessClients:
         self._norm_cache = None
 
     @_contained
-    def change_basis(self, basis) -> None:
+    def change_basis(self, basis, reference: int = 0) -> None:
         """Map every row x to ``basis^T x`` (a public (d, d) matrix: the coefficients become theta = basis phi, since
-        ``x^T theta = (basis^T x)^T phi``), or, with None, return to the columns held before the first change.
+        ``x^T theta = (basis^T x)^T phi``), or, with None, return to the columns and labels held before the first
+        change.
 
-        Computed from the columns held before the first change, so a second change replaces the first.
+        ``reference`` (multinomial models only): swap the labels of class 0 and class ``reference``, so that it
+        becomes the reference class (a public relabelling; the coefficients map by
+        :func:`~privfedstat.federation.protocol.reference_map`). Computed from the columns and labels held
+        before the first change, so a second change replaces the first.
         """
         if self._before_basis is None:
             self._before_basis = self._oracle
@@ -653,7 +658,13 @@ class InProcessClients:
             if P.shape != (d.n_features, d.n_features) or not np.all(np.isfinite(P)):
                 raise ValueError(f"basis must be a finite ({d.n_features}, {d.n_features}) matrix, got shape {P.shape}.")
             mapped = np.nan_to_num(d.X @ P, nan=0.0, posinf=_MAX_MAPPED, neginf=-_MAX_MAPPED)  # huge finite rows
-            self._oracle = make_oracle(FederatedData(np.clip(mapped, -_MAX_MAPPED, _MAX_MAPPED), d.y, d.offsets,
+            y = d.y
+            if reference:
+                if not (self.family.n_outputs > 1 and 0 < int(reference) <= self.family.n_outputs):
+                    raise ValueError(f"reference {reference!r} must be a class of the multinomial model (1.."
+                                     f"{self.family.n_outputs}); other families have none.")
+                y = np.where(d.y == 0, float(reference), np.where(d.y == reference, 0.0, d.y))
+            self._oracle = make_oracle(FederatedData(np.clip(mapped, -_MAX_MAPPED, _MAX_MAPPED), y, d.offsets,
                                                      d.offset), self.family)
         self._norm_cache = None
 

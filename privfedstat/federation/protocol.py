@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Setup", "Run", "parameter_basis"]
+__all__ = ["Setup", "Run", "parameter_basis", "reference_map"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ class Run:
         coefficients became ``theta = B phi`` with ``B`` = :func:`parameter_basis` of it.
         ``setup``'s bounds are norms there, and the inference releases there too
         (:meth:`in_basis`). Every other attribute is in theta. None: the fitting columns throughout.
+    reference : int
+        With ``basis``, for a multinomial model: the class the clients took as reference while their rows
+        were mapped (its labels swapped with class 0's; :func:`parameter_basis`); 0 otherwise.
     """
 
     theta: np.ndarray
@@ -113,6 +116,7 @@ class Run:
     damped: tuple[int, float] | None = None
     settle_from: int = 0
     basis: np.ndarray | None = None
+    reference: int = 0
 
     def in_basis(self) -> Run:
         """The run in the coordinates phi of ``basis``, for stages that talk to clients in that basis (the
@@ -120,20 +124,43 @@ class Run:
         B = :func:`parameter_basis`), the noise model's view there (its ``in_basis()``), and no basis."""
         if self.basis is None:
             return self
-        P = parameter_basis(self.basis, self.theta.size)
+        P = parameter_basis(self.basis, self.theta.size, self.reference)
         to_phi = np.linalg.inv(P)
         return replace(self, theta=to_phi @ self.theta, path=[to_phi @ t for t in self.path],
                        hessian=None if self.hessian is None else P.T @ self.hessian @ P,
                        noise_model=None if self.noise_model is None else self.noise_model.in_basis(),
-                       noise_sd=math.nan, update_noise_sd=None, shortened=None, basis=None)
+                       noise_sd=math.nan, update_noise_sd=None, shortened=None, basis=None, reference=0)
 
 
-def parameter_basis(basis: np.ndarray, n_params: int) -> np.ndarray:
-    """The map ``theta = B phi`` of the flat parameters when every row x becomes ``basis^T x``.
+def parameter_basis(basis: np.ndarray, n_params: int, reference: int = 0) -> np.ndarray:
+    """The map ``theta = B phi`` of the flat parameters when every row x becomes ``basis^T x`` (and, for a
+    multinomial model, the clients take class ``reference`` as the reference class).
 
     A coefficient matrix Theta of shape (d, q) (q = ``n_params / d`` outputs, flattened in C order)
-    becomes ``Theta = basis Phi``, so ``B = kron(basis, I_q)``; for scalar-response families B is
-    ``basis`` itself.
+    becomes ``Theta = basis Phi M^T`` with M = :func:`reference_map` (the identity for reference 0), so
+    ``B = kron(basis, M)``; for scalar-response families B is ``basis`` itself.
     """
     d = basis.shape[0]
-    return basis if n_params == d else np.kron(basis, np.eye(n_params // d))
+    if n_params == d:
+        if reference:
+            raise ValueError(f"a reference class ({reference}) needs a multinomial model (several outputs).")
+        return basis
+    return np.kron(basis, reference_map(n_params // d, reference))
+
+
+def reference_map(n_outputs: int, reference: int) -> np.ndarray:
+    """The (q, q) map M of a multinomial model's class coefficients when class ``reference`` (of 0..q) becomes the
+    reference instead of class 0: ``theta_k = M phi`` per covariate, an involution.
+
+    The model's coefficients theta_k (k = 1..q) are class k's logit relative to class 0's. With the labels
+    of classes 0 and j = ``reference`` swapped, phi_c is the logit of label c relative to label 0, that is of
+    class c (c != j) or class 0 (c = j) relative to class j: ``theta_k = phi_k - phi_j`` for k != j and
+    ``theta_j = -phi_j``.
+    """
+    if not 0 <= reference <= n_outputs:
+        raise ValueError(f"reference must be a class of 0..{n_outputs}, got {reference}.")
+    M = np.eye(n_outputs)
+    if reference:
+        M[:, reference - 1] -= 1.0
+        M[reference - 1, reference - 1] = -1.0
+    return M

@@ -80,13 +80,14 @@ class Session:
                    topup_rng)
 
     @contextmanager
-    def rows_mapped(self, basis: np.ndarray | None) -> Iterator[None]:
-        """Within the block the clients' rows are ``basis^T x`` (their ``change_basis`` verb: a public map, nothing
-        is sent); after it, whatever happened, the columns they held before. None: nothing changes."""
+    def rows_mapped(self, basis: np.ndarray | None, reference: int = 0) -> Iterator[None]:
+        """Within the block the clients' rows are ``basis^T x`` and, for a multinomial model, class ``reference`` is
+        their reference class (their ``change_basis`` verb: a public map, nothing is sent); after it, whatever
+        happened, the columns and labels they held before. None: nothing changes."""
         if basis is None:
             yield
             return
-        self.clients.change_basis(basis)
+        self.clients.change_basis(basis, reference=reference)
         try:
             yield
         finally:

@@ -233,3 +233,40 @@ def test_change_basis_maps_every_row_and_returns_to_the_columns():
     np.testing.assert_array_equal(H1, H0)
     with pytest.raises(ValueError, match="basis must be a finite"):
         clients.change_basis(np.eye(2))
+
+
+@pytest.mark.parametrize("reference", [1, 2])
+def test_change_basis_with_a_reference_class_is_the_relabelled_multinomial_model(reference):
+    """With ``change_basis(P, reference=j)`` a multinomial client swaps the labels of classes 0 and j: its loss,
+    unclipped gradients and Hessians at phi are those of the original model at ``theta = kron(P, M) phi``
+    (``parameter_basis``, M = ``reference_map``): the same loss, ``B^T g`` and ``B^T H B``. A scalar family has no
+    reference class."""
+    from privfedstat.federation.protocol import parameter_basis, reference_map
+
+    rng = np.random.default_rng(5)
+    N = 120
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    y = rng.integers(0, 3, N).astype(float)
+    fam = get_family("multinomial", n_classes=3)
+    clients = InProcessClients(FederatedData.from_pooled(X, y, sizes=[50, 70]), fam,
+                               ClientNoise(np.random.SeedSequence(0), 2))
+    theta = rng.standard_normal(6)
+    g0, H0 = clients.exact(theta, clip=math.inf)
+    loss0 = clients.losses(theta, stage="t").values
+    P = np.array([[1.0, 0.0, 0.0], [0.3, 2.0, 0.0], [-0.5, 0.1, 0.7]])
+    B = parameter_basis(P, 6, reference)
+    np.testing.assert_array_equal(B, np.kron(P, reference_map(2, reference)))
+    np.testing.assert_allclose(reference_map(2, reference) @ reference_map(2, reference), np.eye(2))
+    phi = np.linalg.solve(B, theta)
+    clients.change_basis(P, reference=reference)
+    g, H = clients.exact(phi, clip=math.inf)
+    np.testing.assert_allclose(clients.losses(phi, stage="t").values, loss0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0 @ B, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(H, B.T @ H0 @ B, rtol=1e-10, atol=1e-13)
+    clients.change_basis(None)
+    np.testing.assert_array_equal(clients.exact(theta, clip=math.inf)[0], g0)
+    with pytest.raises(ValueError, match="reference"):
+        InProcessClients(_data(), get_family("logistic"), ClientNoise(np.random.SeedSequence(0), 4)).change_basis(
+            np.eye(3), reference=1)
+    with pytest.raises(ValueError, match="reference"):
+        parameter_basis(np.eye(3), 3, 1)
