@@ -793,22 +793,25 @@ def reference_class(H_floored: np.ndarray, n_outputs: int) -> int:
     A (d, d) map of the rows whitens only the design's part of the curvature; the classes' coupling
     stays, and it is strong when the reference class is rare (each class's coefficients are contrasts
     with it, and they share its sampling noise): the isotropic noise of the rounds is then far from the
-    shape of the sampling noise in theta. For each class j as reference (the clients swap its labels
-    with class 0's: :func:`~privfedstat.federation.protocol.reference_map`), with P the map of the
-    coefficients, the isotropic noise has covariance ``P (P^T Hf P)^-2 P^T`` in theta against the sampling
-    ``Hf^-1`` (up to a common factor); the class whose mean ratio of the two diagonals is smallest wins,
-    class 0 on ties within 1%. Post-processing of the released Hessian; inferred (measured in
+    shape of the sampling noise in theta. With Hf ~ A kron C (C the (q, q) traces of its blocks) and
+    class j as reference (the clients swap its labels with class 0's; M = :func:`reference_map`,
+    ``C_j = M^T C M``), the row map whitens ``A c_j`` (c_j the mean diagonal of C_j), and the isotropic noise
+    has covariance ``A^-1 kron c_j C^-1 M^T M C^-1`` in theta against the sampling ``A^-1 kron C^-1``: the
+    class whose mean ratio of the two diagonals is smallest wins, class 0 on ties within 1%. Post-processing
+    of the released Hessian, O(d^2 q^2 + q^4); on the designs of the tests and two real data sets it picks
+    the class the full (d q)^2 computation picks, the most common one. Inferred (measured in
     ``benchmarks/RESULTS.md``, "Multinomial refine rounds: the reference class").
     """
     if n_outputs == 1:
         return 0
-    H = (H_floored + H_floored.T) / 2
-    target = np.diag(np.linalg.inv(H))
+    d = H_floored.shape[0] // n_outputs
+    C = np.einsum("akal->kl", ((H_floored + H_floored.T) / 2).reshape(d, n_outputs, d, n_outputs))
+    C_inv = np.linalg.inv(C)
     score = []
     for j in range(n_outputs + 1):
-        P = parameter_basis(whitening(H, n_outputs, j), H.shape[0], j)
-        inner = np.linalg.inv(P.T @ H @ P)
-        score.append(float(np.mean(np.einsum("ij,jk,ik->i", P @ inner, inner, P) / target)))
+        M = reference_map(n_outputs, j)
+        c_j = float(np.mean(np.diag(M.T @ C @ M)))
+        score.append(float(np.mean(c_j * np.diag(C_inv @ M.T @ M @ C_inv) / np.diag(C_inv))))
     best = int(np.argmin(score))
     return best if score[best] < 0.99 * score[0] else 0
 
