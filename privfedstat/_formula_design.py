@@ -424,4 +424,9 @@ def _formula_error(exc: Exception, formula: str, data: pd.DataFrame) -> ValueErr
     if "null values" in first:
         return ValueError(f"{first} The data has missing values in the model's columns; remove or impute them "
                           "(or pass na_action='drop', which releases the client sizes after dropping).")
-    return ValueError(f"could not build the model from {formula!r}: {first}. Available columns: {list(data.columns)}.")
+    hint = ""
+    if re.search(r"\b(offset|exposure)\s*\(", formula):  # R's offset() term: glm() takes it as an argument
+        hint = (" An offset is an argument, not a term: glm(..., offset='column') (or exposure='column' for a "
+                "Poisson rate), as in statsmodels.")
+    return ValueError(f"could not build the model from {formula!r}: {first}. Available columns: "
+                      f"{list(data.columns)}.{hint}")

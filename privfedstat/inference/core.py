@@ -133,10 +133,11 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
         warnings.warn(
             f"the released Hessian has {int(np.sum(vals < UNIDENTIFIED_NOISE_SDS * s))} eigenvalue(s) within "
             f"{UNIDENTIFIED_NOISE_SDS:g} noise sds of 0 (smallest {vals[0]:.3g}, noise sd {s:.3g}): the data do not "
-            "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column) or "
-            "too little data for mu -- and their standard errors rest on the eigenvalue floor (withheld, NaN, for "
-            "coefficients that lie mostly along directions it raised). Drop or combine collinear columns, or increase "
-            "mu or the data.",
+            "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column, or the "
+            "dummies of a factor whose first, reference level is rare: they sum to nearly the intercept) or too little "
+            "data for mu -- and their standard errors rest on the eigenvalue floor (withheld, NaN, for coefficients "
+            "that lie mostly along directions it raised). Drop or combine collinear columns (declare a common level "
+            "of a factor first, or pool its rare levels), or increase mu or the data.",
             IllConditionedWarning,
             stacklevel=2,
         )

@@ -65,6 +65,13 @@ def test_offset_changes_the_fit(df):
     assert np.max(np.abs(with_offset.coef_ - without.coef_)) > 0.1
 
 
+def test_an_offset_term_in_the_formula_says_to_pass_it_as_an_argument(df):
+    """R writes ``y ~ x + offset(log(t))``; glm(), as statsmodels, takes ``offset=`` / ``exposure=``: the error says so."""
+    for term in ("offset(o)", "exposure(t)"):
+        with pytest.raises(ValueError, match="offset is an argument, not a term: glm"):
+            glm(f"count ~ x + {term}", df, client="site", family="poisson", mu=INF)
+
+
 def test_array_api_equals_glm_and_statsmodels(df):
     _, ref = reference(df, "poisson", "o", "t")
     X = sm.add_constant(df[["x", "z"]]).to_numpy()
