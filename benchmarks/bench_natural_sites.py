@@ -294,7 +294,31 @@ def section(table: pd.DataFrame, args, mi: dict, wall: float) -> str:
         lines.append(f"| {label} | {'inf' if r.mu == INF else f'{r.mu:g}'} | {_f(r.med_se)} | {_f(r.max_se)} | "
                      f"{r.withheld:.0%} | {hold} | {_f(r.width)} | {_f(r.rms_z)} | {_f(r.pred)} / {_f(r.got)} | {r.silent} | "
                      f"{r.errors} | {r.warnings} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *targets(table)]) + "\n"
+
+
+def targets(table: pd.DataFrame) -> list[str]:
+    """The table read against the accuracy targets of a private fit (the MLE at mu = inf; at mu >= 2 and N >= 5000
+    intervals that hold, deviations that match the noise model, and a bounded distance): the cells that miss each,
+    and the silent misses."""
+    sized = table.assign(n=[len(frame(d)) for d in table["dataset"]])
+
+    def misses(rows: pd.DataFrame, column: str, ok) -> str:
+        bad = rows[~ok(rows[column])]
+        shown = ", ".join(f"{r.dataset} mu = {r.mu:g} ({_f(getattr(r, column)) if column != 'hold' else f'{r.hold:.1%}'})"
+                          for r in bad.itertuples())
+        return f"{len(rows) - len(bad)} of {len(rows)} cells" + (f"; missed: {shown}" if shown else "")
+
+    exact = sized[sized["mu"] == INF]
+    big = sized[(sized["mu"] >= 2) & np.isfinite(sized["mu"]) & (sized["n"] >= 5000)]
+    return ["Targets:",
+            f"- mu = inf, the MLE to 0.1 SE: {misses(exact, 'max_se', lambda v: v <= 0.1)}.",
+            f"- mu >= 2 and N >= 5000, intervals holding >= 95%: {misses(big, 'hold', lambda v: v >= 0.95)}.",
+            f"- the same cells, RMS z <= 1.5: {misses(big, 'rms_z', lambda v: v <= 1.5)}.",
+            f"- median <= 2 SE at mu = 8: {misses(big[big['mu'] == 8], 'med_se', lambda v: v <= 2)}.",
+            f"- median <= 3 SE at mu = 2: {misses(big[big['mu'] == 2], 'med_se', lambda v: v <= 3)}.",
+            f"- silent misses (> {FAR_SE:g} SE without a warning): {int(table['silent'].sum())} in "
+            f"{int(table.loc[np.isfinite(table['mu']), 'fits'].sum())} private fits."]
 
 
 def main(argv: list[str] | None = None) -> None:
