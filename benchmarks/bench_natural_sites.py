@@ -305,7 +305,7 @@ def targets(table: pd.DataFrame) -> list[str]:
 
     def misses(rows: pd.DataFrame, column: str, ok) -> str:
         bad = rows[~ok(rows[column])]
-        shown = ", ".join(f"{r.dataset} mu = {r.mu:g} ({_f(getattr(r, column)) if column != 'hold' else f'{r.hold:.1%}'})"
+        shown = ", ".join(f"{r.dataset} mu = {r.mu:g} ({_f(getattr(r, column)) if column != 'hold' else f'{r.hold:.2%}'})"
                           for r in bad.itertuples())
         return f"{len(rows) - len(bad)} of {len(rows)} cells" + (f"; missed: {shown}" if shown else "")
 
