@@ -32,7 +32,6 @@ each writing run; the other sections are kept.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 import warnings
@@ -58,7 +57,7 @@ INF = float("inf")
 MUS = (INF, 2.0, 1.0)
 FAR_SE = 5.0  # "no silent failure": a fit further than this from the MLE must warn
 PKG_DIR = str(Path(privfedstat.__file__).resolve().parent)
-DEFAULT_METHOD = inspect.signature(privfedstat.glm).parameters["method"].default
+DEFAULT_METHOD = "fedirls"  # glm()'s method when none is given and no penalty (method=None)
 
 
 # --------------------------------------------------------------------------- data sets
