@@ -232,7 +232,7 @@ class FederatedEstimator(FittedResults):
                 to_original = to_original @ parameter_basis(run.basis, run.theta.size, run.reference)
             with session.rows_mapped(run.basis, run.reference):
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
-                                           refits=self._refits(setup, None if run.basis is not None else scaler),
+                                           refits=self._refits(setup, scaler, run.basis),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
@@ -279,10 +279,10 @@ class FederatedEstimator(FittedResults):
         self.mu_ = mu
         self.inference_ = inference
 
-    def _refits(self, setup: Setup, scaler: Scaler | None) -> Refits:
+    def _refits(self, setup: Setup, scaler: Scaler | None, rows: np.ndarray | None = None) -> Refits:
         """The bootstrap's refit function: a clone with the fit's public settings (the bounds of ``setup`` fixed, its
-        estimation mu, no scaling, no inference, not secure), seeded per refit, returning its flat estimate; and
-        the intercept column the ``scaler`` declares."""
+        estimation mu, no scaling, no inference, not secure), seeded per refit, returning its flat estimate; the
+        intercept column the ``scaler`` declares; and the map of the rows the inference releases under."""
         params = {"clip": setup.clip, "mu": setup.mu, "scaling": None, "inference": None, "secure_mode": False,
                   "random_state": None}
         if "hessian" in self._norms:
@@ -292,7 +292,7 @@ class FederatedEstimator(FittedResults):
         def refit(data: FederatedData, seed: np.random.SeedSequence) -> np.ndarray:
             return template.set_params(random_state=seed).fit(data).coef_.ravel()
 
-        return Refits(refit, self.method, getattr(scaler, "intercept", None))
+        return Refits(refit, self.method, getattr(scaler, "intercept", None), rows)
 
     def _make_clients(self, data: FederatedData, family: Family, seed: np.random.SeedSequence, secure: bool):
         """The clients' side of the seam for ``data``, with noise streams spawned from ``seed`` (the OS CSPRNG

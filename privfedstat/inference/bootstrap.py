@@ -122,11 +122,16 @@ class Refits:
         The estimator's name (for the note).
     intercept : int or None
         The intercept column the estimator's scaling declares (held at 1 in the simulated rows), or None.
+    rows : ndarray of shape (d, d) or None, default None
+        The public map ``x -> rows^T x`` of the clients' rows while the inference releases (FedIRLS's whitened
+        basis, :attr:`~privfedstat.federation.protocol.Run.basis`): the simulated rows are drawn on the fitting
+        columns, the intercept held at 1 there, and mapped by it. None: no map.
     """
 
     fit: Callable[[FederatedData, np.random.SeedSequence], np.ndarray]
     method: str
     intercept: int | None
+    rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ def _gaussian_design(M: np.ndarray, intercept: int | None) -> tuple[np.ndarray, 
 
 
 def release_simulation_model(session: Session, theta: np.ndarray, mu: float,
-                             intercept: int | None) -> SimulationModel:
+                             intercept: int | None, rows: np.ndarray | None = None) -> SimulationModel:
     """Release privately, with ``mu``-GDP per client in all, what the simulation needs (steps 1-2 of the module).
 
     Parameters
@@ -202,6 +207,12 @@ def release_simulation_model(session: Session, theta: np.ndarray, mu: float,
         GDP budget of all these releases together, per client (inf: nothing clipped or noised).
     intercept : int or None
         The declared intercept column (public), or None.
+    rows : ndarray of shape (d, d) or None
+        The public map ``x -> rows^T x`` the clients' rows are under (:class:`Refits`): the released second
+        moment M of the mapped rows is taken back to the fitting columns (``rows^-T M rows^-1``), where the
+        intercept is a column of ones, and the Gaussian found there is mapped forward. Without it, a mapped
+        intercept would be simulated as a centred covariate: the linear predictor symmetric about 0 instead of
+        about its mean (a multinomial with a rare reference class: bootstrap SEs 0.64-0.92 of the MLE's).
 
     Returns
     -------
@@ -221,7 +232,12 @@ def release_simulation_model(session: Session, theta: np.ndarray, mu: float,
         S = _released_moment(session, "score_outer", bounds["gradient"], mu * math.sqrt(SCORE_SHARE), "dispersion",
                              theta=theta, clip=bounds["gradient"])
         dispersion = float(np.trace(np.linalg.solve(M, S))) / M.shape[0]
-    mean, factor = _gaussian_design(M, intercept)
+    if rows is None:
+        mean, factor = _gaussian_design(M, intercept)
+    else:
+        back = np.linalg.inv(rows)
+        mean, factor = _gaussian_design(back.T @ M @ back, intercept)
+        mean, factor = rows.T @ mean, rows.T @ factor
     return SimulationModel(mean, factor, bounds["row"], dispersion)
 
 
@@ -297,7 +313,7 @@ def run_bootstrap(session: Session, setup: Setup, theta: np.ndarray, config: Inf
     theta = np.asarray(theta, dtype=np.float64)
     family = session.clients.family
     intercept = refits.intercept
-    model = release_simulation_model(session, theta, mu, intercept)
+    model = release_simulation_model(session, theta, mu, intercept, refits.rows)
     offsets = np.concatenate([[0], np.cumsum(session.sizes)])
     n_total = int(offsets[-1])
     draws, failures = [], {}

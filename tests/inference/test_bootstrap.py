@@ -146,6 +146,24 @@ def test_without_privacy_the_bootstrap_sd_is_the_model_standard_error():
     assert "C_x = inf" in notes[0] and "intercept held at 1" in notes[0]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_whitened_fit_simulates_its_rows_on_the_fitting_columns(seed):
+    """FedIRLS's refine rounds and inference run whitened (the clients' rows mapped by a public W): the simulated rows
+    are drawn on the fitting columns, intercept held at 1, and mapped by W. Drawn in the mapped coordinates, the
+    intercept became a centred covariate, and on a rare-outcome logistic (8% ones) the bootstrap SEs were
+    0.73-1.52 of the MLE's (narrower than the sampling-only interval on the slopes); now 0.8-1.25 (100 draws)."""
+    rng = np.random.default_rng(4)
+    N = 6000
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, 2))])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.4, -0.3])))).astype(float)
+    mle = sm.Logit(y, X).fit(disp=0)
+    est = FedIRLS(mu=4.0, scaling="private", random_state=seed, inference=Inference(cov_type="bootstrap", n_boot=100))
+    est.fit(FederatedData.from_pooled(X, y, sizes=[1000] * 6))
+    assert any(r.stage.startswith("irls-clip") for r in est.privacy_.releases)  # the bounds searched again: whitened
+    ratio = np.sqrt(np.diag(est.inference_.cov)) / mle.bse
+    assert np.all((ratio > 0.8) & (ratio < 1.25)), ratio
+
+
 def test_released_covariate_model_recovers_the_design():
     """mu = inf: the simulated covariates have the sample mean and covariance (intercept held at 1);
     the Gaussian dispersion is the residual variance."""
