@@ -798,9 +798,8 @@ def reference_class(H_floored: np.ndarray, n_outputs: int) -> int:
     ``C_j = M^T C M``), the row map whitens ``A c_j`` (c_j the mean diagonal of C_j), and the isotropic noise
     has covariance ``A^-1 kron c_j C^-1 M^T M C^-1`` in theta against the sampling ``A^-1 kron C^-1``: the
     class whose mean ratio of the two diagonals is smallest wins, class 0 on ties within 1%. Post-processing
-    of the released Hessian, O(d^2 q^2 + q^4); on the designs of the tests and two real data sets it picks
-    the class the full (d q)^2 computation picks, the most common one. Inferred (measured in
-    ``benchmarks/RESULTS.md``, "Multinomial refine rounds: the reference class").
+    of the released Hessian, O(d^2 q^2 + q^4) rather than the (d q)^3 of the exact ratio, whose choices it
+    repeats. Inferred (measured in ``benchmarks/RESULTS.md``, "Multinomial refine rounds: the reference class").
     """
     if n_outputs == 1:
         return 0

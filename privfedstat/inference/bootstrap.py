@@ -212,7 +212,8 @@ def release_simulation_model(session: Session, theta: np.ndarray, mu: float,
         moment M of the mapped rows is taken back to the fitting columns (``rows^-T M rows^-1``), where the
         intercept is a column of ones, and the Gaussian found there is mapped forward. Without it, a mapped
         intercept would be simulated as a centred covariate: the linear predictor symmetric about 0 instead of
-        about its mean (a multinomial with a rare reference class: bootstrap SEs 0.64-0.92 of the MLE's).
+        about its mean, and data with the wrong information (measured in ``benchmarks/RESULTS.md``, "Bootstrap
+        inference of a whitened fit").
 
     Returns
     -------
