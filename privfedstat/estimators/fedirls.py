@@ -779,7 +779,7 @@ def whitening(H_floored: np.ndarray, n_outputs: int = 1, reference: int = 0) -> 
     """
     H = (H_floored + H_floored.T) / 2
     if n_outputs > 1:
-        T = np.kron(np.eye(H.shape[0] // n_outputs), reference_map(n_outputs, reference))
+        T = parameter_basis(np.eye(H.shape[0] // n_outputs), H.shape[0], reference)  # the classes' map alone
         H = T.T @ H @ T
         H = np.mean([H[k::n_outputs, k::n_outputs] for k in range(n_outputs)], axis=0)
     vals, vecs = np.linalg.eigh(H)
