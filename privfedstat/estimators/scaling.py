@@ -46,6 +46,12 @@ __all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
 TOP_LEAN = 3.0
 #: points spaced evenly in the bracket of the centre's coarse search (log2 of it more queries per column)
 CENTRE_REFINE = 16
+#: a private centre within this of 0 is taken as 0. The median of a column with an atom at 0 and no values in (0, 1)
+#: (a dummy with about half ones) has the same count at every grid point in between, so the noisy search may stop
+#: anywhere there (1.7e-15 in a measured fit); the atom then lies outside the centre's resolution, the scale search
+#: lands between it and the ones, and the column was divided by 4e-8 (148 schools of 23 pupils, mu = 2).
+#: 1e-6 is far below the spread of any column whose centre matters (the centre only shifts it)
+ZERO_CENTRE = 1e-6
 #: rescaled values are clamped to [-MAX_SCALED, MAX_SCALED]: (x - c) / s overflows for huge finite x
 MAX_SCALED = 1e300
 
@@ -95,7 +101,8 @@ class PrivateStandardize:
 
     * the centre (pooled median) leans towards 0: a centre far outside the data (possible when
       the count noise is comparable to N) shifts the column by much more than its spread, and
-      the intercept then absorbs ``c_j theta_j / s_j`` with all its noise;
+      the intercept then absorbs ``c_j theta_j / s_j`` with all its noise; a centre within
+      :data:`ZERO_CENTRE` of 0 is 0 (an atom at 0 is then at the centre);
     * the scale is the pooled ``quantile`` of the *non-zero* deviations ``|x_j - c_j|``: one
       more noisy count gives the number ``n_0`` of deviations equal to 0, and the search targets
       ``n_0 + quantile (N - n_0)``. A binary or rare column has an atom at its centre; the
@@ -286,6 +293,7 @@ class Scaler:
                 below = float(sym[k - 1]) if k > 0 else coarse
                 fine = np.linspace(below, coarse, CENTRE_REFINE + 1)[1:]  # the bracket (sym[k-1], sym[k]]
                 centre = private_grid_quantile(count(key, None), fine, median_target)
+                centre = 0.0 if abs(centre) <= ZERO_CENTRE else centre
                 atom = float(fine[1] - fine[0])  # an atom at the median lies within a fine step of the centre
             dev = count(key, centre)  # counts of |x - centre| <= t
             n_zero = min(max(dev(atom), 0.0), n_total)  # deviations within the centre's resolution (an atom there)
