@@ -16,6 +16,7 @@ else:
 __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
     "NotFittedError", "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
+    "ClippingBiasWarning", "OverdispersionWarning",
 ]
 
 
@@ -49,6 +50,11 @@ class IllConditionedWarning(UserWarning):
 class ClippingBiasWarning(UserWarning):
     """Many per-sample gradients are clipped at the estimate (a private count): the fit solved the
     clipped estimating equation, whose root can lie further from the MLE than the intervals allow."""
+
+
+class OverdispersionWarning(UserWarning):
+    """A count model's Pearson dispersion (a private release at the estimate) is well above 1: the counts vary
+    more than the model's law allows, so its model-based standard errors and intervals are too narrow."""
 
 
 class SingleClientWarning(UserWarning):

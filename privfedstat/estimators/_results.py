@@ -386,6 +386,9 @@ class FittedResults:
             if result.clipped_fraction is not None:
                 share, sd = result.clipped_fraction
                 header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
+            if result.dispersion is not None:
+                phi, sd = result.dispersion
+                header["Pearson dispersion"] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum)" if sd > 0 else "")
             a = result.alpha if alpha is None else alpha
             ci = result.conf_int(a)
             coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues

@@ -15,9 +15,16 @@ import warnings
 
 import numpy as np
 
-from ..exceptions import ClippingBiasWarning, ConvergenceWarning, IllConditionedWarning, PrivacyNoiseWarning
+from ..exceptions import (
+    ClippingBiasWarning,
+    ConvergenceWarning,
+    IllConditionedWarning,
+    OverdispersionWarning,
+    PrivacyNoiseWarning,
+)
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from ._steps import settled
 
@@ -416,7 +423,29 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
             converged = False  # the noise-free path had not reached the optimum
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
+    if inference.cov_type == "model" and overdispersed(inference.dispersion):
+        warn_overdispersion(estimator, *inference.dispersion)
     return converged
+
+
+def warn_overdispersion(estimator, phi: float, sd: float) -> None:
+    """OverdispersionWarning for a count model whose released Pearson dispersion is well above 1
+    (:func:`privfedstat.inference.core.overdispersed`) while its intervals assume the law's variance.
+
+    Counts that vary more than the law allows (a Poisson model of visits, stays or arrests) leave the
+    estimating equation unbiased but make the model-based variance ``H^-1 / N`` too small by about the
+    dispersion: the intervals are then too narrow for the truth, as statsmodels' are on the same data.
+    """
+    noise = f" (+- {sd:.2g}, a private sum)" if sd > 0 else ""
+    warnings.warn(
+        f"the Pearson dispersion of this {estimator.family_.name} fit is {phi:.3g}{noise}, where the model has 1: the "
+        "counts vary more than the model allows, so its model-based standard errors and intervals are too narrow "
+        f"(by about sqrt({phi:.3g}) = {math.sqrt(phi):.2g} times, more for some coefficients). Refit with "
+        "inference=Inference(cov_type='sandwich'), which does not assume the variance, or model the extra "
+        "variation.",
+        OverdispersionWarning,
+        stacklevel=4,
+    )
 
 
 def warn_privacy_share(estimator, inference: InferenceResult) -> bool:

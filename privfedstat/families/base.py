@@ -68,6 +68,10 @@ class Family:
     #: rescaled response with the same estimator, so a private scaling can bring a response far from 0
     #: (test scores around 600) to the fitting scale
     location: bool = False
+    #: whether the data can vary more than the law allows (counts: a Poisson model of overdispersed counts), so that
+    #: the inference releases a Pearson dispersion with the model-based covariance and warns where it is above 1;
+    #: a binary response cannot be overdispersed, and a family with a free dispersion estimates it
+    overdispersion: bool = False
 
     def for_response_scale(self, scale: float) -> Family:
         """The family whose fit to ``y / scale`` is the fit of this family to ``y``, divided by ``scale``.

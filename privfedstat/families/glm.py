@@ -89,6 +89,7 @@ class Poisson(Family):
     name = "poisson"
     link = "log"
     likelihood = True
+    overdispersion = True
     code = 1
     max_curvature = float("inf")
 

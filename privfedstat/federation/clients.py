@@ -24,6 +24,7 @@ Verbs (all clients answer each in one pass; ``active`` restricts a request to so
 ``design_moments``     ``sym_to_vec`` of the mean of ``x x^T`` (rows clipped), for the bootstrap
 ``count_at_most``      number of rows whose gradient / Hessian / row norm is <= a threshold
 ``count_clipped``      number of rows whose gradient is clipped at B
+``pearson_sum``        sum of the squared Pearson residuals, each capped (a count model's dispersion)
 ``column_count``       number of rows with ``x_j <= t`` (or ``|x_j - c| <= t``), for private scaling
 ``losses``             mean loss (mu = inf only: sent without noise, recorded as non-private)
 ``norm_quantiles``     the non-private clip rule of the paper (``clip="paper"``): a recorded leak
@@ -64,8 +65,8 @@ __all__ = ["InProcessClients", "Reply", "privatize", "newton_step", "smoothed_no
 #: the requests a clients backend answers (everything the server may ask of the clients)
 VERBS = ("gradients", "local_descent", "scaffold_round", "composite_round", "clipped_update", "normec_round",
          "hifedprox_round", "hessians", "newton_steps", "head_newton_steps", "score_outer",
-         "design_moments", "count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles", "exact",
-         "split_halves", "rescale", "change_basis")
+         "design_moments", "count_at_most", "count_clipped", "pearson_sum", "column_count", "losses", "norm_quantiles",
+         "exact", "split_halves", "rescale", "change_basis")
 #: what the server may know of the clients besides their replies (public metadata)
 PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
 #: the key of the response in ``column_count`` (the columns are keyed by their index)
@@ -580,6 +581,12 @@ class InProcessClients:
         """Each client's number of rows whose gradient norm exceeds ``clip`` (B), plus noise (sensitivity 1)."""
         return self._release(lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
                                                      dtype=np.float64)[:, None], 1.0, mu, stage, theta=theta)
+
+    @_contained
+    def pearson_sum(self, theta, *, bound: float, mu: float, stage: str) -> Reply:
+        """Each client's sum of its squared Pearson residuals, each capped at ``bound``, plus noise (sensitivity
+        ``bound``: one row replaced moves the sum by at most that; :meth:`GLMOracle.pearson_sums`)."""
+        return self._release(lambda o, t: o.pearson_sums(t, bound)[:, None], bound, mu, stage, theta=theta)
 
     @_contained
     def column_count(self, column: int | str, threshold: float, *, center: float | None = None, mu: float,

@@ -236,6 +236,25 @@ class GLMOracle(_ConcatenatedOracle):
             return _times_norm(_times_norm(self.family.deriv2(d.y, z), d.row_norms), d.row_norms)
 
 
+    def pearson_sums(self, theta: np.ndarray, bound: float) -> np.ndarray:
+        """Per-client sum of the squared Pearson residuals ``min(ell'(y_j, z_j)^2 / ell''(y_j, z_j), bound)``, shape
+        (n_clients,).
+
+        For a canonical GLM ``ell' = mean - y`` and ``ell''`` is the variance function, so the ratio is
+        ``(y - mu)^2 / V(mu)``, whose mean is the dispersion (1 under the model). Each term lies in
+        ``[0, bound]`` (a zero curvature or a NaN gives 0, an infinite ratio ``bound``), so one row replaced
+        moves a client's sum by at most ``bound``.
+        """
+        d = self.data
+        with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
+            z = d.X @ np.asarray(theta, dtype=np.float64)
+            if d.offset is not None:
+                z = z + d.offset
+            ratio = self.family.deriv(d.y, z) ** 2 / self.family.deriv2(d.y, z)
+        terms = np.where(np.isnan(ratio), 0.0, np.minimum(ratio, bound))
+        return np.add.reduceat(terms, d.offsets[:-1])
+
+
 class MultinomialOracle(_ConcatenatedOracle):
     """Client oracle for multinomial logistic regression (parameter Theta (d, K-1), flattened).
 

@@ -22,7 +22,7 @@ from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
 from .server import aggregate
 from .session import Session
 
-__all__ = ["search_bounds", "column_count", "release_psd_mean", "clipped_fraction"]
+__all__ = ["search_bounds", "column_count", "release_psd_mean", "clipped_fraction", "pearson_dispersion"]
 
 
 def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile: float | Callable[[str], float],
@@ -85,3 +85,19 @@ def clipped_fraction(session: Session, theta: np.ndarray, clip: float, mu: float
     m = int(np.count_nonzero(answered))
     n_total = float(np.sum(session.sizes[answered]))
     return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
+
+
+def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: float, n_params: int, stage: str
+                       ) -> tuple[float, float]:
+    """Private Pearson dispersion ``sum_j min(r_j^2, bound) / (N - p)`` at ``theta`` and its noise sd.
+
+    ``r_j`` are the Pearson residuals ``(y_j - mu_j) / sqrt(V(mu_j))``: statsmodels' ``pearson_chi2 / df_resid``
+    when nothing is capped (``bound`` inf, with mu = inf). Each client releases its capped sum (verb
+    ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered.
+    The cap only lowers the value (a conservative test of overdispersion).
+    """
+    values, _, answered = session.ask("pearson_sum", theta=theta, bound=bound, mu=mu, stage=stage)
+    m = int(np.count_nonzero(answered))
+    df = float(np.sum(session.sizes[answered])) - n_params
+    sd = math.sqrt(m) * bound / mu / df if math.isfinite(mu) else 0.0
+    return float(aggregate(None, values, answered)[0]) / df, sd

@@ -36,7 +36,7 @@ __all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "PER_CLIENT"
 #: largest reply the server accepts from one client (values and records together), in bytes
 MAX_REPLY_BYTES = 64 * 2**20
 #: verbs whose values are one float per client (a count, a loss, a norm quantile)
-_SCALAR_VERBS = ("count_at_most", "count_clipped", "column_count", "losses", "norm_quantiles")
+_SCALAR_VERBS = ("count_at_most", "count_clipped", "pearson_sum", "column_count", "losses", "norm_quantiles")
 #: verbs whose values are one flat parameter vector per client (p floats)
 _VECTOR_VERBS = ("gradients", "local_descent", "clipped_update", "normec_round", "newton_steps", "composite_round")
 #: request arguments given per client (arrays of shape (n_clients,)): each client is sent its own entry

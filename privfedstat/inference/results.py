@@ -70,6 +70,11 @@ class InferenceResult:
     clipped_fraction : tuple of float or None
         Private share of the per-sample gradients clipped at the estimate and its noise sd (a
         released count; None with mu = inf, no clipping or the bootstrap).
+    dispersion : tuple of float or None
+        Pearson dispersion at the estimate and its noise sd, for a count family (:attr:`Family.overdispersion`;
+        exact with mu = inf, a capped private sum otherwise): about 1 when the counts follow the family's law,
+        above it when they vary more (the model-based variances are then too small by about that factor); None
+        for other families and the bootstrap.
     df : ndarray of shape (p,) or None
         Degrees of freedom of each estimated variance, from the noise of the releases it is computed from
         (:func:`~privfedstat.inference.covariance.variance_df`): intervals and p-values use Student's t
@@ -91,6 +96,7 @@ class InferenceResult:
     notes: list[str] = field(default_factory=list)
     clipped_fraction: tuple[float, float] | None = None
     df: np.ndarray | None = None
+    dispersion: tuple[float, float] | None = None
 
     def withheld(self, reason: str) -> InferenceResult:
         """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).
