@@ -241,9 +241,14 @@ def _assemble(replies: dict[int, ClientReply], m: int, shape, failing: np.ndarra
     return Reply(values, tuple(releases), answered, failing, leaks.pop() if leaks else None)
 
 
+#: the request argument that is a verb's sensitivity where it is not called ``sensitivity``
+SENSITIVITY_ARGUMENT = {"pearson_sum": "bound"}
+
+
 def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
     """Every release a client reports must be calibrated to what its request asked for: the request's stage,
-    a sensitivity at least the requested one (1 for the count verbs, whose requests carry none) and
+    a sensitivity at least the requested one (1 for the count verbs, whose requests carry none; the cap
+    ``bound`` of ``pearson_sum``, :data:`SENSITIVITY_ARGUMENT`) and
     sigma = sensitivity / mu (0 at mu = inf), to the bit, as
     :func:`~privfedstat.federation.clients.privatize` computes it. So the noise is at least the
     requested sensitivity over the requested mu whatever the client reports: a client that noises
@@ -255,7 +260,7 @@ def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], 
         if r.status != "ok" or kw.get("mu") is None:
             continue
         mu = float(kw["mu"])
-        asked = float(kw.get("sensitivity", 1.0))
+        asked = float(kw.get(SENSITIVITY_ARGUMENT.get(verb, "sensitivity"), 1.0))
         for rec in r.releases:
             sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
             want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("flwr")
 
 from _fakegrid import FakeGrid, npy_bytes
+from conftest import simulate
 
-from privfedstat import ClientFailureError, FedSGD
+from privfedstat import ClientFailureError, FedIRLS, FedSGD
 from privfedstat.data.federated import FederatedData
 from privfedstat.estimators.registry import methods
 from privfedstat.estimators.scaling import Scaler
@@ -218,6 +219,29 @@ def test_a_node_noising_for_less_than_the_requested_sensitivity_is_refused(verb_
     nodes[key] = cheat
     with pytest.raises(MalformedReplyError, match="client 1 reports a release .* did not ask for"):
         fit_on_grid(FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), FakeGrid(nodes))
+
+
+def test_a_poisson_fits_dispersion_crosses_the_wire_and_a_node_capping_for_less_is_refused():
+    """``pearson_sum`` states its sensitivity as its cap ``bound``: the server checks the noise against it."""
+    data = simulate("poisson", [150] * 4, [0.5, 0.3, -0.2], seed=1)
+    params = dict(family="poisson", mu=2.0, random_state=5)
+    ref = FedIRLS(**params).fit(data)
+    est = fit_on_grid(FedIRLS(**params), FakeGrid(_nodes(data)))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(est.inference_.dispersion, ref.inference_.dispersion, rtol=0, atol=1e-12)
+    nodes = _nodes(data)
+    key = sorted(nodes)[1]
+    honest = nodes[key]
+
+    def cheat(content):
+        verb, session, target, kwargs = decode_request(content)
+        if verb == "pearson_sum":
+            kwargs["bound"] = kwargs["bound"] / 2
+        return honest.handle(encode_request(verb, session, target, kwargs))
+
+    nodes[key] = cheat
+    with pytest.raises(MalformedReplyError, match="client 1 reports a release for 'pearson_sum'"):
+        fit_on_grid(FedIRLS(**params), FakeGrid(nodes))
 
 
 def test_nodes_seed_themselves_from_fresh_entropy_unless_a_simulation_seed_is_given():
