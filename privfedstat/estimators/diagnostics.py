@@ -407,8 +407,10 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
     stopped short of the optimum of its (clipped) objective by more than ``OPTIMISATION_SE``
     standard errors (:func:`optimisation_gap`, from the released ``hessian``; returns False then),
     a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is
-    large (:func:`warn_clipping`), and, where :func:`diagnose` left the question open (it did not
-    blame privacy noise, and the fit did not diverge: ``privacy_open``), a
+    large (:func:`warn_clipping`), an :class:`~privfedstat.OverdispersionWarning` when a converged count
+    model's released Pearson dispersion is well above 1 (:func:`warn_overdispersion`), and, where
+    :func:`diagnose` left the question open (it did not blame privacy noise, and the fit did not
+    diverge: ``privacy_open``), a
     :class:`~privfedstat.PrivacyNoiseWarning` where the fit's own noise model says so (:func:`warn_privacy_share`).
     """
     inference, converged = estimator.inference_, estimator.converged_
@@ -423,7 +425,8 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
             converged = False  # the noise-free path had not reached the optimum
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
-    if inference.cov_type == "model" and overdispersed(inference.dispersion):
+    if inference.cov_type == "model" and converged is not False and overdispersed(inference.dispersion):
+        # (at a point short of the optimum the residuals are inflated by the distance left, and no interval is reported)
         warn_overdispersion(estimator, *inference.dispersion)
     return converged
 
