@@ -95,3 +95,14 @@ def test_families_that_cannot_be_overdispersed_release_none():
         est = FedIRLS(mu=4.0, random_state=0).fit(data)
     assert est.inference_.dispersion is None
     assert not [r for r in est.privacy_.releases if r.stage == "inference-dispersion"]
+
+
+def test_a_fit_short_of_the_optimum_does_not_blame_the_counts():
+    """Short of the optimum the residuals carry the distance left (here a dispersion of about 4 on counts of 3), and
+    the fit reports no interval: it warns that it did not converge, not that the counts are overdispersed."""
+    data = _negative_binomial(20000, 10, 3.0, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = FedIRLS(family="poisson", mu=4.0, max_step=0.05, random_state=0).fit(data)
+    assert est.converged_ is False and est.inference_.dispersion[0] > 3.5
+    assert not [w for w in caught if w.category is OverdispersionWarning]
