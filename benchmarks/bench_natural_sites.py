@@ -187,16 +187,10 @@ def frame(name: str) -> pd.DataFrame:
 
 
 @cache
-def reference(name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """statsmodels' pooled MLE and standard errors on ``glm()``'s design matrix (flattened, (d, K - 1) for MNLogit)."""
-    names, mle, se, _ = references(name)
-    return names, mle, se
-
-
-@cache
-def references(name: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`reference` and the MLE's sandwich (HC0) standard errors: on overdispersed counts the model-based ones
-    (statsmodels' default, the benchmark's unit) are several times too small."""
+def reference(name: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """statsmodels' pooled MLE, its standard errors and its sandwich (HC0) ones on ``glm()``'s design matrix (flattened,
+    (d, K - 1) for MNLogit): on overdispersed counts the model-based ones (statsmodels' default, the benchmark's unit)
+    are several times too small."""
     import statsmodels.api as sm
     from formulaic import model_matrix
 
@@ -229,7 +223,7 @@ def _own(w: warnings.WarningMessage) -> bool:
 def fit_one(name: str, mu: float, seed: int) -> dict:
     """One default ``glm()`` fit against the MLE; never raises (an error is recorded)."""
     ds = DATASETS[name]
-    names, mle, se, se_hc0 = references(name)
+    names, mle, se, se_hc0 = reference(name)
     row = {"dataset": name, "mu": mu, "seed": seed, "error": ""}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -223,35 +223,39 @@ class GLMOracle(_ConcatenatedOracle):
         glm_nb.glm_client_score_outer(d.X, d.y, d.eta_offset, d.row_norms, d.offsets, theta, clip, self.family.code,
                                       self.family.param, out)
 
+    def _linear_predictor(self, theta: np.ndarray) -> np.ndarray:
+        """``x_j^T theta + o_j`` per row (overflow to +-inf or NaN allowed: the callers bound every such row)."""
+        d = self.data
+        with np.errstate(all="ignore"):  # huge finite rows: x^T theta may overflow
+            z = d.X @ np.asarray(theta, dtype=np.float64)
+            return z if d.offset is None else z + d.offset
+
     def sample_norms(self, which: str, theta: np.ndarray) -> np.ndarray:
         d = self.data
         if _check_which(which) == "row":
             return d.row_norms
-        with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
-            z = d.X @ np.asarray(theta, dtype=np.float64)
-            if d.offset is not None:
-                z = z + d.offset
+        z = self._linear_predictor(theta)
+        with np.errstate(all="ignore"):  # the residual may overflow
             if which == "gradient":
                 return _times_norm(np.abs(self.family.deriv(d.y, z)), d.row_norms)
             return _times_norm(_times_norm(self.family.deriv2(d.y, z), d.row_norms), d.row_norms)
 
-
     def pearson_sums(self, theta: np.ndarray, bound: float) -> np.ndarray:
-        """Per-client sum of the squared Pearson residuals ``min(ell'(y_j, z_j)^2 / ell''(y_j, z_j), bound)``, shape
-        (n_clients,).
+        """Per-client sum of the squared Pearson residuals ``min(ell'(y_j, z_j)^2 / ell''(y_j, z_j), bound kappa)``,
+        shape (n_clients,).
 
         For a canonical GLM ``ell' = mean - y`` and ``ell''`` is the variance function, so the ratio is
         ``(y - mu)^2 / V(mu)``, whose mean is the dispersion (1 under the model). Each term lies in
-        ``[0, bound]`` (a zero curvature or a NaN gives 0, an infinite ratio ``bound``), so one row replaced
+        ``[0, bound kappa]`` (a zero curvature or a NaN gives 0, an infinite ratio the cap; kappa the kernels'
+        ``CLIP_SAFETY``, whose margin covers the rounding of a short sum as theirs does), so one row replaced
         moves a client's sum by at most ``bound``.
         """
         d = self.data
-        with np.errstate(all="ignore"):  # huge finite rows: x^T theta and the residual may overflow
-            z = d.X @ np.asarray(theta, dtype=np.float64)
-            if d.offset is not None:
-                z = z + d.offset
+        z = self._linear_predictor(theta)
+        with np.errstate(all="ignore"):  # the residual and its square may overflow
             ratio = self.family.deriv(d.y, z) ** 2 / self.family.deriv2(d.y, z)
-        terms = np.where(np.isnan(ratio), 0.0, np.minimum(ratio, bound))
+        cap = _bound(bound, "bound", self.sizes) * glm_nb.CLIP_SAFETY
+        terms = np.where(np.isnan(ratio), 0.0, np.minimum(ratio, cap))
         return np.add.reduceat(terms, d.offsets[:-1])
 
 
