@@ -3,7 +3,7 @@
 What a new user gets: bundled real data sets (statsmodels, scikit-learn; nothing is downloaded),
 rows split at random into equal sites, and ``privfedstat.glm(formula, df, client="site",
 family=..., method=..., mu=..., random_state=seed)`` with every other setting left at its default.
-Every registered method (``privfedstat.estimators.registry.methods()``; a newly registered one
+Every registered method (``privfedstat.algorithms.registry.methods()``; a newly registered one
 joins automatically) is fitted at mu in {inf, 2, 1} if it is private and at mu = inf otherwise.
 
 Measured per fit, against statsmodels' pooled MLE ``theta_hat`` and its standard errors on the same
@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
 import privfedstat  # noqa: E402
-from privfedstat.estimators.registry import methods  # noqa: E402
+from privfedstat.algorithms.registry import methods  # noqa: E402
 from privfedstat.exceptions import ConvergenceWarning  # noqa: E402
 
 HEADING = "## Accuracy on real data (benchmarks/bench_accuracy.py)"

@@ -35,9 +35,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
+from privfedstat.algorithms.fednormec import ClippedFedAvg, FedAlphaNormEC  # noqa: E402
 from privfedstat.deep import normec_study as ns  # noqa: E402
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
-from privfedstat.estimators.fednormec import ClippedFedAvg, FedAlphaNormEC  # noqa: E402
 from privfedstat.families import get_family  # noqa: E402
 from privfedstat.simulations.study import run_study  # noqa: E402
 

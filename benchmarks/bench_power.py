@@ -2,7 +2,7 @@
 
 For every cell of the grid -- family (logistic, Poisson, Gaussian) x layout (few large sites,
 many small ones, the same N) x mu (0.5, 1, 2, 4, 8, inf) -- the plan
-(:func:`privfedstat.estimators.power.plan_study`, from a public synthetic covariate sample) is
+(:func:`privfedstat.planning.power.plan_study`, from a public synthetic covariate sample) is
 set next to ``reps`` fits of the default private GLM (FedIRLS with private scaling,
 ``clip="auto"``, ``inference="auto"``, as ``glm()`` builds it) on fresh data drawn from the same
 design. Per coefficient: the predicted SE against the simulated SD of the estimates (and its
@@ -39,8 +39,8 @@ from bench_accuracy import code_version  # noqa: E402
 from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize  # noqa: E402
-from privfedstat.estimators.power import plan_study  # noqa: E402
 from privfedstat.families import get_family  # noqa: E402
+from privfedstat.planning.power import plan_study  # noqa: E402
 
 HEADING = "## Planning: predicted vs simulated SE and power (benchmarks/bench_power.py)"
 HERE = Path(__file__).resolve().parent

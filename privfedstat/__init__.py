@@ -15,47 +15,43 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 """
 
 from . import simulations, theory
-from .data import FederatedData
-from .estimators import (
-                         ClippedFedAvg,
-                         DPFedAvg,
-                         FedAlphaNormEC,
-                         FedAvg,
-                         FedCanon,
-                         FederatedEstimator,
-                         FedHybrid,
-                         FedIRLS,
-                         FedNewton,
-                         FedNMap,
-                         FedSGD,
-                         HiFedProx,
-                         LocalFit,
-                         PooledMLE,
-                         Scaffold,
-                         StudyPlan,
-                         ZhangComposite,
-                         clone,
-                         plan_study,
-                         predict_mse,
+from .algorithms import (
+    ClippedFedAvg,
+    DPFedAvg,
+    FedAlphaNormEC,
+    FedAvg,
+    FedCanon,
+    FedHybrid,
+    FedIRLS,
+    FedNewton,
+    FedNMap,
+    FedSGD,
+    HiFedProx,
+    LocalFit,
+    PooledMLE,
+    Scaffold,
+    ZhangComposite,
 )
-from .estimators.scaling import FeatureBounds, PrivateStandardize
+from .data import FederatedData
 from .exceptions import (
-                         BudgetExceededError,
-                         ClientFailureError,
-                         ClippingBiasWarning,
-                         ConvergenceWarning,
-                         DivergenceError,
-                         IllConditionedWarning,
-                         NoInterceptWarning,
-                         NotFittedError,
-                         OverdispersionWarning,
-                         PrivacyLeakWarning,
-                         PrivacyNoiseWarning,
-                         SingleClientWarning,
+    BudgetExceededError,
+    ClientFailureError,
+    ClippingBiasWarning,
+    ConvergenceWarning,
+    DivergenceError,
+    IllConditionedWarning,
+    NoInterceptWarning,
+    NotFittedError,
+    OverdispersionWarning,
+    PrivacyLeakWarning,
+    PrivacyNoiseWarning,
+    SingleClientWarning,
 )
 from .families import get_family
+from .fitting import FeatureBounds, FederatedEstimator, PrivateStandardize, clone
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
+from .planning import StudyPlan, plan_study, predict_mse
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
 
 __version__ = "0.1.0"

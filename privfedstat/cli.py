@@ -52,7 +52,7 @@ def format_methods() -> str:
     ``studies``: has the Section 4 simulation settings (:func:`~privfedstat.simulations.make_estimator`);
     ``bound``, ``predictor``: has a theory bound / an MSE predictor (:mod:`privfedstat.theory`).
     """
-    from .estimators.registry import methods
+    from .algorithms.registry import methods
 
     rows = [("key", "name", "privacy", "also in", "description")]
     for spec in methods():

@@ -12,13 +12,13 @@ import pandas as pd
 
 from ._formula_design import build_design
 from ._validation import check_mu
+from .algorithms.registry import REGISTRY, get_method
 from .data.federated import FederatedData
-from .estimators._offset import combine_offset
-from .estimators.base import FederatedEstimator
-from .estimators.registry import REGISTRY, get_method
-from .estimators.scaling import PrivateStandardize
+from .data.offsets import combine_offset
 from .exceptions import PrivacyLeakWarning
 from .families import Family, family_type, get_family
+from .fitting.base import FederatedEstimator
+from .fitting.scaling import PrivateStandardize
 
 __all__ = ["glm", "METHODS"]
 
@@ -71,7 +71,7 @@ def glm(
         the classes (K of them), the first being the reference; with finite ``mu`` the response must
         be a pandas Categorical or be named in ``levels``.
     method : str, optional
-        A registered method (``privfedstat.estimators.REGISTRY``): "fedirls", "fedsgd",
+        A registered method (``privfedstat.algorithms.REGISTRY``): "fedirls", "fedsgd",
         "fedhybrid", "fedavg", "fednewton", "scaffold", "fednmap", "pooled", "localfit", ... The
         default, FedIRLS (server-aggregated private Newton), is the most accurate measured on bundled real
         data (benchmarks/RESULTS.md, accuracy section): the pooled MLE to ~1e-10 SE at mu = inf in

@@ -3,7 +3,7 @@
 Pure functions of public quantities (the penalty's parameters and a point): the value, the proximal
 map, the natural map and the proximal Newton step. The clients use the proximal map in their local
 steps (:mod:`privfedstat.federation.clients`), the estimators in their server steps
-(:mod:`privfedstat.estimators.fednmap`), the diagnostics and metrics the natural map and the Newton
+(:mod:`privfedstat.algorithms.fednmap`), the diagnostics and metrics the natural map and the Newton
 step.
 """
 

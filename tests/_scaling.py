@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from privfedstat.estimators.scaling import Scaler
 from privfedstat.federation.clients import RESPONSE
+from privfedstat.fitting.scaling import Scaler
 
 
 def private_scaler(config, data, release, mu: float, family=None) -> Scaler:

@@ -28,8 +28,11 @@ def test_the_package_keeps_its_floors():
 
 
 @pytest.mark.parametrize("module, added, broken", [
-    ("theory/bounds.py", "from ..estimators import registry",
-     "privfedstat.theory is not allowed to import privfedstat.estimators"),
+    ("theory/bounds.py", "from ..algorithms import registry",
+     "privfedstat.theory is not allowed to import privfedstat.algorithms"),
+    ("results/summary.py", "from ..fitting import base", "privfedstat.results is not allowed to import privfedstat.fitting"),
+    ("fitting/stages.py", "def _hidden():\n    from ..planning import power\n    return power",
+     "privfedstat.fitting is not allowed to import privfedstat.planning"),
     ("families/glm.py", "def _hidden():\n    from ..simulations import runner\n    return runner",
      "privfedstat.families is not allowed to import privfedstat.simulations"),
     ("data/federated.py", "from ..deep import data", "privfedstat.data is not allowed to import privfedstat.deep"),

@@ -28,7 +28,7 @@ What differs from the GLM estimators (and why):
   ``progress=False``) print nothing. A round is one request the clients answer (the clip search's
   included); the total is not known in advance (the clip search, HiFedProx's line search).
 * The diagnostics keep the convergence and site-size checks; the GLM ones (sampling-SE proxy,
-  stationarity) are skipped (:func:`~privfedstat.estimators.diagnostics.diagnose`).
+  stationarity) are skipped (:func:`~privfedstat.fitting.diagnostics.diagnose`).
 
 References
 ----------
@@ -51,13 +51,13 @@ from tqdm.auto import tqdm
 
 from .._linalg import safe_norm
 from .._validation import check_positive_float, check_positive_int
-from ..estimators.dpfedavg import DPFedAvg
-from ..estimators.fedavg import FedAvg
-from ..estimators.fedhybrid import FedHybrid
-from ..estimators.fedsgd import FedSGD
-from ..estimators.summary import Summary, privacy_rows
+from ..algorithms.dpfedavg import DPFedAvg
+from ..algorithms.fedavg import FedAvg
+from ..algorithms.fedhybrid import FedHybrid
+from ..algorithms.fedsgd import FedSGD
 from ..inference.bootstrap import PROGRESS_DELAY_S
 from ..privacy.clipping import AutoClip
+from ..results.summary import Summary, privacy_rows
 from .clients import TorchClients
 from .data import TensorFederatedData
 from .per_sample import check_model

@@ -24,7 +24,7 @@ import numpy as np
 from torch import nn
 
 from .._validation import iterate_error
-from ..estimators.fednmap import FedCanon, FedNMap, ZhangComposite, _store
+from ..algorithms.fednmap import FedCanon, FedNMap, ZhangComposite, _store
 from ..federation.clients import Reply
 from .clients import TorchClients
 from .estimators import PROGRESS_PARAM, _loss, _Network

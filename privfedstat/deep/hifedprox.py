@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .._linalg import clip_rows
-from ..estimators.hifedprox import HiFedProx
+from ..algorithms.hifedprox import HiFedProx
 from ..federation.clients import Reply
 from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
 from ..kernels.glm_nb import CLIP_SAFETY

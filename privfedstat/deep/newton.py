@@ -29,12 +29,12 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from .._validation import check_positive_int
-from ..estimators.fedavg import run_fedavg
-from ..estimators.stages import resolve_weights
+from ..algorithms.fedavg import run_fedavg
 from ..federation.clients import Reply
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate, effective_weights
 from ..federation.session import Session
+from ..fitting.stages import resolve_weights
 from ..privacy.calibration import head_newton_sensitivity, stage_budget
 from .clients import TorchClients
 from .estimators import _COMMON, _TAIL, DeepFedAvg, _loss

@@ -16,7 +16,7 @@ import math
 
 from torch import nn
 
-from ..estimators.fednormec import ClippedFedAvg, FedAlphaNormEC
+from ..algorithms.fednormec import ClippedFedAvg, FedAlphaNormEC
 from .estimators import PROGRESS_PARAM, _Network
 
 __all__ = ["DeepFedAlphaNormEC", "DeepClippedFedAvg"]

@@ -43,8 +43,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..algorithms.fednormec import ClippedFedAvg, FedAlphaNormEC
 from ..data import FederatedData
-from ..estimators.fednormec import ClippedFedAvg, FedAlphaNormEC
 from ..exceptions import ConvergenceWarning
 from ..families import get_family
 from ..simulations.study import Study, Table, param

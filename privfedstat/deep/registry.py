@@ -1,6 +1,6 @@
 """The network estimators, listed once: name, class and small settings for the contract suite.
 
-The counterpart of :mod:`privfedstat.estimators.registry` for :mod:`privfedstat.deep` (kept apart so
+The counterpart of :mod:`privfedstat.algorithms.registry` for :mod:`privfedstat.deep` (kept apart so
 that the GLM registry never imports torch). ``tests/deep/test_network_contract.py`` walks
 :func:`network_methods`: a network estimator joins that suite by being listed here.
 """

@@ -1,6 +1,6 @@
 """Server-side helpers every algorithm shares: the one aggregation function and participation sampling.
 
-An algorithm's server loop (in :mod:`privfedstat.estimators`) sends requests to the clients
+An algorithm's server loop (in :mod:`privfedstat.algorithms`) sends requests to the clients
 (:mod:`~privfedstat.federation.clients`), takes their replies through the
 :class:`~privfedstat.federation.channel.Channel` and combines them with :func:`aggregate`; each
 round it may ask only a sample of the clients (:class:`Participation`), drawn from the server's own

@@ -106,7 +106,7 @@ def make_estimator(fit: dict):
     (``"scaling": "private"``, 10% of mu, the intercept in column 0 as the nodes put it; ``null``:
     the columns as they are).
     """
-    from ..estimators.registry import get_method
+    from ..algorithms.registry import get_method
 
     params = {key: _value(value) for key, value in fit.get("params", {}).items()}
     name = str(fit["estimator"])

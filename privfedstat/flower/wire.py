@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from ..estimators.scaling import Scaler
 from ..federation.power_prox import Armijo, PowerProx
+from ..fitting.scaling import Scaler
 from ..penalty import ElasticNet
 from ..privacy.ledger import Release
 

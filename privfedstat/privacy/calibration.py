@@ -176,7 +176,7 @@ def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO)
 
 
 def client_update_calibration(update_clip: float, n_clients: int, n_rounds: int, mu: float) -> tuple[np.ndarray, float]:
-    """Sensitivity and budget of each message of client-level DP-FedAvg (:class:`~privfedstat.estimators.dpfedavg.DPFedAvg`).
+    """Sensitivity and budget of each message of client-level DP-FedAvg (:class:`~privfedstat.algorithms.dpfedavg.DPFedAvg`).
 
     A client's model update clipped to L2 norm S lies in the ball of radius S whatever its data,
     so replacing the client's whole dataset moves it by at most ``2 S`` (the unit is the client);

@@ -34,9 +34,9 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
+from ..algorithms.registry import get_method
 from ..data.federated import FederatedData
-from ..estimators.base import FederatedEstimator
-from ..estimators.registry import get_method
+from ..fitting.base import FederatedEstimator
 from .allocations import Equal
 from .dgp import GLMDesign
 from .runner import Fit, Measure, MonteCarloConfig, Scenario

@@ -41,8 +41,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
+from ..algorithms.fednmap import FedCanon, FedNMap, ZhangComposite
 from ..data.federated import FederatedData
-from ..estimators.fednmap import FedCanon, FedNMap, ZhangComposite
 from .composite_metrics import stationarity
 from .study import Study, Table, param
 

@@ -30,14 +30,14 @@ import numpy as np
 import pandas as pd
 
 from .._linalg import MAX_HESSIAN_GB
+from ..algorithms import LocalFit, PooledMLE, Scaffold
+from ..algorithms.registry import get_method, method_of
 from ..data import load_digits, load_mnist
 from ..data.federated import FederatedData
-from ..estimators import LocalFit, PooledMLE, Scaffold
-from ..estimators.registry import get_method, method_of
-from ..estimators.scoring import auc
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families import get_family
 from ..privacy.clipping import AutoClip
+from ..results.scoring import auc
 from .study import Study, Table, param
 
 __all__ = ["client_split", "realdata_study", "plot_realdata", "REALDATA_METHODS", "RealDataConfig", "STUDY"]

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..algorithms import registry
 from ..data.federated import FederatedData
-from ..estimators import registry
-from ..estimators.base import FederatedEstimator
+from ..fitting.base import FederatedEstimator
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign
@@ -90,7 +90,7 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
     """The estimator ``method`` with the paper's simulation settings (Section 4.1).
 
     ``method`` is a registered method (key or display name, see
-    :func:`~privfedstat.estimators.get_method`) with simulation settings: its
+    :func:`~privfedstat.algorithms.get_method`) with simulation settings: its
     ``MethodSpec.paper_params(K)`` with ``K = scenario.n_iter``. For the paper's four: FedSGD
     K=50; FedHybrid K1=30, K2=20; FedAvg K=50, R=2; FedNewton K=50, R=1; eta=0.5. When
     ``scenario.n_iter`` (K) is set: FedSGD ``n_iter=K``; FedHybrid ``K1 = round(0.6 K)``,

@@ -3,7 +3,7 @@ bound, the MSE predictor and the fitted rate slope.
 
 It turns tidy result tables (:class:`~privfedstat.simulations.MonteCarlo`) into tidy tables and
 figures: each method's bound and simulation settings come from the registry
-(:mod:`privfedstat.estimators.registry`), its estimator from :func:`make_estimator`, the
+(:mod:`privfedstat.algorithms.registry`), its estimator from :func:`make_estimator`, the
 predictions from :func:`privfedstat.predict_mse`.
 """
 
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..estimators.prediction import predict_mse
-from ..estimators.registry import get_method
+from ..algorithms.registry import get_method
+from ..planning.prediction import predict_mse
 from ..privacy.clipping import AutoClip
 from ..theory import Problem, hessian_norm_quantile, lower_bound, problem_constants
 from .allocations import Equal
@@ -85,7 +85,7 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     allocations (uniform, lognormal) this is an approximation. With ``clip="auto"`` (read from the
     ``scenario`` key) the predictor uses the median B of the cell's replicates and mu reduced by
     the clip budget. Bounds use the cell's K (FedSGD's K, FedHybrid's K2, FedAvg's R and K): each
-    method's ``MethodSpec.bound`` at its ``paper_params`` (:mod:`privfedstat.estimators.registry`).
+    method's ``MethodSpec.bound`` at its ``paper_params`` (:mod:`privfedstat.algorithms.registry`).
 
     References
     ----------

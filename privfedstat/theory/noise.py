@@ -71,7 +71,7 @@ RELEASE_PAIRS = 256
 
 def server_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, step_size: float,
                  weights: np.ndarray) -> Stage:
-    """The stage of :func:`~privfedstat.estimators._steps.server_gradient_descent` with these arguments.
+    """The stage of :func:`~privfedstat.fitting.steps.server_gradient_descent` with these arguments.
 
     Each of the ``n_steps`` steps moves the server's parameter by ``-eta sum_i w_i (g_i + sigma_i z_i)``
     with ``sigma_i`` from :func:`~privfedstat.privacy.calibration.gradient_calibration`: isotropic noise
@@ -84,7 +84,7 @@ def server_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, ste
 
 def local_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, step_size: float,
                 weights: np.ndarray) -> Stage:
-    """The stage of :func:`~privfedstat.estimators._steps.local_gradient_descent` averaged with ``weights``.
+    """The stage of :func:`~privfedstat.fitting.steps.local_gradient_descent` averaged with ``weights``.
 
     Every client adds noise of sd ``s_i`` (:func:`~privfedstat.privacy.calibration.local_step_calibration`)
     to its parameter after each of the ``n_steps`` steps; the server averages the clients' iterates
@@ -151,7 +151,7 @@ def fedsgd_noise(*, clip: float, sizes: np.ndarray, mu: float, n_iter: int, step
 
 def fedavg_noise(*, clip: float, sizes: np.ndarray, mu: float, n_rounds: int, n_local_steps: int, step_size: float,
                  weights: np.ndarray) -> GradientNoise:
-    """FedAvg (Algorithm 3, :func:`~privfedstat.estimators.fedavg.run_fedavg`): ``n_rounds`` rounds of
+    """FedAvg (Algorithm 3, :func:`~privfedstat.algorithms.fedavg.run_fedavg`): ``n_rounds`` rounds of
     ``n_local_steps`` local steps, each round with budget ``mu / sqrt(n_rounds)``."""
     mu_round = stage_budget(mu, n_rounds)
     stage = local_stage(clip=clip, sizes=sizes, mu=mu_round, n_steps=n_local_steps, step_size=step_size,

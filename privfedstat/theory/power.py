@@ -5,7 +5,7 @@ A fit's interval for coefficient j is ``theta_j +- z_{1 - alpha/2} SE_j`` and it
 around ``delta`` (the value the fit estimates) with sd SE, the two-sided test rejects with
 probability ``Phi(delta / SE - z) + Phi(-delta / SE - z)``: statsmodels'
 ``NormalIndPower().power(effect_size=delta / SE, nobs1=1, alpha=alpha, ratio=0)``. Which SE to
-put in is the business of the caller (:func:`privfedstat.estimators.power.plan_study` predicts the
+put in is the business of the caller (:func:`privfedstat.planning.power.plan_study` predicts the
 sampling and privacy parts of a private fit's).
 """
 

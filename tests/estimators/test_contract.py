@@ -1,6 +1,6 @@
 """The estimator contract, checked for every registered estimator (scikit-learn's check_estimator in spirit).
 
-Every test is parametrized over ``privfedstat.estimators.registry.methods()`` with each spec's
+Every test is parametrized over ``privfedstat.algorithms.registry.methods()`` with each spec's
 ``test_params``: a new estimator joins the suite by being registered. The only per-estimator facts
 used are the registry's (``private``, ``test_params``, ``fixed_clip_params``, ``per_client``) and
 the parameter names an estimator accepts; the noise-free covariance reference also knows FedNewton's
@@ -28,7 +28,7 @@ from conftest import simulate
 from scipy import stats
 
 from privfedstat import AutoClip, FederatedData, NoInferenceError, NotFittedError
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 from privfedstat.families import get_family
 from privfedstat.federation.channel import Communication
 from privfedstat.privacy.ledger import PrivacyLedger

@@ -9,8 +9,8 @@ import statsmodels.api as sm
 from conftest import simulate
 
 from privfedstat import AutoClip, FedAvg, FedHybrid, FedSGD, Scaffold, get_family
-from privfedstat.estimators._steps import MAX_ITER_NONPRIVATE, resolve_count
 from privfedstat.families.curvature import auto_step_size
+from privfedstat.fitting.steps import MAX_ITER_NONPRIVATE, resolve_count
 
 INF = float("inf")
 

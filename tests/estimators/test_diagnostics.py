@@ -8,8 +8,8 @@ import pytest
 from conftest import simulate
 
 from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FedNewton, FedSGD, PrivacyNoiseWarning
-from privfedstat.estimators.diagnostics import hessian_condition, noise_dominated, undersized_clients
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
+from privfedstat.fitting.diagnostics import hessian_condition, noise_dominated, undersized_clients
 
 INF = float("inf")
 
@@ -110,7 +110,7 @@ def test_privacy_share_warning_reads_the_inference_split():
     own noise model), and says nothing where none does."""
     import dataclasses
 
-    from privfedstat.estimators.diagnostics import warn_privacy_share
+    from privfedstat.fitting.diagnostics import warn_privacy_share
 
     data = simulate("logistic", [400] * 5, [0.3, -0.8, 0.5], seed=2)
     fit = FedSGD(mu=8.0, random_state=0).fit(data)

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import expit
 
 from privfedstat import ClientFailureError, FederatedData
-from privfedstat.estimators.dpfedavg import DPFedAvg
+from privfedstat.algorithms.dpfedavg import DPFedAvg
 from privfedstat.federation import FailingData
 from privfedstat.federation.session import Session
 from privfedstat.privacy.accounting import heterogeneous_epsilon, subsampled_gaussian_epsilon

@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 
 from privfedstat import FederatedData, FedIRLS, glm
 from privfedstat._linalg import sym_to_vec, vec_to_sym
-from privfedstat.estimators import fedirls
+from privfedstat.algorithms import fedirls
 from privfedstat.families import get_family
 from privfedstat.federation import make_oracle, privatize
 from privfedstat.privacy import ClientNoise
@@ -318,7 +318,7 @@ def test_overdispersed_counts_settle_after_the_locate_rounds():
     import warnings
 
     from privfedstat import ConvergenceWarning
-    from privfedstat.estimators.stages import bound_search
+    from privfedstat.fitting.stages import bound_search
 
     assert bound_search(FedIRLS(family="poisson")).start_quantile("hessian") == 0.999
     assert bound_search(FedIRLS(family="logistic")).start_quantile("hessian") == 0.9

@@ -18,7 +18,7 @@ from privfedstat import (
     NotFittedError,
     Scaffold,
 )
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 
@@ -178,7 +178,7 @@ def test_auto_clip_config_validated():
 
 
 def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logistic_data):
-    import privfedstat.estimators.fednewton as fn
+    import privfedstat.algorithms.fednewton as fn
 
     monkeypatch.setattr(fn, "MAX_HESSIAN_GB", 1e-9)
     with pytest.raises(ValueError, match="Hessian on every client"):
@@ -203,7 +203,7 @@ def test_a_duplicated_constant_column_warns_that_the_design_is_collinear(method)
     """Two intercept columns: the released Hessian is singular up to its noise, which the fit must say rather than
     report finite standard errors silently."""
     from privfedstat import FederatedData, IllConditionedWarning
-    from privfedstat.estimators.registry import get_method
+    from privfedstat.algorithms.registry import get_method
 
     rng = np.random.default_rng(0)
     N = 4000

@@ -14,8 +14,8 @@ import pytest
 import statsmodels.api as sm
 
 from privfedstat import FederatedData, glm
-from privfedstat.estimators import FedSGD, LocalFit, PooledMLE
-from privfedstat.estimators.registry import REGISTRY
+from privfedstat.algorithms import FedSGD, LocalFit, PooledMLE
+from privfedstat.algorithms.registry import REGISTRY
 
 INF = math.inf
 SM_FAMILY = {"poisson": sm.families.Poisson(), "gaussian": sm.families.Gaussian()}

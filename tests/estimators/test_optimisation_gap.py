@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from privfedstat import ConvergenceWarning, FedAvg, FederatedData, FedIRLS, FedSGD
-from privfedstat.estimators.diagnostics import error_transport, optimisation_gap
+from privfedstat.fitting.diagnostics import error_transport, optimisation_gap
 
 
 def _data(seed=0, n_clients=10, n=400):

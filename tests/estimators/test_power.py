@@ -10,9 +10,9 @@ from statsmodels.stats.power import NormalIndPower
 
 import privfedstat as pfs
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize
-from privfedstat.estimators import fedirls
-from privfedstat.estimators.power import NO_SPEND, Unplannable
+from privfedstat.algorithms import fedirls
 from privfedstat.federation.protocol import Setup
+from privfedstat.planning.power import NO_SPEND, Unplannable
 from privfedstat.theory import wald_half_width, wald_power
 
 NAMES = ["Intercept", "x1", "x2"]

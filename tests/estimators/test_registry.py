@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from privfedstat import FedSGD, predict_mse
+from privfedstat.algorithms.registry import MethodSpec, get_method, method_of, methods, register, unregister
 from privfedstat.cli import main
-from privfedstat.estimators.registry import MethodSpec, get_method, method_of, methods, register, unregister
 from privfedstat.formula import glm
 from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, compare_to_theory, make_estimator
 from privfedstat.theory import Problem

@@ -17,11 +17,11 @@ from _scaling import private_scaler
 from scipy.optimize import minimize
 
 from privfedstat import plan_study
+from privfedstat.algorithms import FedIRLS, PooledMLE
 from privfedstat.data.federated import FederatedData
-from privfedstat.estimators import FedIRLS, PooledMLE
-from privfedstat.estimators.scaling import PrivateStandardize, Scaler
 from privfedstat.exceptions import ConvergenceWarning
 from privfedstat.families import get_family
+from privfedstat.fitting.scaling import PrivateStandardize, Scaler
 
 RATIO = 10 ** (30 / 255)  # spacing of the public scale grid
 
@@ -133,7 +133,7 @@ def test_a_plan_does_not_depend_on_the_level_of_the_response():
 def test_public_response_bounds_locate_the_response_for_free():
     """``FeatureBounds(response=(lo, hi))``: centre the midpoint, scale the half-range, no budget; the fit at mu = inf
     is least squares; a family whose response cannot be rescaled refuses them."""
-    from privfedstat.estimators.scaling import FeatureBounds
+    from privfedstat.fitting.scaling import FeatureBounds
 
     data = _far_response(n=2000, n_clients=5)
     bounds = FeatureBounds((1.0, -4.0, 0.0), (1.0, 4.0, 1.0), intercept=0, response=(400.0, 800.0))

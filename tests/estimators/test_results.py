@@ -11,7 +11,7 @@ from conftest import simulate
 from test_contract import dataset
 
 from privfedstat import FedIRLS, FedSGD, PooledMLE, get_family
-from privfedstat.estimators.summary import Summary
+from privfedstat.results.summary import Summary
 
 matplotlib.use("Agg")
 INF = float("inf")

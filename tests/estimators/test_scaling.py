@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from _scaling import private_scaler
 
+from privfedstat.algorithms import FedIRLS, FedSGD, PooledMLE
 from privfedstat.data.federated import FederatedData
-from privfedstat.estimators import FedIRLS, FedSGD, PooledMLE
-from privfedstat.estimators.scaling import PrivateStandardize
 from privfedstat.exceptions import PrivacyNoiseWarning
 from privfedstat.families import get_family
+from privfedstat.fitting.scaling import PrivateStandardize
 
 
 def _noisy_release(rng):

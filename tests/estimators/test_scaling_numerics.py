@@ -6,7 +6,7 @@ import numpy as np
 from _scaling import private_scaler
 
 from privfedstat.data.federated import FederatedData
-from privfedstat.estimators.scaling import MAX_SCALED, FeatureBounds, PrivateStandardize, Scaler
+from privfedstat.fitting.scaling import MAX_SCALED, FeatureBounds, PrivateStandardize, Scaler
 
 DMAX = float(np.finfo(np.float64).max)
 

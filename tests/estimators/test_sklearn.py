@@ -13,7 +13,7 @@ from conftest import simulate
 from test_contract import SPECS, assert_same_fit, dataset, ids, make
 
 from privfedstat import FederatedData, FedIRLS, FedSGD, NoInterceptWarning, NotFittedError, SingleClientWarning, clone
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 
 sklearn = pytest.importorskip("sklearn", minversion="1.6")  # the tags protocol (__sklearn_tags__) is 1.6+
 from sklearn import base as skbase  # noqa: E402

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from privfedstat import FedIRLS, FedNewton, NoInterceptWarning, SingleClientWarning
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 
 sklearn = pytest.importorskip("sklearn", minversion="1.6")
 from sklearn.utils import get_tags  # noqa: E402

@@ -17,11 +17,11 @@ import pytest
 from _seam import ServerView
 
 from privfedstat import ClientFailureError, FedAvg, FederatedData, FedSGD, get_family
-from privfedstat.estimators import base
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 from privfedstat.federation import FailingData, InProcessClients, Participation
 from privfedstat.federation.clients import PUBLIC, VERBS
 from privfedstat.federation.oracle import GLMOracle, MultinomialOracle
+from privfedstat.fitting import base
 from privfedstat.privacy import ClientNoise
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

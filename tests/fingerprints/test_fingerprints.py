@@ -47,7 +47,7 @@ import numpy as np
 import pytest
 
 from privfedstat import FederatedData, get_family
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 
 FILE = Path(__file__).with_name("fingerprints.json")
 #: largest move of a recorded vector, relative to its largest entry (see the module docstring)

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from privfedstat.estimators.registry import get_method
+from privfedstat.algorithms.registry import get_method
 from privfedstat.federation import FailingData
 from privfedstat.flower.app import make_estimator
 from privfedstat.flower.client import demo_dataset

@@ -18,10 +18,10 @@ from _fakegrid import FakeGrid, npy_bytes
 from conftest import simulate
 
 from privfedstat import ClientFailureError, FedIRLS, FedSGD
+from privfedstat.algorithms.registry import methods
 from privfedstat.data.federated import FederatedData
-from privfedstat.estimators.registry import methods
-from privfedstat.estimators.scaling import Scaler
 from privfedstat.federation.power_prox import Armijo, PowerProx
+from privfedstat.fitting.scaling import Scaler
 from privfedstat.flower.client import ClientNode, demo_dataset, load_node, load_partition
 from privfedstat.flower.proxy import fit_on_grid
 from privfedstat.flower.wire import (

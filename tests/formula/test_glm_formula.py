@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from privfedstat import FederatedData, FedSGD, PrivacyLeakWarning
-from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
+from privfedstat.fitting.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.formula import glm
 
 

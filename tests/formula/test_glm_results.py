@@ -8,7 +8,7 @@ import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
 from privfedstat import FedSGD
-from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
+from privfedstat.fitting.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.formula import glm
 
 INF = float("inf")

@@ -10,13 +10,13 @@ import statsmodels.api as sm
 
 from privfedstat import FederatedData, FedIRLS, FedSGD, PrivateStandardize
 from privfedstat._linalg import sym_to_vec
-from privfedstat.estimators import registry
-from privfedstat.estimators.stages import _fixed_bound
+from privfedstat.algorithms import registry
 from privfedstat.exceptions import DivergenceError
 from privfedstat.families import get_family
 from privfedstat.federation import InProcessClients, make_oracle
 from privfedstat.federation.protocol import Setup
 from privfedstat.federation.session import Session
+from privfedstat.fitting.stages import _fixed_bound
 from privfedstat.inference import bootstrap
 from privfedstat.inference.bootstrap import _gaussian_design, release_simulation_model, run_bootstrap, simulate_response
 from privfedstat.inference.config import Inference

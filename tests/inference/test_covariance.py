@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from privfedstat._linalg import sym_to_vec, vec_to_sym
-from privfedstat.estimators.scaling import Scaler
+from privfedstat.fitting.scaling import Scaler
 from privfedstat.inference.covariance import (
     original_scale_map,
     original_scale_origin,

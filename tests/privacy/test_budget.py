@@ -22,7 +22,7 @@ from privfedstat import (
     PrivacyBudget,
     PrivacyLeakWarning,
 )
-from privfedstat.estimators.registry import methods
+from privfedstat.algorithms.registry import methods
 from privfedstat.federation import FailingData
 from privfedstat.federation.channel import Channel
 from privfedstat.privacy import mechanisms

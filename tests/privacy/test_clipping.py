@@ -190,8 +190,8 @@ class TestPilot:
     def test_bound_is_the_quantile_at_the_pilot_estimate(self):
         # independent numpy reference with exact counts (mu = inf): B0 at theta = 0, k clipped FedSGD
         # steps from 0 with B0 and the 'auto' step, then the pilot_quantile of the norms at the pilot
+        from privfedstat.algorithms import FedSGD
         from privfedstat.data.federated import FederatedData
-        from privfedstat.estimators import FedSGD
         from privfedstat.families import get_family
         from privfedstat.families.curvature import auto_step_size
 
@@ -221,8 +221,8 @@ class TestPilot:
         assert est.clip_ == expected
 
     def test_budget_is_exactly_mu(self):
+        from privfedstat.algorithms import FedAvg
         from privfedstat.data.federated import FederatedData
-        from privfedstat.estimators import FedAvg
 
         rng = np.random.default_rng(6)
         X = np.column_stack([np.ones(600), rng.standard_normal((600, 2))])

@@ -52,9 +52,9 @@ from _replay import log_likelihood_ratios, one_numba_thread, realized_mu, record
 from scipy.stats import norm
 
 from privfedstat import FederatedData
-from privfedstat.estimators.registry import get_method, methods
-from privfedstat.estimators.scaling import PrivateStandardize
+from privfedstat.algorithms.registry import get_method, methods
 from privfedstat.federation import clients
+from privfedstat.fitting.scaling import PrivateStandardize
 from privfedstat.privacy.clipping import AutoClip
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are

@@ -181,7 +181,7 @@ def test_secure_noise_is_not_reproducible_and_clients_differ():
 
 # ---------------------------------------------------------------------- secure_mode on the estimators
 def _private_specs():
-    from privfedstat.estimators.registry import methods
+    from privfedstat.algorithms.registry import methods
 
     return methods(private=True)
 

@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 from privfedstat import FederatedData
 from privfedstat._linalg import sym_to_vec
-from privfedstat.estimators.registry import methods
-from privfedstat.estimators.scaling import FeatureBounds, PrivateStandardize
+from privfedstat.algorithms.registry import methods
 from privfedstat.families import get_family
 from privfedstat.federation import clients
 from privfedstat.federation.oracle import make_oracle
+from privfedstat.fitting.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.mechanisms import ClientNoise
 

@@ -22,8 +22,8 @@ from dp_accounting.pld import PLDAccountant
 from scipy import integrate, signal
 from scipy.stats import norm
 
-from privfedstat.estimators.dpfedavg import DPFedAvg
-from privfedstat.estimators.fednormec import FedAlphaNormEC
+from privfedstat.algorithms.dpfedavg import DPFedAvg
+from privfedstat.algorithms.fednormec import FedAlphaNormEC
 from privfedstat.privacy.accounting import subsampled_gaussian_delta, subsampled_gaussian_epsilon
 from privfedstat.privacy.gdp import epsilon_from_mu
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from privfedstat import FedAvg, FederatedData, FedHybrid, FedNewton, FedSGD
-from privfedstat.estimators._steps import gradient_noise_sd
-from privfedstat.estimators.stages import resolve_weights
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import GLMOracle
 from privfedstat.federation.session import Session
+from privfedstat.fitting.stages import resolve_weights
+from privfedstat.fitting.steps import gradient_noise_sd
 from privfedstat.theory import communication_table, optimal_weights, recommended_iterations
 
 

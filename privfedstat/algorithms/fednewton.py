@@ -15,6 +15,9 @@ from ..families.base import Family
 from ..families.curvature import resolve_hessian_floor
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import (
     aggregate_sd,
     calibrated_sigma,
@@ -25,10 +28,7 @@ from ..privacy.calibration import (
 )
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
-from ._steps import resolve_step_size
-from .base import FederatedEstimator
 from .fedavg import run_fedavg
-from .stages import resolve_weights
 
 __all__ = ["FedNewton"]
 
@@ -104,7 +104,7 @@ class FedNewton(FederatedEstimator):
         Server averaging weights (w_i = n_i / N in Algorithm 4).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+        :mod:`privfedstat.fitting.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls the sample splitting and all noise.
     secure_mode : bool, default False

@@ -7,12 +7,12 @@ import numpy as np
 from .._validation import check_positive_int
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
 from ..privacy.calibration import aggregate_sd
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedsgd_noise
-from ._steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
 
@@ -37,7 +37,7 @@ class FedSGD(FederatedEstimator):
         Number of server iterations (K); also the number of communication rounds. "auto": the
         paper's K = 50 with finite mu (every round's noise is calibrated to K, fixed in
         advance); with mu = inf, iterate until the step is negligible (``converged_``), at most
-        :data:`~privfedstat.estimators._steps.MAX_ITER_NONPRIVATE`.
+        :data:`~privfedstat.fitting.steps.MAX_ITER_NONPRIVATE`.
     step_size : float or "auto", default "auto"
         Server learning rate (eta). "auto": ``1 / L`` from a public bound L on the Hessian's
         largest eigenvalue (the family's maximum curvature times the number of columns, for
@@ -55,7 +55,7 @@ class FedSGD(FederatedEstimator):
         Initial value (theta^(0)); zeros by default, as in the paper's simulations.
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+        :mod:`privfedstat.fitting.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
     secure_mode : bool, default False

@@ -14,8 +14,8 @@ from ..federation.power_prox import Armijo, PowerProx
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
-from .base import FederatedEstimator
 
 __all__ = ["HiFedProx"]
 

@@ -19,14 +19,14 @@ from .._validation import check_iterate, check_positive_float, check_positive_in
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.scaling import FeatureBounds, PrivateStandardize
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import resolve_count, resolve_step_size, settled
 from ..penalty import ElasticNet
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 from ..privacy.clipping import AutoClip
-from ._steps import resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator
 from .scaffold import Scaffold
-from .scaling import FeatureBounds, PrivateStandardize
-from .stages import resolve_weights
 
 __all__ = ["FedNMap", "ZhangComposite", "FedCanon", "DEFAULT_ROUNDS", "MAX_ROUNDS"]
 
@@ -63,7 +63,7 @@ _PRIVATE_COMMON_DOC = """
         paper's 1/n gives the unweighted average of the client losses).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); the penalty acts on the fitting scale.
+        :mod:`privfedstat.fitting.scaling`); the penalty acts on the fitting scale.
     random_state : int, Generator, SeedSequence or None
     secure_mode : bool, default False
         See :class:`~privfedstat.FederatedEstimator`.

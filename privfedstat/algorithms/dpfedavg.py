@@ -7,10 +7,10 @@ import math
 from .._validation import check_iterate, check_positive_float, check_positive_int
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
-from ._steps import resolve_step_size
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["DPFedAvg"]
 
@@ -58,7 +58,7 @@ class DPFedAvg(FederatedEstimator):
         S, the bound on the L2 norm of each client's model update (public; with columns on the
         unit scale an update of K steps of size 1/L is of order ``K / L`` times the gradient).
     participation : None, float, int or Participation, default None
-        Which clients each round asks (see :class:`~privfedstat.estimators.fedsgd.FedSGD`); a rate
+        Which clients each round asks (see :class:`~privfedstat.algorithms.fedsgd.FedSGD`); a rate
         q in (0, 1) is Poisson sampling, which the third party's epsilon accounts for.
     weights : "size" or array of shape (n_clients,), default "size"
         Server aggregation weights (w_i).

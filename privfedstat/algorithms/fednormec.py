@@ -20,10 +20,10 @@ from .._validation import check_iterate, check_positive_float, check_positive_in
 from ..federation.protocol import Run, Setup
 from ..federation.server import effective_weights, resolve_participation
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import calibrated_sigma, client_update_calibration, normec_noise_multiplier
-from ._steps import resolve_step_size
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["FedAlphaNormEC", "ClippedFedAvg", "DEFAULT_DELTA"]
 

@@ -1,7 +1,7 @@
 """Damped Newton-Raphson for linear-predictor losses on raw (pooled or one client's) data.
 
-Used by the non-private baselines :class:`~privfedstat.estimators.PooledMLE` and
-:class:`~privfedstat.estimators.LocalFit`.
+Used by the non-private baselines :class:`~privfedstat.algorithms.PooledMLE` and
+:class:`~privfedstat.algorithms.LocalFit`.
 """
 
 from __future__ import annotations

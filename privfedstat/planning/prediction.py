@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..algorithms.registry import method_of, methods
 from ..inference.config import resolve_inference
 from ..theory.predictor import MSEPrediction, Problem, predict_mse_from_params
-from .registry import method_of, methods
 
 __all__ = ["predict_mse"]
 
@@ -13,7 +13,7 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
                 n_mc: int = 2**15, random_state=0) -> MSEPrediction:
     """Predict E||theta_hat - theta_0||^2 of an (unfitted) private federated estimator.
 
-    The estimator's registered method (:func:`~privfedstat.estimators.registry.method_of`) gives the
+    The estimator's registered method (:func:`~privfedstat.algorithms.registry.method_of`) gives the
     recursion (``MethodSpec.predictor``), the name and the ``"auto"`` iteration counts; its
     ``get_params()`` give the settings and its ``inference`` the share of mu that ``fit`` spends on
     inference (``Inference().budget`` for the default "auto", none for ``inference=None``), taken

@@ -1,6 +1,6 @@
 """The stages of a fit around its protocol, as functions of the estimator's parameters, the session and the plan.
 
-:meth:`~privfedstat.estimators.base.FederatedEstimator.fit` runs them in order: :func:`plan_budget`
+:meth:`~privfedstat.fitting.base.FederatedEstimator.fit` runs them in order: :func:`plan_budget`
 turns the parameters (``scaling``, ``clip``, ``inference``) into the
 :class:`~privfedstat.privacy.plan.BudgetPlan` before anything is released; :func:`fit_scaler`
 rescales the clients' columns (``plan.scaling``); :func:`choose_bounds` fixes the clipping bounds
@@ -25,8 +25,8 @@ from ..federation.queries import column_count, search_bounds
 from ..federation.session import Session
 from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip
 from ..privacy.plan import BudgetPlan
-from ._steps import resolve_step_size, server_gradient_descent
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
+from .steps import resolve_step_size, server_gradient_descent
 
 __all__ = ["plan_budget", "fit_scaler", "make_scaler", "choose_bounds", "bound_search", "resolve_weights", "weights_for",
            "scaling_config", "pending_bounds", "autoclip_bounds"]
@@ -211,7 +211,7 @@ def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search
     FedSGD rounds from theta^(0) with the gradient bound found and
     ``step_size="auto"``) moves to a working point, where ``search`` looks for the
     ``pilot_quantile``. A fit searches its clients (:func:`choose_bounds`); a plan searches a
-    public design (:mod:`privfedstat.estimators.power`).
+    public design (:mod:`privfedstat.planning.power`).
     """
     mu_stage = mu_clip / math.sqrt(config.n_stages)
     bounds = dict(search(theta0, config.start_quantile, mu_stage))

@@ -17,14 +17,14 @@ from .._validation import check_positive_float, check_positive_int
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
 from ..federation.oracle import make_oracle
+from ..fitting.base import FederatedEstimator
 from ..inference.config import resolve_inference
 from ..inference.core import exact_result, floored, resolve_cov_type
 from ..inference.covariance import original_scale_map, sampling_covariance
 from ..privacy.budget import PrivacyBudget, reserve
 from ..privacy.ledger import PrivacyLedger, Release
-from .base import FederatedEstimator
+from ..results.summary import Summary
 from .newton_solver import n_outputs, newton_fit, separated
-from .summary import Summary
 
 __all__ = ["PooledMLE", "LocalFit"]
 

@@ -26,7 +26,7 @@ from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
-from ._steps import settled
+from .steps import settled
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "stationarity_gap",
            "hessian_condition", "CONDITION_LIMIT"]

@@ -10,12 +10,12 @@ from .._validation import check_iterate, check_positive_float, check_positive_in
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, gradient_calibration
 from ..privacy.clipping import AutoClip
 from ..theory.noise import ScaffoldNoise
-from ._steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["Scaffold"]
 
@@ -73,7 +73,7 @@ class Scaffold(FederatedEstimator):
     n_rounds : int or "auto", default "auto"
         Communication rounds (R). "auto": 10 with finite mu (see ``n_local_steps``); with mu = inf
         until the model stops moving (``converged_``), at most
-        :data:`~privfedstat.estimators._steps.MAX_ROUNDS_NONPRIVATE`.
+        :data:`~privfedstat.fitting.steps.MAX_ROUNDS_NONPRIVATE`.
     n_local_steps : int, default 10
         Local full-batch steps per round (K). The defaults R = K = 10 give R K = 100 gradient
         evaluations per client, as FedAvg's defaults (R = 2, K = 50): equal compute and, since
@@ -95,7 +95,7 @@ class Scaffold(FederatedEstimator):
         Server weights w_i for the model and the control variate (``n_i / N``).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+        :mod:`privfedstat.fitting.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
         Controls all noise.
     secure_mode : bool, default False

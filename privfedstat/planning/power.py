@@ -11,12 +11,12 @@ sites or the rows per site for a target half-width or power); :meth:`StudyPlan.c
 How the prediction follows the fit, stage by stage (each through the function the fit itself
 runs, fed with the design instead of the clients):
 
-1. the budget plan (:func:`~privfedstat.estimators.stages.plan_budget`, with the inference task
+1. the budget plan (:func:`~privfedstat.fitting.stages.plan_budget`, with the inference task
    of :func:`~privfedstat.inference.core.plan_inference`);
-2. the private scaling (:func:`~privfedstat.estimators.stages.make_scaler`): its noisy bisections
+2. the private scaling (:func:`~privfedstat.fitting.stages.make_scaler`): its noisy bisections
    run on the design's exact counts (``N`` times the share of design rows), so the centres and
    scales are those a fit gets without count noise (the decisions still lean by the fit's margins);
-3. the clipping bounds (:func:`~privfedstat.estimators.stages.autoclip_bounds`): the same
+3. the clipping bounds (:func:`~privfedstat.fitting.stages.autoclip_bounds`): the same
    searches on the design's exact counts of per-sample norms (y | x integrated exactly), the pilot
    as the noise-free population FedSGD path. The search the fit runs again at its located point
    (FedIRLS's refine bounds, at theta* of the first bounds) is taken with its count noise: its
@@ -60,20 +60,20 @@ import pandas as pd
 from scipy.stats import norm
 
 from .._validation import check_mu
+from ..algorithms.registry import get_method
 from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
 from ..federation.clients import RESPONSE
 from ..federation.protocol import Setup
+from ..fitting.scaling import PrivateStandardize
+from ..fitting.stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget, weights_for
+from ..fitting.steps import resolve_step_size
 from ..inference.config import resolve_inference
 from ..inference.core import plan_inference
 from ..inference.covariance import original_scale_map, original_scale_origin, weighted_factor
 from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile, search_level
 from ..theory._population import Population, make_spec
 from ..theory.power import wald_half_width, wald_power
-from ._steps import resolve_step_size
-from .registry import get_method
-from .scaling import PrivateStandardize
-from .stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget, weights_for
 
 __all__ = ["plan_study", "StudyPlan", "Unplannable"]
 

@@ -21,8 +21,8 @@ from ..exceptions import NotFittedError
 from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
-from ._offset import prediction_offset
-from ._sklearn import dense_array, sklearn_tags
+from ..data.offsets import prediction_offset
+from ..data.inputs import dense_array, sklearn_tags
 from .fit_statistics import FitStatistics, fit_statistics
 from .plotting import coefficient_frame, plot_coefficients
 from .summary import Summary, privacy_rows, privacy_share_row
@@ -145,7 +145,7 @@ class FittedResults:
             ``"auc"``, ``"accuracy"``, ``"deviance"`` or ``"neg_deviance"``. Default: AUC for
             logistic, accuracy for multinomial, minus the mean deviance otherwise, so that greater
             is better (as scikit-learn's model selection assumes); see
-            :func:`privfedstat.estimators.scoring.score`.
+            :func:`privfedstat.results.scoring.score`.
         offset, exposure : array-like of shape (n_samples,), optional
             The rows' offset of the linear predictor, as in :meth:`predict`.
         """
@@ -177,7 +177,7 @@ class FittedResults:
 
     def fit_statistics(self, X, y=None, *, offset=None, exposure=None) -> FitStatistics:
         """Log-likelihood, deviance, AIC, BIC and pseudo-R^2 at ``coef_`` on the rows given (statsmodels' definitions,
-        :mod:`privfedstat.estimators.fit_statistics`).
+        :mod:`privfedstat.results.fit_statistics`).
 
         Only for a non-private fit (mu = inf): the fit keeps no rows, so the caller, who holds them, passes
         them (as to :meth:`score`), and the values are exact. With finite mu these sums over the
@@ -233,7 +233,7 @@ class FittedResults:
         return self._named(self._inference().pvalues, "pvalues")
 
     def plot_coefficients(self, ax=None, reference=None, alpha: float | None = None):
-        """Coefficients with their intervals (:func:`privfedstat.estimators.plotting.plot_coefficients`).
+        """Coefficients with their intervals (:func:`privfedstat.results.plotting.plot_coefficients`).
 
         Parameters
         ----------
@@ -344,7 +344,7 @@ class FittedResults:
             release that costs budget, and a summary spends none; the fit keeps no rows either.
 
         plan : StudyPlan, optional
-            The fit's plan (:func:`~privfedstat.estimators.power.plan_study`): the header then sets
+            The fit's plan (:func:`~privfedstat.planning.power.plan_study`): the header then sets
             the privacy share of the variance the plan predicted next to the fit's own
             (:attr:`~privfedstat.InferenceResult.privacy_share`), to show whether the fit paid the
             planned price.

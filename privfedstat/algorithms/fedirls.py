@@ -20,11 +20,11 @@ from ..families import get_family
 from ..federation.protocol import Run, Setup, parameter_basis, reference_map
 from ..federation.queries import search_bounds
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import bound_search, pending_bounds, resolve_weights, weights_for
 from ..privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ..privacy.clipping import AutoClip
 from ..theory.noise import IRLSNoise
-from .base import FederatedEstimator
-from .stages import bound_search, pending_bounds, resolve_weights, weights_for
 
 __all__ = ["FedIRLS"]
 
@@ -462,7 +462,7 @@ class FedIRLS(FederatedEstimator):
         """The norms whose bounds the automatic schedule searches again between its phases, and the
         search's budget, for estimation budget ``mu`` (``RESEARCH_SHARE`` of mu^2).
 
-        Those the fit chose by a private search (:func:`~privfedstat.estimators.stages.pending_bounds`);
+        Those the fit chose by a private search (:func:`~privfedstat.fitting.stages.pending_bounds`);
         none (and budget 0) when the rounds run as one phase, with fixed bounds, or with mu = inf.
         """
         if not (self._phased() and math.isfinite(mu)):
@@ -514,7 +514,7 @@ class FedIRLS(FederatedEstimator):
         round releases; here that Hessian is ``newton_matrix`` floored at the last round's floor
         (the noise-free Newton matrix of a planned design: the mean of per-sample Hessians
         clipped at C_H, as the rounds release it). Used by
-        :func:`~privfedstat.estimators.power.plan_study`; every round is assumed to run.
+        :func:`~privfedstat.planning.power.plan_study`; every round is assumed to run.
 
         Parameters
         ----------

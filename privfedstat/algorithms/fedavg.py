@@ -9,12 +9,12 @@ import numpy as np
 from .._validation import check_positive_int
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import MAX_ROUNDS_NONPRIVATE, local_gradient_descent, resolve_count, resolve_step_size, settled
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, local_step_calibration, stage_budget
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedavg_noise
-from ._steps import MAX_ROUNDS_NONPRIVATE, local_gradient_descent, resolve_count, resolve_step_size, settled
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["FedAvg", "run_fedavg"]
 
@@ -32,7 +32,7 @@ def run_fedavg(session: Session, clients, *, clip: float, n_rounds: int, n_local
     last local step's noise averaged (``noise_sd``) and sqrt(K) times it, the K steps of a round
     (``update_noise_sd``), and the noise model (:func:`~privfedstat.theory.noise.fedavg_noise`).
     With ``stop_early`` (mu = inf only) the rounds end once the averaged model stops moving
-    (:func:`~privfedstat.estimators._steps.settled`). ``server_step_size`` (eta_s, the CNN runs
+    (:func:`~privfedstat.fitting.steps.settled`). ``server_step_size`` (eta_s, the CNN runs
     of Section 5.2; inferred): the server moves by eta_s times the change of the averaged model,
     ``theta^r = theta^(r-1) + eta_s (avg_i theta_i - theta^(r-1))``; 1 is Algorithm 3 (the noise
     model assumes 1: an estimator that offers inference keeps it).
@@ -68,7 +68,7 @@ class FedAvg(FederatedEstimator):
     n_rounds : int or "auto", default "auto"
         Communication rounds (R). "auto": the paper's R = 2 with finite mu; with mu = inf until
         the averaged model stops moving (``converged_``), at most
-        :data:`~privfedstat.estimators._steps.MAX_ROUNDS_NONPRIVATE`.
+        :data:`~privfedstat.fitting.steps.MAX_ROUNDS_NONPRIVATE`.
     n_local_steps : int, default 50
         Local iterations per round (K).
     step_size : float or "auto", default "auto"
@@ -80,13 +80,13 @@ class FedAvg(FederatedEstimator):
         Server averaging weights (w_i = n_i / N in Algorithm 3).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+        :mod:`privfedstat.fitting.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see
         :class:`~privfedstat.FederatedEstimator`.
     participation : None, float, int or Participation, default None
-        Which clients each round asks: see :class:`~privfedstat.estimators.fedsgd.FedSGD`.
+        Which clients each round asks: see :class:`~privfedstat.algorithms.fedsgd.FedSGD`.
     on_client_failure : {"raise", "skip"}, default "raise"
         What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"

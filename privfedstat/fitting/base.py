@@ -10,7 +10,7 @@ only through the session and reports what later stages need in its
 :class:`~privfedstat.federation.protocol.Run`; nothing calls back into the estimator, except the
 bootstrap's refits, which the estimator hands over as a function (:meth:`FederatedEstimator._refits`).
 What a fitted estimator reports (predictions, scores, standard errors, intervals, tests, the
-summary) is the mixin :class:`~privfedstat.estimators._results.FittedResults`.
+summary) is the mixin :class:`~privfedstat.results.fitted.FittedResults`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 from .._rng import as_seed_sequence, check_secure_mode
 from .._validation import check_mu, check_positive_float
 from ..data.federated import FederatedData
+from ..data.inputs import as_federated_data
 from ..families import Family, get_family
 from ..federation.channel import FAILURE_POLICIES
 from ..federation.clients import InProcessClients
@@ -38,8 +39,7 @@ from ..privacy.budget import FitCharge, PrivacyBudget, reserve
 from ..privacy.clipping import AutoClip
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
-from ._results import FittedResults
-from ._sklearn import as_federated_data
+from ..results.fitted import FittedResults
 from .diagnostics import diagnose, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
@@ -103,14 +103,14 @@ class FederatedEstimator(FittedResults):
     converged_ : bool or None
         Whether the last server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
         (1 + max|theta^(K)|) + 4 s``, with ``s`` the public noise standard deviation that update
-        carries (:func:`~privfedstat.estimators._steps.settled`). FedSGD / FedHybrid: the last
+        carries (:func:`~privfedstat.fitting.steps.settled`). FedSGD / FedHybrid: the last
         gradient step; FedAvg / SCAFFOLD: the last round's change of the averaged model;
         FedNewton: the Newton correction (one step from FedAvg's output: False means the
         FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
         the loop stops as soon as this holds. None where an estimator gives no noise level at
         finite mu. With finite mu and inference on, also False when the released inference
         Hessian shows that the noise-free path stopped more than 1 standard error short of the
-        optimum (:func:`~privfedstat.estimators.diagnostics.optimisation_gap`: the fixed-K
+        optimum (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`: the fixed-K
         gradient methods and SCAFFOLD). When False a
         :class:`~privfedstat.ConvergenceWarning` says what to change.
 
@@ -191,7 +191,7 @@ class FederatedEstimator(FittedResults):
             ordered by sorted label (the order of ``privacy_.client_mu``). In scikit-learn's
             cross-validation keep clients whole with a group-aware splitter
             (``GroupKFold``, ``groups=clients``) and pass ``params={"clients": clients}``; see
-            :mod:`privfedstat.estimators._sklearn` for what such tools spend.
+            :mod:`privfedstat.data.inputs` for what such tools spend.
         offset : array-like of shape (n_samples,), optional
             Offset ``o_j`` of each row's linear predictor, ``x_j^T theta + o_j``, with an array
             ``X`` (e.g. ``np.log(exposure)`` for Poisson rates); a FederatedData carries its own.

@@ -5,12 +5,12 @@ from __future__ import annotations
 from .._validation import check_positive_int
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..fitting.base import FederatedEstimator
+from ..fitting.stages import resolve_weights
+from ..fitting.steps import gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size, server_gradient_descent
 from ..privacy.calibration import aggregate_sd, stage_budget
 from ..privacy.clipping import AutoClip
 from ..theory.noise import fedhybrid_noise
-from ._steps import gradient_noise_sd, local_gradient_descent, resolve_count, resolve_step_size, server_gradient_descent
-from .base import FederatedEstimator
-from .stages import resolve_weights
 
 __all__ = ["FedHybrid"]
 
@@ -38,7 +38,7 @@ class FedHybrid(FederatedEstimator):
     n_server_iter : int or "auto", default "auto"
         Stage II server iterations (K2). "auto": the paper's 20 with finite mu; with mu = inf
         until the step is negligible (``converged_``), at most
-        :data:`~privfedstat.estimators._steps.MAX_ITER_NONPRIVATE`.
+        :data:`~privfedstat.fitting.steps.MAX_ITER_NONPRIVATE`.
     step_size : float or "auto", default "auto"
         Learning rate of both stages (eta_1 = eta_2, as in the paper's simulations, which use
         0.5). "auto": ``1 / L`` from a public curvature bound (see :class:`~privfedstat.FedSGD`).
@@ -49,7 +49,7 @@ class FedHybrid(FederatedEstimator):
         Stage II server weights (w_i); stage I always averages with n_i / N as in Algorithm 2.
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns and report coefficients on the original scale (see
-        :mod:`privfedstat.estimators.scaling`); "private" spends 10% of mu on the centres/scales.
+        :mod:`privfedstat.fitting.scaling`); "private" spends 10% of mu on the centres/scales.
     random_state : int, Generator, SeedSequence or None
     secure_mode : bool, default False
         Secure noise (OS CSPRNG, floating-point mitigation; ``random_state`` must be None): see

@@ -3,7 +3,7 @@
 ``glm(method=...)``, the contract test suite, the sensitivity fuzzer, the privacy audit, the
 simulations (:func:`~privfedstat.simulations.make_estimator`, the coverage and real-data studies),
 the theory comparison (:func:`~privfedstat.simulations.compare_to_theory`), the MSE predictor
-(:func:`~privfedstat.estimators.prediction.predict_mse`) and the command line (``privfedstat methods``) all read
+(:func:`~privfedstat.planning.prediction.predict_mse`) and the command line (``privfedstat methods``) all read
 this table; a new estimator joins them by being registered here (:func:`register`), not by adding
 a name switch elsewhere. A method is found by its key (``"fedsgd"``) or its display name
 (``"FedSGD"``), case-insensitively (:func:`get_method`), or from an estimator (:func:`method_of`).
@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ..fitting.base import FederatedEstimator
 from ..theory._method_moments import fedavg_moments, fedhybrid_moments, fednewton_moments, fedsgd_moments
 from ..theory.bounds import fedavg_bound, fedhybrid_bound, fedsgd_bound
 from ..theory.newton import fednewton_bound
-from .base import FederatedEstimator
 
 __all__ = ["MethodSpec", "TheoryBound", "register", "unregister", "get_method", "method_of", "methods", "REGISTRY"]
 
@@ -88,7 +88,7 @@ class MethodSpec:
         The matching upper bound of the core paper (:func:`~privfedstat.simulations.compare_to_theory`).
     predictor : callable or None
         ``predictor(setup) -> (moments, diagnostics, caveats)``: the linearised recursion of the
-        algorithm that :func:`~privfedstat.estimators.prediction.predict_mse` sums (see
+        algorithm that :func:`~privfedstat.planning.prediction.predict_mse` sums (see
         :mod:`privfedstat.theory._method_moments`); None: no MSE prediction.
     per_client : bool
         Whether the fit holds one model per client, so that ``predict(X, client)`` needs the client.

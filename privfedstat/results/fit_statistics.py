@@ -10,7 +10,7 @@ log-likelihood of the intercept-only model (closed form for canonical links).
 
 These are sums over every row at the estimate: exact only where the rows are at hand (a
 non-private fit, mu = inf). With finite mu they would be releases about the clients' data, which
-:class:`~privfedstat.estimators._results.FittedResults` does not make (see its ``summary``).
+:class:`~privfedstat.results.fitted.FittedResults` does not make (see its ``summary``).
 """
 
 from __future__ import annotations
