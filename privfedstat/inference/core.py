@@ -67,7 +67,7 @@ from ..federation.session import Session
 from ..kernels.glm_nb import MIN_BOUND
 from ..privacy.clipping import AutoClip
 from ..privacy.plan import BudgetPlan
-from ..theory.noise import protocol_noise_covariance
+from ..theory.noise_covariance import protocol_noise_covariance
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, resolve_inference
 from .covariance import sampling_covariance, variance_df, weighted_factor

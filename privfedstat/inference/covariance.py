@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..theory.noise import symmetric_noise_sandwich
+from ..theory.noise_maps import symmetric_noise_sandwich
 
 __all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor", "variance_df"]
 
@@ -33,7 +33,7 @@ def sampling_covariance(H: np.ndarray, c: float, Sigma: np.ndarray | None = None
     Bias correction (inferred: our second-order reconstruction of the correction of
     Avella-Medina, Bradshaw & Loh 2023 for a Hessian released with noise Xi; the paper's exact
     form is not restated here): with ``Hi = H^-1`` and ``D(C) = E[Xi C Xi] = (s^2 / 2)(C + tr(C) I)``
-    (:func:`privfedstat.theory.noise.symmetric_noise_sandwich`),
+    (:func:`privfedstat.theory.noise_maps.symmetric_noise_sandwich`),
     ``(H + Xi)^-1 = Hi - Hi Xi Hi + Hi Xi Hi Xi Hi - ...``, so to second order
     ``E[(H + Xi)^-1] = Hi + Hi D(Hi) Hi`` and, for Sigma with mean-zero noise independent of Xi,
     ``E[(H + Xi)^-1 Sigma (H + Xi)^-1] = M + Hi D(Hi) M + M D(Hi) Hi + Hi D(M) Hi`` with

@@ -14,7 +14,8 @@
 * Power: :func:`wald_power` and :func:`wald_half_width` of a Wald test or interval given an SE
   (:func:`privfedstat.plan_study` predicts a private fit's SE).
 * Inference: :func:`protocol_noise_covariance`, the covariance of a fit's privacy noise from the
-  noise model its protocol records (:mod:`privfedstat.theory.noise`), linearised at a Hessian.
+  noise model its protocol records (:mod:`privfedstat.theory.noise`), linearised at a Hessian
+  (:mod:`privfedstat.theory.noise_covariance`).
 
 Theory imports no estimator and no simulation: what compares it with simulated fits is a study,
 :func:`privfedstat.simulations.compare_to_theory`. All functions are pure, keyword-only and
@@ -27,7 +28,7 @@ from .communication import communication_table
 from .constants import ProblemConstants, hessian_norm_quantile, problem_constants
 from .lower_bound import effective_sample_size, lower_bound
 from .newton import ClientCondition, fednewton_bound, fednewton_max_clients
-from .noise import protocol_noise_covariance
+from .noise_covariance import protocol_noise_covariance
 from .planning import Iterations, optimal_weights, recommended_iterations
 from .power import wald_half_width, wald_power
 from .predictor import MSEPrediction, Problem, predict_mse_from_params

@@ -1,51 +1,11 @@
-"""Privacy-noise models of the federated protocols and the covariance they leave in the estimate.
+"""Privacy-noise models of the federated protocols: the noise each step adds and the maps it goes through.
 
 Every private estimator's ``_run`` reports one of the models below (``Run.noise_model``), built from
 the noise scales its releases were calibrated with (the functions of
 :mod:`privfedstat.privacy.calibration`, which the protocols and
-:func:`~privfedstat.theory.predict_mse_from_params` share). :func:`protocol_noise_covariance`
-gives the covariance of the privacy noise in the returned theta (fitting scale, oracle order:
-flat index ``j q + k`` for the multinomial family, p = d (K - 1); the algebra does not depend on
-p), linearised at a symmetric positive definite Hessian H of the server's weighted objective at
-the estimate. The privacy noise is independent of the data, so given the data this is the whole
-of the protocol's extra variance; it adds to the sampling variance.
-
-Linearisation (the *target* linearisation of :func:`~privfedstat.theory.predict_mse_from_params`): a
-gradient step of size eta has Jacobian ``A = I - eta H`` at every step, and the noise of step s
-reaches the output through the later steps' Jacobians,
-:func:`~privfedstat.theory._engine.privacy_transport` (the privacy term of
-``predict_mse_from_params`` is the same function with the Jacobians along the path).
-Approximations, all inferred (not in the papers), with the regime in which they hold:
-
-* **One Hessian for all clients and all steps.** Local steps on client i go through
-  ``I - eta H_i``; H_i is replaced by the server's H. The error is of second order in ``H_i - H``
-  for equal client sizes (the first-order terms average out) and of first order in the spread of
-  the H_i otherwise (small for exchangeable clients with n_i >> p). The Jacobians along the path
-  are those at the estimate: accurate once the noise-free path has settled (noise of early steps
-  is damped by the later steps anyway).
-* **Small noise.** Terms of second order in the noise (curvature of the loss along the noise,
-  clipping thresholds crossed by noisy iterates, the noise-driven drift of local iterates) are
-  neglected: the noise must be small on the scale over which the Hessian changes. For local
-  steps (FedAvg, FedHybrid stage I, SCAFFOLD, FedNewton's first stage) the scale that matters is
-  a client's own wander, ``s_i / sqrt(2 eta lambda_min)`` per coordinate, not the averaged noise:
-  on a logistic design FedAvg's variance is 10% above the prediction at n_i = 200, mu = 1 (wander
-  sd 0.3; the local curvature averaged over the wander is lower) and within 1% at n_i = 400, mu = 2.
-* **Clipped score.** H is the Jacobian of the weighted mean *clipped* score: for a GLM the rows
-  whose gradient is clipped do not contribute (their clipped gradient ``B sign(ell') x / ||x||``
-  does not move with theta); for the multinomial family they still do (the clipped gradient
-  rotates with the residual). The Newton matrices of FedNewton and FedIRLS are means of
-  per-sample Hessians clipped at C_H over all rows, which differ from H where gradients or
-  Hessians are clipped; FedIRLS's model uses its released Hessian for them, FedNewton's takes it
-  as ``newton_matrix`` (:func:`protocol_noise_covariance`).
-
-Accuracy (checked against the noise seeds' empirical variance by
-``tests/theory/test_noise_covariance.py``): within about 20% for every protocol on logistic,
-Poisson and multinomial designs near the defaults (B about the 95% quantile of gradient norms,
-C_H above the 97% quantile of Hessian norms). Outside that regime FedNewton's variance is
-under-predicted, by up to about 10% when the floor ``ell''(0)`` lies above H's eigenvalues
-(client-level floors shorten the steps more than the pooled floor; less as n_i grows) and by up
-to about 30% when C_H lies below the 90% quantile of per-sample Hessian norms, where FedIRLS's
-is over-predicted by about 20%. Measurements in ``benchmarks/RESULTS.md``.
+:func:`~privfedstat.theory.predict_mse_from_params` share). Each model's docstring derives its
+recursion; :func:`~privfedstat.theory.protocol_noise_covariance` (:mod:`privfedstat.theory.noise_covariance`,
+with the linearisation, its approximations and their accuracy) sums it into the covariance of the estimate.
 """
 
 from __future__ import annotations
@@ -57,11 +17,11 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
+from .noise_maps import floored, newton_map, step_map, symmetric_noise_sandwich
 
 __all__ = [
-    "step_map", "newton_map", "floored", "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
-    "protocol_noise_covariance",
-    "server_stage", "local_stage", "fedsgd_noise", "fedavg_noise", "fedhybrid_noise", "symmetric_noise_sandwich",
+    "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
+    "server_stage", "local_stage", "fedsgd_noise", "fedavg_noise", "fedhybrid_noise",
 ]
 
 
@@ -171,42 +131,6 @@ def fedhybrid_noise(*, clip: float, sizes: np.ndarray, mu: float, n_local_steps:
     ))
 
 
-def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
-    """The linearised gradient step ``A = I - eta H`` with the spectrum of ``eta H`` clamped to [0, 1].
-
-    A fit whose path did not diverge has ``|1 - eta lambda| < 1`` for the eigenvalues lambda of the
-    Hessian it descended, and ``step_size="auto"`` (a curvature bound) keeps ``eta lambda <= 1``;
-    a *released* H is noisy, and an eigenvalue with ``eta lambda`` far above 1 (or a floored one near
-    0) would make ``A^S`` explode (unclamped: intervals of width 1e50 at N = 2000 over 50 sites,
-    mu = 1). So ``eta lambda`` is clamped to [0, 1] (inferred; for a true ``eta lambda`` in (1, 2)
-    this forgets a step's noise a little faster than the real oscillating iteration does).
-    """
-    vals, vecs = np.linalg.eigh((H + H.T) / 2)
-    return (vecs * (1.0 - np.clip(step_size * vals, 0.0, 1.0))) @ vecs.T
-
-
-def newton_map(N: np.ndarray, H: np.ndarray, step_size: float) -> np.ndarray:
-    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, 1].
-
-    ``N^-1 H`` is similar to the symmetric ``S = N^-1/2 H N^-1/2``; a Newton iteration that settled
-    (FedIRLS's rounds, FedNewton's step) contracts, but a noisy released N or H can put an
-    eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
-    amplify earlier noise without bound, while the real fit, shortened by its trust region, did
-    not. Clamped as :func:`step_map` (inferred). N may be a stack of shape (..., p, p).
-    """
-    vals, vecs = np.linalg.eigh((N + N.mT) / 2)
-    root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
-    inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
-    mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
-    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, 1.0))[..., None, :]) @ U.mT @ inv_root
-
-
-def floored(H: np.ndarray, floor: float) -> np.ndarray:
-    """``H`` (or a stack of shape (..., p, p)) with its eigenvalues raised to at least ``floor``."""
-    vals, vecs = np.linalg.eigh(H)
-    return (vecs * np.maximum(vals, floor)[..., None, :]) @ vecs.mT
-
-
 @dataclass(frozen=True)
 class NewtonNoise:
     """FedNewton (Algorithm 4): a FedAvg stage, then one private Newton step per client, averaged.
@@ -231,7 +155,7 @@ class NewtonNoise:
 
     with C_1 the FedAvg stage's covariance and ``Ht = floor(N, lambda)``, N the pooled Newton matrix:
     the weighted mean of per-sample Hessians clipped at C_H over all rows (``newton_matrix`` of
-    :func:`protocol_noise_covariance`; default H). N differs from H where gradients are clipped
+    :func:`~privfedstat.theory.protocol_noise_covariance`; default H). N differs from H where gradients are clipped
     (their rows add curvature to N, not to H) or Hessians are clipped (lowering N); the Newton
     step then lets ``D e_1`` through even without a floor. Inferred approximations: the clients'
     own Newton matrices Ht_i (first-half means, floored client by client) and second-half
@@ -375,19 +299,6 @@ class ScaffoldNoise:
         return np.linalg.matrix_power(self._round_map(H)[1], self.n_rounds)
 
 
-def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
-    """``E[Xi C Xi] = (s^2 / 2) (C + tr(C) I)`` for symmetric C and symmetric Gaussian noise Xi.
-
-    Xi has independent entries on and above the diagonal, variance ``s^2`` on the diagonal and
-    ``s^2 / 2`` off it (the noise of a ``sym_to_vec`` release). Entry (j, l):
-    ``sum_km C_km E[Xi_jk Xi_ml]``, where ``E[Xi_jk Xi_ml]`` is non-zero only for {j, k} = {m, l}:
-    for j != l only (m, k) = (j, l) contributes, ``C_lj s^2 / 2``; for j = l the terms
-    ``C_kk Var(Xi_jk)`` give ``s^2 C_jj + sum_{k != j} C_kk s^2 / 2 = (s^2 / 2)(C_jj + tr C)``.
-    C may be a stack of shape (..., p, p).
-    """
-    return 0.5 * var * (C + np.trace(C, axis1=-2, axis2=-1)[..., None, None] * np.eye(C.shape[-1]))
-
-
 @dataclass(frozen=True)
 class IRLSNoise:
     """FedIRLS: R server Newton rounds on released gradients and released (symmetric-noise) Hessians.
@@ -427,7 +338,7 @@ class IRLSNoise:
         e_r = M_r e_{r-1} - eta Hf_r^-1 xi_r,   M_r = I - eta Hf_r^-1 H,   Hf_r = floor(N + Xi_r, lambda_r),
 
     with xi_r, Xi_r independent of e_{r-1}, N the noise-free Newton matrix and H the Jacobian of
-    the clipped score (the argument of :func:`protocol_noise_covariance`). N is not H: the
+    the clipped score (the argument of :func:`~privfedstat.theory.protocol_noise_covariance`). N is not H: the
     clients release means of per-sample Hessians clipped at C_H over *all* rows, while rows whose
     gradient is clipped at B do not move the clipped score of a GLM (their clipped gradient
     ``B sign(ell') x / ||x||`` does not depend on theta), and Hessian clipping lowers N; Newton
@@ -437,7 +348,7 @@ class IRLSNoise:
 
         C_r = D_r C_{r-1} D_r^T + eta^2 N_r^-1 E[Xi_r G_r Xi_r] N_r^-1 + eta^2 v_r Hf_r^-1 Hf_r^-1,
 
-    ``G_r = N_r^-1 H C_{r-1} H N_r^-1``, with :func:`symmetric_noise_sandwich` for the middle term
+    ``G_r = N_r^-1 H C_{r-1} H N_r^-1``, with :func:`~privfedstat.theory.noise_maps.symmetric_noise_sandwich` for the middle term
     (with eta = 1 and N = H: ``H^-1 E[Xi C Xi] H^-1``; Newton forgets the previous error up to
     the Hessian's relative noise).
 
@@ -553,67 +464,3 @@ class IRLSNoise:
         noise = vec_to_sym(np.sqrt(var) * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
         released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
         return replace(self, last_hessian=released).covariance(H).mean(axis=0)
-
-
-def _spd(H, name: str) -> np.ndarray:
-    """``H`` as a symmetric positive definite float matrix, or a ValueError saying what to change."""
-    H = np.asarray(H, dtype=np.float64)
-    if H.ndim != 2 or H.shape[0] != H.shape[1] or H.shape[0] == 0:
-        raise ValueError(f"{name} must be a square (p, p) matrix, got shape {H.shape}.")
-    if not np.all(np.isfinite(H)):
-        raise ValueError(f"{name} must be finite.")
-    scale = max(float(np.max(np.abs(H))), 1e-300)
-    if float(np.max(np.abs(H - H.T))) > 1e-8 * scale:
-        raise ValueError(f"{name} must be symmetric (a Hessian); symmetrise it, e.g. (H + H.T) / 2.")
-    H = (H + H.T) / 2
-    if float(np.linalg.eigvalsh(H)[0]) <= 0:
-        raise ValueError(f"{name} must be positive definite (floor its eigenvalues first, e.g. "
-                         "privfedstat._linalg.floor_eigenvalues); the noise is linearised at a minimum.")
-    return H
-
-
-def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarray:
-    """Covariance of the privacy noise of a fit's estimate, linearised at the Hessian H.
-
-    Parameters
-    ----------
-    noise_model : GradientNoise, NewtonNoise, ScaffoldNoise or IRLSNoise
-        ``Run.noise_model`` of a fit (reported by every private estimator's protocol).
-    H : array of shape (p, p)
-        Symmetric positive definite Hessian of the server's weighted objective at the estimate,
-        on the fitting scale, in the oracle's parameter order: the Jacobian of the weighted mean
-        *clipped* score, ``sum_i w_i mean_j ell''(x_j^T theta) x_j x_j^T`` over the rows whose
-        gradient is not clipped (a clipped GLM gradient ``B sign(ell') x / ||x||`` does not move
-        with theta). The mean of per-sample Hessians over all rows exceeds it where rows are
-        clipped, and understates the noise the steps let through.
-    newton_matrix : array of shape (p, p), optional
-        FedNewton only: the pooled Newton matrix of the clients at the estimate, the weighted mean
-        of their per-sample Hessians clipped at the fit's C_H (before the eigenvalue floor, which
-        is applied here). Default H. It differs from H where gradients or Hessians are clipped,
-        and the Newton step then lets ``(I - floor(N)^-1 H)`` of the FedAvg stage's noise through.
-        FedIRLS's model uses its own released Hessian; the other protocols have no Newton step.
-
-    Returns
-    -------
-    ndarray of shape (p, p)
-        Symmetric positive semi-definite; zeros when nothing was noised (mu = inf).
-
-    Notes
-    -----
-    The recursion of each protocol is in its model's docstring; the approximations (linearised at
-    H, one Hessian for all clients, small noise) are listed in :mod:`privfedstat.theory.noise`.
-    """
-    if not isinstance(noise_model, (GradientNoise, NewtonNoise, ScaffoldNoise, IRLSNoise)):
-        raise TypeError(
-            f"noise_model must be a fit's noise model (GradientNoise, NewtonNoise, ScaffoldNoise or IRLSNoise), got "
-            f"{type(noise_model).__name__}; the estimator's protocol reports it in its Run."
-        )
-    H = _spd(H, "H")
-    p = H.shape[0]
-    N = None if newton_matrix is None else _spd(newton_matrix, "newton_matrix")
-    if N is not None and N.shape != H.shape:
-        raise ValueError(f"newton_matrix has shape {N.shape}, H has {H.shape}; both are (p, p).")
-    if noise_model.is_zero:
-        return np.zeros((p, p))
-    C = noise_model.covariance(H, N) if isinstance(noise_model, NewtonNoise) else noise_model.covariance(H)
-    return (C + C.T) / 2

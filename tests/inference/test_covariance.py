@@ -12,7 +12,7 @@ from privfedstat.inference.covariance import (
     variance_df,
     weighted_factor,
 )
-from privfedstat.theory.noise import symmetric_noise_sandwich
+from privfedstat.theory.noise_maps import symmetric_noise_sandwich
 
 
 def symmetric_noise(rng, p: int, s: float, n: int) -> np.ndarray:

@@ -8,7 +8,7 @@ oracle (independent of the package's Hessians). Each per-coordinate variance mus
 (3 Monte-Carlo standard deviations at 300 seeds), the trace and the whitened statistic
 ``mean z^T C^-1 z / p`` (which checks the whole matrix, off-diagonals included) within 15%.
 
-Regimes (where the linearisation holds, see :mod:`privfedstat.theory.noise`), near the defaults:
+Regimes (where the linearisation holds, see :mod:`privfedstat.theory.noise_covariance`), near the defaults:
 10 clients, mu = 2; logistic with B = 1.5 (4% of gradients clipped at the root; about their 95%
 quantile), C_H = 3 (above the 99.9% quantile of per-sample Hessian norms); Poisson with
 n_i = 1000, B = 6 (3% clipped), C_H = 30 (about the 97% quantile; with C_H = 10, below the 90%,
@@ -40,8 +40,8 @@ from privfedstat.theory.noise import (
     fedavg_noise,
     fedhybrid_noise,
     fedsgd_noise,
-    symmetric_noise_sandwich,
 )
+from privfedstat.theory.noise_maps import symmetric_noise_sandwich
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")
 

@@ -1,0 +1,61 @@
+"""The linearised maps a privacy-noise recursion goes through (:mod:`privfedstat.theory.noise`).
+
+A gradient step's map ``I - eta H``, a Newton step's ``I - eta N^-1 H``, both with their spectra clamped so that
+a noisy released matrix cannot make the recursion explode; the eigenvalue floor of a Newton matrix; and the
+second moment of a symmetric noise matrix around a fixed one (the Hessian-noise term of FedIRLS and the sandwich).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["step_map", "newton_map", "floored", "symmetric_noise_sandwich"]
+
+
+def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
+    """The linearised gradient step ``A = I - eta H`` with the spectrum of ``eta H`` clamped to [0, 1].
+
+    A fit whose path did not diverge has ``|1 - eta lambda| < 1`` for the eigenvalues lambda of the
+    Hessian it descended, and ``step_size="auto"`` (a curvature bound) keeps ``eta lambda <= 1``;
+    a *released* H is noisy, and an eigenvalue with ``eta lambda`` far above 1 (or a floored one near
+    0) would make ``A^S`` explode (unclamped: intervals of width 1e50 at N = 2000 over 50 sites,
+    mu = 1). So ``eta lambda`` is clamped to [0, 1] (inferred; for a true ``eta lambda`` in (1, 2)
+    this forgets a step's noise a little faster than the real oscillating iteration does).
+    """
+    vals, vecs = np.linalg.eigh((H + H.T) / 2)
+    return (vecs * (1.0 - np.clip(step_size * vals, 0.0, 1.0))) @ vecs.T
+
+
+def newton_map(N: np.ndarray, H: np.ndarray, step_size: float) -> np.ndarray:
+    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, 1].
+
+    ``N^-1 H`` is similar to the symmetric ``S = N^-1/2 H N^-1/2``; a Newton iteration that settled
+    (FedIRLS's rounds, FedNewton's step) contracts, but a noisy released N or H can put an
+    eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
+    amplify earlier noise without bound, while the real fit, shortened by its trust region, did
+    not. Clamped as :func:`step_map` (inferred). N may be a stack of shape (..., p, p).
+    """
+    vals, vecs = np.linalg.eigh((N + N.mT) / 2)
+    root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
+    inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
+    mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
+    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, 1.0))[..., None, :]) @ U.mT @ inv_root
+
+
+def floored(H: np.ndarray, floor: float) -> np.ndarray:
+    """``H`` (or a stack of shape (..., p, p)) with its eigenvalues raised to at least ``floor``."""
+    vals, vecs = np.linalg.eigh(H)
+    return (vecs * np.maximum(vals, floor)[..., None, :]) @ vecs.mT
+
+
+def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
+    """``E[Xi C Xi] = (s^2 / 2) (C + tr(C) I)`` for symmetric C and symmetric Gaussian noise Xi.
+
+    Xi has independent entries on and above the diagonal, variance ``s^2`` on the diagonal and
+    ``s^2 / 2`` off it (the noise of a ``sym_to_vec`` release). Entry (j, l):
+    ``sum_km C_km E[Xi_jk Xi_ml]``, where ``E[Xi_jk Xi_ml]`` is non-zero only for {j, k} = {m, l}:
+    for j != l only (m, k) = (j, l) contributes, ``C_lj s^2 / 2``; for j = l the terms
+    ``C_kk Var(Xi_jk)`` give ``s^2 C_jj + sum_{k != j} C_kk s^2 / 2 = (s^2 / 2)(C_jj + tr C)``.
+    C may be a stack of shape (..., p, p).
+    """
+    return 0.5 * var * (C + np.trace(C, axis1=-2, axis2=-1)[..., None, None] * np.eye(C.shape[-1]))
