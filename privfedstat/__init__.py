@@ -14,7 +14,9 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 ``docs/architecture.md``, the privacy model in ``docs/privacy.md``.
 """
 
-from . import simulations, theory
+import importlib
+
+from ._version import __version__ as __version__  # the one definition (also read by the build)
 from .algorithms import (
     ClippedFedAvg,
     DPFedAvg,
@@ -41,7 +43,6 @@ from .exceptions import (
     DivergenceError,
     IllConditionedWarning,
     NoInterceptWarning,
-    NotFittedError,
     OverdispersionWarning,
     PrivacyLeakWarning,
     PrivacyNoiseWarning,
@@ -53,8 +54,6 @@ from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
 from .planning import StudyPlan, plan_study, predict_mse
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DPFedAvg",
@@ -104,3 +103,20 @@ __all__ = [
     "DivergenceError",
     "NotFittedError",
 ]
+
+
+def __getattr__(name: str):
+    """The names loaded on first use (PEP 562): the subpackages ``simulations`` and ``theory``, and
+    :class:`NotFittedError` (whose scikit-learn base is imported only then)."""
+    if name in ("simulations", "theory"):
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "NotFittedError":
+        from .exceptions import NotFittedError
+
+        globals()[name] = NotFittedError
+        return NotFittedError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,20 +2,17 @@
 
 Every warning the package emits has its own class so that users can filter
 them precisely (``warnings.simplefilter("error", PrivacyLeakWarning)``).
+
+:class:`NotFittedError` is built on first access (module ``__getattr__``, PEP 562) so that importing the package
+does not import scikit-learn; raisers read it at raise time (``exceptions.NotFittedError``).
 """
 
 from __future__ import annotations
 
-try:  # optional: where scikit-learn is installed its tools (check_is_fitted, estimator checks) catch its class
-    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
-except ImportError:
-    _NOT_FITTED_BASES: tuple[type, ...] = (ValueError, AttributeError)  # the bases of scikit-learn's class
-else:
-    _NOT_FITTED_BASES = (_SklearnNotFittedError,)
-
 __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
-    "NotFittedError", "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
+    "NotFittedError",  # noqa: F822 (built on first access, by __getattr__)
+    "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
     "ClippingBiasWarning", "OverdispersionWarning",
 ]
 
@@ -69,15 +66,6 @@ class DivergenceError(ValueError):
     """Iterates became non-finite or exploded; the message names the setting to change."""
 
 
-class NotFittedError(*_NOT_FITTED_BASES):
-    """An estimator was used before ``fit`` was called.
-
-    A subclass of ``sklearn.exceptions.NotFittedError`` where scikit-learn is installed, else of
-    ``ValueError`` and ``AttributeError``, the bases of scikit-learn's class: ``except`` clauses
-    catch it the same way with or without scikit-learn.
-    """
-
-
 class BudgetExceededError(ValueError):
     """A fit would spend more than is left of its :class:`~privfedstat.PrivacyBudget`.
 
@@ -88,3 +76,36 @@ class BudgetExceededError(ValueError):
 class ClientFailureError(RuntimeError):
     """A client failed while answering a request and the fit's ``on_client_failure`` is ``"raise"``
     (or every client failed)."""
+
+
+def _not_fitted_error() -> type[Exception]:
+    """The class :class:`NotFittedError`, built once with scikit-learn's class as its base where installed."""
+    try:  # optional: where scikit-learn is installed its tools (check_is_fitted, estimator checks) catch its class
+        from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+    except ImportError:
+        bases: tuple[type, ...] = (ValueError, AttributeError)  # the bases of scikit-learn's class
+    else:
+        bases = (_SklearnNotFittedError,)
+
+    class NotFittedError(*bases):
+        """An estimator was used before ``fit`` was called.
+
+        A subclass of ``sklearn.exceptions.NotFittedError`` where scikit-learn is installed, else of
+        ``ValueError`` and ``AttributeError``, the bases of scikit-learn's class: ``except`` clauses
+        catch it the same way with or without scikit-learn.
+        """
+
+        __qualname__ = "NotFittedError"  # a module-level name for pickle and reprs
+
+    return NotFittedError
+
+
+def __getattr__(name: str) -> type[Exception]:
+    if name == "NotFittedError":
+        cls = globals()["NotFittedError"] = _not_fitted_error()  # built once, then a plain module attribute
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"NotFittedError"})

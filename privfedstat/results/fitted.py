@@ -17,7 +17,7 @@ import pandas as pd
 
 from .._formula_design import apply_design
 from ..data.federated import FederatedData
-from ..exceptions import NotFittedError
+from .. import exceptions
 from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
@@ -56,7 +56,7 @@ class FittedResults:
     # ------------------------------------------------------------------ results
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(data) first.")
+            raise exceptions.NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(data) first.")
 
     def mse(self, theta_true) -> float:
         """Squared error ``||coef_ - theta_true||^2`` (the paper's per-replicate MSE)."""

@@ -1,0 +1,46 @@
+"""What ``import privfedstat`` loads: the heavy optional libraries only where they are used.
+
+A structural check (which modules are in ``sys.modules``), not a timing one; the timings are in
+``benchmarks/RESULTS.md`` ("Import time"). Each check runs in a fresh interpreter, since the test session
+itself has imported most of them.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import privfedstat
+
+#: libraries the import path does not need: loaded by the functions that use them
+LAZY = ("sklearn", "torch", "flwr", "statsmodels", "matplotlib", "dask", "distributed", "opacus")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The modules of ``LAZY`` in ``sys.modules`` after running ``code`` in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {LAZY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_privfedstat_loads_no_heavy_optional_library():
+    assert _loaded_after("import privfedstat") == []
+
+
+def test_the_public_names_load_on_first_use():
+    """``theory``, ``simulations`` and ``NotFittedError`` (with scikit-learn's base) come on first access."""
+    assert "sklearn" in _loaded_after("import privfedstat; privfedstat.NotFittedError")
+    assert _loaded_after("import privfedstat; privfedstat.theory") == []
+
+
+@pytest.mark.parametrize("name", privfedstat.__all__)
+def test_every_public_name_is_importable(name):
+    assert getattr(privfedstat, name) is not None
+    assert name in dir(privfedstat)
+
+
+def test_the_version_has_one_definition():
+    from privfedstat._version import __version__
+
+    assert privfedstat.__version__ == __version__
