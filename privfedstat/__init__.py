@@ -52,7 +52,6 @@ from .families import get_family
 from .fitting import FeatureBounds, FederatedEstimator, PrivateStandardize, clone
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
-from .planning import StudyPlan, plan_study, predict_mse
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
 
 __all__ = [
@@ -105,17 +104,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """The names loaded on first use (PEP 562): the subpackages ``simulations`` and ``theory``, and
-    :class:`NotFittedError` (whose scikit-learn base is imported only then)."""
-    if name in ("simulations", "theory"):
-        return importlib.import_module(f"{__name__}.{name}")
-    if name == "NotFittedError":
-        from .exceptions import NotFittedError
+#: the names loaded on first access (PEP 562), with the module that owns them (None: the subpackage itself); they
+#: import scipy.stats, pandas or scikit-learn, which ``import privfedstat`` does not need
+_LAZY = {"simulations": None, "theory": None, "plan_study": "planning", "StudyPlan": "planning",
+         "predict_mse": "planning", "NotFittedError": "exceptions"}
 
-        globals()[name] = NotFittedError
-        return NotFittedError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
+    value = globals()[name] = module if _LAZY[name] is None else getattr(module, name)
+    return value
 
 
 def __dir__() -> list[str]:

@@ -32,11 +32,12 @@ import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from formulaic import model_matrix
-from formulaic.errors import DataMismatchWarning
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["Design", "apply_design", "build_design"]
 
@@ -111,6 +112,10 @@ def build_design(
     -------
     Design
     """
+    import pandas as pd
+    from formulaic import model_matrix  # here, not at module level: formulaic is slow to import
+    from formulaic.errors import DataMismatchWarning
+
     work = data.reset_index(drop=True)  # positions as index: kept rows are positions
     declared = {c: list(work[c].cat.categories) for c in work.columns if isinstance(work[c].dtype, pd.CategoricalDtype)}
     for col, cats in _check_levels(levels, work).items():
@@ -196,8 +201,11 @@ def apply_design(
     y : ndarray of shape (n_samples,) or None
         None unless ``with_y``.
     """
+    import pandas as pd
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
+    from formulaic.errors import DataMismatchWarning  # here, not at module level: formulaic is slow to import
+
     work = data.reset_index(drop=True)
     if with_y and response not in work.columns:
         raise ValueError(f"the response column {response!r} is not in the data; it is needed to score.")
@@ -227,6 +235,7 @@ def apply_design(
 # ---------------------------------------------------------------------- declarations
 def _check_levels(levels, data: pd.DataFrame) -> dict[str, list]:
     """Validate glm()'s ``levels`` argument: {column: distinct, non-missing levels}."""
+    import pandas as pd
     if levels is None:
         return {}
     if not isinstance(levels, Mapping):
@@ -251,6 +260,7 @@ def _check_levels(levels, data: pd.DataFrame) -> dict[str, list]:
 def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) -> pd.Series:
     """``values`` as a Categorical with the declared categories (or, ``fitted``, a fitted model's
     levels); rows outside them raise (counted)."""
+    import pandas as pd
     outside = int((values.notna() & ~values.isin(cats)).sum())
     if outside:
         what, fix = (("the fitted model's levels", "the model has no coefficients for them") if fitted else

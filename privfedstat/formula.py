@@ -6,9 +6,9 @@ import inspect
 import math
 import warnings
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ._formula_design import build_design
 from ._validation import check_mu
@@ -19,6 +19,9 @@ from .exceptions import PrivacyLeakWarning
 from .families import Family, family_type, get_family
 from .fitting.base import FederatedEstimator
 from .fitting.scaling import PrivateStandardize
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["glm", "METHODS"]
 
@@ -162,6 +165,7 @@ def glm(
     (so the per-row clipping bound no longer bounds one person's influence). For finite mu these
     raise before anything is computed for the fit.
     """
+    import pandas as pd
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if not isinstance(formula, str) or "~" not in formula or not formula.split("~", 1)[0].strip():
@@ -238,6 +242,7 @@ def glm(
 
 def _per_row(data: pd.DataFrame, value, name: str) -> np.ndarray:
     """glm()'s ``offset`` / ``exposure``: a numeric column of ``data`` or one value per row, as float64."""
+    import pandas as pd
     if isinstance(value, str):
         if value not in data.columns:
             raise ValueError(f"{name} column {value!r} is not in the data; columns are {list(data.columns)}.")

@@ -14,7 +14,8 @@ import pytest
 import privfedstat
 
 #: libraries the import path does not need: loaded by the functions that use them
-LAZY = ("sklearn", "torch", "flwr", "statsmodels", "matplotlib", "dask", "distributed", "opacus")
+LAZY = ("sklearn", "torch", "flwr", "statsmodels", "matplotlib", "dask", "distributed", "opacus", "pandas",
+        "formulaic", "scipy.stats", "scipy.optimize")
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -29,9 +30,10 @@ def test_import_privfedstat_loads_no_heavy_optional_library():
 
 
 def test_the_public_names_load_on_first_use():
-    """``theory``, ``simulations`` and ``NotFittedError`` (with scikit-learn's base) come on first access."""
+    """``NotFittedError`` (with scikit-learn's base), ``plan_study`` and ``simulations`` come on first access."""
     assert "sklearn" in _loaded_after("import privfedstat; privfedstat.NotFittedError")
-    assert _loaded_after("import privfedstat; privfedstat.theory") == []
+    assert "pandas" in _loaded_after("from privfedstat import plan_study")
+    assert "pandas" in _loaded_after("import privfedstat; privfedstat.simulations")
 
 
 @pytest.mark.parametrize("name", privfedstat.__all__)

@@ -6,7 +6,6 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-import pandas as pd
 
 from .._validation import check_iterate, check_positive_float, check_positive_int
 from ..federation.channel import FAILURE_POLICIES
@@ -207,6 +206,7 @@ class HiFedProx(FederatedEstimator):
 
     # ------------------------------------------------------------------ protocol
     def _run(self, session: Session, setup: Setup) -> Run:
+        import pandas as pd
         clients = session.clients
         m, R = clients.n_clients, int(self.n_rounds)
         steps, alphas = self._local_settings(m)

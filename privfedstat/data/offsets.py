@@ -10,7 +10,6 @@ linear predictor); :func:`prediction_offset` finds the new rows' offset for ``pr
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..data.federated import FederatedData
 from ..families import Family
@@ -77,6 +76,7 @@ def prediction_offset(est, X, n: int, offset, exposure) -> np.ndarray | None:
     DataFrame ``X``. A model fitted with an offset (``has_offset_``) refuses rows without one:
     predicting at ``o = 0`` would be silently wrong (a rate instead of a count).
     """
+    import pandas as pd
     o = combine_offset(offset, exposure, n, est.family_)
     if o is None and isinstance(X, FederatedData):
         o = X.offset

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["InferenceResult", "WaldTestResult", "NoInferenceError"]
 
@@ -131,6 +130,8 @@ class InferenceResult:
     @property
     def pvalues(self) -> np.ndarray:
         """Two-sided p-values of ``params = 0``: normal, or Student's t with :attr:`df`."""
+        from scipy import stats  # here, not at module level: scipy.stats is slow to import
+
         if self.df is None:
             return 2.0 * stats.norm.sf(np.abs(self.zvalues))
         return 2.0 * stats.t.sf(np.abs(self.zvalues), self.df)
@@ -147,6 +148,8 @@ class InferenceResult:
         if self.draws is not None:
             lo, hi = np.quantile(self.draws, [alpha / 2, 1 - alpha / 2], axis=0)
             return np.column_stack([2 * self.params - hi, 2 * self.params - lo])
+        from scipy import stats  # here, not at module level: scipy.stats is slow to import
+
         quantile = stats.norm.ppf(1 - alpha / 2) if self.df is None else stats.t.ppf(1 - alpha / 2, self.df)
         half = quantile * self.bse
         return np.column_stack([self.params - half, self.params + half])
@@ -172,6 +175,8 @@ class InferenceResult:
         diff = R @ self.params - q
         stat = float(diff @ np.linalg.solve(R @ self.cov @ R.T, diff))
         df = R.shape[0]
+        from scipy import stats  # here, not at module level: scipy.stats is slow to import
+
         return WaldTestResult(stat, df, float(stats.chi2.sf(stat, df)))
 
 

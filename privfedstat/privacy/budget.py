@@ -17,14 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .._validation import check_mu
 from ..exceptions import BudgetExceededError
 from .gdp import epsilon_from_mu
 from .ledger import PrivacyLedger
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["PrivacyBudget", "FitCharge", "reserve"]
 
@@ -160,6 +163,7 @@ class PrivacyBudget:
     """
 
     def __init__(self, mu: float, *, n_clients: int | None = None, clients: Sequence | None = None) -> None:
+        import pandas as pd
         self.mu = check_mu(mu)
         if clients is not None:
             if isinstance(clients, (str, bytes)) or not isinstance(clients, (Sequence, np.ndarray, pd.Index)):
@@ -265,6 +269,7 @@ class PrivacyBudget:
     def to_frame(self) -> pd.DataFrame:
         """One row per fit: method, status, declared mu, charged mu (worst client), third-party mu,
         and the worst client's spent and remaining mu after it."""
+        import pandas as pd
         rows, spent2 = [], np.zeros(self.n_clients)
         for f in self.fits:
             cm = f.client_mu

@@ -44,7 +44,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 __all__ = ["AutoClip", "PILOT_AUTOCLIP", "private_grid_quantile", "grid_quantile_outcomes", "search_level"]
 
@@ -240,6 +239,8 @@ def grid_quantile_outcomes(count: Callable[[float], float], grid: np.ndarray, ta
     dict
         ``{grid point: probability}`` over the reachable results.
     """
+    from scipy.stats import norm  # here, not at module level: scipy.stats is slow to import
+
     reach = target if callable(target) else (lambda _threshold: target)
     outcomes: dict[float, float] = {}
     paths = [(0, len(grid) - 1, 1.0)]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtri
 
 from .._linalg import safe_norm
@@ -131,6 +130,8 @@ def epsilon_from_mu(mu: float, delta: float) -> float:
         return 0.0
     # delta(eps) <= Phi(-eps/mu + mu/2), so this eps already gives delta(eps) <= delta.
     hi = mu * mu / 2 - mu * float(ndtri(delta)) + 1.0
+    from scipy.optimize import brentq  # here, not at module level: scipy.optimize is slow to import
+
     return float(brentq(lambda e: _delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-15, maxiter=500))
 
 
@@ -148,4 +149,6 @@ def mu_from_epsilon_delta(epsilon: float, delta: float) -> float:
         lo, hi = hi, 2.0 * hi
     while _delta(epsilon, lo) > delta:
         lo, hi = 0.5 * lo, lo
+    from scipy.optimize import brentq  # here, not at module level: scipy.optimize is slow to import
+
     return float(brentq(lambda m: _delta(epsilon, m) - delta, lo, hi, xtol=1e-300, rtol=1e-15, maxiter=500))

@@ -51,13 +51,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .._linalg import safe_norm
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["Release", "PrivacyLedger", "UNITS"]
 
@@ -280,6 +283,7 @@ class PrivacyLedger:
         """One row per release and client: stage, round, kind, client, sensitivity, sigma, mu, weight.
 
         Server-side: a client with sensitivity 0 in a round did not send in it."""
+        import pandas as pd
         m, releases = self.n_clients, list(self.releases)
         rows = {
             "stage": np.repeat([r.stage for r in releases], m),
@@ -299,6 +303,7 @@ class PrivacyLedger:
 
     def by_stage(self) -> pd.DataFrame:
         """Per stage: number of releases and the worst client's composed mu."""
+        import pandas as pd
         df = self.to_frame()
         df["mu2"] = df["mu"] ** 2
         g = df.groupby(["stage", "client"], sort=False)["mu2"].sum().groupby("stage", sort=False)

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .._linalg import safe_norm
 from .gdp import epsilon_from_mu
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["Block", "PublicLedger", "NEIGHBOURING"]
 
@@ -152,6 +154,7 @@ class PublicLedger:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per block: stage, unit, kind, mechanism, sampling_rate, mu, noise_multiplier, rounds."""
+        import pandas as pd
         return pd.DataFrame({
             "stage": [b.stage for b in self.blocks],
             "unit": [b.unit for b in self.blocks],

@@ -11,21 +11,24 @@ from __future__ import annotations
 import functools
 import math
 import types
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from .. import exceptions
 from .._formula_design import apply_design
 from ..data.federated import FederatedData
-from .. import exceptions
+from ..data.inputs import dense_array, sklearn_tags
+from ..data.offsets import prediction_offset
 from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
-from ..data.offsets import prediction_offset
-from ..data.inputs import dense_array, sklearn_tags
 from .fit_statistics import FitStatistics, fit_statistics
 from .plotting import coefficient_frame, plot_coefficients
 from .summary import Summary, privacy_rows, privacy_share_row
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["FittedResults"]
 
@@ -75,6 +78,7 @@ class FittedResults:
     def _check_X(self, X) -> np.ndarray:
         """Rows to predict for: an array of shape (n, n_features_in_), a FederatedData's X, or (for a
         ``glm()`` fit) a DataFrame, transformed by the fit's formula."""
+        import pandas as pd
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             X = self._formula_rows(X, with_y=False)[0]
         X = X.X if isinstance(X, FederatedData) else dense_array(X).astype(np.float64, copy=False)
@@ -157,6 +161,7 @@ class FittedResults:
     def _observed(self, X, y) -> tuple[object, np.ndarray, np.ndarray]:
         """Rows with their responses, as :meth:`score` and :meth:`fit_statistics` take them: the source (for its
         offset), the checked design and the checked responses."""
+        import pandas as pd
         source = X
         if isinstance(X, pd.DataFrame) and getattr(self, "model_spec_", None) is not None:
             if y is not None:
@@ -203,6 +208,7 @@ class FittedResults:
     def _named(self, values: np.ndarray, name: str) -> pd.Series | pd.DataFrame:
         """``values`` (in ``coef_.ravel(order="F")`` order) indexed by term: a Series, or for the multinomial
         family a DataFrame of terms by equations (statsmodels' ``MNLogit.params`` shape)."""
+        import pandas as pd
         index, _, classes = self._coef_names()
         if classes is None:
             return pd.Series(values, index=index, name=name)
@@ -294,6 +300,7 @@ class FittedResults:
         Coefficients in ``coef_.ravel(order="F")`` order (one equation after the other for the
         multinomial family, as statsmodels' ``MNLogit``); ``inference_`` holds the two parts.
         """
+        import pandas as pd
         cov = self._inference().cov
         names = self._coef_names()[0]
         return pd.DataFrame(cov, index=names, columns=names)
@@ -304,6 +311,7 @@ class FittedResults:
         Normal intervals ``coef -+ z bse``; with ``inference="bootstrap"`` the basic bootstrap
         intervals. Columns ``["lower", "upper"]``, indexed by the coefficient names.
         """
+        import pandas as pd
         ci = self._inference().conf_int(alpha)
         return pd.DataFrame(ci, index=self._coef_names()[0], columns=["lower", "upper"])
 
@@ -353,6 +361,7 @@ class FittedResults:
         intercept (``Intercept`` in the names: a formula's, or ``scaling``'s ``intercept``): a
         constant column is recognised by its name, never by looking at the data.
         """
+        import pandas as pd
         self._check_fitted()
         led = self.privacy_
         comm = self.communication_
@@ -422,6 +431,7 @@ class FittedResults:
         statsmodels' ``MNLogit`` summary labels them; classes are ``levels_[response]`` of a
         ``glm()`` fit, else ``0, ..., K-1`` with response ``y``.
         """
+        import pandas as pd
         features = list(getattr(self, "feature_names_in_", None) or [f"x{j}" for j in range(self.coef_.shape[0])])
         j = getattr(getattr(self, "scaler_", None), "intercept", None)
         if j is not None and getattr(self, "feature_names_in_", None) is None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["coefficient_frame", "plot_coefficients"]
 
@@ -21,6 +25,7 @@ def coefficient_frame(fit, alpha: float | None = None) -> pd.DataFrame:
     alpha : float, optional
         Default: the fit's own (0.05 for statsmodels).
     """
+    import pandas as pd
     if isinstance(fit, pd.DataFrame):
         frame = fit.reindex(columns=["coef", "lower", "upper"])
     elif hasattr(fit, "coef_"):  # a privfedstat estimator

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 from ..families.base import Family
 
@@ -16,6 +15,8 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
     n1, n0 = int(pos.sum()), int((~pos).sum())
     if n1 == 0 or n0 == 0:
         raise ValueError("AUC needs both classes in the evaluation data.")
+    from scipy.stats import rankdata  # here, not at module level: scipy.stats is slow to import
+
     ranks = rankdata(score)
     return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 

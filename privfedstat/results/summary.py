@@ -5,12 +5,15 @@ from __future__ import annotations
 import html
 import math
 import textwrap
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.public import NEIGHBOURING, SUBSAMPLED
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["Summary", "privacy_rows", "privacy_share_row"]
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ._common import check_positive
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["communication_table"]
 
@@ -58,6 +62,7 @@ def communication_table(*, n_clients, d, n_samples=None, mu=None, n_iter=50, n_s
     ----------
     Core paper, Section 3.6, Table 1.
     """
+    import pandas as pd
     m = check_positive(n_clients, "n_clients")
     d = check_positive(d, "d")
     K, K2 = check_positive(n_iter, "n_iter"), check_positive(n_server_iter, "n_server_iter")

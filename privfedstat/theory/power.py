@@ -12,13 +12,14 @@ sampling and privacy parts of a private fit's).
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["wald_power", "wald_half_width"]
 
 
 def wald_half_width(se, alpha: float = 0.05) -> np.ndarray:
     """Half-width ``z_{1 - alpha/2} SE`` of the level ``1 - alpha`` Wald interval."""
+    from scipy import stats  # here, not at module level: scipy.stats is slow to import
+
     return stats.norm.ppf(1.0 - alpha / 2.0) * np.asarray(se, dtype=np.float64)
 
 
@@ -38,6 +39,8 @@ def wald_power(effect, se, alpha: float = 0.05) -> np.ndarray:
     ndarray
         ``Phi(|delta| / se - z) + Phi(-|delta| / se - z)``, ``z = z_{1 - alpha/2}``; alpha at delta = 0.
     """
+    from scipy import stats  # here, not at module level: scipy.stats is slow to import
+
     z = stats.norm.ppf(1.0 - alpha / 2.0)
     r = np.abs(np.asarray(effect, dtype=np.float64)) / np.asarray(se, dtype=np.float64)
     return stats.norm.cdf(r - z) + stats.norm.cdf(-r - z)

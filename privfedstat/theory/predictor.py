@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .._rng import as_seed_sequence
 from ..families import get_family
@@ -26,6 +26,9 @@ from ..privacy.clipping import AutoClip
 from ._engine import Linearisation
 from ._method_moments import Setup
 from ._population import Population, make_spec
+
+if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
+    import pandas as pd
 
 __all__ = ["Problem", "MSEPrediction", "predict_mse_from_params"]
 
@@ -108,6 +111,7 @@ class MSEPrediction:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per component (tidy): columns ``component``, ``value``, ``share``."""
+        import pandas as pd
         names = ["sampling", "privacy", "optimisation", "bias", "cross", "total"]
         vals = [getattr(self, k) for k in names]
         return pd.DataFrame({"component": names, "value": vals, "share": np.array(vals) / self.total})
