@@ -102,8 +102,8 @@ def _not_fitted_error() -> type[Exception]:
 
 def __getattr__(name: str) -> type[Exception]:
     if name == "NotFittedError":
-        cls = globals()["NotFittedError"] = _not_fitted_error()  # built once, then a plain module attribute
-        return cls
+        # then a plain module attribute; setdefault keeps one class even when threads race here
+        return globals().setdefault(name, _not_fitted_error())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
