@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from ..exceptions import DivergenceError
 from ..families import Family
@@ -65,6 +64,8 @@ def _newton_direction(H: np.ndarray, g: np.ndarray, design_scale) -> np.ndarray:
     gradient step ``g / L`` on the flat ones (rank-deficient X, Huber with no residual inside the
     threshold), with ``L = max(lambda_max(H), design_scale())`` (``design_scale``: a callable
     giving lambda_max(X^T X / n), evaluated only here)."""
+    import scipy.linalg  # here, not at module level: slow to import
+
     try:
         L, lower = scipy.linalg.cho_factor(H, lower=True, check_finite=False)
         piv = np.diag(L) ** 2

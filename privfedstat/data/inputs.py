@@ -31,7 +31,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy import sparse
 
 from ..data.federated import FederatedData
 from ..exceptions import NoInterceptWarning, SingleClientWarning
@@ -42,6 +41,8 @@ __all__ = ["as_federated_data", "dense_array", "sklearn_tags"]
 
 def dense_array(X, name: str = "X") -> np.ndarray:
     """``X`` as a real numpy array: sparse matrices and complex values are refused (scikit-learn's messages)."""
+    from scipy import sparse  # here, not at module level: slow to import
+
     if sparse.issparse(X):
         raise TypeError(f"sparse input is not supported: pass {name} as a dense array ({name}.toarray()).")
     X = np.asarray(X)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from .base import Family
 
@@ -45,13 +44,19 @@ class Logistic(Family):
         return (1.0 - y) * np.logaddexp(0.0, z) + y * np.logaddexp(0.0, -z)
 
     def deriv(self, y, z):
+        from scipy.special import expit  # scipy.special: imported here, not at module level (slow to import)
+
         return expit(z) - y
 
     def deriv2(self, y, z):
+        from scipy.special import expit  # scipy.special: imported here, not at module level (slow to import)
+
         p = expit(z)
         return p * (1.0 - p)
 
     def mean(self, z):
+        from scipy.special import expit  # scipy.special: imported here, not at module level (slow to import)
+
         return expit(z)
 
     @property

@@ -15,7 +15,6 @@ Per sample, with ``z = x^T Theta`` (K - 1 values) and ``p_k = e^{z_k} / (1 + sum
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .base import Family
 
@@ -59,6 +58,8 @@ class Multinomial(Family):
 
     def loss(self, y, Z):
         """Per-sample loss for linear predictors ``Z`` of shape (n, K - 1)."""
+        from scipy.special import logsumexp  # scipy.special: imported here, not at module level (slow to import)
+
         F = self._full(Z)
         return logsumexp(F, axis=1) - F[np.arange(F.shape[0]), np.asarray(y, dtype=np.int64)]
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, ndtri
 
 from .._linalg import safe_norm
 
@@ -94,6 +93,8 @@ def compose(mus) -> float:
 
 
 def _delta(eps: float, mu: float) -> float:
+    from scipy.special import log_ndtr  # scipy.special: imported here, not at module level (slow to import)
+
     # Phi(-eps/mu + mu/2) - exp(eps) Phi(-eps/mu - mu/2), second term in log space.
     if eps == 0.0:  # 2 Phi(mu/2) - 1 without cancellation
         return math.erf(mu / (2.0 * math.sqrt(2.0)))
@@ -128,10 +129,11 @@ def epsilon_from_mu(mu: float, delta: float) -> float:
         return math.inf
     if _delta(0.0, mu) <= delta:
         return 0.0
+    from scipy.optimize import brentq  # here, not at module level: scipy.optimize is slow to import
+    from scipy.special import ndtri
+
     # delta(eps) <= Phi(-eps/mu + mu/2), so this eps already gives delta(eps) <= delta.
     hi = mu * mu / 2 - mu * float(ndtri(delta)) + 1.0
-    from scipy.optimize import brentq  # here, not at module level: scipy.optimize is slow to import
-
     return float(brentq(lambda e: _delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-15, maxiter=500))
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from scipy.special import ndtri
 
 from .._rng import child_entropy
 from ..kernels.pcg64_nb import pcg64_children, pcg64_standard_normal
@@ -123,6 +122,8 @@ class SecureClientNoise:
 
     def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
         """Return an array of shape ``(n_clients, *shape)`` of independent secure N(0, 1) draws."""
+        from scipy.special import ndtri  # scipy.special: imported here, not at module level (slow to import)
+
         size = self._m * int(np.prod(shape, dtype=np.int64))
         bits = np.frombuffer(os.urandom(8 * self.n_summed * size), dtype=np.uint64).reshape(self.n_summed, size)
         u = ((bits & _LOW52) * 2 + 1).astype(np.float64) * 2.0**-54  # (2k + 1) 2^-54, exact

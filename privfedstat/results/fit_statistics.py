@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, logit
 
 from ..families import Family
 
@@ -79,6 +78,8 @@ def log_likelihood(family: Family, y: np.ndarray, z: np.ndarray) -> float:
         return -0.5 * n * (math.log(2.0 * math.pi * float(np.sum((y - z) ** 2)) / n) + 1.0)
     llf = -float(np.sum(family.loss(y, z)))
     if family.name == "poisson":
+        from scipy.special import gammaln  # scipy.special: imported here, not at module level (slow to import)
+
         llf -= float(np.sum(gammaln(y + 1.0)))
     return llf
 
@@ -95,6 +96,8 @@ def _null_predictor(family: Family, y: np.ndarray, offset: np.ndarray | None) ->
     if family.has_dispersion:  # least squares: mean of y - o
         return float(np.mean(y - o)) + o
     if offset is None:  # logistic: the mean of y
+        from scipy.special import logit  # scipy.special: imported here, not at module level (slow to import)
+
         return np.full(y.shape[0], float(logit(np.mean(y))))
     return None
 
