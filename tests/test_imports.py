@@ -8,10 +8,10 @@ itself has imported most of them.
 import json
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 import privfedstat
+import privfedstat._version
 
 #: libraries the import path does not need: loaded by the functions that use them
 LAZY = ("sklearn", "torch", "flwr", "statsmodels", "matplotlib", "dask", "distributed", "opacus", "pandas",
@@ -38,13 +38,15 @@ def test_the_public_names_load_on_first_use():
     assert "pandas" in _loaded_after("import privfedstat; privfedstat.simulations")
 
 
-@pytest.mark.parametrize("name", privfedstat.__all__)
-def test_every_public_name_is_importable(name):
-    assert getattr(privfedstat, name) is not None
-    assert name in dir(privfedstat)
+def test_every_public_name_is_importable():
+    for name in privfedstat.__all__:
+        assert getattr(privfedstat, name) is not None, name
+        assert name in dir(privfedstat), name
 
 
 def test_the_version_has_one_definition():
-    from privfedstat._version import __version__
-
-    assert privfedstat.__version__ == __version__
+    """``privfedstat/_version.py``: the package and the build (pyproject.toml) read it."""
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion = \"" not in pyproject
+    assert 'version = { attr = "privfedstat._version.__version__" }' in pyproject
+    assert privfedstat.__version__ == privfedstat._version.__version__
