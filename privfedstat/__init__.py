@@ -15,6 +15,7 @@ budget live in :mod:`privfedstat.privacy`. The layers and the data flow are desc
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ._version import __version__ as __version__  # the one definition (also read by the build)
 from .algorithms import (
@@ -53,6 +54,11 @@ from .fitting import FeatureBounds, FederatedEstimator, PrivateStandardize, clon
 from .formula import glm
 from .inference import Inference, InferenceResult, NoInferenceError, WaldTestResult
 from .privacy import AutoClip, PrivacyBudget, PrivacyLedger
+
+if TYPE_CHECKING:  # the names of _LAZY below, for type checkers and editors
+    from . import simulations, theory
+    from .exceptions import NotFittedError
+    from .planning import StudyPlan, plan_study, predict_mse
 
 __all__ = [
     "DPFedAvg",
