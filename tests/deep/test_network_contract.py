@@ -61,7 +61,7 @@ from privfedstat.federation.channel import Communication  # noqa: E402
 from privfedstat.privacy.ledger import PrivacyLedger  # noqa: E402
 
 torch.set_num_threads(1)  # small networks on a loaded machine: threads only slow them
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 SPECS = network_methods()
 SIZES = (12, 16, 10, 14)
