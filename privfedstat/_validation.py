@@ -1,6 +1,14 @@
 """Input checks shared by every public entry point.
 
 Each check raises ``ValueError`` or ``TypeError`` with a message that says what to change.
+
+An estimator's parameters are checked from one declarative table (scikit-learn's
+``_parameter_constraints``): a dict from parameter name to the list of rules a value may satisfy
+(:class:`Interval`, :class:`Options`, :class:`InstanceOf`, :class:`Free`; a bare string or None
+stands for that one value). :func:`validate_parameters` checks every entry. A value that no rule
+accepts is refused by the first rule that takes its type (a number out of range, a string not among
+the options: ``ValueError``), else by the first rule (``TypeError`` from a number or type rule,
+``ValueError`` from options); the message names the parameter, what is allowed and the value got.
 """
 
 from __future__ import annotations
@@ -13,6 +21,13 @@ import numpy as np
 from .exceptions import DivergenceError
 
 __all__ = [
+    "Interval",
+    "Options",
+    "InstanceOf",
+    "Free",
+    "BOOL",
+    "validate_parameters",
+    "check_finite_bounds",
     "check_positive_int",
     "check_positive_float",
     "check_mu",
@@ -122,3 +137,172 @@ def check_iterate(theta: np.ndarray, where: str, step_size: float) -> None:
     error = iterate_error(theta, where, step_size)
     if error is not None:
         raise error
+
+
+# ---------------------------------------------------------------------------------------- parameter tables
+class Rule:
+    """One rule a parameter's value may satisfy; ``hint`` (why, or what to do) ends the error message, with
+    ``{estimator}`` replaced by the estimator's class name."""
+
+    hint: str = ""
+
+    def accepts(self, value) -> bool:
+        """Whether ``value`` satisfies the rule."""
+        raise NotImplementedError
+
+    def takes_type(self, value) -> bool:
+        """Whether the rule allows values of ``value``'s type (then refusing ``value`` is a ``ValueError``)."""
+        return self.accepts(value)
+
+    def describe(self) -> str:
+        """What the rule allows, as the end of "``name`` must be ...", e.g. ``"an integer >= 1"``."""
+        raise NotImplementedError
+
+    def error(self, value) -> tuple[type[Exception], str, str]:
+        """(exception type, what is allowed, the value as reported) for a ``value`` the rule refuses."""
+        return ValueError, self.describe(), repr(value)
+
+
+class Interval(Rule):
+    """A number of ``kind`` (``Integral`` or ``Real``; never a bool) in the interval from ``low`` to ``high``.
+
+    ``closed`` says which ends belong to it (``"left"``, ``"right"``, ``"both"``, ``"neither"``); None
+    leaves an end open to infinity. An infinite value (above any finite bound) is refused unless
+    ``finite=False``.
+    """
+
+    def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, closed: str = "both",
+                 finite: bool = True, hint: str = "") -> None:
+        if kind not in (Integral, Real) or closed not in ("left", "right", "both", "neither"):
+            raise ValueError(f"Interval takes kind Integral or Real and closed 'left', 'right', 'both' or 'neither', "
+                             f"got {kind!r} and {closed!r}.")
+        self.kind, self.low, self.high, self.closed, self.finite, self.hint = kind, low, high, closed, finite, hint
+
+    def _type_ok(self, value) -> bool:
+        return not isinstance(value, bool) and isinstance(value, self.kind)
+
+    def _in_range(self, x: float) -> bool:
+        left, right = self.closed in ("left", "both"), self.closed in ("right", "both")
+        low_ok = self.low is None or (x >= self.low if left else x > self.low)
+        high_ok = self.high is None or (x <= self.high if right else x < self.high)
+        return low_ok and high_ok
+
+    def takes_type(self, value) -> bool:
+        return self._type_ok(value)
+
+    def accepts(self, value) -> bool:
+        if not self._type_ok(value):
+            return False
+        x = float(value)
+        return not math.isnan(x) and self._in_range(x) and not (self.finite and math.isinf(x))
+
+    def _range(self) -> str:
+        left, right = self.closed in ("left", "both"), self.closed in ("right", "both")
+        if self.low is not None and self.high is not None:
+            return f"in {'[' if left else '('}{self.low:g}, {self.high:g}{']' if right else ')'}"
+        if self.low is not None:
+            return f"{'>=' if left else '>'} {self.low:g}"
+        if self.high is not None:
+            return f"{'<=' if right else '<'} {self.high:g}"
+        return "finite" if self.finite else "any number"
+
+    def describe(self) -> str:
+        inf = "" if self.finite or self.high is not None else " (inf allowed)"
+        return f"{'an integer' if self.kind is Integral else 'a number'} {self._range()}{inf}"
+
+    def error(self, value) -> tuple[type[Exception], str, str]:
+        if not self._type_ok(value):
+            return TypeError, self.describe(), f"{value!r} ({type(value).__name__})"
+        if self.kind is Integral:
+            return ValueError, self.describe(), repr(int(value))
+        x = float(value)
+        if self.finite and math.isinf(x) and self._in_range(x):
+            return ValueError, "finite", repr(x)
+        return ValueError, self._range(), repr(x)
+
+
+class Options(Rule):
+    """One of the given values (strings, None, booleans): compared by type and equality, never by truthiness."""
+
+    def __init__(self, values, *, hint: str = "") -> None:
+        self.values, self.hint = tuple(values), hint
+
+    def accepts(self, value) -> bool:
+        return any(value is v or (v is not None and type(value) is type(v) and value == v) for v in self.values)
+
+    def takes_type(self, value) -> bool:
+        return any(type(value) is type(v) for v in self.values)
+
+    def describe(self) -> str:
+        return repr(self.values[0]) if len(self.values) == 1 else f"one of {self.values!r}"
+
+
+class InstanceOf(Rule):
+    """An instance of ``types``, described to the user as ``description`` (e.g. "True or False")."""
+
+    def __init__(self, types: type | tuple[type, ...], description: str, *, hint: str = "") -> None:
+        self.types, self.description, self.hint = types, description, hint
+
+    def accepts(self, value) -> bool:
+        return isinstance(value, self.types)
+
+    def describe(self) -> str:
+        return self.description
+
+    def error(self, value) -> tuple[type[Exception], str, str]:
+        return TypeError, self.description, repr(value)
+
+
+class Free(Rule):
+    """Any value: the parameter is checked where it is resolved, which ``where`` names (e.g. ``get_family``)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def accepts(self, value) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"anything (checked by {self.where})"
+
+
+#: BOOL: True or False (numpy's bool included)
+BOOL = InstanceOf((bool, np.bool_), "True or False")
+
+
+def _rules(entry) -> list[Rule]:
+    """The rules of a table entry: a Rule, or a list of Rules, strings and None (a value of its own)."""
+    items = entry if isinstance(entry, list) else [entry]
+    return [r if isinstance(r, Rule) else Options((r,)) for r in items]
+
+
+def validate_parameters(estimator, table: dict) -> None:
+    """Check ``getattr(estimator, name)`` against each entry of ``table`` (see the module docstring).
+
+    Raises ``ValueError`` or ``TypeError`` (see the module docstring) naming the parameter, what is allowed
+    (the refusing rule's requirement first) and the value got, e.g. ``"n_rounds must be an integer >= 1 or
+    'auto', got 0."``.
+    """
+    for name, entry in table.items():
+        value = getattr(estimator, name)
+        rules = _rules(entry)
+        if any(rule.accepts(value) for rule in rules):
+            continue
+        principal = next((rule for rule in rules if rule.takes_type(value)), rules[0])
+        error, allowed, got = principal.error(value)
+        allowed = [allowed] + [rule.describe() for rule in rules if rule is not principal]
+        allowed = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        hint = " " + principal.hint.replace("{estimator}", type(estimator).__name__) if principal.hint else ""
+        raise error(f"{name} must be {allowed}, got {got}.{hint}")
+
+
+def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str) -> None:
+    """Refuse an infinite bound (no clipping) among the parameters ``names`` when ``mu`` is finite: it gives ``what``
+    (e.g. "the Newton step") infinite sensitivity. The one rule that ties a bound to the budget."""
+    if math.isinf(mu):
+        return
+    for name in names:
+        value = getattr(estimator, name)
+        if isinstance(value, Real) and math.isinf(value):
+            raise ValueError(f"{name}=inf (no clipping) gives {what} infinite sensitivity, so it is only allowed with "
+                             f"mu=float('inf'); set a finite {name}.")

@@ -112,3 +112,27 @@ def check_communication(est, sent: list, n_clients: int) -> None:
     assert aggregated == [i for i, (how, _) in enumerate(sent) if how == "release"]
     local = {r.round for r in releases if r.kind == "local"}
     assert local == {i for i, (how, _) in enumerate(sent) if how == "send"}
+
+
+def check_parameter_tables(classes) -> None:
+    """Every parameter of each estimator in ``classes`` has a rule in its table (a ``Free`` rule declares one
+    checked where it is resolved), and every table names only parameters: those of the class's own
+    ``__init__``, or for a class without one (a base or a mixin) of a subclass that has one."""
+    for cls in classes:
+        table = cls._parameter_table()
+        missing = [name for name in cls._param_names() if name not in table]
+        assert not missing, f"{cls.__name__}: no rule for {missing} (declare Free(where) for one checked elsewhere)"
+    declaring = {klass for cls in classes for klass in cls.__mro__ if "_parameter_constraints" in vars(klass)}
+    for klass in declaring:
+        if "__init__" in vars(klass):
+            scope = set(klass._param_names())
+        else:
+            scope = {name for sub in _subclasses(klass) if "__init__" in vars(sub) for name in sub._param_names()}
+        unknown = set(vars(klass)["_parameter_constraints"]) - scope
+        assert not unknown, f"{klass.__name__}._parameter_constraints names {sorted(unknown)}, not parameters"
+
+
+def _subclasses(klass: type) -> set[type]:
+    """Every class that inherits ``klass``, at any depth."""
+    direct = set(klass.__subclasses__())
+    return direct.union(*(_subclasses(sub) for sub in direct))

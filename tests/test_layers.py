@@ -27,6 +27,7 @@ def test_the_package_keeps_its_floors():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, added, broken", [
     ("theory/bounds.py", "from ..algorithms import registry",
      "privfedstat.theory is not allowed to import privfedstat.algorithms"),

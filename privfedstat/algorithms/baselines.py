@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_positive_float, check_positive_int
+from .._validation import Interval
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
 from ..federation.oracle import make_oracle
@@ -35,13 +36,11 @@ class _NonPrivateBaseline(FederatedEstimator):
     #: text of the summary's privacy line
     _privacy_line = "none (non-private baseline)"
 
-    def _validate_params(self, mu: float = math.inf) -> None:
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_float(self.tol, "tol")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float, np.floating, np.integer)):
-            raise TypeError(f"alpha must be a number >= 0 (ridge penalty), got {self.alpha!r}.")
-        if not (math.isfinite(float(self.alpha)) and self.alpha >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0 (ridge penalty), got {self.alpha}.")
+    _parameter_constraints = {
+        "alpha": Interval(Real, 0, None, closed="left", hint="It is the ridge penalty."),
+        "tol": Interval(Real, 0, None, closed="neither"),
+        "max_iter": Interval(Integral, 1),
+    }
 
     def fit(self, X, y=None, *, clients=None, offset=None, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:
         """Fit on a :class:`~privfedstat.FederatedData`, or on ``X, y, clients=labels`` (and ``offset=``; see
@@ -49,7 +48,7 @@ class _NonPrivateBaseline(FederatedEstimator):
         fit is not private); an infinite one records the fit."""
         data, family = self._check_data(X, y, clients, offset)
         family.check_y(data.y)  # the raw data are at the server anyway (not private)
-        self._validate_params()
+        self._validate_params(math.inf)
         config = resolve_inference(self.inference)
         cov_type = None if config is None else resolve_cov_type(config, family)
         if cov_type == "bootstrap":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
+from numbers import Integral, Real
 
-from .._validation import check_iterate, check_positive_float, check_positive_int
+from .._validation import Interval, check_finite_bounds, check_iterate
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
-from ..fitting.base import FederatedEstimator
+from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
@@ -87,6 +87,14 @@ class DPFedAvg(FederatedEstimator):
     supports_inference = False
     _norms = ()
 
+    _parameter_constraints = {
+        "n_rounds": Interval(Integral, 1),
+        "n_local_steps": Interval(Integral, 1),
+        "server_step_size": Interval(Real, 0, None, closed="neither"),
+        "update_clip": Interval(Real, 0, None, closed="neither", finite=False),
+        "inference": CLIENT_LEVEL_INFERENCE,
+    }
+
     def __init__(
         self,
         *,
@@ -119,14 +127,8 @@ class DPFedAvg(FederatedEstimator):
         self.inference = inference
 
     def _validate_params(self, mu: float) -> None:
-        if self.inference is not None:
-            raise ValueError("DPFedAvg protects whole clients; the inference releases are record-level and cannot "
-                             "carry that guarantee. Fit with inference=None (the default).")
         super()._validate_params(mu)
-        check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_float(self.server_step_size, "server_step_size")
-        check_positive_float(self.update_clip, "update_clip", allow_inf=math.isinf(mu))
+        check_finite_bounds(self, ("update_clip",), mu, "the model updates")
 
     def _advice(self) -> str:
         return "Increase n_rounds (R) or n_local_steps (K), or raise update_clip if most updates are clipped."

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import Interval
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -106,6 +107,8 @@ class FedAvg(FederatedEstimator):
 
     method = "FedAvg"
 
+    _parameter_constraints = {"n_rounds": [Interval(Integral, 1), "auto"], "n_local_steps": Interval(Integral, 1)}
+
     def __init__(
         self,
         *,
@@ -136,12 +139,6 @@ class FedAvg(FederatedEstimator):
         self.participation = participation
         self.on_client_failure = on_client_failure
         self.inference = inference
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        if self.n_rounds != "auto":
-            check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
 
     def _advice(self) -> str:
         return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .._validation import check_positive_int
+from numbers import Integral
+
+from .._validation import Interval
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -70,6 +72,8 @@ class FedHybrid(FederatedEstimator):
 
     method = "FedHybrid"
 
+    _parameter_constraints = {"n_local_steps": Interval(Integral, 1), "n_server_iter": [Interval(Integral, 1), "auto"]}
+
     def __init__(
         self,
         *,
@@ -98,12 +102,6 @@ class FedHybrid(FederatedEstimator):
         self.secure_mode = secure_mode
         self.on_client_failure = on_client_failure
         self.inference = inference
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        if self.n_server_iter != "auto":
-            check_positive_int(self.n_server_iter, "n_server_iter")
 
     def _advice(self) -> str:
         return "Increase n_server_iter (K2), or use step_size='auto' if a larger step oscillated."

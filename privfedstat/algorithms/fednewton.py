@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 
 from .._linalg import MAX_HESSIAN_GB
-from .._validation import check_positive_float, check_positive_int
+from .._validation import InstanceOf, Interval, Options, check_finite_bounds
 from ..data.federated import FederatedData
 from ..exceptions import PrivacyLeakWarning
 from ..families.base import Family
@@ -127,6 +128,16 @@ class FedNewton(FederatedEstimator):
     def _norms(self) -> tuple[str, ...]:
         return ("gradient",) if self.newton_noise == "paper" else ("gradient", "hessian")
 
+    _parameter_constraints = {
+        "n_rounds": Interval(Integral, 1),
+        "n_local_steps": Interval(Integral, 1),
+        "hessian_clip": [Interval(Real, 0, None, closed="neither", finite=False), None, "auto",
+                         InstanceOf(AutoClip, "an AutoClip")],
+        "hessian_floor": [Interval(Real, 0, None, closed="neither"), "auto"],
+        "newton_grad_clip": [Interval(Real, 0, None, closed="neither", finite=False), None],
+        "newton_noise": Options(("robust", "paper")),
+    }
+
     def __init__(
         self,
         *,
@@ -166,19 +177,7 @@ class FedNewton(FederatedEstimator):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        if self.hessian_floor != "auto":
-            check_positive_float(self.hessian_floor, "hessian_floor")
-        if self.newton_noise not in ("robust", "paper"):
-            raise ValueError(f"newton_noise must be 'robust' or 'paper', got {self.newton_noise!r}.")
-        if self.newton_grad_clip is not None:
-            check_positive_float(self.newton_grad_clip, "newton_grad_clip", allow_inf=True)
-        if math.isfinite(mu):
-            for name in ("hessian_clip", "newton_grad_clip"):
-                value = getattr(self, name)
-                if value is not None and math.isinf(float(value)):
-                    raise ValueError(f"{name}=inf gives the Newton step infinite sensitivity; it needs mu=inf.")
+        check_finite_bounds(self, ("hessian_clip", "newton_grad_clip"), mu, "the Newton step")
 
     def _advice(self) -> str:
         return ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "

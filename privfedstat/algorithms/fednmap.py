@@ -15,7 +15,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_iterate, check_positive_float, check_positive_int
+from .._validation import Free, Interval, Options, check_iterate
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
@@ -112,14 +112,17 @@ class _Penalized:
     """The penalty parameters of the composite estimators: checks, the penalty on the fitting scale, no inference."""
 
     supports_inference = False
+    _parameter_constraints = {
+        "penalty": Options(PENALTIES),
+        "alpha": Interval(Real, 0, None, closed="left"),
+        "l1_ratio": Free("_l1_ratio, with penalty"),
+        "unpenalized": Free("_mask, against the columns of X and the scaling's intercept"),
+        "inference": Options((None,), hint="{estimator} reports no standard errors (naive intervals after l1 "
+                             "selection are not valid); fit with inference=None (the default)."),
+    }
 
     def _l1_ratio(self) -> float:
-        """The checked mixing (1 for the lasso)."""
-        if self.penalty not in PENALTIES:
-            raise ValueError(f"penalty must be one of {PENALTIES}, got {self.penalty!r}.")
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, Real) or not (math.isfinite(alpha) and alpha >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
+        """The mixing, checked against the penalty (1 for the lasso)."""
         ratio = self.l1_ratio
         if self.penalty == "l1":
             if ratio is not None:
@@ -131,9 +134,6 @@ class _Penalized:
         return float(ratio)
 
     def _validate_params(self, mu: float) -> None:
-        if self.inference is not None:
-            raise ValueError(f"{type(self).__name__} reports no standard errors (naive intervals after l1 selection are "
-                             "not valid); fit with inference=None (the default).")
         super()._validate_params(mu)
         self._l1_ratio()
 
@@ -259,6 +259,13 @@ class FedNMap(_Penalized, FederatedEstimator):
 
     method = "FedNMap"
 
+    _parameter_constraints = {
+        "n_rounds": [Interval(Integral, 1), "auto"],
+        "n_local_steps": Interval(Integral, 1),
+        "server_step_size": Interval(Real, 0, None, closed="neither"),
+        "gamma": [Interval(Real, 0, None, closed="neither"), "auto"],
+    }
+
     def __init__(
         self,
         *,
@@ -282,15 +289,6 @@ class FedNMap(_Penalized, FederatedEstimator):
         inference=None,
     ) -> None:
         _store(self, locals())
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        if self.n_rounds != "auto":
-            check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_float(self.server_step_size, "server_step_size")
-        if getattr(self, "gamma", "auto") != "auto":
-            check_positive_float(self.gamma, "gamma")
 
     def _advice(self) -> str:
         return "Increase n_rounds (T), or the step sizes if the path moved slowly."

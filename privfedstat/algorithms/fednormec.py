@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_iterate, check_positive_float, check_positive_int
+from .._validation import BOOL, Free, Interval, Options, check_iterate, validate_parameters
 from ..federation.protocol import Run, Setup
 from ..federation.server import effective_weights, resolve_participation
 from ..federation.session import Session
-from ..fitting.base import FederatedEstimator
+from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import calibrated_sigma, client_update_calibration, normec_noise_multiplier
@@ -96,6 +96,16 @@ class _UnitMessageRounds(FederatedEstimator):
     supports_inference = False
     _norms = ()
     _error_feedback = True
+    _parameter_constraints = {
+        "n_rounds": Interval(Integral, 1),
+        "n_local_steps": Interval(Integral, 1),
+        "beta": Interval(Real, 0, None, closed="neither"),
+        "server_step_size": [Interval(Real, 0, None, closed="neither"), "auto"],
+        "mu": Free("_declared_mu: None with a target epsilon, else a number > 0"),
+        "epsilon": Free("_target: None or a pair (epsilon, delta)"),
+        "sigma": Options((None, "paper")),
+        "inference": CLIENT_LEVEL_INFERENCE,
+    }
 
     # ------------------------------------------------------------------ calibration
     def _target(self) -> tuple[float, float] | None:
@@ -111,9 +121,9 @@ class _UnitMessageRounds(FederatedEstimator):
         return float(eps), float(delta)
 
     def _declared_mu(self, n_clients: int) -> float:
-        """mu, or with a target epsilon the GDP budget ``2 sqrt(R) / sigma_DP`` towards the server that it implies."""
-        if self.sigma not in (None, "paper"):
-            raise ValueError(f"sigma must be None or 'paper', got {self.sigma!r}.")
+        """mu, or with a target epsilon the GDP budget ``2 sqrt(R) / sigma_DP`` towards the server that it implies
+        (the parameters checked first: the budget is derived from them)."""
+        validate_parameters(self, self._parameter_table())
         target = self._target()
         if target is None:
             if self.sigma is not None:
@@ -122,7 +132,7 @@ class _UnitMessageRounds(FederatedEstimator):
         if self.mu is not None:
             raise ValueError("give either mu (GDP towards the server) or epsilon (a target towards outsiders), not "
                              "both: pass mu=None with epsilon=(epsilon, delta).")
-        R = check_positive_int(self.n_rounds, "n_rounds")
+        R = int(self.n_rounds)
         part = resolve_participation(self.participation, n_clients)
         q = 1.0 if part is None or part.rate is None else float(part.rate)  # a cohort is accounted unamplified
         sigma = normec_noise_multiplier(*target, q, R, rule="pld" if self.sigma is None else "paper")
@@ -135,17 +145,6 @@ class _UnitMessageRounds(FederatedEstimator):
                               f"{target[0]:g} at delta = {target[1]:g} (PLD accountant); use sigma=None to meet it.",
                               UserWarning, stacklevel=3)
         return 2.0 * math.sqrt(R) / sigma
-
-    def _validate_params(self, mu: float) -> None:
-        if self.inference is not None:
-            raise ValueError(f"{type(self).__name__} protects whole clients; the inference releases are record-level "
-                             "and cannot carry that guarantee. Fit with inference=None (the default).")
-        super()._validate_params(mu)
-        check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_float(self.beta, "beta")
-        if self.server_step_size != "auto":
-            check_positive_float(self.server_step_size, "server_step_size")
 
     # ------------------------------------------------------------------ results
     @property
@@ -297,6 +296,12 @@ class FedAlphaNormEC(_UnitMessageRounds):
 
     method = "Fed-alpha-NormEC"
 
+    _parameter_constraints = {
+        "alpha": Interval(Real, 0, None, closed="neither"),
+        "local_solver": Options(("gd", "ig")),
+        "server_normalization": BOOL,
+    }
+
     def __init__(
         self,
         *,
@@ -340,13 +345,8 @@ class FedAlphaNormEC(_UnitMessageRounds):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_float(self.alpha, "alpha")
-        if self.local_solver not in ("gd", "ig"):
-            raise ValueError(f"local_solver must be 'gd' or 'ig', got {self.local_solver!r}.")
         if self.local_solver == "ig" and self.n_local_steps != 1:
             raise ValueError("local_solver='ig' makes one pass over each client's rows (T = n_i); leave n_local_steps=1.")
-        if not isinstance(self.server_normalization, (bool, np.bool_)):
-            raise TypeError(f"server_normalization must be True or False, got {self.server_normalization!r}.")
 
     def _advice(self) -> str:
         return "Increase n_rounds, or lower server_step_size (eta) or beta."

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import Free, Interval
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -95,6 +97,11 @@ class FedSGD(FederatedEstimator):
 
     method = "FedSGD"
 
+    _parameter_constraints = {
+        "n_iter": [Interval(Integral, 1), "auto"],
+        "init": Free("_initial, against the number of parameters"),
+    }
+
     def __init__(
         self,
         *,
@@ -125,11 +132,6 @@ class FedSGD(FederatedEstimator):
         self.participation = participation
         self.on_client_failure = on_client_failure
         self.inference = inference
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        if self.n_iter != "auto":
-            check_positive_int(self.n_iter, "n_iter")
 
     def _advice(self) -> str:
         return ("Increase n_iter (K), or use step_size='auto' if a larger step oscillated; with finite mu more "

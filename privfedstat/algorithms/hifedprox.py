@@ -7,13 +7,12 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_iterate, check_positive_float, check_positive_int
-from ..federation.channel import FAILURE_POLICIES
+from .._validation import Free, Interval, check_finite_bounds, check_iterate
 from ..federation.power_prox import Armijo, PowerProx
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
-from ..fitting.base import FederatedEstimator
+from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
 
 __all__ = ["HiFedProx"]
@@ -117,6 +116,21 @@ class HiFedProx(FederatedEstimator):
     supports_inference = False
     _norms = ()
 
+    _parameter_constraints = {
+        "n_rounds": Interval(Integral, 1),
+        "power": Interval(Real, 2, None, closed="left", hint="It is the power p of the proximal term."),
+        "prox_coef": Interval(Real, 0, None, closed="left", hint="It is the proximal coefficient (mu in the paper)."),
+        "prox_radius": Interval(Real, 0, None, closed="neither"),
+        "n_local_steps": Free("_local_settings: an integer >= 1, or one per client"),
+        "step_size": Free("_local_settings: a number > 0 (alpha0), or one per client"),
+        "batch_size": [Interval(Integral, 1), None],
+        "armijo_c": Interval(Real, 0, 1, closed="neither", hint="It is Armijo's sufficient-decrease constant c."),
+        "backtrack_factor": Interval(Real, 0, 1, closed="neither", hint="It is Armijo's backtracking factor rho."),
+        "max_backtracks": Interval(Integral, 0),
+        "update_clip": [Interval(Real, 0, None, closed="neither", finite=False), "auto"],
+        "inference": CLIENT_LEVEL_INFERENCE,
+    }
+
     def __init__(
         self,
         *,
@@ -164,18 +178,8 @@ class HiFedProx(FederatedEstimator):
         return super()._declared_mu(n_clients)
 
     def _validate_params(self, mu: float) -> None:
-        # not FederatedEstimator's: step_size may be an array (one alpha0 per client)
-        if self.inference is not None:
-            raise ValueError("HiFedProx's privacy protects whole clients; the inference releases are record-level and "
-                             "cannot carry that guarantee. Fit with inference=None (the default).")
-        if self.on_client_failure not in FAILURE_POLICIES:
-            raise ValueError(f"on_client_failure must be one of {FAILURE_POLICIES}, got {self.on_client_failure!r}.")
-        check_positive_int(self.n_rounds, "n_rounds")
-        self._prox()
-        self._armijo()
-        if self.batch_size is not None:
-            check_positive_int(self.batch_size, "batch_size")
-        self._update_clip(mu)
+        super()._validate_params(mu)
+        check_finite_bounds(self, ("update_clip",), mu, "the model updates")
 
     def _prox(self) -> PowerProx:
         return PowerProx(self.prox_coef, self.prox_radius, self.power)
@@ -185,11 +189,9 @@ class HiFedProx(FederatedEstimator):
 
     def _update_clip(self, mu: float) -> float:
         """S: ``update_clip``, or with "auto" R (finite mu) or inf (mu = inf)."""
-        if isinstance(self.update_clip, str):
-            if self.update_clip != "auto":
-                raise ValueError(f"update_clip must be a positive number or 'auto', got {self.update_clip!r}.")
+        if isinstance(self.update_clip, str):  # "auto", the only string the parameter table lets through
             return math.inf if math.isinf(mu) else float(self.prox_radius)
-        return check_positive_float(self.update_clip, "update_clip", allow_inf=math.isinf(mu))
+        return float(self.update_clip)
 
     def _local_settings(self, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
         """(S_i, alpha0_i) for every client, checked."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import check_iterate, check_positive_float, check_positive_int
+from .._validation import Interval, check_iterate
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
@@ -131,6 +132,12 @@ class Scaffold(FederatedEstimator):
 
     method = "SCAFFOLD"
 
+    _parameter_constraints = {
+        "n_rounds": [Interval(Integral, 1), "auto"],
+        "n_local_steps": Interval(Integral, 1),
+        "server_step_size": Interval(Real, 0, None, closed="neither"),
+    }
+
     def __init__(
         self,
         *,
@@ -161,13 +168,6 @@ class Scaffold(FederatedEstimator):
         self.secure_mode = secure_mode
         self.on_client_failure = on_client_failure
         self.inference = inference
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        if self.n_rounds != "auto":
-            check_positive_int(self.n_rounds, "n_rounds")
-        check_positive_int(self.n_local_steps, "n_local_steps")
-        check_positive_float(self.server_step_size, "server_step_size")
 
     def _advice(self) -> str:
         return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."

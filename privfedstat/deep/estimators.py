@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from .._linalg import safe_norm
-from .._validation import check_positive_float, check_positive_int
+from .._validation import BOOL, Free, InstanceOf, Interval, Options, check_positive_int
 from ..algorithms.dpfedavg import DPFedAvg
 from ..algorithms.fedavg import FedAvg
 from ..algorithms.fedhybrid import FedHybrid
@@ -106,6 +107,12 @@ class _Network:
     init = None
     inference = None
     _round_done = None  # the clients' ``on_round`` during ``fit``: the progress bar's update
+    _parameter_constraints = {
+        "model": Free("check_model and the fit's first forward pass"),
+        "loss": [Options(tuple(LOSSES)), InstanceOf(Callable, "a callable loss(outputs, targets)")],
+        "batch_size": [Interval(Integral, 1), None],
+        "progress": BOOL,
+    }
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, clients=None, offset=None, budget=None):
@@ -147,17 +154,11 @@ class _Network:
 
     def _validate_params(self, mu: float) -> None:
         check_model(self.model)
-        _loss(self.loss)
         if isinstance(self.step_size, str):
             raise ValueError("step_size must be a number for networks (the GLM curvature bound of 'auto' does not apply).")
         if isinstance(self.clip, str) or (isinstance(self.clip, AutoClip) and self.clip.pilot_rounds):
             raise ValueError("clip must be a number B, or an AutoClip without pilot rounds (the private quantile of the "
                              f"per-sample gradient norms at the initial weights), got {self.clip!r}.")
-        if not isinstance(self.progress, (bool, np.bool_)):
-            raise TypeError(f"progress must be True or False, got {self.progress!r}.")
-        batch_size = getattr(self, "batch_size", None)
-        if batch_size is not None:
-            check_positive_int(batch_size, "batch_size")
         super()._validate_params(mu)
 
     def _advice(self) -> str:
@@ -321,6 +322,8 @@ class DeepFedAvg(_Network, FedAvg):
 
     method = "DP-FedAvg (network)"
 
+    _parameter_constraints = {"server_step_size": Interval(Real, 0, None, closed="neither")}
+
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 10,
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
                  batch_size: int | None = None, weights="size", participation=None, random_state=None,
@@ -340,10 +343,6 @@ class DeepFedAvg(_Network, FedAvg):
         self.on_client_failure = on_client_failure
         self.secure_mode = secure_mode
         self.progress = progress
-
-    def _validate_params(self, mu: float) -> None:
-        super()._validate_params(mu)
-        check_positive_float(self.server_step_size, "server_step_size")
 
 
 class DeepFedSGD(_Network, FedSGD):

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .._validation import check_positive_int
+from .._validation import Interval
 from ..algorithms.fedavg import run_fedavg
 from ..federation.clients import Reply
 from ..federation.protocol import Run, Setup
@@ -281,6 +282,13 @@ class DeepFedNewton(DeepFedAvg):
 
     method = "DP-FedNewton-Iter (network)"
 
+    _parameter_constraints = {
+        "n_cycles": Interval(Integral, 1),
+        "n_rounds": Interval(Integral, 1),
+        "damping": Interval(Real, 0, None, closed="neither", hint="It is the damping lambda of the head's Hessian."),
+        "newton_step": Interval(Real, 0, None, closed="neither", hint="It is the Newton step size alpha."),
+    }
+
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_cycles: int = 2, n_rounds: int = 5,
                  n_local_steps: int = 10, step_size: float = 0.01, server_step_size: float = 1.0, clip=1.0,
                  damping: float = 0.1, newton_step: float = 1.0, batch_size: int | None = None, weights="size",
@@ -296,9 +304,6 @@ class DeepFedNewton(DeepFedAvg):
 
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
-        check_positive_int(self.n_cycles, "n_cycles")
-        check_positive_int(self.n_rounds, "n_rounds")
-        head_newton_sensitivity(1.0, self.damping, self.newton_step, [1])  # validates lambda and alpha
         _head_names(self.model)
 
     def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> NewtonTorchClients:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+from numbers import Real
 
 import numpy as np
 
 from .._rng import as_seed_sequence, check_secure_mode
-from .._validation import check_mu, check_positive_float
+from .._validation import Free, InstanceOf, Interval, Options, check_finite_bounds, check_mu, validate_parameters
 from ..data.federated import FederatedData
 from ..data.inputs import as_federated_data
 from ..families import Family, get_family
@@ -44,7 +45,11 @@ from .diagnostics import diagnose, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
 
-__all__ = ["FederatedEstimator", "clone"]
+__all__ = ["FederatedEstimator", "clone", "CLIENT_LEVEL_INFERENCE"]
+
+#: the ``inference`` rule of the estimators that protect whole clients: only None
+CLIENT_LEVEL_INFERENCE = Options((None,), hint="{estimator} protects whole clients; the inference releases are "
+                                 "record-level and cannot carry that guarantee. Fit with inference=None (the default).")
 
 
 class FederatedEstimator(FittedResults):
@@ -147,8 +152,36 @@ class FederatedEstimator(FittedResults):
     supports_inference: bool = True
     #: per-sample norms whose clipping bound ``fit`` must choose
     _norms: tuple[str, ...] = ("gradient",)
+    #: the rules of the parameters that mean the same in every estimator that takes them
+    #: (:func:`~privfedstat._validation.validate_parameters`); a subclass declares its own
+    #: ``_parameter_constraints``, which :meth:`_parameter_table` merges over these
+    _parameter_constraints: dict = {
+        "family": Free("get_family: a family name or a Family"),
+        "mu": Free("_declared_mu: a number > 0, inf for no privacy"),
+        "random_state": Free("as_seed_sequence and check_secure_mode"),
+        "secure_mode": Free("check_secure_mode: True or False, with random_state=None"),
+        "participation": Free("resolve_participation, against the number of clients"),
+        "on_client_failure": list(FAILURE_POLICIES),
+        "inference": Free("plan_inference"),
+        "weights": Free("resolve_weights, against the clients' sizes"),
+        "scaling": Free("fit_scaler"),
+        "step_size": [Interval(Real, 0, None, closed="neither"), "auto"],
+        "clip": [Interval(Real, 0, None, closed="neither", finite=False), "auto", "paper",
+                 InstanceOf(AutoClip, "an AutoClip")],
+    }
 
     # ------------------------------------------------------------------ sklearn-style parameters
+    @classmethod
+    def _parameter_table(cls) -> dict:
+        """The rules of this estimator's parameters: the shared rules of those it takes, updated by the
+        ``_parameter_constraints`` declared along its class hierarchy (a subclass's entry replaces its base's)
+        and restricted to its parameters (a subclass may take fewer than its base)."""
+        names = cls._param_names()
+        table = {}
+        for klass in reversed(cls.__mro__):
+            table.update(vars(klass).get("_parameter_constraints", {}))
+        return {name: table[name] for name in names if name in table}
+
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
@@ -327,26 +360,11 @@ class FederatedEstimator(FittedResults):
         return "Increase the number of iterations or rounds, or lower step_size."
 
     def _validate_params(self, mu: float) -> None:
-        """Check the parameters common to all estimators (subclasses extend)."""
-        policy = getattr(self, "on_client_failure", "raise")
-        if policy not in FAILURE_POLICIES:
-            raise ValueError(f"on_client_failure must be one of {FAILURE_POLICIES}, got {policy!r}.")
-        if self.step_size != "auto":
-            check_positive_float(self.step_size, "step_size")
-        if not self._norms:  # no per-sample clipping bound (client-level estimators)
-            return
-        clip = self.clip
-        if isinstance(clip, str):
-            if clip not in ("auto", "paper"):
-                raise ValueError(f"clip must be a positive number, 'auto', 'paper' or an AutoClip, got {clip!r}.")
-        elif not isinstance(clip, AutoClip):
-            clip = check_positive_float(clip, "clip", allow_inf=True)
-            if math.isinf(clip) and math.isfinite(mu):
-                raise ValueError(
-                    "clip=inf (no clipping) gives infinite sensitivity, so it is only allowed with "
-                    "mu=float('inf'); set a finite clip or clip='auto'."
-                )
-
+        """Check every parameter against its rules (:meth:`_parameter_table`), then the rules that tie parameters
+        together (subclasses extend): an infinite clip needs mu = inf."""
+        table = self._parameter_table()
+        validate_parameters(self, table)
+        check_finite_bounds(self, ("clip",) if "clip" in table else (), mu, "the per-sample gradients")
 
 def _same(a, b) -> bool:
     try:

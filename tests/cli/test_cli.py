@@ -6,6 +6,8 @@ import pytest
 
 from privfedstat.cli import STUDY_MODULES, _studies, main, study_parser
 
+pytestmark = pytest.mark.slow
+
 
 def test_studies_lists_all(capsys):
     assert main(["studies"]) == 0

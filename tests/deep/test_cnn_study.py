@@ -24,7 +24,7 @@ from privfedstat.deep.cnn_study import (  # noqa: E402
 )
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 TINY = replace(PRESETS["digits"], n_rounds=2, n_local_steps=2, n_cycles=2, clients_scenario1=3,
                sizes_scenario1=(20, 40), clients_scenario2=(12,))

@@ -24,6 +24,8 @@ from privfedstat.deep.hifedprox_study import (  # noqa: E402
 )
 from privfedstat.simulations.paired_bootstrap import exhaustive_paired_bootstrap  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 POWERS = [2, 3, 4, 5, 6, 7, 8]
 SEEDS = [3001, 3002, 3003, 3004, 3005]
 # the paper's Table II means (clean, moderate, severe loss) and Table III (clean/moderate/severe tail, severe trials)

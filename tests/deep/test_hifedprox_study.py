@@ -13,7 +13,7 @@ from privfedstat.deep import TensorFederatedData  # noqa: E402
 from privfedstat.deep.hifedprox_study import RECORD_COLUMNS, ROUND_COLUMNS, HiFedProxConfig, stressed_data  # noqa: E402
 
 torch.set_num_threads(1)
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def test_stressed_clients_have_their_training_labels_shifted():

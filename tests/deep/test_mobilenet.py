@@ -69,6 +69,7 @@ def test_digit_images_are_upsampled_to_three_channels():
         mobilenet_images("cifar")
 
 
+@pytest.mark.slow
 def test_fig6_study_and_cli_at_a_tiny_scale(tmp_path, capsys):
     argv = ["reproduce", "fednmap-mobilenet", "--out", str(tmp_path), "--clients", "2", "--local-steps", "1",
             "--rounds", "1", "--samples", "16", "--threads", "1", "--no-progress"]

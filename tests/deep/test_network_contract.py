@@ -46,6 +46,7 @@ from _contract import (  # noqa: E402
     check_clone,
     check_communication,
     check_fit_keeps_parameters,
+    check_parameter_tables,
     check_parameters,
     check_pickle_round_trip,
     record_uploads,
@@ -60,7 +61,7 @@ from privfedstat.federation.channel import Communication  # noqa: E402
 from privfedstat.privacy.ledger import PrivacyLedger  # noqa: E402
 
 torch.set_num_threads(1)  # small networks on a loaded machine: threads only slow them
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 SPECS = network_methods()
 SIZES = (12, 16, 10, 14)
@@ -112,6 +113,10 @@ def test_every_network_estimator_is_listed():
     estimators = {c for c in exported if isinstance(c, type) and issubclass(c, FederatedEstimator)}
     assert {spec.cls for spec in SPECS} == estimators and len(SPECS) == len(estimators)
     assert all(spec.name == spec.cls.__name__.lower() for spec in SPECS)
+
+
+def test_every_parameter_has_a_rule_and_every_rule_a_parameter():
+    check_parameter_tables([spec.cls for spec in SPECS])
 
 
 # ---------------------------------------------------------------------------------- fitting

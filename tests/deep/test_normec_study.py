@@ -14,7 +14,7 @@ from privfedstat.deep import normec_study as ns  # noqa: E402
 from privfedstat.deep.study import load_cnn_data  # noqa: E402
 
 torch.set_num_threads(1)
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def tiny(**kw):

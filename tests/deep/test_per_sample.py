@@ -158,6 +158,7 @@ def test_models_with_batch_dependent_or_random_layers_are_refused_in_training_mo
         per_sample_clipped_mean(model, F.cross_entropy, X, y, 1e-31)
 
 
+@pytest.mark.slow
 def test_importing_privfedstat_does_not_import_torch_and_deep_says_what_to_install():
     code = ("import sys; import privfedstat; assert 'torch' not in sys.modules; sys.modules['torch'] = None\n"
             "try:\n    import privfedstat.deep\nexcept ImportError as e:\n    print(e)\n")
@@ -165,6 +166,7 @@ def test_importing_privfedstat_does_not_import_torch_and_deep_says_what_to_insta
     assert 'pip install "privfedstat[deep]"' in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_params, n_rows", [(2, 100_000), (3, 20_000), (7, 100_000)])
 @pytest.mark.parametrize("scale", [1e-12, 1.0, 1e12])
 def test_the_clipped_mean_of_a_float32_model_has_norm_at_most_the_bound(n_params, n_rows, scale):

@@ -19,7 +19,7 @@ from privfedstat.deep.normec import DeepClippedFedAvg, DeepFedAlphaNormEC  # noq
 from privfedstat.deep.stacked import StackedLoss  # noqa: E402
 
 torch.set_num_threads(1)
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 SIZES = (5, 3, 5, 8, 2, 5)  # unequal: the vectorised path groups the clients by batch size
 

@@ -45,6 +45,7 @@ def test_newton_step_moves_at_most_its_sensitivity_for_any_data(half, family):
     assert worst > 0.01  # the audit really moved the step
 
 
+@pytest.mark.slow
 def test_injected_noise_has_the_calibrated_std():
     m, d = 5, 40000
     noise = ClientNoise(np.random.SeedSequence(0), m)

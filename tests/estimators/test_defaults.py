@@ -77,7 +77,7 @@ def test_paper_settings_are_one_argument_away():
     data = simulate("logistic", [300] * 4, [0.3, -0.8, 0.6], seed=4)
     a = FedSGD(mu=2.0, step_size=0.5, n_iter=50, clip=1.0, random_state=0).fit(data)
     assert a.n_iter_ == 50 and len(a.history_) == 51
-    with pytest.raises(TypeError, match="step_size"):
+    with pytest.raises(ValueError, match="step_size must be .auto. or a number > 0"):
         FedSGD(step_size="fast").fit(data)
 
 

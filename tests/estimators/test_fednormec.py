@@ -132,6 +132,7 @@ def test_one_local_step_without_noise_converges_to_the_mle(family):
     assert est.converged_
 
 
+@pytest.mark.slow
 def test_incremental_gradient_settles_within_order_gamma_of_the_mle():
     import statsmodels.api as sm
 

@@ -98,6 +98,7 @@ def monte_carlo(family, coef, m, n, mu, reps, seed):
     return coefs, ses, np.abs(coefs) / ses > 1.959964  # a withheld interval (NaN SE) does not reject
 
 
+@pytest.mark.slow
 def test_reduced_monte_carlo(design):
     """Where sampling noise dominates (Poisson, 5 x 1000, mu = 2: planned privacy share 0.28-0.38), 200 private fits
     agree with the plan within their Monte-Carlo error (the full grid: benchmarks/bench_power.py).
@@ -119,6 +120,7 @@ def test_reduced_monte_carlo(design):
     np.testing.assert_allclose(plan.frame["power"], rejects.mean(axis=0), atol=0.1)
 
 
+@pytest.mark.slow
 def test_reduced_monte_carlo_privacy_dominated(design):
     """Where privacy noise dominates (logistic, 50 x 100, mu = 1: planned privacy share 0.57-0.78) the plan is a
     looser guide: 150 fits, the planned SE within 25% of the robust SD of the estimates (1.4826 MAD, itself
@@ -135,6 +137,7 @@ def test_reduced_monte_carlo_privacy_dominated(design):
     np.testing.assert_allclose(plan.frame["power"], rejects.mean(axis=0), atol=0.2)
 
 
+@pytest.mark.slow
 def test_required_reaches_its_target_and_no_less_would(design):
     plan = pfs.plan_study(design, (-0.5, 0.05, 0.25), family="logistic", sizes=[300] * 10, mu=2.0, names=NAMES)
     need = plan.required("x2", power=0.8)

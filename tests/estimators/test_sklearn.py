@@ -158,6 +158,7 @@ def test_grid_search_over_step_size_and_mu():
     assert grid.best_params_ == {"mu": 4.0}
 
 
+@pytest.mark.slow
 def test_the_package_imports_and_fits_without_sklearn():
     code = (
         "import sys; sys.modules['sklearn'] = None\n"

@@ -24,7 +24,7 @@ from privfedstat.privacy import ClientNoise, PrivacyLedger
 from privfedstat.privacy.calibration import hessian_sensitivity
 
 #: the test fits use tiny settings (a few rounds): their accuracy diagnostics are expected to speak up
-pytestmark = pytest.mark.filterwarnings("ignore::privfedstat.ConvergenceWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::privfedstat.ConvergenceWarning")]
 
 INF = float("inf")
 BETA = np.array([0.5, 1.0, -1.0])

@@ -100,6 +100,7 @@ def test_budget_that_leaves_nothing_is_refused_and_bad_cov_type_before_any_relea
         FedSGD(inference="robust").fit(data)
 
 
+@pytest.mark.slow
 def test_privacy_part_matches_the_spread_over_noise_seeds():
     """Fixed data, the fit repeated with new noise: the spread of coef_ around its mean is the protocol's privacy
     noise, which cov_privacy predicts (linearised at the estimate: the regime where the fit has settled, here 200
@@ -272,6 +273,7 @@ def replicate_fits(make, sizes, n_rep, family="logistic"):
     return np.std(coefs, axis=0, ddof=1) / np.sqrt(np.mean(np.square(ses), axis=0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family, floor, steps", [("logistic", "auto", 50), ("poisson", "auto", 50),
                                                   ("logistic", 0.5, 50), ("logistic", 0.5, 3)])
 def test_fednewton_standard_errors_match_the_spread_over_data_replicates(family, floor, steps):

@@ -179,6 +179,7 @@ def neighbour_cases(draw):
 
 
 # --------------------------------------------------------------------------- the bound, per sample
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["gradient", "Hessian"])
 @SETTINGS
 @given(case=per_row_cases())

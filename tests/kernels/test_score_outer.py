@@ -111,6 +111,7 @@ def test_score_outer_matches_twin(case, o_scale, seed):
     np.testing.assert_array_equal(out["kernel"], np.swapaxes(out["kernel"], 1, 2))  # exactly symmetric
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["logistic", "poisson", "gaussian", "huber", "multinomial"])
 @pytest.mark.parametrize("clip", [1e-6, 0.7, np.inf])
 def test_score_outer_equals_a_naive_loop(name, clip):
@@ -163,6 +164,7 @@ def _outer_clip(clip: float) -> float:
     return math.sqrt(clip)
 
 
+@pytest.mark.slow
 @ADVERSARIAL_SETTINGS
 @given(per_row_cases())
 def test_each_term_is_within_C(case):
@@ -177,6 +179,7 @@ def test_each_term_is_within_C(case):
             assert_within(t, C, f"design moments {layout}, row {X[i]}")
 
 
+@pytest.mark.slow
 @ADVERSARIAL_SETTINGS
 @given(per_row_cases())
 def test_kernels_equal_twins_on_extreme_rows_where_well_conditioned(case):
@@ -197,6 +200,7 @@ def _rows_agree(out, ok, what):
         assert np.all(np.abs(k - t) <= 1e-6 * scale + 1e-300), f"{what}, row {i}: {k} vs {t}"
 
 
+@pytest.mark.slow
 @ADVERSARIAL_SETTINGS
 @given(neighbour_cases())
 def test_replacing_one_row_moves_a_release_by_at_most_sqrt2_C_over_n(case):

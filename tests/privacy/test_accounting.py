@@ -33,6 +33,7 @@ def reference_accountant(blocks, vdi, relation=dp_accounting.NeighboringRelation
     return accountant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relation", ["replace", "add_remove"])
 @pytest.mark.parametrize("z, q, t", [(1.0, 0.1, 100), (0.8, 0.01, 1000), (2.0, 0.5, 20)])
 def test_equals_dp_accounting_pld(z, q, t, relation):
@@ -45,6 +46,7 @@ def test_equals_dp_accounting_pld(z, q, t, relation):
                                      value_discretization_interval=COARSE) <= 1e-5 * (1 + 1e-6)
 
 
+@pytest.mark.slow
 def test_replacing_costs_more_than_adding_or_removing():
     """The same mechanism: replace-one (the package's unit) about 1.5-2.2x the add/remove epsilon."""
     for z, q, t in [(1.0, 0.1, 100), (2.0, 0.5, 20), (2 * math.sqrt(8), 0.3, 8)]:

@@ -38,7 +38,7 @@ from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.mechanisms import ClientNoise
 
 # the accuracy diagnostics of these tiny fits (convergence, noise-dominated coefficients) are irrelevant here
-pytestmark = [pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_numba_thread"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 SIZES = (20, 20, 20)
 N_COVARIATES = 2

@@ -74,6 +74,7 @@ def _direct_delta(z: float, q: float, rounds: int, eps: float, step: float = 2e-
     return float(np.sum(total * np.clip(1.0 - np.exp(eps - values), 0.0, None)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("z, q, rounds, eps", [(1.0, 0.3, 1, 0.5), (0.8, 0.1, 1, 1.0), (1.5, 0.3, 4, 0.8)])
 def test_the_client_level_accounting_is_replace_one_and_matches_a_direct_computation(z, q, rounds, eps):
     direct = _direct_delta(z, q, rounds, eps)

@@ -21,6 +21,8 @@ from privfedstat.simulations import (
 )
 from privfedstat.simulations.coverage import binomial_halfwidth
 
+pytestmark = pytest.mark.slow
+
 INF = float("inf")
 Z = 1.959963984540054
 DESIGN = GLMDesign("logistic", rho=0.5)

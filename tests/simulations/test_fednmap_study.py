@@ -19,6 +19,8 @@ from privfedstat.simulations.fednmap_study import (
     summarise_fednmap,
 )
 
+pytestmark = pytest.mark.slow
+
 TINY = FedNMapConfig(n_samples=240, n_features=6, n_nonzero=2, n_rounds=6, trials=2, clients=(4, 8), local_steps=(2,),
                     clients_sweep=(4, 8), steps_sweep=(2, 4), fixed_local_steps=2, fixed_clients=4)
 

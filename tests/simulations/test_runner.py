@@ -5,6 +5,8 @@ import pytest
 from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, Uniform, get_grid, plot_grid, run_replicate, summarise
 from privfedstat.simulations.mse_study import GRIDS
 
+pytestmark = pytest.mark.slow
+
 SCEN = [Scenario(GLMDesign("logistic"), 8, Equal(60)), Scenario(GLMDesign("poisson"), 6, Uniform(40, 80), mu=4.0)]
 
 
@@ -52,7 +54,6 @@ def test_resume_from_csv(tmp_path):
     np.testing.assert_allclose(merged["mse"], merged["mse_fresh"], rtol=1e-12)
 
 
-@pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_numbers():
     pytest.importorskip("dask.distributed")
     local = MonteCarlo(SCEN, n_reps=2, random_state=6, progress=False).run()

@@ -10,6 +10,8 @@ from privfedstat import FedSGD, predict_mse
 from privfedstat.simulations import GLMDesign, compare_to_theory, plot_theory_comparison
 from privfedstat.theory import Problem, fedavg_bound, fedsgd_bound, lower_bound
 
+pytestmark = pytest.mark.slow
+
 DESIGN = GLMDesign("logistic", beta=(0.5, -0.5, 0.5))
 
 

@@ -43,7 +43,7 @@ from privfedstat.theory.noise import (
 )
 from privfedstat.theory.noise_maps import symmetric_noise_sandwich
 
-pytestmark = pytest.mark.usefixtures("one_numba_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_numba_thread")]
 
 SEEDS = range(300)
 REGIMES = {  # family: (clients, rows per client, mu, B, C_H)
