@@ -137,8 +137,8 @@ class _PlannedStages:
     def whiten(self) -> None:
         schedule = self.schedule
         hessian = self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip)
-        self.basis, _ = schedule.whitening(floor_eigenvalues(np.asarray(hessian, dtype=np.float64),
-                                                             float(schedule.phase(0).floors[-1])))
+        self.basis = schedule.whitening(floor_eigenvalues(np.asarray(hessian, dtype=np.float64),
+                                                          float(schedule.phase(0).floors[-1]))).design
         self.pop, self.located = self.pop.in_basis(self.basis), np.linalg.solve(self.basis, self.located)
         self.G, self.roots = self.G @ self.basis, {}
 

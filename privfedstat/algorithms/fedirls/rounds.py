@@ -10,7 +10,7 @@ import numpy as np
 
 from ..._linalg import floor_eigenvalues, vec_to_sym
 from ..._validation import DIVERGENCE_NORM, check_iterate
-from ...federation.protocol import Run, Setup, parameter_basis
+from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
 from ...federation.queries import search_bounds
 from ...federation.session import Session
 from ...privacy.calibration import hessian_sensitivity
@@ -57,10 +57,10 @@ class ScheduledRun:
     locate = rounds
 
     def whiten(self) -> None:
-        basis, reference = self.schedule.whitening(self.newton.H_floored)
-        self.newton.change_basis(basis, reference)
+        change = self.schedule.whitening(self.newton.H_floored)
+        self.newton.change_basis(change)
         # the later stages (diagnostics, inference) read the fitting columns again
-        self.mapped.enter_context(self.session.rows_mapped(basis, reference))
+        self.mapped.enter_context(self.session.rows_mapped(change))
 
     def research(self) -> None:
         """The bounds at the located point: its per-sample norms are the ones the refine rounds clip."""
@@ -92,17 +92,17 @@ class _Rounds:
         self.lam, self.shortened = math.nan, None
         self.phases: list[Phase] = []
         self.scales: list[np.ndarray] = []
-        # the clients' rows are design^T x from round basis_from on; theta = basis phi (theta, H held in phi)
-        self.design = self.basis = None
-        self.basis_from = self.reference = 0
+        # the clients' rows are mapped by change from round basis_from on; theta = basis phi (theta, H held in phi)
+        self.change: ChangeOfBasis | None = None
+        self.basis = None
+        self.basis_from = 0
 
-    def change_basis(self, design: np.ndarray, reference: int = 0) -> None:
-        """From the next round on, the clients' rows are ``design^T x`` (and class ``reference`` their reference class)
-        and the server's state is in phi."""
-        basis = parameter_basis(design, self.theta.size, reference)
+    def change_basis(self, change: ChangeOfBasis) -> None:
+        """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
+        basis = change.parameters(self.theta.size)
         self.theta = np.linalg.solve(basis, self.theta)
         self.H, self.H_floored = basis.T @ self.H @ basis, basis.T @ self.H_floored @ basis
-        self.design, self.basis, self.basis_from, self.reference = design, basis, len(self.path) - 1, reference
+        self.change, self.basis, self.basis_from = change, basis, len(self.path) - 1
 
     def _in_theta(self, value: np.ndarray) -> np.ndarray:
         return value if self.basis is None else self.basis @ value
@@ -152,13 +152,12 @@ class _Rounds:
         noise_sd, update_noise_sd = _noise(self.schedule.step_size, newton,
                                            np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
+        steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
+                            damped(self.H, phases[-1].floors, self.schedule.damped_kept))
         return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
-                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2,
-                   hessian_sd=float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), shortened=self.shortened,
-                   noise_model=noise_model, weights=self.w, setup=setup,
-                   damped=damped(self.H, phases[-1].floors, self.schedule.damped_kept),
-                   settle_from=len(self.path) - 1 - len(phases[-1].shares), basis=self.design,
-                   reference=self.reference)
+                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
+                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
+                   basis=self.change, newton=steps)
 
 
 def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float,

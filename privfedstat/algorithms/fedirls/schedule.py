@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._linalg import floor_eigenvalues
-from ...federation.protocol import Setup, parameter_basis
+from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
 from ...fitting.stages import bound_search, pending_bounds
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
@@ -263,11 +263,11 @@ class IRLSSchedule:
         """Every phase's releases, the refine phase with the bounds ``refine`` (default :attr:`setup`'s)."""
         return [self.phase(k, refine if k else None) for k in range(len(self.shares))]
 
-    def whitening(self, H_floored: np.ndarray) -> tuple[np.ndarray, int]:
-        """The map of the rows of the refine rounds and the reference class, from the last locate round's floored
+    def whitening(self, H_floored: np.ndarray) -> ChangeOfBasis:
+        """The map of the rows of the refine rounds and their reference class, from the last locate round's floored
         Hessian (:func:`.whitening.whitening`, :func:`.whitening.reference_class`; post-processing)."""
         reference = reference_class(H_floored, self.family.n_outputs)
-        return whitening(H_floored, self.family.n_outputs, reference), reference
+        return ChangeOfBasis(whitening(H_floored, self.family.n_outputs, reference), reference)
 
     def refine_setup(self, found: dict[str, float]) -> Setup:
         """The refine rounds' bounds: those ``found`` by the new search, the first phase's for the others."""
