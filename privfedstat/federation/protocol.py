@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Setup", "Run", "parameter_basis", "reference_map"]
+__all__ = ["Setup", "Run", "ChangeOfBasis", "NewtonSteps", "parameter_basis", "reference_map"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,54 @@ class Setup:
     clip: float = math.inf
     hessian_clip: float = math.nan
     mu: float = math.inf
+
+
+@dataclass(frozen=True, eq=False)
+class ChangeOfBasis:
+    """A public map of the clients' rows under which a protocol's last rounds ran (the clients' ``change_basis``
+    verb; FedIRLS whitens its refine rounds).
+
+    Attributes
+    ----------
+    design : ndarray of shape (n_features, n_features)
+        Every row x becomes ``design^T x``.
+    reference : int
+        For a multinomial model, the class the clients take as reference (its labels swapped with class 0's); 0
+        otherwise.
+    """
+
+    design: np.ndarray
+    reference: int = 0
+
+    def parameters(self, n_params: int) -> np.ndarray:
+        """The map ``theta = B phi`` of the flat parameters (:func:`parameter_basis`)."""
+        return parameter_basis(self.design, n_params, self.reference)
+
+
+@dataclass(frozen=True)
+class NewtonSteps:
+    """What a protocol whose server steps solve with a released Hessian, floored at its noise and cut to a trust
+    region, reports of its last steps (FedIRLS); the diagnostics and the inference read it.
+
+    Attributes
+    ----------
+    hessian_sd : float
+        The standard deviation of the last released Hessian's diagonal noise, in the coordinates it was released
+        in (phi of the run's ``basis`` when there is one, as :meth:`Run.in_basis` shows it).
+    shortened : tuple of (float, float) or None
+        For a last server update cut short by the trust region: the norm of the update it computed and the
+        radius it was cut to (fitting scale). Far above its noise, the path was still travelling when the rounds
+        ran out.
+    damped : tuple of (int, float) or None
+        For released curvature that stayed below the eigenvalue floor along some directions in every round of the
+        last phase: how many directions kept most of their error (the floored steps remove only
+        ``lambda / floor`` of it per round; the protocol sets the threshold) and the largest fraction kept. The
+        estimate along them is where the path was, not an optimum.
+    """
+
+    hessian_sd: float = 0.0
+    shortened: tuple[float, float] | None = None
+    damped: tuple[int, float] | None = None
 
 
 @dataclass
@@ -62,13 +110,6 @@ class Run:
     hessian : ndarray of shape (n_params, n_params) or None
         The server's aggregated released Hessian of the last round (before any eigenvalue
         floor), for protocols that release one; checked for ill-conditioning.
-    hessian_sd : float
-        The standard deviation of that Hessian's diagonal noise, in the coordinates it was released
-        in (phi of ``basis`` when there is one, as :meth:`in_basis` shows it); 0 without one.
-    shortened : tuple of (float, float) or None
-        For a last server update cut short by a trust region (FedIRLS's ``max_step``): the norm
-        of the update it computed and the radius it was cut to (fitting scale). Far above its
-        noise, the path was still travelling when the rounds ran out.
     noise_model : object or None
         The protocol's privacy-noise recursion (noise scales, weights, step sizes, stages), from
         which :func:`privfedstat.theory.protocol_noise_covariance` gives the covariance of the
@@ -80,26 +121,18 @@ class Run:
         The clipping bounds the estimate's last rounds used, when the protocol chose new ones on the
         way (FedIRLS re-searches them at a located point; the inference describes the equation
         solved with them); None: the :class:`Setup` it was given.
-    damped : tuple of (int, float) or None
-        For Newton-type rounds whose released curvature stayed below the eigenvalue floor along
-        some directions in every round of the last phase (FedIRLS): how many directions kept most of
-        their error (the floored steps remove only ``lambda / floor`` of it per round; the protocol
-        sets the threshold) and the largest fraction kept. The estimate along them is where the path was, not an
-        optimum.
     settle_from : int
         The index in ``path`` of the model the protocol's last phase started from (FedIRLS's refine
         rounds start from the located point); the convergence diagnostics judge only the updates
         after it, since an earlier phase's moves (a path still travelling from theta^(0)) say
         nothing about whether the last phase settled.
-    basis : ndarray of shape (n_features, n_features) or None
-        A public map of the clients' rows ``x -> basis^T x`` under which the protocol's last rounds
-        ran (FedIRLS whitens its refine rounds; the clients' ``change_basis`` verb): the
-        coefficients became ``theta = B phi`` with ``B`` = :func:`parameter_basis` of it.
-        ``setup``'s bounds are norms there, and the inference releases there too
-        (:meth:`in_basis`). Every other attribute is in theta. None: the fitting columns throughout.
-    reference : int
-        With ``basis``, for a multinomial model: the class the clients took as reference while their rows
-        were mapped (its labels swapped with class 0's; :func:`parameter_basis`); 0 otherwise.
+    basis : ChangeOfBasis or None
+        The public map of the clients' rows under which the protocol's last rounds ran: the coefficients became
+        ``theta = B phi`` with ``B = basis.parameters(n_params)``. ``setup``'s bounds are norms there, and the
+        inference releases there too (:meth:`in_basis`). Every other attribute is in theta. None: the fitting
+        columns throughout.
+    newton : NewtonSteps or None
+        The last steps of a protocol that solves with a floored released Hessian (FedIRLS); None for others.
     """
 
     theta: np.ndarray
@@ -108,28 +141,26 @@ class Run:
     noise_sd: float | np.ndarray = 0.0
     update_noise_sd: float | None = None
     hessian: np.ndarray | None = None
-    hessian_sd: float = 0.0
-    shortened: tuple[float, float] | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None
     setup: Setup | None = None
-    damped: tuple[int, float] | None = None
     settle_from: int = 0
-    basis: np.ndarray | None = None
-    reference: int = 0
+    basis: ChangeOfBasis | None = None
+    newton: NewtonSteps | None = None
 
     def in_basis(self) -> Run:
         """The run in the coordinates phi of ``basis``, for stages that talk to clients in that basis (the
         inference): the estimate, the path and the Hessian mapped (``phi = B^-1 theta``, ``B^T H B`` with
-        B = :func:`parameter_basis`), the noise model's view there (its ``in_basis()``), and no basis."""
+        ``B = basis.parameters(n_params)``), the noise model's view there (its ``in_basis()``), and no basis."""
         if self.basis is None:
             return self
-        P = parameter_basis(self.basis, self.theta.size, self.reference)
+        P = self.basis.parameters(self.theta.size)
         to_phi = np.linalg.inv(P)
         return replace(self, theta=to_phi @ self.theta, path=[to_phi @ t for t in self.path],
                        hessian=None if self.hessian is None else P.T @ self.hessian @ P,
                        noise_model=None if self.noise_model is None else self.noise_model.in_basis(),
-                       noise_sd=math.nan, update_noise_sd=None, shortened=None, basis=None, reference=0)
+                       noise_sd=math.nan, update_noise_sd=None, basis=None,
+                       newton=None if self.newton is None else replace(self.newton, shortened=None))
 
 
 def parameter_basis(basis: np.ndarray, n_params: int, reference: int = 0) -> np.ndarray:

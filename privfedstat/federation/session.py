@@ -23,6 +23,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import SecureClientNoise
 from .channel import Channel
 from .clients import InProcessClients
+from .protocol import ChangeOfBasis
 from .server import Participation, aggregate, effective_weights
 
 __all__ = ["Session"]
@@ -80,14 +81,14 @@ class Session:
                    topup_rng)
 
     @contextmanager
-    def rows_mapped(self, basis: np.ndarray | None, reference: int = 0) -> Iterator[None]:
-        """Within the block the clients' rows are ``basis^T x`` and, for a multinomial model, class ``reference`` is
-        their reference class (their ``change_basis`` verb: a public map, nothing is sent); after it, whatever
-        happened, the columns and labels they held before. None: nothing changes."""
-        if basis is None:
+    def rows_mapped(self, change: ChangeOfBasis | None) -> Iterator[None]:
+        """Within the block the clients' rows are ``change.design^T x`` and, for a multinomial model, class
+        ``change.reference`` is their reference class (their ``change_basis`` verb: a public map, nothing is sent);
+        after it, whatever happened, the columns and labels they held before. None: nothing changes."""
+        if change is None:
             yield
             return
-        self.clients.change_basis(basis, reference=reference)
+        self.clients.change_basis(change.design, reference=change.reference)
         try:
             yield
         finally:

@@ -30,7 +30,7 @@ from ..families import Family, get_family
 from ..federation.channel import FAILURE_POLICIES
 from ..federation.clients import InProcessClients
 from ..federation.oracle import check_offset_family
-from ..federation.protocol import Run, Setup, parameter_basis
+from ..federation.protocol import Run, Setup
 from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
 from ..inference.bootstrap import Refits
@@ -262,10 +262,11 @@ class FederatedEstimator(FittedResults):
             # the inference releases in the basis of the protocol's last rounds, where its bounds are norms
             inference_run = run.in_basis()
             if run.basis is not None:
-                to_original = to_original @ parameter_basis(run.basis, run.theta.size, run.reference)
-            with session.rows_mapped(run.basis, run.reference):
+                to_original = to_original @ run.basis.parameters(run.theta.size)
+            rows = None if run.basis is None else run.basis.design
+            with session.rows_mapped(run.basis):
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
-                                           refits=self._refits(setup, scaler, run.basis),
+                                           refits=self._refits(setup, scaler, rows),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)

@@ -124,7 +124,7 @@ class Refits:
         The intercept column the estimator's scaling declares (held at 1 in the simulated rows), or None.
     rows : ndarray of shape (d, d) or None, default None
         The public map ``x -> rows^T x`` of the clients' rows while the inference releases (FedIRLS's whitened
-        basis, :attr:`~privfedstat.federation.protocol.Run.basis`): the simulated rows are drawn on the fitting
+        basis, the ``design`` of :attr:`~privfedstat.federation.protocol.Run.basis`): the simulated rows are drawn on the fitting
         columns, the intercept held at 1 there, and mapped by it. None: no map.
     """
 

@@ -23,9 +23,11 @@ runs, fed with the design instead of the clients):
    bisection's decisions are Gaussian with the public count sd, so its result is a distribution
    over neighbouring grid points (:func:`~privfedstat.privacy.clipping.grid_quantile_outcomes`;
    at 100 sites x 100 rows and mu = 0.5 the bound B lands on 3-4 grid points 25% apart), and
-   every later step is planned for each outcome of probability at least ``LEAST_OUTCOME``;
-4. the privacy noise: the estimator's own noise model for these public settings
-   (``planned_noise_model``, e.g. :meth:`~privfedstat.FedIRLS.planned_noise_model`), at the
+   every later step is planned for each outcome of probability at least
+   :data:`~privfedstat.planning.irls.LEAST_OUTCOME`;
+4. the privacy noise: the estimator's own noise model for these public settings (the schedule its
+   ``plan_schedule`` builds, as the fit builds it, whose stages the plan walks:
+   :meth:`~privfedstat.algorithms.fedirls.schedule.IRLSSchedule.planned_noise`), at the
    design's clipped-score Jacobian J, averaged over the noise of the last released Hessian
    (:meth:`~privfedstat.theory.noise.IRLSNoise.expected_covariance`: the inverse of a noisy
    Hessian is larger on average than the inverse of the noise-free one, by 10-40% in sd where
@@ -51,29 +53,18 @@ is the noise of the located point the second search runs at. Accuracy against Mo
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from .._validation import check_mu
 from ..algorithms.registry import get_method
-from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
-from ..federation.clients import RESPONSE
-from ..federation.protocol import Setup
 from ..fitting.scaling import PrivateStandardize
-from ..fitting.stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget, weights_for
-from ..fitting.steps import resolve_step_size
-from ..inference.config import resolve_inference
-from ..inference.core import plan_inference
-from ..inference.covariance import original_scale_map, original_scale_origin, weighted_factor
-from ..privacy.clipping import grid_quantile_outcomes, private_grid_quantile, search_level
-from ..theory._population import Population, make_spec
+from ..theory._population import make_spec
 from ..theory.power import wald_half_width, wald_power
+from .irls import Design, Unplannable, predict
 
 __all__ = ["plan_study", "StudyPlan", "Unplannable"]
 
@@ -85,23 +76,6 @@ MU_RANGE = (0.1, 1e4)
 EDGE_SHARE = 0.5
 #: largest number of sites or rows per site :meth:`StudyPlan.required` tries
 MAX_COUNT = 10**7
-#: results of a private bound search less likely than this are left out of the plan (their mass with them)
-LEAST_OUTCOME = 0.05
-
-
-class Unplannable(ValueError):
-    """The planned fit has no estimate to predict (e.g. every row clipped): the setting is out of reach."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Design:
-    """The public design guess: covariate sample (with the intercept column), coefficients, family, residual sd."""
-
-    X: np.ndarray
-    coef: np.ndarray
-    family: str
-    noise_sd: float
-    names: tuple
 
 
 def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, names=None, noise_sd: float = 1.0,
@@ -135,7 +109,7 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     alpha : float, default 0.05
         Level of the intervals and tests.
     method : str, default "fedirls"
-        A registered method whose estimator has ``planned_noise_model`` (FedIRLS).
+        A registered method whose estimator has ``plan_schedule`` (FedIRLS).
     scaling : "private", None, PrivateStandardize or FeatureBounds, default "private"
         As in :func:`privfedstat.glm` ("private": a :class:`PrivateStandardize` with the column of
         ones as intercept).
@@ -162,13 +136,13 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     law = get_family(family)
     make_spec(family=law.name, beta=beta)  # refuses families without a scalar response law
     spec = get_method(method)
-    if not hasattr(spec.cls, "planned_noise_model"):
-        raise ValueError(f"plan_study needs an estimator that reports its noise model from public settings "
-                         f"(planned_noise_model): method='fedirls'; got {method!r}.")
+    if not hasattr(spec.cls, "plan_schedule"):
+        raise ValueError(f"plan_study needs an estimator whose schedule is public before any release "
+                         f"(plan_schedule): method='fedirls'; got {method!r}.")
     if scaling == "private":
         scaling = PrivateStandardize(intercept=intercept)
     estimator = spec.cls(family=law.name, mu=check_mu(mu), scaling=scaling, **params)
-    design = _Design(X, beta, law.name, float(noise_sd), tuple(str(n) for n in names))
+    design = Design(X, beta, law.name, float(noise_sd), tuple(str(n) for n in names))
     return StudyPlan(estimator, design, _sizes(sizes), float(alpha))
 
 
@@ -203,15 +177,15 @@ class StudyPlan:
         clipped rows (each with its probabilities where the search's noise spreads it), cov_type.
     """
 
-    def __init__(self, estimator, design: _Design, sizes: np.ndarray, alpha: float, public: dict | None = None) -> None:
+    def __init__(self, estimator, design: Design, sizes: np.ndarray, alpha: float, public: dict | None = None) -> None:
         self._estimator = estimator
         self._design = design
         self.mu = float(estimator.mu)
         self.sizes = sizes
         self.alpha = alpha
-        private = _predict(estimator, design, sizes)
+        private = predict(estimator, design, sizes)
         if public is None:
-            public = private if math.isinf(self.mu) else _predict(_with(estimator, mu=math.inf), design, sizes)
+            public = private if math.isinf(self.mu) else predict(_with(estimator, mu=math.inf), design, sizes)
         self._public = public  # the mu = inf prediction: the same for every mu
         prob, sampling, privacy, effects = (private[k] for k in ("prob", "sampling", "privacy", "effect"))
         cases_se = np.sqrt(sampling + privacy)
@@ -410,176 +384,9 @@ def _smallest_count(build, meets, what: str) -> StudyPlan:
     return build(hi)
 
 
-def _predict(estimator, design: _Design, sizes: np.ndarray) -> dict:
-    """Per outcome of the refine bound search (one case without it): its probability ``prob``, the sampling and
-    privacy variances (original scale) and the effect theta*; and the resolved settings of the fit."""
-    mu = float(estimator.mu)
-    family = get_family(estimator.family)
-    X = design.X
-    d, m, N = X.shape[1], sizes.size, int(sizes.sum())
-    estimator._validate_params(mu)
-    task = plan_inference(estimator.inference, family, m, d, None, bound_search(estimator))
-    with warnings.catch_warnings():  # the plan reports the scaling it can do; the fit will warn
-        warnings.simplefilter("ignore", PrivacyNoiseWarning)
-        plan = plan_budget(estimator, mu, task, n_features=d, n_clients=m, n_samples=N, family=family)
-    mean_response, sd = X @ design.coef, design.noise_sd
-
-    def count(j, threshold, center, mu_q, stage):
-        if j == RESPONSE:  # the Gaussian law of y given each design row
-            if center is None:
-                return N * float(np.mean(norm.cdf((threshold - mean_response) / sd)))
-            return N * float(np.mean(norm.cdf((center + threshold - mean_response) / sd)
-                                     - norm.cdf((center - threshold - mean_response) / sd)))
-        x = X[:, j] if center is None else np.abs(X[:, j] - center)
-        return N * float(np.mean(x <= threshold))
-
-    scaler = make_scaler(estimator, count, N, m, d, plan, family)
-    back = None if scaler is None else scaler.coef_to_original
-    G, origin = original_scale_map(back, d, 1), original_scale_origin(back, d, 1)
-    theta = np.linalg.solve(G, design.coef - origin)
-    response_scale = 1.0 if scaler is None else scaler.response_scale
-    spec = dataclasses.replace(make_spec(family=family.name, beta=theta), noise_sd=design.noise_sd / response_scale)
-    pop = Population.of_covariates(spec, X if scaler is None else scaler.transform_rows(X))
-    setup, outcomes = _bounds(estimator, pop, plan, sizes)
-    roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
-    todo, mu_search = estimator.refine_search(setup.mu)
-    cases = [(1.0, None)]
-    basis = None
-    if todo:  # the bounds the fit searches again at its located point (here the root of the first bounds), by outcome
-        located = _root(pop, setup, mu, sizes, roots)[0]
-        basis = estimator.planned_basis(sizes, setup, family, pop.clipped_hessian(located, setup.hessian_clip))
-        if basis is not None:  # the refine rounds (and the inference) in the whitened coordinates phi (one output)
-            pop, located, G, roots = pop.in_basis(basis), np.linalg.solve(basis, located), G @ basis, {}
-        outcomes_found = outcomes(todo, located, bound_search(estimator).pilot_quantile, mu_search, pop)
-        if basis is not None:  # the whitened fit raises its gradient bound where that costs little noise
-            w = weights_for(estimator, sizes, d, setup.clip)
-            outcomes_found = [(prob, estimator.insured_bounds(found, sizes, w, setup, family, d))
-                              for prob, found in outcomes_found]
-        cases = [(prob, Setup(found.get("gradient", setup.clip), found.get("hessian", setup.hessian_clip), setup.mu))
-                 for prob, found in outcomes_found]
-    results = []
-    for prob, refine in cases:
-        try:
-            results.append((prob, *_case(estimator, pop, setup, refine, sizes, roots, basis)))
-        except Unplannable:
-            if len(cases) == 1:
-                raise
-    if not results:
-        raise Unplannable(f"at mu = {mu:g} with {m} sites of {int(sizes.min())}-{int(sizes.max())} rows the fit would "
-                          "clip nearly every row at every bound its search can choose; a larger mu or more rows per "
-                          "site is needed.")
-    prob = np.array([r[0] for r in results])
-    stack = {key: np.array([G @ r[1][key] @ G.T for r in results]) for key in ("sampling", "privacy")}
-    settings = {"mu: scaling": f"{plan.scaling:.3g}", "clip search": f"{plan.clip:.3g}",
-                "estimation": f"{plan.estimation:.3g}", "inference": f"{plan.inference:.3g}",
-                "B": _outcome_text(prob, [r[2].clip for r in results]),
-                "C_H": _outcome_text(prob, [r[2].hessian_clip for r in results]),
-                "clipped": _outcome_text(prob, [r[1]["clipped"] for r in results], "{:.1%}"),
-                "cov_type": "none" if resolve_inference(estimator.inference) is None else task.cov_type}
-    return {"prob": prob / prob.sum(), "sampling": np.diagonal(stack["sampling"], axis1=1, axis2=2),
-            "privacy": np.diagonal(stack["privacy"], axis1=1, axis2=2),
-            "effect": np.array([G @ r[1]["target"] + origin for r in results]), "settings": settings}
-
-
-def _case(estimator, pop: Population, setup: Setup, refine: Setup | None, sizes: np.ndarray, roots: dict,
-          basis: np.ndarray | None = None) -> tuple[dict, Setup]:
-    """Sampling and privacy covariances (fitting scale, or the coordinates of the refine rounds' ``basis``, which
-    ``pop`` then has), theta* and the clipped share of one choice of the refine bounds (None: one phase on
-    ``setup``'s), and the final bounds (``roots``: :func:`_root`'s cache)."""
-    mu = float(estimator.mu)
-    family = pop.family
-    final = setup if refine is None else refine
-    target, mom, J_inv = _root(pop, final, mu, sizes, roots)
-    w = weights_for(estimator, sizes, pop.X.shape[1], final.clip)
-    c = weighted_factor(w, sizes)[0]
-    privacy = np.zeros_like(J_inv)
-    if math.isfinite(mu):
-        newton = pop.clipped_hessian(target, final.hessian_clip)
-        noise = estimator.planned_noise_model(sizes, setup, family, newton, refine, basis)
-        privacy = noise.expected_covariance(mom["J"])
-    return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
-            "clipped": pop.clip_fraction(target, final.clip)}, final
-
-
-def _outcome_text(prob: np.ndarray, values: list, form: str = "{:.3g}") -> str:
-    """``values`` by probability: the single value, or ``"v1 (p1), v2 (p2), ..."`` over the distinct values."""
-    share: dict = {}
-    for p, v in zip(prob / prob.sum(), values):
-        key = form.format(v)
-        share[key] = share.get(key, 0.0) + p
-    if len(share) == 1:
-        return next(iter(share))
-    return ", ".join(f"{v} ({p:.0%})" for v, p in sorted(share.items(), key=lambda kv: -kv[1]))
-
-
 def _weighted_median_index(prob: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per column of ``values`` (cases x coefficients), the row at the ``prob``-weighted median."""
     order = np.argsort(values, axis=0, kind="stable")
     cumulative = np.cumsum(prob[order], axis=0)
     at = np.argmax(cumulative >= 0.5 * prob.sum(), axis=0)
     return order[at, np.arange(values.shape[1])]
-
-
-def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup, object]:
-    """The clipping bounds the fit would choose on this population (fixed, infinite, or the AutoClip search on
-    exact counts; the pilot: noise-free population FedSGD), and the distribution of a later search's result
-    ``outcomes(norms, theta, quantile, mu_stage[, population]) -> [(probability, {norm: bound})]``: its count queries' noise
-    sends each search to neighbouring grid points (:func:`~privfedstat.privacy.clipping.grid_quantile_outcomes`;
-    results below ``LEAST_OUTCOME`` are dropped), and the searches of the norms are independent."""
-    bounds, todo, how = pending_bounds(estimator, plan.mu)
-    config = bound_search(estimator)
-    N, m = float(sizes.sum()), sizes.size
-
-    def counts(which, theta, population=pop):
-        return lambda t: N * population.share_at_most(which, theta, t)
-
-    def search(norms, theta, quantile, mu_stage):
-        mu_query = config.query_budget(mu_stage, len(norms))
-        return {which: private_grid_quantile(counts(which, theta), config.grid,
-                                             config.target(search_level(quantile, which), N, m, mu_query))
-                for which in norms}
-
-    def outcomes(norms, theta, quantile, mu_stage, population=pop):
-        mu_query = config.query_budget(mu_stage, len(norms))
-        sd = config.count_sd(m, mu_query)
-        joint = [(1.0, {})]
-        for which in norms:
-            target = config.target(search_level(quantile, which), N, m, mu_query)
-            found = grid_quantile_outcomes(counts(which, theta, population), config.grid, target, sd,
-                                           least=LEAST_OUTCOME)
-            joint = [(p * q, {**bound, which: value}) for p, bound in joint for value, q in found.items()
-                     if q >= LEAST_OUTCOME]
-        return joint
-
-    if how == "paper":
-        raise ValueError("clip='paper' reads the raw data (not private) and is not planned; use clip='auto' or a number.")
-    if how == "infinite":
-        bounds.update(dict.fromkeys(todo, math.inf))
-    elif how == "search":
-
-        def pilot(theta0, clip, mu_stage):
-            eta = resolve_step_size("auto", pop.family, pop.X.shape[1])
-            theta = theta0
-            for _ in range(config.pilot_rounds):
-                theta = theta - eta * pop.gradient(theta, clip)
-            return theta
-
-        bounds.update(autoclip_bounds(config, plan.clip, np.zeros(pop.X.shape[1]),
-                                      lambda theta, q, mu_stage: search(todo, theta, q, mu_stage), pilot))
-    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation), outcomes
-
-
-def _root(pop: Population, setup: Setup, mu: float, sizes: np.ndarray, roots: dict):
-    """The root of the clipped estimating equation at ``setup``'s B, its moments and ``J^-1`` (cached in ``roots`` by
-    B); Unplannable if none."""
-    if setup.clip not in roots:
-        B = None if math.isinf(setup.clip) else setup.clip
-        try:
-            target = pop.root(B)
-            mom = pop.moments(target, B)
-            roots[setup.clip] = target, mom, np.linalg.inv(mom["J"])
-        except np.linalg.LinAlgError:
-            raise Unplannable(f"at mu = {mu:g} with {sizes.size} sites of {int(sizes.min())}-{int(sizes.max())} rows "
-                              f"the fit would clip nearly every row (B = {setup.clip:.3g}): its estimating equation has "
-                              "no root on this design; a larger mu or more rows per site is needed.") from None
-    return roots[setup.clip]

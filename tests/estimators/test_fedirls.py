@@ -1,6 +1,7 @@
 """FedIRLS: the MLE without noise, exact budgets, sensitivities that hold and are tight, the
 symmetric Hessian noise, the derived budget split, and parameter errors."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,9 +14,12 @@ from scipy.optimize import minimize
 
 from privfedstat import FederatedData, FedIRLS, glm
 from privfedstat._linalg import sym_to_vec, vec_to_sym
-from privfedstat.algorithms import fedirls
+from privfedstat.algorithms.fedirls import IRLSSchedule, estimator, schedule
+from privfedstat.algorithms.fedirls.rounds import damped, secant_scale
+from privfedstat.algorithms.fedirls.whitening import reference_class, whitening
 from privfedstat.families import get_family
 from privfedstat.federation import make_oracle, privatize
+from privfedstat.federation.protocol import Setup
 from privfedstat.privacy import ClientNoise
 from privfedstat.privacy.calibration import BACKWARD_RATIO, auto_budget_split, hessian_sensitivity
 
@@ -268,7 +272,7 @@ def test_bad_parameters_raise(kw, match):
 
 
 def test_memory_guard_for_large_parameter_matrices(monkeypatch):
-    monkeypatch.setattr(fedirls, "MAX_HESSIAN_GB", 1e-9)
+    monkeypatch.setattr(estimator, "MAX_HESSIAN_GB", 1e-9)
     data = simulate("logistic", [50, 60], [0.1, 0.2], seed=0)
     with pytest.raises(ValueError, match="GB"):
         FedIRLS(mu=1.0).fit(data)
@@ -338,18 +342,19 @@ def test_overdispersed_counts_settle_after_the_locate_rounds():
 
 def test_damped_directions_are_counted_from_the_released_curvature_and_the_floors():
     """Along an eigenvector with eigenvalue lambda < floor each floored round keeps ``1 - lambda / floor`` of the
-    error (all of it where lambda <= 0); directions keeping more than DAMPED_KEPT over the phase are reported."""
+    error (all of it where lambda <= 0); directions keeping more than damped_kept over the phase are reported."""
     Q = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
 
     def H(vals):
         return Q @ np.diag(vals) @ Q.T
 
-    assert fedirls._damped(H([5.0, 2.0, 1.5]), np.array([1.0, 1.0, 1.0])) is None
-    count, kept = fedirls._damped(H([5.0, 0.01, -0.3]), np.array([1.0, 1.0, 1.0]))
+    kept_most = IRLSSchedule.damped_kept
+    assert damped(H([5.0, 2.0, 1.5]), np.array([1.0, 1.0, 1.0]), kept_most) is None
+    count, kept = damped(H([5.0, 0.01, -0.3]), np.array([1.0, 1.0, 1.0]), kept_most)
     assert count == 2 and kept == pytest.approx(1.0)
-    count, kept = fedirls._damped(H([5.0, 0.05, 2.0]), np.array([1.0, 0.5]))
+    count, kept = damped(H([5.0, 0.05, 2.0]), np.array([1.0, 0.5]), kept_most)
     assert count == 1 and kept == pytest.approx((1 - 0.05) * (1 - 0.1))
-    assert fedirls._damped(H([5.0, 0.5, 2.0]), np.array([1.0, 1.0])) is None  # keeps 0.25
+    assert damped(H([5.0, 0.5, 2.0]), np.array([1.0, 1.0]), kept_most) is None  # keeps 0.25
 
 
 def test_a_direction_the_noise_hides_withholds_the_intervals():
@@ -373,10 +378,12 @@ def test_the_secant_raises_a_too_flat_newton_matrix_by_the_measured_slope():
     gradient noise, or a matrix at least as steep as the slope, gives 1 (the step is never lengthened)."""
     A = np.array([[2.0, 0.5], [0.5, 1.0]])
     s = np.array([0.4, -1.0])
-    assert fedirls._secant_scale(s, A @ s, A / 3, 0.0) == pytest.approx(3.0)
-    assert fedirls._secant_scale(s, A @ s, 2 * A, 0.0) == 1.0
-    assert fedirls._secant_scale(s, A @ s, A / 3, 1.0) == 1.0  # slope 1.4 against noise sd 1.08 x 3
-    assert fedirls._secant_scale(s, A @ s, A / 100, 0.0) == fedirls.MAX_SECANT_SCALE
+    plan = FedIRLS(family="poisson").plan_schedule(get_family("poisson"), np.array([100.0, 200.0]), Setup(1.0, 1.0, 2.0), 2)
+    assert plan.curvature.secant and plan.secant_noise_sds == 3.0
+    assert secant_scale(s, A @ s, A / 3, 0.0, plan) == pytest.approx(3.0)
+    assert secant_scale(s, A @ s, 2 * A, 0.0, plan) == 1.0
+    assert secant_scale(s, A @ s, A / 3, 1.0, plan) == 1.0  # slope 1.4 against noise sd 1.08 x 3
+    assert secant_scale(s, A @ s, A / 100, 0.0, plan) == plan.max_secant_scale
 
 
 @pytest.mark.parametrize("seed", [1, 9])
@@ -406,13 +413,13 @@ def test_whitening_makes_the_floored_hessian_the_identity():
     rng = np.random.default_rng(2)
     A = rng.standard_normal((4, 4))
     Hf = A @ A.T + 0.1 * np.eye(4)
-    W = fedirls.whitening(Hf)
+    W = whitening(Hf)
     np.testing.assert_allclose(W, W.T, atol=1e-12)
     np.testing.assert_allclose(W.T @ Hf @ W, np.eye(4), atol=1e-10)
     B = rng.standard_normal((6, 6))
     H6 = B @ B.T + 0.1 * np.eye(6)  # d = 3 features, q = 2 outputs: entry (j q + k, j' q + k)
     blocks = 0.5 * (H6[0::2, 0::2] + H6[1::2, 1::2])
-    W3 = fedirls.whitening(H6, n_outputs=2)
+    W3 = whitening(H6, n_outputs=2)
     np.testing.assert_allclose(W3.T @ blocks @ W3, np.eye(3), atol=1e-10)
 
 
@@ -441,17 +448,17 @@ def test_the_reference_class_is_the_one_whose_row_whitening_whitens_the_classes_
     from privfedstat.federation.protocol import parameter_basis
 
     def ratios(H, j):
-        P = parameter_basis(fedirls.whitening(H, 2, j), 6, j)
+        P = parameter_basis(whitening(H, 2, j), 6, j)
         inner = np.linalg.inv(P.T @ H @ P)
         return np.diag(P @ inner @ inner @ P.T) / np.diag(np.linalg.inv(H))
 
     for shares, expected in (((0.08, 0.6, 0.32), 1), ((0.6, 0.25, 0.15), 0), ((0.2, 0.2, 0.6), 2)):
         X, y = _three_classes(0, shares=shares)
         H = _multinomial_hessian(X, y, np.asarray(sm.MNLogit(y, X).fit(disp=0).params).ravel())
-        assert fedirls.reference_class(H, 2) == expected
+        assert reference_class(H, 2) == expected
         if expected:
             assert np.mean(ratios(H, expected)) < 0.8 * np.mean(ratios(H, 0))
-    assert fedirls.reference_class(np.eye(3), 1) == 0
+    assert reference_class(np.eye(3), 1) == 0
 
 
 def test_a_rare_reference_class_no_longer_inflates_the_privacy_noise(monkeypatch):
@@ -466,7 +473,7 @@ def test_a_rare_reference_class_no_longer_inflates_the_privacy_noise(monkeypatch
         return FedIRLS(family=get_family("multinomial", n_classes=3), mu=2.0, random_state=0).fit(data)
 
     chosen = fit()
-    monkeypatch.setattr(fedirls, "reference_class", lambda H, q: 0)
+    monkeypatch.setattr(schedule, "reference_class", lambda H, q: 0)
     kept = fit()
     psd = [np.sqrt(np.diag(f.inference_.cov_privacy)) for f in (chosen, kept)]
     assert np.median(psd[0] / psd[1]) < 0.8
@@ -534,15 +541,17 @@ def test_the_refine_bound_is_raised_while_its_noise_stays_below_the_ceiling(mu, 
     w = sizes / sizes.sum()
     grid = est._default_search.grid
     B = float(grid[30])
-    setup = fedirls.Setup(B, 5.0, mu * 0.9)
-    mu_last = setup.mu * math.sqrt((1 - fedirls.LOCATE_SHARE - fedirls.RESEARCH_SHARE) * 0.45)
+    setup = Setup(B, 5.0, mu * 0.9)
+    mu_last = setup.mu * math.sqrt((1 - IRLSSchedule.locate_share - IRLSSchedule.research_share) * 0.45)
     sd = 2 * B * math.sqrt(np.sum(w**2 / sizes**2)) / mu_last
     r = grid[1] / grid[0]
     j = max(k for k in range(4) if sd * r**k <= 0.4 / math.sqrt(sizes.sum()) or k == 0)
     assert j == expected, (sd * math.sqrt(sizes.sum()), j)
-    raised = est.insured_bounds({"gradient": B, "hessian": 5.0}, sizes, w, setup, get_family("gaussian"), 3)
+    plan = est.plan_schedule(get_family("gaussian"), sizes, setup, 3)
+    np.testing.assert_array_equal(plan.weights, w)
+    raised = plan.insured_bounds({"gradient": B, "hessian": 5.0})
     assert raised["gradient"] == pytest.approx(grid[30 + j]) and raised["hessian"] == 5.0
-    assert est.insured_bounds({"hessian": 5.0}, sizes, w, setup, get_family("gaussian"), 3) == {"hessian": 5.0}
+    assert plan.insured_bounds({"hessian": 5.0}) == {"hessian": 5.0}
 
 
 def test_the_insured_bound_removes_a_clipping_bias_from_high_leverage_rows():
@@ -558,15 +567,36 @@ def test_the_insured_bound_removes_a_clipping_bias_from_high_leverage_rows():
     data = FederatedData.from_pooled(X, y, sizes=[300] * 100)
     mle = np.linalg.lstsq(X, y, rcond=None)[0]
 
+    of = IRLSSchedule.of
+
+    def uninsured(cls, *args):  # the fit's schedule with no raise of the refine bound
+        return dataclasses.replace(of(*args), insurance_steps=0)
+
     def mean_z(insured: bool) -> float:
         z = []
         for seed in range(4):
             with pytest.MonkeyPatch.context() as mp:
                 if not insured:
-                    mp.setattr(fedirls, "INSURANCE_STEPS", 0)
+                    mp.setattr(IRLSSchedule, "of", classmethod(uninsured))
                 fit = FedIRLS(family="gaussian", mu=8.0, scaling="private", random_state=seed).fit(data)
             z.append((fit.coef_ - mle) / np.sqrt(np.diag(fit.inference_.cov_privacy)))
         return float(np.max(np.abs(np.mean(z, axis=0))))
 
     plain, insured = mean_z(False), mean_z(True)
     assert plain > 3.0 and insured < plain / 3, (plain, insured)
+
+
+def test_a_private_fit_builds_its_schedule_once(monkeypatch):
+    """The locate rounds, the new search, the whitening, the insurance and the refine rounds of the default private
+    fit all read the one schedule the fit builds."""
+    built = []
+    of = IRLSSchedule.of
+
+    def counting(cls, *args):
+        built.append(of(*args))
+        return built[-1]
+
+    monkeypatch.setattr(IRLSSchedule, "of", classmethod(counting))
+    fit = FedIRLS(mu=2.0, random_state=0).fit(simulate("logistic", [400] * 5, [0.2, -0.5, 0.3], seed=1))
+    assert len(built) == 1 and built[0].stages == ("locate", "whiten", "research", "insure", "refine")
+    assert len(fit.budget_split_) == built[0].locate_rounds + len(built[0].curvature.refine_split)

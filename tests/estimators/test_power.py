@@ -10,7 +10,7 @@ from statsmodels.stats.power import NormalIndPower
 
 import privfedstat as pfs
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize
-from privfedstat.algorithms import fedirls
+from privfedstat.algorithms.fedirls import IRLSSchedule
 from privfedstat.federation.protocol import Setup
 from privfedstat.planning.power import NO_SPEND, Unplannable
 from privfedstat.theory import wald_half_width, wald_power
@@ -171,7 +171,7 @@ def test_unplannable_and_refused_settings(design):
         pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[10] * 4, mu=2.0, names=NAMES)
     noisy = pfs.plan_study(design, (-0.5, 0.05, 0.2), family="logistic", sizes=[100] * 100, mu=0.5, names=NAMES)
     assert "Note: privacy noise is at least 0.5" in repr(noisy)
-    with pytest.raises(ValueError, match="planned_noise_model"):
+    with pytest.raises(ValueError, match="plan_schedule"):
         pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, method="fedsgd")
     with pytest.raises(ValueError, match="coef must hold 3"):
         pfs.plan_study(design, (0.0, 0.1), family="logistic", sizes=[100] * 3)
@@ -185,12 +185,27 @@ def test_planned_noise_model_is_the_fits(design):
     sizes = np.array([200, 300, 500])
     setup = Setup(1.5, 0.8, 1.9)
     H = np.diag([0.2, 0.1, 0.05])
-    noise = est.planned_noise_model(sizes, setup, pfs.get_family("logistic"), H)
+    schedule = est.plan_schedule(pfs.get_family("logistic"), sizes.astype(float), setup, 3)
+    noise = schedule.planned_noise(H)
     w = sizes / sizes.sum()
-    phases = est._phases(pfs.get_family("logistic"), sizes.astype(float), w, setup, 3)
-    shares = np.vstack([ph.shares for ph in phases])
-    rounds = fedirls.LOCATE_ROUNDS + len(fedirls.REFINE_SPLIT)
-    assert len(noise.gradient_var) == rounds and shares.sum() == pytest.approx(1.0 - fedirls.RESEARCH_SHARE)
+    shares = np.vstack([ph.shares for ph in schedule.phases()])
+    rounds = schedule.locate_rounds + len(schedule.curvature.refine_split)
+    assert len(noise.gradient_var) == rounds and shares.sum() == pytest.approx(1.0 - schedule.research_share)
     expected_last = np.sum((w * 2 * 1.5 / sizes) ** 2) / (1.9**2 * shares[-1, 0])
     assert noise.gradient_var[-1] == pytest.approx(expected_last)
     assert np.all(np.linalg.eigvalsh(noise.last_hessian) >= noise.floors[-1] - 1e-15)
+
+
+def test_plan_study_builds_one_schedule_per_planned_fit(design, monkeypatch):
+    """plan_study walks the schedule the fit builds, through the same builder: one for the private fit it predicts and
+    one for the mu = inf fit it sets beside it, each with the fit's stages."""
+    built = []
+    of = IRLSSchedule.of
+
+    def counting(cls, *args):
+        built.append(of(*args))
+        return built[-1]
+
+    monkeypatch.setattr(IRLSSchedule, "of", classmethod(counting))
+    pfs.plan_study(design, (-0.5, 0.3, 0.2), family="logistic", sizes=[200] * 20, mu=2.0, names=NAMES)
+    assert [b.stages for b in built] == [("locate", "whiten", "research", "insure", "refine"), ("exact",)]

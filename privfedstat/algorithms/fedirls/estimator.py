@@ -1,0 +1,211 @@
+"""The FedIRLS estimator: its parameters, their checks, and the fit's protocol handed to its schedule and rounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._linalg import MAX_HESSIAN_GB
+from ..._validation import check_positive_float, check_positive_int
+from ...families import get_family
+from ...federation.protocol import Run, Setup
+from ...federation.session import Session
+from ...fitting.base import FederatedEstimator
+from ...fitting.stages import weights_for
+from ...privacy.clipping import AutoClip
+from .rounds import ScheduledRun
+from .schedule import IRLSSchedule, default_search
+
+__all__ = ["FedIRLS"]
+
+
+class FedIRLS(FederatedEstimator):
+    """Private federated Newton / IRLS with server-side aggregation of gradients and Hessians.
+
+    Round r at the current theta (theta^(0) = 0): client i releases its mean gradient, per-sample
+    gradients clipped to norm B (sensitivity ``2 B / n_i``, budget ``mu_{g,r}``), and the mean of its
+    per-sample Hessians over all rows, each clipped to Frobenius norm C_H (sensitivity
+    ``sqrt(2) C_H / n_i``, budget ``mu_{H,r}``; symmetric Gaussian noise on the matrix). The server
+    averages with weights w_i, floors the eigenvalues of the averaged Hessian at lambda
+    (post-processing) and steps ``theta <- theta - eta H^{-1} g``, cut to the trust region
+    (``max_step``); a round with a zero Hessian share reuses the last released Hessian. Each client
+    is ``mu``-GDP: the releases compose to ``sqrt(sum_r mu_{g,r}^2 + mu_{H,r}^2 + mu_search^2) = mu``
+    (after the clip and scaling budgets).
+
+    The policy is one :class:`~privfedstat.algorithms.fedirls.schedule.IRLSSchedule` per fit, which
+    :func:`~privfedstat.planning.power.plan_study` reads too. By default (finite mu): *locate* rounds
+    from theta = 0 with the bounds chosen there; the bounds searched again at the located point; the
+    *refine* rounds with them, run *whitened* (the clients map their rows by ``Hf^{-1/2}`` of the
+    located floored Hessian, so the isotropic noise is shaped like the sampling noise in theta) with
+    the gradient bound raised where its noise stays small next to the sampling error. An int
+    ``n_rounds`` or an explicit ``budget_split`` runs one phase of R rounds. With ``mu = inf`` nothing
+    is noised: each step is halved until the aggregated loss does not increase or the gradient gets
+    shorter, and the rounds stop when the step is below ``tol``. With finite B the fixed point is the
+    root of the clipped estimating equation (a Huberised loss), not the MLE.
+
+    The derivation of the budget split, the eigenvalue floor, the clipped-objective bias and the
+    measurements: ``docs/algorithms/fedirls.md``.
+
+    Parameters
+    ----------
+    family : str or Family, default "logistic"
+        Any family: logistic, poisson, gaussian, huber (Newton weights ell'', the IRLS weights),
+        multinomial (parameter matrix; Hessians of size (d (K-1))^2 per client, at most
+        ``MAX_HESSIAN_GB`` for all clients).
+    mu : float, default 2.0
+        GDP budget per client (mu); ``inf`` for no privacy.
+    n_rounds : int or "auto", default "auto"
+        Rounds (R). "auto": with finite mu the schedule (7 rounds; 9 for unbounded curvature); with
+        mu = inf until the step is below ``tol`` (at most 100). An int: one phase of R rounds (with
+        mu = inf a cap; the rounds also stop at ``tol``).
+    budget_split : "auto" or array of shape (R, 2), default "auto"
+        Shares of mu^2 for the gradient (column 0) and Hessian (column 1) release of each round.
+        "auto": the schedule (with an int ``n_rounds``: the derived split). An array: one phase,
+        non-negative, summing to 1, every gradient share and the first Hessian share > 0; a zero
+        Hessian share reuses the last Hessian.
+    step_size : float, default 1.0
+        Newton step length (eta); 1 is the full step.
+    max_step : float, default 2.0
+        With finite mu: trust region, the largest Euclidean norm of one update on the fitting
+        (scaled) coordinates (for families of bounded curvature ``max(max_step, ||theta||)``); a
+        longer Newton step is shortened to it (post-processing). A last step cut to it while far
+        longer than its noise means the path was still travelling when the rounds ran out: the fit
+        warns (ConvergenceWarning), ``converged_`` is False and the intervals are withheld.
+    clip : float, "auto", "paper" or AutoClip, default "auto"
+        Per-sample gradient clipping bound (B).
+    hessian_clip : float or None, default None
+        Bound on per-sample Hessian Frobenius norms (C_H). None: chosen like ``clip`` (shares
+        the clip budget with it; infinite if clip is); with a finite numeric ``clip``, chosen
+        privately as by ``clip="auto"`` (the clip budget goes to it alone; infinite with mu = inf).
+    hessian_floor : float or "auto", default "auto"
+        Eigenvalue floor lambda for the averaged Hessian (post-processing); "auto": 3 noise sds of
+        an eigenvalue.
+    weights : "size" or array of shape (n_clients,), default "size"
+        Server aggregation weights (w_i).
+    scaling : None, "private", PrivateStandardize or FeatureBounds, default None
+        Fit on rescaled columns, report coefficients on the original scale.
+    tol : float, default 1e-10
+        With mu = inf: stop when ``max|step| <= tol (1 + max|theta|)``.
+    random_state : int, Generator, SeedSequence or None
+    secure_mode : bool, default False
+        Secure noise: see :class:`~privfedstat.FederatedEstimator`.
+    on_client_failure : {"raise", "skip"}, default "raise"
+        What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
+    inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
+        Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
+
+    Attributes
+    ----------
+    budget_split_ : ndarray of shape (n_iter_, 2)
+        The shares of the estimation mu^2 used by each round (with the automatic schedule they
+        sum to 1 - ``IRLSSchedule.research_share`` when the bounds were searched again; with mu = inf: ones).
+    hessian_floor_ : float
+        The eigenvalue floor lambda of the last Hessian.
+
+    References
+    ----------
+    Avella-Medina, Bradshaw & Loh (2023), "Differentially private inference via noisy
+    optimization", Annals of Statistics (noisy Newton); core paper, Algorithm 4 (FedNewton,
+    which inverts a Hessian on every client instead).
+    """
+
+    method = "FedIRLS"
+    _norms = ("gradient", "hessian")
+
+    @property
+    def _default_search(self) -> AutoClip:
+        """``clip="auto"``: the bounds at theta^(0), searched again at the located point (:func:`default_search`)."""
+        return default_search(get_family(self.family))
+
+    def __init__(
+        self,
+        *,
+        family="logistic",
+        mu: float = 2.0,
+        n_rounds: int | str = "auto",
+        budget_split="auto",
+        step_size: float = 1.0,
+        max_step: float = 2.0,
+        clip: float | str | AutoClip = "auto",
+        hessian_clip: float | None = None,
+        hessian_floor: float | str = "auto",
+        weights="size",
+        scaling=None,
+        tol: float = 1e-10,
+        random_state=None,
+        secure_mode: bool = False,
+        on_client_failure: str = "raise",
+        inference="auto",
+    ) -> None:
+        self.family = family
+        self.mu = mu
+        self.n_rounds = n_rounds
+        self.budget_split = budget_split
+        self.step_size = step_size
+        self.max_step = max_step
+        self.clip = clip
+        self.hessian_clip = hessian_clip
+        self.hessian_floor = hessian_floor
+        self.weights = weights
+        self.scaling = scaling
+        self.tol = tol
+        self.random_state = random_state
+        self.secure_mode = secure_mode
+        self.on_client_failure = on_client_failure
+        self.inference = inference
+
+    # ------------------------------------------------------------------ parameters
+    def _validate_params(self, mu: float) -> None:
+        super()._validate_params(mu)
+        if self.n_rounds != "auto":
+            check_positive_int(self.n_rounds, "n_rounds")
+        if self.hessian_floor != "auto":
+            check_positive_float(self.hessian_floor, "hessian_floor")
+        check_positive_float(self.tol, "tol")
+        check_positive_float(self.max_step, "max_step", allow_inf=True)
+        if math.isfinite(mu) and self.hessian_clip is not None and math.isinf(float(self.hessian_clip)):
+            raise ValueError("hessian_clip=inf gives the Hessian release infinite sensitivity; it needs mu=inf.")
+        if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
+            self._explicit_split()
+
+    def _explicit_split(self) -> np.ndarray:
+        """The user's ``budget_split``, checked."""
+        try:
+            shares = np.array(self.budget_split, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"budget_split must be 'auto' or an array of shape (n_rounds, 2), "
+                             f"got {self.budget_split!r}.") from None
+        if shares.ndim != 2 or shares.shape[1] != 2 or shares.shape[0] < 1:
+            raise ValueError(f"budget_split must have shape (n_rounds, 2) (gradient, Hessian share per round), "
+                             f"got {shares.shape}.")
+        if self.n_rounds != "auto" and shares.shape[0] != self.n_rounds:
+            raise ValueError(f"budget_split has {shares.shape[0]} rounds but n_rounds={self.n_rounds}; give one row per round.")
+        if not np.all(np.isfinite(shares)) or np.any(shares < 0):
+            raise ValueError("budget_split must hold finite non-negative shares of mu^2.")
+        if np.any(shares[:, 0] <= 0) or shares[0, 1] <= 0:
+            raise ValueError("every round needs a gradient share > 0, and round 1 a Hessian share > 0 "
+                             "(later rounds may reuse it).")
+        if abs(shares.sum() - 1.0) > 1e-8:
+            raise ValueError(f"budget_split shares of mu^2 must sum to 1 (GDP composition), they sum to {shares.sum():.6g}.")
+        return shares
+
+    # ------------------------------------------------------------------ protocol
+    def _run(self, session: Session, setup: Setup) -> Run:
+        p, m = session.clients.n_params, session.clients.n_clients
+        need_gb = m * p * p * 8 / 1e9
+        if need_gb > MAX_HESSIAN_GB:
+            raise ValueError(
+                f"FedIRLS forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {m} clients, limit "
+                f"{MAX_HESSIAN_GB} GB); reduce the number of parameters (features x (classes - 1)) or use FedAvg / Scaffold."
+            )
+        fit = ScheduledRun(self.plan_schedule(session.clients.family, session.sizes, setup, p), session)
+        run = fit.walk()
+        self.budget_split_, self.hessian_floor_ = fit.budget_split, fit.hessian_floor
+        return run
+
+    def plan_schedule(self, family, sizes: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
+        """The schedule of a fit with these public settings (client sizes n_i, the first phase's bounds and the
+        estimation mu of ``setup``, the family, the number of parameters): the fit's own, and the one
+        :func:`~privfedstat.planning.power.plan_study` walks on a design."""
+        return IRLSSchedule.of(self, family, sizes, weights_for(self, sizes, n_params, setup.clip), setup, n_params)

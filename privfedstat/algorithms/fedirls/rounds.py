@@ -1,0 +1,283 @@
+"""FedIRLS's server rounds: the private Newton rounds of each phase, the exact (mu = inf) rounds with safeguarded
+steps, and the fit's walk through its schedule's stages (:meth:`.schedule.IRLSSchedule.walk`)."""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+
+import numpy as np
+
+from ..._linalg import floor_eigenvalues, vec_to_sym
+from ..._validation import DIVERGENCE_NORM, check_iterate
+from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
+from ...federation.queries import search_bounds
+from ...federation.session import Session
+from ...privacy.calibration import hessian_sensitivity
+from ...theory.noise import IRLSNoise
+from .schedule import IRLSSchedule, Phase
+
+__all__ = ["ScheduledRun"]
+
+
+class ScheduledRun:
+    """One fit walking its schedule's stages (:attr:`~.schedule.IRLSSchedule.stages`) through its session.
+
+    After :meth:`walk`: ``budget_split`` (the shares of the estimation mu^2 the rounds used; mu = inf: ones)
+    and ``hessian_floor`` (the floor of the last Hessian), which the estimator reports.
+    """
+
+    def __init__(self, schedule: IRLSSchedule, session: Session) -> None:
+        self.schedule, self.session = schedule, session
+        self.newton: _Rounds | None = None
+        self.found: dict[str, float] = {}
+        self.final: Setup | None = None  # the refine rounds' bounds when they were searched again
+        self.mapped = ExitStack()  # the clients' rows mapped (whiten) until the refine rounds end
+        self.run: Run | None = None
+        self.budget_split: np.ndarray | None = None
+        self.hessian_floor = math.nan
+
+    def walk(self) -> Run:
+        """Every stage in order; the :class:`Run`."""
+        with self.mapped:
+            self.schedule.walk(self)
+        if self.run is None:
+            self.run = self.newton.result(self.final)
+            self.budget_split = np.vstack([phase.shares for phase in self.newton.phases])
+            self.hessian_floor = self.newton.lam
+        return self.run
+
+    def exact(self) -> None:
+        self.run, self.budget_split, self.hessian_floor = _run_exact(self.schedule, self.session)
+
+    def rounds(self) -> None:
+        self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
+        self.newton.run(self.schedule.phase(0))
+
+    locate = rounds
+
+    def whiten(self) -> None:
+        change = self.schedule.whitening(self.newton.H_floored)
+        self.newton.change_basis(change)
+        # the later stages (diagnostics, inference) read the fitting columns again
+        self.mapped.enter_context(self.session.rows_mapped(change))
+
+    def research(self) -> None:
+        """The bounds at the located point: its per-sample norms are the ones the refine rounds clip."""
+        config = self.schedule.search
+        self.found = search_bounds(self.session, list(self.schedule.research), self.newton.theta, config.pilot_quantile,
+                                   config, self.schedule.mu_research, stage="irls-clip")
+
+    def insure(self) -> None:
+        self.found = self.schedule.insured_bounds(self.found)
+
+    def refine(self) -> None:
+        if self.schedule.research:
+            self.final = self.schedule.refine_setup(self.found)
+        self.newton.run(self.schedule.phase(1, self.final))
+
+
+class _Rounds:
+    """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
+
+    Round r releases the clipped mean gradient at theta and, with a Hessian share > 0, the mean
+    of per-sample Hessians clipped at C_H (otherwise the last one is reused), floors its
+    eigenvalues and takes the trust-region Newton step.
+    """
+
+    def __init__(self, schedule: IRLSSchedule, session: Session, theta: np.ndarray) -> None:
+        self.schedule, self.session, self.w = schedule, session, schedule.weights
+        self.theta, self.path = theta, [theta]
+        self.H = self.H_floored = None
+        self.lam, self.shortened = math.nan, None
+        self.phases: list[Phase] = []
+        self.scales: list[np.ndarray] = []
+        # the clients' rows are mapped by change from round basis_from on; theta = basis phi (theta, H held in phi)
+        self.change: ChangeOfBasis | None = None
+        self.basis = None
+        self.basis_from = 0
+
+    def change_basis(self, change: ChangeOfBasis) -> None:
+        """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
+        basis = change.parameters(self.theta.size)
+        self.theta = np.linalg.solve(basis, self.theta)
+        self.H, self.H_floored = basis.T @ self.H @ basis, basis.T @ self.H_floored @ basis
+        self.change, self.basis, self.basis_from = change, basis, len(self.path) - 1
+
+    def _in_theta(self, value: np.ndarray) -> np.ndarray:
+        return value if self.basis is None else self.basis @ value
+
+    def run(self, phase: Phase) -> None:
+        """The rounds of ``phase``."""
+        schedule, session, w = self.schedule, self.session, self.w
+        p = session.clients.n_params
+        sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
+        scales = np.ones(len(phase.shares))
+        previous = None  # the last step of this phase and the gradient it started from (same bounds)
+        for r in range(len(phase.shares)):
+            g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
+                             mu=phase.mu_gradient[r], stage="irls-gradient")
+            if phase.shares[r, 1] > 0:
+                self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta,
+                                                 hessian_clip=phase.hessian_clip,
+                                                 sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
+                self.lam = float(phase.floors[r])
+                self.H_floored = floor_eigenvalues(self.H, self.lam)
+            if schedule.curvature.secant and previous is not None:
+                scales[r] = secant_scale(previous[0], g - previous[1], self.H_floored,
+                                         float(phase.gradient_var[r - 1] + phase.gradient_var[r]), schedule)
+            step = schedule.step_size * np.linalg.solve(scales[r] * self.H_floored, g)
+            length, radius = float(np.linalg.norm(step)), float(schedule.max_step)
+            if schedule.curvature.grows_region:  # the loss grows at most quadratically: the region may grow with theta
+                radius = max(radius, float(np.linalg.norm(self.theta)))
+            taken = _within(step, radius)
+            self.shortened = ((float(np.linalg.norm(self._in_theta(step))), float(np.linalg.norm(self._in_theta(taken))))
+                              if length > radius else None)
+            previous = (-taken, g)
+            self.theta = self.theta - taken
+            check_iterate(self.theta, "FedIRLS", schedule.step_size)
+            self.path.append(self._in_theta(self.theta))
+        self.phases.append(phase)
+        self.scales.append(scales)
+
+    def result(self, setup: Setup | None) -> Run:
+        """The :class:`Run` (``setup``: the bounds of the last phase when they were searched again)."""
+        phases = self.phases
+        scales = np.concatenate(self.scales)  # a secant-raised Newton matrix c Hf: floor c lambda, noise variance c^2 s^2
+        newton = scales[-1] * self.H_floored  # the matrix of the last step
+        noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
+                                np.concatenate([ph.hessian_var for ph in phases]) * scales**2,
+                                np.concatenate([ph.floors for ph in phases]) * scales, float(self.schedule.step_size),
+                                newton, self.basis, self.basis_from)
+        noise_sd, update_noise_sd = _noise(self.schedule.step_size, newton,
+                                           np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
+        hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
+        steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
+                            damped(self.H, phases[-1].floors, self.schedule.damped_kept))
+        return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
+                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
+                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
+                   basis=self.change, newton=steps)
+
+
+def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float,
+                 schedule: IRLSSchedule) -> float:
+    """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
+
+    A per-sample Hessian bound C_H chosen where the curvature was lower (at theta = 0, where every
+    Poisson row has weight exp(0) = 1, or at a located point short of the optimum) clips most rows'
+    Hessians where the fitted means are larger: the released matrix is then several times too
+    flat, each step overshoots, and the rounds fall into a 2-cycle the reused Hessian keeps. The
+    released gradients g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along
+    the step s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd
+    ``||s|| sqrt(v_{r-1} + v_r)``. Where that slope, lowered by ``schedule.secant_noise_sds`` noise sds,
+    exceeds the Newton matrix's own ``s^T N s``, the step uses c N with c their ratio (at most
+    ``schedule.max_secant_scale``): post-processing of released values, so no privacy cost; c = 1 where the
+    slope is within the noise or the matrix is steep enough (the step is never lengthened).
+    Inferred (a scalar secant condition; quasi-Newton methods use it to correct a curvature model).
+    """
+    slope = float(step @ change) - schedule.secant_noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
+    model = float(step @ newton @ step)
+    if not (model > 0 and slope > model):
+        return 1.0
+    return min(slope / model, schedule.max_secant_scale)
+
+
+def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float] | None:
+    """Directions along which the floored Newton rounds of a phase kept more than ``threshold`` of their error.
+
+    Along an eigenvector of the released Hessian H with eigenvalue lambda below a round's floor,
+    the floored step removes ``lambda / floor`` of the error there (none where lambda <= 0);
+    over the phase's rounds the kept share is ``prod_r (1 - max(lambda, 0) / max(lambda, floor_r))``
+    (post-processing of H and the public floors). Returns their number and the largest kept
+    share, or None.
+    """
+    vals = np.linalg.eigvalsh(0.5 * (H + H.T))
+    positive = np.maximum(vals, 0.0)[:, None]
+    kept = np.prod(1.0 - positive / np.maximum(positive, np.asarray(floors)[None, :]), axis=1)
+    if not np.any(kept > threshold):
+        return None
+    return int(np.sum(kept > threshold)), float(np.max(kept))
+
+
+def _noise(step_size: float, H_floored: np.ndarray, gradient_sd: np.ndarray, basis: np.ndarray | None = None
+           ) -> tuple[np.ndarray, float]:
+    """Noise sd of the estimate and of the last update, per coordinate of theta (for the diagnostics).
+
+    The last step adds ``eta H^{-1} xi_R`` (sd ``s_R sqrt(diag(H^{-2}))`` for gradient noise of
+    sd s_R per coordinate; with the rounds in phi, ``theta = basis phi``, the step in theta is
+    ``eta basis H^{-1} xi_R``); the last update also removes the noise that round R - 1 left.
+    """
+    M = np.linalg.inv(H_floored) if basis is None else basis @ np.linalg.inv(H_floored)
+    scale = step_size * np.sqrt(np.sum(M**2, axis=1))
+    return gradient_sd[-1] * scale, float(np.max(np.sqrt(np.sum(gradient_sd[-2:] ** 2)) * scale))
+
+
+def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarray, float]:
+    """mu = inf: Newton rounds on exact aggregates, each step halved until the loss or the gradient norm decreases.
+
+    Returns the :class:`Run`, the rounds' shares (ones) and the last floor."""
+    p, clip, hessian_clip, w = session.clients.n_params, schedule.setup.clip, schedule.setup.hessian_clip, schedule.weights
+    fresh = schedule.shares[0][:, 1] > 0
+
+    def gradient_and_loss(theta):
+        loss = float(session.mean("losses", weights=w, theta=theta, stage="irls-loss")[0])
+        g = session.mean("gradients", weights=w, theta=theta, clip=clip, sensitivity=2.0 * clip / session.sizes,
+                         mu=math.inf, stage="irls-gradient")
+        return g, loss
+
+    theta = session.clients.initial_parameters()
+    path = [theta]
+    g, f = gradient_and_loss(theta)
+    H, lam, n_iter = None, math.nan, 0
+    sens_h = hessian_sensitivity(hessian_clip, session.sizes)
+    for r in range(len(fresh)):
+        if fresh[r]:
+            H = vec_to_sym(session.mean("hessians", weights=w, theta=theta, hessian_clip=hessian_clip,
+                                        sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
+            lam = schedule.floor(0.0)
+            H_floored = floor_eigenvalues(H, lam)
+        step = schedule.step_size * np.linalg.solve(H_floored, g)
+        n_iter += 1
+        if _negligible(step, theta, schedule.tol):
+            path.append(theta - step)
+            theta = path[-1]
+            break
+        accepted = _safeguarded_step(theta, step, g, f, gradient_and_loss, schedule.max_halvings)
+        if accepted is None:  # no decrease along the Newton direction: at the optimum up to rounding
+            break
+        theta, g, f = accepted
+        path.append(theta)
+    noise_model = IRLSNoise(np.zeros(n_iter), np.zeros(n_iter), np.full(n_iter, lam), float(schedule.step_size),
+                            H_floored)
+    return Run(theta, path, n_iter, hessian=H, noise_model=noise_model, weights=w), np.ones((n_iter, 2)), lam
+
+
+def _within(step: np.ndarray, radius: float) -> np.ndarray:
+    """``step`` shortened to Euclidean norm ``radius`` if it is longer (a trust region)."""
+    norm = float(np.linalg.norm(step))
+    return step * (radius / norm) if norm > radius else step
+
+
+def _negligible(step: np.ndarray, theta: np.ndarray, tol: float) -> bool:
+    return float(np.max(np.abs(step))) <= tol * (1.0 + float(np.max(np.abs(theta))))
+
+
+def _safeguarded_step(theta: np.ndarray, step: np.ndarray, g: np.ndarray, f: float, evaluate, max_halvings: int):
+    """Non-private step: halve ``step`` (at most ``max_halvings`` times) until, at ``theta - step``, the aggregated
+    loss does not increase or the aggregated gradient is shorter (``evaluate(point) -> (gradient, loss)``).
+
+    The Newton direction decreases both the loss and ``||g||^2``; the loss test handles regions
+    where the gradient norm is flat (Huber far from the data), the gradient test the clipped
+    problem, whose fixed point is not the loss minimiser. Returns the new point, its gradient and
+    loss, or None if no halving was accepted.
+    """
+    g_norm, slack = float(np.linalg.norm(g)), 1e-13 * max(1.0, abs(f))
+    for _ in range(max_halvings):
+        candidate = theta - step
+        if np.all(np.isfinite(candidate)) and float(np.max(np.abs(candidate))) <= DIVERGENCE_NORM:
+            g_new, f_new = evaluate(candidate)
+            if f_new <= f + slack or np.linalg.norm(g_new) < g_norm:
+                return candidate, g_new, f_new
+        step = 0.5 * step
+    return None

@@ -1,0 +1,330 @@
+"""FedIRLS's policy as one object: the run mode, the phases and their budget shares, the rules between them.
+
+:class:`IRLSSchedule` is built once per fit (:meth:`IRLSSchedule.of`) from the estimator's parameters
+and the public settings the fit chose before its rounds (sizes, weights, bounds, estimation budget);
+the fit (:mod:`.rounds`) and :func:`~privfedstat.planning.power.plan_study` both walk its
+:attr:`~IRLSSchedule.stages`, and every phase's releases (:class:`Phase`) are derived from it. The
+derivation of the split and the measurements behind each constant: ``docs/algorithms/fedirls.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._linalg import floor_eigenvalues
+from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
+from ...fitting.stages import bound_search, pending_bounds
+from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
+from ...privacy.clipping import AutoClip
+from ...theory.noise import IRLSNoise
+from .whitening import reference_class, whitening
+
+__all__ = ["IRLSSchedule", "CurvatureRules", "CURVATURE_RULES", "Phase", "curvature_class", "default_search"]
+
+
+def _table(rows: list[list[float]]) -> np.ndarray:
+    split = np.array(rows)
+    split.setflags(write=False)
+    return split
+
+
+@dataclass(frozen=True, eq=False)
+class CurvatureRules:
+    """The choices that differ between families of bounded curvature (a loss growing at most quadratically) and of
+    unbounded curvature (Poisson); one row of :data:`CURVATURE_RULES`.
+
+    Attributes
+    ----------
+    refine_split : ndarray of shape (R, 2)
+        Shares of what the locate rounds and the new search leave, per refine round (gradient, Hessian).
+    grows_region : bool
+        The trust region grows with the iterate (``max(max_step, ||theta||)``).
+    secant : bool
+        The gradients' change along the last step may raise a too flat Newton matrix (:func:`.rounds.secant_scale`).
+    hessian_quantile : float or None
+        The quantile of the locate rounds' Hessian bound with ``clip="auto"`` (None: the gradient's).
+    """
+
+    refine_split: np.ndarray
+    grows_region: bool
+    secant: bool
+    hessian_quantile: float | None
+
+
+#: bounded: two Hessians, the last one reused by the last gradient (45% of the rest); unbounded: four rounds, two
+#: fresh Hessians, the third gradient twice the first two's share (docs/algorithms/fedirls.md, "Schedule")
+CURVATURE_RULES = {
+    "bounded": CurvatureRules(_table([[0.1, 0.15], [0.15, 0.15], [0.45, 0.0]]), True, False, None),
+    "unbounded": CurvatureRules(_table([[0.05, 0.2], [0.05, 0.2], [0.1, 0.0], [0.4, 0.0]]), False, True,
+                                AutoClip.pilot_quantile),
+}
+
+
+def curvature_class(family) -> str:
+    """``"bounded"`` or ``"unbounded"``: the family's key in :data:`CURVATURE_RULES`."""
+    return "bounded" if math.isfinite(family.max_curvature) else "unbounded"
+
+
+def default_search(family) -> AutoClip:
+    """The bound search of ``clip="auto"`` (:attr:`FedIRLS._default_search`): the bounds at theta^(0), the Hessian's
+    at the curvature class's quantile, the coarse queries leaning by :attr:`IRLSSchedule.coarse_lean`."""
+    quantile = CURVATURE_RULES[curvature_class(family)].hessian_quantile
+    if quantile is None:
+        return AutoClip(coarse_lean=IRLSSchedule.coarse_lean)
+    return AutoClip(hessian_quantile=quantile, coarse_lean=IRLSSchedule.coarse_lean)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The releases of one phase of private rounds, public and fixed before its first round.
+
+    Per round: the shares of the estimation mu^2 (gradient, Hessian), their budgets, and the
+    floor, diagonal noise variance of the Hessian the step uses (a round with Hessian share 0
+    repeats the last released one's) and the aggregated gradient noise's variance and sd, as
+    :class:`~privfedstat.theory.noise.IRLSNoise` takes them; the bounds B and C_H and the clients'
+    sensitivities ``2 B / n_i`` and ``sqrt(2) C_H / n_i``.
+    """
+
+    shares: np.ndarray
+    clip: float
+    hessian_clip: float
+    gradient_sensitivity: np.ndarray
+    hessian_sensitivity: np.ndarray
+    mu_gradient: np.ndarray
+    mu_hessian: np.ndarray
+    floors: np.ndarray
+    hessian_var: np.ndarray
+    gradient_var: np.ndarray
+    gradient_sd: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class IRLSSchedule:
+    """One FedIRLS fit's schedule: what runs, in which order, on which shares of the budget, by which rules.
+
+    Attributes
+    ----------
+    mode : {"exact", "derived", "explicit", "phased"}
+        mu = inf (exact aggregates, safeguarded steps); one phase on the derived split (an int ``n_rounds``);
+        one phase on the user's ``budget_split``; locate + refine (``n_rounds="auto"``, ``budget_split="auto"``).
+    stages : tuple of str
+        The stages in order, walked by the fit and by the plan: ``exact``, ``rounds`` (one phase), or ``locate``,
+        [``whiten``], [``research``], [``insure``], ``refine``.
+    shares : tuple of ndarray of shape (R_k, 2)
+        Per phase the shares of the estimation mu^2 (gradient, Hessian); mode exact: ones, or the user's split
+        (its zero Hessian shares reuse the last Hessian), over the cap on rounds.
+    research : tuple of str
+        The norms whose bounds are searched again at the located point (those the fit chose by a private search).
+    mu_research : float
+        That search's budget, ``research_share`` of the estimation mu^2 (0 without it).
+    curvature : CurvatureRules
+        The family's row of :data:`CURVATURE_RULES`.
+    search : AutoClip
+        The configuration of the bound searches (the new search's level is its ``pilot_quantile``, its grid the
+        insurance's).
+    family : Family
+    sizes, weights : ndarray of shape (n_clients,)
+        n_i and w_i (public).
+    setup : Setup
+        The bounds of the first phase and the estimation mu.
+    n_params : int
+    step_size, max_step : float
+        eta and the trust region's radius (estimator parameters).
+    hessian_floor : float or None
+        A fixed eigenvalue floor; None: ``floor_noise_sds`` noise sds (``"auto"``).
+    tol : float
+        With mu = inf: the rounds stop when ``max|step| <= tol (1 + max|theta|)``.
+    max_rounds_nonprivate : int
+        The cap on rounds with mu = inf and ``n_rounds="auto"``, which stop when the step is below ``tol`` (Newton
+        needs far fewer where it converges).
+    locate_rounds : int
+        Rounds of the locate phase, from theta^(0) with the bounds chosen there (inferred; measured:
+        benchmarks/RESULTS.md, section "Real data with natural sites"; docs/algorithms/fedirls.md, "Schedule").
+    locate_share : float
+        Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
+    research_share : float
+        Share of the new bound search at the located point, whose norms are the ones the refine rounds clip (same).
+    floor_noise_sds : float
+        The eigenvalue floor in sds of a noisy eigenvalue: lower floors blew up, higher ones damp the steps on
+        ill-conditioned designs (measured: docs/algorithms/fedirls.md, "Eigenvalue floor").
+    damped_kept : float
+        A direction whose floored steps kept more than this share of its error over the last phase is reported as
+        damped, not an optimum (benchmarks/RESULTS.md, section "Real data with natural sites").
+    secant_noise_sds : float
+        The gradients' change along the last step counts as curvature beyond this many sds of its noise (inferred).
+    max_secant_scale : float
+        The most the secant may raise the Newton matrix by (inferred).
+    coarse_lean : float
+        ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
+        bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
+    insurance_sd : float
+        The whitened refine rounds' gradient bound is raised while the last gradient's noise sd per coordinate stays
+        at most ``insurance_sd / sqrt(N)``, insurance against a clipping bias the search's counts cannot resolve
+        (:meth:`insured_bounds`; benchmarks/RESULTS.md, section "Response location and the refine bound's insurance").
+    insurance_steps : int
+        At most this many grid points (same).
+    max_halvings : int
+        Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
+        to rounding).
+    """
+
+    mode: str
+    stages: tuple[str, ...]
+    shares: tuple[np.ndarray, ...]
+    research: tuple[str, ...]
+    mu_research: float
+    curvature: CurvatureRules
+    search: AutoClip
+    family: object
+    sizes: np.ndarray
+    weights: np.ndarray
+    setup: Setup
+    n_params: int
+    step_size: float
+    max_step: float
+    hessian_floor: float | None
+    tol: float
+    max_rounds_nonprivate: int = 100
+    locate_rounds: int = 4
+    locate_share: float = 0.25
+    research_share: float = 0.05
+    floor_noise_sds: float = 3.0
+    damped_kept: float = 0.8
+    secant_noise_sds: float = 3.0
+    max_secant_scale: float = 10.0
+    coarse_lean: float = 0.5
+    insurance_sd: float = 0.4
+    insurance_steps: int = 3
+    max_halvings: int = 60
+
+    @classmethod
+    def of(cls, estimator, family, sizes: np.ndarray, weights: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
+        """The schedule of a fit of ``estimator`` (its parameters checked) with these public settings: the one
+        builder, called once by the fit and once by the plan of a design."""
+        rules = CURVATURE_RULES[curvature_class(family)]
+        mu, split = setup.mu, estimator.budget_split
+        explicit = None if isinstance(split, str) else estimator._explicit_split()
+        research, mu_research = (), 0.0
+        if math.isinf(mu):  # every round fresh, or the user's split's Hessian shares (a cap: the rounds stop at tol)
+            cap = int(estimator.n_rounds) if estimator.n_rounds != "auto" else cls.max_rounds_nonprivate
+            mode, stages, shares = "exact", ("exact",), (np.ones((cap, 2)) if explicit is None else explicit,)
+        elif explicit is not None:
+            mode, stages, shares = "explicit", ("rounds",), (explicit,)
+        elif estimator.n_rounds != "auto":
+            beta = _beta(family, sizes, weights, setup.hessian_clip, mu, n_params)
+            mode, stages, shares = "derived", ("rounds",), (auto_budget_split(int(estimator.n_rounds), beta),)
+        else:
+            mode = "phased"
+            _, todo, how = pending_bounds(estimator, mu)
+            if how == "search" and todo:
+                research, mu_research = tuple(todo), mu * math.sqrt(cls.research_share)
+            locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
+            left = 1.0 - cls.locate_share - (cls.research_share if research else 0.0)
+            shares = (locate, left * rules.refine_split)
+            whiten = set(research) == set(estimator._norms)  # a bound the user fixed keeps its meaning on the columns
+            stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
+                      *(("insure",) if whiten else ()), "refine")
+        floor = None if estimator.hessian_floor == "auto" else float(estimator.hessian_floor)
+        return cls(mode, stages, shares, research, mu_research, rules, bound_search(estimator), family, sizes, weights,
+                   setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol)
+
+    # ------------------------------------------------------------------ derived
+    def floor(self, noise_sd: float) -> float:
+        """Eigenvalue floor lambda for a Hessian whose averaged noise has diagonal sd ``noise_sd``: the fixed one,
+        or ``floor_noise_sds`` sds and at least ``1e-8 ell''(0)``."""
+        if self.hessian_floor is not None:
+            return self.hessian_floor
+        tiny = 1e-8 * float(self.family.curvature_at_zero)
+        return max(tiny, self.floor_noise_sds * noise_sd)
+
+    def phase(self, k: int, bounds: Setup | None = None) -> Phase:
+        """The releases of phase ``k`` with ``bounds`` (default: the first phase's, :attr:`setup`)."""
+        setup = self.setup if bounds is None else bounds
+        sizes, w, shares = self.sizes, self.weights, self.shares[k]
+        sens_g, sens_h = 2.0 * setup.clip / sizes, hessian_sensitivity(setup.hessian_clip, sizes)
+        mu_g, mu_h = setup.mu * np.sqrt(shares[:, 0]), setup.mu * np.sqrt(shares[:, 1])
+        R = len(shares)
+        floors, hessian_var = np.empty(R), np.empty(R)
+        lam = var = math.nan
+        for r in range(R):
+            if shares[r, 1] > 0:
+                lam = self.floor(aggregated_noise_sd(sens_h, mu_h[r], w))
+                var = float(np.sum((w * calibrated_sigma(sens_h, mu_h[r])) ** 2))
+            floors[r], hessian_var[r] = lam, var
+        gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
+        gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
+        return Phase(shares, setup.clip, setup.hessian_clip, sens_g, sens_h, mu_g, mu_h, floors, hessian_var,
+                     gradient_var, gradient_sd)
+
+    def phases(self, refine: Setup | None = None) -> list[Phase]:
+        """Every phase's releases, the refine phase with the bounds ``refine`` (default :attr:`setup`'s)."""
+        return [self.phase(k, refine if k else None) for k in range(len(self.shares))]
+
+    def whitening(self, H_floored: np.ndarray) -> ChangeOfBasis:
+        """The map of the rows of the refine rounds and their reference class, from the last locate round's floored
+        Hessian (:func:`.whitening.whitening`, :func:`.whitening.reference_class`; post-processing)."""
+        reference = reference_class(H_floored, self.family.n_outputs)
+        return ChangeOfBasis(whitening(H_floored, self.family.n_outputs, reference), reference)
+
+    def refine_setup(self, found: dict[str, float]) -> Setup:
+        """The refine rounds' bounds: those ``found`` by the new search, the first phase's for the others."""
+        return Setup(found.get("gradient", self.setup.clip), found.get("hessian", self.setup.hessian_clip), self.setup.mu)
+
+    def insured_bounds(self, found: dict[str, float]) -> dict[str, float]:
+        """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
+        by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
+        the last gradient's planned noise sd stays at most ``insurance_sd / sqrt(N)`` (post-processing of the
+        released bound and public sizes and budgets).
+
+        Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
+        asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
+        resolve. In whitened coordinates the sampling sd of a coordinate is about ``1 / sqrt(N)`` for families of
+        unit dispersion, so the raise is taken only while the privacy noise stays a small part of the error
+        (docs/algorithms/fedirls.md, "Insurance of the refine bound").
+        """
+        if "gradient" not in found:
+            return found
+        grid = self.search.grid
+        i = int(np.argmin(np.abs(grid - found["gradient"])))
+        sd = float(self.phase(1, Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip),
+                                       self.setup.mu)).gradient_sd[-1])
+        ceiling = self.insurance_sd / math.sqrt(float(np.sum(self.sizes)))
+        j = 0
+        while j < self.insurance_steps and i + j + 1 < grid.size and sd * grid[i + j + 1] / grid[i] <= ceiling:
+            j += 1
+        return dict(found, gradient=float(grid[i + j]))
+
+    def planned_noise(self, newton_matrix: np.ndarray, refine: Setup | None = None, basis: np.ndarray | None = None
+                      ) -> IRLSNoise:
+        """The privacy-noise model a fit on this schedule reports, before any data are seen.
+
+        A fit's :class:`~privfedstat.theory.noise.IRLSNoise` is a function of the schedule's public quantities and
+        of the floored Hessian the last round releases; here that Hessian is ``newton_matrix`` (the noise-free
+        Newton matrix of a planned design, on the fitting scale) floored at the last round's floor; every round is
+        assumed to run. ``refine``: the bounds of the refine phase (default :attr:`setup`'s); ``basis``: the map
+        of the rows in the refine rounds (:meth:`whitening`), in whose coordinates phi ``newton_matrix``,
+        ``refine``'s bounds and the model's H and covariance then are (:meth:`IRLSNoise.in_basis`).
+        """
+        phases = self.phases(refine)
+        last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(phases[-1].floors[-1]))
+        rounds = (np.concatenate([ph.gradient_var for ph in phases]), np.concatenate([ph.hessian_var for ph in phases]),
+                  np.concatenate([ph.floors for ph in phases]), float(self.step_size), last)
+        if basis is None:
+            return IRLSNoise(*rounds)
+        return IRLSNoise(*rounds, parameter_basis(basis, newton_matrix.shape[0]), len(phases[0].shares)).in_basis()
+
+    def walk(self, handler) -> None:
+        """Call ``handler``'s method of each stage's name, in order (the fit's rounds; the plan of a design)."""
+        for stage in self.stages:
+            getattr(handler, stage)()
+
+
+def _beta(family, sizes: np.ndarray, w: np.ndarray, hessian_clip: float, mu: float, p: int) -> float:
+    """beta of the budget-split derivation for Hessian bound C_H, budget ``mu`` and p parameters (public;
+    docs/algorithms/fedirls.md, "Budget split of one phase")."""
+    c0 = float(family.curvature_at_zero)
+    sens_h = hessian_sensitivity(hessian_clip, sizes)
+    return (p + 1) / 2 * float(np.sum((w * sens_h) ** 2)) * (2.0 / c0) ** 2 / mu**2
