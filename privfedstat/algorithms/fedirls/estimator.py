@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
+from numbers import Integral, Real
 
 import numpy as np
 
 from ..._linalg import MAX_HESSIAN_GB
-from ..._validation import check_positive_float, check_positive_int
+from ..._validation import Free, Interval, check_finite_bounds
 from ...families import get_family
 from ...federation.protocol import Run, Setup
 from ...federation.session import Session
@@ -112,6 +112,15 @@ class FedIRLS(FederatedEstimator):
 
     method = "FedIRLS"
     _norms = ("gradient", "hessian")
+    _parameter_constraints = {
+        "n_rounds": [Interval(Integral, 1), "auto"],
+        "budget_split": Free("_explicit_split: 'auto' or shares of shape (n_rounds, 2)"),
+        "step_size": Interval(Real, 0, None, closed="neither"),
+        "max_step": Interval(Real, 0, None, closed="neither", finite=False),
+        "hessian_clip": [Interval(Real, 0, None, closed="neither", finite=False), None],
+        "hessian_floor": [Interval(Real, 0, None, closed="neither"), "auto"],
+        "tol": Interval(Real, 0, None, closed="neither"),
+    }
 
     @property
     def _default_search(self) -> AutoClip:
@@ -157,15 +166,10 @@ class FedIRLS(FederatedEstimator):
 
     # ------------------------------------------------------------------ parameters
     def _validate_params(self, mu: float) -> None:
+        """The table's rules, then those that tie parameters together: an infinite Hessian bound needs mu = inf,
+        and an explicit ``budget_split`` must be a valid split of mu^2 with one row per round."""
         super()._validate_params(mu)
-        if self.n_rounds != "auto":
-            check_positive_int(self.n_rounds, "n_rounds")
-        if self.hessian_floor != "auto":
-            check_positive_float(self.hessian_floor, "hessian_floor")
-        check_positive_float(self.tol, "tol")
-        check_positive_float(self.max_step, "max_step", allow_inf=True)
-        if math.isfinite(mu) and self.hessian_clip is not None and math.isinf(float(self.hessian_clip)):
-            raise ValueError("hessian_clip=inf gives the Hessian release infinite sensitivity; it needs mu=inf.")
+        check_finite_bounds(self, ("hessian_clip",), mu, "the Hessian release")
         if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
             self._explicit_split()
 
