@@ -116,8 +116,9 @@ class TorchClients:
         full batch, as in the paper.
     first_client : int, default 0
         Federation index of the first client held here: client ``first_client + k`` gets the
-        children ``first_client + k`` of the noise and minibatch seeds, the streams it has when all
-        clients are held in one process (a Flower node holds one client, its partition id).
+        children ``first_client + k`` of the noise and minibatch seeds (and of HiFedProx's
+        per-round minibatch seeds), the streams it has when all clients are held in one process (a
+        Flower node holds one client, its partition id).
     secure : bool, default False
         Draw the noise from :class:`~privfedstat.privacy.mechanisms.SecureClientNoise` (the
         estimators' ``secure_mode``: the OS's CSPRNG, four normals summed) instead of the seeded
@@ -147,6 +148,7 @@ class TorchClients:
         self._targets = data.targets
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
+        self.first_client = int(first_client)
         clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)
         self._noise = (SecureClientNoise(data.n_clients) if secure
                        else TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients]))

@@ -107,7 +107,7 @@ def hifedprox_round(clients: TorchClients, w, *, prox, armijo, n_steps, step_siz
     answered, failing = clients._begin(active)
     asked = np.flatnonzero(answered)
     w = np.asarray(w, dtype=np.float64)
-    rngs = [client_batch_rng(batch_seed, i) for i in asked]
+    rngs = [client_batch_rng(batch_seed, clients.first_client + i) for i in asked]  # the federation index
 
     def batch_objective(step: int, who: np.ndarray):
         batches = [torch.from_numpy(int(clients._offsets[asked[k]])

@@ -557,3 +557,21 @@ def test_a_network_algorithms_registered_verb_is_answered_by_the_nodes(name):
     est = fit_on_grid(cls(**params), FakeGrid({900 + i: load_node(c) for i, c in enumerate(configs)}))
     np.testing.assert_array_equal(est.coef_, ref.coef_)
     assert est.communication_ == ref.communication_
+
+
+@pytest.mark.slow
+def test_a_network_hifedprox_on_nodes_draws_each_clients_own_minibatches():
+    """A node's torch clients draw HiFedProx's minibatches from the stream of their federation index (the node's
+    partition id), as in-process: the fits agree to float rounding (the in-process clients step together, vmap)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from privfedstat.deep import DeepHiFedProx
+    from privfedstat.deep.models import DigitsCNN
+
+    torch.manual_seed(0)
+    params = dict(model=DigitsCNN(), mu=math.inf, n_rounds=1, batch_size=16, random_state=7)
+    ref = DeepHiFedProx(**params).fit(demo_dataset("digits-images", 3))
+    configs = [{"dataset": "digits-images", "partition-id": i, "num-partitions": 3, "simulation-seed": 7,
+                "model": "DigitsCNN"} for i in range(3)]
+    est = fit_on_grid(DeepHiFedProx(**params), FakeGrid({900 + i: load_node(c) for i, c in enumerate(configs)}))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-6)
