@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
 from privfedstat.deep import TensorFederatedData, TorchNoise  # noqa: E402
-from privfedstat.deep.hifedprox import HiFedProxTorchClients  # noqa: E402
+from privfedstat.deep.clients import TorchClients  # noqa: E402
 from privfedstat.deep.models import DigitsCNN  # noqa: E402
 from privfedstat.deep.study import load_cnn_data, seeded_model  # noqa: E402
 from privfedstat.federation.power_prox import Armijo, PowerProx  # noqa: E402
@@ -57,7 +57,7 @@ CASES = {
 def one_round(data, model, verb: str, kw: dict, vectorise: bool) -> tuple[float, np.ndarray]:
     """Wall time of one request of ``verb`` in a fit's steady state (fresh clients, seed 1, after one untimed
     request: the first allocates the clients' buffers), and the reply's values."""
-    clients = HiFedProxTorchClients(data, model, F.cross_entropy, np.random.SeedSequence(1), vectorise=vectorise)
+    clients = TorchClients(data, model, F.cross_entropy, np.random.SeedSequence(1), vectorise=vectorise)
     assert clients._stacked.vectorised is vectorise
     theta = clients.initial_parameters()
     getattr(clients, verb)(theta, **kw, **COMMON)

@@ -2,8 +2,9 @@
 underflow-safe Euclidean norm of every privacy-critical path (:func:`row_norms`, its rigorous upper bound
 :func:`row_norm_bounds` and the clipping :func:`clip_rows` built on it; the numba kernels' twin is
 :func:`privfedstat.kernels.norm_nb.norm_bound`, the torch clients' :func:`privfedstat.deep.per_sample.sample_norms`),
-the isometric packing of symmetric matrices into vectors (how a Hessian is released), the eigenvalue floor, and the
-memory allowed for the clients' Hessians."""
+the smoothed normalisation (Fed-alpha-NormEC's message, :func:`smoothed_normalize`), the isometric packing of
+symmetric matrices into vectors (how a Hessian is released), the eigenvalue floor, and the memory allowed for the
+clients' Hessians."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import math
 
 import numpy as np
 
-__all__ = ["row_norms", "row_norm_bounds", "safe_norm", "clip_rows", "sym_to_vec", "vec_to_sym", "floor_eigenvalues",
-           "MAX_HESSIAN_GB"]
+__all__ = ["row_norms", "row_norm_bounds", "safe_norm", "clip_rows", "smoothed_normalize", "sym_to_vec", "vec_to_sym",
+           "floor_eigenvalues", "MAX_HESSIAN_GB"]
 
 SQRT2 = math.sqrt(2.0)
 #: Memory (GB) allowed for all clients' (p, p) Hessians at once: the Newton-type estimators and the
@@ -162,3 +163,37 @@ def floor_eigenvalues(H: np.ndarray, floor: float) -> np.ndarray:
     """
     vals, vecs = np.linalg.eigh(H)
     return (vecs * np.maximum(vals, floor)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
+
+
+def smoothed_normalize(u: np.ndarray, alpha: float) -> np.ndarray:
+    """Smoothed normalisation ``Norm_alpha(u) = u / (alpha + ||u||)`` of each row, with norm below 1 for every finite row.
+
+    The norm is :func:`row_norm_bounds`' upper bound ``b >= ||u||``
+    (no overflow or underflow, relative excess at least ``12 u`` over the exact norm,
+    ``u = 2^-53``). Numerator and denominator are divided by ``max(alpha, b)`` first, so that
+    ``alpha + b`` cannot overflow; the five roundings involved stay below the excess, and the
+    computed rows have exact Euclidean norm at most ``(1 + 5u) ||u|| / b < 1``; a row whose norm
+    exceeds the largest double gives 0.
+
+    Parameters
+    ----------
+    u : ndarray of shape (n_rows, n)
+        Finite rows.
+    alpha : float
+        alpha > 0, the smoothing (``||Norm_alpha(u)|| = ||u|| / (alpha + ||u||)``).
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n)
+
+    References
+    ----------
+    Bu, Z. et al. (2023). Automatic clipping: differentially private deep learning made easier and
+    stronger (smoothed normalisation); Shulgin, Malinovsky, Khirirat & Richtarik (2025), Fed-alpha-NormEC.
+    """
+    u = np.asarray(u, dtype=np.float64)
+    b = row_norm_bounds(u)[:, None]
+    finite = np.isfinite(b)
+    b, u = np.where(finite, b, 0.0), np.where(finite, u, 0.0)  # rows of infinite norm give 0
+    scale = np.maximum(alpha, b)
+    return (u / scale) / (alpha / scale + b / scale)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from privfedstat.federation import Reply
-from privfedstat.federation.clients import PUBLIC, VERBS
+from privfedstat.federation import Reply, verbs
+from privfedstat.federation.clients import PUBLIC
 
 
 class ServerView:
@@ -17,7 +17,7 @@ class ServerView:
     def __getattr__(self, name):
         if name in PUBLIC:
             return getattr(self._clients, name)
-        if name not in VERBS:
+        if name not in verbs.names():
             raise AttributeError(f"the server reached for clients.{name}: not a verb or public metadata")
         verb = getattr(self._clients, name)
 

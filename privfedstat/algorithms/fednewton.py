@@ -8,14 +8,17 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._linalg import MAX_HESSIAN_GB
+from .._linalg import MAX_HESSIAN_GB, clip_rows, floor_eigenvalues
 from .._validation import InstanceOf, Interval, Options, check_finite_bounds
 from ..data.federated import FederatedData
 from ..exceptions import PrivacyLeakWarning
 from ..families.base import Family
 from ..families.curvature import resolve_hessian_floor
+from ..federation.clients import InProcessClients, Reply
+from ..federation.oracle import ClientOracle
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..federation.verbs import Verb, parameters, register
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import resolve_step_size
@@ -31,7 +34,7 @@ from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from .fedavg import run_fedavg
 
-__all__ = ["FedNewton"]
+__all__ = ["FedNewton", "newton_step"]
 
 
 class FedNewton(FederatedEstimator):
@@ -238,3 +241,42 @@ class FedNewton(FederatedEstimator):
         return Run(theta2, first.path + [theta2], self.n_rounds * self.n_local_steps + 1, noise_sd=noise_sd,
                    update_noise_sd=noise_sd, noise_model=NewtonNoise(first.noise_model, sigma**2, weights, lam),
                    weights=weights)
+
+
+# ---------------------------------------------------------------------------- the client's half
+def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float, hessian_clip: float,
+                hessian_floor: float, grad_clip: np.ndarray) -> np.ndarray:
+    """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta``, shape (n_clients, d) (FedNewton, Algorithm 4).
+
+    ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
+    (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
+    half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
+    ``grad_clip[i]`` (G_i) with :func:`~privfedstat._linalg.clip_rows` (its norm neither underflows
+    for tiny gradients nor overflows for huge ones, so ``||gbar_i|| <= G_i`` for every finite input).
+    Its L2 sensitivity (one datum replaced, in either half) is
+    :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+    """
+    H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
+    g = half2.clipped_gradients(theta, clip)
+    g = clip_rows(g, grad_clip)
+    return np.linalg.solve(H, g[..., None])[..., 0]
+
+
+def newton_steps(clients: InProcessClients, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
+                 grad_clip: np.ndarray, sensitivity, mu: float, stage: str) -> Reply:
+    """FedNewton's message ``theta - H_i^-1 gbar_i`` plus noise (asked of the first half after ``split_halves``).
+
+    ``H_i``: the first half's mean per-sample Hessian clipped to C_H, eigenvalues floored at
+    lambda; ``gbar_i``: the second half's mean gradient clipped to B, projected onto the ball
+    of radius ``grad_clip[i]`` (G_i); the sensitivity is the server's
+    :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+    """
+    if clients._halves is None:
+        raise RuntimeError("newton_steps needs split_halves first.")
+    halves = tuple(h._oracle for h in clients._halves)
+    return clients._release(lambda _, t: t - newton_step(*halves, t, clip=clip, hessian_clip=hessian_clip,
+                                                         hessian_floor=hessian_floor, grad_clip=grad_clip),
+                            sensitivity, mu, stage, theta=theta)
+
+
+register(Verb("newton_steps", shape=parameters, per_client=("sensitivity", "grad_clip")), in_process=newton_steps)

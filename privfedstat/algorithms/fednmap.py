@@ -16,9 +16,12 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._validation import Free, Interval, Options, check_iterate
+from ..federation import clients as federation_clients
+from ..federation.clients import InProcessClients, Reply, _divergence
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..federation.verbs import Verb, parameters, register
 from ..fitting.base import FederatedEstimator
 from ..fitting.scaling import FeatureBounds, PrivateStandardize
 from ..fitting.stages import resolve_weights
@@ -399,3 +402,45 @@ class FedCanon(_Penalized, Scaffold):
 for _cls in (FedNMap, ZhangComposite, FedCanon):
     _cls.__doc__ = _cls.__doc__.replace("{penalty}", _PENALTY_DOC.strip("\n")).replace(
         "{common}", _PRIVATE_COMMON_DOC.strip("\n"))
+
+
+# ---------------------------------------------------------------------------- the client's half
+def composite_round(clients: InProcessClients, z, *, shift, prox_steps, penalty, ybar, clip: float, step_size: float,
+                    sensitivity, mu: float, stage: str) -> Reply:
+    """One round of FedNMap (Huang, Pu & Johansson, Algorithm 1) or of Zhang et al. (2024a): send ``y_i``.
+
+    Each client first updates its correction ``c_i <- c_i - y_i + ybar`` from its last upload
+    ``y_i`` and the server's aggregate ``ybar`` of that round (``ybar`` None: the first round,
+    ``c_i = 0``), then takes Q = ``len(prox_steps)`` local steps from ``z^0 = z``:
+    ``x^l = prox_{tau_l phi}(z^l)``, ``z^{l+1} = z^l - eta_a (g~_i(x^l) + shift + c_i)``, with
+    ``g~_i`` the mean of its per-sample gradients clipped to B plus Gaussian noise (a local
+    release of sensitivity ``sensitivity``), ``phi`` the public ``penalty``
+    (:class:`~privfedstat.penalty.ElasticNet`) and ``tau_l = prox_steps[l]``. It sends
+    ``y_i = (z - z^Q) / (eta_a Q) = mean_l g~_i(x^l) + shift + c_i`` (computed as that mean) and
+    keeps ``c_i`` and ``y_i``: both are post-processing of its noisy gradients and the broadcasts.
+    """
+    answered, failing = clients._begin(None)
+    o = clients._oracle
+    m, p = o.n_clients, o.n_params
+    c, y_last = clients._state.get("composite_round") or (np.zeros((m, p)), np.zeros((m, p)))
+    if ybar is not None:
+        c = np.where(answered[:, None], c - y_last + ybar, c)
+    local = np.tile(z, (m, 1))
+    direction = shift + c
+    total = np.zeros((m, p))
+    records = []
+    for tau in prox_steps:
+        g, rec = federation_clients.privatize(o.clipped_gradients(penalty.prox(local, tau), clip), clients._noise,
+                                              sensitivity, mu, stage, "local")
+        records.append(rec)
+        total += g
+        local = local - step_size * (g + direction)
+        if (error := _divergence(local, "FedNMap local steps", step_size, answered)) is not None:
+            return clients._reply(local, records, answered, failing, error=error)
+    upload = total / len(prox_steps) + direction
+    clients._state["composite_round"] = (c, np.where(answered[:, None], upload, y_last))
+    return clients._reply(upload, records, answered, failing)
+
+
+register(Verb("composite_round", shape=parameters, per_client=("sensitivity",), release=("local", "record")),
+         in_process=composite_round)

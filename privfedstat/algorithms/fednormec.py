@@ -24,6 +24,7 @@ from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import calibrated_sigma, client_update_calibration, normec_noise_multiplier
+from . import fednormec_client  # noqa: F401  (the clients' half: registers the verb normec_round)
 
 __all__ = ["FedAlphaNormEC", "ClippedFedAvg", "DEFAULT_DELTA"]
 
@@ -450,3 +451,4 @@ class ClippedFedAvg(_UnitMessageRounds):
                                       update_clip=scale, sensitivity=scale * sensitivity, mu=mu_round,
                                       stage="clipped-update", active=session.participants())
         return values / -scale, sent
+

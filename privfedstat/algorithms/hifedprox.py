@@ -7,12 +7,19 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .._linalg import clip_rows
 from .._validation import Free, Interval, check_finite_bounds, check_iterate
+from ..federation import clients as federation_clients
+from ..federation import power_prox
+from ..federation.clients import InProcessClients, Reply
+from ..federation.oracle import make_oracle
 from ..federation.power_prox import Armijo, PowerProx
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..federation.verbs import Verb, register
 from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
+from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, client_update_calibration
 
 __all__ = ["HiFedProx"]
@@ -249,3 +256,54 @@ def _per_client(value, n_clients: int, name: str, kind: type) -> np.ndarray:
     if arr.shape != (n_clients,) or arr.dtype == bool or not all(isinstance(v, kind) for v in arr.tolist()):
         raise ValueError(f"{name} must be one number or one per client ({n_clients}), got {value!r}.")
     return arr
+
+
+# ---------------------------------------------------------------------------- the client's half
+def hifedprox_round(clients: InProcessClients, w, *, prox, armijo, n_steps, step_size, batch_size: int | None,
+                    batch_seed, update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+    """One round of HiFedProx (Kabgani & Ahookhosh): each asked client's ``Delta_i = u_i - w``, clipped to S, plus noise.
+
+    Client i takes ``n_steps[i]`` (S_i) local steps from the broadcast w on
+    ``f_B(u) + phi(u - w)`` (``prox``: :class:`~privfedstat.federation.power_prox.PowerProx`), each on
+    a fresh minibatch of ``min(batch_size, n_i)`` rows drawn from its stream for the round
+    (:func:`~privfedstat.federation.power_prox.client_batch_rng` of the public ``batch_seed``) with
+    Armijo backtracking from ``step_size[i]`` (alpha0;
+    :func:`~privfedstat.federation.power_prox.power_prox_descent`). ``Delta_i`` is clipped to L2
+    norm S (``update_clip``; a non-finite one is sent as 0), so replacing the client's whole
+    dataset moves it by at most 2S (``sensitivity``): a client-level release. With mu = inf (no
+    privacy) each row also carries two diagnostics after ``Delta_i``: the client's Armijo trial
+    points and its failed line searches.
+    """
+    answered, failing = clients._begin(active)
+    who_asked = np.flatnonzero(answered)
+    data, family, sizes = clients._oracle.data, clients.family, clients.sizes
+    rngs = [power_prox.client_batch_rng(batch_seed, clients.first_client + i) for i in who_asked]
+
+    def batch_objective(step: int, who: np.ndarray):
+        rows = [power_prox.minibatch_rows(rngs[k], int(sizes[who_asked[k]]), batch_size) for k in who]
+        o = make_oracle(data.take(np.concatenate([data.offsets[who_asked[k]] + r for k, r in zip(who, rows)]),
+                                  np.array([r.size for r in rows])), family)
+        return o.losses, lambda U: (o.losses(U), o.clipped_gradients(U, math.inf))
+
+    u, trials, failures = power_prox.power_prox_descent(np.asarray(w, dtype=np.float64), np.asarray(n_steps)[who_asked],
+                                                        np.asarray(step_size, dtype=np.float64)[who_asked], prox,
+                                                        armijo, batch_objective)
+    delta = np.zeros((clients.n_clients, clients.n_params))
+    delta[who_asked] = clip_rows(u - w, update_clip * CLIP_SAFETY)
+    noisy, rec = federation_clients.privatize(delta, clients._noise, sensitivity, mu, stage, "aggregated", unit="client")
+    if math.isinf(mu):
+        diagnostics = np.zeros((clients.n_clients, 2))
+        diagnostics[who_asked] = np.column_stack([trials, failures])
+        noisy = np.hstack([noisy, diagnostics])
+    return clients._reply(noisy, [rec], answered, failing)
+
+
+def _update_and_diagnostics(n_params: int, n_features: int, request) -> tuple[int, ...]:
+    """``Delta_i`` (p floats), then with mu = inf the two diagnostics (Armijo trials, failed line searches)."""
+    return (n_params + (2 if math.isinf(request.get("mu", 0.0)) else 0),)
+
+
+register(Verb("hifedprox_round", shape=_update_and_diagnostics,
+              per_client=("sensitivity", "active", "n_steps", "step_size"), release=("aggregated", "client"),
+              records=(("prox", PowerProx), ("armijo", Armijo))),
+         in_process=hifedprox_round)

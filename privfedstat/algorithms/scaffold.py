@@ -8,9 +8,12 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._validation import Interval, check_iterate
+from ..federation import clients as federation_clients
+from ..federation.clients import InProcessClients, Reply, _divergence
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate
 from ..federation.session import Session
+from ..federation.verbs import Verb, register
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import MAX_ROUNDS_NONPRIVATE, resolve_count, resolve_step_size, settled
@@ -202,3 +205,42 @@ class Scaffold(FederatedEstimator):
         return Run(x, path, (len(path) - 1) * K, noise_sd=noise_sd, update_noise_sd=math.sqrt(K) * noise_sd,
                    noise_model=ScaffoldNoise(eta**2 * float(np.sum(w**2 * sigma**2)), K, len(path) - 1, eta, eta_g),
                    weights=w)
+
+
+# ---------------------------------------------------------------------------- the client's half
+def scaffold_round(clients: InProcessClients, x, c, *, clip: float, step_size: float, n_steps: int, sensitivity,
+                   mu: float, stage: str) -> Reply:
+    """One SCAFFOLD round: K noisy-gradient local steps with correction ``c - c_i``; send ``(y - x, dc_i)``.
+
+    Each client keeps its control variate ``c_i`` (0 at the start) and updates it to
+    ``c_i - c + (x - y) / (K eta)`` (option II of Karimireddy et al.); the upload is
+    post-processing of the noisy gradients.
+    """
+    answered, failing = clients._begin(None)
+    o = clients._oracle
+    m, p = o.n_clients, o.n_params
+    if clients._state.get("scaffold_round") is None:
+        clients._state["scaffold_round"] = np.zeros((m, p))
+    c_local = clients._state["scaffold_round"]
+    y = np.tile(x, (m, 1))
+    correction = c - c_local
+    records = []
+    for _ in range(n_steps):
+        g, rec = federation_clients.privatize(o.clipped_gradients(y, clip), clients._noise, sensitivity, mu, stage, "local")
+        records.append(rec)
+        y = y - step_size * (g + correction)
+        if (error := _divergence(y, "SCAFFOLD local steps", step_size, answered)) is not None:
+            return clients._reply(y, records, answered, failing, error=error)
+    c_new = c_local - c + (x - y) / (n_steps * step_size)
+    upload = np.hstack([y - x, c_new - c_local])
+    clients._state["scaffold_round"] = np.where(answered[:, None], c_new, c_local)
+    return clients._reply(upload, records, answered, failing)
+
+
+def _model_and_control(n_params: int, n_features: int, request) -> tuple[int, ...]:
+    """The model delta and the control-variate delta: 2p floats."""
+    return (2 * n_params,)
+
+
+register(Verb("scaffold_round", shape=_model_and_control, per_client=("sensitivity",), release=("local", "record")),
+         in_process=scaffold_round)

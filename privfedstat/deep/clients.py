@@ -3,9 +3,14 @@
 :class:`TorchClients` is the torch counterpart of
 :class:`~privfedstat.federation.InProcessClients`: it owns the clients' data
 (:class:`~privfedstat.deep.data.TensorFederatedData`), a working copy of the model, one noise
-stream and one minibatch stream per client, and answers the verbs ``gradients``,
-``local_descent``, ``clipped_update``, ``normec_round`` (Fed-alpha-NormEC) and ``count_at_most`` (gradient norms) with the same
-arguments and the same :class:`~privfedstat.federation.Reply`. Every reply is privatized by
+stream and one minibatch stream per client, and answers the shared verbs ``gradients``,
+``local_descent``, ``clipped_update`` and ``count_at_most`` (gradient norms) with the same
+arguments and the same :class:`~privfedstat.federation.Reply`, and every verb of the table
+(:mod:`privfedstat.federation.verbs`) for which a torch implementation is registered: the network
+algorithms register theirs next to their estimators (``normec_round`` in
+:mod:`~privfedstat.deep.normec`, ``composite_round`` and ``scaffold_round`` in
+:mod:`~privfedstat.deep.fednmap`, ``hifedprox_round`` in :mod:`~privfedstat.deep.hifedprox`,
+``head_newton_steps`` in :mod:`~privfedstat.deep.newton`). Every reply is privatized by
 :func:`privfedstat.federation.clients.privatize` and carries its release records, so the
 Channel, the ledger, the failure policy (``on_client_failure``, fault injection through
 :class:`~privfedstat.deep.data.FailingTensorData`) and the server loops are the GLM estimators' own.
@@ -16,7 +21,7 @@ own dtype). Only the clients asked in a round compute anything, and each draws i
 own stream only when it answers (so a client's draws depend on its own stream and on the requests
 it answered, not on the others': the streams do not run in lockstep as ``ClientNoise``'s do).
 
-The client-level verbs (``clipped_update``, ``normec_round``) take every asked client's local
+The client-level verbs (``clipped_update``, ``normec_round``, ``hifedprox_round``) take every asked client's local
 steps at once, one ``vmap`` over the clients' stacked parameters
 (:class:`~privfedstat.deep.stacked.StackedLoss`), where the model allows it; each client still
 draws its minibatches and its noise from its own streams, so the numbers are those of one client
@@ -26,6 +31,7 @@ after the other, to float rounding.
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -36,7 +42,8 @@ from torch import nn
 from .._rng import child_seed
 from .._validation import iterate_error
 from ..federation import clients as federation_clients
-from ..federation.clients import InProcessClients, Reply, _Status, smoothed_normalize
+from ..federation.clients import InProcessClients, Reply, _Status
+from ..federation.verbs import implementation
 from ..privacy.ledger import Release
 from ..privacy.mechanisms import SecureClientNoise
 from .data import TensorFederatedData
@@ -109,8 +116,9 @@ class TorchClients:
         full batch, as in the paper.
     first_client : int, default 0
         Federation index of the first client held here: client ``first_client + k`` gets the
-        children ``first_client + k`` of the noise and minibatch seeds, the streams it has when all
-        clients are held in one process (a Flower node holds one client, its partition id).
+        children ``first_client + k`` of the noise and minibatch seeds (and of HiFedProx's
+        per-round minibatch seeds), the streams it has when all clients are held in one process (a
+        Flower node holds one client, its partition id).
     secure : bool, default False
         Draw the noise from :class:`~privfedstat.privacy.mechanisms.SecureClientNoise` (the
         estimators' ``secure_mode``: the OS's CSPRNG, four normals summed) instead of the seeded
@@ -140,6 +148,7 @@ class TorchClients:
         self._targets = data.targets
         self._offsets = data.offsets
         noise_seed, batch_seed = seed.spawn(2)
+        self.first_client = int(first_client)
         clients = range(first_client, first_client + data.n_clients)  # federation indices (a Flower node: its own)
         self._noise = (SecureClientNoise(data.n_clients) if secure
                        else TorchNoise([seeded_generator(child_seed(noise_seed, i)) for i in clients]))
@@ -147,7 +156,7 @@ class TorchClients:
         self._status = _Status(dict(getattr(data, "failures", None) or {}), 0, np.zeros(data.n_clients, dtype=bool))
         self._on_round = on_round
         self._norm_cache: tuple[bytes, list[np.ndarray]] | None = None
-        self._memory: np.ndarray | None = None  # Fed-alpha-NormEC's error-compensation vectors v_i (never sent)
+        self._state: dict[str, object] = {}  # the registered verbs' client state, by verb (kept, never sent)
         self._numels = [int(np.prod(s, dtype=np.int64)) for s in self._psg.shapes]
         trainable = dict(model.named_parameters())
         self._stacked = StackedLoss(model, loss_fn, self._psg.names, self._inputs, self._targets, vectorise=vectorise)
@@ -163,6 +172,15 @@ class TorchClients:
 
     # the failure bookkeeping and the assembly of a reply are InProcessClients' own (shared, not copied)
     _begin = InProcessClients._begin
+
+    def __getattr__(self, name: str):
+        """A registered verb (:mod:`~privfedstat.federation.verbs`) answered by its torch implementation."""
+        answer = None if name.startswith("_") else implementation(name, "torch")
+        if answer is None:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r} and no torch implementation of a "
+                                 f"verb {name!r} is registered (an algorithm registers its verb when its module is "
+                                 "imported: privfedstat.deep imports them all).")
+        return types.MethodType(answer, self)
 
     def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
                leak: str | None = None) -> Reply:
@@ -309,77 +327,6 @@ class TorchClients:
             delta *= clip_factors(norms, update_clip, torch.float64)[:, None]
         noisy, rec = self._privatize(delta.numpy(), clients, sensitivity, mu, stage, "aggregated", unit="client")
         return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
-
-    def normec_round(self, x, *, alpha: float, beta: float, step_size: float, n_steps: int, incremental: bool,
-                     sensitivity, mu: float, stage: str, active=None) -> Reply:
-        """One round of Fed-alpha-NormEC on every live client; ``active`` ones send (as
-        :meth:`InProcessClients.normec_round <privfedstat.federation.InProcessClients.normec_round>`).
-
-        Every live client runs its local operator T_i from ``x`` (``n_steps`` (T) gradient steps of
-        size ``gamma / T`` on its mean loss, over all its rows or over a fresh minibatch each step
-        with ``batch_size``; or with ``incremental`` one pass of per-sample steps of size
-        ``gamma / n_i`` over its rows in their order), forms ``u_i = (x - T_i(x)) / gamma`` as the
-        mean of its local gradients, ``Delta_i = Norm_alpha(u_i - v_i)`` (0 when not finite) and
-        ``v_i <- v_i + beta Delta_i`` (v_i = 0 at the start; it stays on the client). The ``active``
-        clients send ``Delta_i`` plus noise: norm below 1, client-level sensitivity 2 (``sensitivity``).
-        """
-        computing, failing = self._begin(None)
-        clients = np.flatnonzero(computing)
-        if self._memory is None:
-            self._memory = np.zeros((self.n_clients, self.n_params))
-        # every client live (the usual case): the memory itself, not a gathered copy
-        rows = slice(None) if clients.size == self.n_clients else clients
-        diff = self._local_gradient_means(x, clients, step_size, n_steps, incremental)
-        with np.errstate(all="ignore"):  # diverging local steps: their clients send 0 (below)
-            diff -= self._memory[rows]
-        diff[~np.all(np.isfinite(diff), axis=1)] = 0.0
-        delta = smoothed_normalize(diff, alpha)
-        self._memory[rows] += beta * delta
-        noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
-        sent = computing if active is None else computing & np.asarray(active, dtype=bool)
-        return self._reply(self._scatter(noisy, clients), [rec], sent, failing)
-
-    def _local_gradient_means(self, x, clients: np.ndarray, step_size: float, n_steps: int,
-                              incremental: bool) -> np.ndarray:
-        """``(x - T_i(x)) / gamma`` for each of ``clients`` (rows, shape (k, P)): the mean of the (unclipped) gradients
-        along its local path; all clients' steps at once (:class:`~privfedstat.deep.stacked.StackedLoss`).
-
-        Incremental: step j takes client i's row j (the clients with more than j rows), size ``gamma / n_i``;
-        otherwise ``n_steps`` steps of size ``gamma / T`` on every client's rows or a fresh minibatch of them.
-        """
-        params = self._broadcast(x, clients.size)  # views of x until the first step moves them
-        if incremental:
-            total = np.zeros((clients.size, self.n_params))
-            sizes, lo = self.sizes[clients], self._offsets[clients]
-            eta = torch.from_numpy(step_size / sizes).to(self._dtype)
-            n_total = int(sizes.max(initial=0))
-            steps = ((np.flatnonzero(sizes > j), lambda who, j=j: [torch.tensor([lo[k] + j]) for k in who])
-                     for j in range(n_total))
-            count = sizes
-        else:
-            total = None  # the first step's gradients (every client steps)
-            eta = torch.full((clients.size,), step_size / n_steps, dtype=torch.float64).to(self._dtype)
-            n_total = n_steps
-            steps = ((np.arange(clients.size), lambda who: [self._index(clients[k], batch=True) for k in who])
-                     for _ in range(n_steps))
-            count = np.full(clients.size, n_steps)
-        for step, (who, batches) in enumerate(steps):
-            everyone = who.size == clients.size  # then a view (no gather, no scatter)
-            rows, index = (slice(None), slice(None)) if everyone else (who, torch.from_numpy(who))
-            _, g = self._stacked.value_and_gradient({n: p[index] for n, p in params.items()}, batches(who))
-            flat = self._flat_rows(g)
-            if total is None:
-                total = flat
-            else:
-                total[rows] += flat
-            if step + 1 == n_total:  # the last step's iterate is not needed, only its gradient
-                break
-            if step == 0:
-                params = {n: p.clone() for n, p in params.items()}  # stepped in place from here on
-            for n, p in params.items():
-                p[index] -= eta[index].view(-1, *(1,) * (p.dim() - 1)) * g[n]
-        total /= count[:, None]
-        return total
 
     def count_at_most(self, which: str, theta, threshold: float, *, mu: float, stage: str, active=None) -> Reply:
         """Each asked client's number of rows whose per-sample gradient norm is <= ``threshold``, plus noise

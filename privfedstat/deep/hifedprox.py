@@ -3,10 +3,11 @@
 :class:`DeepHiFedProx` subclasses :class:`~privfedstat.HiFedProx` through the network mixin of
 :mod:`privfedstat.deep.estimators`: the server loop (cohorts, client-uniform average, minibatch
 seeds per round, optional client-level DP and its ledger) is the GLM estimator's; the clients are
-:class:`HiFedProxTorchClients`, whose verb ``hifedprox_round`` takes the local steps with the same
-solver (:func:`~privfedstat.federation.power_prox.power_prox_descent`) and the same minibatch
-streams as the numba clients, on the network's minibatch loss (one gradient evaluation per local
-step, one forward pass per Armijo trial; all clients' at once). The paper's network is
+:class:`~privfedstat.deep.clients.TorchClients`, which answer ``hifedprox_round`` with its torch
+implementation (:func:`hifedprox_round`, registered here for the verb table's entry): the local
+steps with the same solver (:func:`~privfedstat.federation.power_prox.power_prox_descent`) and the
+same minibatch streams as the numba clients, on the network's minibatch loss (one gradient
+evaluation per local step, one forward pass per Armijo trial; all clients' at once). The paper's network is
 :class:`~privfedstat.deep.models.FemnistCNN` (27,326 parameters).
 """
 
@@ -22,56 +23,12 @@ from .._linalg import clip_rows
 from ..algorithms.hifedprox import HiFedProx
 from ..federation.clients import Reply
 from ..federation.power_prox import client_batch_rng, minibatch_rows, power_prox_descent
+from ..federation.verbs import implement
 from ..kernels.glm_nb import CLIP_SAFETY
 from .clients import TorchClients
 from .estimators import PROGRESS_PARAM, _loss, _Network
 
-__all__ = ["HiFedProxTorchClients", "DeepHiFedProx"]
-
-
-class HiFedProxTorchClients(TorchClients):
-    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``hifedprox_round`` (HiFedProx's local
-    steps, all asked clients at once)."""
-
-    def hifedprox_round(self, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
-                        update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
-        """One HiFedProx round on each asked client, as
-        :meth:`InProcessClients.hifedprox_round <privfedstat.federation.InProcessClients.hifedprox_round>`:
-        ``n_steps[i]`` Armijo steps on ``f_B + phi(u - w)`` over minibatches from the client's stream
-        for the round, ``Delta_i`` clipped to S plus noise (client-level), and with mu = inf the
-        client's Armijo trial points and failed line searches after it.
-
-        The asked clients' losses and gradients are evaluated together, vectorised across clients
-        (:class:`~privfedstat.deep.stacked.StackedLoss`; each Armijo trial evaluates the loss of
-        every client still stepping, the accepted ones' values unused)."""
-        answered, failing = self._begin(active)
-        clients = np.flatnonzero(answered)
-        w = np.asarray(w, dtype=np.float64)
-        rngs = [client_batch_rng(batch_seed, i) for i in clients]
-
-        def batch_objective(step: int, who: np.ndarray):
-            batches = [torch.from_numpy(int(self._offsets[clients[k]])
-                                        + minibatch_rows(rngs[k], int(self.sizes[clients[k]]), batch_size))
-                       for k in who]
-
-            def loss(U: np.ndarray) -> np.ndarray:
-                return self._stacked.value(self._stacked_params(U), batches).to(torch.float64).numpy()
-
-            def loss_and_gradient(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-                f, g = self._stacked.value_and_gradient(self._stacked_params(U), batches)
-                return f.to(torch.float64).numpy(), self._flat_rows(g)
-            return loss, loss_and_gradient
-
-        u, trials, failures = power_prox_descent(w, np.asarray(n_steps)[clients],
-                                                 np.asarray(step_size, dtype=np.float64)[clients], prox, armijo,
-                                                 batch_objective)
-        delta = clip_rows(u - w, update_clip * CLIP_SAFETY)
-        noisy, rec = self._privatize(delta, clients, sensitivity, mu, stage, "aggregated", unit="client")
-        values = self._scatter(noisy, clients)
-        if math.isinf(mu):
-            values = np.hstack([values, self._scatter(np.column_stack([trials, failures]).astype(np.float64),
-                                                      clients)])
-        return self._reply(values, [rec], answered, failing)
+__all__ = ["DeepHiFedProx", "hifedprox_round"]
 
 
 class DeepHiFedProx(_Network, HiFedProx):
@@ -80,9 +37,9 @@ class DeepHiFedProx(_Network, HiFedProx):
     The algorithm, the decisions where the paper is open, the participation and the optional
     client-level privacy are those of :class:`~privfedstat.HiFedProx`; the clients take their
     local steps on the network's minibatch loss (verb ``hifedprox_round`` of
-    :class:`HiFedProxTorchClients`). The paper's study: ``model=FemnistCNN()``, ``mu=inf``,
-    ``n_rounds=100``, ``participation=18`` of 60 writers, ``batch_size=16``, ``n_local_steps=3``,
-    ``step_size=0.5``, ``prox_coef=0.03``, ``prox_radius=1`` and p in 2..8
+    :class:`~privfedstat.deep.clients.TorchClients`). The paper's study: ``model=FemnistCNN()``,
+    ``mu=inf``, ``n_rounds=100``, ``participation=18`` of 60 writers, ``batch_size=16``,
+    ``n_local_steps=3``, ``step_size=0.5``, ``prox_coef=0.03``, ``prox_radius=1`` and p in 2..8
     (:mod:`privfedstat.deep.hifedprox_study`).
 
     Parameters: those of :class:`~privfedstat.HiFedProx` (same names, meanings and defaults) except
@@ -130,5 +87,48 @@ class DeepHiFedProx(_Network, HiFedProx):
         self.secure_mode = secure_mode
         self.progress = progress
 
-    def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> HiFedProxTorchClients:
-        return HiFedProxTorchClients(data, self.model, _loss(self.loss), seed, secure=secure, on_round=self._round_done)
+    def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> TorchClients:
+        return TorchClients(data, self.model, _loss(self.loss), seed, secure=secure, on_round=self._round_done)
+
+
+# ---------------------------------------------------------------------------- the clients' half
+@implement("hifedprox_round", "torch")
+def hifedprox_round(clients: TorchClients, w, *, prox, armijo, n_steps, step_size, batch_size: int | None, batch_seed,
+                    update_clip: float, sensitivity, mu: float, stage: str, active=None) -> Reply:
+    """One HiFedProx round on each asked client, as
+    :func:`~privfedstat.algorithms.hifedprox.hifedprox_round`:
+    ``n_steps[i]`` Armijo steps on ``f_B + phi(u - w)`` over minibatches from the client's stream
+    for the round, ``Delta_i`` clipped to S plus noise (client-level), and with mu = inf the
+    client's Armijo trial points and failed line searches after it.
+
+    The asked clients' losses and gradients are evaluated together, vectorised across clients
+    (:class:`~privfedstat.deep.stacked.StackedLoss`; each Armijo trial evaluates the loss of
+    every client still stepping, the accepted ones' values unused)."""
+    answered, failing = clients._begin(active)
+    asked = np.flatnonzero(answered)
+    w = np.asarray(w, dtype=np.float64)
+    rngs = [client_batch_rng(batch_seed, clients.first_client + i) for i in asked]  # the federation index
+
+    def batch_objective(step: int, who: np.ndarray):
+        batches = [torch.from_numpy(int(clients._offsets[asked[k]])
+                                    + minibatch_rows(rngs[k], int(clients.sizes[asked[k]]), batch_size))
+                   for k in who]
+
+        def loss(U: np.ndarray) -> np.ndarray:
+            return clients._stacked.value(clients._stacked_params(U), batches).to(torch.float64).numpy()
+
+        def loss_and_gradient(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            f, g = clients._stacked.value_and_gradient(clients._stacked_params(U), batches)
+            return f.to(torch.float64).numpy(), clients._flat_rows(g)
+        return loss, loss_and_gradient
+
+    u, trials, failures = power_prox_descent(w, np.asarray(n_steps)[asked],
+                                             np.asarray(step_size, dtype=np.float64)[asked], prox, armijo,
+                                             batch_objective)
+    delta = clip_rows(u - w, update_clip * CLIP_SAFETY)
+    noisy, rec = clients._privatize(delta, asked, sensitivity, mu, stage, "aggregated", unit="client")
+    values = clients._scatter(noisy, asked)
+    if math.isinf(mu):
+        values = np.hstack([values, clients._scatter(np.column_stack([trials, failures]).astype(np.float64),
+                                                     asked)])
+    return clients._reply(values, [rec], answered, failing)

@@ -7,9 +7,10 @@ step with Gaussian noise; the server moves the head by the weighted mean of the 
 (stage 2). FedNewton-Iter repeats the two stages for a few cycles (Section 5.2.2).
 
 Client side: :func:`head_newton_message` (the step and its sensitivity), built on
-:func:`per_sample_head_gradients` and :func:`damped_fisher_solve`; :class:`NewtonTorchClients`
-answer it as the verb ``head_newton_steps``. Server side: :class:`DeepFedNewton` (the cycles of
-DP-FedAvg rounds and Newton refinements; :func:`head_slice` locates the head in theta). The calibration,
+:func:`per_sample_head_gradients` and :func:`damped_fisher_solve`; the torch clients answer it as
+the verb ``head_newton_steps`` (declared in the verb table and implemented here,
+:func:`head_newton_steps`). Server side: :class:`DeepFedNewton` (the cycles of DP-FedAvg rounds and
+Newton refinements; :func:`head_slice` locates the head in theta). The calibration,
 :func:`~privfedstat.privacy.calibration.head_newton_sensitivity` (derived in its docstring),
 lives with every other calibration.
 
@@ -35,14 +36,15 @@ from ..federation.clients import Reply
 from ..federation.protocol import Run, Setup
 from ..federation.server import aggregate, effective_weights
 from ..federation.session import Session
+from ..federation.verbs import Verb, implement, register
 from ..fitting.stages import resolve_weights
 from ..privacy.calibration import head_newton_sensitivity, stage_budget
 from .clients import TorchClients
-from .estimators import _COMMON, _TAIL, DeepFedAvg, _loss
+from .estimators import _COMMON, _TAIL, DeepFedAvg
 from .per_sample import clip_factors, sample_norms
 
 __all__ = ["HEAD", "per_sample_head_gradients", "damped_fisher_solve", "head_newton_message", "head_slice",
-           "NewtonTorchClients", "DeepFedNewton"]
+           "head_newton_steps", "DeepFedNewton"]
 
 #: the name of the layer the Newton step acts on (the last Linear layer of every model in ``models``)
 HEAD = "head"
@@ -201,22 +203,25 @@ def head_slice(names: list[str], shapes: list) -> slice:
     return slice(start, start + sum(sizes[rows[0]:rows[-1] + 1]))
 
 
-class NewtonTorchClients(TorchClients):
-    """:class:`~privfedstat.deep.clients.TorchClients` that also answer ``head_newton_steps`` (Algorithm 5, stage 2)."""
+#: the head step's rows hold the head's p_h parameters, which the public dimensions do not give: no reply shape (the
+#: Flower wire does not carry this verb)
+register(Verb("head_newton_steps", per_client=("sensitivity", "active")))
 
-    def head_newton_steps(self, theta, *, clip: float, damping: float, step: float, sensitivity, mu: float, stage: str,
-                          active=None) -> Reply:
-        """Each asked client's head Newton step ``alpha (h_i + lambda I)^{-1} g_i`` at theta
-        (:func:`head_newton_message`), plus noise of sd ``sensitivity_i / mu``; rows of length p_h."""
-        answered, failing = self._begin(active)
-        clients = np.flatnonzero(answered)
-        params = self._params(theta)
-        span = head_slice(self._psg.names, self._psg.shapes)
-        steps = [head_newton_message(self._psg.model, self._psg.loss_fn, *self._rows(i), clip=clip, damping=damping,
-                                     step=step, params=params)[0] for i in clients]
-        values = self._stack(steps, span.stop - span.start)
-        noisy, rec = self._privatize(values, clients, sensitivity, mu, stage, "aggregated")
-        return self._reply(self._scatter(noisy, clients), [rec], answered, failing)
+
+@implement("head_newton_steps", "torch")
+def head_newton_steps(clients: TorchClients, theta, *, clip: float, damping: float, step: float, sensitivity, mu: float,
+                      stage: str, active=None) -> Reply:
+    """Each asked client's head Newton step ``alpha (h_i + lambda I)^{-1} g_i`` at theta
+    (:func:`head_newton_message`), plus noise of sd ``sensitivity_i / mu``; rows of length p_h (Algorithm 5, stage 2)."""
+    answered, failing = clients._begin(active)
+    asked = np.flatnonzero(answered)
+    params = clients._params(theta)
+    span = head_slice(clients._psg.names, clients._psg.shapes)
+    steps = [head_newton_message(clients._psg.model, clients._psg.loss_fn, *clients._rows(i), clip=clip, damping=damping,
+                                 step=step, params=params)[0] for i in asked]
+    values = clients._stack(steps, span.stop - span.start)
+    noisy, rec = clients._privatize(values, asked, sensitivity, mu, stage, "aggregated")
+    return clients._reply(clients._scatter(noisy, asked), [rec], answered, failing)
 
 
 class _StartingAt:
@@ -305,10 +310,6 @@ class DeepFedNewton(DeepFedAvg):
     def _validate_params(self, mu: float) -> None:
         super()._validate_params(mu)
         _head_names(self.model)
-
-    def _make_clients(self, data, family, seed: np.random.SeedSequence, secure: bool) -> NewtonTorchClients:
-        return NewtonTorchClients(data, self.model, _loss(self.loss), seed, batch_size=self.batch_size, secure=secure,
-                                  on_round=self._round_done)
 
     def _run(self, session: Session, setup: Setup) -> Run:
         clients, weights = session.clients, resolve_weights(self, session, setup.clip)

@@ -7,7 +7,7 @@ package, where mu is the privacy parameter) by S_i minibatch gradient steps, eac
 same-minibatch Armijo backtracking (:class:`Armijo`, :func:`armijo_step`); it sends
 ``Delta_i = u - w``. :func:`power_prox_descent` runs those steps for any model through two
 callables (the minibatch loss, and the loss with its gradient), so that the numba clients
-(:meth:`~privfedstat.federation.InProcessClients.hifedprox_round`) and the torch clients
+(:func:`~privfedstat.algorithms.hifedprox.hifedprox_round`) and the torch clients
 (:mod:`privfedstat.deep.hifedprox`) take exactly the same steps. Minibatches come from per-client
 streams (:func:`client_batch_rng`, :func:`minibatch_rows`) that depend only on the round's seed and
 the client, never on p: runs with different powers and the same seed see the same minibatches.

@@ -27,11 +27,13 @@ import sys
 import numpy as np
 from flwr.app import RecordDict
 
+from .. import algorithms  # noqa: F401  (every algorithm registers its clients' verb: this node answers them all)
 from ..data.federated import FederatedData
 from ..families import get_family
-from ..federation.clients import VERBS, InProcessClients, Reply
+from ..federation import verbs
+from ..federation.clients import InProcessClients, Reply
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
-from .wire import decode_request, encode_reply, per_client_args
+from .wire import OPEN, decode_request, encode_reply, per_client_args
 
 __all__ = ["ClientNode", "load_node", "load_partition", "load_model", "build_model", "error_reply", "demo_dataset",
            "DATASETS", "MODELS"]
@@ -215,12 +217,12 @@ class ClientNode:
         """Answer one request (a Message's content); an exception becomes an error reply."""
         try:
             verb, session, target, kwargs = decode_request(content)
-            if verb == "open":
+            if verb == OPEN:
                 return self._open(session, **kwargs)
             handles = self._sessions.get(session)
             if handles is None:
                 raise RuntimeError(f"request {verb!r} for session {session!r}, which this node never opened.")
-            if verb not in VERBS or not 0 <= target < len(handles):
+            if verb not in verbs.names() or not 0 <= target < len(handles):
                 raise ValueError(f"unknown verb {verb!r} or handle {target}.")
             return self._answer(handles, verb, target, kwargs)
         except Exception as err:  # its class goes to the server, which raises it there; its message stays here
@@ -243,7 +245,7 @@ class ClientNode:
                       batch_size: int | None = None) -> RecordDict:
         """A network session: :class:`~privfedstat.deep.clients.TorchClients` for this client, the model at the
         server's theta^(0), the noise and minibatch streams of in-process client ``index``."""
-        from ..deep.clients import TorchClients
+        from ..deep import TorchClients  # the package: every network algorithm registers its verbs' torch implementation
         from ..deep.estimators import _loss, _with_parameters
 
         if self.model is None:
@@ -265,13 +267,14 @@ class ClientNode:
             if name in kwargs and kwargs[name] is not None:
                 kwargs[name] = np.atleast_1d(kwargs[name])
         out = getattr(handles[target], verb)(**kwargs)
-        if verb == "split_halves":
+        answer = verbs.get(verb).answer
+        if answer == "handles":  # the two halves answer as handles 1 and 2
             del handles[1:]
             handles.extend(out)
             return encode_reply("ok", extra={"size1": int(out[0].sizes[0]), "size2": int(out[1].sizes[0])})
-        if verb in ("rescale", "change_basis"):
+        if answer == "nothing":
             return encode_reply("ok")
-        if verb == "exact":
+        if answer == "exact":
             g, H = out
             return encode_reply("ok", g[0], extra={"hessian": np.asarray(H[0], dtype=np.float64)})
         assert isinstance(out, Reply)

@@ -1,7 +1,7 @@
 """The server's end on Flower: a clients object whose verbs travel as Messages over the Grid.
 
 :class:`FlowerClients` exposes exactly what the server may touch of any clients backend
-(:data:`~privfedstat.federation.clients.VERBS` and :data:`~privfedstat.federation.clients.PUBLIC`):
+(the verbs of :mod:`~privfedstat.federation.verbs` and :data:`~privfedstat.federation.clients.PUBLIC`):
 each verb call sends one Message per live client (the verb's name and its public arguments, a
 per-client argument such as ``sensitivity`` cut to that client's entry) and assembles the
 :class:`~privfedstat.federation.clients.Reply` that :class:`~privfedstat.federation.clients.InProcessClients`
@@ -31,7 +31,8 @@ import numpy as np
 from .. import exceptions
 from ..data.federated import FederatedData
 from ..families import Family
-from ..federation.clients import PUBLIC, VERBS, InProcessClients, Reply
+from ..federation import verbs
+from ..federation.clients import PUBLIC, InProcessClients, Reply
 from ..privacy.ledger import Release
 from .wire import MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape, per_client_args
 
@@ -165,9 +166,9 @@ class FlowerClients:
         return self._initial.copy()
 
     def __getattr__(self, name):
-        if name in VERBS:
+        if name in verbs.names():
             return lambda *args, **kwargs: self._call(name, *args, **kwargs)
-        raise AttributeError(f"FlowerClients has no attribute {name!r} (verbs: {VERBS}; public: {PUBLIC}).")
+        raise AttributeError(f"FlowerClients has no attribute {name!r} (verbs: {verbs.names()}; public: {PUBLIC}).")
 
     def _meta(self) -> dict:
         return {k: getattr(self, k) for k in ("n_clients", "sizes", "n_features", "n_params", "has_offset", "node_ids",
@@ -175,9 +176,9 @@ class FlowerClients:
                                               "response_name")}
 
     def _call(self, verb: str, *args, **kwargs):
-        if args:  # positional arguments, named as in the in-process backend
-            names = [n for n in inspect.signature(getattr(InProcessClients, verb)).parameters if n != "self"]
-            kwargs.update(zip(names, args))
+        if args:  # positional arguments, named as in the in-process backend (a method, or the registered function)
+            answer = getattr(InProcessClients, verb, None) or verbs.implementation(verb, "in_process")
+            kwargs.update(zip(list(inspect.signature(answer).parameters)[1:], args))
         m = self.n_clients
         per_client = []
         for i in range(m):
@@ -193,9 +194,10 @@ class FlowerClients:
         _raise_errors(replies, verb)
         _check_calibration(replies, per_client, verb)
         failing = self._link.failed & ~before
-        if verb == "split_halves":  # each half answers for its own rows: its sizes are what the clients declare
+        answer = verbs.get(verb).answer
+        if answer == "handles":  # each half answers for its own rows: its sizes are what the clients declare
             if failing.any():
-                raise exceptions.ClientFailureError(f"client(s) {np.flatnonzero(failing).tolist()} failed in 'split_halves'.")
+                raise exceptions.ClientFailureError(f"client(s) {np.flatnonzero(failing).tolist()} failed in {verb!r}.")
             halves = []
             for t in (1, 2):
                 meta = dict(self._meta(), sizes=np.array([int(replies[i].extra[f"size{t}"]) for i in range(m)]))
@@ -203,11 +205,11 @@ class FlowerClients:
             return tuple(halves)
         if verb == "rescale":  # the clients now fit on the scaler's scale: so does the family the server sees
             self.family = kwargs["scaler"].fitting_family(self.family)
-        if verb in ("rescale", "change_basis"):
+        if answer == "nothing":
             return None
-        if verb == "exact":
+        if answer == "exact":
             if failing.any():
-                raise exceptions.ClientFailureError(f"client(s) {np.flatnonzero(failing).tolist()} failed in 'exact'.")
+                raise exceptions.ClientFailureError(f"client(s) {np.flatnonzero(failing).tolist()} failed in {verb!r}.")
             g = np.stack([replies[i].values for i in range(m)])
             return g, np.stack([np.asarray(replies[i].extra["hessian"]).reshape(self.n_params, self.n_params)
                                 for i in range(m)])
@@ -241,26 +243,31 @@ def _assemble(replies: dict[int, ClientReply], m: int, shape, failing: np.ndarra
     return Reply(values, tuple(releases), answered, failing, leaks.pop() if leaks else None)
 
 
-#: the request argument that is a verb's sensitivity where it is not called ``sensitivity``
-SENSITIVITY_ARGUMENT = {"pearson_sum": "bound"}
-
-
 def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
-    """Every release a client reports must be calibrated to what its request asked for: the request's stage,
-    a sensitivity at least the requested one (1 for the count verbs, whose requests carry none; the cap
-    ``bound`` of ``pearson_sum``, :data:`SENSITIVITY_ARGUMENT`) and
+    """Every release a client reports must be of the kind and unit its verb declares and calibrated to what its
+    request asked for: the request's stage, a sensitivity at least the requested one (the verb table's
+    ``sensitivity``: an argument of the request, or 1 for the count verbs, whose requests carry none) and
     sigma = sensitivity / mu (0 at mu = inf), to the bit, as
     :func:`~privfedstat.federation.clients.privatize` computes it. So the noise is at least the
     requested sensitivity over the requested mu whatever the client reports: a client that noises
-    for less (a smaller sensitivity, a larger mu, no noise, another calibration) is refused, and the
-    ledger, built from the reports, holds. (A client may report more than requested: a network's
-    local step on a minibatch of b_i rows noises for ``n_i / b_i`` times the full-batch sensitivity.)"""
+    for less (a smaller sensitivity, a larger mu, no noise, another calibration) or records its
+    release as another kind or unit is refused, and the ledger, built from the reports, holds. (A
+    client may report more than requested: a network's local step on a minibatch of b_i rows noises
+    for ``n_i / b_i`` times the full-batch sensitivity.)"""
+    entry = verbs.get(verb)
     for i, r in sorted(replies.items()):
+        for rec in r.releases:  # a silent client's records too (sensitivity and sigma 0)
+            if (rec.kind, rec.unit) != entry.release:
+                raise MalformedReplyError(f"client {i} reports a release for {verb!r} of kind {rec.kind!r}, unit "
+                                          f"{rec.unit!r}; the verb releases {entry.release or 'nothing'}.")
         kw = per_client[i]
         if r.status != "ok" or kw.get("mu") is None:
             continue
+        if entry.sensitivity is None:
+            raise ValueError(f"the request for {verb!r} states a budget mu, but the verb table declares no sensitivity "
+                             "to check its releases against.")
         mu = float(kw["mu"])
-        asked = float(kw.get(SENSITIVITY_ARGUMENT.get(verb, "sensitivity"), 1.0))
+        asked = float(kw[entry.sensitivity] if isinstance(entry.sensitivity, str) else entry.sensitivity)
         for rec in r.releases:
             sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
             want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0

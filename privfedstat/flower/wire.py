@@ -6,18 +6,20 @@ records (stage, kind, unit, sensitivity, sigma). Both are flwr ``RecordDict``s h
 ``ConfigRecord`` (Flower moves every record, array and array chunk of a Message as a separate
 object, each an HTTP request per hop: one record is the fewest): arrays travel in it as numpy
 ``.npy`` bytes (header checked first, read with ``allow_pickle=False``), everything else as
-scalars, and the few typed arguments (a ``SeedSequence``, a ``Scaler``, an
-``ElasticNet`` penalty, HiFedProx's ``PowerProx`` and ``Armijo``) by their fields, an explicit
-allow-list; nothing is ever unpickled.
+scalars, and the few typed arguments by their fields, an explicit allow-list: a ``SeedSequence``, a
+``Scaler``, an ``ElasticNet`` penalty, and the records the verb table declares (frozen dataclasses of
+numbers, e.g. HiFedProx's ``PowerProx`` and ``Armijo``); nothing is ever unpickled.
 
-:func:`decode_reply` is where the server rejects a malformed client message: a values array of the
-wrong shape or dtype for the verb (:func:`expected_shape`), non-finite values, release records that
-are not finite non-negative numbers, or a message over ``max_bytes``
-(:class:`MalformedReplyError`).
+What a verb's reply must look like and which of its arguments are per client come from the verb
+table (:mod:`privfedstat.federation.verbs`), never from a list here: :func:`expected_shape`,
+:func:`per_client_args`. :func:`decode_reply` is where the server rejects a malformed client message:
+a values array of the wrong shape or dtype for the verb, non-finite values, release records that are
+not finite non-negative numbers, or a message over ``max_bytes`` (:class:`MalformedReplyError`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from dataclasses import dataclass
@@ -25,26 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from ..federation.power_prox import Armijo, PowerProx
+from ..federation import verbs
 from ..fitting.scaling import Scaler
 from ..penalty import ElasticNet
 from ..privacy.ledger import Release
 
-__all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "PER_CLIENT", "encode_request", "decode_request",
+__all__ = ["ClientReply", "MalformedReplyError", "MAX_REPLY_BYTES", "OPEN", "encode_request", "decode_request",
            "encode_reply", "decode_reply", "expected_shape", "per_client_args", "reply_bytes"]
 
 #: largest reply the server accepts from one client (values and records together), in bytes
 MAX_REPLY_BYTES = 64 * 2**20
-#: verbs whose values are one float per client (a count, a loss, a norm quantile)
-_SCALAR_VERBS = ("count_at_most", "count_clipped", "pearson_sum", "column_count", "losses", "norm_quantiles")
-#: verbs whose values are one flat parameter vector per client (p floats)
-_VECTOR_VERBS = ("gradients", "local_descent", "clipped_update", "normec_round", "newton_steps", "composite_round")
-#: request arguments given per client (arrays of shape (n_clients,)): each client is sent its own entry
-PER_CLIENT = ("sensitivity", "active", "grad_clip")
-#: further per-client arguments of single verbs (HiFedProx's S_i and alpha0_i)
-_VERB_PER_CLIENT = {"hifedprox_round": ("n_steps", "step_size")}
-#: typed request arguments that travel by their fields (dataclasses of numbers), by wire name
-_RECORDS = {"powerprox": (PowerProx, ("coef", "radius", "power")), "armijo": (Armijo, ("c", "rho", "max_backtracks"))}
+#: the request that opens a fit's session on a node (not a clients verb: it creates the clients)
+OPEN = "open"
 
 
 class MalformedReplyError(ValueError):
@@ -130,8 +124,14 @@ def _array(data, what: str = "an array") -> np.ndarray:
 
 # ---------------------------------------------------------------------- requests
 def encode_request(verb: str, session: str, target: int, kwargs: dict) -> RecordDict:
-    """The Message content of a request: verb, session and handle (0 the clients, 1 / 2 FedNewton's halves)."""
+    """The Message content of a request: verb, session and handle (0 the clients, 1 / 2 FedNewton's halves).
+
+    ``verb`` is :data:`OPEN` or a verb of the table (:class:`~privfedstat.federation.verbs.UnknownVerbError`
+    otherwise)."""
+    if verb != OPEN:
+        verbs.get(verb)
     head = {"verb": verb, "session": session, "target": int(target)}
+    records = verbs.records()
     types, scalars, arrays = {}, {}, {}
     for name, value in kwargs.items():
         if value is None:
@@ -159,10 +159,10 @@ def encode_request(verb: str, session: str, target: int, kwargs: dict) -> Record
             types[name] = "elasticnet"
             scalars[f"{name}.l1"], scalars[f"{name}.l2"] = float(value.l1), float(value.l2)
             arrays[f"{name}.mask"] = np.asarray(value.mask, dtype=bool)
-        elif type(value) in (PowerProx, Armijo):
-            kind, (_, fields) = next((k, r) for k, r in _RECORDS.items() if r[0] is type(value))
+        elif type(value) in records.values():
+            kind = type(value).__name__.lower()
             types[name] = kind
-            for f in fields:
+            for f in (f.name for f in dataclasses.fields(value)):
                 v = getattr(value, f)
                 scalars[f"{name}.{f}"] = int(v) if isinstance(v, (int, np.integer)) else float(v)
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (float, int, np.number)) for v in value):
@@ -180,6 +180,7 @@ def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
     sections = _unpack(content, ("head", "types", "scalars", "arrays"))
     head, types, scalars = sections["head"], sections["types"], sections["scalars"]
     arrays = {k: _array(v, f"request argument {k!r}") for k, v in sections["arrays"].items()}
+    records = verbs.records()
     kwargs = {}
     for name, kind in types.items():
         if kind == "none":
@@ -200,9 +201,9 @@ def decode_request(content: RecordDict) -> tuple[str, str, int, dict]:
                                   float(scalars[f"{name}.response_center"]), float(scalars[f"{name}.response_scale"]))
         elif kind == "elasticnet":
             kwargs[name] = ElasticNet(scalars[f"{name}.l1"], scalars[f"{name}.l2"], arrays[f"{name}.mask"])
-        elif kind in _RECORDS:  # the constructor checks the values again on the client
-            cls, fields = _RECORDS[kind]
-            kwargs[name] = cls(**{f: scalars[f"{name}.{f}"] for f in fields})
+        elif kind in records:  # the constructor checks the values again on the client
+            cls = records[kind]
+            kwargs[name] = cls(**{f.name: scalars[f"{name}.{f.name}"] for f in dataclasses.fields(cls)})
         else:
             raise ValueError(f"unknown argument type {kind!r} for {name!r} in a request.")
     return str(head["verb"]), str(head["session"]), int(head["target"]), kwargs
@@ -244,27 +245,22 @@ def reply_bytes(content: RecordDict) -> int:
 
 
 def per_client_args(verb: str) -> tuple[str, ...]:
-    """Names of ``verb``'s arguments that hold one entry per client."""
-    return PER_CLIENT + _VERB_PER_CLIENT.get(verb, ())
+    """Names of ``verb``'s arguments that hold one entry per client (the verb table's ``per_client``)."""
+    return verbs.get(verb).per_client
 
 
 def expected_shape(verb: str, n_params: int, n_features: int, kwargs: dict | None = None) -> tuple[int, ...] | None:
-    """Shape of one client's values for ``verb`` requested with ``kwargs`` (None: a verb that sends no values)."""
-    if verb == "hifedprox_round":  # mu = inf: two diagnostics (Armijo trials, failed line searches) follow Delta_i
-        return (n_params + (2 if math.isinf((kwargs or {}).get("mu", 0.0)) else 0),)
-    if verb in _SCALAR_VERBS:
-        return (1,)
-    if verb in _VECTOR_VERBS:
-        return (n_params,)
-    if verb == "scaffold_round":
-        return (2 * n_params,)
-    if verb in ("hessians", "score_outer"):
-        return (n_params * (n_params + 1) // 2,)
-    if verb == "design_moments":
-        return (n_features * (n_features + 1) // 2,)
-    if verb == "exact":
-        return (n_params,)
-    return None
+    """Shape of one client's values for ``verb`` requested with ``kwargs`` (None: a verb that sends no values).
+
+    The verb table's shape rule; a verb that sends values whose shape the public dimensions do not
+    give is not carried by the wire (ValueError)."""
+    entry = verbs.get(verb)
+    if entry.shape is None:
+        if entry.answer in ("reply", "exact"):
+            raise ValueError(f"the verb {verb!r} declares no reply shape: the Flower wire cannot check its values and "
+                             "does not carry it.")
+        return None
+    return tuple(entry.shape(n_params, n_features, kwargs or {}))
 
 
 def decode_reply(content: RecordDict, verb: str, shape: tuple[int, ...] | None, *,

@@ -15,7 +15,7 @@ from scipy.optimize import minimize  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from privfedstat.deep import DeepFedAvg, TensorFederatedData, newton  # noqa: E402
+from privfedstat.deep import DeepFedAvg, TensorFederatedData, estimators, newton  # noqa: E402
 from privfedstat.deep.models import DigitsCNN, HeadModel  # noqa: E402
 from privfedstat.deep.newton import (  # noqa: E402
     DeepFedNewton,
@@ -271,8 +271,8 @@ def test_server_uses_only_verbs(monkeypatch):
                     random_state=4)
     reference = newton.DeepFedNewton(**settings).fit(data)
     replies: list = []
-    real = newton.NewtonTorchClients
-    monkeypatch.setattr(newton, "NewtonTorchClients", lambda *a, **kw: ServerView(real(*a, **kw), replies))
+    real = estimators.TorchClients
+    monkeypatch.setattr(estimators, "TorchClients", lambda *a, **kw: ServerView(real(*a, **kw), replies))
     est = newton.DeepFedNewton(**settings).fit(data)
     np.testing.assert_array_equal(est.coef_, reference.coef_)
     assert [verb for verb, _, _ in replies].count("head_newton_steps") == 2

@@ -13,9 +13,9 @@ from hypothesis.extra.numpy import arrays
 from scipy.special import expit
 
 from privfedstat import ClientFailureError, FederatedData, PrivacyBudget
+from privfedstat._linalg import smoothed_normalize
 from privfedstat.algorithms.fednormec import ClippedFedAvg, FedAlphaNormEC
 from privfedstat.federation import FailingData
-from privfedstat.federation.clients import smoothed_normalize
 from privfedstat.privacy.accounting import noise_multiplier_for_epsilon, subsampled_gaussian_epsilon
 from privfedstat.privacy.calibration import normec_noise_multiplier
 

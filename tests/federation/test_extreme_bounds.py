@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privfedstat._linalg import smoothed_normalize
+from privfedstat.algorithms.fednewton import newton_step
 from privfedstat.data.federated import FederatedData
 from privfedstat.families import get_family
-from privfedstat.federation.clients import newton_step, smoothed_normalize
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.privacy.calibration import newton_sensitivity
 

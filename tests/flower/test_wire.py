@@ -20,6 +20,8 @@ from conftest import simulate
 from privfedstat import ClientFailureError, FedIRLS, FedSGD
 from privfedstat.algorithms.registry import methods
 from privfedstat.data.federated import FederatedData
+from privfedstat.families import get_family
+from privfedstat.federation import verbs
 from privfedstat.federation.power_prox import Armijo, PowerProx
 from privfedstat.fitting.scaling import Scaler
 from privfedstat.flower.client import ClientNode, demo_dataset, load_node, load_partition
@@ -31,8 +33,10 @@ from privfedstat.flower.wire import (
     encode_reply,
     encode_request,
     expected_shape,
+    per_client_args,
 )
 from privfedstat.penalty import ElasticNet
+from privfedstat.privacy import ClientNoise
 from privfedstat.privacy.ledger import Release
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -429,3 +433,145 @@ def test_a_nodes_error_message_stays_on_the_node(capsys):
         fit_on_grid(FedSGD(mu=2.0, n_iter=2, clip=1.0, inference=None, random_state=0), FakeGrid(nodes))
     assert "client 1" in str(err.value) and "stays on the node" in str(err.value) and "4 row" not in str(err.value)
     assert "4 row(s)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the wire from the verb table
+def _one_release(verb: str) -> list[Release]:
+    entry = verbs.get(verb)
+    if entry.release is None:
+        return []
+    kind, unit = entry.release
+    return [Release("stage", -1, kind, np.array([1.0]), np.array([0.5]), unit=unit)]
+
+
+@pytest.mark.parametrize("mu", [1.0, math.inf])
+def test_every_registered_verb_travels_with_the_shape_and_per_client_arguments_its_table_entry_declares(mu):
+    """The wire knows no verb of its own: each registered verb's reply shape and per-client arguments are its table
+    entry's, a reply of that shape round-trips and one of another shape is refused, and every per-client argument
+    is an argument of the verb's in-process implementation."""
+    import inspect
+
+    from privfedstat.federation.clients import InProcessClients
+
+    p, d = 6, 3
+    for verb in verbs.names():
+        entry = verbs.get(verb)
+        assert per_client_args(verb) == entry.per_client
+        answer = getattr(InProcessClients, verb, None) or verbs.implementation(verb, "in_process")
+        if answer is not None:
+            assert set(entry.per_client) <= set(inspect.signature(answer).parameters), verb
+        if entry.shape is None:
+            if entry.answer in ("reply", "exact"):  # values whose shape the public dimensions do not give
+                with pytest.raises(ValueError, match="does not carry it"):
+                    expected_shape(verb, p, d, {"mu": mu})
+            else:
+                assert expected_shape(verb, p, d, {"mu": mu}) is None
+            continue
+        shape = expected_shape(verb, p, d, {"mu": mu})
+        assert shape == entry.shape(p, d, {"mu": mu})
+        values = np.arange(float(np.prod(shape))).reshape(shape)
+        back = decode_reply(encode_reply("ok", values, _one_release(verb)), verb, shape)
+        np.testing.assert_array_equal(back.values, values)
+        with pytest.raises(MalformedReplyError, match="shape"):
+            decode_reply(encode_reply("ok", np.zeros(int(np.prod(shape)) + 1), _one_release(verb)), verb, shape)
+    assert expected_shape("hifedprox_round", p, d, {"mu": math.inf}) == (p + 2,)
+    assert expected_shape("design_moments", p, d) == (d * (d + 1) // 2,)
+
+
+def test_an_unregistered_verb_is_refused_on_the_server_and_on_the_node():
+    from privfedstat.federation.clients import InProcessClients
+
+    for refuse in (lambda: expected_shape("no_such_verb", 3, 3), lambda: per_client_args("no_such_verb"),
+                   lambda: encode_request("no_such_verb", "s", 0, {})):
+        with pytest.raises(verbs.UnknownVerbError, match="unknown verb 'no_such_verb'.*registered when its module"):
+            refuse()
+    data = demo_dataset("synthetic-logistic", 2)
+    clients = InProcessClients(data, get_family("logistic"), ClientNoise(np.random.SeedSequence(0), 2))
+    with pytest.raises(AttributeError, match="no verb 'no_such_verb' is registered"):
+        clients.no_such_verb(np.zeros(3))
+    node = ClientNode(FederatedData.from_arrays([data.client(0)]), 0, 5)
+    node.handle(encode_request("open", "s", 0, {"family": "logistic"}))
+    request = encode_request("gradients", "s", 0, {})
+    request["message"]["head/verb"] = "no_such_verb"  # a request the server's encoder would not make
+    assert decode_reply(node.handle(request), "gradients", (3,)).error[0] == "ValueError"
+
+
+def test_a_verb_registered_by_its_module_alone_crosses_the_wire(monkeypatch):
+    """Adding an algorithm's client verb touches one file: a verb registered here (table entry and in-process
+    implementation) is sent by the proxy, answered by the nodes and checked by the server with no other change."""
+    from privfedstat.federation import clients as federation_clients
+    from privfedstat.flower.proxy import FlowerClients
+
+    def doubled_gradients(clients, theta, *, clip, sensitivity, mu, stage, active=None):
+        return clients._release(lambda o, t: 2.0 * o.clipped_gradients(t, clip), sensitivity, mu, stage, active, theta)
+
+    entry = verbs.Verb("doubled_gradients", shape=verbs.parameters, per_client=("sensitivity", "active"))
+    monkeypatch.setitem(verbs._TABLE, entry.name, entry)
+    monkeypatch.setitem(verbs._IMPLEMENTATIONS, ("in_process", entry.name), doubled_gradients)
+    data = demo_dataset("synthetic-logistic", 3)
+    family = get_family("logistic")
+    local = federation_clients.InProcessClients(data, family, ClientNoise(np.random.SeedSequence(0), 3))
+    remote = FlowerClients(FakeGrid(_nodes(data)), family)
+    theta, sens = np.array([0.1, -0.2, 0.3]), np.full(3, 0.5)
+    a = remote.doubled_gradients(theta, clip=1.0, sensitivity=sens, mu=math.inf, stage="doubled")
+    b = local.doubled_gradients(theta, clip=1.0, sensitivity=sens, mu=math.inf, stage="doubled")
+    np.testing.assert_array_equal(a.values, b.values)
+    assert [r.kind for r in a.releases] == ["aggregated"] and a.releases[0].stage == "doubled"
+
+
+def test_a_node_recording_its_release_as_another_kind_is_refused():
+    """The server checks each record's kind and unit against the verb's table entry (a record-level aggregated
+    release reported as "local" would be accounted differently)."""
+    data = demo_dataset("synthetic-logistic", 3)
+    nodes = _nodes(data)
+    key = sorted(nodes)[1]
+    honest = nodes[key]
+
+    def relabel(content):
+        reply = honest.handle(content)
+        if "meta/r0.kind" in reply["message"]:
+            reply["message"]["meta/r0.kind"] = "local"
+        return reply
+
+    nodes[key] = relabel
+    with pytest.raises(MalformedReplyError, match="client 1 reports a release for 'gradients' of kind 'local'"):
+        fit_on_grid(FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), FakeGrid(nodes))
+
+
+@pytest.mark.parametrize("name", ["DeepFedNMap", "DeepFedCanon"])
+def test_a_network_algorithms_registered_verb_is_answered_by_the_nodes(name):
+    """The torch implementation of an algorithm's verb is registered for its table entry, so a node's torch clients
+    answer it (``composite_round``, ``scaffold_round``) and the fit equals the in-process one to the bit."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from privfedstat import deep
+    from privfedstat.deep.models import DigitsCNN
+
+    cls = getattr(deep, name)
+    torch.manual_seed(0)
+    params = dict(model=DigitsCNN(), mu=2.0, n_rounds=2, n_local_steps=2, step_size=0.3, clip=1.0, batch_size=32,
+                  random_state=7)
+    ref = cls(**params).fit(demo_dataset("digits-images", 3))
+    configs = [{"dataset": "digits-images", "partition-id": i, "num-partitions": 3, "simulation-seed": 7,
+                "model": "DigitsCNN"} for i in range(3)]
+    est = fit_on_grid(cls(**params), FakeGrid({900 + i: load_node(c) for i, c in enumerate(configs)}))
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    assert est.communication_ == ref.communication_
+
+
+@pytest.mark.slow
+def test_a_network_hifedprox_on_nodes_draws_each_clients_own_minibatches():
+    """A node's torch clients draw HiFedProx's minibatches from the stream of their federation index (the node's
+    partition id), as in-process: the fits agree to float rounding (the in-process clients step together, vmap)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from privfedstat.deep import DeepHiFedProx
+    from privfedstat.deep.models import DigitsCNN
+
+    torch.manual_seed(0)
+    params = dict(model=DigitsCNN(), mu=math.inf, n_rounds=1, batch_size=16, random_state=7)
+    ref = DeepHiFedProx(**params).fit(demo_dataset("digits-images", 3))
+    configs = [{"dataset": "digits-images", "partition-id": i, "num-partitions": 3, "simulation-seed": 7,
+                "model": "DigitsCNN"} for i in range(3)]
+    est = fit_on_grid(DeepHiFedProx(**params), FakeGrid({900 + i: load_node(c) for i, c in enumerate(configs)}))
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-6)
