@@ -131,8 +131,9 @@ class Run:
         ``theta = B phi`` with ``B = basis.parameters(n_params)``. ``setup``'s bounds are norms there, and the
         inference releases there too (:meth:`in_basis`). Every other attribute is in theta. None: the fitting
         columns throughout.
-    newton : NewtonSteps or None
-        The last steps of a protocol that solves with a floored released Hessian (FedIRLS); None for others.
+    newton : NewtonSteps
+        The last steps of a protocol that solves with a floored released Hessian (FedIRLS); for others the
+        default: no released Hessian noise, nothing shortened or damped.
     """
 
     theta: np.ndarray
@@ -146,7 +147,7 @@ class Run:
     setup: Setup | None = None
     settle_from: int = 0
     basis: ChangeOfBasis | None = None
-    newton: NewtonSteps | None = None
+    newton: NewtonSteps = NewtonSteps()
 
     def in_basis(self) -> Run:
         """The run in the coordinates phi of ``basis``, for stages that talk to clients in that basis (the
@@ -160,7 +161,7 @@ class Run:
                        hessian=None if self.hessian is None else P.T @ self.hessian @ P,
                        noise_model=None if self.noise_model is None else self.noise_model.in_basis(),
                        noise_sd=math.nan, update_noise_sd=None, basis=None,
-                       newton=None if self.newton is None else replace(self.newton, shortened=None))
+                       newton=replace(self.newton, shortened=None))
 
 
 def parameter_basis(basis: np.ndarray, n_params: int, reference: int = 0) -> np.ndarray:

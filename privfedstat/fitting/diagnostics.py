@@ -197,7 +197,6 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
         the inference's covariance.
     """
     path = run.path[run.settle_from:]
-    shortened, damped = (None, None) if run.newton is None else (run.newton.shortened, run.newton.damped)
     theta = np.ravel(path[-1])
     finite = math.isfinite(setup.mu)
     update_sd = 0.0 if not finite else run.update_noise_sd
@@ -238,9 +237,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
             ConvergenceWarning,
             stacklevel=4,
         )
-    elif shortened is not None and shortened[0] > SHORTENED_NOISE_SDS * float(
+    elif run.newton.shortened is not None and run.newton.shortened[0] > SHORTENED_NOISE_SDS * float(
             np.linalg.norm(np.broadcast_to(run.noise_sd, theta.shape))):
-        norm, radius = shortened  # a cut step far longer than its noise: the path was still travelling
+        norm, radius = run.newton.shortened  # a cut step far longer than its noise: the path was still travelling
         converged = False
         warnings.warn(
             f"{est.method} did not reach the optimum: its last step (norm {norm:.3g} on the fitting scale, far above "
@@ -251,8 +250,8 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
             ConvergenceWarning,
             stacklevel=4,
         )
-    elif damped is not None:
-        count, kept = damped
+    elif run.newton.damped is not None:
+        count, kept = run.newton.damped
         converged = False
         warnings.warn(
             f"{est.method} did not reach the optimum along {count} direction(s): there the curvature of its released "

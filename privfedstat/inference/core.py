@@ -312,8 +312,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
               f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
               + (" + privacy noise of the protocol (linearised)" if math.isfinite(setup.mu) else ""))
     cov = V_s + V_p
-    unreliable = unidentified_coefficients(released, H, s_H, G, run.hessian,
-                                          0.0 if run.newton is None else run.newton.hessian_sd)
+    unreliable = unidentified_coefficients(released, H, s_H, G, run.hessian, run.newton.hessian_sd)
     if unreliable.size:
         cov = cov.copy()
         cov[unreliable, :] = np.nan
