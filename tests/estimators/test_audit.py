@@ -9,9 +9,9 @@ import pytest
 from conftest import simulate
 
 from privfedstat import FederatedData, FedSGD
+from privfedstat.algorithms.fednewton import newton_step
 from privfedstat.families import get_family
 from privfedstat.federation import GLMOracle, privatize
-from privfedstat.federation.clients import newton_step
 from privfedstat.privacy import ClientNoise
 from privfedstat.privacy.calibration import newton_sensitivity
 
