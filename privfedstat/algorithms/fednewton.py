@@ -324,9 +324,10 @@ def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float,
     the second half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
     ``grad_clip[i]`` (G_i) with :func:`~privfedstat._linalg.clip_rows` (its norm neither underflows
     for tiny gradients nor overflows for huge ones, so ``||gbar_i|| <= G_i`` for every finite input).
-    Its L2 sensitivity (one datum replaced, in either half) is
-    :func:`~privfedstat.privacy.calibration.newton_sensitivity` (own Hessians) or
-    :func:`~privfedstat.privacy.calibration.shared_newton_sensitivity` (a public one).
+    With a public ``hessian`` its L2 sensitivity (one datum replaced, in either half) is
+    :func:`~privfedstat.privacy.calibration.shared_newton_sensitivity`; with the clients' own Hessians
+    (Algorithm 4 as printed) it is bounded only under Assumption 2
+    (:func:`~privfedstat.privacy.calibration.paper_newton_sensitivity`).
     """
     H = hessian if hessian is not None else floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
     g = half2.clipped_gradients(theta, clip)
