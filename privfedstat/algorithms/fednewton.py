@@ -8,33 +8,36 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._linalg import MAX_HESSIAN_GB, clip_rows, floor_eigenvalues
+from .._linalg import MAX_HESSIAN_GB, clip_rows, floor_eigenvalues, vec_to_sym
 from .._validation import InstanceOf, Interval, Options, check_finite_bounds
 from ..data.federated import FederatedData
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families.base import Family
-from ..families.curvature import resolve_hessian_floor
+from ..families.curvature import MIN_RELEASED_FLOOR, resolve_hessian_floor, resolve_tau1
 from ..federation.clients import InProcessClients, Reply
 from ..federation.oracle import ClientOracle
 from ..federation.protocol import Run, Setup
+from ..federation.queries import search_bounds
 from ..federation.session import Session
 from ..federation.verbs import Verb, parameters, register
 from ..fitting.base import FederatedEstimator
-from ..fitting.stages import resolve_weights
+from ..fitting.stages import bound_search, pending_bounds, resolve_weights
 from ..fitting.steps import resolve_step_size
 from ..privacy.calibration import (
     aggregate_sd,
     calibrated_sigma,
-    newton_grad_radius,
-    newton_sensitivity,
+    hessian_sensitivity,
+    newton_budgets,
+    noise_floor,
     paper_newton_sensitivity,
+    shared_newton_sensitivity,
     stage_budget,
 )
 from ..privacy.clipping import AutoClip
 from ..theory.noise import NewtonNoise
 from .fedavg import run_fedavg
 
-__all__ = ["FedNewton", "newton_step"]
+__all__ = ["FedNewton", "newton_step", "max_clients", "warn_many_clients"]
 
 
 class FedNewton(FederatedEstimator):
@@ -42,31 +45,38 @@ class FedNewton(FederatedEstimator):
 
     1. Every client splits its rows at random into halves X1 (floor(n_i/2) rows) and X2.
     2. ``n_rounds`` (R) rounds of FedAvg with ``n_local_steps`` (K) local steps on the X1 halves,
-       with budget ``mu / sqrt(2)``: ``sigma_i = 2 B eta sqrt(R K) / ((mu / sqrt 2) n1_i)``, which is
-       the paper's ``4 B eta sqrt(2K) / (mu n_i)`` for R = 1 and n1_i = n_i / 2.
+       with budget ``mu_N / sqrt(2)``: ``sigma_i = 2 B eta sqrt(R K) / ((mu_N / sqrt 2) n1_i)``, which is
+       the paper's ``4 B eta sqrt(2K) / (mu n_i)`` for R = 1, n1_i = n_i / 2 and mu_N = mu.
     3. Each client takes one Newton step from the FedAvg output theta^(1),
-       ``theta_i = theta^(1) - H_i^{-1} gbar_i + noise``, and the server averages with w_i.
+       ``theta_i = theta^(1) - H^{-1} gbar_i + noise`` (budget ``mu_N / sqrt(2)``), and the server
+       averages with w_i.
 
-    **Where this differs from Algorithm 4, and why.** Algorithm 4 calibrates the Newton noise with
-    ``B_new = 4 sqrt(2) B / tau_1``, where tau_1 is the strong-convexity constant of the *population*
-    loss (Assumption 2). For a given data set nothing bounds ``||H_i^{-1}||`` by 1/tau_1 (a client's
-    Hessian can be near-singular) or the change of H_i when one datum is replaced, so that noise
-    level is not a privacy guarantee. Here the step is built so that its sensitivity holds for any
-    input:
+    **Where this differs from Algorithm 4, and why** (``newton_noise="private"``, the default;
+    ``docs/algorithms/fednewton.md`` has the measurements). Algorithm 4 inverts each client's own
+    first-half Hessian and calibrates the noise with ``B_new = 4 sqrt(2) B / tau_1``, tau_1 the
+    strong-convexity constant of the *population* loss: for a given data set nothing bounds
+    ``||H_i^{-1}||`` by 1/tau_1, so that is no privacy guarantee. Bounding it by flooring each
+    client's eigenvalues at lambda makes the step's sensitivity ``O(C_H / (lambda^2 n1_i))``, which
+    at small n_i forces a floor above the Hessian's spectrum, and a floored "Newton step" is then a
+    damped gradient step that keeps FedAvg's bias (issue 41: logistic's ``ell''(0) = 1/4`` against
+    eigenvalues 0.13-0.21). So here every client uses the same *public* Newton matrix H:
 
-    * H_i is the mean over X1 of per-sample Hessians, each clipped to norm <= ``hessian_clip`` (C_H),
-      with eigenvalues floored at ``hessian_floor`` (lambda): ``||H_i^{-1}|| <= 1/lambda``, and the
-      floor is 1-Lipschitz in Frobenius norm, so replacing one datum of X1 moves H_i by at most
-      ``2 C_H / n1_i`` and ``H_i^{-1}`` by at most ``2 C_H / (lambda^2 n1_i)`` in spectral norm.
-    * gbar_i is the mean over X2 of per-sample gradients clipped to B (sensitivity ``2B / n2_i``),
-      then projected onto the ball of radius ``newton_grad_clip`` (G; a 1-Lipschitz map).
-    * A datum lies in one half: in X2 it moves the step by at most ``2B / (lambda n2_i)``; in X1 by
-      at most ``2 C_H G / (lambda^2 n1_i)``. The step's sensitivity is the maximum of the two, and
-      the noise is calibrated to it with budget ``mu / sqrt(2)``.
+    * at theta^(1) the fit searches C_H privately again, at the search's ``pilot_quantile`` (where
+      C_H was searched; ``RESEARCH_SHARE`` = 5% of mu^2), and every client releases its mean
+      Hessian, per-sample Hessians clipped to C_H, over all its rows (sensitivity
+      ``sqrt(2) C_H / n_i``, ``HESSIAN_SHARE`` = 15% of mu^2). Both shares are fixed before any
+      release; the two stages share the rest in squares (``mu_N = sqrt(0.8) mu``).
+    * H is the weighted mean of the releases with its eigenvalues floored at lambda, the level
+      below which they cannot be told from the release's noise
+      (:func:`~privfedstat.privacy.calibration.noise_floor`), at least 1% of ``ell''(0)``:
+      post-processing, so H and lambda are public.
+    * gbar_i is the mean over X2 of per-sample gradients clipped to B, projected onto the ball of
+      radius ``newton_grad_clip`` (G_i; none by default). Replacing one datum moves the step by at
+      most ``min(2 B / n2_i, 2 G_i) / lambda_min(H)``, to which the noise is calibrated.
 
-    By default G balances the two cases, ``G_i = min(B, lambda B n1_i / (C_H n2_i))``, so the
-    Newton noise is ``2B / (lambda n2_i) / (mu / sqrt 2)`` (with lambda = tau_1 that is half the
-    paper's level). The price is that a Newton step longer than G / lambda is shortened.
+    Theorem 3.9's error bound needs ``m <= (N / (d v log N))^(2/3)`` (its constant taken as 1): with
+    more clients the FedAvg stage's bias is too large for one Newton step from it, and the fit warns
+    with :class:`~privfedstat.ConvergenceWarning` (fewer, larger sites, or :class:`~privfedstat.FedIRLS`).
 
     Parameters
     ----------
@@ -81,29 +91,29 @@ class FedNewton(FederatedEstimator):
         Local learning rate (eta) of the FedAvg stage; "auto": ``1 / L`` from a public curvature
         bound (see :class:`~privfedstat.FedSGD`). The paper's simulations use 0.5.
     clip : float, "auto", "paper" or AutoClip, default "auto"
-        Per-sample gradient clipping bound (B).
+        Per-sample gradient clipping bound (B). A number is a complete setting (the Hessian bound is
+        then searched privately alone).
     hessian_clip : float or None, default None
         Bound on per-sample Hessian norms (C_H). None: chosen like ``clip`` ("auto": privately, at
-        the same quantile, sharing the clip budget; "paper": raw-data rule; infinite if clip is; a
-        finite number: privately as by "auto", the clip budget going to C_H alone; infinite with mu = inf).
+        the same quantile, sharing the clip budget, and again at theta^(1) as above; "paper":
+        raw-data rule; infinite if clip is; a finite number: privately as by "auto", the clip budget
+        going to C_H alone; infinite with mu = inf). A number is used as given.
     hessian_floor : float or "auto", default "auto"
-        Eigenvalue floor lambda (plays the role of tau_1). Larger means less noise and a more
-        damped Newton step. "auto" uses the family's curvature at linear predictor 0,
-        ``ell''(0)`` (logistic 0.25, Poisson/Gaussian/Huber 1, multinomial 1/K): the scale of the
-        Hessian for standardised covariates, known without looking at the data (with ``mu=inf``
-        1e-8 of it, only to keep the Hessian invertible). Measured against
-        a fixed 0.1 (N = 20000, m = 25/100/400, 6 reps): logistic 0.017/0.030/0.32 vs
-        0.021/0.030/0.32; Poisson 0.0009/0.007 vs 0.010/0.076 (m = 25/100).
+        Eigenvalue floor lambda. "auto": the release's noise level as above (private mode, finite
+        mu); 1e-8 of ``ell''(0)`` with ``mu=inf`` or ``newton_noise="paper"`` (only to keep the
+        Hessian invertible). A number is used as given.
     newton_grad_clip : float or None, default None
-        Radius G for the mean gradient of the Newton step; None for the balanced default above
-        (infinite when ``mu`` is infinite).
-    newton_noise : {"robust", "paper"}, default "robust"
-        ``"robust"``: the construction above, private for any data. ``"paper"``: Algorithm 4's
-        calibration, ``sigma_i = 2 B_new / (mu n_i)`` with ``B_new = 4 sqrt(2) B / tau_1`` and
-        ``tau_1 = hessian_floor``, on the unclipped Hessian (floored at tau_1 only to stay
-        invertible) and the unclipped mean gradient. It is a guarantee only if the data satisfy
-        Assumption 2 with that tau_1, so it warns with ``PrivacyLeakWarning`` and the ledger
-        marks the run as not fully private. Offered to reproduce the paper.
+        Radius G for the mean gradient of the Newton step (private mode); None: no projection.
+    newton_noise : {"private", "paper"}, default "private"
+        ``"private"``: the construction above, private for any data. ``"paper"``: Algorithm 4 as
+        printed: ``sigma_i = 2 B_new / (mu n_i)`` with ``B_new = 4 sqrt(2) B / tau1``, on the
+        unclipped Hessian (floored only to stay invertible) and the unclipped mean gradient. It is a
+        guarantee only if the data satisfy Assumption 2 with that tau1, so it warns with
+        ``PrivacyLeakWarning`` and the ledger marks the run as not fully private. Offered to
+        reproduce the paper.
+    tau1 : float or "auto", default "auto"
+        Algorithm 4's strong-convexity constant (used only with ``newton_noise="paper"``); "auto":
+        half the family's ``ell''(0)`` (:func:`~privfedstat.families.curvature.resolve_tau1`).
     weights : "size" or array, default "size"
         Server averaging weights (w_i = n_i / N in Algorithm 4).
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
@@ -122,7 +132,7 @@ class FedNewton(FederatedEstimator):
     References
     ----------
     Core paper, Algorithm 4, Lemma 3.8, Theorem 3.9; Avella-Medina, Bradshaw & Loh (2023) for
-    private Newton steps with floored Hessians.
+    private Newton steps with floored Hessians. ``docs/algorithms/fednewton.md``.
     """
 
     method = "FedNewton"
@@ -138,7 +148,8 @@ class FedNewton(FederatedEstimator):
                          InstanceOf(AutoClip, "an AutoClip")],
         "hessian_floor": [Interval(Real, 0, None, closed="neither"), "auto"],
         "newton_grad_clip": [Interval(Real, 0, None, closed="neither", finite=False), None],
-        "newton_noise": Options(("robust", "paper")),
+        "newton_noise": Options(("private", "paper")),
+        "tau1": [Interval(Real, 0, None, closed="neither"), "auto"],
     }
 
     def __init__(
@@ -153,7 +164,8 @@ class FedNewton(FederatedEstimator):
         hessian_clip: float | None = None,
         hessian_floor: float | str = "auto",
         newton_grad_clip: float | None = None,
-        newton_noise: str = "robust",
+        newton_noise: str = "private",
+        tau1: float | str = "auto",
         weights="size",
         scaling=None,
         random_state=None,
@@ -171,6 +183,7 @@ class FedNewton(FederatedEstimator):
         self.hessian_floor = hessian_floor
         self.newton_grad_clip = newton_grad_clip
         self.newton_noise = newton_noise
+        self.tau1 = tau1
         self.weights = weights
         self.scaling = scaling
         self.random_state = random_state
@@ -209,33 +222,49 @@ class FedNewton(FederatedEstimator):
 
     def _run(self, session: Session, setup: Setup) -> Run:
         clients = session.clients
+        family = clients.family
+        warn_many_clients(session.sizes, clients.n_params)
         half1, half2 = clients.split_halves(session.seed)
         n1, n2 = half1.sizes, half2.sizes
         d = clients.n_features
-        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, clients.family, setup.mu), setup.clip, setup.hessian_clip
-        mu_stage = stage_budget(setup.mu, 2)
+        paper = self.newton_noise == "paper"
+        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, family, setup.mu, self.newton_noise), setup.clip, \
+            setup.hessian_clip
+        research = not paper and _researched(self, setup.mu)
+        if paper:
+            mu_stage = stage_budget(setup.mu, 2)
+        else:  # the Hessian's shares are taken out (in squares) before any release; the two stages share the rest
+            mu_search, mu_hessian, mu_stage = newton_budgets(setup.mu, research)
         weights = resolve_weights(self, session, B)
 
         first = run_fedavg(session, half1, clip=B, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                           step_size=resolve_step_size(self.step_size, clients.family, d), mu=mu_stage, weights=weights)
+                           step_size=resolve_step_size(self.step_size, family, d), mu=mu_stage, weights=weights)
         theta1 = first.theta
-        if self.newton_noise == "paper":
+        hessian = None
+        if paper:
+            tau1 = resolve_tau1(self.tau1, family)
             C_H, G = math.inf, np.full(n1.size, math.inf)
-            sens = paper_newton_sensitivity(B, lam, session.sizes)
+            sens = paper_newton_sensitivity(B, tau1, session.sizes)
             warnings.warn(
-                "newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau_1 "
-                "(= hessian_floor), which bounds its sensitivity only under Assumption 2; use the default "
-                "'robust' for a guarantee that holds for any data.",
+                f"newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau1 = {tau1:g}, "
+                "which bounds its sensitivity only under Assumption 2; use the default 'private' for a guarantee "
+                "that holds for any data.",
                 PrivacyLeakWarning,
                 stacklevel=4,
             )
-            session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {lam:g} "
-                                        "(valid only under Assumption 2)")
+            session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {tau1:g} "
+                                    "(valid only under Assumption 2)")
         else:
-            G = newton_grad_radius(self.newton_grad_clip, B, C_H, lam, n1, n2, setup.mu)
-            sens = newton_sensitivity(B, C_H, lam, G, n1, n2)
+            if research:  # C_H where the Newton step looks, at the pilot quantile (the paper clips no Hessian)
+                config = bound_search(self)
+                C_H = search_bounds(session, ["hessian"], theta1, config.pilot_quantile, config, mu_search,
+                                    stage="newton-clip")["hessian"]
+            hessian, lam = _shared_hessian(session, theta1, C_H, weights, mu_hessian, lam, family)
+            G = np.full(n1.size, math.inf if self.newton_grad_clip is None else float(self.newton_grad_clip))
+            sens = shared_newton_sensitivity(B, float(np.linalg.eigvalsh(hessian)[0]), G, n2)
         theta2 = session.mean("newton_steps", weights=weights, clients=half1, theta=theta1, clip=B, hessian_clip=C_H,
-                              hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton")
+                              hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton",
+                              hessian=hessian)
         sigma = calibrated_sigma(sens, mu_stage)
         noise_sd = aggregate_sd(sigma, weights)
         return Run(theta2, first.path + [theta2], self.n_rounds * self.n_local_steps + 1, noise_sd=noise_sd,
@@ -243,39 +272,84 @@ class FedNewton(FederatedEstimator):
                    weights=weights)
 
 
+def _researched(estimator: FedNewton, mu: float) -> bool:
+    """Whether the fit searched C_H privately (then it is searched again at the FedAvg point)."""
+    _, todo, how = pending_bounds(estimator, mu)
+    return "hessian" in todo and how == "search"
+
+
+def _shared_hessian(session: Session, theta: np.ndarray, hessian_clip: float, weights: np.ndarray, mu: float,
+                    floor: float | None, family: Family) -> tuple[np.ndarray, float]:
+    """The public Newton matrix and its floor: every client's mean Hessian clipped at C_H at ``theta``, released with
+    budget ``mu`` (stage "newton-hessian"), averaged with ``weights`` and floored at ``floor`` (None: at
+    :func:`noise_floor` of the release, at least ``MIN_RELEASED_FLOOR ell''(0)``) -- post-processing."""
+    p = session.clients.n_params
+    sens = hessian_sensitivity(hessian_clip, session.sizes)
+    H = vec_to_sym(session.mean("hessians", weights=weights, theta=theta, hessian_clip=hessian_clip, sensitivity=sens,
+                                mu=mu, stage="newton-hessian"), p)
+    if floor is None:
+        sd = aggregate_sd(calibrated_sigma(sens, mu), weights)
+        floor = noise_floor(sd, p, MIN_RELEASED_FLOOR * float(family.curvature_at_zero))
+    return floor_eigenvalues((H + H.T) / 2, floor), floor
+
+
+def max_clients(n_samples: int, n_params: int) -> float:
+    """Theorem 3.9's bound on the number of clients, ``(N / (d v log N))^(2/3)`` with its constant taken as 1."""
+    return (n_samples / max(n_params, math.log(n_samples))) ** (2.0 / 3.0)
+
+
+def warn_many_clients(sizes: np.ndarray, n_params: int) -> None:
+    """Warn (:class:`ConvergenceWarning`) when there are more clients than Theorem 3.9 allows (:func:`max_clients`)."""
+    m, N = sizes.size, int(np.sum(sizes))
+    bound = max_clients(N, n_params)
+    if m > bound:
+        warnings.warn(
+            f"FedNewton's error bound (Theorem 3.9) needs m << (N / (d v log N))^(2/3) = {bound:.0f} clients; "
+            f"there are {m} (N = {N}). With this many small clients the FedAvg stage ends too far from the "
+            "optimum for one Newton step to remove its bias, so FedNewton may do no better than FedAvg. "
+            "Use fewer, larger sites (merge clients) or FedIRLS (several aggregated Newton rounds).",
+            ConvergenceWarning,
+            stacklevel=5,
+        )
+
+
 # ---------------------------------------------------------------------------- the client's half
 def newton_step(half1: ClientOracle, half2: ClientOracle, theta, *, clip: float, hessian_clip: float,
-                hessian_floor: float, grad_clip: np.ndarray) -> np.ndarray:
+                hessian_floor: float, grad_clip: np.ndarray, hessian: np.ndarray | None = None) -> np.ndarray:
     """Every client's Newton step ``H_i^{-1} gbar_i`` at ``theta``, shape (n_clients, d) (FedNewton, Algorithm 4).
 
-    ``H_i``: mean over the first half of per-sample Hessians clipped to norm ``hessian_clip``
-    (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: mean over the second
-    half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
+    ``H_i``: the public ``hessian`` (the server's floored, released mean Hessian, the same for every
+    client) if given, else the mean over the first half of per-sample Hessians clipped to norm
+    ``hessian_clip`` (C_H), eigenvalues floored at ``hessian_floor`` (lambda). ``gbar_i``: the mean over
+    the second half of per-sample gradients clipped to ``clip`` (B), projected onto the ball of radius
     ``grad_clip[i]`` (G_i) with :func:`~privfedstat._linalg.clip_rows` (its norm neither underflows
     for tiny gradients nor overflows for huge ones, so ``||gbar_i|| <= G_i`` for every finite input).
-    Its L2 sensitivity (one datum replaced, in either half) is
-    :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+    With a public ``hessian`` its L2 sensitivity (one datum replaced, in either half) is
+    :func:`~privfedstat.privacy.calibration.shared_newton_sensitivity`; with the clients' own Hessians
+    (Algorithm 4 as printed) it is bounded only under Assumption 2
+    (:func:`~privfedstat.privacy.calibration.paper_newton_sensitivity`).
     """
-    H = floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
+    H = hessian if hessian is not None else floor_eigenvalues(half1.hessians(theta, hessian_clip), hessian_floor)
     g = half2.clipped_gradients(theta, clip)
     g = clip_rows(g, grad_clip)
     return np.linalg.solve(H, g[..., None])[..., 0]
 
 
 def newton_steps(clients: InProcessClients, theta, *, clip: float, hessian_clip: float, hessian_floor: float,
-                 grad_clip: np.ndarray, sensitivity, mu: float, stage: str) -> Reply:
+                 grad_clip: np.ndarray, sensitivity, mu: float, stage: str, hessian: np.ndarray | None = None) -> Reply:
     """FedNewton's message ``theta - H_i^-1 gbar_i`` plus noise (asked of the first half after ``split_halves``).
 
-    ``H_i``: the first half's mean per-sample Hessian clipped to C_H, eigenvalues floored at
-    lambda; ``gbar_i``: the second half's mean gradient clipped to B, projected onto the ball
-    of radius ``grad_clip[i]`` (G_i); the sensitivity is the server's
-    :func:`~privfedstat.privacy.calibration.newton_sensitivity`.
+    ``H_i``: the public ``hessian`` if given, else the first half's mean per-sample Hessian clipped to
+    C_H, eigenvalues floored at lambda; ``gbar_i``: the second half's mean gradient clipped to B,
+    projected onto the ball of radius ``grad_clip[i]`` (G_i); the sensitivity is the server's (see
+    :func:`newton_step`).
     """
     if clients._halves is None:
         raise RuntimeError("newton_steps needs split_halves first.")
     halves = tuple(h._oracle for h in clients._halves)
     return clients._release(lambda _, t: t - newton_step(*halves, t, clip=clip, hessian_clip=hessian_clip,
-                                                         hessian_floor=hessian_floor, grad_clip=grad_clip),
+                                                         hessian_floor=hessian_floor, grad_clip=grad_clip,
+                                                         hessian=hessian),
                             sensitivity, mu, stage, theta=theta)
 
 

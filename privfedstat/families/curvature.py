@@ -1,4 +1,4 @@
-"""Public curvature rules of a family: the step size ``eta = 1 / L`` and FedNewton's eigenvalue floor.
+"""Public curvature rules of a family: the step size ``eta = 1 / L``, FedNewton's eigenvalue floor and tau_1.
 
 Both are functions of the family's data-independent curvature constants
 (:attr:`Family.max_curvature`, :attr:`Family.curvature_at_zero`), the number of columns and mu only,
@@ -14,7 +14,8 @@ import numpy as np
 
 from .base import Family
 
-__all__ = ["auto_step_size", "resolve_hessian_floor", "UNBOUNDED_CURVATURE_AT"]
+__all__ = ["auto_step_size", "resolve_hessian_floor", "resolve_tau1", "UNBOUNDED_CURVATURE_AT", "INVERTIBILITY_FLOOR",
+           "TAU1_SHARE", "MIN_RELEASED_FLOOR"]
 
 #: Linear predictor at which ``step_size="auto"`` evaluates the curvature of a family whose
 #: curvature is unbounded (Poisson: ``ell''(1) = e``, i.e. fitted means up to e on average).
@@ -56,11 +57,24 @@ def auto_step_size(family: Family, n_features: int) -> float:
     return 1.0 / (kappa * n_features)
 
 
-def resolve_hessian_floor(value: float | str, family: Family, mu: float) -> float:
-    """FedNewton's eigenvalue floor lambda: ``value``, or for ``"auto"`` the family's ``curvature_at_zero``.
+#: ``hessian_floor="auto"`` where no sensitivity needs bounding (mu = inf) and in Algorithm 4 as printed
+#: (``newton_noise="paper"``): this multiple of ``ell''(0)``, only to keep the Hessian invertible
+INVERTIBILITY_FLOOR = 1e-8
+#: ``tau1="auto"``: this multiple of ``ell''(0)`` (see :func:`resolve_tau1`)
+TAU1_SHARE = 0.5
+#: the lowest released floor, as a multiple of ``ell''(0)`` (see :func:`~privfedstat.privacy.calibration.released_floor`)
+MIN_RELEASED_FLOOR = 0.01
 
-    With ``mu`` infinite the ``"auto"`` floor is 1e-8 of ``curvature_at_zero``: it then only keeps
-    the Hessian invertible (no sensitivity needs bounding, and a high floor would damp the step).
+
+def resolve_hessian_floor(value: float | str, family: Family, mu: float, newton_noise: str = "private") -> float | None:
+    """FedNewton's eigenvalue floor lambda: ``value``, or what ``"auto"`` means; None when it is released.
+
+    ``"auto"`` is :data:`INVERTIBILITY_FLOOR` times ``curvature_at_zero`` with ``mu`` infinite (no
+    sensitivity needs bounding, and a high floor would damp the step) and for Algorithm 4 as printed
+    (``newton_noise="paper"``: its noise is calibrated with ``tau1``, not the floor). Otherwise
+    (private, finite mu) None: the floor is then derived from a private release of the clients'
+    Hessians at the FedAvg point (:class:`~privfedstat.FedNewton`), so it follows the data's
+    curvature instead of a family constant.
 
     Parameters
     ----------
@@ -69,11 +83,27 @@ def resolve_hessian_floor(value: float | str, family: Family, mu: float) -> floa
     family : Family
     mu : float
         GDP budget per client (inf: no privacy).
+    newton_noise : {"private", "paper"}
 
     Returns
     -------
-    float
+    float or None
     """
     if value != "auto":
         return float(value)
-    return float(family.curvature_at_zero) * (1e-8 if math.isinf(mu) else 1.0)
+    if math.isinf(mu) or newton_noise == "paper":
+        return INVERTIBILITY_FLOOR * float(family.curvature_at_zero)
+    return None
+
+
+def resolve_tau1(value: float | str, family: Family) -> float:
+    """The strong-convexity constant tau_1 of Algorithm 4's calibration: ``value``, or for ``"auto"``
+    :data:`TAU1_SHARE` times the family's ``curvature_at_zero`` (logistic 0.125, Poisson 0.5).
+
+    tau_1 bounds the smallest eigenvalue of the population Hessian (Assumption 2). For columns on the
+    unit scale that Hessian is ``E[ell''(x^T theta) x x^T]`` with ``ell''`` at most ``ell''(0)`` for
+    logistic (it falls as ``|x^T theta|`` grows); half of it is a public guess below the curvature of
+    moderate effects (the Fig. 5 design's eigenvalues at the truth are 0.13-0.21), not a bound that holds
+    for any data, which is why ``newton_noise="paper"`` warns.
+    """
+    return float(value) if value != "auto" else TAU1_SHARE * float(family.curvature_at_zero)

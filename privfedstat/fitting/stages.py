@@ -199,10 +199,11 @@ def _search(session: Session, bounds: dict[str, float], todo: list[str], config:
                                        step_size=eta, mu=mu_stage, weights=session.size_weights,
                                        stage="clip-pilot")[0]
 
-    bounds.update(autoclip_bounds(config, mu_clip, clients.initial_parameters(), search, pilot))
+    bounds.update(autoclip_bounds(config, mu_clip, clients.initial_parameters(), search, pilot, fixed=bounds))
 
 
-def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search, pilot) -> dict[str, float]:
+def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search, pilot,
+                    fixed: dict[str, float] | None = None) -> dict[str, float]:
     """The stages of an :class:`AutoClip` choice, ``mu_clip``-GDP in all (equal shares in squares).
 
     ``search(theta, quantile, mu_stage) -> {norm: bound}`` finds the ``quantile(norm)`` of the
@@ -210,13 +211,16 @@ def autoclip_bounds(config: AutoClip, mu_clip: float, theta0: np.ndarray, search
     ``config.pilot_rounds`` a pilot ``pilot(theta0, clip, mu_stage) -> theta`` (``pilot_rounds``
     FedSGD rounds from theta^(0) with the gradient bound found and
     ``step_size="auto"``) moves to a working point, where ``search`` looks for the
-    ``pilot_quantile``. A fit searches its clients (:func:`choose_bounds`); a plan searches a
-    public design (:mod:`privfedstat.planning.power`).
+    ``pilot_quantile``. ``fixed`` holds the user's bounds that are not searched (a numeric ``clip``
+    is a complete setting: then only the Hessian bound is searched, and the pilot clips at the given
+    B). A fit searches its clients (:func:`choose_bounds`); a plan searches a public design
+    (:mod:`privfedstat.planning.power`).
     """
     mu_stage = mu_clip / math.sqrt(config.n_stages)
     bounds = dict(search(theta0, config.start_quantile, mu_stage))
     if config.pilot_rounds:
-        bounds.update(search(pilot(theta0, bounds["gradient"], mu_stage), lambda which: config.pilot_quantile, mu_stage))
+        clip = bounds["gradient"] if "gradient" in bounds else (fixed or {})["gradient"]
+        bounds.update(search(pilot(theta0, clip, mu_stage), lambda which: config.pilot_quantile, mu_stage))
     return bounds
 
 

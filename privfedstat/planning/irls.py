@@ -228,7 +228,8 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
             return theta
 
         bounds.update(autoclip_bounds(config, plan.clip, np.zeros(pop.X.shape[1]),
-                                      lambda theta, q, mu_stage: search(todo, theta, q, mu_stage), pilot))
+                                      lambda theta, q, mu_stage: search(todo, theta, q, mu_stage), pilot,
+                                      fixed=bounds))
     return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation), outcomes
 
 

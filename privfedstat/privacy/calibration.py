@@ -16,9 +16,10 @@ from .._linalg import safe_norm
 
 __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
-    "aggregated_noise_sd", "hessian_sensitivity", "newton_grad_radius", "newton_sensitivity",
+    "aggregated_noise_sd", "hessian_sensitivity",
     "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "client_update_calibration",
-    "head_newton_sensitivity", "normec_noise_multiplier",
+    "head_newton_sensitivity", "normec_noise_multiplier", "noise_floor", "shared_newton_sensitivity",
+    "HESSIAN_SHARE", "RESEARCH_SHARE", "FLOOR_TAIL", "newton_budgets",
 ]
 
 SQRT2 = math.sqrt(2.0)
@@ -103,28 +104,48 @@ def hessian_sensitivity(hessian_clip: float, sizes: np.ndarray) -> np.ndarray:
     return SQRT2 * hessian_clip / np.asarray(sizes, dtype=np.float64)
 
 
-def newton_grad_radius(newton_grad_clip, clip: float, hessian_clip: float, hessian_floor: float, n1: np.ndarray,
-                       n2: np.ndarray, mu: float) -> np.ndarray:
-    """The radius G_i of each client's Newton gradient: ``newton_grad_clip`` if given, infinite with
-    mu = inf, else the balanced default ``min(B, lambda B n1_i / (C_H n2_i))`` (see :class:`FedNewton`)."""
-    if newton_grad_clip is not None:
-        return np.full(n1.size, float(newton_grad_clip))
-    if math.isinf(mu):
-        return np.full(n1.size, math.inf)
-    return np.minimum(clip, hessian_floor * clip * n1 / (hessian_clip * n2))
-
-
-def newton_sensitivity(clip: float, hessian_clip: float, hessian_floor: float, grad_clip: np.ndarray, n1: np.ndarray,
-                       n2: np.ndarray) -> np.ndarray:
-    """L2 sensitivity of every client's Newton step: ``max(2 B / (lambda n2_i), 2 C_H G_i / (lambda^2 n1_i))``."""
-    with np.errstate(invalid="ignore"):  # inf * 0 when nothing is clipped (mu = inf)
-        return np.fmax(2.0 * clip / (hessian_floor * n2), 2.0 * hessian_clip * grad_clip / (hessian_floor**2 * n1))
-
-
-def paper_newton_sensitivity(clip: float, hessian_floor: float, sizes: np.ndarray) -> np.ndarray:
-    """Algorithm 4's Newton-step sensitivity with tau_1 = ``hessian_floor``: ``8 B / (tau_1 n_i)``, so that
+def paper_newton_sensitivity(clip: float, tau1: float, sizes: np.ndarray) -> np.ndarray:
+    """Algorithm 4's Newton-step sensitivity with strong-convexity constant ``tau1``: ``8 B / (tau_1 n_i)``, so that
     with budget ``mu / sqrt 2`` the noise is ``sigma_i = 2 B_new / (mu n_i)``, ``B_new = 4 sqrt(2) B / tau_1``."""
-    return 8.0 * clip / (hessian_floor * sizes)
+    return 8.0 * clip / (tau1 * sizes)
+
+
+#: private FedNewton: the share of the estimation budget (in squares, mu^2) its Hessian release spends
+HESSIAN_SHARE = 0.15
+#: private FedNewton: the share (in squares) of its search of C_H at the FedAvg point, where C_H was searched
+RESEARCH_SHARE = 0.05
+#: private FedNewton's floor: how many noise sd's beyond ``E||E||_F`` (Gaussian tail: ~1%)
+FLOOR_TAIL = 3.0
+
+
+def newton_budgets(mu: float, research: bool) -> tuple[float, float, float]:
+    """Private FedNewton's budgets ``(mu_search, mu_hessian, mu_stage)`` from the estimation budget ``mu``: the
+    search of C_H at the FedAvg point (``RESEARCH_SHARE`` of mu^2 if ``research``, else 0), the Hessian release
+    (``HESSIAN_SHARE``), and each of the two stages (FedAvg, Newton step) half of the rest, in squares."""
+    search = RESEARCH_SHARE if research else 0.0
+    if math.isinf(mu):
+        return math.inf, math.inf, math.inf
+    return math.sqrt(search) * mu, math.sqrt(HESSIAN_SHARE) * mu, stage_budget(math.sqrt(1.0 - HESSIAN_SHARE - search) * mu, 2)
+
+
+def noise_floor(sd: float, p: int, lowest: float) -> float:
+    """Private FedNewton's eigenvalue floor for an averaged released Hessian whose ``sym_to_vec`` entries carry
+    noise of sd ``sd``: ``max((sqrt(q) + FLOOR_TAIL) sd, lowest)``, ``q = p (p + 1) / 2``.
+
+    ``sym_to_vec`` is an isometry, so the noise matrix E has ``||E||_op <= ||E||_F = ||z||``, ``z``
+    Gaussian in R^q with ``E||z|| <= sqrt(q) sd`` and ``P(||z|| > (sqrt(q) + t) sd) <= exp(-t^2 / 2)``
+    (t = 3: 1.1%). By Weyl's inequality an eigenvalue of the released matrix below that level is
+    indistinguishable from noise (possibly negative), so it is raised to it; the eigenvalues above
+    it, the curvature the data show, are left alone. ``lowest`` (> 0) keeps the inverse, and so the
+    Newton step's noise, finite.
+    """
+    return max((math.sqrt(p * (p + 1) / 2) + FLOOR_TAIL) * float(sd), float(lowest))
+
+
+def shared_newton_sensitivity(clip: float, floor: float, grad_clip: np.ndarray, n2: np.ndarray) -> np.ndarray:
+    """L2 sensitivity of private FedNewton's step ``Hf^{-1} proj_G(gbar_i)`` with a public Hf (smallest eigenvalue
+    ``floor``): ``min(2 B / n2_i, 2 G_i) / floor`` (the projection is 1-Lipschitz onto a ball of radius G_i)."""
+    return np.minimum(2.0 * clip / np.asarray(n2, dtype=np.float64), 2.0 * np.asarray(grad_clip)) / floor
 
 
 #: factor by which the budget of each earlier round shrinks, going back from the last (chosen empirically:

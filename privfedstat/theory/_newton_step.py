@@ -3,7 +3,7 @@
 Client i moves from the common theta_1 = theta* + e_1 by ``-Ht_i^-1 proj_{G_i}(g_i)`` plus noise,
 where g_i = psi_i2(theta_1) ~ H e_1 + T[e_1, e_1]/2 + xi_i is its mean clipped gradient on the second
 half, xi_i = psi_i2(theta*) + D_i2 e_1 with covariance (Sigma + E[(Hdot - H) e_1 e_1^T (Hdot - H)])/n2_i,
-and proj_G shortens vectors longer than G (the robust calibration of the estimator).
+and proj_G shortens vectors longer than G (the private calibration of the estimator).
 
 Without projection (G = inf) the moments are computed in closed form. With a finite G the mean and
 covariance of the projected gradient are computed by Monte Carlo over moment-matched Gaussian draws

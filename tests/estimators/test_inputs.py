@@ -185,13 +185,15 @@ def test_fednewton_refuses_hessians_beyond_the_memory_limit(monkeypatch, logisti
         FedNewton(random_state=0).fit(logistic_data)
 
 
-def test_hessian_floor_auto_uses_the_family_curvature():
+def test_hessian_floor_auto_is_released_privately_and_tiny_otherwise():
+    """Issue 41: "auto" is released (None) in the private mode at finite mu; only for invertibility with mu = inf
+    or in Algorithm 4 as printed."""
     from privfedstat.families import get_family
     from privfedstat.families.curvature import resolve_hessian_floor
 
-    assert resolve_hessian_floor("auto", get_family("logistic"), 2.0) == 0.25
-    assert resolve_hessian_floor("auto", get_family("poisson"), 2.0) == 1.0
-    assert resolve_hessian_floor("auto", get_family("multinomial", n_classes=4), 2.0) == 0.25
+    assert resolve_hessian_floor("auto", get_family("logistic"), 2.0) is None
+    assert resolve_hessian_floor("auto", get_family("poisson"), 2.0, "private") is None
+    assert resolve_hessian_floor("auto", get_family("multinomial", n_classes=4), 2.0, "paper") == pytest.approx(0.25e-8)
     assert resolve_hessian_floor("auto", get_family("logistic"), float("inf")) == pytest.approx(0.25e-8)
     assert resolve_hessian_floor(0.3, get_family("logistic"), 2.0) == 0.3
     with pytest.raises(ValueError, match="hessian_floor"):

@@ -11,6 +11,7 @@ import pytest
 from conftest import simulate
 
 from privfedstat import AutoClip, FedAvg, FedHybrid, FedNewton, FedSGD, PrivacyLeakWarning
+from privfedstat.privacy.calibration import HESSIAN_SHARE
 
 ESTIMATORS = [FedSGD, FedHybrid, FedAvg, FedNewton]
 
@@ -48,20 +49,31 @@ def test_fedavg_noise_is_algorithm_3():
     assert est.communication_.rounds == R
 
 
-def test_fednewton_noise_is_algorithm_4_for_the_fedavg_stage():
+@pytest.mark.filterwarnings("ignore::privfedstat.PrivacyLeakWarning")
+@pytest.mark.parametrize("newton_noise", ["paper", "private"])
+def test_fednewton_noise_is_algorithm_4_for_the_fedavg_stage(newton_noise):
+    """The FedAvg stage's noise is Algorithm 4's, ``4 B eta sqrt(2K) / (mu_N n_i)``: mu_N = mu as printed, and
+    ``sqrt(1 - HESSIAN_SHARE) mu`` in the private mode (its Hessian release takes that share). The private Newton
+    step's sensitivity is ``2 B / (lambda n2_i)``, lambda >= the floor the smallest eigenvalue of the public Hessian."""
     data = simulate("logistic", [50, 80, 120, 200], [0.2, 0.3, -0.1])  # even sizes: halves are n_i / 2
     B, K, eta, mu = 1.1, 9, 0.5, 3.0
     est = FedNewton(mu=mu, clip=B, hessian_clip=1.0, hessian_floor=0.1, n_local_steps=K, step_size=eta,
-                    inference=None, random_state=0).fit(data)
-    s = 4 * B * eta * math.sqrt(2 * K) / (mu * data.sizes)  # sigma_i = 4 B eta sqrt(2K) / (mu n_i)
+                    newton_noise=newton_noise, tau1=0.1, inference=None, random_state=0).fit(data)
+    mu_n = mu if newton_noise == "paper" else math.sqrt(1 - HESSIAN_SHARE) * mu
+    s = 4 * B * eta * math.sqrt(2 * K) / (mu_n * data.sizes)  # sigma_i = 4 B eta sqrt(2K) / (mu n_i)
     np.testing.assert_allclose(_sigmas(est.privacy_, "local-step"), np.tile(s, (K, 1)), rtol=1e-14)
     newton = [r for r in est.privacy_.releases if r.stage == "newton"]
     assert len(newton) == 1
-    lam, n1, n2 = 0.1, data.sizes // 2, data.sizes - data.sizes // 2
-    G = np.minimum(B, lam * B * n1 / (1.0 * n2))
-    sens = np.maximum(2 * B / (lam * n2), 2 * 1.0 * G / (lam**2 * n1))
-    np.testing.assert_allclose(newton[0].sensitivity, sens, rtol=1e-14)
-    np.testing.assert_allclose(newton[0].sigma, sens / (mu / math.sqrt(2)), rtol=1e-14)
+    n2 = data.sizes - data.sizes // 2
+    if newton_noise == "paper":
+        sens = 8 * B / (0.1 * data.sizes)
+    else:
+        inv_lam = newton[0].sensitivity * n2 / (2 * B)
+        assert np.ptp(inv_lam) < 1e-9 * inv_lam[0] and inv_lam[0] <= 1 / 0.1 * (1 + 1e-12)
+        sens = 2 * B / (n2 / inv_lam[0])
+    np.testing.assert_allclose(newton[0].sensitivity, sens, rtol=1e-12)
+    np.testing.assert_allclose(newton[0].sigma, sens / (mu_n / math.sqrt(2)), rtol=1e-12)
+    assert est.privacy_.mu == pytest.approx(mu, rel=1e-12)
 
 
 def test_auto_clip_spends_the_declared_share():

@@ -15,20 +15,20 @@ from privfedstat.algorithms.fednewton import newton_step
 from privfedstat.data.federated import FederatedData
 from privfedstat.families import get_family
 from privfedstat.federation.oracle import make_oracle
-from privfedstat.privacy.calibration import newton_sensitivity
+from privfedstat.privacy.calibration import shared_newton_sensitivity
 
 ROWS = [np.array([1e-300, -1e-300]), np.array([1e-170, 1e-171]), np.array([1e300, -1e300]),
         np.array([0.0, 0.0]), np.array([1.0, 1e-320]), np.array([3.0, -2.0])]
 
 
 def _halves(replaced: np.ndarray | None, scale: float):
-    """Two one-client halves (Hessian half, gradient half) of a Gaussian-family dataset; row 0 of the Hessian half
+    """Two one-client halves (Hessian half, gradient half) of a Gaussian-family dataset; row 0 of the gradient half
     replaced by ``replaced`` when given. ``scale`` multiplies the responses (so the gradients are of that size)."""
     rng = np.random.default_rng(3)
     X1, X2 = rng.standard_normal((8, 2)), rng.standard_normal((9, 2))
     if replaced is not None:
-        X1 = X1.copy()
-        X1[0] = replaced
+        X2 = X2.copy()
+        X2[0] = replaced
     fam = get_family("gaussian")
     return (make_oracle(FederatedData.from_pooled(X1, np.zeros(8), sizes=[8]), fam),
             make_oracle(FederatedData.from_pooled(X2, scale * rng.standard_normal(9), sizes=[9]), fam))
@@ -38,15 +38,16 @@ def _halves(replaced: np.ndarray | None, scale: float):
                                              (1e150, 1e140)])
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r[0]:g}")
 def test_newton_step_within_sensitivity(clip, grad_clip, row):
-    """Replacing a row of the Hessian half moves the Newton step by at most ``2 C_H G / (lambda^2 n1)`` (G the
-    gradient radius): the projection of ``gbar`` onto the ball of radius G holds for tiny and huge gradients."""
+    """Replacing a row moves the Newton step with a public Hessian (smallest eigenvalue lambda) by at most
+    ``min(2 B / n2, 2 G) / lambda`` (G the gradient radius): the projection of ``gbar`` onto the ball of radius G
+    holds for tiny and huge gradients, and the step is at most G / lambda long."""
     lam, C_H = 0.05, 1.0
     theta = np.zeros(2)
     G = np.array([grad_clip])
-    kw = {"clip": clip, "hessian_clip": C_H, "hessian_floor": lam, "grad_clip": G}
+    kw = {"clip": clip, "hessian_clip": C_H, "hessian_floor": lam, "grad_clip": G, "hessian": np.diag([lam, 1.0])}
     base = newton_step(*_halves(None, clip * 1e3), theta, **kw)
     moved = newton_step(*_halves(row, clip * 1e3), theta, **kw)
-    sens = newton_sensitivity(clip, C_H, lam, G, np.array([8.0]), np.array([9.0]))
+    sens = shared_newton_sensitivity(clip, lam, G, np.array([9.0]))
     # the projected gradient's norm is at most G, so the step is at most G / lambda
     assert np.all(np.abs(base) <= G[0] / lam * (1 + 1e-12))
     diff = np.linalg.norm((moved - base) / sens[0])  # scaled first: sens may be 1e-290

@@ -29,9 +29,8 @@ def test_fig1_fig2_mse_decreases_with_m_for_every_method():
 
 def test_fig5_fedavg_degrades_fastest_at_fixed_total():
     """N = 20000 split over 25 vs 400 equal clients. FedAvg's MSE grows by an order of magnitude;
-    FedSGD and FedHybrid barely move. (FedNewton with the robust default grows as fast as FedAvg
-    here -- n_i = 50 leaves 25 rows per half -- see the issue note; with the paper's
-    calibration it ends below FedAvg, tested below.)"""
+    FedSGD and FedHybrid barely move. (FedNewton: see test_fig5_fednewton_with_paper_calibration_beats_fedavg_at_largest_m
+    and issue 41.)"""
     df = _run("fig5", lambda s: s.allocation.scheme == "equal" and s.n_clients in (25, 400), 10)
     mean = df.groupby(["method", "m"])["mse"].mean().unstack()
     growth = mean[400] / mean[25]
@@ -62,7 +61,7 @@ def test_fig5_fednewton_with_paper_calibration_beats_fedavg_at_largest_m():
         avg.append(FedAvg(n_rounds=2, clip=PILOT_99, **paper).fit(data).mse(design.beta_true))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            newton.append(FedNewton(newton_noise="paper", hessian_floor=tau1, clip=PILOT_99, **paper).fit(data)
+            newton.append(FedNewton(newton_noise="paper", tau1=tau1, clip=PILOT_99, **paper).fit(data)
                           .mse(design.beta_true))
     assert np.mean(newton) < np.mean(avg)
 
