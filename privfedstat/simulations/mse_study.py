@@ -32,7 +32,9 @@ figure   family   m grid                                 sizes and mu
 
 Each study's summary puts :func:`~privfedstat.predict_mse` (through
 :func:`~privfedstat.simulations.compare_to_theory`) beside the empirical mean MSE and its
-Monte-Carlo standard error, and its figure draws the prediction as a dashed line per method.
+Monte-Carlo standard error, and its figure draws the prediction as a dashed line per method; a
+second table (``-slopes.csv``, :func:`~privfedstat.simulations.theory_slopes`) puts the log-log slopes
+of Monte Carlo, of the paper's bound and of the prediction side by side.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .allocations import Equal, FixedTotal, LogNormal, Uniform
 from .dgp import GLMDesign
 from .runner import METHODS, MonteCarloConfig, Scenario, summarise
 from .study import Study, Table, listof, param
+from .theory_comparison import compare_to_theory, theory_slopes
 
 __all__ = ["MSEGrid", "GRIDS", "get_grid", "MSEConfig", "plot_mse", "plot_grid", "predictions", "summary_long",
            "demo_sentences",
@@ -303,25 +306,28 @@ def _run(config: MSEConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
 SUMMARY_N_MC = 2**11
 
 
-def predictions(frame: pd.DataFrame, config: MSEConfig) -> pd.DataFrame:
+def _compared(frame: pd.DataFrame) -> pd.DataFrame:
+    return compare_to_theory(frame, design=GLMDesign(frame["family"].iloc[0]), n_mc=SUMMARY_N_MC)
+
+
+def predictions(frame: pd.DataFrame, config: MSEConfig, compared: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`~privfedstat.predict_mse` per cell and method: the cells' columns, ``predicted_mse``, ``note``.
 
     Computed once per cell by :func:`~privfedstat.simulations.compare_to_theory` (equal client sizes
-    of the cell's N / m; with ``clip="auto"`` the cell's median B), at :data:`SUMMARY_N_MC`.
-    ``note``: why the predictor refused the cell (NaN), else "".
+    of the cell's N / m; with ``clip="auto"`` the cell's median B), at :data:`SUMMARY_N_MC`, unless
+    its output is given as ``compared``. ``note``: why the predictor refused the cell (NaN), else "".
     """
-    from .theory_comparison import compare_to_theory
-
-    cells = _cells(config.grid)
-    compared = compare_to_theory(frame, design=GLMDesign(frame["family"].iloc[0]), n_mc=SUMMARY_N_MC)
-    return (compared.groupby(cells + ["method"], sort=False, dropna=False)
+    compared = _compared(frame) if compared is None else compared
+    return (compared.groupby(_cells(config.grid) + ["method"], sort=False, dropna=False)
             .agg(predicted_mse=("predicted_mse", "mean"), note=("prediction_note", "first")).reset_index())
 
 
 def _summarise(frames, config: MSEConfig) -> dict[str, Table]:
-    """Mean MSE, its standard error and predict_mse per cell, one column triple per method."""
+    """Mean MSE, its standard error and predict_mse per cell, one column triple per method; the theory's slopes."""
     cells = _cells(config.grid)
-    table = summarise(frames[""], cells).merge(predictions(frames[""], config), on=cells + ["method"], how="left")
+    compared = _compared(frames[""])
+    table = summarise(frames[""], cells).merge(predictions(frames[""], config, compared), on=cells + ["method"],
+                                               how="left")
     values = ("mean_mse", "se", "predicted_mse")
     wide = table.pivot_table(index=cells, columns="method", values=list(values), sort=False, dropna=False)
     cols = pd.MultiIndex.from_tuples([(v, m) for m in dict.fromkeys(table["method"]) for v in values])
@@ -329,7 +335,9 @@ def _summarise(frames, config: MSEConfig) -> dict[str, Table]:
     why = "".join(f"; NaN prediction for {r.method} ({', '.join(f'{c}={r[c]}' for c in cells)}, ...): {r.note}"
                   for _, r in refused.iterrows())
     return {"summary": Table(wide.reindex(columns=cols), "mean MSE, its Monte-Carlo standard error and predict_mse "
-                             f"(equal sizes of N/m, {SUMMARY_N_MC} covariate draws) per cell{why}")}
+                             f"(equal sizes of N/m, {SUMMARY_N_MC} covariate draws) per cell{why}"),
+            "slopes": Table(theory_slopes(compared), "log-log slopes of Monte Carlo (with its SE), of the paper's bound "
+                            "and of predict_mse; agrees: within 2 SE of the Monte-Carlo slope")}
 
 
 def summary_long(table: pd.DataFrame, grid: MSEGrid) -> pd.DataFrame:

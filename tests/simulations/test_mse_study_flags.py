@@ -131,10 +131,12 @@ def test_scenario_passes_newton_settings_only_where_the_estimator_has_them():
 
 @pytest.mark.slow
 def test_a_tiny_unclipped_fig5_run_has_the_prediction_column(tmp_path, capsys):
-    assert main(["reproduce", "fig5", "--clip", "none", "--mu", "inf", "--sizes", "equal", "--m", "25",
+    assert main(["reproduce", "fig5", "--clip", "none", "--mu", "inf", "--sizes", "equal", "--m", "25,400",
                  "--reps", "2", "--jobs", "1", "--out", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "predicted_mse" in out
+    assert "predicted_mse" in out and "log-log slopes" in out
+    slopes = pd.read_csv(tmp_path / "fig5-logistic-slopes.csv")
+    assert set(slopes["variable"]) == {"m"} and len(slopes) == 4 and set(slopes["bound_agrees"]) <= {"yes", "no"}
     summary = pd.read_csv(tmp_path / "fig5-logistic-summary.csv", header=[0, 1], index_col=[0, 1])
     assert np.isfinite(summary[("predicted_mse", "FedSGD")]).all()
     assert set(pd.read_csv(tmp_path / "fig5-logistic.csv")["clip"]) == {math.inf}
