@@ -7,7 +7,7 @@ from .dgp import DEFAULT_BETA, GLMDesign, simulate_glm
 from .mse_study import GRIDS, MSEGrid, get_grid, plot_grid, plot_mse
 from .runner import METHODS, MSE, Fit, Measure, MonteCarlo, MonteCarloConfig, Scenario, make_estimator, run_replicate, summarise
 from .study import Study, StudyResult, Table, param, run_study
-from .theory_comparison import compare_to_theory, plot_theory_comparison
+from .theory_comparison import compare_to_theory, plot_theory_comparison, theory_slopes
 
 __all__ = [
     "GLMDesign",
@@ -43,5 +43,6 @@ __all__ = [
     "param",
     "run_study",
     "compare_to_theory",
+    "theory_slopes",
     "plot_theory_comparison",
 ]

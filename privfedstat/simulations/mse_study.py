@@ -12,13 +12,36 @@ K1=30, K2=20; FedAvg K=50, R=2; FedNewton K=50, R=1; the m, n and allocation gri
   is too small at mu = 2 for the rise with K to show within K <= 300;
 * the covariate design (p, beta_true, sigma_c): see :mod:`privfedstat.simulations.dgp`;
 * the clipping bound: ``clip="auto"`` (private, 10% of mu) by default; ``clip="paper"`` reproduces
-  the paper's non-private rule.
+  the paper's non-private rule (the 90% quantile of per-sample gradient norms at theta = 0);
+  ``clip="none"`` does not clip (only with mu = inf); a number is a fixed bound B;
+* FedNewton's ``newton_noise`` and ``hessian_floor``: the estimator's defaults unless
+  ``--newton-noise`` / ``--hessian-floor`` set them (the other methods ignore both).
+
+The settings of each figure (``privfedstat reproduce figN``; mu and clip as above unless set):
+
+======== ======== ====================================== ============================================
+figure   family   m grid                                 sizes and mu
+======== ======== ====================================== ============================================
+1, 2     logistic 20, 30, 40, 50, 60                     equal n in {30, 50, 70, 90, 110}; mu
+11, 12   logistic 20, 30, 40, 50, 60                     n_i ~ U[a, b], six ranges; mu
+13 / 14  poisson  as 1 / 11                              as 1 / 11; mu
+3 / 6    log./poi 60, 80, 100, 120, 140                  n = 400, U[100, 700], lognormal(5.5, 1); mu
+4 / 15   log./poi m = 20 (K in 10..300)                  n = 100; mu in {2, 6, inf} (--mu ignored)
+5 / 16   log./poi 25, 50, 100, 200, 400                  N = 20000 equal, uniform, lognormal; mu
+======== ======== ====================================== ============================================
+
+Each study's summary puts :func:`~privfedstat.predict_mse` (through
+:func:`~privfedstat.simulations.compare_to_theory`) beside the empirical mean MSE and its
+Monte-Carlo standard error, and its figure draws the prediction as a dashed line per method; a
+second table (``-slopes.csv``, :func:`~privfedstat.simulations.theory_slopes`) puts the log-log slopes
+of Monte Carlo, of the paper's bound and of the prediction side by side.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -26,9 +49,12 @@ import pandas as pd
 from .allocations import Equal, FixedTotal, LogNormal, Uniform
 from .dgp import GLMDesign
 from .runner import METHODS, MonteCarloConfig, Scenario, summarise
-from .study import Study, Table, param
+from .study import Study, Table, listof, param
+from .theory_comparison import compare_to_theory, theory_slopes
 
-__all__ = ["MSEGrid", "GRIDS", "get_grid", "MSEConfig", "plot_mse", "plot_grid", "STUDIES"]
+__all__ = ["MSEGrid", "GRIDS", "get_grid", "MSEConfig", "plot_mse", "plot_grid", "predictions", "summary_long",
+           "demo_sentences",
+           "STUDIES"]
 
 INF = float("inf")
 SET1_M = (20, 30, 40, 50, 60)
@@ -70,13 +96,13 @@ class MSEGrid:
     panel: str
     build: Callable[..., list[Scenario]]
 
-    def scenarios(self, *, family: str | None = None, mu: float = 2.0, clip: float | str = "auto") -> list[Scenario]:
-        """The scenarios of this figure for ``family`` (default: the figure's own)."""
+    def scenarios(self, *, family: str | None = None, mu: float = 2.0, clip: float | str = "auto",
+                  newton_noise: str | None = None, hessian_floor: float | str | None = None) -> list[Scenario]:
+        """The scenarios of this figure for ``family`` (default: the figure's own) and FedNewton's settings."""
         family = family or self.family
-        return [
-            Scenario(s.design, s.n_clients, s.allocation, s.mu, s.n_iter, s.clip, labels={"study": self.name, **s.labels})
-            for s in self.build(GLMDesign(family), mu, clip)
-        ]
+        return [replace(s, newton_noise=newton_noise, hessian_floor=hessian_floor,
+                        labels={"study": self.name, **s.labels})
+                for s in self.build(GLMDesign(family), mu, clip)]
 
 
 def _set1_equal(design, mu, clip):
@@ -143,7 +169,7 @@ def get_grid(name: str) -> MSEGrid:
 
 
 def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | None = None, logx: bool = False,
-             axes=None):
+             axes=None, predicted: pd.DataFrame | None = None):
     """Mean MSE (log scale) with +-2 standard-error bands: one panel per value of ``panel``.
 
     Parameters
@@ -154,6 +180,9 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
         Columns for the x axis, the lines and the panels.
     axes : sequence of matplotlib Axes or None
         One Axes per panel to draw into (their figure is returned); None creates a new Figure.
+    predicted : DataFrame or None
+        Columns ``x``, ``line``, ``panel`` and ``predicted_mse``: drawn as a dashed line per line
+        value, in its colour (e.g. :func:`predictions`).
 
     Returns
     -------
@@ -180,9 +209,13 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
         sub = stats[stats[panel] == p]
         for name, g in sub.groupby(line, sort=False):
             g = g.sort_values(x)
-            ax.plot(g[x], g["mean"], marker="o", ms=3.5, label=str(name))
+            (drawn,) = ax.plot(g[x], g["mean"], marker="o", ms=3.5, label=str(name))
             lo = np.maximum(g["mean"] - 2 * g["se"], g["mean"] * 0.05)
             ax.fill_between(g[x], lo, g["mean"] + 2 * g["se"], alpha=0.15)
+            if predicted is not None:
+                pr = predicted[(predicted[panel] == p) & (predicted[line] == name)].sort_values(x)
+                if np.isfinite(pr["predicted_mse"].astype(float)).any():
+                    ax.plot(pr[x], pr["predicted_mse"], "--", color=drawn.get_color(), lw=1, label=f"{name} (predicted)")
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
@@ -198,11 +231,30 @@ def plot_mse(df: pd.DataFrame, *, x: str, line: str, panel: str, title: str | No
     return fig
 
 
-def plot_grid(df: pd.DataFrame, grid: MSEGrid, axes=None):
+def plot_grid(df: pd.DataFrame, grid: MSEGrid, axes=None, predicted: pd.DataFrame | None = None):
     """Draw ``grid``'s figure from its tidy results (see :func:`plot_mse`; ``axes``: one per panel)."""
     family = df["family"].iloc[0] if "family" in df and len(df) else grid.family
-    return plot_mse(df, x=grid.x, line=grid.line, panel=grid.panel, logx=grid.x == "K", axes=axes,
+    return plot_mse(df, x=grid.x, line=grid.line, panel=grid.panel, logx=grid.x == "K", axes=axes, predicted=predicted,
                     title=f"{grid.name}: {grid.description.split(' (')[0]} ({family})")
+
+
+def _auto_or_float(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
+def _clip_setting(clip: str) -> float | str:
+    """The Scenario's clip for a ``--clip`` value: "auto", "paper", inf for "none", else a positive number."""
+    if clip in ("auto", "paper"):
+        return clip
+    if clip == "none":
+        return math.inf
+    try:
+        value = float(clip)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"clip must be 'auto', 'paper', 'none' or a positive number, got {clip!r}.")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,11 +264,32 @@ class MSEConfig(MonteCarloConfig):
     grid: MSEGrid
     family: str | None = param("GLM family (default: the figure's)", None, parse=str, choices=("logistic", "poisson"))
     mu: float = param("GDP budget per client where the figure does not vary it", 2.0)
-    clip: str = param("clipping rule: 'auto' (private), 'paper' (the paper's non-private rule) or a number", "auto")
+    clip: str = param("clipping rule: 'auto' (private), 'paper' (the paper's non-private rule), 'none' (no "
+                      "clipping; only with mu = inf) or a number", "auto")
+    newton_noise: str | None = param("FedNewton's newton_noise (default: the estimator's)", None, parse=str,
+                                     choices=("paper", "private"))
+    hessian_floor: float | str | None = param("FedNewton's hessian_floor: 'auto' or a number (default: the "
+                                              "estimator's)", None, parse=_auto_or_float)
+
+    sizes: tuple[str, ...] | None = param("run only these client-size settings (the 'sizes' labels, e.g. "
+                                          "equal,lognormal; default: the figure's all)", None, parse=listof(str))
+    m: tuple[int, ...] | None = param("run only these numbers of clients (default: the figure's m grid)", None,
+                                      parse=listof(int))
 
     def scenarios(self) -> list[Scenario]:
-        clip = self.clip if self.clip in ("auto", "paper") else float(self.clip)
-        return self.grid.scenarios(family=self.family, mu=self.mu, clip=clip)
+        clip = _clip_setting(self.clip)
+        scenarios = [s for s in self.grid.scenarios(family=self.family, mu=self.mu, clip=clip,
+                                                    newton_noise=self.newton_noise, hessian_floor=self.hessian_floor)
+                     if (self.sizes is None or s.labels["sizes"] in self.sizes)
+                     and (self.m is None or s.n_clients in self.m)]
+        if not scenarios:
+            raise ValueError(f"no cell of {self.grid.name} has sizes in {self.sizes} and m in {self.m}.")
+        private = sorted({s.mu for s in scenarios if math.isfinite(s.mu)})
+        if clip == math.inf and private:
+            raise ValueError(f"clip='none' (no clipping) needs mu = inf: unclipped gradients have infinite "
+                             f"sensitivity, and {self.grid.name} runs mu = {', '.join(f'{m:g}' for m in private)}; "
+                             "pass --mu inf (fig4/fig15 vary mu and cannot run unclipped).")
+        return scenarios
 
 
 def _cells(grid: MSEGrid) -> list[str]:
@@ -228,15 +301,93 @@ def _run(config: MSEConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
     return {"": mc.run()}
 
 
+#: Monte-Carlo size of the predictor's population expectations in the study summaries (cheap: a
+#: fig5 summary's 60 predictions take seconds; see benchmarks/RESULTS.md)
+SUMMARY_N_MC = 2**11
+
+
+def _compared(frame: pd.DataFrame) -> pd.DataFrame:
+    return compare_to_theory(frame, design=GLMDesign(frame["family"].iloc[0]), n_mc=SUMMARY_N_MC)
+
+
+def predictions(frame: pd.DataFrame, config: MSEConfig, compared: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`~privfedstat.predict_mse` per cell and method: the cells' columns, ``predicted_mse``, ``note``.
+
+    Computed once per cell by :func:`~privfedstat.simulations.compare_to_theory` (equal client sizes
+    of the cell's N / m; with ``clip="auto"`` the cell's median B), at :data:`SUMMARY_N_MC`, unless
+    its output is given as ``compared``. ``note``: why the predictor refused the cell (NaN), else "".
+    """
+    compared = _compared(frame) if compared is None else compared
+    return (compared.groupby(_cells(config.grid) + ["method"], sort=False, dropna=False)
+            .agg(predicted_mse=("predicted_mse", "mean"), note=("prediction_note", "first")).reset_index())
+
+
 def _summarise(frames, config: MSEConfig) -> dict[str, Table]:
-    """Mean MSE and its standard error per cell, one column pair per method."""
-    table = summarise(frames[""], _cells(config.grid))
-    wide = table.pivot_table(index=_cells(config.grid), columns="method", values=["mean_mse", "se"], sort=False)
-    cols = pd.MultiIndex.from_tuples([(v, m) for m in dict.fromkeys(table["method"]) for v in ("mean_mse", "se")])
-    return {"summary": Table(wide.reindex(columns=cols), "mean MSE and its standard error per cell")}
+    """Mean MSE, its standard error and predict_mse per cell, one column triple per method; the theory's slopes."""
+    cells = _cells(config.grid)
+    compared = _compared(frames[""])
+    table = summarise(frames[""], cells).merge(predictions(frames[""], config, compared), on=cells + ["method"],
+                                               how="left")
+    values = ("mean_mse", "se", "predicted_mse")
+    wide = table.pivot_table(index=cells, columns="method", values=list(values), sort=False, dropna=False)
+    cols = pd.MultiIndex.from_tuples([(v, m) for m in dict.fromkeys(table["method"]) for v in values])
+    refused = table[table["note"].fillna("") != ""].drop_duplicates("note")
+    why = "".join(f"; NaN prediction for {r.method} ({', '.join(f'{c}={r[c]}' for c in cells)}, ...): {r.note}"
+                  for _, r in refused.iterrows())
+    return {"summary": Table(wide.reindex(columns=cols), "mean MSE, its Monte-Carlo standard error and predict_mse "
+                             f"(equal sizes of N/m, {SUMMARY_N_MC} covariate draws) per cell{why}"),
+            "slopes": Table(theory_slopes(compared), "log-log slopes of Monte Carlo (with its SE), of the paper's bound "
+                            "and of predict_mse; agrees: within 2 SE of the Monte-Carlo slope")}
 
 
-STUDIES = tuple(Study(grid.name, f"Section 4, {grid.description}", MSEConfig(grid=grid), _run, _summarise,
-                      lambda frames, tables, config: {"": plot_grid(frames[""], config.grid)},
+def summary_long(table: pd.DataFrame, grid: MSEGrid) -> pd.DataFrame:
+    """A study's wide summary table (:func:`_summarise`) in long form: one row per cell and method."""
+    long = table.stack(level=1, future_stack=True).reset_index()
+    return long.rename(columns={long.columns[len(_cells(grid))]: "method"})
+
+
+def _figures(frames, tables, config: MSEConfig) -> dict:
+    return {"": plot_grid(frames[""], config.grid, predicted=summary_long(tables["summary"].frame, config.grid))}
+
+
+STUDIES = tuple(Study(grid.name, f"Section 4, {grid.description}", MSEConfig(grid=grid), _run, _summarise, _figures,
                       stem=lambda config: f"{config.grid.name}-{config.family or config.grid.family}")
                 for grid in GRIDS.values())
+
+
+def demo_sentences(frame: pd.DataFrame, predicted: pd.DataFrame | None = None) -> list[str]:
+    """Two sentences that read a fig5 (or fig16) result: who wins at the largest m, and the paper's claim.
+
+    The first names the method with the lowest mean MSE at the largest m (over the allocations,
+    with its Monte-Carlo SE, the others' means and, when ``predicted`` -- :func:`predictions` --
+    is given, predict_mse's winner). The second checks the paper's claim (Fig. 5: FedNewton
+    mitigates FedAvg's decline as m grows) by the paired difference FedNewton - FedAvg at the
+    largest m (the methods are fitted on the same data per replicate): it holds when FedNewton is
+    lower by more than 2 standard errors, fails when higher by as much, else is not significant.
+    """
+    top = frame[frame["m"] == frame["m"].max()]
+    m = int(top["m"].iloc[0])
+    means = top.groupby("method", sort=False)["mse"].agg(["mean", "std", "count"])
+    means["se"] = means["std"] / np.sqrt(means["count"])
+    best = means["mean"].idxmin()
+    others = ", ".join(f"{k} {v:.3g}" for k, v in means["mean"].items() if k != best)
+    sizes = top["allocation"].nunique() if "allocation" in top else 1
+    over = f" (mean over {sizes} allocations)" if sizes > 1 else ""
+    first = (f"At the largest m = {m}, {best} has the lowest mean MSE{over}: "
+             f"{means.loc[best, 'mean']:.3g} (SE {means.loc[best, 'se']:.2g}; {others})")
+    if predicted is not None:
+        pr = predicted[predicted["m"] == m].groupby("method")["predicted_mse"].mean().dropna()
+        if len(pr):
+            first += f"; predict_mse ranks {pr.idxmin()} first ({pr.min():.3g})"
+    wide = top.pivot_table(index=["scenario", "rep"], columns="method", values="mse")
+    if not {"FedNewton", "FedAvg"} <= set(wide.columns):
+        return [first + ".", "FedNewton or FedAvg was not run: the paper's Fig. 5 claim is not checked."]
+    diff = (wide["FedNewton"] - wide["FedAvg"]).dropna()
+    d, se = float(diff.mean()), float(diff.std() / np.sqrt(len(diff)))
+    verdict = ("agrees with the paper" if d < -2 * se else "contradicts the paper" if d > 2 * se
+               else "does not settle the paper's claim (difference within 2 SE)")
+    second = (f"The paper (Fig. 5) finds that FedNewton mitigates FedAvg's decline as m grows; here at m = {m} "
+              f"FedNewton's mean MSE is {means.loc['FedNewton', 'mean']:.3g} against FedAvg's "
+              f"{means.loc['FedAvg', 'mean']:.3g} (paired difference {d:+.3g}, SE {se:.2g}, {len(diff)} pairs), "
+              f"which {verdict}.")
+    return [first + ".", second]

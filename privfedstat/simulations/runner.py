@@ -14,6 +14,7 @@ appended to a CSV file so that an interrupted study resumes where it stopped.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import warnings
@@ -54,7 +55,12 @@ class Scenario:
         Iteration budget K for studies that vary it (Fig. 4); None keeps each method's default.
         How K maps onto each method: see :func:`make_estimator`.
     clip : float or str
-        Clipping rule passed to the estimators ("auto", "paper" or a number).
+        Clipping rule passed to the estimators ("auto", "paper" or a number; ``inf``: no clipping,
+        only with ``mu = inf``).
+    newton_noise : str or None
+        FedNewton's ``newton_noise`` (the other methods ignore it); None keeps its default.
+    hessian_floor : float, str or None
+        FedNewton's ``hessian_floor`` (the other methods ignore it); None keeps its default.
     labels : dict
         Extra tidy columns (e.g. ``{"study": "fig5"}``); not part of the seed.
     """
@@ -65,13 +71,25 @@ class Scenario:
     mu: float = 2.0
     n_iter: int | None = None
     clip: float | str = "auto"
+    newton_noise: str | None = None
+    hessian_floor: float | str | None = None
     labels: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def key(self) -> str:
-        """Stable text identifier (independent of ``labels``), used for seeds and resuming."""
+        """Stable text identifier (independent of ``labels``), used for seeds and resuming.
+
+        FedNewton's settings enter only when set, so that the keys (and seeds) of the default
+        settings do not change.
+        """
+        newton = "".join(f"|{name}={value}" for name, value in self.newton_settings().items())
         return (f"{self.design.label}|m={self.n_clients}|{type(self.allocation).__name__}"
-                f"{tuple(asdict(self.allocation).values())}|mu={self.mu:g}|K={self.n_iter}|clip={self.clip}")
+                f"{tuple(asdict(self.allocation).values())}|mu={self.mu:g}|K={self.n_iter}|clip={self.clip}{newton}")
+
+    def newton_settings(self) -> dict:
+        """FedNewton's settings this scenario overrides (``newton_noise``, ``hessian_floor``), by name."""
+        return {name: value for name, value in (("newton_noise", self.newton_noise),
+                                                ("hessian_floor", self.hessian_floor)) if value is not None}
 
     def columns(self) -> dict:
         """Tidy columns describing this scenario."""
@@ -99,15 +117,18 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
     defaults are ``"auto"``), ``clip="auto"`` becomes ``AutoClip()`` so that runs with
     mu = inf also clip at the private 90% quantile, as in the paper's studies, and
     ``inference=None``: the whole mu goes to estimation, as in the paper (the default
-    ``inference="auto"`` would spend a share of it on standard errors).
+    ``inference="auto"`` would spend a share of it on standard errors). ``scenario.newton_noise``
+    and ``scenario.hessian_floor``, when set, go to the methods that have these parameters (FedNewton).
     """
     spec = registry.get_method(method)
     if spec.paper_params is None:
         raise ValueError(f"method {method!r} has no simulation settings (MethodSpec.paper_params); the studies "
                          f"run {', '.join(METHODS)}.")
     clip = AutoClip() if isinstance(scenario.clip, str) and scenario.clip == "auto" else scenario.clip
+    own = inspect.signature(spec.cls).parameters
+    newton = {k: v for k, v in scenario.newton_settings().items() if k in own}
     return spec.cls(family=scenario.design.family, mu=scenario.mu, clip=clip, random_state=random_state,
-                    step_size=PAPER_STEP_SIZE, inference=None, **spec.paper_params(scenario.n_iter))
+                    step_size=PAPER_STEP_SIZE, inference=None, **spec.paper_params(scenario.n_iter), **newton)
 
 
 #: the methods of the Section 4 studies: the registered ones with simulation settings (the paper's four)

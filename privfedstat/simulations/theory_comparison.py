@@ -10,6 +10,7 @@ predictions from :func:`privfedstat.predict_mse`.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ from ..theory import Problem, hessian_norm_quantile, lower_bound, problem_consta
 from .allocations import Equal
 from .runner import Scenario, make_estimator
 
-__all__ = ["compare_to_theory", "plot_theory_comparison"]
+__all__ = ["compare_to_theory", "theory_slopes", "plot_theory_comparison"]
 
 
 def _equal_sizes(N: int, m: int) -> list[int]:
@@ -35,6 +36,14 @@ def _clip_rule(row) -> str:
         if f"clip={rule}" in key:
             return rule
     return "numeric"
+
+
+def _newton_settings(row) -> dict:
+    """FedNewton's settings a scenario key carries (see :meth:`Scenario.newton_settings`)."""
+    settings = dict(re.findall(r"\|(newton_noise|hessian_floor)=([^|]+)", str(row.get("scenario", ""))))
+    if settings.get("hessian_floor", "auto") != "auto":
+        settings["hessian_floor"] = float(settings["hessian_floor"])
+    return settings
 
 
 def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, tau2=None, trace_sigma=None,
@@ -75,9 +84,10 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
         A copy of ``results`` with ``d``, ``bound`` (the method's upper bound, see ``bound_name``),
         ``bound_name``, ``lower_bound`` (Theorem 3.10; NaN unless 0 < mu < 1), ``predicted_mse``
         (NaN when not computed, or when the predictor rejects the cell, e.g. FedNewton with
-        n_i < 2 d) and ``rate_slope``: the least-squares slope of log(mean MSE per
-        cell) on log(bound) within each group -- 1 when the empirical MSE follows the theoretical
-        rate.
+        n_i < 2 d), ``prediction_note`` (the predictor's reason for such a NaN, else "") and
+        ``rate_slope``: the least-squares slope of log(mean MSE per cell) on log(bound) within each
+        group -- 1 when the empirical MSE follows the theoretical rate (:func:`theory_slopes`: the
+        slopes in m, n, mu and K side by side).
 
     Notes
     -----
@@ -112,7 +122,7 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
     K = df["K"] if "K" in df else pd.Series(np.nan, index=df.index)
     df["_K"] = K.astype(float)
     cell_cols = ["method", "m", "N", "mu", "_K"] + (["scenario"] if "scenario" in df else [])
-    out_cols = {"bound": [], "bound_name": [], "lower_bound": [], "predicted_mse": []}
+    out_cols = {"bound": [], "bound_name": [], "lower_bound": [], "predicted_mse": [], "prediction_note": []}
     keys = []
     for key, cell in df.groupby(cell_cols, sort=False, dropna=False):
         method, m, N, mu, Kc = key[:5]
@@ -126,14 +136,14 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
         clip_setting = rule if rule != "numeric" else float(cell["clip"].median()) if "clip" in cell else "auto"
         if design is not None:
             scen = Scenario(design=design, n_clients=m, allocation=Equal(max(1, N // m)), mu=mu, n_iter=Kint,
-                            clip=clip_setting)
+                            clip=clip_setting, **_newton_settings(cell.iloc[0]))
             est = make_estimator(method, scen, None)
         else:
             est = None
         p = est.get_params() if est is not None else spec.paper_params(Kint)
         b = spec.bound(p, mu=mu, d=d, n_samples=N, n_clients=m, trace_sigma=tr, C=C, C_B=C_B, tau1=t1, tau2=t2)
         lb = lower_bound(mu=mu, d=d, n_samples=N, n_clients=m, C1=C1, C2=C2) if 0 < mu < 1 else np.nan
-        pred = np.nan
+        pred, note = np.nan, ""
         if predict and est is not None and spec.predictor is not None:
             clip_b = float(cell["clip"].median()) if "clip" in cell and rule != "numeric" else None
             if clip_b is not None or rule == "numeric":
@@ -143,13 +153,13 @@ def compare_to_theory(results: pd.DataFrame, *, design=None, d=None, tau1=None, 
                 try:
                     pred = predict_mse(est, Problem(design, _equal_sizes(N, m)), n_mc=n_mc,
                                        random_state=random_state, **kw).total
-                except ValueError:  # e.g. FedNewton with n_i < 2 d: no prediction for this cell
-                    pred = np.nan
+                except ValueError as exc:  # e.g. FedNewton with n_i < 2 d: no prediction for this cell
+                    pred, note = np.nan, str(exc)
         keys.append(cell.index)
-        for k, v in zip(out_cols, (float(b), spec.bound.name, float(lb), float(pred))):
+        for k, v in zip(out_cols, (float(b), spec.bound.name, float(lb), float(pred), note)):
             out_cols[k].append(v)
     for k, vals in out_cols.items():
-        col = pd.Series(index=df.index, dtype=object if k == "bound_name" else float)
+        col = pd.Series(index=df.index, dtype=object if k in ("bound_name", "prediction_note") else float)
         for idx, v in zip(keys, vals):
             col.loc[idx] = v
         df[k] = col
@@ -174,6 +184,67 @@ def _slopes(df: pd.DataFrame, by) -> pd.Series:
             mask &= (df[c] == v).to_numpy() | (pd.isna(df[c]) & pd.isna(v)).to_numpy()
         slope[mask] = s
     return slope
+
+
+#: the variables :func:`theory_slopes` fits against, each with the columns held fixed while it varies
+SLOPE_VARIABLES = {"m": ("allocation", "mu", "K"), "n": ("m", "mu", "K"), "mu": ("m", "N", "allocation", "K"),
+                   "K": ("m", "N", "allocation", "mu")}
+
+
+def _slope(x: np.ndarray, y: np.ndarray, var: np.ndarray | None = None) -> tuple[float, float]:
+    """Least-squares slope of y on x and its standard error from independent var(y_i) (NaN without var)."""
+    w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+    return float(np.sum(w * y)), float(np.sqrt(np.sum(w**2 * var))) if var is not None else np.nan
+
+
+def theory_slopes(compared: pd.DataFrame) -> pd.DataFrame:
+    """The log-log slopes of Monte Carlo, of the bound and of the prediction in m, n, mu and K, side by side.
+
+    Parameters
+    ----------
+    compared : DataFrame
+        Output of :func:`compare_to_theory`.
+
+    Returns
+    -------
+    DataFrame
+        One row per method, variable (``m``; ``n`` = N/m; ``mu``, finite values only; ``K``) and
+        group of the other settings (:data:`SLOPE_VARIABLES`: the columns held fixed) in which the
+        variable takes at least two values: ``slope_mc`` (least-squares slope of log mean MSE
+        per cell on log variable) and its standard error ``se_mc`` (delta method, cells
+        independent), ``slope_bound``, ``slope_prediction`` (NaN where the predictor refused a
+        cell) and ``bound_agrees`` / ``prediction_agrees``: "yes" when the slope is within 2
+        standard errors of the Monte-Carlo slope, else "no" ("" when it is NaN).
+    """
+    df = compared.assign(n=compared["N"] / compared["m"], K=compared["K"] if "K" in compared else np.nan)
+    if "allocation" not in df:
+        df["allocation"] = ""
+    cell = ["method", "m", "N", "mu", "K", "allocation"] + (["scenario"] if "scenario" in df else [])
+    cells = df.groupby(cell, sort=False, dropna=False).agg(
+        mse=("mse", "mean"), sd=("mse", "std"), reps=("mse", "count"), n=("n", "mean"), bound=("bound", "mean"),
+        pred=("predicted_mse", "mean")).reset_index()
+    cells["m"], cells["N"] = cells["m"].astype(float), cells["N"].astype(float)
+    rows = []
+    for var, fixed in SLOPE_VARIABLES.items():
+        finite = cells[np.isfinite(cells[var].astype(float)) & (cells[var].astype(float) > 0) & (cells["mse"] > 0)]
+        for key, g in finite.groupby(["method", *fixed], sort=False, dropna=False):
+            x = np.log(g[var].astype(float).to_numpy())
+            if len(g) < 2 or np.ptp(x) < 0.05:
+                continue
+            var_log = (g["sd"].fillna(0.0) ** 2 / g["reps"] / g["mse"] ** 2).to_numpy()
+            mc, se = _slope(x, np.log(g["mse"].to_numpy()), var_log)
+            bound = _slope(x, np.log(g["bound"].to_numpy()))[0] if (g["bound"] > 0).all() else np.nan
+            pred = _slope(x, np.log(g["pred"].to_numpy()))[0] if (g["pred"] > 0).all() else np.nan
+            rows.append({"method": key[0], "variable": var,
+                         "fixed": ", ".join(f"{c}={v}" for c, v in zip(fixed, key[1:])), "cells": len(g),
+                         "slope_mc": mc, "se_mc": se, "slope_bound": bound, "slope_prediction": pred,
+                         "bound_agrees": _agrees(bound, mc, se), "prediction_agrees": _agrees(pred, mc, se)})
+    return pd.DataFrame(rows, columns=["method", "variable", "fixed", "cells", "slope_mc", "se_mc", "slope_bound",
+                                       "slope_prediction", "bound_agrees", "prediction_agrees"])
+
+
+def _agrees(slope: float, mc: float, se: float) -> str:
+    return "" if not np.isfinite(slope) else "yes" if abs(slope - mc) <= 2 * se else "no"
 
 
 def plot_theory_comparison(df: pd.DataFrame, *, x: str = "m", methods=None, ax=None, logx: bool = True,
