@@ -52,8 +52,10 @@ def communication_table(*, n_clients, d, n_samples=None, mu=None, n_iter=50, n_s
     -------
     DataFrame
         Columns: the inputs, ``method``, ``rounds`` (uploads per client, as the estimators count
-        them: FedSGD K, FedHybrid K2 + 1, FedAvg R, FedNewton R + 1), ``floats_per_client``
-        (``rounds * d``), ``total_floats`` (``m * rounds * d``), ``paper_rounds`` and
+        them: FedSGD K, FedHybrid K2 + 1, FedAvg R, FedNewton R + 2: its FedAvg rounds, the shared
+        Hessian of its private mode and the Newton step), ``floats_per_client`` (``rounds * d``;
+        FedNewton's Hessian upload carries ``d (d + 1) / 2`` floats, so its communication is O(m d^2)
+        where Table 1's Algorithm 4 sends O(m d)), ``total_floats`` (``m * floats_per_client``), ``paper_rounds`` and
         ``paper_communication`` (Table 1's entries), and ``error_rate`` (Table 1's error bound with
         unit constants: FedSGD ``d/N + m d^2 log N/(mu^2 N^2)``, FedHybrid the same with log m,
         FedAvg ``d/N + m^2 d^2/N^2 + m d^2 R K/(mu^2 N^2)``, FedNewton ``d/N + m d^2/(mu^2 N^2)``).
@@ -75,8 +77,10 @@ def communication_table(*, n_clients, d, n_samples=None, mu=None, n_iter=50, n_s
     for name, a in (("n_iter", K), ("n_server_iter", K2), ("n_rounds", R), ("newton_rounds", Rn), ("n_clients", m), ("d", d)):
         if np.any(a != np.rint(a)):
             raise ValueError(f"{name} must be integers, got {a}.")
-    rounds = {"FedSGD": K, "FedHybrid": K2 + 1, "FedAvg": R, "FedNewton": Rn + 1}
+    rounds = {"FedSGD": K, "FedHybrid": K2 + 1, "FedAvg": R, "FedNewton": Rn + 2}
     rounds = {k: v.astype(np.int64) for k, v in rounds.items()}
+    hessian = d * (d + 1) // 2
+    floats = {"FedSGD": K * d, "FedHybrid": (K2 + 1) * d, "FedAvg": R * d, "FedNewton": (Rn + 1) * d + hessian}
     with np.errstate(divide="ignore", invalid="ignore"):
         base = d / N
         priv = m * d**2 / (mu_**2 * N**2)
@@ -92,7 +96,8 @@ def communication_table(*, n_clients, d, n_samples=None, mu=None, n_iter=50, n_s
         cols = {"method": method, "n_clients": m, "d": d}
         if with_rate:
             cols.update(n_samples=N, mu=mu_)
-        cols.update(rounds=r, floats_per_client=r * d, total_floats=m * r * d,
+        cols.update(rounds=r, floats_per_client=floats[method].astype(np.int64),
+                    total_floats=m * floats[method].astype(np.int64),
                     paper_rounds=_PAPER[method][0], paper_communication=_PAPER[method][1])
         if with_rate:
             cols["error_rate"] = rates[method]

@@ -45,20 +45,22 @@ def test_communication_matches_table_1():
     assert hy.rounds == 1 + 20 + q and hy.floats_per_client == (1 + 20) * d + q
     assert FedAvg(clip=1.0, inference=None).fit(data).communication_.rounds == 2
     nw = FedNewton(clip=1.0, hessian_clip=1.0, inference=None).fit(data).communication_
-    assert nw.rounds == 2 and nw.floats_per_client == 2 * d
+    assert nw.rounds == 3 and nw.floats_per_client == 2 * d + d * (d + 1) // 2  # the shared Hessian: d (d + 1) / 2
+    paper = FedNewton(clip=1.0, hessian_clip=1.0, newton_noise="paper", inference=None).fit(data).communication_
+    assert paper.rounds == 2 and paper.floats_per_client == 2 * d  # Algorithm 4: the Newton step only
 
 
 def test_inference_releases_add_one_round_each():
     """Model-based inference at the default budget: FedSGD searches C_H (6 counts), counts its clipped
     gradients at the estimate (1 float) and releases the Hessian (d (d + 1) / 2 floats); FedNewton
-    reuses its C_H."""
+    reuses its C_H, so adds the count and the Hessian."""
     data = simulate("logistic", [100] * 10, [0.2, 0.3, -0.1])
     d, q = 3, 6
     base = FedSGD(n_iter=50, clip=AutoClip(), inference=None, random_state=0).fit(data).communication_
     full = FedSGD(n_iter=50, clip=AutoClip(), random_state=0).fit(data).communication_
     assert full.rounds - base.rounds == q + 2 and full.floats_per_client - base.floats_per_client == q + 1 + d * (d + 1) // 2
     nw = FedNewton(clip=1.0, hessian_clip=1.0).fit(data).communication_
-    assert nw.rounds == 4 and nw.floats_per_client == 2 * d + 1 + d * (d + 1) // 2
+    assert nw.rounds == 5 and nw.floats_per_client == 2 * d + 1 + 2 * (d * (d + 1) // 2)
 
 
 def test_fedsgd_history_starts_at_init(logistic_data):
