@@ -63,8 +63,9 @@ COVERAGE_METHODS = ("FedIRLS", "FedSGD", "FedAvg", "FedNewton", REFERENCE)
 
 
 def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus=MUS, rho: float = RHO,
-                       correlation: str = "equi") -> list[Scenario]:
-    """The cells of the coverage study: every (family, N, m, mu), N split equally over m sites.
+                       correlation: str = "equi", min_rows: int = 0) -> list[Scenario]:
+    """The cells of the coverage study: every (family, N, m, mu), N split equally over m sites, with at least
+    ``min_rows`` rows per site.
 
     Parameters
     ----------
@@ -77,12 +78,18 @@ def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus
         GDP budgets per site (``inf``: non-private).
     rho, correlation
         Covariate correlation (see :class:`~privfedstat.simulations.GLMDesign`).
+    min_rows : int
+        Keep only the (N, m) with ``N / m >= min_rows`` rows per site (issue 42's targets are on ``n_i >= 200``).
     """
+    if min_rows < 0:
+        raise ValueError(f"min_rows must be >= 0 rows per site, got {min_rows}.")
     out = []
     for family in families:
         design = GLMDesign(family, rho=rho, correlation=correlation)
         for N in totals:
             for m in clients:
+                if N < min_rows * m:
+                    continue
                 if N % m:
                     raise ValueError(f"N = {N} rows cannot be split equally over m = {m} sites; "
                                      "choose N a multiple of every m.")
@@ -348,6 +355,8 @@ class CoverageConfig(MonteCarloConfig):
     clients: tuple[int, ...] = param("numbers of sites m (N split equally), e.g. 10,50,400", CLIENTS, flag="sites")
     methods: tuple[str, ...] = param(f"methods to run, a subset of {','.join(COVERAGE_METHODS)}", COVERAGE_METHODS,
                                      flag="method")
+    min_rows: int = param("run only the (N, m) cells with at least this many rows per site N / m, e.g. 200", 0,
+                          flag="min-rows-per-site")
 
 
 def _run(config: CoverageConfig, stem, progress: bool) -> dict[str, pd.DataFrame]:
@@ -357,7 +366,10 @@ def _run(config: CoverageConfig, stem, progress: bool) -> dict[str, pd.DataFrame
     measure = COVERAGE if config.methods == COVERAGE_METHODS else Measure(
         "coverage", tuple(config.methods), make_default_estimator, coverage_rows, tolerate=(Exception,))
     scenarios = coverage_scenarios(families=config.families, totals=config.totals, clients=config.clients,
-                                   mus=config.mus)
+                                   mus=config.mus, min_rows=config.min_rows)
+    if not scenarios:
+        raise ValueError(f"no cell of the grid (N in {config.totals}, m in {config.clients}) has "
+                         f"--min-rows-per-site {config.min_rows} rows per site; lower it or add --n / --sites.")
     mc = config.monte_carlo(scenarios, f"{stem}.csv", progress, measure=measure)
     return {"": mc.run()}
 
