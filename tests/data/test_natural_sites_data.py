@@ -76,7 +76,7 @@ def test_targets_count_cells_per_threshold():
     finally:
         sys.path.remove(str(BENCH))
     base = {"dataset": "x", "fits": 3, "errors": 0, "med_hc0": 1.0, "max_se": 1.0, "withheld": 0.0, "width": 1.0,
-            "pred": 1.0, "got": 1.0, "warnings": "", "misses": 1, "half": "validation", "n": 6000}
+            "pred": 1.0, "got": 1.0, "warnings": "", "misses": 1, "noise_only": 1, "half": "validation", "n": 6000}
     rows = pd.DataFrame([
         {**base, "mu": np.inf, "med_se": 0.0, "max_se": 0.0, "hold": 1.0, "rms_z": np.nan, "fits_withheld": 0.0,
          "silent": 0},
@@ -91,3 +91,5 @@ def test_targets_count_cells_per_threshold():
     assert "1 of 2 cells; missed: x mu = 8 (10%)" in lines[4]
     assert lines[5].endswith("0 of 2 cells; missed: x mu = 8, x mu = 2.")
     assert lines[6].startswith("- silent misses") and ": 1 in 9 private fits (3 with a miss; silent: x mu = 2: 1)" in lines[6]
+    assert lines[7].endswith("not that an interval may miss): 3.")
+    assert len(bench.targets(rows[rows["mu"] < np.inf])) == 7  # no mu = inf cells: no line for them
