@@ -79,7 +79,7 @@ def coverage_scenarios(*, families=FAMILIES, totals=TOTALS, clients=CLIENTS, mus
     rho, correlation
         Covariate correlation (see :class:`~privfedstat.simulations.GLMDesign`).
     min_rows : int
-        Keep only the (N, m) with ``N / m >= min_rows`` rows per site (issue 42's targets are on ``n_i >= 200``).
+        Keep only the (N, m) with ``N / m >= min_rows`` rows per site (e.g. 200).
     """
     if min_rows < 0:
         raise ValueError(f"min_rows must be >= 0 rows per site, got {min_rows}.")
