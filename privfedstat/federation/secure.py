@@ -1,0 +1,94 @@
+"""Secure aggregation: the sites send quantized messages with integer noise shares, the server learns only their sum.
+
+The client side is the verb ``secure_gradients`` (registered in the verb table): each site
+computes the message of ``gradients`` (its mean of per-sample gradients clipped to B), weights
+it by its public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
+sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
+to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The server side is
+:func:`secure_mean`: it refuses the round when fewer than ``spec.min_surviving`` sites answered
+(nothing is unmasked), records one release for the *sum* (the worst site's sensitivity, the
+survivors' summed noise), and decodes the modular sum.
+
+In process the secure sum is emulated: the server receives every site's residue and adds them,
+the arithmetic of a deployment where a secure-aggregation protocol (Flower's SecAgg+) adds them
+instead and hands the server the sum alone. The ledger records what the protocol reveals (the
+sum), so the guarantee it states is the one towards a server that runs the protocol.
+
+A site's randomness (its uniforms for the rounding, its Skellam share) comes from a generator
+seeded with 256 bits drawn from its own noise stream (:class:`~privfedstat.privacy.mechanisms.ClientNoise`,
+or the OS CSPRNG in secure mode), so runs with one seed are identical and the sites' draws stay
+in lockstep whoever answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..exceptions import ClientFailureError
+from ..privacy.ledger import Release
+from ..privacy.secure_noise import SkellamSpec, decode, encode
+from .clients import Reply
+from .verbs import Verb, parameters, register
+
+__all__ = ["secure_mean", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+
+#: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
+#: noise shares are summed under secure aggregation ("secure")
+AGGREGATIONS = ("local", "secure")
+
+
+class SecureAggregationRefused(ClientFailureError):
+    """Fewer sites survived a secure round than its noise is calibrated for: the sum is not unmasked."""
+
+
+def site_generators(noise) -> list[np.random.Generator]:
+    """One generator per site, seeded with 256 bits of the site's own noise stream (the streams advance in lockstep)."""
+    draws = np.ascontiguousarray(noise.standard_normal((4,)))
+    bits = draws.view(np.uint64).reshape(noise.n_clients, 4)
+    return [np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(b) for b in row]))) for row in bits]
+
+
+def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                      active=None) -> Reply:
+    """Each site's ``encode(w_i g_i)``: its clipped mean gradient weighted by ``w_i``, quantized, with its noise share.
+
+    ``sensitivity`` (per site) is that of ``w_i g_i`` (``w_i 2 B / n_i``); the release record a site attaches is its
+    own share (sd ``gamma sqrt(2 lam)``), replaced by the server with the sum's (:func:`secure_mean`).
+    """
+    answered, failing = clients._begin(active)
+    g = clients._answering(answered, lambda o, t: o.clipped_gradients(t, clip), theta)
+    w = np.asarray(weights, dtype=np.float64)
+    residues = encode(w[:, None] * g, spec, site_generators(clients._noise))
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(g.shape[1])
+    rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
+                  integer=spec.noise(1))
+    return clients._reply(residues.astype(np.float64), [rec], answered, failing)
+
+
+register(Verb("secure_gradients", shape=parameters, per_client=("weights", "sensitivity", "active"),
+              records=(("spec", SkellamSpec),)), in_process=_secure_gradients)
+
+
+def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, **request) -> np.ndarray:
+    """The weighted mean ``sum_i w_i s_i / sum_i w_i`` over the surviving sites, learnt through their secure sum.
+
+    Raises :class:`SecureAggregationRefused` (nothing recorded, nothing decoded) when fewer than
+    ``spec.min_surviving`` sites answered; else records the sum's release (the survivors' sensitivity, the sd of
+    their summed noise ``gamma sqrt(2 n lam)``) and applies the fit's failure policy to sites that failed.
+    """
+    reply = getattr(session.clients, verb)(weights=weights, spec=spec, **request)
+    answered = reply.answered
+    n = int(np.count_nonzero(answered))
+    if n < spec.min_surviving:
+        raise SecureAggregationRefused(
+            f"secure round {request.get('stage', verb)!r}: {n} site(s) answered, fewer than min_surviving = "
+            f"{spec.min_surviving}; the sum is not unmasked (its noise would fall short of the declared guarantee).")
+    share = reply.releases[0]
+    summed = Release(share.stage, -1, "aggregated", share.sensitivity, np.where(answered, spec.quantum *
+                     np.sqrt(2.0 * spec.lam * n), 0.0), integer=spec.noise(n))
+    values = session.channel.receive(Reply(reply.values, (summed,), answered, reply.failed, reply.leak, reply.error),
+                                     weights=answered.astype(np.float64))
+    total = float(np.asarray(weights, dtype=np.float64)[answered].sum())
+    if not total > 0:
+        raise ClientFailureError("no site with a positive weight answered this secure round.")
+    return decode(values[answered], spec) / total
