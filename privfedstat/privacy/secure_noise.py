@@ -238,7 +238,7 @@ def skellam_log_pmf(lam: float, support: np.ndarray) -> np.ndarray:
         return np.log(ive(np.abs(np.asarray(support, dtype=np.float64)), 2.0 * lam))
 
 
-def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval: float = 1e-4, tail_sd: float = 40.0):
+def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval: float = 1e-4, tail_sd: float = 12.0):
     """dp-accounting's numerical privacy loss distribution of ``Sk(lam)`` against ``Sk(lam) + k`` per coordinate, composed
     over the coordinates' integer ``shifts`` (pessimistic estimate; support truncated at ``tail_sd`` sd, whose mass
     the PLD counts as infinite loss)."""
