@@ -9,7 +9,7 @@ import numpy as np
 
 from .._validation import Free, Interval, check_iterate
 from ..federation.protocol import Run, Setup
-from ..federation.secure import AGGREGATIONS, secure_mean
+from ..federation.secure import AGGREGATIONS, secure_count, secure_mean
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import resolve_weights
@@ -181,9 +181,7 @@ class FedSGD(FederatedEstimator):
         round's budget is ``mu / sqrt(K)`` (:func:`~privfedstat.privacy.secure_noise.skellam_spec`).
         """
         m = session.clients.n_clients
-        if math.isinf(setup.mu) or session.participation is not None:
-            raise ValueError("aggregation='secure' needs a finite mu and every site in every round (participation=None).")
-        k = m if self.min_surviving is None else int(self.min_surviving)
+        k = secure_count(self.min_surviving, m, setup.mu, session.participation)
         sens, mu_msg = gradient_calibration(setup.clip, session.sizes, K, setup.mu)
         wsens = weights * sens
         spec = skellam_spec(float(wsens.max()), float(np.max(weights)) * setup.clip, session.clients.n_params, mu_msg,

@@ -1,8 +1,9 @@
 """Secure aggregation: the sites send quantized messages with integer noise shares, the server learns only their sum.
 
-The client side is the verb ``secure_gradients`` (registered in the verb table): each site
-computes the message of ``gradients`` (its mean of per-sample gradients clipped to B), weights
-it by its public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
+The client side is the verbs ``secure_gradients`` and ``secure_hessians`` (registered in the verb
+table): each site computes the message of ``gradients`` (its mean of per-sample gradients clipped
+to B) or ``hessians`` (``sym_to_vec`` of its mean Hessian clipped to C_H), weights it by its
+public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
 sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
 to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The server side is
 :func:`secure_mean`: it refuses the round when fewer than ``spec.min_surviving`` sites answered
@@ -22,15 +23,18 @@ in lockstep whoever answers.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
 from ..privacy.secure_noise import SkellamSpec, decode, encode
 from .clients import Reply
-from .verbs import Verb, parameters, register
+from .verbs import Verb, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_count", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -41,6 +45,17 @@ class SecureAggregationRefused(ClientFailureError):
     """Fewer sites survived a secure round than its noise is calibrated for: the sum is not unmasked."""
 
 
+def secure_count(min_surviving: int | None, n_clients: int, mu: float, participation) -> int:
+    """The fewest surviving sites of a secure fit (``min_surviving``; None: every site), checked against what secure
+    aggregation needs: a finite mu and every site asked each round."""
+    if math.isinf(mu) or participation is not None:
+        raise ValueError("aggregation='secure' needs a finite mu and every site in every round (participation=None).")
+    k = n_clients if min_surviving is None else int(min_surviving)
+    if not 1 <= k <= n_clients:
+        raise ValueError(f"min_surviving must lie in [1, {n_clients}] (the number of sites), got {min_surviving!r}.")
+    return k
+
+
 def site_generators(noise) -> list[np.random.Generator]:
     """One generator per site, seeded with 256 bits of the site's own noise stream (the streams advance in lockstep)."""
     draws = np.ascontiguousarray(noise.standard_normal((4,)))
@@ -48,25 +63,39 @@ def site_generators(noise) -> list[np.random.Generator]:
     return [np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(b) for b in row]))) for row in bits]
 
 
-def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
-                      active=None) -> Reply:
-    """Each site's ``encode(w_i g_i)``: its clipped mean gradient weighted by ``w_i``, quantized, with its noise share.
+def _secure_release(clients, statistic, theta, weights, sensitivity, spec: SkellamSpec, stage: str, active) -> Reply:
+    """Each site's ``encode(w_i s_i)`` for ``s_i = statistic(oracle, theta)``: weighted, quantized, with its noise share.
 
-    ``sensitivity`` (per site) is that of ``w_i g_i`` (``w_i 2 B / n_i``); the release record a site attaches is its
-    own share (sd ``gamma sqrt(2 lam)``), replaced by the server with the sum's (:func:`secure_mean`).
+    ``sensitivity`` (per site) is that of ``w_i s_i``; the release record a site attaches is its own share (sd
+    ``gamma sqrt(2 lam)``), replaced by the server with the sum's (:func:`secure_mean`).
     """
     answered, failing = clients._begin(active)
-    g = clients._answering(answered, lambda o, t: o.clipped_gradients(t, clip), theta)
+    s = clients._answering(answered, statistic, theta)
     w = np.asarray(weights, dtype=np.float64)
-    residues = encode(w[:, None] * g, spec, site_generators(clients._noise))
-    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(g.shape[1])
+    residues = encode(w[:, None] * s, spec, site_generators(clients._noise))
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(s.shape[1])
     rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
                   integer=spec.noise(1))
     return clients._reply(residues.astype(np.float64), [rec], answered, failing)
 
 
-register(Verb("secure_gradients", shape=parameters, per_client=("weights", "sensitivity", "active"),
-              records=(("spec", SkellamSpec),)), in_process=_secure_gradients)
+def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                      active=None) -> Reply:
+    """``gradients`` under secure aggregation: each site's mean of per-sample gradients clipped to B, times ``w_i``."""
+    return _secure_release(clients, lambda o, t: o.clipped_gradients(t, clip), theta, weights, sensitivity, spec,
+                           stage, active)
+
+
+def _secure_hessians(clients, theta, *, hessian_clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                     active=None) -> Reply:
+    """``hessians`` under secure aggregation: ``sym_to_vec`` of each site's mean Hessian clipped to C_H, times ``w_i``."""
+    return _secure_release(clients, lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, None)), theta, weights,
+                           sensitivity, spec, stage, active)
+
+
+_SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
+register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
+register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
 
 
 def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, **request) -> np.ndarray:

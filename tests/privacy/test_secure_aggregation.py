@@ -137,3 +137,24 @@ def test_secure_messages_never_go_through_the_gaussian_privatize(monkeypatch):
     with pytest.warns(Warning):
         _fit(_data(), clip="auto")
     assert "gradient" not in stages and stages  # the clip search's counts stay per-site Gaussian releases
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_fedirls_and_glm_sum_gradients_and_hessians_securely():
+    import pandas as pd
+
+    from privfedstat import glm
+    from privfedstat.algorithms.fedirls import FedIRLS
+
+    data = _data(seed=2, n=400)
+    est = FedIRLS(mu=1.0, clip=1.0, hessian_clip=1.0, n_rounds=4, aggregation="secure", random_state=0,
+                  inference=None).fit(data)
+    secure = {r.stage for r in est.privacy_.releases if r.integer is not None}
+    assert secure == {"irls-gradient", "irls-hessian"}
+    assert est.privacy_.mu == pytest.approx(1.0)
+    assert np.all(np.isfinite(est.coef_))
+    frame = pd.DataFrame({"x1": data.X[:, 1], "x2": data.X[:, 2], "y": data.y,
+                          "site": np.repeat(np.arange(M), 400)})
+    fit = glm("y ~ x1 + x2", frame, client="site", family="logistic", mu=2.0, aggregation="secure", random_state=0)
+    assert any(r.integer is not None for r in fit.privacy_.releases)
+    assert np.all(np.isfinite(fit.bse_))
