@@ -82,7 +82,8 @@ class FedSGD(FederatedEstimator):
         gradient messages are summed under secure aggregation (:mod:`privfedstat.federation.secure`):
         each sends its weighted message quantized, with a Skellam share of the noise, and the sum
         carries the noise of one mechanism with budget ``mu / sqrt(K)`` per round -- about
-        ``1 / sqrt(m)`` of the local sum's sd. Needs finite mu and every site asked each round.
+        ``1 / sqrt(m)`` of the local sum's sd. Needs every site asked each round; with mu = inf
+        nothing is noised and it changes nothing.
     min_surviving : int or None, default None
         With ``aggregation="secure"``: the fewest sites whose noise shares keep the declared guarantee
         (each share is calibrated for them); a round with fewer survivors is refused
@@ -162,7 +163,7 @@ class FedSGD(FederatedEstimator):
         sd = gradient_noise_sd(setup.clip, session.sizes, K, setup.mu)
         weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
         theta0 = _initial(self.init, session.clients)
-        if self.aggregation == "secure":
+        if self.aggregation == "secure" and math.isfinite(setup.mu):
             return self._run_secure(session, setup, theta0, K, eta, weights)
         theta, path = server_gradient_descent(session, theta0, clip=setup.clip, n_iter=K, step_size=eta, mu=setup.mu,
                                               weights=weights, stage="gradient", stop_early=stop_early)

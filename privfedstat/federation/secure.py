@@ -23,8 +23,6 @@ in lockstep whoever answers.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .._linalg import sym_to_vec
@@ -47,9 +45,10 @@ class SecureAggregationRefused(ClientFailureError):
 
 def secure_count(min_surviving: int | None, n_clients: int, mu: float, participation) -> int:
     """The fewest surviving sites of a secure fit (``min_surviving``; None: every site), checked against what secure
-    aggregation needs: a finite mu and every site asked each round."""
-    if math.isinf(mu) or participation is not None:
-        raise ValueError("aggregation='secure' needs a finite mu and every site in every round (participation=None).")
+    aggregation needs: every site asked each round. (With mu = inf nothing is noised and the estimators aggregate
+    as without it.)"""
+    if participation is not None:
+        raise ValueError("aggregation='secure' needs every site in every round (participation=None).")
     k = n_clients if min_surviving is None else int(min_surviving)
     if not 1 <= k <= n_clients:
         raise ValueError(f"min_surviving must lie in [1, {n_clients}] (the number of sites), got {min_surviving!r}.")

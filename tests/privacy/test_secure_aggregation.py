@@ -86,9 +86,12 @@ def test_a_dropout_above_min_surviving_keeps_the_guarantee_with_the_survivors_no
     assert np.all(np.isfinite(est.coef_))
 
 
-def test_secure_aggregation_refuses_infinite_mu_and_partial_participation():
-    with pytest.raises(ValueError, match="secure"):
-        _fit(_data(), mu=math.inf)
+@pytest.mark.filterwarnings("ignore")
+def test_secure_aggregation_without_noise_is_the_local_fit_and_refuses_partial_participation():
+    data = _data()
+    np.testing.assert_array_equal(_fit(data, mu=math.inf).coef_, _fit(data, mu=math.inf, aggregation="local").coef_)
+    with pytest.raises(ValueError, match="every site"):
+        _fit(data, participation=0.5)
     with pytest.raises(ValueError, match="aggregation"):
         _fit(_data(), aggregation="central")
 

@@ -236,7 +236,7 @@ class IRLSSchedule:
             stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
                       *(("insure",) if whiten else ()), "refine")
         floor = None if estimator.hessian_floor == "auto" else float(estimator.hessian_floor)
-        secure = None if getattr(estimator, "aggregation", "local") == "local" else \
+        secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
         return cls(mode, stages, shares, research, mu_research, rules, bound_search(estimator), family, sizes, weights,
