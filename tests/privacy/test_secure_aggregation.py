@@ -161,3 +161,27 @@ def test_fedirls_and_glm_sum_gradients_and_hessians_securely():
     fit = glm("y ~ x1 + x2", frame, client="site", family="logistic", mu=2.0, aggregation="secure", random_state=0)
     assert any(r.integer is not None for r in fit.privacy_.releases)
     assert np.all(np.isfinite(fit.bse_))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_plan_study_predicts_the_central_privacy_price_under_secure_aggregation():
+    from privfedstat.planning.power import plan_study
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(3000), rng.normal(size=(3000, 2))])
+    coef = [0.2, -0.5, 0.4]
+    plans = {agg: plan_study(X, coef, sizes=[500] * 10, family="logistic", mu=1.0, aggregation=agg).frame
+             for agg in ("local", "secure")}
+    central = plan_study(X, coef, sizes=[5000], family="logistic", mu=1.0).frame
+    ratio_central = plans["secure"]["se_privacy"] / central["se_privacy"]
+    ratio_local = plans["secure"]["se_privacy"] / plans["local"]["se_privacy"]
+    assert np.all(ratio_central < 1.05) and np.all(ratio_central > 0.95)
+    assert np.all(ratio_local < 0.55)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_summary_states_the_secure_guarantee_and_one_colluding_site():
+    est = _fit(_data(), inference="auto")
+    text = est.summary().as_text()
+    assert "secure aggregation" in text and "colludes" in text
+    assert f"{est.privacy_.collusion_epsilon(1):.4g}" in text
