@@ -28,11 +28,11 @@ import numpy as np
 from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
-from ..privacy.secure_noise import SkellamSpec, decode, encode
+from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
 from .clients import Reply
 from .verbs import Verb, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_count", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_count", "privatize_integer", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -71,11 +71,26 @@ def _secure_release(clients, statistic, theta, weights, sensitivity, spec: Skell
     answered, failing = clients._begin(active)
     s = clients._answering(answered, statistic, theta)
     w = np.asarray(weights, dtype=np.float64)
-    residues = encode(w[:, None] * s, spec, site_generators(clients._noise))
-    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(s.shape[1])
+    residues, _, rec = privatize_integer(w[:, None] * s, clients._noise, spec, sensitivity, stage)
+    return clients._reply(residues, [rec], answered, failing)
+
+
+def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity, stage: str
+                      ) -> tuple[np.ndarray, np.ndarray, Release]:
+    """The sites' integer mechanism: each row of ``values`` (a site's weighted message, of L2 sensitivity
+    ``sensitivity[i]``) rounded to the quantum with its stream's uniforms, plus its Skellam share, modulo ``2^bits``.
+
+    Returns the residues (as float64, exact below 2^53), the rounded messages in message units (``gamma`` times the
+    integers: what the mechanism's sensitivity bounds, rounding slack ``gamma sqrt(d)`` included) and the site's
+    share record. Looked up on this module by the verbs, so that a test's tap sees every secure release.
+    """
+    rngs = site_generators(noise)
+    rounded = quantize(values, spec, rngs)
+    residues = add_shares(rounded, spec, rngs)
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(values.shape[1])
     rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
                   integer=spec.noise(1))
-    return clients._reply(residues.astype(np.float64), [rec], answered, failing)
+    return residues.astype(np.float64), rounded * spec.quantum, rec
 
 
 def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "encode", "decode", "skellam_rdp", "gaussian_rdp",
-           "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY",
+__all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
+           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY",
            "MAX_BITS"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
@@ -183,22 +183,32 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     return SkellamSpec(quantum, lam, bits, k, l2, l1)
 
 
-def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
-    """Each site's integer message ``(round(u_i / gamma) + Sk(lam)) mod 2^bits``, one row per site (int64).
-
-    ``values`` of shape (n_sites, d) are the weighted messages ``u_i``; ``rngs[i]`` is site i's
-    stream (the stochastic rounding's uniforms, then its noise). Rows of sites that send nothing may
-    be anything: they are drawn and encoded like the others (their streams advance in lockstep).
-    """
+def quantize(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """Each site's message ``u_i`` of the rows of ``values`` (n_sites, d) rounded stochastically to the grid of the
+    quantum: ``floor(u_i / gamma + U_i)`` (int64), ``U_i`` the next uniforms of site i's stream ``rngs[i]``."""
     values = np.asarray(values, dtype=np.float64)
     out = np.empty(values.shape, dtype=np.int64)
-    modulus = 1 << int(spec.bits)
     for i, rng in enumerate(rngs):
         x = values[i] / spec.quantum
-        rounded = np.floor(x + rng.random(x.shape))
-        noise = rng.poisson(spec.lam, x.shape) - rng.poisson(spec.lam, x.shape)
-        out[i] = np.mod(rounded.astype(np.int64) + noise, modulus)
+        out[i] = np.floor(x + rng.random(x.shape)).astype(np.int64)
     return out
+
+
+def add_shares(rounded: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """``(rounded_i + Sk(lam)) mod 2^bits`` per site (int64): each site's Skellam share from its stream ``rngs[i]``."""
+    out = np.empty(rounded.shape, dtype=np.int64)
+    modulus = 1 << int(spec.bits)
+    for i, rng in enumerate(rngs):
+        shape = rounded[i].shape
+        out[i] = np.mod(rounded[i] + (rng.poisson(spec.lam, shape) - rng.poisson(spec.lam, shape)), modulus)
+    return out
+
+
+def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """Each site's integer message ``(round(u_i / gamma) + Sk(lam)) mod 2^bits`` (:func:`quantize`, then
+    :func:`add_shares`), one row per site. Rows of sites that send nothing are drawn and encoded like the others
+    (their streams advance in lockstep)."""
+    return add_shares(quantize(values, spec, rngs), spec, rngs)
 
 
 def decode(residues: np.ndarray, spec: SkellamSpec) -> np.ndarray:
