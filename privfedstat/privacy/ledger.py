@@ -277,11 +277,17 @@ class PrivacyLedger:
     def collusion_epsilon(self, t: int, delta: float = 1e-5) -> float:
         """Epsilon at ``delta`` towards a server with which ``t`` sites collude (0: the server alone), by the Renyi DP of
         every release composed (see :meth:`epsilon`); inf when a secure sum is left without noise."""
-        t = _colluders(t)
+        return self._rdp_epsilon(_colluders(t), delta)
+
+    def _rdp_epsilon(self, t: int, delta: float, third_party: bool = False) -> float:
         total = np.zeros(len(RDP_ORDERS))
         for e in self._entries:
             noise = e.labels.integer
-            total += gaussian_rdp(RDP_ORDERS, e.mu_max) if noise is None else skellam_rdp(RDP_ORDERS, noise.colluding(t))
+            if noise is not None:
+                total += skellam_rdp(RDP_ORDERS, noise.colluding(t))
+            else:
+                mu = float(np.max(e.release().third_party_mu(), initial=0.0)) if third_party else e.mu_max
+                total += gaussian_rdp(RDP_ORDERS, mu)
         if not total.any():
             return 0.0
         return rdp_epsilon(total, delta) if np.isfinite(total).any() else math.inf
@@ -296,7 +302,10 @@ class PrivacyLedger:
         return tuple(dict.fromkeys(e.labels.unit for e in self._entries))
 
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon towards a third party at the given delta."""
+        """Epsilon towards a third party at the given delta (with secure releases: the Renyi DP of the published sums,
+        the integer noise's bound and each Gaussian release's third-party curve at its worst client, composed)."""
+        if self.has_integer_noise:
+            return self._rdp_epsilon(0, delta, third_party=True)
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
 
     # ------------------------------------------------------------------ reporting

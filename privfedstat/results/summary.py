@@ -105,6 +105,9 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
         how = f"Poisson participation q = {', '.join(f'{q:g}' for q in rates)}, hidden from them" if rates else \
             "no Poisson participation to amplify"
         rows["Towards third parties"] = f"{third} (published model; {how}; PLD)"
+    elif ledger.has_integer_noise:
+        rows["Towards third parties"] = f"mu ~ {public.record_third_party_mu:.4g}, eps = " \
+                                        f"{ledger.third_party_epsilon(delta):.4g} at delta = {delta:g} (published model)"
     else:
         rows["Towards third parties"] = f"mu = {public.record_third_party_mu:.4g}, {third} (published model)"
     return rows

@@ -45,6 +45,8 @@ def test_secure_rounds_record_the_sum_of_every_share_at_the_declared_budget():
     assert t1 == pytest.approx(math.sqrt(M / (M - 1)))
     assert est.privacy_.collusion_epsilon(1) > est.privacy_.epsilon()
     assert math.isinf(est.privacy_.collusion_epsilon(M))
+    # a third party sees the same sums: with every release secure, the same epsilon as the server
+    assert est.privacy_.third_party_epsilon() == pytest.approx(est.privacy_.epsilon())
     with pytest.raises(ValueError, match="colluding"):
         est.privacy_.collusion_mu(-1)
 
