@@ -2,7 +2,9 @@
 
 Every value a client sends is privatized on the client by
 :func:`privfedstat.federation.clients.privatize` (an aggregated Gaussian mechanism, or a local one
-whose result is later sent as post-processing) and reaches the server through
+whose result is later sent as post-processing), or by :func:`privfedstat.federation.secure.privatize_integer`
+in a secure round (its pre-noise value is the message rounded to the quantum, whose stated sensitivity
+includes the rounding slack), and reaches the server through
 :meth:`Channel.receive`. :func:`record` runs a fit on a dataset D and taps every mechanism: the
 values before noise ``v_t(D)``, the noisy outputs ``y_t``, and the stated sensitivity, sigma and
 server weights of each client (read from the ledger record the channel just wrote). :func:`replay`
@@ -32,7 +34,7 @@ import numba
 import numpy as np
 import pytest
 
-from privfedstat.federation import clients
+from privfedstat.federation import clients, secure
 from privfedstat.federation.channel import Channel
 
 #: Relative slack on a stated sensitivity. Sensitivities are exact in real arithmetic; evaluating a
@@ -137,21 +139,27 @@ def tap_channel() -> Iterator[_Tap]:
     noise streams advance as usual); in replay mode its output is then replaced by the reference
     output.
     """
-    privatize, receive = clients.privatize, Channel.receive
+    privatize, receive, integer = clients.privatize, Channel.receive, secure.privatize_integer
 
     def tapped_privatize(values, noise, sensitivity, mu, stage, kind, **kw):
         noisy, record = privatize(values, noise, sensitivity, mu, stage, kind, **kw)
         return _TAP.message(kind, stage, values, noisy, record), record
 
+    def tapped_integer(values, noise, spec, sensitivity, stage):
+        """A secure round: the pre-noise value is the rounded message (its sensitivity covers the rounding), the output
+        the residues, forced in a replay."""
+        residues, rounded, record = integer(values, noise, spec, sensitivity, stage)
+        return _TAP.message("aggregated", stage, rounded, residues, record), rounded, record
+
     def tapped_receive(self, reply, **kw):
         _TAP.received(reply, kw.get("weights"))
         return receive(self, reply, **kw)
 
-    clients.privatize, Channel.receive = tapped_privatize, tapped_receive
+    clients.privatize, Channel.receive, secure.privatize_integer = tapped_privatize, tapped_receive, tapped_integer
     try:
         yield _TAP
     finally:
-        clients.privatize, Channel.receive = privatize, receive
+        clients.privatize, Channel.receive, secure.privatize_integer = privatize, receive, integer
         _TAP.current = _TAP.forced = None
 
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from numbers import Integral
 
 import numpy as np
 
-from .._validation import Free, Interval
+from .._validation import Free, Interval, check_iterate
 from ..federation.protocol import Run, Setup
+from ..federation.secure import AGGREGATIONS, secure_count, secure_mean
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import resolve_weights
 from ..fitting.steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
-from ..privacy.calibration import aggregate_sd
+from ..privacy.calibration import aggregate_sd, gradient_calibration
 from ..privacy.clipping import AutoClip
-from ..theory.noise import fedsgd_noise
+from ..privacy.secure_noise import skellam_spec
+from ..theory.noise import GradientNoise, Stage, fedsgd_noise
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
 
@@ -74,6 +77,17 @@ class FedSGD(FederatedEstimator):
         What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
+    aggregation : {"local", "secure"}, default "local"
+        ``"local"``: every site adds its full Gaussian noise (Algorithm 1). ``"secure"``: the sites'
+        gradient messages are summed under secure aggregation (:mod:`privfedstat.federation.secure`):
+        each sends its weighted message quantized, with a Skellam share of the noise, and the sum
+        carries the noise of one mechanism with budget ``mu / sqrt(K)`` per round -- about
+        ``1 / sqrt(m)`` of the local sum's sd. Needs every site asked each round; with mu = inf
+        nothing is noised and it changes nothing.
+    min_surviving : int or None, default None
+        With ``aggregation="secure"``: the fewest sites whose noise shares keep the declared guarantee
+        (each share is calibrated for them); a round with fewer survivors is refused
+        (:class:`~privfedstat.federation.secure.SecureAggregationRefused`). None: every site.
 
     Attributes
     ----------
@@ -100,6 +114,8 @@ class FedSGD(FederatedEstimator):
     _parameter_constraints = {
         "n_iter": [Interval(Integral, 1), "auto"],
         "init": Free("_initial, against the number of parameters"),
+        "aggregation": list(AGGREGATIONS),
+        "min_surviving": [Interval(Integral, 1), None],
     }
 
     def __init__(
@@ -118,6 +134,8 @@ class FedSGD(FederatedEstimator):
         participation=None,
         on_client_failure: str = "raise",
         inference="auto",
+        aggregation: str = "local",
+        min_surviving: int | None = None,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -132,6 +150,8 @@ class FedSGD(FederatedEstimator):
         self.participation = participation
         self.on_client_failure = on_client_failure
         self.inference = inference
+        self.aggregation = aggregation
+        self.min_surviving = min_surviving
 
     def _advice(self) -> str:
         return ("Increase n_iter (K), or use step_size='auto' if a larger step oscillated; with finite mu more "
@@ -143,11 +163,40 @@ class FedSGD(FederatedEstimator):
         sd = gradient_noise_sd(setup.clip, session.sizes, K, setup.mu)
         weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
         theta0 = _initial(self.init, session.clients)
+        if self.aggregation == "secure" and math.isfinite(setup.mu):
+            return self._run_secure(session, setup, theta0, K, eta, weights)
         theta, path = server_gradient_descent(session, theta0, clip=setup.clip, n_iter=K, step_size=eta, mu=setup.mu,
                                               weights=weights, stage="gradient", stop_early=stop_early)
         noise_sd = eta * aggregate_sd(sd, weights)
         noise_model = fedsgd_noise(clip=setup.clip, sizes=session.sizes, mu=setup.mu, n_iter=K, step_size=eta,
                                    weights=weights)
+        return Run(theta, [theta0] + path, len(path), noise_sd=noise_sd, update_noise_sd=noise_sd,
+                   noise_model=noise_model, weights=weights)
+
+
+    def _run_secure(self, session: Session, setup: Setup, theta0: np.ndarray, K: int, eta: float,
+                    weights: np.ndarray) -> Run:
+        """Algorithm 1 with the gradients summed under secure aggregation (``secure_gradients``).
+
+        Site i's weighted message ``w_i g_i`` has sensitivity ``w_i 2 B / n_i`` and norm at most ``w_i B``; the
+        round's budget is ``mu / sqrt(K)`` (:func:`~privfedstat.privacy.secure_noise.skellam_spec`).
+        """
+        m = session.clients.n_clients
+        k = secure_count(self.min_surviving, m, setup.mu, session.participation)
+        sens, mu_msg = gradient_calibration(setup.clip, session.sizes, K, setup.mu)
+        wsens = weights * sens
+        spec = skellam_spec(float(wsens.max()), float(np.max(weights)) * setup.clip, session.clients.n_params, mu_msg,
+                            m, k)
+        theta, path = theta0.copy(), []
+        for _ in range(K):
+            g = secure_mean(session, "secure_gradients", weights=weights, spec=spec, theta=theta, clip=setup.clip,
+                            sensitivity=wsens, stage="gradient")
+            theta = theta - eta * g
+            check_iterate(theta, "gradient", eta)
+            path.append(theta)
+        var = eta**2 * spec.variance(m)  # the sum's noise and rounding error per step, every site surviving
+        noise_sd = math.sqrt(var)
+        noise_model = GradientNoise(float(eta), (Stage(K, weights, var),))
         return Run(theta, [theta0] + path, len(path), noise_sd=noise_sd, update_noise_sd=noise_sd,
                    noise_model=noise_model, weights=weights)
 

@@ -318,6 +318,11 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
     """
     from ..families import get_family
 
+    if getattr(estimator, "aggregation", "local") != "local":
+        raise NotImplementedError(
+            "aggregation='secure' is not carried over Flower yet: the server would receive every site's quantized "
+            "message with only its share of the noise, while the ledger states the guarantee of their sum. Fit with "
+            "aggregation='local' on Flower (secure aggregation runs in process only).")
     network = _network_spec(estimator)
     if network is None and getattr(estimator, "family", None) is None:
         raise TypeError(f"the Flower backend carries the GLM estimators and the networks of privfedstat.deep; "

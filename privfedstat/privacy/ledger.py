@@ -58,6 +58,7 @@ import numpy as np
 from .._linalg import safe_norm
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
+from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -103,6 +104,12 @@ class Release:
         not depend on who took part): the noise multiplier ``z = 2 sigma_i / Delta_i`` of the round
         (noise sd per half the replacement sensitivity, the same for every client). None otherwise
         (then no amplification is claimed for the round).
+    integer : IntegerNoise or None
+        A release under secure aggregation (:mod:`~privfedstat.privacy.secure_noise`): the server saw only the sum of
+        the sites' quantized messages with their Skellam noise shares. ``sensitivity`` and ``sigma`` are then the
+        worst site's sensitivity (rounding slack included) and the sum's noise sd, in message units, the same for
+        the server and a third party; ``client_mu`` is their Gaussian approximation, and the ledger's epsilon
+        accounts the integer noise itself.
     """
 
     stage: str
@@ -114,6 +121,7 @@ class Release:
     unit: str = "record"
     sampling_rate: float = 1.0
     noise_multiplier: float | None = None
+    integer: IntegerNoise | None = None
 
     def client_mu(self) -> np.ndarray:
         """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
@@ -123,7 +131,7 @@ class Release:
 
     def third_party_mu(self) -> np.ndarray:
         """Per-client GDP parameter towards an observer of the published aggregate."""
-        if self.kind != "aggregated":
+        if self.kind != "aggregated" or self.integer is not None:  # a secure sum: everyone sees the same sum
             return self.client_mu()
         w = self.weights
         noise_sd = safe_norm(w * self.sigma)
@@ -235,8 +243,54 @@ class PrivacyLedger:
         return bool(np.all(np.isfinite(self.client_mu))) and not self.leaks
 
     def epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon of the worst client towards the server at the given delta (exact GDP-to-DP conversion)."""
+        """Epsilon of the worst client towards the server at the given delta.
+
+        The exact GDP-to-DP conversion of :attr:`mu`; a ledger with secure releases (integer noise) composes every
+        release's Renyi DP instead (the Skellam bound of :func:`~privfedstat.privacy.secure_noise.skellam_rdp`, the
+        Gaussian's exact curve at its worst client) and converts it with dp-accounting: :meth:`collusion_epsilon`
+        with ``t = 0``.
+        """
+        if self.has_integer_noise:
+            return self.collusion_epsilon(0, delta)
         return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
+
+    @property
+    def has_integer_noise(self) -> bool:
+        """Whether some release went through secure aggregation (its noise is the sites' summed integer shares)."""
+        return any(e.labels.integer is not None for e in self._entries)
+
+    def collusion_mu(self, t: int) -> float:
+        """GDP approximation of the worst client's guarantee when ``t`` sites give the server their noise shares.
+
+        A secure release's sum then carries only the other ``shares - t`` shares (inf when none is left); a release
+        with per-site noise is unchanged (each site's own noise protects it). Composed per release at its worst
+        client, so ``collusion_mu(0) >= mu``, equal when one client is the worst in every release.
+        """
+        t = _colluders(t)
+        total = 0.0
+        for e in self._entries:
+            noise = e.labels.integer
+            mu = e.mu_max if noise is None else noise.colluding(t).gdp_mu
+            total += mu * mu
+        return math.sqrt(total)
+
+    def collusion_epsilon(self, t: int, delta: float = 1e-5) -> float:
+        """Epsilon at ``delta`` towards a server with which ``t`` sites collude (0: the server alone), by the Renyi DP of
+        every release composed (see :meth:`epsilon`); inf when a secure sum is left without noise."""
+        return self._rdp_epsilon(_colluders(t), delta)
+
+    def _rdp_epsilon(self, t: int, delta: float, third_party: bool = False) -> float:
+        total = np.zeros(len(RDP_ORDERS))
+        for e in self._entries:
+            noise = e.labels.integer
+            if noise is not None:
+                total += skellam_rdp(RDP_ORDERS, noise.colluding(t))
+            else:
+                mu = float(np.max(e.release().third_party_mu(), initial=0.0)) if third_party else e.mu_max
+                total += gaussian_rdp(RDP_ORDERS, mu)
+        if not total.any():
+            return 0.0
+        return rdp_epsilon(total, delta) if np.isfinite(total).any() else math.inf
 
     def delta(self, epsilon: float) -> float:
         """Delta of the worst client at the given epsilon."""
@@ -248,7 +302,10 @@ class PrivacyLedger:
         return tuple(dict.fromkeys(e.labels.unit for e in self._entries))
 
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon towards a third party at the given delta."""
+        """Epsilon towards a third party at the given delta (with secure releases: the Renyi DP of the published sums,
+        the integer noise's bound and each Gaussian release's third-party curve at its worst client, composed)."""
+        if self.has_integer_noise:
+            return self._rdp_epsilon(0, delta, third_party=True)
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
 
     # ------------------------------------------------------------------ reporting
@@ -324,6 +381,12 @@ class PrivacyLedger:
         if self.leaks:
             text += "\n  NOT fully private: " + "; ".join(self.leaks)
         return text
+
+
+def _colluders(t) -> int:
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+        raise ValueError(f"t (colluding sites) must be a non-negative integer, got {t!r}.")
+    return int(t)
 
 
 @dataclass(frozen=True)

@@ -97,15 +97,31 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
     rows = {"Privacy unit": unit,
             "Towards the server": f"mu = {public.mu:.4g} per client, eps = {public.server_epsilon(delta):.4g} at delta = "
                                   f"{delta:g} (it receives every message and knows who sent it)"}
+    if ledger.has_integer_noise:
+        rows.update(_secure_rows(ledger, delta))
     third = f"eps = {public.epsilon(delta):.4g} at delta = {delta:g}"
     if "client" in public.units:
         rates = sorted({b.sampling_rate for b in public.blocks if b.mechanism == SUBSAMPLED})
         how = f"Poisson participation q = {', '.join(f'{q:g}' for q in rates)}, hidden from them" if rates else \
             "no Poisson participation to amplify"
         rows["Towards third parties"] = f"{third} (published model; {how}; PLD)"
+    elif ledger.has_integer_noise:
+        rows["Towards third parties"] = f"mu ~ {public.record_third_party_mu:.4g}, eps = " \
+                                        f"{ledger.third_party_epsilon(delta):.4g} at delta = {delta:g} (published model)"
     else:
         rows["Towards third parties"] = f"mu = {public.record_third_party_mu:.4g}, {third} (published model)"
     return rows
+
+
+def _secure_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
+    """The server's guarantee when some releases went through secure aggregation, and when one site colludes with it
+    (``ledger.collusion_epsilon(t)`` for another t)."""
+    return {"Towards the server": f"mu ~ {ledger.mu:.4g} per client (Gaussian approximation), eps = "
+                                  f"{ledger.epsilon(delta):.4g} at delta = {delta:g} (RDP of the integer noise); under "
+                                  "secure aggregation it sees only the sites' sums",
+            "If one site colludes with it": f"mu ~ {ledger.collusion_mu(1):.4g}, eps = "
+                                            f"{ledger.collusion_epsilon(1, delta):.4g} (that site's noise share "
+                                            "subtracted; privacy_.collusion_epsilon(t) for t sites)"}
 
 
 def privacy_share_row(realised, planned) -> str:

@@ -31,7 +31,7 @@ from privfedstat import FederatedData
 from privfedstat._linalg import sym_to_vec
 from privfedstat.algorithms.registry import methods
 from privfedstat.families import get_family
-from privfedstat.federation import clients
+from privfedstat.federation import clients, secure
 from privfedstat.federation.oracle import make_oracle
 from privfedstat.fitting.scaling import FeatureBounds, PrivateStandardize
 from privfedstat.privacy.calibration import hessian_sensitivity
@@ -203,6 +203,51 @@ def test_every_release_moves_at_most_its_stated_sensitivity(spec, case):
     data, neighbour = case.datasets()
     with tap_channel():
         check_neighbours(estimator_factory(spec, case, data.n_features), data, neighbour)
+
+
+#: the estimators whose rounds can be summed under secure aggregation (their quantized, integer-noised messages)
+SECURE = [s for s in PRIVATE if "aggregation" in s.cls._parameter_table()]
+
+
+@pytest.mark.parametrize("spec", SECURE, ids=[s.name for s in SECURE])
+@settings(max_examples=25)
+@given(case=cases())
+@example(case=NORM_UNDERFLOW)
+@example(case=NORM_OVERFLOW)
+@example(case=EXTREMES)
+def test_every_secure_release_moves_at_most_its_stated_sensitivity(spec, case):
+    """``aggregation="secure"``: every site's message rounded to the quantum (the same uniforms on D and D', as a
+    replay draws them) moves by at most its stated sensitivity, rounding slack included."""
+    data, neighbour = case.datasets()
+    base = estimator_factory(spec, case, data.n_features)
+    with tap_channel():
+        transcript = check_neighbours(lambda: base().set_params(aggregation="secure"), data, neighbour)
+    if transcript.error is None:
+        assert any(r.integer is not None for r in transcript.estimator.privacy_.releases)
+
+
+@pytest.mark.parametrize("spec", SECURE, ids=[s.name for s in SECURE])
+def test_the_harness_catches_an_understated_secure_sensitivity(spec, monkeypatch):
+    """Self-test: secure sites that state half the weighted message's sensitivity (and calibrate nothing else) are
+    caught on the clipped gradient's worst case (a Gaussian row whose huge |y| flips sign)."""
+    case = Case(family="gaussian", intercept=True, clip=1.0, scaling=None, index=3,
+                x_d=(1.0, 1.0, 0.0), y_d=1e6, x_nb=(1.0, 1.0, 0.0), y_nb=-1e6)
+    data, neighbour = case.datasets()
+    base = estimator_factory(spec, case, data.n_features)
+
+    def make():
+        return base().set_params(aggregation="secure")
+
+    with tap_channel():
+        check_neighbours(make, data, neighbour)  # the true mechanism passes
+    real = secure.privatize_integer
+
+    def understated(values, noise, spec_, sensitivity, stage):
+        return real(values, noise, spec_, np.asarray(sensitivity, dtype=np.float64) / 2, stage)
+
+    monkeypatch.setattr(secure, "privatize_integer", understated)
+    with tap_channel(), pytest.raises(AssertionError, match="stated sensitivity"):
+        check_neighbours(make, data, neighbour)
 
 
 @pytest.mark.parametrize("spec", PRIVATE, ids=[s.name for s in PRIVATE])

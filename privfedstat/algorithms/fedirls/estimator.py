@@ -10,6 +10,7 @@ from ..._linalg import MAX_HESSIAN_GB
 from ..._validation import Free, Interval, check_finite_bounds
 from ...families import get_family
 from ...federation.protocol import Run, Setup
+from ...federation.secure import AGGREGATIONS
 from ...federation.session import Session
 from ...fitting.base import FederatedEstimator
 from ...fitting.stages import weights_for
@@ -94,6 +95,13 @@ class FedIRLS(FederatedEstimator):
         What the server does when a client fails mid-fit: see :class:`~privfedstat.FederatedEstimator`.
     inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
         Standard errors, intervals and tests: see :class:`~privfedstat.FederatedEstimator`.
+    aggregation : {"local", "secure"}, default "local"
+        ``"secure"``: each round's gradient and Hessian are summed under secure aggregation
+        (:mod:`privfedstat.federation.secure`; Skellam noise shares on quantized messages), so their
+        sums carry one mechanism's noise at the round's budgets instead of one per site.
+    min_surviving : int or None, default None
+        With ``aggregation="secure"``: the fewest sites whose noise shares keep the declared guarantee; a
+        round with fewer survivors is refused. None: every site.
 
     Attributes
     ----------
@@ -120,6 +128,8 @@ class FedIRLS(FederatedEstimator):
         "hessian_clip": [Interval(Real, 0, None, closed="neither", finite=False), None],
         "hessian_floor": [Interval(Real, 0, None, closed="neither"), "auto"],
         "tol": Interval(Real, 0, None, closed="neither"),
+        "aggregation": list(AGGREGATIONS),
+        "min_surviving": [Interval(Integral, 1), None],
     }
 
     @property
@@ -146,6 +156,8 @@ class FedIRLS(FederatedEstimator):
         secure_mode: bool = False,
         on_client_failure: str = "raise",
         inference="auto",
+        aggregation: str = "local",
+        min_surviving: int | None = None,
     ) -> None:
         self.family = family
         self.mu = mu
@@ -163,6 +175,8 @@ class FedIRLS(FederatedEstimator):
         self.secure_mode = secure_mode
         self.on_client_failure = on_client_failure
         self.inference = inference
+        self.aggregation = aggregation
+        self.min_surviving = min_surviving
 
     # ------------------------------------------------------------------ parameters
     def _validate_params(self, mu: float) -> None:

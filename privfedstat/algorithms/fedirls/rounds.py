@@ -12,6 +12,7 @@ from ..._linalg import floor_eigenvalues, vec_to_sym
 from ..._validation import DIVERGENCE_NORM, check_iterate
 from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
 from ...federation.queries import search_bounds
+from ...federation.secure import secure_mean
 from ...federation.session import Session
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
@@ -109,18 +110,14 @@ class _Rounds:
 
     def run(self, phase: Phase) -> None:
         """The rounds of ``phase``."""
-        schedule, session, w = self.schedule, self.session, self.w
+        schedule, session = self.schedule, self.session
         p = session.clients.n_params
-        sens_g, sens_h = phase.gradient_sensitivity, phase.hessian_sensitivity
         scales = np.ones(len(phase.shares))
         previous = None  # the last step of this phase and the gradient it started from (same bounds)
         for r in range(len(phase.shares)):
-            g = session.mean("gradients", weights=w, theta=self.theta, clip=phase.clip, sensitivity=sens_g,
-                             mu=phase.mu_gradient[r], stage="irls-gradient")
+            g = self._gradient(phase, r)
             if phase.shares[r, 1] > 0:
-                self.H = vec_to_sym(session.mean("hessians", weights=w, theta=self.theta,
-                                                 hessian_clip=phase.hessian_clip,
-                                                 sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
+                self.H = vec_to_sym(self._hessian(phase, r), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
             if schedule.curvature.secant and previous is not None:
@@ -139,6 +136,25 @@ class _Rounds:
             self.path.append(self._in_theta(self.theta))
         self.phases.append(phase)
         self.scales.append(scales)
+
+    def _gradient(self, phase: Phase, r: int) -> np.ndarray:
+        """Round r's aggregated gradient: each site's noisy message averaged, or their secure sum."""
+        session, w, theta = self.session, self.w, self.theta
+        if phase.gradient_specs is not None:
+            return secure_mean(session, "secure_gradients", weights=w, spec=phase.gradient_specs[r], theta=theta,
+                               clip=phase.clip, sensitivity=w * phase.gradient_sensitivity, stage="irls-gradient")
+        return session.mean("gradients", weights=w, theta=theta, clip=phase.clip, sensitivity=phase.gradient_sensitivity,
+                            mu=phase.mu_gradient[r], stage="irls-gradient")
+
+    def _hessian(self, phase: Phase, r: int) -> np.ndarray:
+        """Round r's aggregated ``sym_to_vec`` Hessian, as :meth:`_gradient`."""
+        session, w, theta = self.session, self.w, self.theta
+        if phase.hessian_specs is not None:
+            return secure_mean(session, "secure_hessians", weights=w, spec=phase.hessian_specs[r], theta=theta,
+                               hessian_clip=phase.hessian_clip, sensitivity=w * phase.hessian_sensitivity,
+                               stage="irls-hessian")
+        return session.mean("hessians", weights=w, theta=theta, hessian_clip=phase.hessian_clip,
+                            sensitivity=phase.hessian_sensitivity, mu=phase.mu_hessian[r], stage="irls-hessian")
 
     def result(self, setup: Setup | None) -> Run:
         """The :class:`Run` (``setup``: the bounds of the last phase when they were searched again)."""

@@ -10,15 +10,18 @@ derivation of the split and the measurements behind each constant: ``docs/algori
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..._linalg import floor_eigenvalues
 from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
+from ...federation.secure import secure_count
+from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, pending_bounds
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
+from ...privacy.secure_noise import SkellamSpec, skellam_spec
 from ...theory.noise import IRLSNoise
 from .whitening import reference_class, whitening
 
@@ -85,7 +88,9 @@ class Phase:
     floor, diagonal noise variance of the Hessian the step uses (a round with Hessian share 0
     repeats the last released one's) and the aggregated gradient noise's variance and sd, as
     :class:`~privfedstat.theory.noise.IRLSNoise` takes them; the bounds B and C_H and the clients'
-    sensitivities ``2 B / n_i`` and ``sqrt(2) C_H / n_i``.
+    sensitivities ``2 B / n_i`` and ``sqrt(2) C_H / n_i``. Under secure aggregation, each round's
+    arithmetic (:class:`~privfedstat.privacy.secure_noise.SkellamSpec`; None for a round without a
+    Hessian), and the variances are those of the summed noise and rounding, every site surviving.
     """
 
     shares: np.ndarray
@@ -99,6 +104,8 @@ class Phase:
     hessian_var: np.ndarray
     gradient_var: np.ndarray
     gradient_sd: np.ndarray
+    gradient_specs: tuple[SkellamSpec, ...] | None = None
+    hessian_specs: tuple[SkellamSpec | None, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,6 +206,7 @@ class IRLSSchedule:
     insurance_sd: float = 0.4
     insurance_steps: int = 3
     max_halvings: int = 60
+    min_surviving: int | None = None
 
     @classmethod
     def of(cls, estimator, family, sizes: np.ndarray, weights: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
@@ -228,8 +236,11 @@ class IRLSSchedule:
             stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
                       *(("insure",) if whiten else ()), "refine")
         floor = None if estimator.hessian_floor == "auto" else float(estimator.hessian_floor)
+        secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
+            secure_count(estimator.min_surviving, len(sizes), mu,
+                         resolve_participation(getattr(estimator, "participation", None), len(sizes)))
         return cls(mode, stages, shares, research, mu_research, rules, bound_search(estimator), family, sizes, weights,
-                   setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol)
+                   setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol, min_surviving=secure)
 
     # ------------------------------------------------------------------ derived
     def floor(self, noise_sd: float) -> float:
@@ -256,8 +267,28 @@ class IRLSSchedule:
             floors[r], hessian_var[r] = lam, var
         gradient_var = np.array([float(np.sum((w * calibrated_sigma(sens_g, mu_g[r])) ** 2)) for r in range(R)])
         gradient_sd = np.array([aggregated_noise_sd(sens_g, mu_g[r], w) for r in range(R)])
-        return Phase(shares, setup.clip, setup.hessian_clip, sens_g, sens_h, mu_g, mu_h, floors, hessian_var,
-                     gradient_var, gradient_sd)
+        phase = Phase(shares, setup.clip, setup.hessian_clip, sens_g, sens_h, mu_g, mu_h, floors, hessian_var,
+                      gradient_var, gradient_sd)
+        return phase if self.min_surviving is None else self._secure(phase)
+
+    def _secure(self, phase: Phase) -> Phase:
+        """``phase`` under secure aggregation: each round's specs, and the summed noise's variances and floors."""
+        w, m, k, p = self.weights, self.sizes.size, self.min_surviving, self.n_params
+        g_specs = tuple(skellam_spec(float(np.max(w * phase.gradient_sensitivity)), float(np.max(w)) * phase.clip, p,
+                                     float(mu), m, k) for mu in phase.mu_gradient)
+        h_specs = tuple(skellam_spec(float(np.max(w * phase.hessian_sensitivity)), float(np.max(w)) * phase.hessian_clip,
+                                     p * (p + 1) // 2, float(mu), m, k) if share > 0 else None
+                        for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))
+        floors, hessian_var = phase.floors.copy(), phase.hessian_var.copy()
+        for r, spec in enumerate(h_specs):
+            if spec is not None:
+                hessian_var[r] = spec.variance(m)
+                floors[r] = self.floor(math.sqrt(hessian_var[r]))
+            elif r > 0:
+                floors[r], hessian_var[r] = floors[r - 1], hessian_var[r - 1]
+        gradient_var = np.array([spec.variance(m) for spec in g_specs])
+        return replace(phase, floors=floors, hessian_var=hessian_var, gradient_var=gradient_var,
+                       gradient_sd=np.sqrt(gradient_var), gradient_specs=g_specs, hessian_specs=h_specs)
 
     def phases(self, refine: Setup | None = None) -> list[Phase]:
         """Every phase's releases, the refine phase with the bounds ``refine`` (default :attr:`setup`'s)."""

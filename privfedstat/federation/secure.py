@@ -1,0 +1,138 @@
+"""Secure aggregation: the sites send quantized messages with integer noise shares, the server learns only their sum.
+
+The client side is the verbs ``secure_gradients`` and ``secure_hessians`` (registered in the verb
+table): each site computes the message of ``gradients`` (its mean of per-sample gradients clipped
+to B) or ``hessians`` (``sym_to_vec`` of its mean Hessian clipped to C_H), weights it by its
+public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
+sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
+to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The server side is
+:func:`secure_mean`: it refuses the round when fewer than ``spec.min_surviving`` sites answered
+(nothing is unmasked), records one release for the *sum* (the worst site's sensitivity, the
+survivors' summed noise), and decodes the modular sum.
+
+In process the secure sum is emulated: the server receives every site's residue and adds them,
+the arithmetic of a deployment where a secure-aggregation protocol (Flower's SecAgg+) adds them
+instead and hands the server the sum alone. The ledger records what the protocol reveals (the
+sum), so the guarantee it states is the one towards a server that runs the protocol.
+
+A site's randomness (its uniforms for the rounding, its Skellam share) comes from a generator seeded
+with the bit patterns of four draws of its own noise stream
+(:class:`~privfedstat.privacy.mechanisms.ClientNoise`, or the OS CSPRNG in secure mode), so runs
+with one seed are identical and the sites' draws stay in lockstep whoever answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._linalg import sym_to_vec
+from ..exceptions import ClientFailureError
+from ..privacy.ledger import Release
+from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
+from .clients import Reply
+from .verbs import Verb, parameter_moments, parameters, register
+
+__all__ = ["secure_mean", "secure_count", "privatize_integer", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+
+#: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
+#: noise shares are summed under secure aggregation ("secure")
+AGGREGATIONS = ("local", "secure")
+
+
+class SecureAggregationRefused(ClientFailureError):
+    """Fewer sites survived a secure round than its noise is calibrated for: the sum is not unmasked."""
+
+
+def secure_count(min_surviving: int | None, n_clients: int, mu: float, participation) -> int:
+    """The fewest surviving sites of a secure fit (``min_surviving``; None: every site), checked against what secure
+    aggregation needs: every site asked each round. (With mu = inf nothing is noised and the estimators aggregate
+    as without it.)"""
+    if participation is not None:
+        raise ValueError("aggregation='secure' needs every site in every round (participation=None).")
+    k = n_clients if min_surviving is None else int(min_surviving)
+    if not 1 <= k <= n_clients:
+        raise ValueError(f"min_surviving must lie in [1, {n_clients}] (the number of sites), got {min_surviving!r}.")
+    return k
+
+
+def site_generators(noise) -> list[np.random.Generator]:
+    """One generator per site, seeded with the 64-bit patterns of four standard normal draws of the site's own noise
+    stream (the streams advance in lockstep)."""
+    draws = np.ascontiguousarray(noise.standard_normal((4,)))
+    bits = draws.view(np.uint64).reshape(noise.n_clients, 4)
+    return [np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(b) for b in row]))) for row in bits]
+
+
+def _secure_release(clients, statistic, theta, weights, sensitivity, spec: SkellamSpec, stage: str, active) -> Reply:
+    """Each site's ``encode(w_i s_i)`` for ``s_i = statistic(oracle, theta)``: weighted, quantized, with its noise share.
+
+    ``sensitivity`` (per site) is that of ``w_i s_i``; the release record a site attaches is its own share (sd
+    ``gamma sqrt(2 lam)``), replaced by the server with the sum's (:func:`secure_mean`).
+    """
+    answered, failing = clients._begin(active)
+    s = clients._answering(answered, statistic, theta)
+    w = np.asarray(weights, dtype=np.float64)
+    residues, _, rec = privatize_integer(w[:, None] * s, clients._noise, spec, sensitivity, stage)
+    return clients._reply(residues, [rec], answered, failing)
+
+
+def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity, stage: str
+                      ) -> tuple[np.ndarray, np.ndarray, Release]:
+    """The sites' integer mechanism: each row of ``values`` (a site's weighted message, of L2 sensitivity
+    ``sensitivity[i]``) rounded to the quantum with its stream's uniforms, plus its Skellam share, modulo ``2^bits``.
+
+    Returns the residues (as float64, exact below 2^53), the rounded messages in message units (``gamma`` times the
+    integers: what the mechanism's sensitivity bounds, rounding slack ``gamma sqrt(d)`` included) and the site's
+    share record. Looked up on this module by the verbs, so that a test's tap sees every secure release.
+    """
+    rngs = site_generators(noise)
+    rounded = quantize(values, spec, rngs)
+    residues = add_shares(rounded, spec, rngs)
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(values.shape[1])
+    rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
+                  integer=spec.noise(1))
+    return residues.astype(np.float64), rounded * spec.quantum, rec
+
+
+def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                      active=None) -> Reply:
+    """``gradients`` under secure aggregation: each site's mean of per-sample gradients clipped to B, times ``w_i``."""
+    return _secure_release(clients, lambda o, t: o.clipped_gradients(t, clip), theta, weights, sensitivity, spec,
+                           stage, active)
+
+
+def _secure_hessians(clients, theta, *, hessian_clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                     active=None) -> Reply:
+    """``hessians`` under secure aggregation: ``sym_to_vec`` of each site's mean Hessian clipped to C_H, times ``w_i``."""
+    return _secure_release(clients, lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, None)), theta, weights,
+                           sensitivity, spec, stage, active)
+
+
+_SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
+register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
+register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
+
+
+def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, **request) -> np.ndarray:
+    """The weighted mean ``sum_i w_i s_i / sum_i w_i`` over the surviving sites, learnt through their secure sum.
+
+    Raises :class:`SecureAggregationRefused` (nothing recorded, nothing decoded) when fewer than
+    ``spec.min_surviving`` sites answered; else records the sum's release (the survivors' sensitivity, the sd of
+    their summed noise ``gamma sqrt(2 n lam)``) and applies the fit's failure policy to sites that failed.
+    """
+    reply = getattr(session.clients, verb)(weights=weights, spec=spec, **request)
+    answered = reply.answered
+    n = int(np.count_nonzero(answered))
+    if n < spec.min_surviving:
+        raise SecureAggregationRefused(
+            f"secure round {request.get('stage', verb)!r}: {n} site(s) answered, fewer than min_surviving = "
+            f"{spec.min_surviving}; the sum is not unmasked (its noise would fall short of the declared guarantee).")
+    share = reply.releases[0]
+    summed = Release(share.stage, -1, "aggregated", share.sensitivity, np.where(answered, spec.quantum *
+                     np.sqrt(2.0 * spec.lam * n), 0.0), integer=spec.noise(n))
+    values = session.channel.receive(Reply(reply.values, (summed,), answered, reply.failed, reply.leak, reply.error),
+                                     weights=answered.astype(np.float64))
+    total = float(np.asarray(weights, dtype=np.float64)[answered].sum())
+    if not total > 0:
+        raise ClientFailureError("no site with a positive weight answered this secure round.")
+    return decode(values[answered], spec) / total

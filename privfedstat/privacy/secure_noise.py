@@ -1,0 +1,268 @@
+"""Distributed integer noise for secure aggregation: quantization, Skellam noise, its calibration and accounting.
+
+Under secure aggregation the server learns only the sum of the sites' messages. Each site then
+adds a *share* of the noise, and the shares must sum to a distribution whose privacy is known:
+the Skellam distribution ``Sk(lam, lam) = Poisson(lam) - Poisson(lam)`` (variance ``2 lam``)
+is closed under sums, so the sum of ``n`` sites' ``Sk(lam)`` is ``Sk(n lam)`` (Agarwal, Kairouz
+& Liu 2021). The messages must be integers for the modular sum of secure aggregation, so each
+site first scales its clipped, weighted message ``u_i`` by ``1 / gamma`` (``gamma`` the
+*quantum*) and rounds it stochastically (``floor(u / gamma + U)``, ``U`` uniform on [0, 1)).
+
+**Sensitivity of the integer message.** With the same uniforms for two neighbouring data sets,
+each coordinate of the rounded messages differs by at most ``|x_j - x'_j| + 1``, so the integer
+shift ``v`` has ``||v||_2 <= Delta / gamma + sqrt(d)`` and ``||v||_1 <= sqrt(d) Delta / gamma + d``
+(and ``||v||_1 <= ||v||_2^2``, integers); the output is a mixture over the uniforms of shifted
+noise, and by joint convexity of the hockey-stick and Renyi divergences the worst coupled pair
+bounds it. ``Delta`` is the L2 sensitivity of the weighted real message ``w_i s_i``.
+
+**Accounting.** The d-dimensional Skellam mechanism of integer sensitivities ``(Delta_2, Delta_1)``
+and parameter ``Lambda`` (the sum's) is ``(alpha, eps(alpha))``-RDP for integer ``alpha > 1`` with
+``eps(alpha) <= alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2),
+3 Delta_1 / (4 Lambda))`` (Agarwal et al. 2021, Theorem 3.5, with ``2 alpha`` for their
+``2 alpha - 1``: slightly larger, so still an upper bound). :func:`rdp_epsilon` composes such bounds with
+the exact RDP of Gaussian releases and converts them with dp-accounting. A one-dimensional release's
+exact privacy loss distribution, from the Skellam probability mass function, is
+:func:`skellam_pld` (dp-accounting's numerical PLD); docs/guide/secure-aggregation.md compares them.
+The GDP parameter ``Delta_2 / sqrt(2 Lambda)`` (the Gaussian of the same variance) is reported
+alongside as an approximation only.
+
+**Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
+survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
+
+**Modular sum.** Messages are residues modulo ``2^bits``; the sum decodes to the signed integer in
+``[-2^(bits-1), 2^(bits-1))``. :func:`skellam_spec` chooses ``bits`` so that the true sum lies
+there except with probability at most :data:`WRAP_PROBABILITY` per round (Bernstein's bound on
+the Skellam tail, union over coordinates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
+           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY",
+           "MAX_BITS"]
+
+#: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
+#: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
+SLACK = 2.0**-7
+#: probability per round that the modular sum wraps around (Bernstein's tail bound, union over coordinates)
+WRAP_PROBABILITY = 2.0**-40
+#: the widest modulus: residues and their sums stay exact in float64 and int64
+MAX_BITS = 52
+#: integer Renyi orders of the accounting (the bound above holds for integer alpha > 1)
+RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 1024)
+
+
+@dataclass(frozen=True)
+class SkellamSpec:
+    """The arithmetic of one secure-aggregation round, the same for every site (public).
+
+    Attributes
+    ----------
+    quantum : float
+        gamma: a message ``u`` is sent as the integer ``round(u / gamma)`` (stochastic rounding).
+    lam : float
+        Each site's Skellam parameter: its noise share is ``Sk(lam, lam)`` per coordinate (variance ``2 lam``).
+    bits : int
+        The modulus is ``2^bits``.
+    min_surviving : int
+        Fewest sites whose shares make the declared noise (``min_surviving lam`` is the declared sum's parameter).
+    l2, l1 : float
+        Integer L2 and L1 sensitivity of the worst site's message (rounding slack included).
+    """
+
+    quantum: float
+    lam: float
+    bits: int
+    min_surviving: int
+    l2: float
+    l1: float
+
+    def __post_init__(self) -> None:
+        if not (self.quantum > 0 and math.isfinite(self.quantum)):
+            raise ValueError(f"quantum must be positive and finite, got {self.quantum!r}.")
+        if not (self.lam >= 0 and math.isfinite(self.lam)):
+            raise ValueError(f"lam must be non-negative and finite, got {self.lam!r}.")
+        if not 2 <= int(self.bits) <= MAX_BITS:
+            raise ValueError(f"bits must lie in [2, {MAX_BITS}], got {self.bits!r}.")
+        if int(self.min_surviving) < 1:
+            raise ValueError(f"min_surviving must be a positive integer, got {self.min_surviving!r}.")
+
+    def noise(self, shares: int) -> IntegerNoise:
+        """The integer noise of a sum over ``shares`` sites' messages."""
+        return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares))
+
+    def variance(self, shares: int) -> float:
+        """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
+        rounding errors (at most 1/4 each) and the noise (2 lam each)."""
+        return self.quantum**2 * shares * (2.0 * self.lam + 0.25)
+
+
+@dataclass(frozen=True)
+class IntegerNoise:
+    """What a ledger keeps of a secure release: the summed Skellam noise and the integer sensitivities.
+
+    Attributes
+    ----------
+    quantum : float
+        gamma (the release's unit, in message units).
+    lam : float
+        Lambda: parameter of the summed noise ``Sk(Lambda, Lambda)`` (variance ``2 Lambda``, integer units).
+    l2, l1 : float
+        Integer L2 and L1 sensitivities of the worst site's message.
+    shares : int
+        Number of sites whose noise is in the sum (the survivors).
+    """
+
+    quantum: float
+    lam: float
+    l2: float
+    l1: float
+    shares: int
+
+    @property
+    def gdp_mu(self) -> float:
+        """``Delta_2 / sqrt(2 Lambda)``: the GDP parameter of the Gaussian of the same variance (an approximation)."""
+        return math.inf if self.lam == 0 else self.l2 / math.sqrt(2.0 * self.lam)
+
+    def colluding(self, t: int) -> IntegerNoise:
+        """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
+        left = self.shares - int(t)
+        lam = self.lam * max(left, 0) / self.shares if self.shares else 0.0
+        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0))
+
+
+def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int,
+                 min_surviving: int) -> SkellamSpec:
+    """The quantum, noise share and modulus of a secure round with budget ``mu`` (as GDP parameter of the sum).
+
+    Parameters
+    ----------
+    sensitivity : float
+        Largest L2 sensitivity ``w_i Delta_i`` of a site's weighted message (message units).
+    bound : float
+        Largest L2 norm of a site's weighted message ``w_i s_i`` (after clipping), for the modulus.
+    dim : int
+        Coordinates per message (d).
+    mu : float
+        Budget of the round: ``Delta_2 / sqrt(2 Lambda) = mu`` for the sum of ``min_surviving`` shares.
+    n_clients, min_surviving : int
+        Sites asked, and the fewest whose shares are enough (the round is refused below it).
+
+    Notes
+    -----
+    ``gamma = SLACK Delta / sqrt(d)`` makes the rounding slack ``sqrt(d)`` a fraction ``SLACK`` of
+    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``. The modulus holds ``sum_i (||u_i||_inf /
+    gamma + 1)`` plus the noise tail ``t`` with ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <=
+    WRAP_PROBABILITY`` (Bernstein; ``Lambda_max = n_clients lam``, every site surviving).
+    """
+    d, m, k = int(dim), int(n_clients), int(min_surviving)
+    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
+        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a "
+                         "finite clipping bound).")
+    if not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
+    if not 1 <= k <= m:
+        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    quantum = SLACK * sensitivity / math.sqrt(d)
+    l2 = sensitivity / quantum + math.sqrt(d)
+    l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
+    lam = (l2 / mu) ** 2 / 2.0 / k
+    log_term = math.log(2.0 * d / WRAP_PROBABILITY)
+    tail = log_term / 3.0 + math.sqrt(log_term**2 / 9.0 + 4.0 * log_term * m * lam)
+    reach = m * (bound / quantum + 1.0) + tail
+    bits = max(2, math.ceil(math.log2(reach + 1.0)) + 1)
+    if bits > MAX_BITS:
+        raise ValueError(f"the secure sum needs {bits} bits (> {MAX_BITS}): the messages' bound {bound:g} is too large "
+                         f"for their sensitivity {sensitivity:g}; clip the messages more tightly.")
+    return SkellamSpec(quantum, lam, bits, k, l2, l1)
+
+
+def quantize(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """Each site's message ``u_i`` of the rows of ``values`` (n_sites, d) rounded stochastically to the grid of the
+    quantum: ``floor(u_i / gamma + U_i)`` (int64), ``U_i`` the next uniforms of site i's stream ``rngs[i]``."""
+    values = np.asarray(values, dtype=np.float64)
+    out = np.empty(values.shape, dtype=np.int64)
+    for i, rng in enumerate(rngs):
+        x = values[i] / spec.quantum
+        out[i] = np.floor(x + rng.random(x.shape)).astype(np.int64)
+    return out
+
+
+def add_shares(rounded: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """``(rounded_i + Sk(lam)) mod 2^bits`` per site (int64): each site's Skellam share from its stream ``rngs[i]``."""
+    out = np.empty(rounded.shape, dtype=np.int64)
+    modulus = 1 << int(spec.bits)
+    for i, rng in enumerate(rngs):
+        shape = rounded[i].shape
+        out[i] = np.mod(rounded[i] + (rng.poisson(spec.lam, shape) - rng.poisson(spec.lam, shape)), modulus)
+    return out
+
+
+def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """Each site's integer message ``(round(u_i / gamma) + Sk(lam)) mod 2^bits`` (:func:`quantize`, then
+    :func:`add_shares`), one row per site. Rows of sites that send nothing are drawn and encoded like the others
+    (their streams advance in lockstep)."""
+    return add_shares(quantize(values, spec, rngs), spec, rngs)
+
+
+def decode(residues: np.ndarray, spec: SkellamSpec) -> np.ndarray:
+    """The modular sum of the rows of ``residues`` as signed integers, in message units (times gamma)."""
+    modulus = 1 << int(spec.bits)
+    total = np.mod(np.asarray(residues, dtype=np.int64).sum(axis=0), modulus)
+    signed = np.where(total >= modulus // 2, total - modulus, total)
+    return signed.astype(np.float64) * spec.quantum
+
+
+def skellam_rdp(orders: Sequence[int], noise: IntegerNoise) -> np.ndarray:
+    """Upper bound on the Renyi DP of the summed Skellam release at each integer order (Agarwal et al. 2021, Thm 3.5)."""
+    a = np.asarray(orders, dtype=np.float64)
+    lam, l2, l1 = noise.lam, noise.l2, noise.l1
+    if lam == 0:
+        return np.full(a.shape, np.inf)
+    extra = np.minimum((2.0 * a * l2 * l2 + 6.0 * l1) / (16.0 * lam * lam), 3.0 * l1 / (4.0 * lam))
+    return a * l2 * l2 / (4.0 * lam) + extra
+
+
+def gaussian_rdp(orders: Sequence[int], mu: float) -> np.ndarray:
+    """Exact Renyi DP ``alpha mu^2 / 2`` of a Gaussian mechanism with ``Delta / sigma = mu``."""
+    return np.asarray(orders, dtype=np.float64) * mu * mu / 2.0
+
+
+def rdp_epsilon(rdp: np.ndarray, delta: float, orders: Sequence[int] = RDP_ORDERS) -> float:
+    """Epsilon at ``delta`` of composed RDP values (dp-accounting's conversion)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+    eps, _ = compute_epsilon(list(orders), list(np.asarray(rdp, dtype=np.float64)), float(delta))
+    return float(eps)
+
+
+def skellam_log_pmf(lam: float, support: np.ndarray) -> np.ndarray:
+    """``log P(Sk(lam, lam) = k)`` at the integers ``support``: ``log(exp(-2 lam) I_k(2 lam))``, by the scaled Bessel ive."""
+    from scipy.special import ive
+    with np.errstate(divide="ignore"):
+        return np.log(ive(np.abs(np.asarray(support, dtype=np.float64)), 2.0 * lam))
+
+
+def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval: float = 1e-4, tail_sd: float = 12.0):
+    """dp-accounting's numerical privacy loss distribution of ``Sk(lam)`` against ``Sk(lam) + k`` per coordinate, composed
+    over the coordinates' integer ``shifts`` (pessimistic estimate; support truncated at ``tail_sd`` sd, whose mass
+    the PLD counts as infinite loss)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    reach = int(math.ceil(tail_sd * math.sqrt(2.0 * lam))) + 1
+    pld = None
+    for k in (int(abs(s)) for s in shifts):
+        if k == 0:
+            continue
+        x = np.arange(-reach, reach + k + 1)
+        lower = dict(zip(x.tolist(), skellam_log_pmf(lam, x).tolist()))
+        upper = dict(zip(x.tolist(), skellam_log_pmf(lam, x - k).tolist()))
+        one = pld_lib.from_two_probability_mass_functions(
+            {i: v for i, v in lower.items() if v > -math.inf}, {i: v for i, v in upper.items() if v > -math.inf},
+            value_discretization_interval=value_discretization_interval)
+        pld = one if pld is None else pld.compose(one)
+    return pld

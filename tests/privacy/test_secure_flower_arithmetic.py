@@ -1,0 +1,75 @@
+"""The secure sums' residues pass through Flower SecAgg+'s own arithmetic unchanged.
+
+Flower's ``secaggplus_mod`` weights a client's vector by ``num_examples / max_weight``, quantizes it
+(``quantize``: clip to [-c, c], shift by c, scale by T / 2c, stochastic rounding) and adds masks modulo
+``modulus_range``; the workflow sums, extracts the weight factor, dequantizes and divides by the total weight.
+With ``num_examples = max_weight`` (weight 1), ``c = 2^bits`` and ``T = 2c`` every step is exact on the residues
+``r_i`` in [0, 2^bits) (the stochastic rounding of an integer-valued array is deterministic), so the workflow hands
+the server ``mean_i r_i``, from which ``n mean`` modulo ``2^bits`` is the modular sum that ``decode`` reads --
+provided ``r_i + c < 2^31`` (Flower's int32 cast: bits <= 30) and ``n 2^(bits+1) < modulus_range <= 2^32``. The
+masks are Flower's (``pseudo_rand_gen``: a private mask per site, pairwise masks that cancel), with fixed seeds in
+place of the key agreement and the Shamir shares that carry them in the protocol.
+"""
+
+import numpy as np
+import pytest
+
+from privfedstat.privacy.secure_noise import decode, encode, skellam_spec
+
+flwr = pytest.importorskip("flwr")
+from flwr.common.secure_aggregation.ndarrays_arithmetic import (  # noqa: E402
+    factor_combine,
+    factor_extract,
+    parameters_addition,
+    parameters_mod,
+    parameters_multiply,
+    parameters_subtraction,
+)
+from flwr.common.secure_aggregation.quantization import dequantize, quantize  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen  # noqa: E402
+
+
+def _flower_round(residues: np.ndarray, bits: int, modulus: int) -> np.ndarray:
+    """Flower 1.42's client steps (secaggplus_mod's fit stage, no masks) and server steps (the unmask stage)."""
+    c, T, max_weight = float(2**bits), 2 ** (bits + 1), 1000.0
+    n = len(residues)
+    uploads, private = [], []
+    for i, r in enumerate(residues):
+        ratio = max_weight / max_weight  # num_examples = max_weight
+        q_ratio = round(ratio * T)
+        params = parameters_multiply([r.astype(np.float64)], q_ratio / T)
+        q = factor_combine(q_ratio, quantize(params, c, T))
+        shapes = [a.shape for a in q]
+        private.append(pseudo_rand_gen(bytes([i + 1] * 32), modulus, shapes))
+        q = parameters_addition(q, private[i])
+        for j in range(n):
+            if j != i:
+                pair = pseudo_rand_gen(bytes([min(i, j) + 1, max(i, j) + 1] * 16), modulus, shapes)
+                q = parameters_addition(q, pair) if i < j else parameters_subtraction(q, pair)
+        uploads.append(parameters_mod(q, modulus))
+    # what the server holds of a site is masked: not its quantized residue
+    assert not np.array_equal(uploads[0][1], residues[0] + c)
+    total = uploads[0]
+    for u in uploads[1:]:
+        total = parameters_addition(total, u)
+    for b in private:  # the private masks, which the protocol reconstructs from the survivors' Shamir shares
+        total = parameters_subtraction(total, b)
+    recon = parameters_mod(total, modulus)
+    q_total, recon = factor_extract(recon)
+    out = dequantize(recon, c, T)[0]
+    out += -(len(residues) - 1) * c
+    out *= T / q_total
+    return out
+
+
+@pytest.mark.parametrize("n_sites", [3, 10])
+def test_flower_secaggplus_arithmetic_returns_the_mean_residue_exactly(n_sites):
+    rng = np.random.default_rng(0)
+    d = 7
+    spec = skellam_spec(1e-3, 0.2, d, 0.3, n_sites, n_sites)
+    assert spec.bits <= 30 and n_sites * 2 ** (spec.bits + 1) < 2**32
+    u = rng.uniform(-0.2 / n_sites, 0.2 / n_sites, size=(n_sites, d))
+    residues = encode(u, spec, [np.random.default_rng(i) for i in range(n_sites)])
+    mean = _flower_round(residues, spec.bits, 2**32)
+    summed = np.rint(mean * n_sites).astype(np.int64) % (1 << spec.bits)
+    np.testing.assert_array_equal(decode(summed[None, :], spec), decode(residues, spec))

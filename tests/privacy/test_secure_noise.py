@@ -1,0 +1,134 @@
+"""Skellam noise shares for secure aggregation: calibration, modular arithmetic and accounting against references."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from privfedstat.privacy.gdp import epsilon_from_mu
+from privfedstat.privacy.secure_noise import (
+    RDP_ORDERS,
+    SLACK,
+    WRAP_PROBABILITY,
+    IntegerNoise,
+    SkellamSpec,
+    decode,
+    encode,
+    gaussian_rdp,
+    rdp_epsilon,
+    skellam_pld,
+    skellam_rdp,
+    skellam_spec,
+)
+
+
+def _hockey_stick_epsilon(lam: float, shift: int, delta: float) -> float:
+    """Independent reference: epsilon at delta of Sk(lam) against Sk(lam) + shift, summed over scipy's Skellam pmf."""
+    reach = int(40 * math.sqrt(2 * lam)) + shift
+    x = np.arange(-reach, reach + 1)
+    p = stats.skellam.pmf(x, lam, lam)
+    q = stats.skellam.pmf(x - shift, lam, lam)
+
+    def excess(eps):
+        return float(np.sum(np.maximum(p - math.exp(eps) * q, 0.0))) - delta
+
+    return optimize.brentq(excess, 0.0, 50.0, xtol=1e-12)
+
+
+@pytest.mark.parametrize("lam, shift", [(50.0, 1), (800.0, 3), (2000.0, 5)])
+def test_skellam_pld_matches_an_independent_hockey_stick_to_1e_6(lam, shift):
+    pld = skellam_pld(lam, [shift], value_discretization_interval=2e-7)
+    assert pld.get_epsilon_for_delta(1e-5) == pytest.approx(_hockey_stick_epsilon(lam, shift, 1e-5), abs=1e-6)
+
+
+def test_pld_of_a_shift_pattern_composes_its_coordinates():
+    lam = 400.0
+    one = skellam_pld(lam, [2], value_discretization_interval=1e-6).compose(
+        skellam_pld(lam, [1], value_discretization_interval=1e-6))
+    both = skellam_pld(lam, [2, 0, 1], value_discretization_interval=1e-6)
+    assert both.get_epsilon_for_delta(1e-5) == pytest.approx(one.get_epsilon_for_delta(1e-5), abs=1e-9)
+
+
+@pytest.mark.parametrize("shifts", [[6], [1] * 36, [3, 3, 3, 3], [4, 2, 2, 1, 1, 1, 1]])
+def test_rdp_bound_holds_against_the_exact_pld_of_every_shift_pattern(shifts):
+    """The ledger's bound (Agarwal et al. 2021, at the pattern's L2 / L1 norms) is never below the exact epsilon."""
+    lam = 300.0
+    l2 = math.sqrt(sum(s * s for s in shifts))
+    noise = IntegerNoise(1.0, lam, l2, float(sum(shifts)), 1)
+    bound = rdp_epsilon(skellam_rdp(RDP_ORDERS, noise), 1e-5)
+    exact = skellam_pld(lam, shifts, value_discretization_interval=1e-5).get_epsilon_for_delta(1e-5)
+    assert exact <= bound
+    # and the exact Skellam is at most the Gaussian of the same variance here (no worse than GDP at Delta / sd)
+    assert exact <= epsilon_from_mu(l2 / math.sqrt(2 * lam), 1e-5) + 1e-3
+
+
+def test_rdp_bound_is_the_gaussian_curve_up_to_its_skellam_terms():
+    spec = skellam_spec(1e-3, 0.5, 10, 0.1, 10, 10)
+    noise = spec.noise(10)
+    excess = skellam_rdp(RDP_ORDERS, noise) - gaussian_rdp(RDP_ORDERS, noise.gdp_mu)
+    assert np.all(excess >= 0) and np.all(excess <= 1e-6 * gaussian_rdp(RDP_ORDERS, noise.gdp_mu))
+
+
+def test_spec_calibrates_the_sum_of_min_surviving_shares():
+    sens, d, mu, m, k = 2e-3, 7, 0.3, 12, 9
+    spec = skellam_spec(sens, 0.25, d, mu, m, k)
+    assert spec.quantum == pytest.approx(SLACK * sens / math.sqrt(d))
+    assert spec.l2 == pytest.approx((1 + SLACK) * sens / spec.quantum)
+    assert spec.noise(k).gdp_mu == pytest.approx(mu)
+    assert spec.noise(m).gdp_mu < mu  # more survivors: more noise
+    assert spec.noise(k).colluding(1).gdp_mu == pytest.approx(mu * math.sqrt(k / (k - 1)))
+    assert math.isinf(spec.noise(k).colluding(k).gdp_mu)
+    # the modulus holds the messages' bound plus the Bernstein tail of every site's noise
+    lam_max = m * spec.lam
+    L = math.log(2 * d / WRAP_PROBABILITY)
+    assert m * (0.25 / spec.quantum + 1) + L / 3 + math.sqrt(L * L / 9 + 4 * L * lam_max) < 2 ** (spec.bits - 1)
+
+
+@pytest.mark.parametrize("bad", [dict(mu=math.inf), dict(min_surviving=0), dict(min_surviving=11),
+                                 dict(sensitivity=0.0), dict(bound=1e30)])
+def test_spec_refuses_what_it_cannot_calibrate(bad):
+    args = dict(sensitivity=1e-3, bound=1.0, dim=3, mu=0.5, n_clients=10, min_surviving=10) | bad
+    with pytest.raises(ValueError):
+        skellam_spec(**args)
+
+
+def test_encode_decode_is_the_sum_of_stochastically_rounded_messages_plus_skellam():
+    rng = np.random.default_rng(0)
+    spec = SkellamSpec(quantum=0.01, lam=0.0, bits=20, min_surviving=1, l2=1.0, l1=1.0)
+    u = rng.uniform(-3, 3, size=(5, 4))
+    rngs = [np.random.default_rng(i) for i in range(5)]
+    total = decode(encode(u, spec, rngs), spec)
+    # without noise: each coordinate within one quantum per site of the true sum, on the grid
+    assert np.all(np.abs(total - u.sum(axis=0)) < 5 * spec.quantum)
+    # with noise, over many rounds: unbiased, variance 2 n lam gamma^2 plus at most n / 4 gamma^2 of rounding
+    noisy = SkellamSpec(quantum=0.01, lam=30.0, bits=20, min_surviving=1, l2=1.0, l1=1.0)
+    gens = [np.random.default_rng(100 + i) for i in range(5)]
+    draws = np.array([decode(encode(u, noisy, gens), noisy) for _ in range(4000)])
+    err = draws - u.sum(axis=0)
+    sd = math.sqrt(2 * 5 * 30.0) * 0.01
+    assert np.all(np.abs(err.mean(axis=0)) < 4 * sd / math.sqrt(4000))
+    assert np.all(err.var(axis=0) <= noisy.variance(5) * 1.1) and np.all(err.var(axis=0) >= 2 * 5 * 30 * 1e-4 * 0.9)
+
+
+def test_decode_recovers_negative_sums_across_the_modulus():
+    spec = SkellamSpec(quantum=1.0, lam=0.0, bits=8, min_surviving=1, l2=1.0, l1=1.0)
+    u = np.array([[-100.0, 60.0], [-27.0, 67.0]])  # sums -127 and 127: the edges of the signed range
+    out = decode(encode(u, spec, [np.random.default_rng(0), np.random.default_rng(1)]), spec)
+    np.testing.assert_array_equal(out, [-127.0, 127.0])
+
+
+def test_stochastic_rounding_coupling_keeps_the_integer_sensitivity():
+    """Neighbouring messages rounded with the same uniforms differ by at most Delta / gamma + sqrt(d) in L2."""
+    rng = np.random.default_rng(3)
+    d, gamma, delta = 9, 0.05, 1.0
+    spec = SkellamSpec(quantum=gamma, lam=0.0, bits=30, min_surviving=1, l2=1.0, l1=1.0)
+    for trial in range(200):
+        x = rng.uniform(-5, 5, size=(1, d))
+        step = rng.normal(size=d)
+        x2 = x + delta * rng.uniform() * step / np.linalg.norm(step)
+        a = decode(encode(x, spec, [np.random.default_rng(trial)]), spec) / gamma
+        b = decode(encode(x2, spec, [np.random.default_rng(trial)]), spec) / gamma
+        v = a - b
+        assert np.linalg.norm(v) <= delta / gamma + math.sqrt(d) + 1e-9
+        assert np.abs(v).sum() <= math.sqrt(d) * delta / gamma + d + 1e-9
