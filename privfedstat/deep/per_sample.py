@@ -95,7 +95,9 @@ def check_model(model: nn.Module) -> None:
     BatchNorm in training mode normalises with batch statistics (per-sample gradients are then
     undefined and one row moves every other row's gradient); Dropout in training mode draws random
     masks. Either must be in eval mode (``model.eval()``), or BatchNorm replaced by GroupNorm, as
-    Opacus requires.
+    Opacus requires. Other ways of mixing the rows (a batch statistic in the forward, attention or a
+    recurrent layer with ``batch_first=False``) are caught by :meth:`PerSampleGradients._probe` at
+    the first gradient, which then takes every per-sample gradient from each row alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
