@@ -163,3 +163,25 @@ def test_the_end_of_fit_check_refuses_a_ledger_below_the_requests_or_the_declare
     short.record(Release("s", 0, "local", np.array([0.5, 0.5]), np.array([0.5, 0.5]) / 1.2))
     with pytest.raises(MalformedReplyError, match="client 0's ledger shows mu = 1.2, but the server's requests"):
         spending.check(short, 1.2 * math.sqrt(3))
+
+
+def test_nodes_dropping_the_leak_of_a_raw_reply_are_refused():
+    """``clip="paper"`` asks each node for a raw quantile of its norms (``norm_quantiles``: no noise); the reply must
+    say so, or the ledger would call the fit private. Every node dropping that leak is refused."""
+    data = logistic()
+    honest = {1000 + i: ClientNode(FederatedData.from_arrays([data.client(i)]), i, 5) for i in range(3)}
+
+    def mute(node):
+        def answer(content):
+            reply = node.handle(content)
+            if decode_request(content)[0] == "norm_quantiles":
+                del reply["message"]["meta/leak"]
+            return reply
+        return answer
+
+    est = fit_on_grid(FedSGD(mu=2.0, n_iter=2, clip="paper", inference=None, random_state=5), FakeGrid(honest))
+    assert not est.privacy_.is_private and est.privacy_.leaks
+    grid = FakeGrid({k: mute(ClientNode(FederatedData.from_arrays([data.client(i)]), i, 5))
+                     for i, k in enumerate(honest)})
+    with pytest.raises(MalformedReplyError, match="not privatized, without reporting the leak"):
+        fit_on_grid(FedSGD(mu=2.0, n_iter=2, clip="paper", inference=None, random_state=5), grid)
