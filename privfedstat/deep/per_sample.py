@@ -206,22 +206,14 @@ class PerSampleGradients:
     def _probe(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> tuple:
         """Move every parameter to ``vmap`` if the batched pass does not give each row's own gradient (once per shape).
 
-        Book-keeping reads sample j's gradient off one batched pass, which is right only when the
-        network's outputs are row-separable: row j's output depends on row j's input alone. A
-        network that mixes its rows (a batch statistic such as ``x - x.mean(0)``; attention or a
-        recurrent layer with ``batch_first=False`` given the samples along dimension 0) would
-        make every row's clipped term depend on the others, beyond the sensitivity ``2B / n``.
-        So before the first gradient of each input shape, on :data:`~privfedstat.deep.ghost.PROBE_ROWS`
-        synthetic rows (:func:`~privfedstat.deep.ghost.probe_batch`: public, no data), the
-        per-sample norms and their sum from the book-keeping pass are compared with ``vmap`` over
-        single rows (the definition), relative to the largest norm (rows with a non-finite gradient
-        must be the same and are left out); they must agree to ``eps^(1/4)`` of the dtype (2e-2 in
-        float32, 1e-4 in float64: far above the rounding of a forward and backward pass, at most
-        about 1e-4 in float32 on ResNet20, and far below a row's share ``1/3`` of a statistic of
-        three rows). Otherwise, or if none of the probe's gradients is finite, every parameter goes to
-        ``vmap`` (exact, slower), with a warning. The probe's pass also records the trailing shape
-        of every layer call's input, which later passes must repeat (:meth:`_pass`). Assumed, not
-        checked: a network that mixes rows only for some input values. Returns the input shape's key.
+        Book-keeping is right only for row-separable networks (docs/privacy.md, "Networks"). On
+        :func:`~privfedstat.deep.ghost.probe_batch`'s synthetic rows (public, no data) the book-keeping
+        norms and their sum are compared with ``vmap`` over single rows, relative to the largest norm
+        (non-finite rows must match and are left out); a gap above ``eps^(1/4)`` of the dtype (2e-2 in
+        float32, 1e-4 in float64: far above the rounding of a pass, about 1e-4 in float32 on ResNet20,
+        far below a row's share 1/3 of a statistic of three rows), or no finite gradient, sends every
+        parameter to ``vmap`` with a warning. The pass also records each layer call's trailing input
+        shape, which later passes must repeat (:meth:`_reshaped`). Returns the input shape's key.
         """
         key = (tuple(inputs.shape[1:]), inputs.dtype, tuple(targets.shape[1:]), targets.dtype)
         if not self._layers or key in self._shapes:
