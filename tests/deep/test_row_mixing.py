@@ -169,3 +169,23 @@ def test_a_probe_with_non_finite_gradients_moves_everything_to_vmap():
     with pytest.warns(UserWarning, match="not finite"):
         psg.norms(params, *rows(DigitsCNN, 4))
     assert psg._layers == {}
+
+
+def test_a_network_estimator_on_a_row_mixing_model_warns_and_releases_the_exact_clipped_mean():
+    """DeepFedSGD with the centring network: the fit says so, and client 0's first message (noise removed: the same
+    seed on D and D') moves by at most 2B / n_0 when one of its rows is replaced by an outlier (2.74 times that
+    before the probe)."""
+    from privfedstat.deep import DeepFedSGD, TensorFederatedData
+
+    X, y = rows(Centred, 48, seed=3)
+    X2 = X.clone()
+    X2[0] = 1e3 * X2[0]
+    fits = []
+    for inputs in (X, X2):
+        data = TensorFederatedData.from_pooled(inputs, y, sizes=[16, 16, 16])
+        with pytest.warns(UserWarning, match="mixes the rows of a batch"):
+            fits.append(DeepFedSGD(model=seeded(Centred), loss="nll", mu=2.0, n_iter=1, step_size=1.0, clip=0.1,
+                                   progress=False, random_state=0).fit(data))  # (and a ConvergenceWarning)
+    assert fits[0].privacy_.is_private
+    step = fits[0].history_[1] - fits[1].history_[1]  # the server's step: eta times the weighted mean of messages
+    assert np.linalg.norm(step) <= 1.0 * (16 / 48) * 2 * 0.1 / 16 * (1 + 1e-9)
