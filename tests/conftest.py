@@ -1,4 +1,7 @@
+import atexit
 import os
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +20,26 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threadpool_limits(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])), user_api="blas")
+
+
+# No Flower process outlives the test session: the federations still open are closed at exit and on SIGTERM (a
+# runner's timeout); if this process is killed outright, each federation's watchdog kills its processes
+# (privfedstat.flower.launch).
+def _close_federations() -> None:
+    launch = sys.modules.get("privfedstat.flower.launch")
+    if launch is not None:
+        launch.close_all()
+
+
+def _on_sigterm(signum, frame) -> None:
+    _close_federations()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+atexit.register(_close_federations)
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 # Deterministic property-based tests: the same examples on every run (CI must not be flaky);
 # run with HYPOTHESIS_PROFILE=explore to search new examples locally.

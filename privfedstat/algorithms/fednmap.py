@@ -442,5 +442,6 @@ def composite_round(clients: InProcessClients, z, *, shift, prox_steps, penalty,
     return clients._reply(upload, records, answered, failing)
 
 
-register(Verb("composite_round", shape=parameters, per_client=("sensitivity",), release=("local", "record")),
+register(Verb("composite_round", shape=parameters, per_client=("sensitivity",), release=("local", "record"),
+              steps="prox_steps"),
          in_process=composite_round)

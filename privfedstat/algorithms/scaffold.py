@@ -242,5 +242,6 @@ def _model_and_control(n_params: int, n_features: int, request) -> tuple[int, ..
     return (2 * n_params,)
 
 
-register(Verb("scaffold_round", shape=_model_and_control, per_client=("sensitivity",), release=("local", "record")),
+register(Verb("scaffold_round", shape=_model_and_control, per_client=("sensitivity",), release=("local", "record"),
+              steps="n_steps"),
          in_process=scaffold_round)

@@ -183,11 +183,12 @@ class TorchClients:
         return types.MethodType(answer, self)
 
     def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
-               leak: str | None = None) -> Reply:
-        """The reply of one request (every verb ends here), after telling ``on_round`` that a round is done."""
+               leak: str | None = None, error: Exception | None = None) -> Reply:
+        """The reply of one request (every verb ends here), after telling ``on_round`` that a round is done; ``error``:
+        the client's failure (a diverging local descent), raised by the server after it books ``releases``."""
         if self._on_round is not None:
             self._on_round()
-        return InProcessClients._reply(self, values, releases, answered, failing, leak)
+        return InProcessClients._reply(self, values, releases, answered, failing, leak, error)
 
     def initial_parameters(self) -> np.ndarray:
         """theta^(0): the model's initial trainable parameters, flat, float64 (public)."""

@@ -33,16 +33,22 @@ What the forward pass must respect, checked on every pass (:func:`trace`, a modu
 is reported in :attr:`Trace.misused` and its parameters go to the ``vmap`` path):
 
 * the layer's parameters are used only inside its own forward call (a ``TorchFunctionMode`` sees
-  every torch call of the forward pass: a parent that reads ``self.fc.weight`` into ``F.linear``
-  is caught);
+  every torch call of the forward pass: a parent that reads ``self.fc.weight`` into ``F.linear``,
+  or its values through a property such as ``self.embed.weight.T``, is caught);
 * its input and output have the samples along dimension 0 (size n; an input without a batch
   dimension is refused), and its input is not changed in place after the call (the tensor's
   version counter);
 * the loss depends on its output through the recorded graph (its output gradient arrives), and
   it carries no hooks of its own (a hook could change its output or gradients).
 
-Not checked, hence assumed as for every batched layer: a layer whose input's first dimension is
-not the samples' but happens to have size n (a (positions, n, d) layout with n positions).
+Checked once per input shape, by a probe (:meth:`~privfedstat.deep.per_sample.PerSampleGradients`
+compares this path with ``vmap`` over single rows on :func:`probe_batch`'s synthetic rows): that
+the network's outputs are row-separable (a batch statistic or a ``batch_first=False`` attention
+layer mixes the rows; the probe then moves every parameter to ``vmap``), and the trailing shape
+(all but dimension 0) of each call's input, which every later pass must repeat: a layer whose
+input's first dimension is not the samples' but happens to have size n (a (positions, n, d)
+layout with n positions) has a trailing shape that follows n, so it is caught at any n other
+than the probe's (which avoids the inputs' own sizes).
 
 The output gradients come from tensor hooks, which receive the gradient of the output as it was
 when the layer returned (an in-place ReLU afterwards does not alter it). The hooks form the
@@ -73,7 +79,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 __all__ = ["ghost_layers", "trace", "Trace", "Call", "Outer", "Rows", "layer_pieces", "covered",
-           "kept"]
+           "kept", "probe_batch", "batch_layout_modules", "PROBE_ROWS"]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _NORM = (nn.GroupNorm, nn.LayerNorm)
@@ -81,7 +87,10 @@ _LAYERS = (nn.Linear, *_CONV, *_NORM, nn.Embedding)
 #: samples per grouped convolution that forms per-sample convolution gradients (:func:`_conv_weight`; blocks of
 #: 8-32 samples ran 2-10x faster than unfolding the input and multiplying, on the paper's CNN and on ResNet20)
 GROUP_ROWS = 16
-#: tensor functions that read a parameter's metadata only (a parent may call them on a layer's weight)
+#: least rows of the synthetic batch on which the book-keeping path is compared with each row alone (:func:`probe_batch`)
+PROBE_ROWS = 3
+#: tensor functions that read a parameter's metadata only (a parent may call them on a layer's weight); a property
+#: (``__get__``) only when it returns no tensor (``.shape``, ``.dtype``; not ``.T``)
 _METADATA = frozenset({"__get__", "size", "dim", "numel"})
 
 
@@ -139,17 +148,49 @@ def ghost_layers(model: nn.Module, trainable: set[str]) -> dict[str, nn.Module]:
     return out
 
 
+def probe_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic rows shaped like ``inputs`` and ``targets`` (public: a fixed seed, no data): :data:`PROBE_ROWS` of
+    them, or the next count that is none of their other sizes (so that no layout can take the rows for another axis).
+
+    Floating inputs are standard normal, floating targets uniform on [0, 1) (valid for squared
+    error and binary cross-entropy alike); integer inputs lie below the smallest Embedding's size
+    (2 without one), integer targets in {0, 1} (class indices any classifier takes).
+    """
+    g = torch.Generator().manual_seed(0)
+    vocab = min((m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)), default=2)
+    k = next(k for k in range(PROBE_ROWS, PROBE_ROWS + inputs.dim() + targets.dim())
+             if k not in (*inputs.shape[1:], *targets.shape[1:]))
+
+    def draw(like: torch.Tensor, target: bool) -> torch.Tensor:
+        shape = (k, *like.shape[1:])
+        if like.is_floating_point() or like.is_complex():
+            return (torch.rand if target else torch.randn)(shape, generator=g, dtype=like.dtype)
+        return torch.randint(0, 2 if target else vocab, shape, generator=g).to(like.dtype)
+
+    return draw(inputs, False), draw(targets, True)
+
+
+def batch_layout_modules(model: nn.Module) -> list[str]:
+    """The modules that read dimension 1 as the batch (``batch_first=False``: attention, transformer and recurrent
+    layers; a transformer's are its attention layers): given rows along dimension 0 they mix the samples of a batch
+    (the usual cause of a failed probe)."""
+    return [name or type(m).__name__ for name, m in model.named_modules()
+            if isinstance(m, (nn.MultiheadAttention, nn.RNNBase)) and not m.batch_first]
+
+
 @dataclass
 class Call:
     """One forward call of a layer: its input ``a`` (detached; dropped once used) and that input's version counter,
     whether ``a`` needed a gradient, the gradient ``g`` of the summed losses with respect to its output (kept layers
-    only) and whether the backward pass reached it (a call it did not reach makes the layer misused)."""
+    only), whether the backward pass reached it (a call it did not reach makes the layer misused) and the input's
+    trailing shape (all but dimension 0)."""
 
     a: torch.Tensor | None
     version: int
     first: bool
     g: torch.Tensor | None = None
     reached: bool = False
+    shape: tuple[int, ...] = ()
 
 
 @dataclass
@@ -175,11 +216,14 @@ class _Guard(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if getattr(func, "__name__", "") not in _METADATA:
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        # a property read is metadata unless it returns a tensor: ``.T``, ``.mT``, ``.data`` read the values
+        if name not in _METADATA or (name == "__get__" and isinstance(out, torch.Tensor)):
             for t in tree_leaves((args, kwargs)):
                 if isinstance(t, torch.Tensor) and (m := self.owner.get(id(t))) is not None and m != self.active:
                     self.misused.add(m)
-        return func(*args, **kwargs)
+        return out
 
 
 def trace(model: nn.Module, layers: dict[str, nn.Module], params: dict[str, torch.Tensor],
@@ -216,7 +260,7 @@ def trace(model: nn.Module, layers: dict[str, nn.Module], params: dict[str, torc
                     or a.shape[0] != n or out.shape[0] != n or not out.requires_grad):
                 rec.misused.add(name)
                 return None
-            call = Call(a.detach(), a._version, not a.requires_grad)
+            call = Call(a.detach(), a._version, not a.requires_grad, shape=tuple(a.shape[1:]))
             rec.calls[name].append(call)
             out.register_hook(lambda g: arrived(name, call, g))
             return None

@@ -50,20 +50,22 @@ Sensitivity for every finite input (the numba kernels' rules, :mod:`privfedstat.
   clipping: non-private fits only) NaN and inf propagate, so that divergence is detected.
 
 Not bounded by this argument, as for the numba kernels: the sum over a client's rows is itself
-computed in floating point, so neighbouring datasets differ by ``2B / n`` plus that rounding (the
-floating-point side channel that the privacy model leaves to secure mode).
+computed in floating point, so neighbouring datasets differ by ``2B / n`` plus that rounding. That
+floating-point side channel is not closed anywhere, secure mode included: secure mode changes only
+the noise sampler (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`), not the sums.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .ghost import Call, Outer, Rows, covered, ghost_layers, kept, layer_pieces, trace
+from .ghost import Call, Outer, Rows, batch_layout_modules, covered, ghost_layers, kept, layer_pieces, probe_batch, trace
 
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
            "CLIP_SAFETY", "MIN_CLIP", "CHUNK_ELEMENTS", "PASS_ROWS"]
@@ -93,7 +95,9 @@ def check_model(model: nn.Module) -> None:
     BatchNorm in training mode normalises with batch statistics (per-sample gradients are then
     undefined and one row moves every other row's gradient); Dropout in training mode draws random
     masks. Either must be in eval mode (``model.eval()``), or BatchNorm replaced by GroupNorm, as
-    Opacus requires.
+    Opacus requires. Other ways of mixing the rows (a batch statistic in the forward, attention or a
+    recurrent layer with ``batch_first=False``) are caught by :meth:`PerSampleGradients._probe` at
+    the first gradient, which then takes every per-sample gradient from each row alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
@@ -147,6 +151,7 @@ class PerSampleGradients:
         self._buffers = dict(model.named_buffers())
         self._grad = vmap(grad(self._loss), in_dims=(None, None, 0, 0))
         self._layers = ghost_layers(model, set(self.names))
+        self._shapes: dict[tuple, dict[str, list[tuple[int, ...]]]] = {}  # per input shape: the probe's layer inputs
 
     def _loss(self, params: dict, fixed: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The loss of one sample as a function of ``params`` (``fixed``: trainable parameters held constant)."""
@@ -192,13 +197,68 @@ class PerSampleGradients:
         Samples go :data:`PASS_ROWS` at a time through :meth:`_pass` (the samples are independent,
         so the split changes nothing but the memory of the recorded activations).
         """
+        key = self._probe(params, inputs, targets)
         total = {k: torch.zeros(s, dtype=torch.float64) for k, s in zip(self.names, self.shapes)}
-        norms = [self._pass(params, inputs[lo:lo + PASS_ROWS], targets[lo:lo + PASS_ROWS], clip, total)
+        norms = [self._pass(params, inputs[lo:lo + PASS_ROWS], targets[lo:lo + PASS_ROWS], clip, total, key)
                  for lo in range(0, inputs.shape[0], PASS_ROWS)]
         return torch.cat(norms), [total[k] for k in self.names]
 
+    def _probe(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor) -> tuple:
+        """Move every parameter to ``vmap`` if the batched pass does not give each row's own gradient (once per shape).
+
+        Book-keeping is right only for row-separable networks (docs/privacy.md, "Networks"). On
+        :func:`~privfedstat.deep.ghost.probe_batch`'s synthetic rows (public, no data) the book-keeping
+        norms and their sum are compared with ``vmap`` over single rows, relative to the largest norm
+        (non-finite rows must match and are left out); a gap above ``eps^(1/4)`` of the dtype (2e-2 in
+        float32, 1e-4 in float64: far above the rounding of a pass, about 1e-4 in float32 on ResNet20,
+        far below a row's share 1/3 of a statistic of three rows), or no finite gradient, sends every
+        parameter to ``vmap`` with a warning. The pass also records each layer call's trailing input
+        shape, which later passes must repeat (:meth:`_reshaped`). Returns the input shape's key.
+        """
+        key = (tuple(inputs.shape[1:]), inputs.dtype, tuple(targets.shape[1:]), targets.dtype)
+        if not self._layers or key in self._shapes:
+            return key
+        X, Y = probe_batch(self.model, inputs, targets)
+        total = {k: torch.zeros(s, dtype=torch.float64) for k, s in zip(self.names, self.shapes)}
+        try:  # the largest finite bound: every finite gradient unclipped, the others dropped
+            norms = self._pass(params, X, Y, torch.finfo(torch.float64).max, total, key)
+            alone = {k: v.detach() for k, v in self._grad(params, {}, X, Y).items()}
+        except (RuntimeError, IndexError, ValueError) as err:
+            self._to_vmap(f"the probe on synthetic rows failed ({type(err).__name__}: {err})")
+            return key
+        want = sample_norms([alone[k] for k in self.names])
+        finite = torch.isfinite(want)
+        if not bool(finite.any()):
+            self._to_vmap("the probe's per-sample gradients on synthetic rows are not finite")
+            return key
+        sums = {k: torch.tensordot(finite.to(torch.float64), torch.nan_to_num(alone[k].to(torch.float64)), dims=1)
+                for k in self.names}
+        scale = max(float(want[finite].max()), torch.finfo(torch.float64).tiny)
+        gap = max(float((norms - want)[finite].abs().max()) / scale,
+                  math.sqrt(sum(float(torch.sum((total[k] - sums[k]) ** 2)) for k in self.names)) / scale)
+        if not (gap <= torch.finfo(next(iter(params.values())).dtype).eps ** 0.25 and torch.equal(
+                finite, torch.isfinite(norms))):  # NaN included
+            suspects = batch_layout_modules(self.model)
+            self._to_vmap(f"per-sample gradients from the batched pass differ from each row's own by {gap:.2g} "
+                          f"relative on {X.shape[0]} synthetic rows: the network mixes the rows of a batch"
+                          + (f" (batch_first=False in {suspects}: set batch_first=True)" if suspects else ""))
+        return key
+
+    def _reshaped(self, calls: dict[str, list[Call]], key: tuple) -> set[str]:
+        """The layers whose inputs' trailing shapes differ from those of the probe's pass (the first to get here)."""
+        seen = {name: [c.shape for c in each] for name, each in calls.items()}
+        probed = self._shapes.setdefault(key, seen)
+        return {name for name in seen if probed.get(name) != seen[name]}
+
+    def _to_vmap(self, why: str) -> None:
+        """Take every parameter's per-sample gradient from ``vmap`` over single rows from now on, and say why."""
+        self._layers = {}
+        warnings.warn(f"{why}. Every per-sample gradient now comes from the network applied to each row alone "
+                      "(torch.func.vmap: exact, slower); note that the batched outputs (predictions) are not what "
+                      "each row's loss sees.", UserWarning, stacklevel=2)
+
     def _pass(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None,
-              total: dict[str, torch.Tensor]) -> torch.Tensor:
+              total: dict[str, torch.Tensor], key: tuple) -> torch.Tensor:
         """The per-sample norms of a batch, adding its clipped terms to ``total`` (``clip`` not None).
 
         The book-keeping layers (:mod:`privfedstat.deep.ghost`) are traced in one batched forward
@@ -207,7 +267,9 @@ class PerSampleGradients:
         chunk of samples at a time (:data:`CHUNK_ELEMENTS` bounds the entries converted to float64
         at once), those, the kept layers' (:func:`~privfedstat.deep.ghost.layer_pieces`) and the
         other parameters' (``vmap``) give the joint norms, the factors and the float64 terms. A
-        layer that broke a rule during the pass moves to ``vmap`` for good, and the pass is redone.
+        layer that broke a rule during the pass, or whose inputs' trailing shapes differ from those
+        of the probe's pass (``key``: the input shape's, :meth:`_probe`), moves to ``vmap`` for good,
+        and the pass is redone.
         """
         trainable = set(self.names)
         while True:
@@ -221,8 +283,9 @@ class PerSampleGradients:
                 with torch.enable_grad():
                     rec = trace(self.model, layers, fixed, {k: v.detach() for k, v in rest.items()}, self._buffers,
                                 inputs, targets, self._sample_loss)
-                if rec.misused:
-                    self._layers = {k: m for k, m in layers.items() if k not in rec.misused}
+                misused = rec.misused or self._reshaped(rec.calls, key)
+                if misused:
+                    self._layers = {k: m for k, m in layers.items() if k not in misused}
                     continue
                 calls, formed = rec.calls, rec.formed
             break

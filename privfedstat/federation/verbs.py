@@ -3,9 +3,11 @@
 A :class:`Verb` says what the wire, the nodes and the server's checks need to know of one request:
 what a client sends back (its values' shape, computed from the public dimensions and the request),
 which arguments hold one entry per client, which typed records travel with it, and what it
-releases (the kind and unit of its release records, and the argument holding the sensitivity the
-server asked for). The Flower wire (:mod:`privfedstat.flower.wire`), the Flower nodes and the
-server's checks of every release record read this table; nothing else lists verbs.
+releases (the kind and unit of its release records, the argument holding the sensitivity the
+server asked for, and how many mechanisms one reply runs: :func:`mechanisms`). So the release
+records a request must bring back follow from the request alone. The Flower wire
+(:mod:`privfedstat.flower.wire`), the Flower nodes and the server's checks of every release record
+(:mod:`privfedstat.flower.records`) read this table; nothing else lists verbs.
 
 The shared verbs are declared here; a verb that one algorithm alone sends is declared next to its
 server loop and registered when its module is imported (:func:`register`, with its in-process
@@ -49,7 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["Verb", "UnknownVerbError", "ANSWERS", "BACKENDS", "register", "implement", "get", "names", "implementation",
-           "records", "one_value", "parameters", "parameter_moments", "design_moments"]
+           "records", "mechanisms", "one_value", "parameters", "parameter_moments", "design_moments"]
 
 #: what a verb returns: a privatized Reply; the exact (gradients, Hessians) of a non-private fit's diagnostics;
 #: two handles on the clients' halves; nothing (a public map of the clients' rows)
@@ -110,6 +112,10 @@ class Verb:
     records : tuple of (str, type)
         Typed arguments that travel by their fields, by argument name: frozen dataclasses of
         numbers (rebuilt on the client by their constructor, which checks the values again).
+    steps : str or None
+        The argument giving the number of mechanisms (release records) one reply carries: an
+        integer (``n_steps``: one noisy local step each) or a sequence (``prox_steps``: one per
+        entry); None: one mechanism, or none for a verb that releases nothing (:func:`mechanisms`).
     """
 
     name: str
@@ -119,6 +125,7 @@ class Verb:
     release: tuple[str, str] | None = ("aggregated", "record")
     sensitivity: str | float | None = "sensitivity"
     records: tuple[tuple[str, type], ...] = ()
+    steps: str | None = None
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:
@@ -132,7 +139,7 @@ class Verb:
 
     def _key(self) -> tuple:
         return (self.name, self.answer, getattr(self.shape, "__qualname__", None), self.per_client, self.release,
-                self.sensitivity, self.records)
+                self.sensitivity, self.records, self.steps)
 
 
 _TABLE: dict[str, Verb] = {}
@@ -192,10 +199,22 @@ def records() -> dict[str, type]:
     return {cls.__name__.lower(): cls for verb in _TABLE.values() for _, cls in verb.records}
 
 
+def mechanisms(verb: Verb, request: Mapping) -> int:
+    """How many release records every client's reply to ``request`` must carry (silent clients' included, with
+    sensitivity 0): 0 for a verb that releases nothing, the request's ``verb.steps`` (a count, or a sequence's
+    length) for a verb of several noisy steps, else 1."""
+    if verb.release is None:
+        return 0
+    if verb.steps is None:
+        return 1
+    steps = request[verb.steps]
+    return len(steps) if isinstance(steps, (list, tuple)) or getattr(steps, "ndim", 0) else int(steps)
+
+
 _RELEASE = ("sensitivity", "active")
 for _verb in (
         Verb("gradients", shape=parameters, per_client=_RELEASE),
-        Verb("local_descent", shape=parameters, per_client=_RELEASE, release=("local", "record")),
+        Verb("local_descent", shape=parameters, per_client=_RELEASE, release=("local", "record"), steps="n_steps"),
         Verb("clipped_update", shape=parameters, per_client=_RELEASE, release=("aggregated", "client")),
         Verb("hessians", shape=parameter_moments, per_client=_RELEASE),
         Verb("score_outer", shape=parameter_moments, per_client=_RELEASE),

@@ -5,7 +5,13 @@ runtime dependency installation disabled) and one :mod:`privfedstat.flower.node`
 client (each holding partition i of an embedded dataset), writes a minimal Flower app directory
 (a ``pyproject.toml`` naming :mod:`privfedstat.flower.app`'s components) and a Flower config in a
 temporary ``FLWR_HOME``, submits runs with ``flwr run`` and waits for their results. Every process
-is stopped by its process id on exit, on error and on Ctrl-C; every wait has a timeout. Telemetry
+is stopped by its process id on exit, on error and on Ctrl-C; every wait has a timeout. If the
+launching process dies without stopping them (``kill -9``, a test runner's hard timeout), they
+die with it: every process of a federation carries its tag in its environment (inherited by
+Flower's detached SuperExec and ServerApp processes too), and a watchdog process holding a pipe
+from the launcher kills every process with that tag as soon as the pipe closes (:data:`_WATCHDOG`;
+Linux, through /proc). :func:`close_all` stops every federation still open (a test suite's
+teardown). Telemetry
 and Flower's update check are switched off: nothing leaves the machine. The nodes share the
 machine's cores, so each computes on one thread (torch, BLAS, numba) and they run in parallel.
 """
@@ -21,11 +27,47 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+import weakref
 from pathlib import Path
 
 from .node import free_port
 
-__all__ = ["LocalFederation"]
+__all__ = ["LocalFederation", "close_all"]
+
+#: the watchdog of one federation (``python -c``, in a session of its own): it waits for its standard input to close
+#: (the launcher closed the federation, or died, even by SIGKILL: the kernel closes the pipe), then SIGKILLs every
+#: process whose environment carries the federation's tag (argument 1), Flower's detached SuperExec and ServerApp
+#: processes included, until none is left (Linux: read from /proc)
+_WATCHDOG = """import os, signal, sys, time
+tag = ("PRIVFEDSTAT_FEDERATION=" + sys.argv[1]).encode()
+sys.stdin.buffer.read()
+for _ in range(100):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if tag in f.read().split(b"\\0") and int(pid) != os.getpid():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    if not found:
+        break
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+"""
+
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # the federations not closed yet (close_all)
+
+
+def close_all() -> None:
+    """Stop every :class:`LocalFederation` of this process that is still open (a test suite's last resort)."""
+    for fed in list(_OPEN):
+        fed.close()
 
 _PYPROJECT = """[project]
 name = "privfedstat-flower"
@@ -116,6 +158,10 @@ class LocalFederation:
 
     # ------------------------------------------------------------------ processes
     def __enter__(self) -> LocalFederation:
+        _OPEN.add(self)
+        tag = uuid.uuid4().hex
+        self._watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, tag], stdin=subprocess.PIPE,
+                                          start_new_session=True)  # sweeps this federation's processes at close or death
         self.dir = Path(tempfile.mkdtemp(prefix="privfedstat-flower-"))
         self.home = self.dir / "flwr-home"
         self.home.mkdir()
@@ -129,7 +175,8 @@ class LocalFederation:
             security, link_flags = "insecure = true\n", ["--insecure"]
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.address}"\n{security}')
-        self.env = dict(os.environ, FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+        self.env = dict(os.environ, PRIVFEDSTAT_FEDERATION=tag, FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0",
+                        FLWR_DISABLE_UPDATE_CHECK="1",
                         FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.5", PYTHONUNBUFFERED="1", FLWR_LOG_LEVEL="WARNING",
                         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
         try:
@@ -208,6 +255,12 @@ class LocalFederation:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         self.nodes, self.superlink = [], None
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:  # it sweeps what the SuperLink left (its SuperExec, a ServerApp), then exits
+            watchdog.stdin.close()
+            watchdog.wait(timeout=30)
+            self._watchdog = None
+        _OPEN.discard(self)
         if not os.environ.get("PRIVFEDSTAT_KEEP_FLOWER_DIR"):
             shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
 

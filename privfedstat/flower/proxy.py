@@ -7,7 +7,10 @@ per-client argument such as ``sensitivity`` cut to that client's entry) and asse
 :class:`~privfedstat.federation.clients.Reply` that :class:`~privfedstat.federation.clients.InProcessClients`
 would return: values stacked in client order, the release records the clients sent (a client that
 did not send contributes sensitivity and sigma 0, as in-process), and the answered / failed
-masks. The server's ledger is built by the estimator's Channel from those records only.
+masks. The server's ledger is built by the estimator's Channel from those records only, after
+:mod:`~privfedstat.flower.records` has checked them against the request (their number, kind,
+unit, stage, sensitivity and noise), and :func:`fit_on_grid` checks the final ledger against what
+the server asked of each client and the declared mu.
 
 Every live client receives every request; with partial participation (``active``) the clients
 outside the sample compute as in-process (their noise streams and state advance the same way) and
@@ -22,7 +25,6 @@ from __future__ import annotations
 import builtins
 import inspect
 import json
-import math
 import time
 import uuid
 
@@ -34,6 +36,7 @@ from ..families import Family
 from ..federation import verbs
 from ..federation.clients import PUBLIC, InProcessClients, Reply
 from ..privacy.ledger import Release
+from .records import Spending, check_records
 from .wire import MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape, per_client_args
 
 __all__ = ["FlowerClients", "fit_on_grid"]
@@ -142,6 +145,7 @@ class FlowerClients:
             raise ValueError(f"the nodes declare partitions {ids}: each partition must be served once.")
         meta = [opened[i].extra for i in order]
         link.nodes, link.failed = [node_ids[i] for i in order], np.zeros(len(order), dtype=bool)
+        link.spending = Spending(len(order))  # what the server's requests spend, checked against the ledger at the end
         self._link = link
         firsts = {(int(e["n_features"]), int(e["n_params"]), bool(e["has_offset"])) for e in meta}
         if len(firsts) != 1:
@@ -192,7 +196,8 @@ class FlowerClients:
         before = self._link.failed.copy()
         replies = self._link.exchange(verb, self._target, per_client, shape)
         _raise_errors(replies, verb)
-        _check_calibration(replies, per_client, verb)
+        check_records(replies, per_client, verb)
+        self._link.spending.add(replies, per_client, verb)
         failing = self._link.failed & ~before
         answer = verbs.get(verb).answer
         if answer == "handles":  # each half answers for its own rows: its sizes are what the clients declare
@@ -241,42 +246,6 @@ def _assemble(replies: dict[int, ClientReply], m: int, shape, failing: np.ndarra
             releases.append(Release(rec.stage, -1, rec.kind, sens, sigma, unit=rec.unit))
     leaks = {r.leak for r in replies.values() if r.leak is not None}
     return Reply(values, tuple(releases), answered, failing, leaks.pop() if leaks else None)
-
-
-def _check_calibration(replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
-    """Every release a client reports must be of the kind and unit its verb declares and calibrated to what its
-    request asked for: the request's stage, a sensitivity at least the requested one (the verb table's
-    ``sensitivity``: an argument of the request, or 1 for the count verbs, whose requests carry none) and
-    sigma = sensitivity / mu (0 at mu = inf), to the bit, as
-    :func:`~privfedstat.federation.clients.privatize` computes it. So the noise is at least the
-    requested sensitivity over the requested mu whatever the client reports: a client that noises
-    for less (a smaller sensitivity, a larger mu, no noise, another calibration) or records its
-    release as another kind or unit is refused, and the ledger, built from the reports, holds. (A
-    client may report more than requested: a network's local step on a minibatch of b_i rows noises
-    for ``n_i / b_i`` times the full-batch sensitivity.)"""
-    entry = verbs.get(verb)
-    for i, r in sorted(replies.items()):
-        for rec in r.releases:  # a silent client's records too (sensitivity and sigma 0)
-            if (rec.kind, rec.unit) != entry.release:
-                raise MalformedReplyError(f"client {i} reports a release for {verb!r} of kind {rec.kind!r}, unit "
-                                          f"{rec.unit!r}; the verb releases {entry.release or 'nothing'}.")
-        kw = per_client[i]
-        if r.status != "ok" or kw.get("mu") is None:
-            continue
-        if entry.sensitivity is None:
-            raise ValueError(f"the request for {verb!r} states a budget mu, but the verb table declares no sensitivity "
-                             "to check its releases against.")
-        mu = float(kw["mu"])
-        asked = float(kw[entry.sensitivity] if isinstance(entry.sensitivity, str) else entry.sensitivity)
-        for rec in r.releases:
-            sens, sigma = float(rec.sensitivity[0]), float(rec.sigma[0])
-            want = float(np.float64(sens) / mu) if math.isfinite(mu) else 0.0
-            if not sens >= asked or sigma != want or ("stage" in kw and rec.stage != kw["stage"]):
-                asked_sd = float(np.float64(asked) / mu) if math.isfinite(mu) else 0.0
-                raise MalformedReplyError(
-                    f"client {i} reports a release for {verb!r} (stage {rec.stage!r}, sensitivity {sens:g}, noise sd "
-                    f"{sigma:g}) that its request did not ask for (stage {kw.get('stage')!r}, sensitivity at least "
-                    f"{asked:g}, mu {mu:g}: noise sd sensitivity / mu = {asked_sd:g}).")
 
 
 def _family_spec(family: Family) -> dict:
@@ -343,6 +312,7 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
         estimator.fit(shell)
     finally:
         del estimator._make_clients
+    clients._link.spending.check(estimator.privacy_, estimator.mu_)  # the ledger is what the server asked for
     return estimator
 
 

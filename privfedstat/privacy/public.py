@@ -18,8 +18,16 @@ A fit has two audiences (docs/privacy.md, "Who sees what"):
   Definition 2.1 of the core paper (the published aggregate averages over every client's noise),
   which the server computes and states here as one number.
 
-Nothing in this view depends on which clients a Poisson round sampled: two fits that differ only
-in the participants drawn have the same public view.
+What in this view depends on which clients a Poisson round sampled (the server's randomness, not
+the data): nothing in a Poisson-subsampled block (its rate, multiplier and rounds are fixed in
+advance); but a Gaussian block's ``mu`` is its worst *participant's* ``Delta_i / sigma_i``, and
+the record-level ``record_third_party_mu`` (Definition 2.1) is computed from the clients that took
+part in each round, so with Poisson participation and unequal clients two fits that differ only in
+the participants drawn can publish different values (an audit found third-party mu 0.29 to 0.36
+over four seeds of one record-level fit). These numbers therefore say something about who took
+part. Record-level guarantees do not rest on hiding that (no amplification by sampling is
+claimed for them), and the client-level epsilon amplifies only the subsampled blocks, whose
+numbers are fixed before any draw.
 """
 
 from __future__ import annotations

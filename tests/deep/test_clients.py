@@ -206,3 +206,18 @@ def test_fault_injection_fails_a_client_on_cue():
     third = c.gradients(theta, clip=1.0, sensitivity=0.1, mu=1.0, stage="g")
     assert third.answered.tolist() == [True, False, True] and not third.failed.any()
     assert np.isnan(third.values[1]).all() and third.releases[0].sigma[1] == 0.0
+
+
+def test_a_diverging_local_descent_raises_divergence_error_after_booking_its_steps():
+    """The reply carries the DivergenceError (not a TypeError from a missing ``error=``) with the steps released so far,
+    and a network estimator raises it."""
+    from privfedstat.deep import DeepFedAvg
+    from privfedstat.exceptions import DivergenceError
+
+    c = clients_for()
+    reply = c.local_descent(c.initial_parameters(), clip=1.0, step_size=1e11, n_steps=3, sensitivity=0.0, mu=math.inf,
+                            stage="l")
+    assert isinstance(reply.error, DivergenceError) and len(reply.releases) == 1
+    with pytest.raises(DivergenceError, match="step_size"):
+        DeepFedAvg(model=tiny_model(), loss=F.nll_loss, mu=math.inf, n_rounds=2, n_local_steps=3, step_size=1e11,
+                   progress=False, random_state=0).fit(tiny_data())

@@ -1,6 +1,7 @@
 """Misbehaving ClientApps for the deployment tests (each answers like privfedstat's until it misbehaves).
 
-- ``rogue``: its noisy counts (``count_at_most``) are oversized;
+- ``rogue``: its noisy counts (``count_at_most``) are oversized, and its noisy gradients with clip 0.5 carry no
+  release record;
 - ``die_at_3`` / ``die_at_11``: the node's process kills itself (SIGKILL) when it receives its 3rd /
   11th ``gradients`` request with clip 0.75 of the run (the kill test's fits use that clip, the others not).
 """
@@ -26,6 +27,8 @@ def _rogue(msg: Message, context: Context) -> Message:
     reply = honest(msg, context)
     if msg.metadata.group_id == "count_at_most" and "arrays/values" in reply.content["message"]:
         reply.content["message"]["arrays/values"] = npy_bytes(np.zeros(100_000))
+    if msg.metadata.group_id == "gradients" and decode_request(msg.content)[3].get("clip") == 0.5:
+        reply.content["message"]["meta/n_releases"] = 0
     return reply
 
 

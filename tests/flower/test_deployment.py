@@ -113,6 +113,15 @@ def test_a_restarted_run_draws_fresh_noise_and_an_oversized_reply_is_refused(uns
     assert searched["error"][0] == "MalformedReplyError" and "expected float64 of shape (1,)" in searched["error"][1]
 
 
+def test_a_federation_whose_every_node_omits_its_release_records_is_refused(unseeded):
+    """The one node (so every node) sends its noisy gradients without their release records: the ServerApp refuses
+    the fit, where it used to accept it with a ledger of mu 0 against the declared 2."""
+    fit = {"estimator": "fedsgd", "params": {"mu": 2.0, "n_iter": 2, "clip": 0.5, "inference": None, "scaling": None}}
+    res = unseeded.run([fit], timeout=300)[0]
+    assert res["error"][0] == "MalformedReplyError"
+    assert "reports 0 release record(s) for 'gradients'; its request runs 1" in res["error"][1]
+
+
 def test_a_network_job_on_node_processes_equals_the_in_process_fit():
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
