@@ -366,6 +366,7 @@ class DeepFedSGD(_Network, FedSGD):
     """
 
     method = "DP-FedSGD (network)"
+    aggregation, min_surviving = "local", None  # per-site noise: secure aggregation covers the GLM verbs only
 
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_iter: int = 100,
                  step_size: float = 0.01, clip=1.0, weights="size", participation=None, random_state=None,
