@@ -27,6 +27,9 @@ __all__ = [
     "Free",
     "BOOL",
     "validate_parameters",
+    "ITERATIONS",
+    "MAX_ITERATIONS",
+    "MU_MAX",
     "check_finite_bounds",
     "check_positive_int",
     "check_positive_float",
@@ -61,15 +64,29 @@ def check_positive_float(value, name: str, *, allow_inf: bool = False) -> float:
     return value
 
 
+#: The largest finite GDP budget accepted: ``2 / eps`` (eps the float64 machine epsilon), about 9.0e15. The
+#: Gaussian mechanism adds noise of sd ``sensitivity / mu``; every statistic the package releases is a mean of n
+#: per-sample terms bounded by B with sensitivity ``2 B / n``, so a release given all of a larger mu carries noise
+#: below ``2 B / mu < eps B``: less than one rounding unit of the statistic at its bound, i.e. no noise at all
+#: (and mu-GDP for mu above about 40 already promises nothing a test could detect). Such a fit is non-private in
+#: all but name, and mu^2 overflows from 1.3e154 (the budget splits compose in squares): use ``float('inf')``.
+MU_MAX = 2.0 / float(np.finfo(np.float64).eps)
+
+
 def check_mu(mu) -> float:
-    """Validate a GDP budget ``mu``: a number > 0; ``float('inf')`` means no privacy."""
+    """Validate a GDP budget ``mu``: a number in (0, :data:`MU_MAX`]; ``float('inf')`` means no privacy."""
     if isinstance(mu, bool) or not isinstance(mu, Real):
-        raise TypeError(f"mu must be a positive number (use float('inf') for no privacy), got {mu!r}.")
+        raise TypeError(f"mu must be a positive number (use float('inf') for no privacy), got {mu!r} "
+                        f"({type(mu).__name__}).")
     mu = float(mu)
     if math.isnan(mu) or mu <= 0:
         raise ValueError(
             f"mu must be > 0 (smaller mu = stronger privacy; float('inf') = non-private), got {mu}."
         )
+    if math.isfinite(mu) and mu > MU_MAX:
+        raise ValueError(f"mu={mu:g} is above {MU_MAX:.3g}, where the privacy noise (sd sensitivity / mu) falls below "
+                         "the float64 rounding of the statistics it protects: the fit would be non-private in all but "
+                         "name. Use mu=float('inf') for a non-private fit, or a mu that means privacy (0.1 to 10).")
     return mu
 
 
@@ -265,6 +282,24 @@ class Free(Rule):
     def describe(self) -> str:
         return f"anything (checked by {self.where})"
 
+
+#: The largest iteration count of any estimator (rounds, server steps, local steps): a work bound. Each count is
+#: a pass over every client's rows per unit, and with finite mu the K releases of a loop share mu in squares
+#: (``mu / sqrt(K)`` each, noise sd ``sqrt(K)`` times a single release's): at 10^5 a release's noise is 316 times
+#: a single release's and 45 times that of the paper's K = 50, and the loop is 20 times the non-private
+#: ``"auto"`` cap (:data:`~privfedstat.fitting.steps.MAX_ITER_NONPRIVATE`, 5000 steps, which settles a
+#: design of condition number up to ~360 at tolerance 1e-6). At the 2.5 ms per FedSGD round the audit of issue 43
+#: measured (10^7 rounds in 7 hours) it is about 4 minutes; a larger count is a typo or a problem
+#: that needs Newton rounds (FedIRLS), not more steps.
+MAX_ITERATIONS = 100_000
+
+#: The rule of every iteration-count parameter (``n_iter``, ``n_rounds``, ``n_local_steps``, ...): 1 to
+#: :data:`MAX_ITERATIONS`
+ITERATIONS = Interval(Integral, 1, MAX_ITERATIONS, hint=(
+    "Every iteration count is bounded by privfedstat._validation.MAX_ITERATIONS (a work bound: each unit is a pass "
+    "over every client's rows, and with finite mu the releases share mu, mu / sqrt(K) each, so more steps add noise "
+    "once the path has settled); use 'auto' where {estimator} offers it, a larger step_size, or Newton rounds "
+    "(FedIRLS)."))
 
 #: BOOL: True or False (numpy's bool included)
 BOOL = InstanceOf((bool, np.bool_), "True or False")

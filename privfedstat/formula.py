@@ -170,6 +170,11 @@ def glm(
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if not isinstance(formula, str) or "~" not in formula or not formula.split("~", 1)[0].strip():
         raise ValueError(f"formula must look like 'y ~ x1 + x2' (a response, '~', the terms), got {formula!r}.")
+    if data.columns.duplicated().any():
+        dups = list(dict.fromkeys(data.columns[data.columns.duplicated()]))
+        raise ValueError(f"data has duplicated column name(s) {dups[:10]}: the formula and client= name columns, so "
+                         "each needs its own name. Rename them, or drop the copies with "
+                         "data.loc[:, ~data.columns.duplicated()].")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
     spec = get_method(method if method is not None else ("fedirls" if penalty is None else "fednmap"))

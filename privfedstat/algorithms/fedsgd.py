@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from numbers import Integral
-
 import numpy as np
 
-from .._validation import Free, Interval
+from .._validation import ITERATIONS, Free
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -98,7 +96,7 @@ class FedSGD(FederatedEstimator):
     method = "FedSGD"
 
     _parameter_constraints = {
-        "n_iter": [Interval(Integral, 1), "auto"],
+        "n_iter": [ITERATIONS, "auto"],
         "init": Free("_initial, against the number of parameters"),
     }
 

@@ -60,6 +60,9 @@ class FederatedData:
                 raise ValueError(f"X has {X.shape[0]} rows but offset has {offset.shape[0]} entries; they must match.")
         if X.shape[1] == 0:
             raise ValueError("X has no columns; give at least one feature (e.g. a column of ones).")
+        if X.shape[0] == 0:
+            raise ValueError(f"the data have no rows (X has shape {X.shape}): a fit needs at least one row per client "
+                             "(check a filter or na_action='drop' that removed every row).")
         if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != X.shape[0]:
             raise ValueError("offsets must start at 0, end at n_samples and list one boundary per client.")
         sizes = np.diff(offsets)

@@ -49,6 +49,9 @@ class TensorFederatedData:
             raise ValueError(f"inputs have {inputs.shape[0]} rows but targets have {targets.shape[0]}; they must match.")
         if targets.numel() and int(targets.min()) < 0:
             raise ValueError("class labels must be >= 0.")
+        if inputs.shape[0] == 0:
+            raise ValueError(f"the data have no rows (inputs of shape {tuple(inputs.shape)}): every client needs at "
+                             "least one sample.")
         if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != inputs.shape[0]:
             raise ValueError("offsets must start at 0, end at n_samples and list one boundary per client.")
         if np.any(np.diff(offsets) <= 0):
@@ -72,6 +75,9 @@ class TensorFederatedData:
         if (clients is None) == (sizes is None):
             raise ValueError("give exactly one of clients= (a label per row) or sizes= (rows per client).")
         n = len(inputs)
+        if len(targets) != n:
+            raise ValueError(f"inputs have {n} rows but targets have {len(targets)}; they must match (one label per "
+                             "input).")
         if sizes is not None:
             sizes = np.asarray(sizes)
             if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer):
@@ -104,6 +110,9 @@ class TensorFederatedData:
         random_state : int, Generator, SeedSequence or None
         """
         n = len(inputs)
+        if len(targets) != n:
+            raise ValueError(f"inputs have {n} rows but targets have {len(targets)}; they must match (one label per "
+                             "input).")
         if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or not 1 <= n_clients <= n:
             raise ValueError(f"n_clients must be an integer in [1, {n}], got {n_clients!r}.")
         total = n if n_per_client is None else int(n_per_client) * int(n_clients)

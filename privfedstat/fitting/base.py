@@ -15,9 +15,11 @@ summary) is the mixin :class:`~privfedstat.results.fitted.FittedResults`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
+from collections.abc import Iterator
 from numbers import Real
 
 import numpy as np
@@ -33,7 +35,7 @@ from ..federation.oracle import check_offset_family
 from ..federation.protocol import Run, Setup
 from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
-from ..inference.bootstrap import Refits
+from ..inference.bootstrap import PROGRESS_DELAY_S, Refits
 from ..inference.core import infer, plan_inference
 from ..inference.covariance import original_scale_map, original_scale_origin
 from ..privacy.budget import FitCharge, PrivacyBudget, reserve
@@ -252,7 +254,8 @@ class FederatedEstimator(FittedResults):
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
         setup = choose_bounds(self, session, plan)
-        run = self._run(session, setup)
+        with self._progress(session):
+            run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup
         converged, privacy_open = diagnose(self, session, setup, run, n_samples)
         inference = hessian = to_original = None
@@ -275,6 +278,25 @@ class FederatedEstimator(FittedResults):
             if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self
+
+    @contextlib.contextmanager
+    def _progress(self, session: Session) -> Iterator[None]:
+        """A tqdm bar on stderr over the protocol's rounds, one tick per reply the server receives: shown on a
+        terminal once the fit has run :data:`~privfedstat.inference.bootstrap.PROGRESS_DELAY_S` seconds (short
+        fits and non-terminals print nothing), as the bootstrap's. The total is not known in advance (rounds
+        stop early at mu = inf). An estimator that draws its own bar (the network estimators' ``progress``)
+        holds its update in ``_round_done`` during ``fit``; then this one is not drawn."""
+        if getattr(self, "_round_done", None) is not None:
+            yield
+            return
+        from tqdm.auto import tqdm  # here, not at module level: slow to import
+
+        with tqdm(desc=self.method, unit="round", disable=None, delay=PROGRESS_DELAY_S) as bar:
+            session.channel.on_receive = bar.update
+            try:
+                yield
+            finally:
+                session.channel.on_receive = None
 
     def _open_session(self, data: FederatedData, family: Family, mu: float, participation: Participation | None,
                       budget: PrivacyBudget | None) -> tuple[Session, FitCharge]:
