@@ -179,21 +179,31 @@ class Rule:
         """(exception type, what is allowed, the value as reported) for a ``value`` the rule refuses."""
         return ValueError, self.describe(), repr(value)
 
+    def hint_for(self, value) -> str:
+        """The hint that ends the message refusing ``value``: :attr:`hint`."""
+        return self.hint
+
 
 class Interval(Rule):
     """A number of ``kind`` (``Integral`` or ``Real``; never a bool) in the interval from ``low`` to ``high``.
 
     ``closed`` says which ends belong to it (``"left"``, ``"right"``, ``"both"``, ``"neither"``); None
     leaves an end open to infinity. An infinite value (above any finite bound) is refused unless
-    ``finite=False``.
+    ``finite=False``. ``above`` is the hint of a value of the right type above ``high`` (why the bound).
     """
 
     def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, closed: str = "both",
-                 finite: bool = True, hint: str = "") -> None:
+                 finite: bool = True, hint: str = "", above: str = "") -> None:
         if kind not in (Integral, Real) or closed not in ("left", "right", "both", "neither"):
             raise ValueError(f"Interval takes kind Integral or Real and closed 'left', 'right', 'both' or 'neither', "
                              f"got {kind!r} and {closed!r}.")
         self.kind, self.low, self.high, self.closed, self.finite, self.hint = kind, low, high, closed, finite, hint
+        self.above = above
+
+    def hint_for(self, value) -> str:
+        if self.above and self._type_ok(value) and self.high is not None and float(value) > self.high:
+            return self.above
+        return self.hint
 
     def _type_ok(self, value) -> bool:
         return not isinstance(value, bool) and isinstance(value, self.kind)
@@ -295,10 +305,10 @@ MAX_ITERATIONS = 100_000
 
 #: The rule of every iteration-count parameter (``n_iter``, ``n_rounds``, ``n_local_steps``, ...): 1 to
 #: :data:`MAX_ITERATIONS`
-ITERATIONS = Interval(Integral, 1, MAX_ITERATIONS, hint=(
-    "Every iteration count is bounded by privfedstat._validation.MAX_ITERATIONS (a work bound: each unit is a pass "
-    "over every client's rows, and with finite mu the releases share mu, mu / sqrt(K) each, so more steps add noise "
-    "once the path has settled); use 'auto' where {estimator} offers it, a larger step_size, or Newton rounds "
+ITERATIONS = Interval(Integral, 1, MAX_ITERATIONS, above=(
+    "Every iteration count is bounded by privfedstat._validation.MAX_ITERATIONS, a work bound: each unit is a pass "
+    "over every client's rows, and with finite mu the releases share mu (mu / sqrt(K) each), so more steps add noise "
+    "once the path has settled. Use 'auto' where {estimator} offers it, a larger step_size, or Newton rounds "
     "(FedIRLS)."))
 
 #: BOOL: True or False (numpy's bool included)
@@ -327,7 +337,8 @@ def validate_parameters(estimator, table: dict) -> None:
         error, allowed, got = principal.error(value)
         allowed = [allowed] + [rule.describe() for rule in rules if rule is not principal]
         allowed = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
-        hint = " " + principal.hint.replace("{estimator}", type(estimator).__name__) if principal.hint else ""
+        hint = principal.hint_for(value)
+        hint = " " + hint.replace("{estimator}", type(estimator).__name__) if hint else ""
         raise error(f"{name} must be {allowed}, got {got}.{hint}")
 
 

@@ -14,6 +14,7 @@ from ._formula_design import build_design
 from ._validation import check_mu
 from .algorithms.registry import REGISTRY, get_method
 from .data.federated import FederatedData
+from .data.inputs import warn_single_client
 from .data.offsets import combine_offset
 from .exceptions import PrivacyLeakWarning
 from .families import Family, family_type, get_family
@@ -236,7 +237,9 @@ def glm(
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
     est.levels_ = design.levels
-    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o), **fit_kwargs)
+    fed = FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o)
+    warn_single_client(fed, f"client={client!r}", stacklevel=2)
+    est.fit(fed, **fit_kwargs)
     if leaky_drop:
         est.privacy_.add_leak(NA_DROP_LEAK)
     est.model_spec_ = design.spec

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .._rng import RandomState, as_seed_sequence
+from ..data.federated import client_labels
 
 __all__ = ["TensorFederatedData", "FailingTensorData"]
 
@@ -85,9 +86,7 @@ class TensorFederatedData:
             if sizes.sum() != n:
                 raise ValueError(f"sizes sum to {int(sizes.sum())} but there are {n} rows.")
             return cls(inputs, targets, np.concatenate([[0], np.cumsum(sizes)]))
-        labels = np.asarray(clients)
-        if labels.shape != (n,):
-            raise ValueError(f"clients must have one label per row ({n}), got shape {labels.shape}.")
+        labels = client_labels(clients, n)
         _, codes = np.unique(labels, return_inverse=True)
         order = torch.as_tensor(np.argsort(codes, kind="stable"))
         return cls(torch.as_tensor(inputs)[order], torch.as_tensor(targets)[order],
@@ -115,9 +114,12 @@ class TensorFederatedData:
                              "input).")
         if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or not 1 <= n_clients <= n:
             raise ValueError(f"n_clients must be an integer in [1, {n}], got {n_clients!r}.")
+        if n_per_client is not None and (isinstance(n_per_client, bool) or not isinstance(n_per_client, (int, np.integer))
+                                         or n_per_client < 1):
+            raise ValueError(f"n_per_client must be an integer >= 1 (rows per client) or None, got {n_per_client!r}.")
         total = n if n_per_client is None else int(n_per_client) * int(n_clients)
-        if n_per_client is not None and not 1 <= total <= n:
-            raise ValueError(f"{n_clients} clients of {n_per_client} rows need more rows than the {n} given.")
+        if total > n:
+            raise ValueError(f"{n_clients} clients of {n_per_client} rows need {total} rows, more than the {n} given.")
         rng = np.random.default_rng(as_seed_sequence(random_state))
         rows = torch.as_tensor(rng.permutation(n)[:total])
         sizes = np.full(n_clients, total // n_clients)

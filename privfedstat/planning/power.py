@@ -58,7 +58,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .._validation import check_mu
+from .._validation import check_fraction, check_mu, check_positive_float
 from ..algorithms.registry import get_method
 from ..families import get_family
 from ..fitting.scaling import PrivateStandardize
@@ -134,8 +134,12 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     intercept = ones[0] if ones else None
     if names is None:
         names = tuple("Intercept" if j == intercept else f"x{j}" for j in range(d))
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a sequence of {d} strings (one per column of covariates), got {names!r}.")
     if len(names) != d:
         raise ValueError(f"names has {len(names)} entries, covariates {d} columns.")
+    alpha = check_fraction(alpha, "alpha")
+    noise_sd = check_positive_float(noise_sd, "noise_sd")
     law = get_family(family)
     make_spec(family=law.name, beta=beta)  # refuses families without a scalar response law
     _check_quadrature(law, X, beta)
