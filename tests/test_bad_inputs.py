@@ -13,8 +13,8 @@ import pytest
 
 import privfedstat
 from privfedstat import (
-    FederatedData,
     FedAvg,
+    FederatedData,
     FedIRLS,
     FedSGD,
     HiFedProx,
@@ -199,7 +199,8 @@ def test_infinite_design_values_name_the_formula_column():
     """log(0) in a formula used to be reported as "X contains ... in column(s) [1]" (a position, not a name)."""
     df = _frame().assign(z=lambda d: np.abs(d.x) + 1.0)
     df.loc[0, "z"] = 0.0
-    with np.errstate(divide="ignore"), pytest.raises(ValueError, match=r"1 row\(s\) with infinite values in column\(s\) \['np.log\(z\)'\]"):
+    named = r"1 row\(s\) with infinite values in column\(s\) \['np.log\(z\)'\]"
+    with np.errstate(divide="ignore"), pytest.raises(ValueError, match=named):
         glm("y ~ np.log(z)", df, client="site", family="logistic", mu=INF)
 
 
@@ -263,3 +264,13 @@ def test_wald_test_restrictions_are_checked():
     with pytest.raises(TypeError, match="coefficient names"):
         fit.wald_test("x1")
     assert fit.wald_test(["x1"]).df == 1
+
+
+def test_plan_required_checks_its_target():
+    """power=2 used to be reported as "out of reach at any mu ... the sampling variance alone is too large"."""
+    X = np.column_stack([np.ones(200), np.random.default_rng(0).normal(size=200)])
+    plan = plan_study(X, [0.0, 0.3], sizes=[100] * 3, family="logistic")
+    with pytest.raises(ValueError, match=r"power must lie in \(0, 1\)"):
+        plan.required("x1", power=2)
+    with pytest.raises(ValueError, match="half_width must be > 0"):
+        plan.required("x1", half_width=-0.1)

@@ -145,6 +145,10 @@ class FederatedEstimator(FittedResults):
     named as indistinguishable from noise), or when a site is so small that its
     messages are noise-dominated (the minimum size is given); and an
     :class:`~privfedstat.IllConditionedWarning` when a released Hessian is ill-conditioned.
+
+    Every iteration count is at most :data:`~privfedstat._validation.MAX_ITERATIONS`, and a fit that
+    runs longer than two seconds shows a progress bar over its rounds on a terminal
+    (docs/guide/input-limits.md).
     """
 
     method: str = ""

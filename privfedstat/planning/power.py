@@ -265,6 +265,10 @@ class StudyPlan:
             raise ValueError("give exactly one target: power= or half_width=.")
         if term not in self.frame.index:
             raise ValueError(f"term {term!r} is not a coefficient; they are {list(self.frame.index)}.")
+        if power is not None:
+            power = check_fraction(power, "power")  # a probability: 1 is reached by no finite study
+        else:
+            half_width = check_positive_float(half_width, "half_width")
 
         def meets(plan: StudyPlan | None) -> bool:
             if plan is None:

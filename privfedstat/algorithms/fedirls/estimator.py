@@ -60,7 +60,8 @@ class FedIRLS(FederatedEstimator):
     n_rounds : int or "auto", default "auto"
         Rounds (R). "auto": with finite mu the schedule (7 rounds; 9 for unbounded curvature); with
         mu = inf until the step is below ``tol`` (at most 100). An int: one phase of R rounds (with
-        mu = inf a cap; the rounds also stop at ``tol``).
+        mu = inf a cap; the rounds also stop at ``tol``); with finite mu and the derived split at most
+        :data:`~privfedstat.privacy.calibration.MAX_DERIVED_ROUNDS` (35).
     budget_split : "auto" or array of shape (R, 2), default "auto"
         Shares of mu^2 for the gradient (column 0) and Hessian (column 1) release of each round.
         "auto": the schedule (with an int ``n_rounds``: the derived split). An array: one phase,
