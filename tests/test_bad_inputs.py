@@ -155,6 +155,9 @@ def test_a_fit_ticks_a_progress_bar_once_per_round(monkeypatch):
     est = FedSGD(n_iter=7, mu=INF, clip=1.0, step_size=1.0, inference=None).fit(X, y, clients=clients)
     assert [bar.n for bar in made] == [7] and est.communication_.rounds == 7
     assert made[0].kwargs["desc"] == "FedSGD" and made[0].kwargs["delay"] > 0
+    Bar._instances = {object()}  # inside another bar (a bootstrap's refits): none of its own
+    FedSGD(n_iter=2, mu=INF, clip=1.0, step_size=1.0, inference=None).fit(X, y, clients=clients)
+    assert len(made) == 1
 
 
 # ------------------------------------------------------------------------------------------------ data

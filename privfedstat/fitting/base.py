@@ -288,14 +288,15 @@ class FederatedEstimator(FittedResults):
         """A tqdm bar on stderr over the protocol's rounds, one tick per reply the server receives: shown on a
         terminal once the fit has run :data:`~privfedstat.inference.bootstrap.PROGRESS_DELAY_S` seconds (short
         fits and non-terminals print nothing), as the bootstrap's. The total is not known in advance (rounds
-        stop early at mu = inf). An estimator that draws its own bar (the network estimators' ``progress``)
-        holds its update in ``_round_done`` during ``fit``; then this one is not drawn."""
-        if getattr(self, "_round_done", None) is not None:
-            yield
-            return
+        stop early at mu = inf). Not drawn inside another bar of this process (a bootstrap's refits, a study's
+        fits), nor when the estimator draws its own (the network estimators' ``progress``: they hold its
+        update in ``_round_done`` during ``fit``); it disappears when the rounds are done."""
         from tqdm.auto import tqdm  # here, not at module level: slow to import
 
-        with tqdm(desc=self.method, unit="round", disable=None, delay=PROGRESS_DELAY_S) as bar:
+        if getattr(self, "_round_done", None) is not None or len(getattr(tqdm, "_instances", ())):
+            yield
+            return
+        with tqdm(desc=self.method, unit="round", disable=None, delay=PROGRESS_DELAY_S, leave=False) as bar:
             session.channel.on_receive = bar.update
             try:
                 yield
