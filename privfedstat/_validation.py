@@ -30,6 +30,8 @@ __all__ = [
     "ITERATIONS",
     "MAX_ITERATIONS",
     "MU_MAX",
+    "MU_MIN",
+    "BOUND_PER_MU",
     "check_finite_bounds",
     "check_positive_int",
     "check_positive_float",
@@ -71,10 +73,22 @@ def check_positive_float(value, name: str, *, allow_inf: bool = False) -> float:
 #: (and mu-GDP for mu above about 40 already promises nothing a test could detect). Such a fit is non-private in
 #: all but name, and mu^2 overflows from 1.3e154 (the budget splits compose in squares): use ``float('inf')``.
 MU_MAX = 2.0 / float(np.finfo(np.float64).eps)
+#: The smallest GDP budget accepted: ``2 eps / 2^53`` = 2^-104, about 4.9e-32. A release of a client with n rows
+#: has signal at most B and noise sd ``2 B / (n mu)``: below this mu the signal is under one rounding unit of the
+#: noise for every client size up to 2^53 (the largest count float64 holds exactly), so the fit would return noise.
+MU_MIN = 2.0 * float(np.finfo(np.float64).eps) / 2.0**53
+
+
+#: The largest finite clipping bound per unit of mu: a release of sensitivity at most ``2 B`` given a share of
+#: mu^2 as small as eps (the float64 machine epsilon; FedIRLS's derived split stops there, and a count of at most
+#: MAX_ITERATIONS gives every loop's release a share of at least 1e-5) has noise sd up to
+#: ``2 B / (mu sqrt(eps))``, whose square must stay below the largest double: ``B <= mu sqrt(eps * DBL_MAX) / 2``,
+#: about ``1e146 mu`` (a bound for data on any sensible scale is many orders of magnitude smaller).
+BOUND_PER_MU = math.sqrt(float(np.finfo(np.float64).eps) * float(np.finfo(np.float64).max)) / 2.0
 
 
 def check_mu(mu) -> float:
-    """Validate a GDP budget ``mu``: a number in (0, :data:`MU_MAX`]; ``float('inf')`` means no privacy."""
+    """Validate a GDP budget ``mu``: a number in [:data:`MU_MIN`, :data:`MU_MAX`]; ``float('inf')`` means no privacy."""
     if isinstance(mu, bool) or not isinstance(mu, Real):
         raise TypeError(f"mu must be a positive number (use float('inf') for no privacy), got {mu!r} "
                         f"({type(mu).__name__}).")
@@ -83,6 +97,10 @@ def check_mu(mu) -> float:
         raise ValueError(
             f"mu must be > 0 (smaller mu = stronger privacy; float('inf') = non-private), got {mu}."
         )
+    if mu < MU_MIN:
+        raise ValueError(f"mu={mu:g} is below {MU_MIN:.3g}, where the privacy noise swamps every release below "
+                         "float64 rounding (the fit would return noise, not estimates). Strong privacy needs no such "
+                         "mu: 0.1 to 1 is already strict.")
     if math.isfinite(mu) and mu > MU_MAX:
         raise ValueError(f"mu={mu:g} is above {MU_MAX:.3g}, where the privacy noise (sd sensitivity / mu) falls below "
                          "the float64 rounding of the statistics it protects: the fit would be non-private in all but "
@@ -344,7 +362,8 @@ def validate_parameters(estimator, table: dict) -> None:
 
 def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str) -> None:
     """Refuse an infinite bound (no clipping) among the parameters ``names`` when ``mu`` is finite: it gives ``what``
-    (e.g. "the Newton step") infinite sensitivity. The one rule that ties a bound to the budget."""
+    (e.g. "the Newton step") infinite sensitivity; and a finite bound above :data:`BOUND_PER_MU` times ``mu``, whose
+    noise variance overflows. The rules that tie a bound to the budget."""
     if math.isinf(mu):
         return
     for name in names:
@@ -352,3 +371,7 @@ def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str)
         if isinstance(value, Real) and math.isinf(value):
             raise ValueError(f"{name}=inf (no clipping) gives {what} infinite sensitivity, so it is only allowed with "
                              f"mu=float('inf'); set a finite {name}.")
+        if isinstance(value, Real) and not isinstance(value, bool) and value > BOUND_PER_MU * mu:
+            raise ValueError(f"{name}={value:g} with mu={mu:g} gives {what} noise whose variance overflows float64 "
+                             f"(sd up to 2 {name} / (mu sqrt(eps)) for a release given a share eps of mu^2): use at "
+                             f"most {BOUND_PER_MU * mu:.3g}, or rescale the data so that a bound near 1 fits.")

@@ -23,7 +23,7 @@ from privfedstat import (
     glm,
     plan_study,
 )
-from privfedstat._validation import MAX_ITERATIONS, MU_MAX, Interval, _rules, check_mu
+from privfedstat._validation import BOUND_PER_MU, MAX_ITERATIONS, MU_MAX, MU_MIN, Interval, _rules, check_mu
 from privfedstat.fitting.base import FederatedEstimator
 from privfedstat.privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS
 
@@ -277,3 +277,20 @@ def test_plan_required_checks_its_target():
         plan.required("x1", power=2)
     with pytest.raises(ValueError, match="half_width must be > 0"):
         plan.required("x1", half_width=-0.1)
+
+
+def test_tiny_mu_and_huge_bounds_are_refused_up_front():
+    """mu = 1e-300 used to be blamed on "the clipping and scaling budgets" (mu^2 underflows); hessian_clip = 1e300
+    ended in OverflowError (34, 'Numerical result out of range') inside the inference, and clip = 1e300 in a flood
+    of overflows and a DivergenceError advising "a finite clip"."""
+    X, y, clients = _arrays()
+    assert MU_MIN == 2.0**-104 and check_mu(MU_MIN) == MU_MIN
+    assert np.isfinite((2 * BOUND_PER_MU / np.sqrt(np.finfo(np.float64).eps)) ** 2)
+    with pytest.raises(ValueError, match="below"):
+        FedSGD(mu=1e-300).fit(X, y, clients=clients)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="hessian_clip=1e\\+300 with mu=2 .* variance overflows"):
+            FedIRLS(hessian_clip=1e300, clip=1.0).fit(X, y, clients=clients)
+        with pytest.raises(ValueError, match="clip=1e\\+300 with mu=2 .* use at most 2e\\+146"):
+            FedSGD(clip=1e300).fit(X, y, clients=clients)
