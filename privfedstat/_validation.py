@@ -129,7 +129,8 @@ def check_finite_array(a, name: str, *, ndim: int | tuple[int, ...]) -> np.ndarr
         raise TypeError(f"{name} must be numeric array-like: {exc}") from None
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {arr.shape}.")
+        column = " (a column vector: pass it flattened, e.g. y.ravel())" if ndims == (1,) and arr.shape[1:] == (1,) else ""
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {arr.shape}{column}.")
     finite = np.isfinite(arr)
     if not finite.all():
         bad = int(finite.size - np.count_nonzero(finite))

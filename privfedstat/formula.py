@@ -171,6 +171,8 @@ def glm(
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if not isinstance(formula, str) or "~" not in formula or not formula.split("~", 1)[0].strip():
         raise ValueError(f"formula must look like 'y ~ x1 + x2' (a response, '~', the terms), got {formula!r}.")
+    if not formula.split("~", 1)[1].strip():
+        raise ValueError(f"formula {formula!r} has no terms after '~'; write 'y ~ 1' for an intercept-only model.")
     if data.columns.duplicated().any():
         dups = list(dict.fromkeys(data.columns[data.columns.duplicated()]))
         raise ValueError(f"data has duplicated column name(s) {dups[:10]}: the formula and client= name columns, so "

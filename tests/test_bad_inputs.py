@@ -294,3 +294,12 @@ def test_tiny_mu_and_huge_bounds_are_refused_up_front():
             FedIRLS(hessian_clip=1e300, clip=1.0).fit(X, y, clients=clients)
         with pytest.raises(ValueError, match="clip=1e\\+300 with mu=2 .* use at most 2e\\+146"):
             FedSGD(clip=1e300).fit(X, y, clients=clients)
+
+
+def test_formula_without_terms_and_column_vector_response():
+    """"y ~ " fitted an intercept-only model silently; a column-vector y got no hint."""
+    with pytest.raises(ValueError, match="no terms after '~'"):
+        glm("y ~ ", _frame(), client="site", mu=INF)
+    X, y, clients = _arrays()
+    with pytest.raises(ValueError, match=r"y.ravel\(\)"):
+        FedSGD().fit(X, y[:, None], clients=clients)
