@@ -152,6 +152,7 @@ def build_design(
             f"the formula must have one numeric response column; {response!r} gives {y_frame.shape[1]}. "
             "For a categorical response use family='multinomial' (or recode it as numbers)."
         )
+    _check_finite(X_frame, y_frame)
     found = _term_levels(mm.rhs.model_spec, work.columns)
     if classes is not None:
         found[response] = classes
@@ -440,3 +441,16 @@ def _formula_error(exc: Exception, formula: str, data: pd.DataFrame) -> ValueErr
                 "Poisson rate), as in statsmodels.")
     return ValueError(f"could not build the model from {formula!r}: {first}. Available columns: "
                       f"{list(data.columns)}.{hint}")
+
+
+def _check_finite(X_frame, y_frame) -> None:
+    """Refuse infinite values in the design or the response, naming the design columns (missing values were handled
+    by ``na_action``): the message gives the columns and the number of such rows, never the values."""
+    for frame, what in ((y_frame, "the response"), (X_frame, "the design")):
+        values = np.asarray(frame, dtype=np.float64)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            columns = [str(c) for c, b in zip(frame.columns, bad.any(axis=0)) if b]
+            raise ValueError(f"{what} has {int(bad.any(axis=1).sum())} row(s) with infinite values in column(s) "
+                             f"{columns[:10]} (e.g. log(0) or a division by 0); remove, cap or recode them before "
+                             "fitting.")

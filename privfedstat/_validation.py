@@ -27,6 +27,11 @@ __all__ = [
     "Free",
     "BOOL",
     "validate_parameters",
+    "ITERATIONS",
+    "MAX_ITERATIONS",
+    "MU_MAX",
+    "MU_MIN",
+    "BOUND_PER_MU",
     "check_finite_bounds",
     "check_positive_int",
     "check_positive_float",
@@ -61,15 +66,45 @@ def check_positive_float(value, name: str, *, allow_inf: bool = False) -> float:
     return value
 
 
+#: The largest finite GDP budget accepted: ``2 / eps`` (eps the float64 machine epsilon), about 9.0e15. The
+#: Gaussian mechanism adds noise of sd ``sensitivity / mu``; every statistic the package releases is a mean of n
+#: per-sample terms bounded by B with sensitivity ``2 B / n``, so a release given all of a larger mu carries noise
+#: below ``2 B / mu < eps B``: less than one rounding unit of the statistic at its bound, i.e. no noise at all
+#: (and mu-GDP for mu above about 40 already promises nothing a test could detect). Such a fit is non-private in
+#: all but name, and mu^2 overflows from 1.3e154 (the budget splits compose in squares): use ``float('inf')``.
+MU_MAX = 2.0 / float(np.finfo(np.float64).eps)
+#: The smallest GDP budget accepted: ``2 eps / 2^53`` = 2^-104, about 4.9e-32. A release of a client with n rows
+#: has signal at most B and noise sd ``2 B / (n mu)``: below this mu the signal is under one rounding unit of the
+#: noise for every client size up to 2^53 (the largest count float64 holds exactly), so the fit would return noise.
+MU_MIN = 2.0 * float(np.finfo(np.float64).eps) / 2.0**53
+
+
+#: The largest finite clipping bound per unit of mu: a release of sensitivity at most ``2 B`` given a share of
+#: mu^2 as small as eps (the float64 machine epsilon; FedIRLS's derived split stops there, and a count of at most
+#: MAX_ITERATIONS gives every loop's release a share of at least 1e-5) has noise sd up to
+#: ``2 B / (mu sqrt(eps))``, whose square must stay below the largest double: ``B <= mu sqrt(eps * DBL_MAX) / 2``,
+#: about ``1e146 mu`` (a bound for data on any sensible scale is many orders of magnitude smaller).
+BOUND_PER_MU = math.sqrt(float(np.finfo(np.float64).eps) * float(np.finfo(np.float64).max)) / 2.0
+
+
 def check_mu(mu) -> float:
-    """Validate a GDP budget ``mu``: a number > 0; ``float('inf')`` means no privacy."""
+    """Validate a GDP budget ``mu``: a number in [:data:`MU_MIN`, :data:`MU_MAX`]; ``float('inf')`` means no privacy."""
     if isinstance(mu, bool) or not isinstance(mu, Real):
-        raise TypeError(f"mu must be a positive number (use float('inf') for no privacy), got {mu!r}.")
+        raise TypeError(f"mu must be a positive number (use float('inf') for no privacy), got {mu!r} "
+                        f"({type(mu).__name__}).")
     mu = float(mu)
     if math.isnan(mu) or mu <= 0:
         raise ValueError(
             f"mu must be > 0 (smaller mu = stronger privacy; float('inf') = non-private), got {mu}."
         )
+    if mu < MU_MIN:
+        raise ValueError(f"mu={mu:g} is below {MU_MIN:.3g}, where the privacy noise swamps every release below "
+                         "float64 rounding (the fit would return noise, not estimates). Strong privacy needs no such "
+                         "mu: 0.1 to 1 is already strict.")
+    if math.isfinite(mu) and mu > MU_MAX:
+        raise ValueError(f"mu={mu:g} is above {MU_MAX:.3g}, where the privacy noise (sd sensitivity / mu) falls below "
+                         "the float64 rounding of the statistics it protects: the fit would be non-private in all but "
+                         "name. Use mu=float('inf') for a non-private fit, or a mu that means privacy (0.1 to 10).")
     return mu
 
 
@@ -94,7 +129,8 @@ def check_finite_array(a, name: str, *, ndim: int | tuple[int, ...]) -> np.ndarr
         raise TypeError(f"{name} must be numeric array-like: {exc}") from None
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {arr.shape}.")
+        column = " (a column vector: pass it flattened, e.g. y.ravel())" if ndims == (1,) and arr.shape[1:] == (1,) else ""
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimension(s), got shape {arr.shape}{column}.")
     finite = np.isfinite(arr)
     if not finite.all():
         bad = int(finite.size - np.count_nonzero(finite))
@@ -162,21 +198,31 @@ class Rule:
         """(exception type, what is allowed, the value as reported) for a ``value`` the rule refuses."""
         return ValueError, self.describe(), repr(value)
 
+    def hint_for(self, value) -> str:
+        """The hint that ends the message refusing ``value``: :attr:`hint`."""
+        return self.hint
+
 
 class Interval(Rule):
     """A number of ``kind`` (``Integral`` or ``Real``; never a bool) in the interval from ``low`` to ``high``.
 
     ``closed`` says which ends belong to it (``"left"``, ``"right"``, ``"both"``, ``"neither"``); None
     leaves an end open to infinity. An infinite value (above any finite bound) is refused unless
-    ``finite=False``.
+    ``finite=False``. ``above`` is the hint of a value of the right type above ``high`` (why the bound).
     """
 
     def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, closed: str = "both",
-                 finite: bool = True, hint: str = "") -> None:
+                 finite: bool = True, hint: str = "", above: str = "") -> None:
         if kind not in (Integral, Real) or closed not in ("left", "right", "both", "neither"):
             raise ValueError(f"Interval takes kind Integral or Real and closed 'left', 'right', 'both' or 'neither', "
                              f"got {kind!r} and {closed!r}.")
         self.kind, self.low, self.high, self.closed, self.finite, self.hint = kind, low, high, closed, finite, hint
+        self.above = above
+
+    def hint_for(self, value) -> str:
+        if self.above and self._type_ok(value) and self.high is not None and float(value) > self.high:
+            return self.above
+        return self.hint
 
     def _type_ok(self, value) -> bool:
         return not isinstance(value, bool) and isinstance(value, self.kind)
@@ -266,6 +312,24 @@ class Free(Rule):
         return f"anything (checked by {self.where})"
 
 
+#: The largest iteration count of any estimator (rounds, server steps, local steps): a work bound. Each count is
+#: a pass over every client's rows per unit, and with finite mu the K releases of a loop share mu in squares
+#: (``mu / sqrt(K)`` each, noise sd ``sqrt(K)`` times a single release's): at 10^5 a release's noise is 316 times
+#: a single release's and 45 times that of the paper's K = 50, and the loop is 20 times the non-private
+#: ``"auto"`` cap (:data:`~privfedstat.fitting.steps.MAX_ITER_NONPRIVATE`, 5000 steps, which settles a
+#: design of condition number up to ~360 at tolerance 1e-6). At the 2.5 ms per FedSGD round the audit of issue 43
+#: measured (10^7 rounds in 7 hours) it is about 4 minutes; a larger count is a typo or a problem
+#: that needs Newton rounds (FedIRLS), not more steps.
+MAX_ITERATIONS = 100_000
+
+#: The rule of every iteration-count parameter (``n_iter``, ``n_rounds``, ``n_local_steps``, ...): 1 to
+#: :data:`MAX_ITERATIONS`
+ITERATIONS = Interval(Integral, 1, MAX_ITERATIONS, above=(
+    "Every iteration count is bounded by privfedstat._validation.MAX_ITERATIONS, a work bound: each unit is a pass "
+    "over every client's rows, and with finite mu the releases share mu (mu / sqrt(K) each), so more steps add noise "
+    "once the path has settled. Use 'auto' where {estimator} offers it, a larger step_size, or Newton rounds "
+    "(FedIRLS)."))
+
 #: BOOL: True or False (numpy's bool included)
 BOOL = InstanceOf((bool, np.bool_), "True or False")
 
@@ -292,13 +356,15 @@ def validate_parameters(estimator, table: dict) -> None:
         error, allowed, got = principal.error(value)
         allowed = [allowed] + [rule.describe() for rule in rules if rule is not principal]
         allowed = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
-        hint = " " + principal.hint.replace("{estimator}", type(estimator).__name__) if principal.hint else ""
+        hint = principal.hint_for(value)
+        hint = " " + hint.replace("{estimator}", type(estimator).__name__) if hint else ""
         raise error(f"{name} must be {allowed}, got {got}.{hint}")
 
 
 def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str) -> None:
     """Refuse an infinite bound (no clipping) among the parameters ``names`` when ``mu`` is finite: it gives ``what``
-    (e.g. "the Newton step") infinite sensitivity. The one rule that ties a bound to the budget."""
+    (e.g. "the Newton step") infinite sensitivity; and a finite bound above :data:`BOUND_PER_MU` times ``mu``, whose
+    noise variance overflows. The rules that tie a bound to the budget."""
     if math.isinf(mu):
         return
     for name in names:
@@ -306,3 +372,7 @@ def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str)
         if isinstance(value, Real) and math.isinf(value):
             raise ValueError(f"{name}=inf (no clipping) gives {what} infinite sensitivity, so it is only allowed with "
                              f"mu=float('inf'); set a finite {name}.")
+        if isinstance(value, Real) and not isinstance(value, bool) and value > BOUND_PER_MU * mu:
+            raise ValueError(f"{name}={value:g} with mu={mu:g} gives {what} noise whose variance overflows float64 "
+                             f"(sd up to 2 {name} / (mu sqrt(eps)) for a release given a share eps of mu^2): use at "
+                             f"most {BOUND_PER_MU * mu:.3g}, or rescale the data so that a bound near 1 fits.")

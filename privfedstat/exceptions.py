@@ -59,7 +59,11 @@ class SingleClientWarning(UserWarning):
 
 
 class NoInterceptWarning(UserWarning):
-    """The design matrix passed as an array has no constant column, so the model has no intercept."""
+    """The design matrix passed as an array has no constant column, so the model has no intercept.
+
+    Computed from the caller's rows in the caller's process and seen only by the caller's warning handlers (one
+    replaced row can flip it; nothing of it is released): see :mod:`privfedstat.data.inputs`.
+    """
 
 
 class DivergenceError(ValueError):

@@ -14,6 +14,7 @@ from ._formula_design import build_design
 from ._validation import check_mu
 from .algorithms.registry import REGISTRY, get_method
 from .data.federated import FederatedData
+from .data.inputs import warn_single_client
 from .data.offsets import combine_offset
 from .exceptions import PrivacyLeakWarning
 from .families import Family, family_type, get_family
@@ -170,6 +171,13 @@ def glm(
         raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if not isinstance(formula, str) or "~" not in formula or not formula.split("~", 1)[0].strip():
         raise ValueError(f"formula must look like 'y ~ x1 + x2' (a response, '~', the terms), got {formula!r}.")
+    if not formula.split("~", 1)[1].strip():
+        raise ValueError(f"formula {formula!r} has no terms after '~'; write 'y ~ 1' for an intercept-only model.")
+    if data.columns.duplicated().any():
+        dups = list(dict.fromkeys(data.columns[data.columns.duplicated()]))
+        raise ValueError(f"data has duplicated column name(s) {dups[:10]}: the formula and client= name columns, so "
+                         "each needs its own name. Rename them, or drop the copies with "
+                         "data.loc[:, ~data.columns.duplicated()].")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
     spec = get_method(method if method is not None else ("fedirls" if penalty is None else "fednmap"))
@@ -231,7 +239,9 @@ def glm(
     est.feature_names_in_ = design.names
     est.response_name_ = design.response
     est.levels_ = design.levels
-    est.fit(FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o), **fit_kwargs)
+    fed = FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o)
+    warn_single_client(fed, f"client={client!r}", stacklevel=2)
+    est.fit(fed, **fit_kwargs)
     if leaky_drop:
         est.privacy_.add_leak(NA_DROP_LEAK)
     est.model_spec_ = design.spec

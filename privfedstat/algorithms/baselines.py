@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
-from .._validation import Interval
+from .._validation import ITERATIONS, Interval
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
 from ..federation.oracle import make_oracle
@@ -39,7 +39,7 @@ class _NonPrivateBaseline(FederatedEstimator):
     _parameter_constraints = {
         "alpha": Interval(Real, 0, None, closed="left", hint="It is the ridge penalty."),
         "tol": Interval(Real, 0, None, closed="neither"),
-        "max_iter": Interval(Integral, 1),
+        "max_iter": ITERATIONS,
     }
 
     def fit(self, X, y=None, *, clients=None, offset=None, budget: PrivacyBudget | None = None) -> _NonPrivateBaseline:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Real
 
-from .._validation import Interval, check_finite_bounds, check_iterate
+from .._validation import ITERATIONS, Interval, check_finite_bounds, check_iterate
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import CLIENT_LEVEL_INFERENCE, FederatedEstimator
@@ -88,8 +88,8 @@ class DPFedAvg(FederatedEstimator):
     _norms = ()
 
     _parameter_constraints = {
-        "n_rounds": Interval(Integral, 1),
-        "n_local_steps": Interval(Integral, 1),
+        "n_rounds": ITERATIONS,
+        "n_local_steps": ITERATIONS,
         "server_step_size": Interval(Real, 0, None, closed="neither"),
         "update_clip": Interval(Real, 0, None, closed="neither", finite=False),
         "inference": CLIENT_LEVEL_INFERENCE,

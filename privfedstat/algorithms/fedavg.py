@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
 
 import numpy as np
 
-from .._validation import Interval
+from .._validation import ITERATIONS
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -107,7 +106,7 @@ class FedAvg(FederatedEstimator):
 
     method = "FedAvg"
 
-    _parameter_constraints = {"n_rounds": [Interval(Integral, 1), "auto"], "n_local_steps": Interval(Integral, 1)}
+    _parameter_constraints = {"n_rounds": [ITERATIONS, "auto"], "n_local_steps": ITERATIONS}
 
     def __init__(
         self,

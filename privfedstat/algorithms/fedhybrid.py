@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from numbers import Integral
-
-from .._validation import Interval
+from .._validation import ITERATIONS
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
@@ -72,7 +70,7 @@ class FedHybrid(FederatedEstimator):
 
     method = "FedHybrid"
 
-    _parameter_constraints = {"n_local_steps": Interval(Integral, 1), "n_server_iter": [Interval(Integral, 1), "auto"]}
+    _parameter_constraints = {"n_local_steps": ITERATIONS, "n_server_iter": [ITERATIONS, "auto"]}
 
     def __init__(
         self,

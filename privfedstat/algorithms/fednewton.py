@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
 from .._linalg import MAX_HESSIAN_GB, clip_rows, floor_eigenvalues, vec_to_sym
-from .._validation import InstanceOf, Interval, Options, check_finite_bounds
+from .._validation import ITERATIONS, InstanceOf, Interval, Options, check_finite_bounds
 from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families.base import Family
@@ -142,8 +142,8 @@ class FedNewton(FederatedEstimator):
         return ("gradient",) if self.newton_noise == "paper" else ("gradient", "hessian")
 
     _parameter_constraints = {
-        "n_rounds": Interval(Integral, 1),
-        "n_local_steps": Interval(Integral, 1),
+        "n_rounds": ITERATIONS,
+        "n_local_steps": ITERATIONS,
         "hessian_clip": [Interval(Real, 0, None, closed="neither", finite=False), None, "auto",
                          InstanceOf(AutoClip, "an AutoClip")],
         "hessian_floor": [Interval(Real, 0, None, closed="neither"), "auto"],

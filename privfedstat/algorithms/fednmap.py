@@ -15,7 +15,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._validation import Free, Interval, Options, check_iterate
+from .._validation import ITERATIONS, Free, Interval, Options, check_iterate
 from ..federation import clients as federation_clients
 from ..federation.clients import InProcessClients, Reply, _divergence
 from ..federation.protocol import Run, Setup
@@ -263,8 +263,8 @@ class FedNMap(_Penalized, FederatedEstimator):
     method = "FedNMap"
 
     _parameter_constraints = {
-        "n_rounds": [Interval(Integral, 1), "auto"],
-        "n_local_steps": Interval(Integral, 1),
+        "n_rounds": [ITERATIONS, "auto"],
+        "n_local_steps": ITERATIONS,
         "server_step_size": Interval(Real, 0, None, closed="neither"),
         "gamma": [Interval(Real, 0, None, closed="neither"), "auto"],
     }

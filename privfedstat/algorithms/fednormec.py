@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
-from .._validation import BOOL, Free, Interval, Options, check_iterate, validate_parameters
+from .._validation import BOOL, ITERATIONS, Free, Interval, Options, check_iterate, validate_parameters
 from ..federation.protocol import Run, Setup
 from ..federation.server import effective_weights, resolve_participation
 from ..federation.session import Session
@@ -98,8 +98,8 @@ class _UnitMessageRounds(FederatedEstimator):
     _norms = ()
     _error_feedback = True
     _parameter_constraints = {
-        "n_rounds": Interval(Integral, 1),
-        "n_local_steps": Interval(Integral, 1),
+        "n_rounds": ITERATIONS,
+        "n_local_steps": ITERATIONS,
         "beta": Interval(Real, 0, None, closed="neither"),
         "server_step_size": [Interval(Real, 0, None, closed="neither"), "auto"],
         "mu": Free("_declared_mu: None with a target epsilon, else a number > 0"),

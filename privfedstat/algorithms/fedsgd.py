@@ -7,7 +7,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._validation import Free, Interval, check_iterate
+from .._validation import ITERATIONS, Free, Interval, check_iterate
 from ..federation.protocol import Run, Setup
 from ..federation.secure import AGGREGATIONS, secure_count, secure_mean
 from ..federation.session import Session
@@ -112,7 +112,7 @@ class FedSGD(FederatedEstimator):
     method = "FedSGD"
 
     _parameter_constraints = {
-        "n_iter": [Interval(Integral, 1), "auto"],
+        "n_iter": [ITERATIONS, "auto"],
         "init": Free("_initial, against the number of parameters"),
         "aggregation": list(AGGREGATIONS),
         "min_surviving": [Interval(Integral, 1), None],

@@ -8,7 +8,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._linalg import clip_rows
-from .._validation import Free, Interval, check_finite_bounds, check_iterate
+from .._validation import ITERATIONS, MAX_ITERATIONS, Free, Interval, check_finite_bounds, check_iterate
 from ..federation import clients as federation_clients
 from ..federation import power_prox
 from ..federation.clients import InProcessClients, Reply
@@ -124,7 +124,7 @@ class HiFedProx(FederatedEstimator):
     _norms = ()
 
     _parameter_constraints = {
-        "n_rounds": Interval(Integral, 1),
+        "n_rounds": ITERATIONS,
         "power": Interval(Real, 2, None, closed="left", hint="It is the power p of the proximal term."),
         "prox_coef": Interval(Real, 0, None, closed="left", hint="It is the proximal coefficient (mu in the paper)."),
         "prox_radius": Interval(Real, 0, None, closed="neither"),
@@ -203,8 +203,9 @@ class HiFedProx(FederatedEstimator):
     def _local_settings(self, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
         """(S_i, alpha0_i) for every client, checked."""
         steps = _per_client(self.n_local_steps, n_clients, "n_local_steps", Integral)
-        if np.any(steps < 1):
-            raise ValueError(f"n_local_steps must be integers >= 1, got {self.n_local_steps!r}.")
+        if np.any(steps < 1) or np.any(steps > MAX_ITERATIONS):
+            raise ValueError(f"n_local_steps must be integers in [1, {MAX_ITERATIONS}] (MAX_ITERATIONS, the bound of "
+                             f"every iteration count), got {self.n_local_steps!r}.")
         alphas = _per_client(self.step_size, n_clients, "step_size", Real).astype(np.float64)
         if not np.all(np.isfinite(alphas) & (alphas > 0)):
             raise ValueError(f"step_size (alpha0) must be finite numbers > 0, got {self.step_size!r}.")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
-from .._validation import Interval, check_iterate
+from .._validation import ITERATIONS, Interval, check_iterate
 from ..federation import clients as federation_clients
 from ..federation.clients import InProcessClients, Reply, _divergence
 from ..federation.protocol import Run, Setup
@@ -136,8 +136,8 @@ class Scaffold(FederatedEstimator):
     method = "SCAFFOLD"
 
     _parameter_constraints = {
-        "n_rounds": [Interval(Integral, 1), "auto"],
-        "n_local_steps": Interval(Integral, 1),
+        "n_rounds": [ITERATIONS, "auto"],
+        "n_local_steps": ITERATIONS,
         "server_step_size": Interval(Real, 0, None, closed="neither"),
     }
 

@@ -16,11 +16,28 @@ from .._linalg import row_norm_bounds
 from .._rng import RandomState, as_seed_sequence, spawn_generators
 from .._validation import check_finite_array, check_matrix
 
-__all__ = ["FederatedData"]
+__all__ = ["FederatedData", "client_labels"]
 
 #: the kernels' "no offset" (an empty offset array)
 _NO_OFFSET = np.empty(0)
 _NO_OFFSET.setflags(write=False)
+
+
+def client_labels(clients, n: int) -> np.ndarray:
+    """``clients`` as an array of one label per row of ``n``, refusing missing labels (NaN or None), which
+    ``np.unique`` would otherwise gather into one silent client."""
+    labels = np.asarray(clients)
+    if labels.shape != (n,):
+        raise ValueError(f"clients must have one label per row ({n}), got shape {labels.shape}.")
+    if labels.dtype.kind == "f":
+        missing = int(np.count_nonzero(np.isnan(labels)))
+    elif labels.dtype.kind == "O":
+        missing = sum(1 for v in labels if v is None or (isinstance(v, float) and v != v))
+    else:
+        missing = 0
+    if missing:
+        raise ValueError(f"clients has {missing} missing label(s) (NaN or None); every row needs a client.")
+    return labels
 
 
 class FederatedData:
@@ -60,6 +77,9 @@ class FederatedData:
                 raise ValueError(f"X has {X.shape[0]} rows but offset has {offset.shape[0]} entries; they must match.")
         if X.shape[1] == 0:
             raise ValueError("X has no columns; give at least one feature (e.g. a column of ones).")
+        if X.shape[0] == 0:
+            raise ValueError(f"the data have no rows (X has shape {X.shape}): a fit needs at least one row per client "
+                             "(check a filter or na_action='drop' that removed every row).")
         if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != X.shape[0]:
             raise ValueError("offsets must start at 0, end at n_samples and list one boundary per client.")
         sizes = np.diff(offsets)
@@ -152,9 +172,7 @@ class FederatedData:
             if sizes.sum() != X.shape[0]:
                 raise ValueError(f"sizes sum to {int(sizes.sum())} but there are {X.shape[0]} rows.")
             return cls(X, y, np.concatenate([[0], np.cumsum(sizes)]), offset)
-        labels = np.asarray(clients)
-        if labels.shape != (X.shape[0],):
-            raise ValueError(f"clients must have one label per row ({X.shape[0]}), got shape {labels.shape}.")
+        labels = client_labels(clients, X.shape[0])
         try:
             _, codes = np.unique(labels, return_inverse=True)
         except TypeError as exc:

@@ -19,11 +19,19 @@ Intercept: the columns are used as given (privfedstat has no ``fit_intercept``: 
 column of the design, as in statsmodels, so that the privacy model and the scaling can name it).
 A :class:`~privfedstat.NoInterceptWarning` is given when an array ``X`` has no constant non-zero
 column, e.g. after a ``StandardScaler`` step, which zeros a column of ones: add it after the scaler
-(``FunctionTransformer(statsmodels.api.add_constant)``). The check reads an array the caller holds
-and passes in full, and its result reaches only the caller: nothing is released. A
-:class:`~privfedstat.FederatedData` is not inspected (its rows are the clients'; a check on them
-would be a data-dependent, unaccounted decision), so fits on one, as the paper's studies make,
-behave as they always do.
+(``FunctionTransformer(statsmodels.api.add_constant)``). A :class:`~privfedstat.FederatedData` is
+not inspected (its rows are the clients'; a check on them would be a data-dependent, unaccounted
+decision), so fits on one, as the paper's studies make, behave as they always do.
+
+Who sees the warning: it is a function of every row of the array ``X`` (is some column the same
+non-zero number on all rows?), so replacing one row can add or remove it (a column of ones with
+one entry changed), and no mu covers it. It is computed in the caller's process, on the array the
+caller holds and passed in full, before the rows are split among the clients, and it goes to the
+caller's warning handlers (stderr, or ``logging.captureWarnings``) and nowhere else: nothing of it
+is sent to the server or the clients, recorded in the ledger or stored on the estimator, and the
+fit's releases are the same with or without it. Whoever reads the caller's warnings (a shared log)
+learns that bit about the pooled rows; silence it with
+``warnings.simplefilter("ignore", NoInterceptWarning)``, or pass a FederatedData.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ..data.federated import FederatedData
 from ..exceptions import NoInterceptWarning, SingleClientWarning
 from ..families import get_family
 
-__all__ = ["as_federated_data", "dense_array", "sklearn_tags"]
+__all__ = ["as_federated_data", "dense_array", "sklearn_tags", "warn_single_client"]
 
 
 def dense_array(X, name: str = "X") -> np.ndarray:
@@ -79,14 +87,25 @@ def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
         warnings.warn(
             "fit(X, y) without clients= takes every row to be one client's (m = 1): the protocol runs with a single "
             "client. Pass clients=labels (one per row) for a federation.", SingleClientWarning, stacklevel=4)
-        clients = np.zeros(X.shape[0] if X.ndim else 0, dtype=np.int64)
-    data = FederatedData.from_pooled(X, y, clients=clients, offset=offset)
+        data = FederatedData.from_pooled(X, y, clients=np.zeros(X.shape[0] if X.ndim else 0, dtype=np.int64),
+                                         offset=offset)
+    else:
+        data = FederatedData.from_pooled(X, y, clients=clients, offset=offset)
+        warn_single_client(data, "clients=", stacklevel=5)
     if not np.any(np.all(data.X == data.X[:1], axis=0) & (data.X[0] != 0)):
         warnings.warn(
             "X has no constant column, so the model has no intercept (columns are used as given; there is no "
             "fit_intercept). Add a column of ones, after any StandardScaler step: "
             "FunctionTransformer(statsmodels.api.add_constant).", NoInterceptWarning, stacklevel=4)
     return data
+
+
+def warn_single_client(data: FederatedData, given: str, stacklevel: int) -> None:
+    """A :class:`~privfedstat.SingleClientWarning` when the client labels ``given`` (public) name one client only."""
+    if data.n_clients == 1:
+        warnings.warn(f"{given} gives every row the same client: the protocol runs with a single client (m = 1), whose "
+                      "guarantee is central DP of the released model. Check the labels if you meant a federation.",
+                      SingleClientWarning, stacklevel=stacklevel)
 
 
 def sklearn_tags(estimator):

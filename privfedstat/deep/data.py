@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .._rng import RandomState, as_seed_sequence
+from ..data.federated import client_labels
 
 __all__ = ["TensorFederatedData", "FailingTensorData"]
 
@@ -49,6 +50,9 @@ class TensorFederatedData:
             raise ValueError(f"inputs have {inputs.shape[0]} rows but targets have {targets.shape[0]}; they must match.")
         if targets.numel() and int(targets.min()) < 0:
             raise ValueError("class labels must be >= 0.")
+        if inputs.shape[0] == 0:
+            raise ValueError(f"the data have no rows (inputs of shape {tuple(inputs.shape)}): every client needs at "
+                             "least one sample.")
         if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != inputs.shape[0]:
             raise ValueError("offsets must start at 0, end at n_samples and list one boundary per client.")
         if np.any(np.diff(offsets) <= 0):
@@ -72,6 +76,9 @@ class TensorFederatedData:
         if (clients is None) == (sizes is None):
             raise ValueError("give exactly one of clients= (a label per row) or sizes= (rows per client).")
         n = len(inputs)
+        if len(targets) != n:
+            raise ValueError(f"inputs have {n} rows but targets have {len(targets)}; they must match (one label per "
+                             "input).")
         if sizes is not None:
             sizes = np.asarray(sizes)
             if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer):
@@ -79,9 +86,7 @@ class TensorFederatedData:
             if sizes.sum() != n:
                 raise ValueError(f"sizes sum to {int(sizes.sum())} but there are {n} rows.")
             return cls(inputs, targets, np.concatenate([[0], np.cumsum(sizes)]))
-        labels = np.asarray(clients)
-        if labels.shape != (n,):
-            raise ValueError(f"clients must have one label per row ({n}), got shape {labels.shape}.")
+        labels = client_labels(clients, n)
         _, codes = np.unique(labels, return_inverse=True)
         order = torch.as_tensor(np.argsort(codes, kind="stable"))
         return cls(torch.as_tensor(inputs)[order], torch.as_tensor(targets)[order],
@@ -104,11 +109,17 @@ class TensorFederatedData:
         random_state : int, Generator, SeedSequence or None
         """
         n = len(inputs)
+        if len(targets) != n:
+            raise ValueError(f"inputs have {n} rows but targets have {len(targets)}; they must match (one label per "
+                             "input).")
         if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or not 1 <= n_clients <= n:
             raise ValueError(f"n_clients must be an integer in [1, {n}], got {n_clients!r}.")
+        if n_per_client is not None and (isinstance(n_per_client, bool) or not isinstance(n_per_client, (int, np.integer))
+                                         or n_per_client < 1):
+            raise ValueError(f"n_per_client must be an integer >= 1 (rows per client) or None, got {n_per_client!r}.")
         total = n if n_per_client is None else int(n_per_client) * int(n_clients)
-        if n_per_client is not None and not 1 <= total <= n:
-            raise ValueError(f"{n_clients} clients of {n_per_client} rows need more rows than the {n} given.")
+        if total > n:
+            raise ValueError(f"{n_clients} clients of {n_per_client} rows need {total} rows, more than the {n} given.")
         rng = np.random.default_rng(as_seed_sequence(random_state))
         rows = torch.as_tensor(rng.permutation(n)[:total])
         sizes = np.full(n_clients, total // n_clients)

@@ -167,10 +167,19 @@ class _Network:
     # ------------------------------------------------------------------ results
     def _outputs(self, X) -> torch.Tensor:
         self._check_fitted()
-        X = torch.as_tensor(X.inputs if isinstance(X, TensorFederatedData) else X)
+        try:
+            X = torch.as_tensor(X.inputs if isinstance(X, TensorFederatedData) else X)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"X must be a numeric array or tensor of inputs, got {type(X).__name__}: {err}") from None
+        if X.dim() < 2 or math.prod(X.shape[1:]) != self.n_features_in_:
+            raise ValueError(f"X must have shape (n_samples, *input_shape) with {self.n_features_in_} numbers per input, "
+                             f"as the inputs the model was fitted on; got shape {tuple(X.shape)}.")
         dtype = next(self.model_.parameters()).dtype
-        with torch.no_grad():
-            return self.model_(X.to(dtype))
+        try:
+            with torch.no_grad():
+                return self.model_(X.to(dtype))
+        except RuntimeError as err:
+            raise ValueError(f"inputs of shape {tuple(X.shape[1:])} do not fit the model: {err}") from err
 
     def predict(self, X) -> np.ndarray:
         """Predicted class of each input (the argmax of the model's outputs), shape (n,)."""
@@ -186,7 +195,11 @@ class _Network:
             if y is not None:
                 raise TypeError("a TensorFederatedData already holds its labels; call score(data) without y.")
             y = X.targets
-        return float(np.mean(self.predict(X) == np.asarray(y)))
+        predicted = self.predict(X)
+        y = np.asarray(y)
+        if y.shape != predicted.shape:
+            raise ValueError(f"y must hold one label per input ({predicted.shape[0]}), got shape {y.shape}.")
+        return float(np.mean(predicted == y))
 
     def summary(self, delta: float = 1e-5) -> Summary:
         """Model, method, clients, rounds, privacy, clipping bound; one row per parameter tensor (shape, L2 norm)."""

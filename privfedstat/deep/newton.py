@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .._validation import Interval
+from .._validation import ITERATIONS, Interval
 from ..algorithms.fedavg import run_fedavg
 from ..federation.clients import Reply
 from ..federation.protocol import Run, Setup
@@ -288,8 +288,8 @@ class DeepFedNewton(DeepFedAvg):
     method = "DP-FedNewton-Iter (network)"
 
     _parameter_constraints = {
-        "n_cycles": Interval(Integral, 1),
-        "n_rounds": Interval(Integral, 1),
+        "n_cycles": ITERATIONS,
+        "n_rounds": ITERATIONS,
         "damping": Interval(Real, 0, None, closed="neither", hint="It is the damping lambda of the head's Hessian."),
         "newton_step": Interval(Real, 0, None, closed="neither", hint="It is the Newton step size alpha."),
     }

@@ -9,6 +9,7 @@ messages and floats sent. The server never sees a client's data, only replies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -82,6 +83,7 @@ class Channel:
         self.total_floats = 0
         self.senders: list[int] = []
         self.live = np.ones(self.sizes.size, dtype=bool)  # clients that have not failed
+        self.on_receive: Callable[[], object] | None = None  # told of every reply (the fit's progress bar)
 
     def receive(self, reply: Reply, *, weights: np.ndarray | None = None, sent: bool = True,
                 sampling_rate: float = 1.0, noise_multiplier: float | None = None) -> np.ndarray:
@@ -109,6 +111,8 @@ class Channel:
             Recorded on the releases of a client-level Poisson round that the server tops up with noise
             for the clients that did not send (see :class:`~privfedstat.privacy.ledger.Release`).
         """
+        if self.on_receive is not None:
+            self.on_receive()
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
         for rec in reply.releases:
             self.ledger.record(replace(rec, round=self.rounds, weights=w if rec.kind == "aggregated" else None,

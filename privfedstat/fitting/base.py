@@ -15,9 +15,11 @@ summary) is the mixin :class:`~privfedstat.results.fitted.FittedResults`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
+from collections.abc import Iterator
 from numbers import Real
 
 import numpy as np
@@ -33,7 +35,7 @@ from ..federation.oracle import check_offset_family
 from ..federation.protocol import Run, Setup
 from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
-from ..inference.bootstrap import Refits
+from ..inference.bootstrap import PROGRESS_DELAY_S, Refits
 from ..inference.core import infer, plan_inference
 from ..inference.covariance import original_scale_map, original_scale_origin
 from ..privacy.budget import FitCharge, PrivacyBudget, reserve
@@ -143,6 +145,10 @@ class FederatedEstimator(FittedResults):
     named as indistinguishable from noise), or when a site is so small that its
     messages are noise-dominated (the minimum size is given); and an
     :class:`~privfedstat.IllConditionedWarning` when a released Hessian is ill-conditioned.
+
+    Every iteration count is at most :data:`~privfedstat._validation.MAX_ITERATIONS`, and a fit that
+    runs longer than two seconds shows a progress bar over its rounds on a terminal
+    (docs/guide/input-limits.md).
     """
 
     method: str = ""
@@ -252,7 +258,8 @@ class FederatedEstimator(FittedResults):
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
         setup = choose_bounds(self, session, plan)
-        run = self._run(session, setup)
+        with self._progress(session):
+            run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup
         converged, privacy_open = diagnose(self, session, setup, run, n_samples)
         inference = hessian = to_original = None
@@ -275,6 +282,26 @@ class FederatedEstimator(FittedResults):
             if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self
+
+    @contextlib.contextmanager
+    def _progress(self, session: Session) -> Iterator[None]:
+        """A tqdm bar on stderr over the protocol's rounds, one tick per reply the server receives: shown on a
+        terminal once the fit has run :data:`~privfedstat.inference.bootstrap.PROGRESS_DELAY_S` seconds (short
+        fits and non-terminals print nothing), as the bootstrap's. The total is not known in advance (rounds
+        stop early at mu = inf). Not drawn inside another bar of this process (a bootstrap's refits, a study's
+        fits), nor when the estimator draws its own (the network estimators' ``progress``: they hold its
+        update in ``_round_done`` during ``fit``); it disappears when the rounds are done."""
+        from tqdm.auto import tqdm  # here, not at module level: slow to import
+
+        if getattr(self, "_round_done", None) is not None or len(getattr(tqdm, "_instances", ())):
+            yield
+            return
+        with tqdm(desc=self.method, unit="round", disable=None, delay=PROGRESS_DELAY_S, leave=False) as bar:
+            session.channel.on_receive = bar.update
+            try:
+                yield
+            finally:
+                session.channel.on_receive = None
 
     def _open_session(self, data: FederatedData, family: Family, mu: float, participation: Participation | None,
                       budget: PrivacyBudget | None) -> tuple[Session, FitCharge]:

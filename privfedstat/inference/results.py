@@ -163,13 +163,25 @@ class InferenceResult:
             Restrictions (a 1-d array is one restriction).
         q : array-like of shape (r,), optional
         """
-        R = np.atleast_2d(np.asarray(R, dtype=np.float64))
         p = self.params.size
+        try:
+            R = np.atleast_2d(np.asarray(R, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise TypeError(f"R must be numbers: an array of shape (r, {p}) (one row per restriction) or, on a fitted "
+                            f"estimator, a list of coefficient names; got {R!r}.") from None
+        if R.size == 0:
+            raise ValueError(f"R is empty: a Wald test needs at least one restriction, a row of {p} weights on the "
+                             "coefficients (e.g. a row of the identity) or, on a fitted estimator, a list of "
+                             "coefficient names such as ['x1'].")
+        if not np.all(np.isfinite(R)):
+            raise ValueError("R contains NaN or infinite values; restrictions must be finite.")
         if R.ndim != 2 or R.shape[1] != p or R.shape[0] < 1:
             raise ValueError(f"R must have shape (r, {p}) (one row per restriction), got {R.shape}.")
         q = np.zeros(R.shape[0]) if q is None else np.atleast_1d(np.asarray(q, dtype=np.float64))
         if q.shape != (R.shape[0],):
             raise ValueError(f"q must have one value per restriction ({R.shape[0]}), got shape {q.shape}.")
+        if not np.all(np.isfinite(q)):
+            raise ValueError("q contains NaN or infinite values; the hypothesised values must be finite.")
         if np.linalg.matrix_rank(R) < R.shape[0]:
             raise ValueError("the restrictions R are linearly dependent (rank < number of rows); drop redundant rows.")
         diff = R @ self.params - q

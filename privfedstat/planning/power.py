@@ -58,7 +58,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .._validation import check_mu
+from .._validation import check_fraction, check_mu, check_positive_float
 from ..algorithms.registry import get_method
 from ..families import get_family
 from ..fitting.scaling import PrivateStandardize
@@ -76,6 +76,9 @@ MU_RANGE = (0.1, 1e4)
 EDGE_SHARE = 0.5
 #: largest number of sites or rows per site :meth:`StudyPlan.required` tries
 MAX_COUNT = 10**7
+#: largest number of values (covariate rows times response values) over which a Poisson plan integrates y | x:
+#: 200 MB per float64 array
+MAX_QUADRATURE = 2.5e7
 
 
 def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, names=None, noise_sd: float = 1.0,
@@ -131,10 +134,15 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     intercept = ones[0] if ones else None
     if names is None:
         names = tuple("Intercept" if j == intercept else f"x{j}" for j in range(d))
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a sequence of {d} strings (one per column of covariates), got {names!r}.")
     if len(names) != d:
         raise ValueError(f"names has {len(names)} entries, covariates {d} columns.")
+    alpha = check_fraction(alpha, "alpha")
+    noise_sd = check_positive_float(noise_sd, "noise_sd")
     law = get_family(family)
     make_spec(family=law.name, beta=beta)  # refuses families without a scalar response law
+    _check_quadrature(law, X, beta)
     spec = get_method(method)
     if not hasattr(spec.cls, "plan_schedule"):
         raise ValueError(f"plan_study needs an estimator whose schedule is public before any release "
@@ -144,6 +152,22 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     estimator = spec.cls(family=law.name, mu=check_mu(mu), scaling=scaling, **params)
     design = Design(X, beta, law.name, float(noise_sd), tuple(str(n) for n in names))
     return StudyPlan(estimator, design, _sizes(sizes), float(alpha))
+
+
+def _check_quadrature(law, X: np.ndarray, beta: np.ndarray) -> None:
+    """Refuse a Poisson design whose means ``exp(x^T coef)`` the plan cannot integrate: the plan sums y | x over
+    0, 1, ..., up to the 1 - 1e-12 quantile of the largest mean (about ``m + 7 sqrt(m)``) for every covariate row, in
+    float64 arrays of ``n`` times that many values; more than :data:`MAX_QUADRATURE` of them (200 MB each) is refused."""
+    if law.name != "poisson":
+        return
+    with np.errstate(over="ignore"):
+        top = float(np.max(np.exp(X @ beta)))
+    values = X.shape[0] * (top + 8.0 * math.sqrt(top) + 8.0)
+    if not values <= MAX_QUADRATURE:
+        raise ValueError(f"coef gives Poisson means exp(x^T coef) up to {top:.3g} on the covariate rows: the plan would "
+                         f"integrate y | x over {values:.3g} values (at most {MAX_QUADRATURE:.3g}). Poisson "
+                         "coefficients are on the log scale (coef b multiplies the rate by e^b per unit of its column): "
+                         "check coef and the columns' units, or give fewer covariate rows.")
 
 
 def _sizes(sizes) -> np.ndarray:
@@ -241,6 +265,10 @@ class StudyPlan:
             raise ValueError("give exactly one target: power= or half_width=.")
         if term not in self.frame.index:
             raise ValueError(f"term {term!r} is not a coefficient; they are {list(self.frame.index)}.")
+        if power is not None:
+            power = check_fraction(power, "power")  # a probability: 1 is reached by no finite study
+        else:
+            half_width = check_positive_float(half_width, "half_width")
 
         def meets(plan: StudyPlan | None) -> bool:
             if plan is None:

@@ -17,7 +17,7 @@ from .._linalg import safe_norm
 __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
     "aggregated_noise_sd", "hessian_sensitivity",
-    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "client_update_calibration",
+    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "MAX_DERIVED_ROUNDS", "client_update_calibration",
     "head_newton_sensitivity", "normec_noise_multiplier", "noise_floor", "shared_newton_sensitivity",
     "HESSIAN_SHARE", "RESEARCH_SHARE", "FLOOR_TAIL", "newton_budgets",
 ]
@@ -151,6 +151,9 @@ def shared_newton_sensitivity(clip: float, floor: float, grad_clip: np.ndarray, 
 #: factor by which the budget of each earlier round shrinks, going back from the last (chosen empirically:
 #: the first rounds carry Newton's non-linear phase, which the split's model leaves out; see FedIRLS)
 BACKWARD_RATIO = 0.35
+#: the most rounds :func:`auto_budget_split` takes: with more, the first round's share (``BACKWARD_RATIO^(R - 1)``
+#: of the last round's) is below the float64 machine epsilon, a release the budget cannot resolve (35 rounds)
+MAX_DERIVED_ROUNDS = 1 + int(math.log(np.finfo(np.float64).eps) / math.log(BACKWARD_RATIO))
 
 
 def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO) -> np.ndarray:

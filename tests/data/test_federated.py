@@ -155,7 +155,7 @@ class TestFromPooledLabels:
 
     def test_unsortable_labels(self):
         with pytest.raises(TypeError, match="sortable"):
-            FederatedData.from_pooled(np.ones((3, 1)), np.zeros(3), clients=np.array([1, "a", None], dtype=object))
+            FederatedData.from_pooled(np.ones((3, 1)), np.zeros(3), clients=np.array([1, "a", 2.5], dtype=object))
 
 
 class TestFromPooledSizes:

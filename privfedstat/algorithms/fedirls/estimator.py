@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+import math
+from numbers import Real
 
 import numpy as np
 
 from ..._linalg import MAX_HESSIAN_GB
-from ..._validation import Free, Interval, check_finite_bounds
+from ..._validation import ITERATIONS, Free, Interval, check_finite_bounds
 from ...families import get_family
 from ...federation.protocol import Run, Setup
 from ...federation.secure import AGGREGATIONS
 from ...federation.session import Session
 from ...fitting.base import FederatedEstimator
 from ...fitting.stages import weights_for
+from ...privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS
 from ...privacy.clipping import AutoClip
 from .rounds import ScheduledRun
 from .schedule import IRLSSchedule, default_search
@@ -59,7 +61,8 @@ class FedIRLS(FederatedEstimator):
     n_rounds : int or "auto", default "auto"
         Rounds (R). "auto": with finite mu the schedule (7 rounds; 9 for unbounded curvature); with
         mu = inf until the step is below ``tol`` (at most 100). An int: one phase of R rounds (with
-        mu = inf a cap; the rounds also stop at ``tol``).
+        mu = inf a cap; the rounds also stop at ``tol``); with finite mu and the derived split at most
+        :data:`~privfedstat.privacy.calibration.MAX_DERIVED_ROUNDS` (35).
     budget_split : "auto" or array of shape (R, 2), default "auto"
         Shares of mu^2 for the gradient (column 0) and Hessian (column 1) release of each round.
         "auto": the schedule (with an int ``n_rounds``: the derived split). An array: one phase,
@@ -121,7 +124,7 @@ class FedIRLS(FederatedEstimator):
     method = "FedIRLS"
     _norms = ("gradient", "hessian")
     _parameter_constraints = {
-        "n_rounds": [Interval(Integral, 1), "auto"],
+        "n_rounds": [ITERATIONS, "auto"],
         "budget_split": Free("_explicit_split: 'auto' or shares of shape (n_rounds, 2)"),
         "step_size": Interval(Real, 0, None, closed="neither"),
         "max_step": Interval(Real, 0, None, closed="neither", finite=False),
@@ -184,6 +187,14 @@ class FedIRLS(FederatedEstimator):
         and an explicit ``budget_split`` must be a valid split of mu^2 with one row per round."""
         super()._validate_params(mu)
         check_finite_bounds(self, ("hessian_clip",), mu, "the Hessian release")
+        if math.isfinite(mu) and self.n_rounds != "auto" and isinstance(self.budget_split, str) \
+                and self.n_rounds > MAX_DERIVED_ROUNDS:
+            raise ValueError(f"n_rounds={self.n_rounds} is too many rounds for the derived budget split at finite mu: "
+                             f"round r gets BACKWARD_RATIO^(R - r) = {BACKWARD_RATIO}^(R - r) of the last round's share, "
+                             f"so beyond {MAX_DERIVED_ROUNDS} rounds the first rounds' shares fall below the float64 "
+                             "resolution of the budget (pure-noise releases; their noise overflows from ~675 rounds). "
+                             f"Use n_rounds <= {MAX_DERIVED_ROUNDS}, n_rounds='auto' (the phased schedule), an explicit "
+                             "budget_split, or mu=float('inf').")
         if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
             self._explicit_split()
 
