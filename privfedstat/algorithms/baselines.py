@@ -144,7 +144,7 @@ class PooledMLE(_NonPrivateBaseline):
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
-    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+    history_ : ndarray of shape (n_iter + 1, n_features) (or (n_iter + 1, n_features, K - 1)), n_iter = ``n_iter_``
         Newton iterates from theta^(0) = 0 (Huber: the least-squares fit).
     n_iter_ : int
         Newton iterations taken.
@@ -231,7 +231,7 @@ class LocalFit(_NonPrivateBaseline):
         Client i's fit in row i.
     coef_ : ndarray of shape (n_features,)
         ``sum_i (n_i / N) local_coefs_[i]``.
-    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+    history_ : ndarray of shape (n_iter + 1, n_features) (or (n_iter + 1, n_features, K - 1)), n_iter = ``n_iter_``
         Size-weighted average of the clients' Newton iterates (a client that has converged stays
         at its fit).
     n_iter_ : int
