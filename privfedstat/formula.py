@@ -194,7 +194,7 @@ def glm(
 
     fam_type = family_type(family)
     design = build_design(formula, data, client=client, multinomial=fam_type.response_levels, levels=levels,
-                          na_action=na_action, private=private)
+                          na_action=na_action, private=private, binary=fam_type.name == "logistic")
     intercept = design.names.index("Intercept") if "Intercept" in design.names else None
 
     cls = spec.cls
@@ -260,13 +260,13 @@ def _per_row(data: pd.DataFrame, value, name: str) -> np.ndarray:
 
 
 def _with_classes(family: str | Family, n_classes: int | None) -> str | Family:
-    """The estimator's ``family``: as given, or (a family with ``response_levels``) built with the
-    ``n_classes`` declared by the response's levels; an instance must already have that many."""
-    if n_classes is None:
-        return family
+    """The estimator's ``family``: an instance as given (with ``response_levels``, it must have the
+    ``n_classes`` declared by the response's levels), a name by the registry's name, or (a family with
+    ``response_levels``) built with those ``n_classes``."""
     if isinstance(family, Family):
-        if family.n_classes != n_classes:
+        if family.response_levels and family.n_classes != n_classes:
             raise ValueError(f"family {family!r} has {family.n_classes} classes, but the response declares "
                              f"{n_classes} levels.")
         return family
-    return get_family(family, n_classes=n_classes)
+    fam_type = family_type(family)  # an alias ("binomial") or a statsmodels family: the registry's name
+    return get_family(fam_type.name, n_classes=n_classes) if fam_type.response_levels else fam_type.name

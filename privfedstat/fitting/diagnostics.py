@@ -425,7 +425,8 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
             converged = False  # the noise-free path had not reached the optimum
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
-    if inference.cov_type == "model" and converged is not False and overdispersed(inference.dispersion):
+    if (inference.cov_type == "model" and estimator.family_.overdispersion and converged is not False
+            and overdispersed(inference.dispersion)):
         # (at a point short of the optimum the residuals are inflated by the distance left, and no interval is reported)
         warn_overdispersion(estimator, *inference.dispersion)
     return converged

@@ -89,6 +89,10 @@ DISPERSION_SHARE = 0.05
 #: Poisson law a cap of 25 removes almost nothing; overdispersed counts have heavy tails, which a cap cuts off (a
 #: conservative test): capped at 25 / 100 / none, Ecdat VietNamI 1.26 / 1.66 / 2.19, COUNT rwm1984 3.7 / 5.9 / 11.3
 PEARSON_BOUND, DISPERSION_NOISE = 25.0, 0.1
+#: share of mu_inf^2 for the residual variance (scale) of a Gaussian fit's model-based covariance: its square root
+#: multiplies every standard error, so it gets a larger share than the count models' diagnostic; each squared
+#: residual is capped at B^2 (the rows above it are those whose gradient ``r x`` the fit clips, ||x|| >= 1)
+SCALE_SHARE = 0.25
 #: a Pearson dispersion counts as overdispersion when it is above this (model-based standard errors about
 #: sqrt(1.5) = 1.22 times too small, or more) and more than DISPERSION_SDS noise sds above 1
 DISPERSION_WARN, DISPERSION_SDS = 1.5, 3.0
@@ -111,20 +115,22 @@ UNIDENTIFIED_NOISE_SDS = 3.0
 #: of the intervals on five of the real data sets at mu <= 2 (benchmarks/RESULTS.md), which held 97-100%
 UNIDENTIFIED_SHARE = 0.25
 
-_LABELS = {"model": "model-based c H^-1", "sandwich": "sandwich c H^-1 Sigma H^-1"}
+#: the covariance estimators as the summary names them, in words
+_LABELS = {"model": "model-based (inverse Hessian)", "sandwich": "sandwich (robust to a misspecified variance)"}
 
 
 def resolve_cov_type(config: Inference, family: Family) -> str:
-    """``config.cov_type`` with "auto" resolved: "model" for logistic / Poisson / multinomial, else "sandwich".
+    """``config.cov_type`` with "auto" resolved: "model" for the likelihoods (logistic, Poisson, multinomial and
+    Gaussian, whose model-based covariance is scaled by a released residual variance, as statsmodels' default),
+    "sandwich" for Huber.
 
-    Raises ``ValueError`` for ``"model"`` with a family whose loss is not a likelihood of dispersion 1
-    (Gaussian, Huber): its ``H^-1 / N`` would assume a residual variance of 1.
+    Raises ``ValueError`` for ``"model"`` with a loss that is not a likelihood (Huber).
     """
     if config.cov_type == "auto":
-        return "model" if family.unit_dispersion else "sandwich"
-    if config.cov_type == "model" and not family.unit_dispersion:
-        raise ValueError(f"cov_type='model' assumes dispersion 1 (logistic, poisson, multinomial); the {family.name} "
-                         "loss has an unknown scale. Use cov_type='sandwich' (the default for it) or 'bootstrap'.")
+        return "model" if family.likelihood else "sandwich"
+    if config.cov_type == "model" and not family.likelihood:
+        raise ValueError(f"cov_type='model' needs a likelihood (logistic, poisson, multinomial, gaussian); the "
+                         f"{family.name} loss is not one. Use cov_type='sandwich' (the default for it) or 'bootstrap'.")
     return config.cov_type
 
 
@@ -271,7 +277,14 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                          f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
                          "be biased away from the MLE by more than these intervals allow; see ClippingBiasWarning")
     dispersion = None
-    if session.clients.family.overdispersion:
+    scaled = cov_type == "model" and session.clients.family.has_dispersion  # Gaussian: the scale is estimated
+    if scaled:
+        mu_d = math.sqrt(SCALE_SHARE) * mu_rest
+        # |r| <= ||r x|| <= B but for the rows whose gradient is clipped; kept inside the range a client's sum can hold
+        bound = min(max(B * B, MIN_BOUND * (1.0 + 1e-12)), 1e307 / float(np.max(session.sizes))) if finite else math.inf
+        dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-scale")
+        mu_rest *= math.sqrt(1.0 - SCALE_SHARE) if finite else 1.0
+    elif session.clients.family.overdispersion:
         mu_d, df_d = math.sqrt(DISPERSION_SHARE) * mu_rest, float(np.sum(session.sizes)) - theta.size
         bound = max(PEARSON_BOUND, DISPERSION_NOISE * mu_d * df_d / math.sqrt(session.sizes.size)) if finite else math.inf
         dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-dispersion")
@@ -299,6 +312,8 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         Sigma = floored(Sigma * rescale, s_S, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
+    if scaled:
+        M = M * max(dispersion[0], 0.0)
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
     V_p = _privacy_part(run, setup.mu, H, notes)
@@ -307,10 +322,12 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     if df is not None and np.any(np.isfinite(df)):
         notes.append(f"intervals and p-values use Student's t with the degrees of freedom of the released noise in "
                      f"their variances (smallest {np.min(df):.3g})")
-    clip_text = "unclipped" if math.isinf(C_H) else f"C_H = {C_H:.3g} ({bound_text})"
+    clip_text = ("per-row curvature unclipped" if math.isinf(C_H)
+                 else f"per-row curvature clipped at {C_H:.3g} ({bound_text})")
+    corrected = ", corrected for the noise in its inverse" if correct and not more else ""
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
-              f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
-              + (" + privacy noise of the protocol (linearised)" if math.isfinite(setup.mu) else ""))
+              f"released{' privately' if finite else ''}, {spent}, {clip_text}{corrected})"
+              + (" + the privacy noise of the protocol, propagated through its iterations" if math.isfinite(setup.mu) else ""))
     cov = V_s + V_p
     unreliable = unidentified_coefficients(released, H, s_H, G, run.hessian, run.newton.hessian_sd)
     if unreliable.size:
@@ -440,11 +457,12 @@ def _sampling_part(run: Run, sizes: np.ndarray, H: np.ndarray, M: np.ndarray, c:
 
 
 def exact_result(params: np.ndarray, cov: np.ndarray, cov_type: str, config: Inference, what: str,
-                 notes: list[str]) -> InferenceResult:
-    """The :class:`InferenceResult` of a non-private baseline: exact sampling covariance, no privacy part."""
+                 notes: list[str], scale: float | None = None) -> InferenceResult:
+    """The :class:`InferenceResult` of a non-private baseline: exact sampling covariance, no privacy part
+    (``scale``: the residual variance of a Gaussian model-based covariance)."""
     method = f"{_LABELS[cov_type]} on the raw data ({what}; not private)"
     return InferenceResult(params, cov, cov, np.zeros_like(cov), cov_type, config.alpha, math.inf, method,
-                           notes=list(notes))
+                           notes=list(notes), dispersion=None if scale is None else (float(scale), 0.0))
 
 
 def check_feasible(cov_type: str, n_clients: int, n_params: int) -> None:
