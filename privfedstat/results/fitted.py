@@ -257,7 +257,8 @@ class FittedResults:
         self._check_fitted()
         frames = {self.method: coefficient_frame(self, alpha)}
         if reference is not None:
-            frames[getattr(reference, "method", None) or "reference"] = coefficient_frame(reference, alpha)
+            name = getattr(reference, "method", None) or "reference"
+            frames[f"{name} (reference)" if name in frames else name] = coefficient_frame(reference, alpha)
         return plot_coefficients(frames, ax=ax)
 
     def __sklearn_tags__(self):

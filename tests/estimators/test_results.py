@@ -126,3 +126,13 @@ def test_coefficient_plot_renders_private_beside_reference(logistic_data):
     none = FedSGD(n_iter=30, inference=None, random_state=0).fit(logistic_data).plot_coefficients()
     none.figure.canvas.draw()  # no intervals: points only
     plt.close("all")
+
+
+def test_coefficient_plot_keeps_a_reference_fit_of_the_same_method(logistic_data):
+    import matplotlib.pyplot as plt
+
+    private = FedSGD(n_iter=30, random_state=0).fit(logistic_data)
+    other = FedSGD(n_iter=30, random_state=1).fit(logistic_data)
+    ax = private.plot_coefficients(reference=other)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FedSGD", "FedSGD (reference)"]
+    plt.close("all")
