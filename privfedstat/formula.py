@@ -69,10 +69,14 @@ def glm(
         One row per observation.
     client : str
         Column naming the client that holds each row (not part of the model).
-    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"} or Family
-        For ``"multinomial"`` (a family with ``response_levels``) the response's declared levels are
-        the classes (K of them), the first being the reference; with finite ``mu`` the response must
-        be a pandas Categorical or be named in ``levels``.
+    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"}, Family or statsmodels family
+        Also ``"binomial"`` (R's and statsmodels' name of the logistic family) and statsmodels' family
+        objects with their canonical link (``sm.families.Binomial()``). For ``"multinomial"`` (a
+        family with ``response_levels``) the response's declared levels are the classes (K of them),
+        the first being the reference. A logistic response may be a two-level string or categorical
+        column, read as R reads a factor: the first level is failure, the second is modelled (the
+        summary says which). With finite ``mu`` such a response must be a pandas Categorical or be
+        named in ``levels``.
     method : str, optional
         A registered method (``privfedstat.algorithms.REGISTRY``): "fedirls", "fedsgd",
         "fedhybrid", "fedavg", "fednewton", "scaffold", "fednmap", "pooled", "localfit", ... The
@@ -138,7 +142,7 @@ def glm(
         ``inference`` (default "auto": standard errors, intervals and tests that count the
         privacy noise, from 25% of mu; None to spend all of mu on estimation; see
         :class:`~privfedstat.Inference`). ``summary()`` then shows statsmodels' columns (coef,
-        std err, z, P>|z|, interval) with the formula's names, and ``conf_int()`` /
+        std err, t and P>|t| -- z with mu = inf --, interval) with the formula's names, and ``conf_int()`` /
         ``cov_params()`` are indexed by them.
 
     Returns

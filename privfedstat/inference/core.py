@@ -4,49 +4,12 @@
 on the fit's :class:`~privfedstat.federation.session.Session`, with the protocol's
 :class:`~privfedstat.federation.protocol.Run` and the inference budget ``mu_inf = budget * mu`` of
 the fit's :class:`~privfedstat.privacy.plan.BudgetPlan` (:class:`~privfedstat.inference.Inference`).
-What the fit asked for is checked before anything is released (:func:`plan_inference`):
-
-1. **Hessian bound** C_H: the estimator's own (FedIRLS, FedNewton, a fixed ``hessian_clip``); else,
-   with finite mu, a private search for the ``pilot_quantile`` (99%) of the per-sample Hessian
-   norms at theta-hat with ``SEARCH_SHARE`` of ``mu_inf^2`` (stage ``"inference-clip"``, the
-   :class:`~privfedstat.AutoClip` bisection); with mu = inf no clipping.
-2. **Releases** (Gaussian mechanisms run by the clients -- verbs ``hessians``, ``score_outer``,
-   ``count_clipped`` -- and recorded in the ledger by the channel): ``sym_to_vec`` of every client's
-   mean Hessian, per-sample terms clipped to C_H (stage ``"inference-hessian"``, sensitivity
-   ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
-   ``mean_j g_j g_j^T`` with the fit's own gradient clip B (stage ``"inference-score"``,
-   sensitivity ``sqrt(2) B^2 / n_i``: PSD terms of Frobenius norm ``||g_j||^2 <= B^2``, the
-   argument of :func:`~privfedstat.privacy.calibration.hessian_sensitivity`). Both describe the
-   estimating equation the fit solved, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``: Sigma is the
-   clipped score's covariance and, for scalar-response families, the Hessian is that equation's
-   Jacobian, the mean over the rows whose gradient is *not* clipped
-   (:meth:`~privfedstat.federation.oracle.GLMOracle.hessians` with ``gradient_clip=B``; a clipped
-   row's gradient ``B sign(ell') x / ||x||`` does not move with theta). It is also the H at
-   which the protocol's privacy noise is linearised. Multinomial: the all-rows Hessian
-   (inferred approximation; the clipped score's Jacobian is not symmetric there). The rest of
-   ``mu_inf`` is split between the two in squares as ``2 C_H : B^2`` (inferred: this minimises
-   the first-order relative error of ``H^-1 Sigma H^-1``, ``4 Var(dH/H) + Var(dSigma/Sigma)``,
-   when H and Sigma have eigenvalues of the same size, as for canonical GLMs at the truth), each
-   share kept within ``[SHARE_LIMIT, 1 - SHARE_LIMIT]`` so that neither release goes without
-   budget. A clip outside the range of the score release is served at the nearest bound
-   (:func:`score_bound`), so no fit is refused after its protocol has spent.
-3. **Post-processing**: aggregate with the fit's weights (H with w_i, Sigma with
-   ``w_i^2 / (n_i c)``, :func:`~privfedstat.inference.covariance.weighted_factor`), floor
-   eigenvalues at ``FLOOR_NOISE_SDS`` = 1 noise standard deviation s (``v^T Xi v`` has sd s for a
-   unit v), the sampling covariance with the second-order bias correction
-   (:func:`~privfedstat.inference.covariance.sampling_covariance`) -- ``c M`` with ``M = H^-1`` or
-   ``H^-1 Sigma H^-1``, or, where the estimate is not the M-estimate of all rows (FedNewton), the
-   protocol's own map of M (:func:`_sampling_part`) -- plus the privacy-noise covariance of the
-   protocol from :func:`privfedstat.theory.protocol_noise_covariance` linearised at the floored
-   Hessian; both mapped to the original scale.
-
-``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`, with
-the refit function the estimator builds (:class:`~privfedstat.inference.bootstrap.Refits`).
-
-**Why J and a floor of 1 noise sd.** The clipped score's Jacobian J predicts both covariance parts
-better than the all-rows Hessian, and inference is better served by a low eigenvalue floor (too wide
-rather than too narrow) than by FedIRLS' 3 s; the measurements behind both choices are in
-benchmarks/RESULTS.md ("Inference at the estimate: Jacobian and floor").
+What the fit asked for is checked before anything is released (:func:`plan_inference`). Then: the
+Hessian bound C_H (the estimator's own, or searched privately), the releases at the estimate (mean
+Hessian; the score outer products for the sandwich; the clipped count; a Gaussian fit's residual
+variance, a count model's Pearson dispersion), and the post-processing into the sampling and privacy
+parts. Each step, its sensitivity, its share of ``mu_inf`` and why: docs/guide/inference.md,
+"How the inference stage is derived".
 """
 
 from __future__ import annotations
