@@ -96,3 +96,14 @@ def test_summary_prints_four_significant_digits_and_z_without_noise(fair, logit)
     assert f"{logit.params['rate_marriage']:.4g}" in text and f"{logit.params['rate_marriage']:.6g}" not in text
     assert list(fit.summary().to_frame().columns)[2:4] == ["z", "P>|z|"]
     assert "c H^-1" not in text and "linearised" not in text and "C_H" not in text
+
+
+def test_get_family_reads_r_and_statsmodels_names():
+    from privfedstat import get_family
+
+    assert get_family("binomial").name == get_family(sm.families.Binomial()).name == "logistic"
+    assert get_family("normal").name == get_family(sm.families.Gaussian()).name == "gaussian"
+    with pytest.raises(ValueError, match="binomial"):
+        get_family("bernoulli")  # the error lists the aliases too
+    with pytest.raises(ValueError, match="not supported"):
+        get_family(sm.families.Gamma())
