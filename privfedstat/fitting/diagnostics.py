@@ -358,7 +358,7 @@ def warn_optimisation_gap(estimator, gap: np.ndarray, se: np.ndarray, names) -> 
     ratio = np.abs(gap) / se
     if not np.any(ratio > OPTIMISATION_SE):
         return False
-    j = int(np.argmax(ratio))
+    j = int(np.nanargmax(ratio))  # a withheld standard error (NaN) is no ratio: name the largest real one
     warnings.warn(
         f"{estimator.method} stopped before the optimum: from the released Hessian, its fixed number of "
         f"steps leaves an optimisation error of about {ratio[j]:.2g} standard errors in {names[j]} "

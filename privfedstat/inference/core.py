@@ -237,7 +237,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
         if clipped[0] > CLIPPED_NOTE:
             notes.append(f"{100 * clipped[0]:.1f}% (+- {100 * clipped[1]:.1f}%) of the per-sample gradients are "
-                         f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
+                         f"clipped at the estimate (clipping bound {B:.3g}): it solves the clipped equation, whose root can "
                          "be biased away from the MLE by more than these intervals allow; see ClippingBiasWarning")
     dispersion = None
     scaled = cov_type == "model" and session.clients.family.has_dispersion  # Gaussian: the scale is estimated
@@ -415,7 +415,7 @@ def _sampling_part(run: Run, sizes: np.ndarray, H: np.ndarray, M: np.ndarray, c:
         return c * M
     V = sum(ck * L @ M @ L.T for ck, L in maps(H, sizes))
     notes.append(f"the estimate's last step uses half of each client's rows: sampling variance from the "
-                 f"protocol's linearised map ({np.trace(V) / np.trace(c * M):.3g} times the full-data one in trace)")
+                 f"protocol's steps ({np.trace(V) / np.trace(c * M):.3g} times the full-data one, summed over the coefficients)")
     return 0.5 * (V + V.T)
 
 

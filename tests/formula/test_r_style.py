@@ -107,3 +107,4 @@ def test_get_family_reads_r_and_statsmodels_names():
         get_family("bernoulli")  # the error lists the aliases too
     with pytest.raises(ValueError, match="not supported"):
         get_family(sm.families.Gamma())
+
