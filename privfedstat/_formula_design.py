@@ -95,6 +95,7 @@ def build_design(
     levels: Mapping | None,
     na_action: str,
     private: bool,
+    binary: bool = False,
 ) -> Design:
     """Materialise ``formula`` on ``data``; with ``private`` its structure may not depend on the rows.
 
@@ -107,6 +108,9 @@ def build_design(
     private : bool
         True for a finite ``mu``: levels must be declared and transforms must be stateless and row
         by row (see the module docstring).
+    binary : bool
+        A logistic fit: a response that is not numeric (strings, a pandas Categorical) is read as R reads
+        a two-level factor, its first level failure (code 0) and its second success (code 1).
 
     Returns
     -------
@@ -124,10 +128,14 @@ def build_design(
 
     response = formula.split("~", 1)[0].strip()
     classes = None
-    if multinomial:
+    labelled = binary and response in work.columns and _is_labelled(work[response])
+    if multinomial or labelled:
         if response not in work.columns:
             raise ValueError(f"response column {response!r} is not in the data.")
         classes = _classes(work[response], declared.get(response), response, private)
+        if labelled and len(classes) != 2:
+            raise ValueError(f"a logistic fit needs a response with two levels (the first is failure, as in R); "
+                             f"{response!r} has {len(classes)}. Use family='multinomial' for more.")
         codes = pd.Categorical(work[response], categories=classes).codes
         work[response] = np.where(codes >= 0, codes, np.nan)
 
@@ -273,13 +281,19 @@ def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) 
     return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
 
 
+def _is_labelled(values: pd.Series) -> bool:
+    """Whether a response column holds labels (strings, a Categorical) rather than numbers."""
+    import pandas as pd
+    return isinstance(values.dtype, pd.CategoricalDtype) or not pd.api.types.is_numeric_dtype(values)
+
+
 def _classes(values: pd.Series, declared: list | None, response: str, private: bool) -> list:
-    """The multinomial classes: declared, or (only with ``mu = inf``) the observed values."""
+    """The classes of a categorical response: declared, or (only with ``mu = inf``) the observed values, sorted."""
     if declared is not None:
         return declared
     if private:
         raise ValueError(
-            f"family='multinomial' needs its classes declared, not read from the data (a row with a rare "
+            f"a categorical response needs its levels declared, not read from the data (a row with a rare "
             f"class would add one): {_DECLARE_HINT.format(col=response)}."
         )
     return list(values.astype("category").cat.categories)

@@ -70,10 +70,14 @@ def glm(
         One row per observation.
     client : str
         Column naming the client that holds each row (not part of the model).
-    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"} or Family
-        For ``"multinomial"`` (a family with ``response_levels``) the response's declared levels are
-        the classes (K of them), the first being the reference; with finite ``mu`` the response must
-        be a pandas Categorical or be named in ``levels``.
+    family : {"gaussian", "logistic", "poisson", "huber", "multinomial"}, Family or statsmodels family
+        Also ``"binomial"`` (R's and statsmodels' name of the logistic family) and statsmodels' family
+        objects with their canonical link (``sm.families.Binomial()``). For ``"multinomial"`` (a
+        family with ``response_levels``) the response's declared levels are the classes (K of them),
+        the first being the reference. A logistic response may be a two-level string or categorical
+        column, read as R reads a factor: the first level is failure, the second is modelled (the
+        summary says which). With finite ``mu`` such a response must be a pandas Categorical or be
+        named in ``levels``.
     method : str, optional
         A registered method (``privfedstat.algorithms.REGISTRY``): "fedirls", "fedsgd",
         "fedhybrid", "fedavg", "fednewton", "scaffold", "fednmap", "pooled", "localfit", ... The
@@ -139,7 +143,7 @@ def glm(
         ``inference`` (default "auto": standard errors, intervals and tests that count the
         privacy noise, from 25% of mu; None to spend all of mu on estimation; see
         :class:`~privfedstat.Inference`). ``summary()`` then shows statsmodels' columns (coef,
-        std err, z, P>|z|, interval) with the formula's names, and ``conf_int()`` /
+        std err, t and P>|t| -- z with mu = inf --, interval) with the formula's names, and ``conf_int()`` /
         ``cov_params()`` are indexed by them.
 
     Returns
@@ -202,7 +206,7 @@ def glm(
 
     fam_type = family_type(family)
     design = build_design(formula, data, client=client, multinomial=fam_type.response_levels, levels=levels,
-                          na_action=na_action, private=private)
+                          na_action=na_action, private=private, binary=fam_type.name == "logistic")
     intercept = design.names.index("Intercept") if "Intercept" in design.names else None
 
     cls = spec.cls
@@ -270,13 +274,13 @@ def _per_row(data: pd.DataFrame, value, name: str) -> np.ndarray:
 
 
 def _with_classes(family: str | Family, n_classes: int | None) -> str | Family:
-    """The estimator's ``family``: as given, or (a family with ``response_levels``) built with the
-    ``n_classes`` declared by the response's levels; an instance must already have that many."""
-    if n_classes is None:
-        return family
+    """The estimator's ``family``: an instance as given (with ``response_levels``, it must have the
+    ``n_classes`` declared by the response's levels), a name by the registry's name, or (a family with
+    ``response_levels``) built with those ``n_classes``."""
     if isinstance(family, Family):
-        if family.n_classes != n_classes:
+        if family.response_levels and family.n_classes != n_classes:
             raise ValueError(f"family {family!r} has {family.n_classes} classes, but the response declares "
                              f"{n_classes} levels.")
         return family
-    return get_family(family, n_classes=n_classes)
+    fam_type = family_type(family)  # an alias ("binomial") or a statsmodels family: the registry's name
+    return get_family(fam_type.name, n_classes=n_classes) if fam_type.response_levels else fam_type.name

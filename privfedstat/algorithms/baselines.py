@@ -64,8 +64,9 @@ class _NonPrivateBaseline(FederatedEstimator):
             self.inference_ = None
         else:
             G = original_scale_map(None, data.n_features, q)
-            cov, notes = self._covariance(make_oracle(data, family), data, theta, cov_type)
-            self.inference_ = exact_result(G @ theta, G @ cov @ G.T, cov_type, config, self._inference_what, notes)
+            cov, notes, scale = self._covariance(make_oracle(data, family), data, theta, cov_type)
+            self.inference_ = exact_result(G @ theta, G @ cov @ G.T, cov_type, config, self._inference_what, notes,
+                                           scale)
         self.family_ = family
         self.scaler_ = None
         self.coef_ = theta.reshape(shape)
@@ -84,8 +85,9 @@ class _NonPrivateBaseline(FederatedEstimator):
     def _fit(self, data, family, ledger):
         raise NotImplementedError
 
-    def _covariance(self, oracle, data, theta: np.ndarray, cov_type: str) -> tuple[np.ndarray, list[str]]:
-        """Exact sampling covariance of the fitted coefficients (flat, fitting order) and notes."""
+    def _covariance(self, oracle, data, theta: np.ndarray, cov_type: str) -> tuple[np.ndarray, list[str], float | None]:
+        """Exact sampling covariance of the fitted coefficients (flat, fitting order), notes and the model-based
+        covariance's residual variance (Gaussian; else None)."""
         raise NotImplementedError
 
     def _matrices(self, oracle, theta: np.ndarray, cov_type: str) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +95,15 @@ class _NonPrivateBaseline(FederatedEstimator):
         (model: the Hessians again, by the information identity), at ``theta`` (shared or one row per client)."""
         H = oracle.hessians(theta, math.inf)
         return H, (H if cov_type == "model" else oracle.score_outer(theta, math.inf))
+
+    def _scale(self, oracle, theta: np.ndarray, dof: float, client: int | None = None) -> float | None:
+        """The residual variance (statsmodels' ``scale``, ``sum r^2 / dof``) at ``theta`` that a model-based covariance
+        of a family with a free dispersion (Gaussian) multiplies: over every row, or over ``client``'s; None for the
+        other families."""
+        if not oracle.family.has_dispersion:
+            return None
+        sums = oracle.pearson_sums(theta, math.inf)
+        return float(np.sum(sums) if client is None else sums[client]) / dof
 
     def _sandwich(self, H: np.ndarray, S: np.ndarray, c: float, notes: list[str]) -> np.ndarray:
         """``c Hp^-1 S Hp^-1`` with ``Hp = H + alpha I``, the Hessian of the penalised objective (with
@@ -144,7 +155,7 @@ class PooledMLE(_NonPrivateBaseline):
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
-    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+    history_ : ndarray of shape (n_iter + 1, n_features) (or (n_iter + 1, n_features, K - 1)), n_iter = ``n_iter_``
         Newton iterates from theta^(0) = 0 (Huber: the least-squares fit).
     n_iter_ : int
         Newton iterations taken.
@@ -173,7 +184,8 @@ class PooledMLE(_NonPrivateBaseline):
         notes: list[str] = []
         w = data.sizes / data.n_samples
         H, S = (np.tensordot(w, a, axes=1) for a in self._matrices(oracle, theta, cov_type))
-        return self._sandwich(H, S, 1.0 / data.n_samples, notes), notes
+        scale = self._scale(oracle, theta, data.n_samples - theta.size) if cov_type == "model" else None
+        return self._sandwich(H, S if scale is None else scale * S, 1.0 / data.n_samples, notes), notes, scale
 
     def _fit(self, data, family, ledger):
         m = data.n_clients
@@ -231,7 +243,7 @@ class LocalFit(_NonPrivateBaseline):
         Client i's fit in row i.
     coef_ : ndarray of shape (n_features,)
         ``sum_i (n_i / N) local_coefs_[i]``.
-    history_ : ndarray of shape (n_iter_ + 1, n_features) (or (n_iter_ + 1, n_features, K - 1))
+    history_ : ndarray of shape (n_iter + 1, n_features) (or (n_iter + 1, n_features, K - 1)), n_iter = ``n_iter_``
         Size-weighted average of the clients' Newton iterates (a client that has converged stays
         at its fit).
     n_iter_ : int
@@ -262,8 +274,11 @@ class LocalFit(_NonPrivateBaseline):
         w = data.sizes / data.n_samples
         local = self.local_coefs_.reshape(data.n_clients, -1)
         H, S = self._matrices(oracle, local, cov_type)
+        if cov_type == "model" and oracle.family.has_dispersion:  # client i's residual variance at its own fit
+            scale = np.array([self._scale(oracle, local[i], data.sizes[i] - local.shape[1], i) for i in range(len(local))])
+            S = scale[:, None, None] * S
         V = sum(w[i] ** 2 * self._sandwich(H[i], S[i], 1.0 / data.sizes[i], notes) for i in range(data.n_clients))
-        return V, notes
+        return V, notes, None
 
     def _fit(self, data, family, ledger):
         m = data.n_clients

@@ -375,7 +375,10 @@ class FedCanon(_Penalized, Scaffold):
 
     Parameters are SCAFFOLD's (``n_rounds`` R, ``n_local_steps`` K, ``step_size`` eta_l,
     ``server_step_size`` eta_g, ``clip``, ``weights``, ``scaling``, ``random_state``,
-    ``secure_mode``, ``on_client_failure``) and the penalty's:
+    ``secure_mode``, ``on_client_failure``) and the penalty's below.
+
+    Parameters
+    ----------
     {penalty}
     inference : None, default None
         See :class:`FedNMap`.
@@ -400,7 +403,7 @@ class FedCanon(_Penalized, Scaffold):
 
 
 for _cls in (FedNMap, ZhangComposite, FedCanon):
-    _cls.__doc__ = _cls.__doc__.replace("{penalty}", _PENALTY_DOC.strip("\n")).replace(
+    _cls.__doc__ = _cls.__doc__.replace("{penalty}", _PENALTY_DOC.strip()).replace(
         "{common}", _PRIVATE_COMMON_DOC.strip("\n"))
 
 

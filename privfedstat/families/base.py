@@ -82,13 +82,6 @@ class Family:
         raise ValueError(f"the {self.name} family does not allow a rescaled response (it is not a location family).")
 
     @property
-    def unit_dispersion(self) -> bool:
-        """Whether ``H^-1 / N`` is a valid (model-based) covariance: a likelihood with dispersion 1
-        (logistic, Poisson, multinomial); False where a scale is unknown (Gaussian) or there is no
-        likelihood (Huber), whose inference uses the sandwich."""
-        return self.likelihood and not self.has_dispersion
-
-    @property
     def class_labels(self) -> np.ndarray | None:
         """Class labels of a classifier family (``[0, 1]``; multinomial ``0, ..., K-1``), None otherwise.
 

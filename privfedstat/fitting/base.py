@@ -59,8 +59,8 @@ class FederatedEstimator(FittedResults):
 
     Subclasses set ``method`` (display name) and implement ``_run(session, setup) -> Run``, the protocol.
 
-    Every private estimator takes ``secure_mode`` (documented here once):
-
+    Parameters
+    ----------
     secure_mode : bool, default False
         Draw every client's noise from the operating system's CSPRNG as a sum of four normal
         draws (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`), the mitigation of
@@ -70,10 +70,7 @@ class FederatedEstimator(FittedResults):
         ``privacy_.secure_mode`` is True. The default draws from seeded numpy streams:
         reproducible and fast, private against an observer of the released values, but not
         hardened against floating-point or PRNG-state attacks. Timing side channels are not
-        covered in either mode (README, "Privacy model").
-
-    Every private estimator takes ``on_client_failure`` (documented here once):
-
+        covered in either mode (docs/privacy.md). Every private estimator takes it (documented here once).
     on_client_failure : {"raise", "skip"}, default "raise"
         A client that fails while answering a request (its process dies, in the in-process
         backend :class:`~privfedstat.federation.clients.FailingData` injects this) makes the fit
@@ -81,13 +78,22 @@ class FederatedEstimator(FittedResults):
         (``"skip"``): every later aggregate renormalises the weights over the clients that
         answered, count queries sum the live clients and target their public N, and the ledger
         holds exactly the releases that reached the server (the failed client's unsent message
-        is not recorded). Nothing waits: a failed client simply has no reply.
+        is not recorded). Nothing waits: a failed client simply has no reply. Every private
+        estimator takes it (documented here once).
+    inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
+        Standard errors, intervals, p-values and Wald tests that count both the sampling variance
+        and the privacy noise of the protocol (:class:`~privfedstat.Inference`,
+        :mod:`privfedstat.inference.core`). With finite mu they spend ``Inference().budget``
+        (25%) of each client's mu, reserved before the protocol runs (the estimation keeps
+        ``sqrt(mu_left^2 - (0.25 mu)^2)``, so the ledger total is still exactly mu); None
+        spends nothing on them and leaves these results undefined. Every estimator takes it
+        (documented here once).
 
-    Every estimator sets these attributes, with the same meaning everywhere (documented here once):
-
+    Attributes
+    ----------
     coef_ : ndarray of shape (n_features,), or (n_features, K - 1) for the multinomial family
         The server's final model, on the original scale of the columns.
-    history_ : ndarray of shape (n_updates + 1, *coef_.shape)
+    history_ : ndarray of shape (n_updates + 1) + ``coef_.shape``
         The server's model theta^(0), theta^(1), ... after each protocol round that changed it
         (``history_[0]`` the initial model, ``history_[-1]`` equal to ``coef_``): FedSGD one entry
         per gradient step, FedAvg / SCAFFOLD / DP-FedAvg per round, FedHybrid the averaged local
@@ -103,12 +109,9 @@ class FederatedEstimator(FittedResults):
         Every release, built by the server from the clients' release records.
     communication_ : Communication
         Upload rounds and floats, clip search and inference releases included.
-
-    Every estimator sets ``converged_`` (documented here once), judged from released values
-    only (post-processing, no privacy cost):
-
     converged_ : bool or None
-        Whether the last server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
+        Judged from released values only (post-processing, no privacy cost): whether the last
+        server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
         (1 + max|theta^(K)|) + 4 s``, with ``s`` the public noise standard deviation that update
         carries (:func:`~privfedstat.fitting.steps.settled`). FedSGD / FedHybrid: the last
         gradient step; FedAvg / SCAFFOLD: the last round's change of the averaged model;
@@ -120,17 +123,6 @@ class FederatedEstimator(FittedResults):
         optimum (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`: the fixed-K
         gradient methods and SCAFFOLD). When False a
         :class:`~privfedstat.ConvergenceWarning` says what to change.
-
-    Every estimator takes ``inference`` (documented here once) and reports its uncertainty:
-
-    inference : "auto", None, "model", "sandwich", "bootstrap" or Inference, default "auto"
-        Standard errors, intervals, p-values and Wald tests that count both the sampling variance
-        and the privacy noise of the protocol (:class:`~privfedstat.Inference`,
-        :mod:`privfedstat.inference.core`). With finite mu they spend ``Inference().budget``
-        (25%) of each client's mu, reserved before the protocol runs (the estimation keeps
-        ``sqrt(mu_left^2 - (0.25 mu)^2)``, so the ledger total is still exactly mu); None
-        spends nothing on them and leaves these results undefined.
-
     inference_ : InferenceResult or None
         Covariance (total, sampling and privacy parts), how it was computed and what it spent.
     bse_, zvalues_, pvalues_ : ndarray of the shape of ``coef_``
@@ -138,7 +130,10 @@ class FederatedEstimator(FittedResults):
         :meth:`cov_params`, :meth:`conf_int` and :meth:`wald_test` (names and order of
         ``coef_.ravel(order="F")``, as statsmodels).
 
-    Also from released values only: a :class:`~privfedstat.DivergenceError` when iterates
+    Notes
+    -----
+    Every estimator sets the attributes above with the same meaning everywhere (documented here
+    once). Also from released values only: a :class:`~privfedstat.DivergenceError` when iterates
     become non-finite or explode; a :class:`~privfedstat.PrivacyNoiseWarning` when the privacy noise of a coefficient
     (a lower bound from the calibrated sigmas) exceeds a public sampling-SE proxy
     ``1 / sqrt(ell''(0) N)`` (standardised columns; the coefficients below it in size are

@@ -358,7 +358,7 @@ def warn_optimisation_gap(estimator, gap: np.ndarray, se: np.ndarray, names) -> 
     ratio = np.abs(gap) / se
     if not np.any(ratio > OPTIMISATION_SE):
         return False
-    j = int(np.argmax(ratio))
+    j = int(np.nanargmax(ratio))  # a withheld standard error (NaN) is no ratio: name the largest real one
     warnings.warn(
         f"{estimator.method} stopped before the optimum: from the released Hessian, its fixed number of "
         f"steps leaves an optimisation error of about {ratio[j]:.2g} standard errors in {names[j]} "
@@ -425,7 +425,8 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
             converged = False  # the noise-free path had not reached the optimum
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
-    if inference.cov_type == "model" and converged is not False and overdispersed(inference.dispersion):
+    if (inference.cov_type == "model" and estimator.family_.overdispersion and converged is not False
+            and overdispersed(inference.dispersion)):
         # (at a point short of the optimum the residuals are inflated by the distance left, and no interval is reported)
         warn_overdispersion(estimator, *inference.dispersion)
     return converged

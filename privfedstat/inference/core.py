@@ -4,49 +4,12 @@
 on the fit's :class:`~privfedstat.federation.session.Session`, with the protocol's
 :class:`~privfedstat.federation.protocol.Run` and the inference budget ``mu_inf = budget * mu`` of
 the fit's :class:`~privfedstat.privacy.plan.BudgetPlan` (:class:`~privfedstat.inference.Inference`).
-What the fit asked for is checked before anything is released (:func:`plan_inference`):
-
-1. **Hessian bound** C_H: the estimator's own (FedIRLS, FedNewton, a fixed ``hessian_clip``); else,
-   with finite mu, a private search for the ``pilot_quantile`` (99%) of the per-sample Hessian
-   norms at theta-hat with ``SEARCH_SHARE`` of ``mu_inf^2`` (stage ``"inference-clip"``, the
-   :class:`~privfedstat.AutoClip` bisection); with mu = inf no clipping.
-2. **Releases** (Gaussian mechanisms run by the clients -- verbs ``hessians``, ``score_outer``,
-   ``count_clipped`` -- and recorded in the ledger by the channel): ``sym_to_vec`` of every client's
-   mean Hessian, per-sample terms clipped to C_H (stage ``"inference-hessian"``, sensitivity
-   ``sqrt(2) C_H / n_i``), and for the sandwich of its mean clipped score outer product
-   ``mean_j g_j g_j^T`` with the fit's own gradient clip B (stage ``"inference-score"``,
-   sensitivity ``sqrt(2) B^2 / n_i``: PSD terms of Frobenius norm ``||g_j||^2 <= B^2``, the
-   argument of :func:`~privfedstat.privacy.calibration.hessian_sensitivity`). Both describe the
-   estimating equation the fit solved, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``: Sigma is the
-   clipped score's covariance and, for scalar-response families, the Hessian is that equation's
-   Jacobian, the mean over the rows whose gradient is *not* clipped
-   (:meth:`~privfedstat.federation.oracle.GLMOracle.hessians` with ``gradient_clip=B``; a clipped
-   row's gradient ``B sign(ell') x / ||x||`` does not move with theta). It is also the H at
-   which the protocol's privacy noise is linearised. Multinomial: the all-rows Hessian
-   (inferred approximation; the clipped score's Jacobian is not symmetric there). The rest of
-   ``mu_inf`` is split between the two in squares as ``2 C_H : B^2`` (inferred: this minimises
-   the first-order relative error of ``H^-1 Sigma H^-1``, ``4 Var(dH/H) + Var(dSigma/Sigma)``,
-   when H and Sigma have eigenvalues of the same size, as for canonical GLMs at the truth), each
-   share kept within ``[SHARE_LIMIT, 1 - SHARE_LIMIT]`` so that neither release goes without
-   budget. A clip outside the range of the score release is served at the nearest bound
-   (:func:`score_bound`), so no fit is refused after its protocol has spent.
-3. **Post-processing**: aggregate with the fit's weights (H with w_i, Sigma with
-   ``w_i^2 / (n_i c)``, :func:`~privfedstat.inference.covariance.weighted_factor`), floor
-   eigenvalues at ``FLOOR_NOISE_SDS`` = 1 noise standard deviation s (``v^T Xi v`` has sd s for a
-   unit v), the sampling covariance with the second-order bias correction
-   (:func:`~privfedstat.inference.covariance.sampling_covariance`) -- ``c M`` with ``M = H^-1`` or
-   ``H^-1 Sigma H^-1``, or, where the estimate is not the M-estimate of all rows (FedNewton), the
-   protocol's own map of M (:func:`_sampling_part`) -- plus the privacy-noise covariance of the
-   protocol from :func:`privfedstat.theory.protocol_noise_covariance` linearised at the floored
-   Hessian; both mapped to the original scale.
-
-``"bootstrap"`` hands the whole ``mu_inf`` to :func:`privfedstat.inference.bootstrap.run_bootstrap`, with
-the refit function the estimator builds (:class:`~privfedstat.inference.bootstrap.Refits`).
-
-**Why J and a floor of 1 noise sd.** The clipped score's Jacobian J predicts both covariance parts
-better than the all-rows Hessian, and inference is better served by a low eigenvalue floor (too wide
-rather than too narrow) than by FedIRLS' 3 s; the measurements behind both choices are in
-benchmarks/RESULTS.md ("Inference at the estimate: Jacobian and floor").
+What the fit asked for is checked before anything is released (:func:`plan_inference`). Then: the
+Hessian bound C_H (the estimator's own, or searched privately), the releases at the estimate (mean
+Hessian; the score outer products for the sandwich; the clipped count; a Gaussian fit's residual
+variance, a count model's Pearson dispersion), and the post-processing into the sampling and privacy
+parts. Each step, its sensitivity, its share of ``mu_inf`` and why: docs/guide/inference.md,
+"How the inference stage is derived".
 """
 
 from __future__ import annotations
@@ -89,6 +52,10 @@ DISPERSION_SHARE = 0.05
 #: Poisson law a cap of 25 removes almost nothing; overdispersed counts have heavy tails, which a cap cuts off (a
 #: conservative test): capped at 25 / 100 / none, Ecdat VietNamI 1.26 / 1.66 / 2.19, COUNT rwm1984 3.7 / 5.9 / 11.3
 PEARSON_BOUND, DISPERSION_NOISE = 25.0, 0.1
+#: share of mu_inf^2 for the residual variance (scale) of a Gaussian fit's model-based covariance: its square root
+#: multiplies every standard error, so it gets a larger share than the count models' diagnostic; each squared
+#: residual is capped at B^2 (the rows above it are those whose gradient ``r x`` the fit clips, ||x|| >= 1)
+SCALE_SHARE = 0.25
 #: a Pearson dispersion counts as overdispersion when it is above this (model-based standard errors about
 #: sqrt(1.5) = 1.22 times too small, or more) and more than DISPERSION_SDS noise sds above 1
 DISPERSION_WARN, DISPERSION_SDS = 1.5, 3.0
@@ -111,20 +78,22 @@ UNIDENTIFIED_NOISE_SDS = 3.0
 #: of the intervals on five of the real data sets at mu <= 2 (benchmarks/RESULTS.md), which held 97-100%
 UNIDENTIFIED_SHARE = 0.25
 
-_LABELS = {"model": "model-based c H^-1", "sandwich": "sandwich c H^-1 Sigma H^-1"}
+#: the covariance estimators as the summary names them, in words
+_LABELS = {"model": "model-based (inverse Hessian)", "sandwich": "sandwich (robust to a misspecified variance)"}
 
 
 def resolve_cov_type(config: Inference, family: Family) -> str:
-    """``config.cov_type`` with "auto" resolved: "model" for logistic / Poisson / multinomial, else "sandwich".
+    """``config.cov_type`` with "auto" resolved: "model" for the likelihoods (logistic, Poisson, multinomial and
+    Gaussian, whose model-based covariance is scaled by a released residual variance, as statsmodels' default),
+    "sandwich" for Huber.
 
-    Raises ``ValueError`` for ``"model"`` with a family whose loss is not a likelihood of dispersion 1
-    (Gaussian, Huber): its ``H^-1 / N`` would assume a residual variance of 1.
+    Raises ``ValueError`` for ``"model"`` with a loss that is not a likelihood (Huber).
     """
     if config.cov_type == "auto":
-        return "model" if family.unit_dispersion else "sandwich"
-    if config.cov_type == "model" and not family.unit_dispersion:
-        raise ValueError(f"cov_type='model' assumes dispersion 1 (logistic, poisson, multinomial); the {family.name} "
-                         "loss has an unknown scale. Use cov_type='sandwich' (the default for it) or 'bootstrap'.")
+        return "model" if family.likelihood else "sandwich"
+    if config.cov_type == "model" and not family.likelihood:
+        raise ValueError(f"cov_type='model' needs a likelihood (logistic, poisson, multinomial, gaussian); the "
+                         f"{family.name} loss is not one. Use cov_type='sandwich' (the default for it) or 'bootstrap'.")
     return config.cov_type
 
 
@@ -268,10 +237,17 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
         if clipped[0] > CLIPPED_NOTE:
             notes.append(f"{100 * clipped[0]:.1f}% (+- {100 * clipped[1]:.1f}%) of the per-sample gradients are "
-                         f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
+                         f"clipped at the estimate (clipping bound {B:.3g}): it solves the clipped equation, whose root can "
                          "be biased away from the MLE by more than these intervals allow; see ClippingBiasWarning")
     dispersion = None
-    if session.clients.family.overdispersion:
+    scaled = cov_type == "model" and session.clients.family.has_dispersion  # Gaussian: the scale is estimated
+    if scaled:
+        mu_d = math.sqrt(SCALE_SHARE) * mu_rest
+        # |r| <= ||r x|| <= B but for the rows whose gradient is clipped; kept inside the range a client's sum can hold
+        bound = min(max(B * B, MIN_BOUND * (1.0 + 1e-12)), 1e307 / float(np.max(session.sizes))) if finite else math.inf
+        dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-scale")
+        mu_rest *= math.sqrt(1.0 - SCALE_SHARE) if finite else 1.0
+    elif session.clients.family.overdispersion:
         mu_d, df_d = math.sqrt(DISPERSION_SHARE) * mu_rest, float(np.sum(session.sizes)) - theta.size
         bound = max(PEARSON_BOUND, DISPERSION_NOISE * mu_d * df_d / math.sqrt(session.sizes.size)) if finite else math.inf
         dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-dispersion")
@@ -299,6 +275,8 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         Sigma = floored(Sigma * rescale, s_S, "score covariance", notes)
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
+    if scaled:
+        M = M * max(dispersion[0], 0.0)
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
     V_p = _privacy_part(run, setup.mu, H, notes)
@@ -307,10 +285,12 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     if df is not None and np.any(np.isfinite(df)):
         notes.append(f"intervals and p-values use Student's t with the degrees of freedom of the released noise in "
                      f"their variances (smallest {np.min(df):.3g})")
-    clip_text = "unclipped" if math.isinf(C_H) else f"C_H = {C_H:.3g} ({bound_text})"
+    clip_text = ("per-row curvature unclipped" if math.isinf(C_H)
+                 else f"per-row curvature clipped at {C_H:.3g} ({bound_text})")
+    corrected = ", corrected for the noise in its inverse" if correct and not more else ""
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
-              f"released, {spent}, {clip_text}{', bias-corrected' if correct and not more else ''})"
-              + (" + privacy noise of the protocol (linearised)" if math.isfinite(setup.mu) else ""))
+              f"released{' privately' if finite else ''}, {spent}, {clip_text}{corrected})"
+              + (" + the privacy noise of the protocol, propagated through its iterations" if math.isfinite(setup.mu) else ""))
     cov = V_s + V_p
     unreliable = unidentified_coefficients(released, H, s_H, G, run.hessian, run.newton.hessian_sd)
     if unreliable.size:
@@ -435,16 +415,17 @@ def _sampling_part(run: Run, sizes: np.ndarray, H: np.ndarray, M: np.ndarray, c:
         return c * M
     V = sum(ck * L @ M @ L.T for ck, L in maps(H, sizes))
     notes.append(f"the estimate's last step uses half of each client's rows: sampling variance from the "
-                 f"protocol's linearised map ({np.trace(V) / np.trace(c * M):.3g} times the full-data one in trace)")
+                 f"protocol's steps ({np.trace(V) / np.trace(c * M):.3g} times the full-data one, summed over the coefficients)")
     return 0.5 * (V + V.T)
 
 
 def exact_result(params: np.ndarray, cov: np.ndarray, cov_type: str, config: Inference, what: str,
-                 notes: list[str]) -> InferenceResult:
-    """The :class:`InferenceResult` of a non-private baseline: exact sampling covariance, no privacy part."""
+                 notes: list[str], scale: float | None = None) -> InferenceResult:
+    """The :class:`InferenceResult` of a non-private baseline: exact sampling covariance, no privacy part
+    (``scale``: the residual variance of a Gaussian model-based covariance)."""
     method = f"{_LABELS[cov_type]} on the raw data ({what}; not private)"
     return InferenceResult(params, cov, cov, np.zeros_like(cov), cov_type, config.alpha, math.inf, method,
-                           notes=list(notes))
+                           notes=list(notes), dispersion=None if scale is None else (float(scale), 0.0))
 
 
 def check_feasible(cov_type: str, n_clients: int, n_params: int) -> None:

@@ -64,6 +64,11 @@ class FitStatistics:
         """Cox and Snell's ``1 - exp(2 (llnull - llf) / N)`` (statsmodels' ``pseudo_rsquared("cs")``)."""
         return -math.expm1(2.0 * (self.llnull - self.llf) / self.nobs)
 
+    @property
+    def mcfadden_rsquared(self) -> float:
+        """McFadden's ``1 - llf / llnull`` (statsmodels' ``Logit`` / ``MNLogit`` ``prsquared``)."""
+        return 1.0 - self.llf / self.llnull
+
 
 def log_likelihood(family: Family, y: np.ndarray, z: np.ndarray) -> float:
     """Log-likelihood of responses ``y`` at linear predictors ``z`` (shape (n,), multinomial (n, K - 1)).

@@ -71,7 +71,7 @@ class FittedResults:
 
     def _formula_rows(self, df: pd.DataFrame, with_y: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """A DataFrame through the stored formula of a ``glm()`` fit (see :func:`apply_design`)."""
-        classes = self.levels_.get(self.response_name_) if self.family_.response_levels else None
+        classes = self.levels_.get(self.response_name_)  # a categorical response (multinomial, two-level logistic)
         return apply_design(self.model_spec_, df, levels=self.levels_, response=self.response_name_,
                             classes=classes, with_y=with_y)
 
@@ -257,7 +257,8 @@ class FittedResults:
         self._check_fitted()
         frames = {self.method: coefficient_frame(self, alpha)}
         if reference is not None:
-            frames[getattr(reference, "method", None) or "reference"] = coefficient_frame(reference, alpha)
+            name = getattr(reference, "method", None) or "reference"
+            frames[f"{name} (reference)" if name in frames else name] = coefficient_frame(reference, alpha)
         return plot_coefficients(frames, ax=ax)
 
     def __sklearn_tags__(self):
@@ -337,7 +338,8 @@ class FittedResults:
 
     def summary(self, alpha: float | None = None, delta: float = 1e-5, *, data=None, plan=None) -> Summary:
         """Summary of the fit (statsmodels' layout): what was fitted to what, privacy, goodness of fit, and the
-        coefficients with standard errors, z, p-values and intervals.
+        coefficients with standard errors, t (Student's t where the intervals use it, else z), p-values and
+        intervals, to 4 significant digits.
 
         Parameters
         ----------
@@ -385,6 +387,9 @@ class FittedResults:
         header.update(self._goodness_of_fit(data))
         if classes is not None:
             header["Reference class"] = f"{response}={classes[0]}"
+        levels = getattr(self, "levels_", {}).get(response)
+        if classes is None and levels is not None and len(levels) == 2:  # a two-level response of a logistic fit
+            header["Modelled level"] = f"{response}={levels[1]} (against {levels[0]}, the first level, as in R)"
         coefs = pd.DataFrame({"coef": self.coef_.ravel(order="F")}, index=names)
         notes = [f"NOT fully private: {leak}" for leak in led.leaks]
         result = self.inference_
@@ -397,10 +402,15 @@ class FittedResults:
                 header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
             if result.dispersion is not None:
                 phi, sd = result.dispersion
-                header["Pearson dispersion"] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum)" if sd > 0 else "")
+                if self.family_.has_dispersion:  # the residual variance, on the response's own scale (statsmodels' scale)
+                    unit = getattr(getattr(self, "scaler_", None), "response_scale", 1.0) ** 2
+                    phi, sd = phi * unit, sd * unit
+                key = "Scale" if self.family_.has_dispersion else "Pearson dispersion"
+                header[key] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum)" if sd > 0 else "")
             a = result.alpha if alpha is None else alpha
             ci = result.conf_int(a)
-            coefs["std err"], coefs["z"], coefs["P>|z|"] = result.bse, result.zvalues, result.pvalues
+            stat = "t" if result.df is not None and np.any(np.isfinite(result.df)) else "z"  # Student's t where used
+            coefs["std err"], coefs[stat], coefs[f"P>|{stat}|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
             notes += result.notes
         if plan is not None:
@@ -419,8 +429,11 @@ class FittedResults:
                                       "AIC, BIC and pseudo-R^2; the fit keeps no rows)"}
         X, y = data if isinstance(data, tuple) else (data, None)
         st = self.fit_statistics(X, y)
-        return {"Log-Likelihood": f"{st.llf:.6g}", "Deviance": f"{st.deviance:.6g}", "AIC": f"{st.aic:.6g}",
-                "BIC": f"{st.bic:.6g}", "Pseudo R-squ. (CS)": f"{st.pseudo_rsquared:.4g}"}
+        rows = {"Log-Likelihood": f"{st.llf:.6g}", "Deviance": f"{st.deviance:.6g}", "AIC": f"{st.aic:.6g}",
+                "BIC": f"{st.bic:.6g}"}
+        if self.coef_.ndim > 1:  # the multinomial: McFadden's, as statsmodels' MNLogit reports it
+            rows["Pseudo R-squ. (McFadden)"] = f"{st.mcfadden_rsquared:.4g}"
+        return {**rows, "Pseudo R-squ. (CS)": f"{st.pseudo_rsquared:.4g}"}
 
     def _coef_names(self) -> tuple[pd.Index, str, list | None]:
         """Coefficient names in ``coef_.ravel(order="F")`` order, the response name and the classes.

@@ -22,8 +22,9 @@ _UNITS = {"record": "one row of one client", "client": "one client's whole datas
 
 #: header lines of the text summary wrap at this width
 HEADER_WIDTH = 100
-#: significant digits of the coefficient table (a coefficient of 1e-12 prints as 1e-12, not 0.000000)
-DIGITS = 6
+#: significant digits of the coefficient table, as statsmodels' summaries print them (a coefficient of 1e-12
+#: prints as 1e-12, not 0.0000)
+DIGITS = 4
 
 
 def _number(v: float) -> str:

@@ -2,33 +2,9 @@
 
 Settings the paper states are used as stated (100 replicates; FedSGD K=50, eta=0.5; FedHybrid
 K1=30, K2=20; FedAvg K=50, R=2; FedNewton K=50, R=1; the m, n and allocation grids of Sections
-4.1-4.5). Settings it leaves out, chosen here and overridable through the functions' arguments:
-
-* mu for Figs. 1-3, 5-6, 11-14, 16: **mu = 2** per client, the smaller of the two budgets of Fig. 4;
-* the m grid of Figs. 3/6 ("m from 60 to 140"): {60, 80, 100, 120, 140};
-* the m grid of Figs. 5/16 (N = 20000 fixed): {25, 50, 100, 200, 400} (mean n from 800 to 50);
-* Figs. 4/15 (K varied): m = 20 clients with n = 100 each (N = 2000), K in
-  {10, 25, 50, 100, 150, 200, 300}, mu in {2, 6, inf}: with the paper's N >= 20000 the privacy noise
-  is too small at mu = 2 for the rise with K to show within K <= 300;
-* the covariate design (p, beta_true, sigma_c): see :mod:`privfedstat.simulations.dgp`;
-* the clipping bound: ``clip="auto"`` (private, 10% of mu) by default; ``clip="paper"`` reproduces
-  the paper's non-private rule (the 90% quantile of per-sample gradient norms at theta = 0);
-  ``clip="none"`` does not clip (only with mu = inf); a number is a fixed bound B;
-* FedNewton's ``newton_noise`` and ``hessian_floor``: the estimator's defaults unless
-  ``--newton-noise`` / ``--hessian-floor`` set them (the other methods ignore both).
-
-The settings of each figure (``privfedstat reproduce figN``; mu and clip as above unless set):
-
-======== ======== ====================================== ============================================
-figure   family   m grid                                 sizes and mu
-======== ======== ====================================== ============================================
-1, 2     logistic 20, 30, 40, 50, 60                     equal n in {30, 50, 70, 90, 110}; mu
-11, 12   logistic 20, 30, 40, 50, 60                     n_i ~ U[a, b], six ranges; mu
-13 / 14  poisson  as 1 / 11                              as 1 / 11; mu
-3 / 6    log./poi 60, 80, 100, 120, 140                  n = 400, U[100, 700], lognormal(5.5, 1); mu
-4 / 15   log./poi m = 20 (K in 10..300)                  n = 100; mu in {2, 6, inf} (--mu ignored)
-5 / 16   log./poi 25, 50, 100, 200, 400                  N = 20000 equal, uniform, lognormal; mu
-======== ======== ====================================== ============================================
+4.1-4.5). The settings it leaves out (mu = 2, the m grids, Figs. 4/15's design, the clipping rule),
+chosen here and overridable through the functions' arguments, and each figure's grid are tabled in
+docs/guide/papers.md ("Settings of the Section 4 studies").
 
 Each study's summary puts :func:`~privfedstat.predict_mse` (through
 :func:`~privfedstat.simulations.compare_to_theory`) beside the empirical mean MSE and its

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from privfedstat import ConvergenceWarning, FedAvg, FederatedData, FedIRLS, FedSGD
-from privfedstat.fitting.diagnostics import error_transport, optimisation_gap
+from privfedstat.fitting.diagnostics import error_transport, optimisation_gap, warn_optimisation_gap
 
 
 def _data(seed=0, n_clients=10, n=400):
@@ -67,3 +67,10 @@ def test_newton_type_protocols_are_not_judged_by_transport():
     assert not any("stopped before the optimum" in str(w.message) for w in caught)
     assert error_transport(None, np.eye(4)) is None
     assert est.inference_ is not None
+
+
+def test_optimisation_gap_warning_names_a_real_ratio_when_a_standard_error_is_withheld():
+    """A withheld (NaN) standard error used to make the warning read "about nan standard errors"."""
+    with pytest.warns(ConvergenceWarning, match=r"about 3 standard errors in b") as caught:
+        warn_optimisation_gap(FedSGD(), np.array([0.1, 0.3, 0.2]), np.array([np.nan, 0.1, 1.0]), ["a", "b", "c"])
+    assert "nan" not in str(caught[0].message)

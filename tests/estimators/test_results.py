@@ -78,7 +78,7 @@ def test_summary_header_alpha_and_significant_digits():
     assert (s.header["Df Model"], s.header["Df Residuals"]) == ("3", "597")  # no declared intercept
     np.testing.assert_allclose(s.to_frame()[["[0.05", "0.95]"]].to_numpy(), est.conf_int(0.1).to_numpy())
     tiny = Summary("t", {"a": "b"}, pd.DataFrame({"coef": [-1e-12, 123456.789]}), [])
-    assert "-1e-12" in tiny.as_text() and "123457" in tiny.as_text() and "0.000000" not in tiny.as_text()
+    assert "-1e-12" in tiny.as_text() and "1.235e+05" in tiny.as_text() and "0.0000" not in tiny.as_text()
 
 
 def test_formula_fit_names_views_and_intercept_degrees_of_freedom():
@@ -125,4 +125,14 @@ def test_coefficient_plot_renders_private_beside_reference(logistic_data):
     fig.canvas.draw()
     none = FedSGD(n_iter=30, inference=None, random_state=0).fit(logistic_data).plot_coefficients()
     none.figure.canvas.draw()  # no intervals: points only
+    plt.close("all")
+
+
+def test_coefficient_plot_keeps_a_reference_fit_of_the_same_method(logistic_data):
+    import matplotlib.pyplot as plt
+
+    private = FedSGD(n_iter=30, random_state=0).fit(logistic_data)
+    other = FedSGD(n_iter=30, random_state=1).fit(logistic_data)
+    ax = private.plot_coefficients(reference=other)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FedSGD", "FedSGD (reference)"]
     plt.close("all")

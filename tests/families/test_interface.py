@@ -45,7 +45,7 @@ def _y(fam: Family, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def test_every_family_declares_the_interface(fam):
     attrs = ("name", "code", "param", "link", "n_outputs", "curvature_at_zero", "max_curvature", "likelihood",
-             "has_dispersion", "response_levels", "start_at_least_squares", "unit_dispersion", "class_labels")
+             "has_dispersion", "response_levels", "start_at_least_squares", "class_labels")
     for attr in attrs:
         assert hasattr(fam, attr), attr
     assert family_type(fam.name) is type(fam) is family_type(fam)

@@ -126,7 +126,7 @@ def three_class():
 
 
 def test_multinomial_classes_must_be_declared(three_class):
-    with pytest.raises(ValueError, match=r"classes declared.*levels=\{'label'"):
+    with pytest.raises(ValueError, match=r"levels declared.*levels=\{'label'"):
         glm("label ~ x", data=three_class, client="site", family="multinomial", mu=2.0)
     assert design("label ~ x", three_class, private=False, multinomial=True).n_classes == 2  # mu = inf: observed
 

@@ -66,17 +66,31 @@ def test_poisson_model_and_sandwich_equal_statsmodels_on_randhie():
             np.testing.assert_allclose(est.cov_params().to_numpy(), ref.cov_params(), rtol=RTOL, atol=1e-14)
 
 
-def test_gaussian_default_is_the_hc0_sandwich(fair):
-    """Gaussian/Huber have an unknown dispersion: "auto" is the sandwich, "model" is refused."""
+def test_gaussian_default_is_model_based_with_statsmodels_scale(fair):
+    """Gaussian: "auto" is the model-based covariance scaled by SSR / (N - p), statsmodels' default (its Scale line
+    in the summary); the HC0 sandwich by request; Huber (no likelihood) refuses "model"."""
     X = sm.add_constant(fair[["age", "yrs_married", "religious", "educ"]].to_numpy())
     y = fair["rate_marriage"].to_numpy()
-    ref = sm.GLM(y, X, family=sm.families.Gaussian()).fit(cov_type="HC0")
+    ref = sm.GLM(y, X, family=sm.families.Gaussian()).fit()
+    hc0 = sm.GLM(y, X, family=sm.families.Gaussian()).fit(cov_type="HC0")
     for est in (PooledMLE(family="gaussian"), FedIRLS(family="gaussian", mu=INF)):
         est.fit(federated(X, y))
-        assert est.inference_.cov_type == "sandwich"
+        assert est.inference_.cov_type == "model"
         np.testing.assert_allclose(est.bse_, ref.bse, rtol=RTOL)
-    with pytest.raises(ValueError, match="dispersion"):
-        PooledMLE(family="gaussian", inference="model").fit(federated(X, y))
+        assert est.summary().header["Scale"] == f"{ref.scale:.4g}"
+        np.testing.assert_allclose(est.set_params(inference="sandwich").fit(federated(X, y)).bse_,
+                                   hc0.bse, rtol=RTOL)
+    with pytest.raises(ValueError, match="likelihood"):
+        PooledMLE(family="huber", inference="model").fit(federated(X, y))
+
+
+def test_gaussian_glm_summary_with_scaled_response_matches_statsmodels(fair):
+    """glm()'s private scaling centres and scales the response; the Scale line is on the response's own scale."""
+    f = "rate_marriage ~ age + yrs_married + religious + educ"
+    fit = glm(f, fair, client="site", family="gaussian", mu=INF)
+    ref = smf.glm(f, fair).fit()
+    np.testing.assert_allclose(fit.bse_, ref.bse.to_numpy(), rtol=RTOL)
+    assert fit.summary().header["Scale"] == f"{ref.scale:.4g}"
 
 
 def test_huber_sandwich_against_the_textbook_formula(fair):

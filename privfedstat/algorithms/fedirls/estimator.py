@@ -108,7 +108,7 @@ class FedIRLS(FederatedEstimator):
 
     Attributes
     ----------
-    budget_split_ : ndarray of shape (n_iter_, 2)
+    budget_split_ : ndarray of shape (n_rounds, 2), n_rounds = ``n_iter_``
         The shares of the estimation mu^2 used by each round (with the automatic schedule they
         sum to 1 - ``IRLSSchedule.research_share`` when the bounds were searched again; with mu = inf: ones).
     hessian_floor_ : float
