@@ -63,7 +63,7 @@ EXTRA = {
 #: Newton noise scales with 1 / lambda_min of the Hessian released at the noisy FedAvg point; predicted 0.022, Monte
 #: Carlo 0.086 +- 0.02) nor the unfloored client Hessians' non-linear steps from a noisy FedAvg point (Algorithm 4 as
 #: printed: 0.32 vs 0.49 +- 0.04); both underpredict
-UNMODELLED = {"FedNewton few-large (paper noise)", "FedNewton m=20 (private)"}
+UNMODELLED = set()
 
 
 @pytest.mark.filterwarnings("ignore::privfedstat.PrivacyLeakWarning")
