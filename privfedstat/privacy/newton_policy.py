@@ -103,12 +103,13 @@ class NewtonPolicy:
             return 0.0, 0.0, stage_budget(self.mu, 2)
         return newton_budgets(self.mu, self.research)
 
-    def hessian_clip(self, count: Callable[[float], float], n_total: float, n_clients: int) -> float:
-        """C_H re-searched at theta^(1): the smallest grid point whose count of per-sample Hessian norms below it
-        reaches the search's target (``count``: the pooled, noisy count as a function of the threshold)."""
-        mu_query = self.search.query_budget(self.budgets[0], 1)
-        return private_grid_quantile(count, self.search.grid,
-                                     self.search.target(self.search.pilot_quantile, n_total, n_clients, mu_query))
+    def hessian_search(self, n_total: float, n_clients: int) -> Callable[[Callable[[float], float]], float]:
+        """The re-search of C_H at theta^(1): a function of the pooled, noisy count of per-sample Hessian norms
+        below a threshold, giving the smallest grid point whose count reaches the search's target."""
+        grid = self.search.grid
+        target = self.search.target(self.search.pilot_quantile, n_total, n_clients,
+                                    self.search.query_budget(self.budgets[0], 1))
+        return lambda count: private_grid_quantile(count, grid, target)
 
     def hessian_sd(self, hessian_clip: float, sizes: np.ndarray, weights: np.ndarray) -> float:
         """Per-entry noise sd of the weighted mean of the released Hessians (``sym_to_vec`` coordinates)."""

@@ -185,9 +185,10 @@ def newton_moments(lin, out1, stages, policy, sizes, w, clip: float, hessian_cli
         wg = np.bincount(group, weights=w)
         w2g = np.bincount(group, weights=w**2)
         zx = _matched_normals(rng, n_inner, d)
-    q = d * (d + 1) // 2
+    n_total = float(n.sum())
     resid, data, noise_var, floored, ch = [], np.zeros((d, d)), 0.0, 0, []
-    N, m = float(n.sum()), n.size
+    search = policy.hessian_search(float(n.sum()), n.size) if policy.research else None
+    release = vec_to_sym(rng.standard_normal((n_outer, d * (d + 1) // 2)), d)  # the release's noise, sd 1
     for start in range(0, n_outer, CHUNK):
         gs, Ss, k2s = rows.at(lin.theta_star + e1[start:start + CHUNK])
         for b in range(gs.shape[0]):
@@ -198,12 +199,12 @@ def newton_moments(lin, out1, stages, policy, sizes, w, clip: float, hessian_cli
                 sens = policy.sensitivity(clip, np.nan, n)
             else:  # the shared release: C_H where the fit finds it, the release's noise, the policy's floor
                 C = hessian_clip
-                if policy.research:
+                if search is not None:
                     norms = np.sort(k2 * rows.xnorm2)
-                    C = policy.hessian_clip(lambda t, s=norms: N * np.searchsorted(s, t, side="right") / s.size, N, m)
+                    C = search(lambda t, s=norms: n_total * np.searchsorted(s, t, side="right") / s.size)
                 ch.append(C)
                 sd = policy.hessian_sd(C, n, w)
-                H = rows.hessian(k2, C) + vec_to_sym(sd * rng.standard_normal(q), d)
+                H = rows.hessian(k2, C) + sd * release[start + b]
                 Hf, lam = policy.newton_matrix(H, sd)
                 low = float(np.linalg.eigvalsh(Hf)[0])
                 floored += int(np.linalg.eigvalsh((H + H.T) / 2)[0] < lam)

@@ -22,7 +22,8 @@ import numpy as np
 from .._rng import as_seed_sequence
 from ..families import get_family
 from ..families.curvature import auto_step_size
-from ..privacy.clipping import AutoClip
+from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip
+from ..privacy.newton_policy import researches
 from ._engine import Linearisation
 from ._method_moments import Setup
 from ._population import Population, make_spec
@@ -165,7 +166,10 @@ def _clip_and_mu(params: Mapping, clip, inference_budget: float):
     else:
         if clip is not None and float(clip) != float(c):
             raise ValueError(f"clip={clip} conflicts with the estimator's clip={c}.")
-        budget, B = 0.0, float(c)
+        B = float(c)
+        # a numeric clip with a Hessian bound to choose (FedNewton): the fit searches C_H with the search's budget
+        searched = "hessian_clip" in params and researches(c, params["hessian_clip"], mu, params.get("newton_noise"))
+        budget = PILOT_AUTOCLIP.budget if searched else 0.0
     if not B > 0:
         raise ValueError(f"the clipping bound must be > 0, got {B}.")
     if math.isinf(B) and math.isfinite(mu):
