@@ -223,8 +223,9 @@ class FedNewton(FederatedEstimator):
         mu_search, mu_hessian, mu_stage = policy.budgets  # fixed before any release
         weights = resolve_weights(self, session, B)
 
+        step = policy.stage_step(resolve_step_size(self.step_size, family, d), C_H)
         first = run_fedavg(session, half1, clip=B, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                           step_size=resolve_step_size(self.step_size, family, d), mu=mu_stage, weights=weights)
+                           step_size=step, mu=mu_stage, weights=weights)
         theta1 = first.theta
         hessian, lam = None, policy.floor
         if policy.paper:

@@ -96,6 +96,20 @@ class NewtonPolicy:
                    tau1=resolve_tau1(params.get("tau1", "auto"), family),
                    grad_clip=math.inf if g is None or noise == "paper" else float(g), search=search)
 
+    def stage_step(self, step_size: float, hessian_clip: float) -> float:
+        """The FedAvg stage's local step: ``min(eta, 1 / C_H)``, C_H the per-sample Hessian bound the fit chose at
+        theta = 0 (public once released), so that the local steps stay within the descent lemma's ``1 / L`` of the
+        clipped curvature (Algorithm 4 as printed, or no bound: ``eta``).
+
+        The stage runs on half the rows with half the budget: its per-step noise, ``2 B eta sqrt(R K) / (mu n1_i)``,
+        takes a client's iterates far from theta^(0), and with a step beyond ``1 / L`` of the curvature they reach
+        (Poisson: ``ell''`` grows like ``exp(x^T theta)``) they bounce between the clipped extremes instead of
+        contracting (issue 41: Fig. 16, m = 400, eta = 0.5: ``||e_1||^2`` 14.6; with 1 / C_H = 0.11: 0.47).
+        """
+        if self.paper or not math.isfinite(hessian_clip):
+            return float(step_size)
+        return min(float(step_size), 1.0 / float(hessian_clip))
+
     @property
     def budgets(self) -> tuple[float, float, float]:
         """``(mu_search, mu_hessian, mu_stage)``: the re-search of C_H, the Hessian release, each of the two stages."""

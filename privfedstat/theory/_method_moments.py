@@ -18,7 +18,7 @@ import numpy as np
 
 from ..families import get_family
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, stage_budget
-from ..privacy.clipping import AutoClip
+from ..privacy.clipping import AutoClip, private_grid_quantile
 from ..privacy.newton_policy import NewtonPolicy
 from ._engine import Linearisation, propagate
 from ._newton_step import newton_moments
@@ -126,6 +126,22 @@ def _newton_hessian_clip(s: Setup, policy: NewtonPolicy) -> float | None:
     raise ValueError("FedNewton needs the per-sample Hessian bound: pass hessian_clip= (or set it on the estimator).")
 
 
+def _start_hessian_clip(s: Setup, policy: NewtonPolicy) -> float:
+    """C_H at theta = 0, where the fit chose it: the estimator's, else ``predict_mse_from_params``'s, else inf without
+    clipping or a Hessian bound (paper mode), else the population's noise-free search at the search's start quantile."""
+    h = s.params.get("hessian_clip")
+    if policy.paper or math.isinf(s.clip):
+        return math.inf
+    if h is not None and not isinstance(h, (str, AutoClip)):
+        return float(h)
+    if s.hessian_clip is not None:
+        return float(s.hessian_clip)
+    norms = np.sort(s.lin.pop.hessian_norms(np.zeros(s.d)))
+    level = policy.search.start_quantile("hessian")
+    return private_grid_quantile(lambda t: np.searchsorted(norms, t, side="right") / norms.size, policy.search.grid,
+                                 level)
+
+
 def fednewton_moments(s: Setup):
     """FedAvg on the first halves, then one Newton step per client (Algorithm 4), as the fit's
     :class:`~privfedstat.privacy.newton_policy.NewtonPolicy` takes it (:mod:`._newton_step`)."""
@@ -135,6 +151,9 @@ def fednewton_moments(s: Setup):
     if np.any(np.floor(n / 2) < s.d):
         raise ValueError("FedNewton needs n_i >= 2 d (each half must identify the parameter).")
     w = s.weights()
+    step = policy.stage_step(lin.eta, _start_hessian_clip(s, policy))
+    if step != lin.eta:  # the FedAvg stage's step, as the fit takes it
+        lin = Linearisation(lin.pop, lin.clip, step)
     stage1 = fedavg_noise(clip=s.clip, sizes=np.floor(n / 2), mu=policy.budgets[2], n_rounds=int(params["n_rounds"]),
                           n_local_steps=int(params["n_local_steps"]), step_size=lin.eta, weights=w)
     out1 = propagate(lin, list(stage1.stages), np.floor(n / 2), np.zeros(s.d), path=s.path)
