@@ -29,7 +29,7 @@ __all__ = ["newton_moments"]
 
 #: points theta evaluated at once (memory: CHUNK * STEP_ROWS * response nodes floats per array)
 CHUNK = 64
-#: covariate rows of the population sample on which the Newton step's draws (512) are evaluated: their gradients are
+#: covariate rows of the population sample on which the Newton step's draws (256) are evaluated: their gradients are
 #: corrected at theta*, so the rows' Monte-Carlo error is relative to ||theta - theta*|| (2%); chosen for speed
 STEP_ROWS = 2048
 
@@ -159,7 +159,7 @@ def _groups(n1: np.ndarray, n2: np.ndarray, max_groups: int = 12):
 
 
 def newton_moments(lin, out1, stages, policy, sizes, w, clip: float, hessian_clip: float | None, seed, *,
-                   n_outer: int = 512, n_inner: int = 256) -> tuple[dict, list[str], dict]:
+                   n_outer: int = 256, n_inner: int = 256) -> tuple[dict, list[str], dict]:
     """Second-moment pieces of theta_New - theta* (see the module docstring).
 
     Returns ``(out, caveats, diagnostics)`` with ``out`` in the format of ``_engine.propagate``: the mean of
