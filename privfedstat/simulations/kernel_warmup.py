@@ -3,7 +3,7 @@
 Every loky worker of a :class:`~privfedstat.simulations.MonteCarlo` run compiles the kernels it calls
 (``cache=True`` writes them to numba's cache only once compiled), so on a fresh clone two workers
 compile the same four kernels side by side: 13.6 s of compilation each (measured one after another,
-``benchmarks/RESULTS.md``, "The demo cold"). Here two forked processes compile two halves of about
+``benchmarks/RESULTS.md``, "The demo cold"). Here two processes compile two halves of about
 equal cost into the cache, and the workers then load them (0.5 s). A kernel already in the cache is
 not compiled again. The signatures are those every GLM study calls (read-only design arrays);
 a kernel called with another signature is compiled by the worker as before.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 
 __all__ = ["warm_kernels"]
 
@@ -48,12 +49,13 @@ def _compile(share: int) -> None:
 
 
 def warm_kernels() -> None:
-    """Compile the kernels not yet in numba's cache in two forked processes (nothing if all are cached, or where
-    processes cannot be forked)."""
+    """Compile the kernels not yet in numba's cache in two processes (nothing if all are cached): forked when this
+    process runs one thread (a fork copies no other thread's locks), else spawned (they import the kernels)."""
     todo = [i for i, share in enumerate(_shares()) if not all(_cached(f) for f, _ in share)]
-    if not todo or "fork" not in multiprocessing.get_all_start_methods():
+    if not todo:
         return
-    ctx = multiprocessing.get_context("fork")
+    fork = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    ctx = multiprocessing.get_context("fork" if fork else "spawn")
     procs = [ctx.Process(target=_compile, args=(i,)) for i in todo]
     for p in procs:
         p.start()
