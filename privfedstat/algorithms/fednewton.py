@@ -13,7 +13,6 @@ from .._validation import ITERATIONS, InstanceOf, Interval, Options, check_finit
 from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families.base import Family
-from ..families.curvature import MIN_RELEASED_FLOOR, resolve_hessian_floor, resolve_tau1
 from ..federation.clients import InProcessClients, Reply
 from ..federation.oracle import ClientOracle
 from ..federation.protocol import Run, Setup
@@ -21,19 +20,11 @@ from ..federation.queries import search_bounds
 from ..federation.session import Session
 from ..federation.verbs import Verb, parameters, register
 from ..fitting.base import FederatedEstimator
-from ..fitting.stages import bound_search, pending_bounds, resolve_weights
+from ..fitting.stages import bound_search, resolve_weights
 from ..fitting.steps import resolve_step_size
-from ..privacy.calibration import (
-    aggregate_sd,
-    calibrated_sigma,
-    hessian_sensitivity,
-    newton_budgets,
-    noise_floor,
-    paper_newton_sensitivity,
-    shared_newton_sensitivity,
-    stage_budget,
-)
+from ..privacy.calibration import aggregate_sd, calibrated_sigma, hessian_sensitivity
 from ..privacy.clipping import AutoClip
+from ..privacy.newton_policy import NewtonPolicy
 from ..theory.noise import NewtonNoise
 from .fedavg import run_fedavg
 
@@ -224,44 +215,38 @@ class FedNewton(FederatedEstimator):
         clients = session.clients
         family = clients.family
         warn_many_clients(session.sizes, clients.n_params)
-        half1, half2 = clients.split_halves(session.seed)
-        n1, n2 = half1.sizes, half2.sizes
+        half1, _ = clients.split_halves(session.seed)
+        n1 = half1.sizes
         d = clients.n_features
-        paper = self.newton_noise == "paper"
-        lam, B, C_H = resolve_hessian_floor(self.hessian_floor, family, setup.mu, self.newton_noise), setup.clip, \
-            setup.hessian_clip
-        research = not paper and _researched(self, setup.mu)
-        if paper:
-            mu_stage = stage_budget(setup.mu, 2)
-        else:  # the Hessian's shares are taken out (in squares) before any release; the two stages share the rest
-            mu_search, mu_hessian, mu_stage = newton_budgets(setup.mu, research)
+        policy = NewtonPolicy.of(self.get_params(), family, setup.mu, bound_search(self))
+        B, C_H = setup.clip, setup.hessian_clip
+        mu_search, mu_hessian, mu_stage = policy.budgets  # fixed before any release
         weights = resolve_weights(self, session, B)
 
+        step = policy.stage_step(resolve_step_size(self.step_size, family, d), C_H)
         first = run_fedavg(session, half1, clip=B, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
-                           step_size=resolve_step_size(self.step_size, family, d), mu=mu_stage, weights=weights)
+                           step_size=step, mu=mu_stage, weights=weights)
         theta1 = first.theta
-        hessian = None
-        if paper:
-            tau1 = resolve_tau1(self.tau1, family)
-            C_H, G = math.inf, np.full(n1.size, math.inf)
-            sens = paper_newton_sensitivity(B, tau1, session.sizes)
+        hessian, lam = None, policy.floor
+        if policy.paper:
+            C_H = math.inf
             warnings.warn(
-                f"newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau1 = {tau1:g}, "
-                "which bounds its sensitivity only under Assumption 2; use the default 'private' for a guarantee "
-                "that holds for any data.",
+                f"newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau1 = "
+                f"{policy.tau1:g}, which bounds its sensitivity only under Assumption 2; use the default 'private' "
+                "for a guarantee that holds for any data.",
                 PrivacyLeakWarning,
                 stacklevel=4,
             )
-            session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = {tau1:g} "
-                                    "(valid only under Assumption 2)")
+            session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = "
+                                    f"{policy.tau1:g} (valid only under Assumption 2)")
+            sens = policy.sensitivity(B, math.nan, session.sizes)
         else:
-            if research:  # C_H where the Newton step looks, at the pilot quantile (the paper clips no Hessian)
-                config = bound_search(self)
-                C_H = search_bounds(session, ["hessian"], theta1, config.pilot_quantile, config, mu_search,
-                                    stage="newton-clip")["hessian"]
-            hessian, lam = _shared_hessian(session, theta1, C_H, weights, mu_hessian, lam, family)
-            G = np.full(n1.size, math.inf if self.newton_grad_clip is None else float(self.newton_grad_clip))
-            sens = shared_newton_sensitivity(B, float(np.linalg.eigvalsh(hessian)[0]), G, n2)
+            if policy.research:  # C_H where the Newton step looks, at the pilot quantile (the paper clips no Hessian)
+                C_H = search_bounds(session, ["hessian"], theta1, policy.search.pilot_quantile, policy.search,
+                                    mu_search, stage="newton-clip")["hessian"]
+            hessian, lam = _shared_hessian(session, theta1, C_H, weights, mu_hessian, policy)
+            sens = policy.sensitivity(B, float(np.linalg.eigvalsh(hessian)[0]), session.sizes)
+        G = np.full(n1.size, policy.grad_clip)
         theta2 = session.mean("newton_steps", weights=weights, clients=half1, theta=theta1, clip=B, hessian_clip=C_H,
                               hessian_floor=lam, grad_clip=G, sensitivity=sens, mu=mu_stage, stage="newton",
                               hessian=hessian)
@@ -272,25 +257,15 @@ class FedNewton(FederatedEstimator):
                    weights=weights)
 
 
-def _researched(estimator: FedNewton, mu: float) -> bool:
-    """Whether the fit searched C_H privately (then it is searched again at the FedAvg point)."""
-    _, todo, how = pending_bounds(estimator, mu)
-    return "hessian" in todo and how == "search"
-
-
 def _shared_hessian(session: Session, theta: np.ndarray, hessian_clip: float, weights: np.ndarray, mu: float,
-                    floor: float | None, family: Family) -> tuple[np.ndarray, float]:
+                    policy: NewtonPolicy) -> tuple[np.ndarray, float]:
     """The public Newton matrix and its floor: every client's mean Hessian clipped at C_H at ``theta``, released with
-    budget ``mu`` (stage "newton-hessian"), averaged with ``weights`` and floored at ``floor`` (None: at
-    :func:`noise_floor` of the release, at least ``MIN_RELEASED_FLOOR ell''(0)``) -- post-processing."""
+    budget ``mu`` (stage "newton-hessian"), averaged with ``weights`` and floored as ``policy`` says -- post-processing."""
     p = session.clients.n_params
     sens = hessian_sensitivity(hessian_clip, session.sizes)
     H = vec_to_sym(session.mean("hessians", weights=weights, theta=theta, hessian_clip=hessian_clip, sensitivity=sens,
                                 mu=mu, stage="newton-hessian"), p)
-    if floor is None:
-        sd = aggregate_sd(calibrated_sigma(sens, mu), weights)
-        floor = noise_floor(sd, p, MIN_RELEASED_FLOOR * float(family.curvature_at_zero))
-    return floor_eigenvalues((H + H.T) / 2, floor), floor
+    return policy.newton_matrix(H, policy.hessian_sd(hessian_clip, session.sizes, weights))
 
 
 def max_clients(n_samples: int, n_params: int) -> float:

@@ -32,7 +32,8 @@ def predict_mse(estimator, problem: Problem, *, clip=None, hessian_clip=None, li
     clip : float, optional
         B, when the estimator chooses it from the data.
     hessian_clip : float, optional
-        FedNewton's per-sample Hessian bound C_H, when the estimator chooses it from the data.
+        FedNewton's per-sample Hessian bound C_H at theta = 0, when the estimator chooses it from the data
+        (default: the population's noise-free search there).
     linearise : {"path", "target"}, default "path"
         Propagate along the noise-free population path, or with the Jacobian at the target.
     n_mc : int, default 32768

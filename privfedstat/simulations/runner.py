@@ -363,6 +363,9 @@ class MonteCarlo:
             else:
                 from joblib import Parallel, delayed
 
+                from .kernel_warmup import warm_kernels
+
+                warm_kernels()
                 par = Parallel(n_jobs=self.n_jobs, return_as="generator_unordered")
                 for rows in par(delayed(run_replicate)(s, r, numba_threads=1, **kw) for s, r in tasks):
                     yield rows

@@ -17,19 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..families import get_family
-from ..families.curvature import MIN_RELEASED_FLOOR, resolve_hessian_floor, resolve_tau1
-from ..privacy.calibration import (
-    aggregate_sd,
-    calibrated_sigma,
-    gradient_calibration,
-    hessian_sensitivity,
-    newton_budgets,
-    noise_floor,
-    paper_newton_sensitivity,
-    shared_newton_sensitivity,
-    stage_budget,
-)
-from ..privacy.clipping import AutoClip
+from ..privacy.calibration import calibrated_sigma, gradient_calibration, stage_budget
+from ..privacy.clipping import AutoClip, private_grid_quantile
+from ..privacy.newton_policy import NewtonPolicy
 from ._engine import Linearisation, propagate
 from ._newton_step import newton_moments
 from .noise import fedavg_noise, fedhybrid_noise, fedsgd_noise
@@ -121,9 +111,10 @@ def fedhybrid_moments(s: Setup):
     return propagate(s.lin, list(model.stages), s.sizes, np.zeros(s.d), path=s.path), {}, []
 
 
-def _newton_hessian_clip(s: Setup) -> float | None:
-    """C_H of the private calibration: the estimator's, else ``predict_mse_from_params``'s, else inf without clipping."""
-    if s.params.get("newton_noise", "private") != "private":
+def _newton_hessian_clip(s: Setup, policy: NewtonPolicy) -> float | None:
+    """C_H of the private mode when it is not searched again at theta^(1): the estimator's, else
+    ``predict_mse_from_params``'s, else inf without clipping."""
+    if policy.paper or policy.research:
         return None
     h = s.params.get("hessian_clip")
     if h is not None and not isinstance(h, (str, AutoClip)):
@@ -135,40 +126,37 @@ def _newton_hessian_clip(s: Setup) -> float | None:
     raise ValueError("FedNewton needs the per-sample Hessian bound: pass hessian_clip= (or set it on the estimator).")
 
 
+def _start_hessian_clip(s: Setup, policy: NewtonPolicy) -> float:
+    """C_H at theta = 0, where the fit chose it: the estimator's, else ``predict_mse_from_params``'s, else inf without
+    clipping or a Hessian bound (paper mode), else the population's noise-free search at the search's start quantile."""
+    h = s.params.get("hessian_clip")
+    if policy.paper or math.isinf(s.clip):
+        return math.inf
+    if h is not None and not isinstance(h, (str, AutoClip)):
+        return float(h)
+    if s.hessian_clip is not None:
+        return float(s.hessian_clip)
+    norms = np.sort(s.lin.pop.hessian_norms(np.zeros(s.d)))
+    level = policy.search.start_quantile("hessian")
+    return private_grid_quantile(lambda t: np.searchsorted(norms, t, side="right") / norms.size, policy.search.grid,
+                                 level)
+
+
 def fednewton_moments(s: Setup):
-    """FedAvg on the first halves, then one private Newton step per client (Algorithm 4)."""
-    CH = _newton_hessian_clip(s)
-    params, lin, n, B, mu = s.params, s.lin, s.sizes, s.clip, s.mu
+    """FedAvg on the first halves, then one Newton step per client (Algorithm 4), as the fit's
+    :class:`~privfedstat.privacy.newton_policy.NewtonPolicy` takes it (:mod:`._newton_step`)."""
+    params, lin, n = s.params, s.lin, s.sizes
     family = get_family(params["family"]) if isinstance(params["family"], str) else params["family"]
-    paper = params.get("newton_noise", "private") == "paper"
-    lam = resolve_hessian_floor(params["hessian_floor"], family, mu, "paper" if paper else "private")
-    n1 = np.floor(n / 2)
-    n2 = n - n1
-    if np.any(n1 < s.d):
+    policy = NewtonPolicy.of(params, family, s.mu)
+    if np.any(np.floor(n / 2) < s.d):
         raise ValueError("FedNewton needs n_i >= 2 d (each half must identify the parameter).")
     w = s.weights()
-    h, c = params.get("hessian_clip"), params.get("clip")
-    research = (h is None or isinstance(h, (str, AutoClip))) and not (isinstance(c, str) and c == "paper")
-    mu_stage = stage_budget(mu, 2) if paper else newton_budgets(mu, research)[2]
-    stage1 = fedavg_noise(clip=B, sizes=n1, mu=mu_stage, n_rounds=int(params["n_rounds"]),
+    step = policy.stage_step(lin.eta, _start_hessian_clip(s, policy))
+    if step != lin.eta:  # the FedAvg stage's step, as the fit takes it
+        lin = Linearisation(lin.pop, lin.clip, step)
+    stage1 = fedavg_noise(clip=s.clip, sizes=np.floor(n / 2), mu=policy.budgets[2], n_rounds=int(params["n_rounds"]),
                           n_local_steps=int(params["n_local_steps"]), step_size=lin.eta, weights=w)
-    out1 = propagate(lin, list(stage1.stages), n1, np.zeros(s.d), path=s.path)
-    Hc = lin.pop.clipped_hessian(lin.theta_star, np.inf if paper or CH is None else CH)
-    ev, vec = np.linalg.eigh((Hc + Hc.T) / 2)
-    if lam is None:  # the private floor, from the noise of the Hessian release (its noise itself left out)
-        sd_h = aggregate_sd(calibrated_sigma(hessian_sensitivity(CH, n), newton_budgets(mu, research)[1]), w)
-        lam = noise_floor(sd_h, Hc.shape[0], MIN_RELEASED_FLOOR * float(family.curvature_at_zero))
-    Ht = (vec * np.maximum(ev, lam)) @ vec.T
-    if paper:  # every client inverts its own first-half Hessian
-        sens = paper_newton_sensitivity(B, resolve_tau1(params.get("tau1", "auto"), family), n)
-        G, rows = np.full(n.size, np.inf), n1
-    else:  # every client inverts the shared released Hessian (pooled over all N rows)
-        g = params.get("newton_grad_clip")
-        G, rows = np.full(n.size, np.inf if g is None else float(g)), np.full(n.size, float(np.sum(n)))
-        sens = shared_newton_sensitivity(B, max(float(ev[0]), lam), G, n2)
-    sd = calibrated_sigma(sens, mu_stage)
-    out, caveats = newton_moments(lin, out1, w, rows, n2, Ht, G, sd**2, s.seed)
-    if ev[0] < lam:
-        caveats.append(f"the eigenvalue floor hessian_floor={lam:g} exceeds lambda_min of the Newton matrix "
-                       f"({ev[0]:.3g}): the Newton step is damped and (I - Ht^-1 H) e_1 survives.")
-    return out, {"newton_noise_sd": sd, "newton_grad_clip": G}, caveats
+    out1 = propagate(lin, list(stage1.stages), np.floor(n / 2), np.zeros(s.d), path=s.path)
+    out, caveats, diagnostics = newton_moments(lin, out1, list(stage1.stages), policy, n, w, s.clip,
+                                               _newton_hessian_clip(s, policy), s.seed)
+    return out, diagnostics, caveats

@@ -22,7 +22,8 @@ import numpy as np
 from .._rng import as_seed_sequence
 from ..families import get_family
 from ..families.curvature import auto_step_size
-from ..privacy.clipping import AutoClip
+from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip
+from ..privacy.newton_policy import researches
 from ._engine import Linearisation
 from ._method_moments import Setup
 from ._population import Population, make_spec
@@ -125,7 +126,8 @@ REGIME = (
     "Linearised around theta*, the root of the population estimating equation with the estimator's "
     "per-sample clipping (theta* = theta_0 when clipping is inactive there). Exact to first order in the "
     "sampling and privacy fluctuations; second-order terms kept: FedAvg's local drift (data and noise, "
-    "O(1/n_i) and O(s_i^2) per client) and FedNewton's curvature term. Accurate when (i) clipping is "
+    "O(1/n_i) and O(s_i^2) per client); FedNewton's Newton step exact in its FedAvg stage's end point. Accurate when "
+    "(i) clipping is "
     "inactive or mild near theta*, (ii) every client has many samples per parameter (n_i >> d), and "
     "(iii) the predicted errors are small on the scale over which the Hessian changes. Neglected: the "
     "pooled O(1/N) second-order bias, client-to-client variation of local Hessians in the noise "
@@ -165,7 +167,10 @@ def _clip_and_mu(params: Mapping, clip, inference_budget: float):
     else:
         if clip is not None and float(clip) != float(c):
             raise ValueError(f"clip={clip} conflicts with the estimator's clip={c}.")
-        budget, B = 0.0, float(c)
+        B = float(c)
+        # a numeric clip with a Hessian bound to choose (FedNewton): the fit searches C_H with the search's budget
+        searched = "hessian_clip" in params and researches(c, params["hessian_clip"], mu, params.get("newton_noise"))
+        budget = PILOT_AUTOCLIP.budget if searched else 0.0
     if not B > 0:
         raise ValueError(f"the clipping bound must be > 0, got {B}.")
     if math.isinf(B) and math.isfinite(mu):
@@ -207,7 +212,9 @@ def predict_mse_from_params(recursion: Callable[[Setup], tuple], params: Mapping
     clip : float, optional
         B, when ``params["clip"]`` chooses it from the data.
     hessian_clip : float, optional
-        FedNewton's per-sample Hessian bound C_H, when ``params["hessian_clip"]`` chooses it from the data.
+        FedNewton's per-sample Hessian bound C_H at theta = 0, when ``params["hessian_clip"]`` chooses it from
+        the data (it sets the FedAvg stage's step; where the fit searches C_H again at theta^(1), so does the
+        prediction). Default: the population's noise-free search at theta = 0.
     linearise : {"path", "target"}, default "path"
         ``"target"``: every step uses A = I - eta H at the target and the optimisation error is
         ||A^S (theta^(0) - theta*)||^2, the closed forms
@@ -242,26 +249,23 @@ def predict_mse_from_params(recursion: Callable[[Setup], tuple], params: Mapping
       with m at fixed N (Remark 3.7).
     * **FedHybrid** (Algorithm 2): stage I is one FedAvg round of K1 steps (weights n_i/N), stage II
       K2 FedSGD steps; the data enter both stages and their correlation is kept.
-    * **FedNewton** (Algorithm 4): FedAvg on the first halves (n1_i = floor(n_i/2) rows, budget
-      mu/sqrt 2) gives e_1 = theta_1 - theta*; each client then steps by -Ht_i^-1 proj_G(g_i) with
-      g_i ~ H e_1 + T[e_1, e_1]/2 + xi_i its second-half mean gradient and Ht the (Hessian-clipped,
-      eigenvalue-floored) Newton matrix. Without projection: e_New = (I - Ht^-1 H) e_1 - Ht^-1 psi_i2
-      - Ht^-1 T[e_1, e_1]/2 + noise, with the local-Hessian terms (1/n1_i + 1/n2_i)
-      Ht^-1 E[(Hdot - H) E1 (Hdot - H)] Ht^-1 and the inverse-Hessian inflation of
-      E[Ht_i^-1 Sigma Ht_i^-1] to O(1/n1_i). With the robust calibration's finite radius G_i the
-      projection is averaged by Monte Carlo over Gaussian e_1 (moment-matched to the FedAvg stage).
-      The stage-1 error that survives the Newton step is reported as bias (its mean) and split
-      between sampling and privacy in proportion to the stage-1 parts (its variance).
+    * **FedNewton** (Algorithm 4): the fit's :class:`~privfedstat.privacy.newton_policy.NewtonPolicy`
+      walked on the population (:mod:`privfedstat.theory._newton_step`): the FedAvg stage (first halves,
+      step ``min(eta, 1 / C_H)``) simulated on population clients for the mean and covariance of its end
+      point theta_1; at draws of theta_1 the Newton step as the fit takes it (C_H re-searched there, the
+      released Hessian's noise and floor, the step's noise from the floored matrix), exact in e_1. The
+      error that survives is reported as bias (its mean) and split between sampling and privacy in
+      proportion to the FedAvg stage's parts (its variance).
 
     **Where it breaks down.** Heavy clipping: theta*, H and Sigma are those of the clipped
     equation, but second-order terms ignore clipping and the linearisation degrades when a large
     share of gradients is clipped near theta* (see ``diagnostics["clip_fraction"]``). Few samples
     per client: local estimators are then far from their asymptotics, and FedAvg's drift and
     FedNewton's local Hessians are mis-predicted (n_i of a few times d). Large privacy noise on
-    small clients (FedAvg, FedHybrid stage I, FedNewton's first stage): each client's local iterates
+    small clients (FedAvg, FedHybrid stage I; FedNewton's first stage is simulated instead): each client's local iterates
     wander far from theta*, the true drift saturates and the second-order drift overstates it
-    (``diagnostics["local_nonlinearity"]`` > 0.35 is reported as a caveat). FedNewton with a
-    heavily projected gradient or an active eigenvalue floor is only approximated.
+    (``diagnostics["local_nonlinearity"]`` > 0.35 is reported as a caveat). FedNewton's FedAvg-stage end
+    point is drawn Gaussian with the simulated mean and covariance: heavy tails of it are missed.
 
     References
     ----------

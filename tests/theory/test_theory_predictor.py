@@ -120,8 +120,11 @@ def test_hybrid_and_newton_run_and_report():
     prob = Problem(LOGIT, [400] * 10)
     h = predict_mse(FedHybrid(mu=2.0, clip=8.0), prob, n_mc=NMC)
     assert isinstance(h, MSEPrediction) and h.total > h.sampling > 0
-    with pytest.raises(ValueError, match="hessian_clip"):
-        predict_mse(FedNewton(mu=2.0, clip=8.0), prob)
+    with pytest.raises(ValueError, match="hessian_clip"):  # the paper's rule chooses C_H from raw data
+        predict_mse(FedNewton(mu=2.0, clip="paper"), prob, clip=8.0)
+    # a numeric clip: C_H is searched privately, then again at theta^(1) as the fit's policy does
+    searched = predict_mse(FedNewton(mu=2.0, clip=8.0), prob, n_mc=NMC)
+    assert searched.diagnostics["newton_hessian_clip"] > 0 and searched.total > 0
     nt = predict_mse(FedNewton(mu=2.0, clip=8.0, hessian_clip=10.0), prob, n_mc=NMC)
     npap = predict_mse(FedNewton(mu=2.0, clip=8.0, newton_noise="paper"), prob, n_mc=NMC)
     assert nt.total > 0 and npap.total > 0
