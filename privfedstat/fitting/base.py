@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+from dataclasses import replace
 from numbers import Real
 
 import numpy as np
@@ -41,9 +42,10 @@ from ..privacy.clipping import AutoClip
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from ..results.fitted import FittedResults
-from .diagnostics import diagnose, review_inference, withhold_inference
+from .diagnostics import OSCILLATION_CORRELATION, diagnose, oscillation, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
+from .verdict import SCORE_SHARE, release_score, released_sd, remedy, review_score, scored
 
 __all__ = ["FederatedEstimator", "clone", "CLIENT_LEVEL_INFERENCE"]
 
@@ -254,8 +256,9 @@ class FederatedEstimator(FittedResults):
         setup = choose_bounds(self, session, plan)
         run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup
-        converged, privacy_open = diagnose(self, session, setup, run, n_samples)
-        inference = hessian = to_original = None
+        score_task = scored(task, mu, family)
+        converged, privacy_open = diagnose(self, session, setup, run, n_samples, score_pending=score_task)
+        inference = hessian = to_original = score = None
         if task is not None:
             back = None if scaler is None else scaler.coef_to_original
             to_original = original_scale_map(back, n_features, family.n_outputs)
@@ -265,14 +268,22 @@ class FederatedEstimator(FittedResults):
                 to_original = to_original @ run.basis.parameters(run.theta.size)
             rows = None if run.basis is None else run.basis.design
             with session.rows_mapped(run.basis):
+                if score_task:  # the score at the estimate, SCORE_SHARE of the inference budget (the verdict)
+                    score = release_score(session, setup, inference_run, math.sqrt(SCORE_SHARE) * plan.inference)
+                    plan = replace(plan, inference=math.sqrt(1.0 - SCORE_SHARE) * plan.inference)
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
                                            refits=self._refits(setup, scaler, rows),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
+        if score is not None:
+            correlation, _ = oscillation(inference_run.path[run.settle_from:], 8)
+            self.converged_ = review_score(self, score, hessian, released_sd(session.ledger, "inference-hessian"),
+                                           inference, to_original, inference_run,
+                                           correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
         if inference is not None:
             self.converged_ = review_inference(self, inference_run, hessian, to_original, privacy_open)
-            if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
+            if not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self
 
@@ -357,8 +368,9 @@ class FederatedEstimator(FittedResults):
         return check_mu(self.mu)
 
     def _advice(self) -> str:
-        """What to change when the fit did not converge (the ConvergenceWarning's last sentence)."""
-        return "Increase the number of iterations or rounds, or lower step_size."
+        """What to change when the fit did not converge (the ConvergenceWarning's last sentence): its own
+        iteration counts and step size, by name (:func:`~privfedstat.fitting.verdict.remedy`)."""
+        return remedy(self, "slow")
 
     def _validate_params(self, mu: float) -> None:
         """Check every parameter against its rules (:meth:`_parameter_table`), then the rules that tie parameters
