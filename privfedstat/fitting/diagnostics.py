@@ -233,7 +233,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
         warnings.warn(
             f"{est.method} did not converge: over its last {k} update(s) a coefficient moved by {change:.3g} per "
             "update on average (fitting scale), "
-            f"more than the tolerance{' and the noise of those updates' if finite else ''}. {remedy(est, 'slow')}",
+            f"more than the tolerance{' and the noise of those updates' if finite else ''}. {est._advice()}",
             ConvergenceWarning,
             stacklevel=4,
         )
