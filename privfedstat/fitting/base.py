@@ -45,7 +45,7 @@ from ..results.fitted import FittedResults
 from .diagnostics import OSCILLATION_CORRELATION, diagnose, oscillation, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
-from .verdict import SCORE_SHARE, release_score, released_sd, remedy, review_score, scored
+from .verdict import SCORE_SHARE, release_score, released_sd, remedy, review_score, score_spent, scored
 
 __all__ = ["FederatedEstimator", "clone", "CLIENT_LEVEL_INFERENCE"]
 
@@ -269,11 +269,14 @@ class FederatedEstimator(FittedResults):
             rows = None if run.basis is None else run.basis.design
             with session.rows_mapped(run.basis):
                 if score_task:  # the score at the estimate, SCORE_SHARE of the inference budget (the verdict)
-                    score = release_score(session, setup, inference_run, math.sqrt(SCORE_SHARE) * plan.inference)
+                    mu_inference = plan.inference
+                    score = release_score(session, setup, inference_run, math.sqrt(SCORE_SHARE) * mu_inference)
                     plan = replace(plan, inference=math.sqrt(1.0 - SCORE_SHARE) * plan.inference)
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
                                            refits=self._refits(setup, scaler, rows),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))
+            if score is not None:  # the score release is an inference release: inference_.mu is their total
+                inference = score_spent(inference, mu_inference)
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
         if score is not None:
@@ -283,7 +286,7 @@ class FederatedEstimator(FittedResults):
                                            correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
         if inference is not None:
             self.converged_ = review_inference(self, inference_run, hessian, to_original, privacy_open)
-            if not np.all(self.converged_) and inference.cov_type != "bootstrap":
+            if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
                 self.inference_ = withhold_inference(self)
         return self
 

@@ -27,7 +27,7 @@ from ..federation.session import Session
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
-from .verdict import nonprivate_verdict, remedy
+from .verdict import divergence, gradient_steps, nonprivate_verdict, remedy
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "exact_score",
            "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION"]
@@ -220,6 +220,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     elif diverged:
         converged = False
         noise = f", far above their noise ({float(np.max(update_sd)):.3g})" if finite else ""
+        if gradient_steps(run.noise_model):  # the step size sends the path back and forth: no estimate to return
+            raise divergence(est, f"its last updates point back and forth (lag-1 correlation {correlation:.2f}) with "
+                                  f"a size of {size:.3g} (fitting scale){noise}; clipping only keeps them bounded.")
         warnings.warn(
             f"{est.method} diverged: its last updates point back and forth (lag-1 correlation {correlation:.2f}) "
             f"with a size of {size:.3g} (fitting scale){noise}: "

@@ -9,17 +9,17 @@ inference on, the inference stage releases the clipped mean gradient at the esti
 release's own (``s^2 H^-2``) and the protocol's privacy noise in the estimate (the inference's ``cov_privacy``: a
 converged private estimate sits that far from the root), a chi-square statistic on p degrees of freedom, and
 against the intervals' standard errors (a distance below ``TOL_SE`` of them keeps a 95% interval's coverage at
-93% or more). Two path diagnostics come with it: whether the protocol's noise-free map still contracts at
-the released curvature (a gradient step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and, with
-mu = inf, whether the curvature along the estimate has vanished (:func:`saturated`: separation when the score is
-zero there, divergence when it is not).
+93% or more). Two path diagnostics come with it: whether a gradient protocol's steps still contract at the
+released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
+has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
+divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import brentq
@@ -32,7 +32,7 @@ from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "ALPHA", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "NOISE_SDS"]
+           "scored", "released_sd", "NOISE_SDS", "score_spent", "gradient_steps"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -49,6 +49,9 @@ TOL_SE = float(brentq(lambda b: norm.cdf(1.96 - b) - norm.cdf(-1.96 - b) - LEAST
 #: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
 #: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
 SATURATED = math.sqrt(np.finfo(np.float64).eps)
+#: released curvature within this many noise sds of zero counts as vanished, and a released curvature less this
+#: many noise sds counts as present (a normal draw exceeds 3 sds on one side about once in 740)
+NOISE_SDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -117,18 +120,24 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     return Verdict(p_value > ALPHA or float(z[j]) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
 
 
-def unstable(noise_model, H: np.ndarray) -> float:
-    """The spectral radius of the protocol's noise-free error transport at H (its ``error_transport``: ``A^S``
-    for the gradient protocols), or 0 where it has none. Above 1 the steps amplify every error at this
-    curvature: the path cannot settle here, and the noise model (a linearisation) does not describe it."""
-    transport = getattr(noise_model, "error_transport", None)
-    if transport is None:
+def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
+    """``|1 - eta lambda|`` of a gradient protocol's step (``noise_model.step_size``, eta) along the released
+    curvature's steepest direction, lambda the largest eigenvalue of H less ``NOISE_SDS`` noise sds
+    ``hessian_sd``; 0 for protocols that take no gradient steps (no ``error_transport``) or where that is within
+    [-1, 1]. Above 1 every step amplifies the error along it: the path cannot settle where the curvature is
+    this large (the noise model's step map clamps ``eta lambda`` to [0, 1] and cannot show it)."""
+    eta = getattr(noise_model, "step_size", None)
+    if getattr(noise_model, "error_transport", None) is None or not eta:
         return 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = transport(H)
-        if not np.all(np.isfinite(P)):
-            return math.inf
-        return float(np.max(np.abs(np.linalg.eigvals(P))))
+    lam = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1]) - NOISE_SDS * hessian_sd
+    factor = abs(1.0 - float(eta) * lam)
+    return factor if float(eta) * lam > 2.0 else 0.0
+
+
+def gradient_steps(noise_model) -> bool:
+    """Whether the protocol moves by gradient steps of a step size (its noise model has an ``error_transport``:
+    FedSGD, FedHybrid, FedAvg, SCAFFOLD), whose path a too large step sends back and forth or away."""
+    return getattr(noise_model, "error_transport", None) is not None
 
 
 def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
@@ -189,11 +198,6 @@ def divergence(est, why: str) -> DivergenceError:
                            f"returned as one. {remedy(est, 'oscillating')}")
 
 
-#: released curvature within this many noise sds of zero counts as vanished (about 1 in 700 draws of pure noise
-#: exceeds it on one side)
-NOISE_SDS = 3.0
-
-
 def released_sd(ledger, stage: str) -> float:
     """The per-entry sd ``sqrt(sum_i (w_i sigma_i)^2)`` of the last aggregated release of ``stage`` (public)."""
     rel = [r for r in ledger.releases if r.stage == stage]
@@ -202,16 +206,13 @@ def released_sd(ledger, stage: str) -> float:
     return float(np.sqrt(np.sum((np.asarray(rel[-1].weights) * np.asarray(rel[-1].sigma)) ** 2)))
 
 
-#: a transport whose spectral radius exceeds 1 by more than this amplifies errors (not rounding of a radius of 1)
-UNSTABLE_MARGIN = 1e-6
-
-
-def _check_stable(est, noise_model, H: np.ndarray) -> None:
-    """Raise :class:`DivergenceError` where the protocol's noise-free map expands errors at the curvature H."""
-    rho = unstable(noise_model, H)
-    if rho > 1.0 + UNSTABLE_MARGIN:
-        raise divergence(est, f"at the curvature of its estimate its noise-free steps multiply every error by {rho:.3g} "
-                              "(more than 1), so the path cannot settle there.")
+def _check_stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> None:
+    """Raise :class:`DivergenceError` where the protocol's gradient steps expand errors at the curvature H."""
+    rho = unstable(noise_model, H, hessian_sd)
+    if rho > 1.0:
+        raise divergence(est, f"at the curvature released at its estimate each of its gradient steps multiplies the "
+                              f"error along the steepest direction by {rho:.3g} (step_size times the curvature, less "
+                              f"{NOISE_SDS:g} noise sds, exceeds 2), so the path cannot settle there.")
 
 
 def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples: int, penalty=None) -> float:
@@ -262,6 +263,9 @@ def nonprivate_verdict(est, theta: np.ndarray, exact: tuple[np.ndarray, np.ndarr
     gap = stationarity_gap(g, H, theta, n_samples, penalty)
     if gap <= TOL_SE:
         return True
+    if oscillating is not None and gradient_steps(noise_model):
+        raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
+                              f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
                        remedy(est, "oscillating"))
@@ -291,22 +295,20 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     ------
     DivergenceError
         Where the protocol's noise-free map expands errors at the released curvature (:func:`unstable`), or the
-        released curvature along the estimate is within ``NOISE_SDS`` noise sds of 0 while the score there is
+        released Hessian is within ``NOISE_SDS`` noise sds of 0 in every direction while the score there is
         significantly not zero against its release's noise (the path ran away).
     """
-    _check_stable(est, run.noise_model, H)
-    theta = np.ravel(run.theta)
-    norm_theta = float(np.linalg.norm(theta))
-    if norm_theta > 0 and float(theta @ H @ theta) / norm_theta**2 <= NOISE_SDS * hessian_sd:
-        # the released curvature along the estimate is within noise of 0: the protocol's noise model (linearised
+    _check_stable(est, run.noise_model, H, hessian_sd)
+    if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= NOISE_SDS * hessian_sd:
+        # the released curvature is within noise of 0 in every direction: the protocol's noise model (linearised
         # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
         statistic = float(score.gradient @ score.gradient) / score.sd**2
         p_value = float(chi2.sf(statistic, score.gradient.size))
         if p_value <= ALPHA:
-            raise divergence(est, f"the curvature released along its estimate is within {NOISE_SDS:g} noise sds of "
-                                  f"zero (every fitted value saturated) while the score released there is not zero "
-                                  f"(chi-square {statistic:.3g} on {score.gradient.size} df, p = {p_value:.2g}): the "
-                                  "path ran away from the optimum instead of towards it.")
+            raise divergence(est, f"the curvature released at its estimate is within {NOISE_SDS:g} noise sds of "
+                                  "zero in every direction (every fitted value saturated) while the score released "
+                                  f"there is not zero (chi-square {statistic:.3g} on {score.gradient.size} df, "
+                                  f"p = {p_value:.2g}): the path ran away from the optimum instead of towards it.")
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
@@ -329,3 +331,11 @@ def scored(task, mu: float, family) -> bool:
     """Whether a fit releases the score at its estimate: finite mu, a GLM family, and an inference task other
     than the bootstrap (whose refits simulate the path instead)."""
     return task is not None and math.isfinite(mu) and family is not None and task.cov_type != "bootstrap"
+
+
+def score_spent(inference, mu_inference: float):
+    """``inference`` (released with what the score left of the inference budget) reporting the whole budget
+    ``mu_inference``, the score release's share of it stated in its notes."""
+    note = (f"{SCORE_SHARE:.0%} of the inference budget's mu^2 (mu = {math.sqrt(SCORE_SHARE) * mu_inference:.4g}) went "
+            "to the score at the estimate, from which the fit judged its convergence")
+    return replace(inference, mu=mu_inference, notes=[*inference.notes, note])
