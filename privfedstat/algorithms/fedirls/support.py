@@ -114,6 +114,6 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, spent: float) -> None:
         f"edge {edge_refine:.3g}, eigenvalue floor {float(np.min(refine.floors)):.3g}) would not resolve, so they would "
         "end short of the optimum with their intervals withheld. By the schedule's noise model the privacy sd of the "
         f"coefficients is {float(np.min(ratio)):.3g} to {float(np.max(ratio)):.3g} times their sampling SE. Needed: "
-        f"{need}. What the data can support now: fewer parameters (drop or merge the columns or classes named, or pool rare levels), "
-        "larger or merged sites, or a larger mu; the rest of the budget was not spent.",
+        f"{need}. What the data can support now: fewer parameters (drop or merge the columns or classes named, or "
+        "pool rare levels), larger or merged sites, or a larger mu; the rest of the budget was not spent.",
         privacy_sd_ratio=ratio, mu_factor=factor)
