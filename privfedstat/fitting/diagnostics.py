@@ -215,7 +215,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     if score_pending and converged is False:
         converged = None  # the update sizes are superseded by the score released at the estimate
     if exact is not None:  # mu = inf: the exact score decides, the path says why
-        converged = nonprivate_verdict(est, theta, exact, n_samples, float(family.curvature_at_zero), run.noise_model,
+        converged = nonprivate_verdict(est, path, exact, n_samples, float(family.curvature_at_zero), run.noise_model,
                                        correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
     elif diverged:
         converged = False

@@ -32,7 +32,7 @@ from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "ALPHA", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "NOISE_SDS", "score_spent", "gradient_steps"]
+           "scored", "released_sd", "NOISE_SDS", "score_spent", "gradient_steps", "away"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -132,6 +132,13 @@ def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
     lam = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1]) - NOISE_SDS * hessian_sd
     factor = abs(1.0 - float(eta) * lam)
     return factor if float(eta) * lam > 2.0 else 0.0
+
+
+def away(path: list[np.ndarray], g: np.ndarray) -> bool:
+    """Whether the path went up the score g from where it started (``(theta_K - theta_0) . g > 0``): the root of
+    the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
+    update alone is no guide: a path bouncing between saturated regions moves either way.)"""
+    return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
 
 
 def gradient_steps(noise_model) -> bool:
@@ -235,7 +242,7 @@ def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples:
     return float(np.max(np.abs(step) / np.sqrt(var)))
 
 
-def nonprivate_verdict(est, theta: np.ndarray, exact: tuple[np.ndarray, np.ndarray], n_samples: int,
+def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.ndarray], n_samples: int,
                        curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None) -> bool:
     """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
     that names the cause and the remedy.
@@ -247,10 +254,13 @@ def nonprivate_verdict(est, theta: np.ndarray, exact: tuple[np.ndarray, np.ndarr
     and forth (else None); ``settled``: whether its last update was negligible.
     """
     g, H = exact
+    theta = np.ravel(path[-1])
     penalty = getattr(est, "penalty_", None)
     _check_stable(est, noise_model, H)
     if penalty is None and saturated(theta, H, curvature_at_zero):
         z = nonprivate_score(g, n_samples, curvature_at_zero)
+        if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling
+            return _not_converged(est, stationarity_gap(g, H, theta, n_samples) or z, oscillating, settled)
         if z > TOL_SE:
             raise divergence(est, f"the curvature along its estimate has vanished (every fitted value saturated) while "
                                   f"the score there is {z:.3g} sampling sds from zero: the path ran away from the "
@@ -266,6 +276,11 @@ def nonprivate_verdict(est, theta: np.ndarray, exact: tuple[np.ndarray, np.ndarr
     if oscillating is not None and gradient_steps(noise_model):
         raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
                               f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
+    return _not_converged(est, gap, oscillating, settled)
+
+
+def _not_converged(est, gap: float, oscillating: float | None, settled: bool | None) -> bool:
+    """The ConvergenceWarning of a mu = inf fit ``gap`` model-based SEs from the optimum, worded by its path."""
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
                        remedy(est, "oscillating"))
@@ -277,7 +292,7 @@ def nonprivate_verdict(est, theta: np.ndarray, exact: tuple[np.ndarray, np.ndarr
     warnings.warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
                   f"away from the optimum of the pooled objective (with mu = inf this is checked on the pooled gradient "
                   f"and Hessian at the estimate; tolerance {TOL_SE:.2f} SE): {why}. {advice}",
-                  ConvergenceWarning, stacklevel=5)
+                  ConvergenceWarning, stacklevel=6)
     return False
 
 
@@ -296,7 +311,8 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     DivergenceError
         Where the protocol's noise-free map expands errors at the released curvature (:func:`unstable`), or the
         released Hessian is within ``NOISE_SDS`` noise sds of 0 in every direction while the score there is
-        significantly not zero against its release's noise (the path ran away).
+        significantly not zero against its release's noise and the path went up it from its start (it ran away;
+        going down it, the path was still travelling, as under heavy clipping, and the score test says so).
     """
     _check_stable(est, run.noise_model, H, hessian_sd)
     if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= NOISE_SDS * hessian_sd:
@@ -304,7 +320,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
         statistic = float(score.gradient @ score.gradient) / score.sd**2
         p_value = float(chi2.sf(statistic, score.gradient.size))
-        if p_value <= ALPHA:
+        if p_value <= ALPHA and away(run.path, score.gradient):
             raise divergence(est, f"the curvature released at its estimate is within {NOISE_SDS:g} noise sds of "
                                   "zero in every direction (every fitted value saturated) while the score released "
                                   f"there is not zero (chi-square {statistic:.3g} on {score.gradient.size} df, "
