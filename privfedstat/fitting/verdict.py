@@ -213,13 +213,19 @@ def released_sd(ledger, stage: str) -> float:
     return float(np.sqrt(np.sum((np.asarray(rel[-1].weights) * np.asarray(rel[-1].sigma)) ** 2)))
 
 
-def _check_stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> None:
-    """Raise :class:`DivergenceError` where the protocol's gradient steps expand errors at the curvature H."""
+def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
+    """Whether the protocol's gradient steps contract at the curvature H; a ConvergenceWarning where they do not
+    (the path cannot settle there: it has not diverged yet, and its last iterate is returned, not converged)."""
     rho = unstable(noise_model, H, hessian_sd)
-    if rho > 1.0:
-        raise divergence(est, f"at the curvature released at its estimate each of its gradient steps multiplies the "
-                              f"error along the steepest direction by {rho:.3g} (step_size times the curvature, less "
-                              f"{NOISE_SDS:g} noise sds, exceeds 2), so the path cannot settle there.")
+    if rho <= 1.0:
+        return True
+    step = est.get_params().get("step_size")
+    warnings.warn(f"{est.method} did not converge: at the curvature released at its estimate each of its gradient "
+                  f"steps multiplies the error along the steepest direction by {rho:.3g} (step_size = {step!r} times "
+                  f"the curvature, less {NOISE_SDS:g} noise sds, exceeds 2), so its path cannot settle there; more "
+                  f"steps would make it bounce or diverge. {remedy(est, 'oscillating')} (or standardise the columns: "
+                  "the automatic step assumes unit-scale columns)", ConvergenceWarning, stacklevel=5)
+    return False
 
 
 def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples: int, penalty=None) -> float:
@@ -247,16 +253,16 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
     """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
     that names the cause and the remedy.
 
-    In order: a noise-free map that expands errors at H raises (:func:`unstable`); curvature vanished along the
-    estimate (:func:`saturated`) raises when the score is not zero there (the path ran away) and warns of
-    separation when it is; otherwise converged when the Newton distance is at most ``TOL_SE`` model-based SEs
-    (:func:`stationarity_gap`). ``oscillating``: the path's lag-1 correlation where its last updates point back
+    In order: curvature vanished along the estimate (:func:`saturated`) raises when the score is not zero there
+    and the path went up it (it ran away) and warns of separation when it is zero; otherwise converged when the
+    Newton distance is at most ``TOL_SE`` model-based SEs (:func:`stationarity_gap`); if not, a gradient path
+    going back and forth raises, gradient steps that expand errors at H say so (:func:`unstable`), and any other
+    path is told to take more or longer steps. ``oscillating``: the path's lag-1 correlation where its last updates point back
     and forth (else None); ``settled``: whether its last update was negligible.
     """
     g, H = exact
     theta = np.ravel(path[-1])
     penalty = getattr(est, "penalty_", None)
-    _check_stable(est, noise_model, H)
     if penalty is None and saturated(theta, H, curvature_at_zero):
         z = nonprivate_score(g, n_samples, curvature_at_zero)
         if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling
@@ -276,6 +282,8 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
     if oscillating is not None and gradient_steps(noise_model):
         raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
                               f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
+    if not _stable(est, noise_model, H):
+        return False
     return _not_converged(est, gap, oscillating, settled)
 
 
@@ -309,12 +317,10 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     Raises
     ------
     DivergenceError
-        Where the protocol's noise-free map expands errors at the released curvature (:func:`unstable`), or the
-        released Hessian is within ``NOISE_SDS`` noise sds of 0 in every direction while the score there is
+        Where the released Hessian is within ``NOISE_SDS`` noise sds of 0 in every direction while the score there is
         significantly not zero against its release's noise and the path went up it from its start (it ran away;
         going down it, the path was still travelling, as under heavy clipping, and the score test says so).
     """
-    _check_stable(est, run.noise_model, H, hessian_sd)
     if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= NOISE_SDS * hessian_sd:
         # the released curvature is within noise of 0 in every direction: the protocol's noise model (linearised
         # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
@@ -328,6 +334,8 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
+    if not _stable(est, run.noise_model, H, hessian_sd):
+        return False
     names = list(est._coef_names()[0])
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
