@@ -104,22 +104,26 @@ class FederatedEstimator(FittedResults):
     communication_ : Communication
         Upload rounds and floats, clip search and inference releases included.
 
-    Every estimator sets ``converged_`` (documented here once), judged from released values
-    only (post-processing, no privacy cost):
+    Every estimator sets ``converged_`` (documented here once), judged by the score at the point it
+    returns (:mod:`~privfedstat.fitting.verdict`; docs/guide/convergence.md):
 
     converged_ : bool or None
-        Whether the last server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
-        (1 + max|theta^(K)|) + 4 s``, with ``s`` the public noise standard deviation that update
-        carries (:func:`~privfedstat.fitting.steps.settled`). FedSGD / FedHybrid: the last
-        gradient step; FedAvg / SCAFFOLD: the last round's change of the averaged model;
-        FedNewton: the Newton correction (one step from FedAvg's output: False means the
-        FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
-        the loop stops as soon as this holds. None where an estimator gives no noise level at
-        finite mu. With finite mu and inference on, also False when the released inference
-        Hessian shows that the noise-free path stopped more than 1 standard error short of the
-        optimum (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`: the fixed-K
-        gradient methods and SCAFFOLD). When False a
-        :class:`~privfedstat.ConvergenceWarning` says what to change.
+        Whether the estimating equation holds at the estimate up to what its noise explains. With
+        mu = inf: the exact pooled gradient and Hessian there put the optimum at most ``TOL_SE``
+        (0.42) model-based standard errors away. With finite mu and inference on: the clipped
+        mean gradient released at the estimate (10% of the inference budget, in the ledger)
+        passes a chi-square test against its own noise and the protocol's privacy noise, or puts
+        the root at most ``TOL_SE`` of the intervals' standard errors away; a cut or damped last
+        step (FedIRLS) or an optimisation gap of more than 1 SE
+        (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`) also counts as not converged.
+        Otherwise (inference None, the bootstrap, the networks): whether the mean update over the
+        last quarter of the path is negligible next to its noise
+        (:func:`~privfedstat.fitting.steps.settled`); None where an estimator gives no noise level
+        at finite mu. With mu = inf and ``"auto"`` iteration counts the loop stops once the last
+        update is negligible. When False a :class:`~privfedstat.ConvergenceWarning` names the
+        cause and a parameter of the estimator to change, and a private fit withholds its
+        intervals; a gradient path that runs away or goes back and forth raises
+        :class:`~privfedstat.DivergenceError` instead of returning an estimate.
 
     Every estimator takes ``inference`` (documented here once) and reports its uncertainty:
 

@@ -484,7 +484,7 @@ def withhold_inference(estimator) -> InferenceResult:
     warnings.warn(
         f"{estimator.method} did not converge, so its standard errors and confidence intervals are withheld "
         "(NaN): they would describe the noise around a point short of the optimum, not the distance left. "
-        "Increase mu or the data per site, or check the warnings above for the cause.",
+        "The warning(s) above give the cause and what to change.",
         ConvergenceWarning,
         stacklevel=4,
     )
