@@ -22,8 +22,6 @@ import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import chi2, norm
 
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
@@ -43,9 +41,23 @@ SCORE_SHARE = 0.1
 ALPHA = 0.01
 #: the least coverage a 95% interval may keep (the lower end of the package's coverage target, 93-97%)
 LEAST_COVERAGE = 0.93
+
+
+def _bias_for_coverage(coverage: float, z: float = 1.959963984540054) -> float:
+    """The bias b (in SEs) at which a normal interval ``+- z`` covers ``coverage``: Phi(z - b) - Phi(-z - b)."""
+    def covered(b: float) -> float:
+        return 0.5 * (math.erf((z - b) / math.sqrt(2.0)) - math.erf((-z - b) / math.sqrt(2.0)))
+
+    lo, hi = 0.0, 2.0 * z
+    for _ in range(100):  # covered() decreases in b
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if covered(mid) > coverage else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 #: a distance to the root below this many standard errors counts as converged whatever the test says: the bias b
 #: that lowers a 95% normal interval's coverage to LEAST_COVERAGE, Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416)
-TOL_SE = float(brentq(lambda b: norm.cdf(1.96 - b) - norm.cdf(-1.96 - b) - LEAST_COVERAGE, 0.0, 2.0))
+TOL_SE = _bias_for_coverage(LEAST_COVERAGE)
 #: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
 #: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
 SATURATED = math.sqrt(np.finfo(np.float64).eps)
@@ -111,6 +123,8 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
     if not np.any(keep):
         return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
+    from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
+
     d, Vk = delta[keep], V[np.ix_(keep, keep)]
     statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
     dof = int(np.sum(keep))
@@ -324,6 +338,8 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= NOISE_SDS * hessian_sd:
         # the released curvature is within noise of 0 in every direction: the protocol's noise model (linearised
         # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
+        from scipy.stats import chi2
+
         statistic = float(score.gradient @ score.gradient) / score.sd**2
         p_value = float(chi2.sf(statistic, score.gradient.size))
         if p_value <= ALPHA and away(run.path, score.gradient):
