@@ -4,8 +4,10 @@
 ``converged_`` means per algorithm). Its inputs are the server's path of iterates and the public
 noise levels the protocol reports in its :class:`~privfedstat.federation.protocol.Run`, the privacy
 ledger's calibrated sigmas and sensitivities, the public client sizes and, where one was released,
-the aggregated Hessian. :func:`review_inference` runs after the inference stage, on what it
-released at the estimate (the Hessian, the share of clipped gradients).
+the aggregated Hessian; with mu = inf the exact score at the estimate (:func:`exact_score`), from which
+:mod:`.verdict` decides ``converged_``. :func:`review_inference` runs after the inference stage, on what it
+released at the estimate (the Hessian, the share of clipped gradients); the score released there is judged by
+:func:`~privfedstat.fitting.verdict.review_score`.
 """
 
 from __future__ import annotations

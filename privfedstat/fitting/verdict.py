@@ -2,7 +2,7 @@
 
 A fit has converged when the estimating equation it solves, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``, holds
 at the point it returns up to what its own noise explains. With mu = inf the server evaluates the size-weighted
-gradient g and Hessian H exactly (:func:`~privfedstat.fitting.diagnostics.stationarity_gap`); with finite mu and
+gradient g and Hessian H exactly (:func:`~privfedstat.fitting.diagnostics.exact_score`); with finite mu and
 inference on, the inference stage releases the clipped mean gradient at the estimate once more, with
 ``SCORE_SHARE`` of its budget (:func:`release_score`, stage ``"inference-score-test"``, accounted in the ledger).
 :func:`judge` then measures the Newton distance ``delta = H^-1 g`` to the root against the noise it carries: the

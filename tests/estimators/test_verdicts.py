@@ -107,3 +107,22 @@ def test_score_test_against_its_noise():
     # the protocol's own privacy noise in the estimate is part of the null: a converged private fit is not flagged
     held = judge(Score(H @ np.array([0.0, 0.3, 0.0]), 1e-3), H, G, cov, np.diag([0.04, 0.04, 0.04]))
     assert held.converged
+
+
+def test_every_remedy_names_parameters_the_estimator_has():
+    """The advice of every registered estimator names its own iteration and step parameters, and only those (today
+    FedIRLS said "increase the number of iterations", and glm()'s docstring offered n_iter, which it refuses)."""
+    import re
+
+    from privfedstat.algorithms.registry import methods
+    from privfedstat.fitting.verdict import remedy
+
+    for spec in methods():
+        est = spec.cls()
+        params = set(est.get_params())
+        text = " ".join([est._advice(), remedy(est, "slow"), remedy(est, "oscillating")])
+        named = set(re.findall(r"\b(n_[a-z_]+|step_size|max_step|server_step_size)\b", text))
+        assert named <= params, (spec.name, named - params)
+        iterative = params & {"n_iter", "n_rounds", "n_server_iter"}
+        assert not iterative or named & iterative, (spec.name, text)
+    assert "n_iter" not in glm.__doc__.split("**params")[1].split("FedSGD")[0]
