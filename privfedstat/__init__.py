@@ -48,6 +48,7 @@ from .exceptions import (
     PrivacyLeakWarning,
     PrivacyNoiseWarning,
     SingleClientWarning,
+    UnsupportedModelError,
 )
 from .families import get_family
 from .fitting import FeatureBounds, FederatedEstimator, PrivateStandardize, clone
@@ -100,6 +101,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "ConvergenceWarning",
     "PrivacyNoiseWarning",
+    "UnsupportedModelError",
     "IllConditionedWarning",
     "ClippingBiasWarning",
     "OverdispersionWarning",

@@ -13,7 +13,7 @@ __all__ = [
     "PrivacyLeakWarning", "ConvergenceWarning", "PrivacyNoiseWarning", "IllConditionedWarning", "DivergenceError",
     "NotFittedError",  # noqa: F822 (built on first access, by __getattr__)
     "BudgetExceededError", "ClientFailureError", "SingleClientWarning", "NoInterceptWarning",
-    "ClippingBiasWarning", "OverdispersionWarning",
+    "ClippingBiasWarning", "OverdispersionWarning", "UnsupportedModelError",
 ]
 
 
@@ -68,6 +68,20 @@ class NoInterceptWarning(UserWarning):
 
 class DivergenceError(ValueError):
     """Iterates became non-finite or exploded; the message names the setting to change."""
+
+
+class UnsupportedModelError(ValueError):
+    """The data cannot support the model at this mu: after its first released summaries the fit found that the
+    rest of its budget could not bring it to an optimum, and stopped (spending little) instead of returning
+    withheld intervals. The message gives the numbers and what the data can support; ``privacy_sd_ratio`` (the
+    planned privacy sd of each coefficient over its sampling SE, fitting order) and ``mu_factor`` (how many times
+    larger mu, or the rows per site, would have to be; inf: no finite factor) hold them.
+    """
+
+    def __init__(self, message: str, *, privacy_sd_ratio=None, mu_factor: float = float("nan")) -> None:
+        super().__init__(message)
+        self.privacy_sd_ratio = privacy_sd_ratio
+        self.mu_factor = mu_factor
 
 
 class BudgetExceededError(ValueError):

@@ -139,7 +139,8 @@ def glm(
         refused before any noise is drawn if it would exceed what is left.
     random_state : int, Generator, SeedSequence or None
     **params
-        Further estimator parameters (``n_iter``, ``step_size``, ``clip``, ...), among them
+        Further parameters of the method's estimator (FedIRLS, the default: ``n_rounds``, ``step_size``,
+        ``max_step``, ``clip``, ...; FedSGD: ``n_iter``; see each estimator's class), among them
         ``inference`` (default "auto": standard errors, intervals and tests that count the
         privacy noise, from 25% of mu; None to spend all of mu on estimation; see
         :class:`~privfedstat.Inference`). ``summary()`` then shows statsmodels' columns (coef,

@@ -20,6 +20,7 @@ import copy
 import inspect
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from numbers import Real
 
 import numpy as np
@@ -43,9 +44,10 @@ from ..privacy.clipping import AutoClip
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from ..results.fitted import FittedResults
-from .diagnostics import diagnose, review_inference, withhold_inference
+from .diagnostics import OSCILLATION_CORRELATION, diagnose, oscillation, review_inference, withhold_inference
 from .scaling import Scaler
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
+from .verdict import SCORE_SHARE, release_score, released_sd, remedy, review_score, score_spent, scored
 
 __all__ = ["FederatedEstimator", "clone", "CLIENT_LEVEL_INFERENCE"]
 
@@ -110,19 +112,22 @@ class FederatedEstimator(FittedResults):
     communication_ : Communication
         Upload rounds and floats, clip search and inference releases included.
     converged_ : bool or None
-        Judged from released values only (post-processing, no privacy cost): whether the last
-        server update was negligible: ``max|theta^(K) - theta^(K-1)| <= tol
-        (1 + max|theta^(K)|) + 4 s``, with ``s`` the public noise standard deviation that update
-        carries (:func:`~privfedstat.fitting.steps.settled`). FedSGD / FedHybrid: the last
-        gradient step; FedAvg / SCAFFOLD: the last round's change of the averaged model;
-        FedNewton: the Newton correction (one step from FedAvg's output: False means the
-        FedAvg stage ended far from the optimum). With mu = inf and ``"auto"`` iteration counts
-        the loop stops as soon as this holds. None where an estimator gives no noise level at
-        finite mu. With finite mu and inference on, also False when the released inference
-        Hessian shows that the noise-free path stopped more than 1 standard error short of the
-        optimum (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`: the fixed-K
-        gradient methods and SCAFFOLD). When False a
-        :class:`~privfedstat.ConvergenceWarning` says what to change.
+        Whether the estimating equation holds at the estimate up to what its noise explains. With
+        mu = inf: the exact pooled gradient and Hessian there put the optimum at most ``TOL_SE``
+        (0.42) model-based standard errors away. With finite mu and inference on: the clipped
+        mean gradient released at the estimate (10% of the inference budget, in the ledger)
+        passes a chi-square test against its own noise and the protocol's privacy noise, or puts
+        the root at most ``TOL_SE`` of the intervals' standard errors away; a cut or damped last
+        step (FedIRLS) or an optimisation gap of more than 1 SE
+        (:func:`~privfedstat.fitting.diagnostics.optimisation_gap`) also counts as not converged.
+        Otherwise (inference None, the bootstrap, the networks): whether the mean update over the
+        last quarter of the path is negligible next to its noise
+        (:func:`~privfedstat.fitting.steps.settled`); None where an estimator gives no noise level
+        at finite mu. With mu = inf and ``"auto"`` iteration counts the loop stops once the last
+        update is negligible. When False a :class:`~privfedstat.ConvergenceWarning` names the
+        cause and a parameter of the estimator to change, and a private fit withholds its
+        intervals; a gradient path that runs away or goes back and forth raises
+        :class:`~privfedstat.DivergenceError` instead of returning an estimate.
     inference_ : InferenceResult or None
         Covariance (total, sampling and privacy parts), how it was computed and what it spent.
     bse_, zvalues_, pvalues_ : ndarray of the shape of ``coef_``
@@ -256,8 +261,9 @@ class FederatedEstimator(FittedResults):
         with self._progress(session):
             run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup
-        converged, privacy_open = diagnose(self, session, setup, run, n_samples)
-        inference = hessian = to_original = None
+        score_task = scored(task, mu, family)
+        converged, privacy_open = diagnose(self, session, setup, run, n_samples, score_pending=score_task)
+        inference = hessian = to_original = score = None
         if task is not None:
             back = None if scaler is None else scaler.coef_to_original
             to_original = original_scale_map(back, n_features, family.n_outputs)
@@ -267,11 +273,22 @@ class FederatedEstimator(FittedResults):
                 to_original = to_original @ run.basis.parameters(run.theta.size)
             rows = None if run.basis is None else run.basis.design
             with session.rows_mapped(run.basis):
+                if score_task:  # the score at the estimate, SCORE_SHARE of the inference budget (the verdict)
+                    mu_inference = plan.inference
+                    score = release_score(session, setup, inference_run, math.sqrt(SCORE_SHARE) * mu_inference)
+                    plan = replace(plan, inference=math.sqrt(1.0 - SCORE_SHARE) * plan.inference)
                 inference, hessian = infer(session, setup, inference_run, plan, task, to_original=to_original,
                                            refits=self._refits(setup, scaler, rows),
                                            origin=original_scale_origin(back, n_features, family.n_outputs))
+            if score is not None:  # the score release is an inference release: inference_.mu is their total
+                inference = score_spent(inference, mu_inference)
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
+        if score is not None:
+            correlation, _ = oscillation(inference_run.path[run.settle_from:], 8)
+            self.converged_ = review_score(self, score, hessian, released_sd(session.ledger, "inference-hessian"),
+                                           inference, to_original, inference_run,
+                                           correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
         if inference is not None:
             self.converged_ = review_inference(self, inference_run, hessian, to_original, privacy_open)
             if math.isfinite(mu) and not np.all(self.converged_) and inference.cov_type != "bootstrap":
@@ -379,8 +396,9 @@ class FederatedEstimator(FittedResults):
         return check_mu(self.mu)
 
     def _advice(self) -> str:
-        """What to change when the fit did not converge (the ConvergenceWarning's last sentence)."""
-        return "Increase the number of iterations or rounds, or lower step_size."
+        """What to change when the fit did not converge (the ConvergenceWarning's last sentence): its own
+        iteration counts and step size, by name (:func:`~privfedstat.fitting.verdict.remedy`)."""
+        return remedy(self, "slow")
 
     def _validate_params(self, mu: float) -> None:
         """Check every parameter against its rules (:meth:`_parameter_table`), then the rules that tie parameters

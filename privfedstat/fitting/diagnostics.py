@@ -4,8 +4,10 @@
 ``converged_`` means per algorithm). Its inputs are the server's path of iterates and the public
 noise levels the protocol reports in its :class:`~privfedstat.federation.protocol.Run`, the privacy
 ledger's calibrated sigmas and sensitivities, the public client sizes and, where one was released,
-the aggregated Hessian. :func:`review_inference` runs after the inference stage, on what it
-released at the estimate (the Hessian, the share of clipped gradients).
+the aggregated Hessian; with mu = inf the exact score at the estimate (:func:`exact_score`), from which
+:mod:`.verdict` decides ``converged_``. :func:`review_inference` runs after the inference stage, on what it
+released at the estimate (the Hessian, the share of clipped gradients); the score released there is judged by
+:func:`~privfedstat.fitting.verdict.review_score`.
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ from ..federation.session import Session
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
+from .verdict import divergence, gradient_steps, nonprivate_verdict, remedy
 
-__all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "stationarity_gap",
-           "hessian_condition", "CONDITION_LIMIT"]
+__all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "exact_score",
+           "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION"]
 
-#: with mu = inf, a fit further than this many model-based SEs from the pooled optimum warns
-STATIONARITY_SE = 0.5
 #: a last update cut by a trust region warns when its norm exceeds this many times the norm of its noise sd
 #: (breast cancer, 3 sites, mu = 10 / 50: cut steps 2.7-5.5 at noise 0.06-0.20, estimates 8-12 SE off; randhie
 #: mu = 2: a cut step 6.45 at noise 1.88 was noise, the estimate 0.6 SE off)
@@ -113,35 +114,17 @@ def _sampling_se_proxy(H: np.ndarray | None, family, n_samples: int, n_params: i
     return 1.0 / math.sqrt(float(family.curvature_at_zero) * n_samples)
 
 
-def stationarity_gap(session: Session, clip: float, theta: np.ndarray, n_samples: int, penalty=None) -> float:
-    """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
-
-    Only for non-private fits (mu = inf: nothing is released, so the server may evaluate the
-    size-weighted gradient g and Hessian H of the fit's own, possibly clipped, objective): one
-    Newton step ``s = H^-1 g`` measured against ``sqrt(diag(H^-1) / N)``, maximised over
-    coefficients (per-sample gradients clipped at ``clip``, as the fit's objective).
-    FedAvg's and SCAFFOLD's local steps can settle at a fixed point that is not the
-    pooled optimum without any iterate moving; this sees it. For a penalised fit (``penalty``, an
-    :class:`~privfedstat.penalty.ElasticNet`) the step is the proximal Newton step of the penalised
-    objective. Skipped (0) when the per-client Hessians would exceed ``STATIONARITY_MAX_BYTES`` or H
-    is singular.
-    """
+def exact_score(session: Session, clip: float, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The size-weighted clipped gradient g and Hessian H of the pooled objective at ``theta`` (mu = inf only:
+    nothing is released, so the server may evaluate them); None when the per-client Hessians would exceed
+    ``STATIONARITY_MAX_BYTES``."""
     clients = session.clients
     p = int(clients.n_params)
     if clients.n_clients * p * p * 8 > STATIONARITY_MAX_BYTES:
-        return 0.0
+        return None
     w = session.size_weights
     gradients, hessians = clients.exact(theta, clip=clip)  # mu = inf: nothing to protect
-    g = w @ gradients
-    H = np.tensordot(w, hessians, axes=1).reshape(p, p)
-    try:
-        step = np.linalg.solve(H, np.ravel(g)) if penalty is None else penalty.newton_step(theta, np.ravel(g), H)
-        var = np.diag(np.linalg.inv(H)) / n_samples
-    except np.linalg.LinAlgError:
-        return 0.0
-    if not (np.all(np.isfinite(step)) and np.all(var > 0)):
-        return 0.0
-    return float(np.max(np.abs(step) / np.sqrt(var)))
+    return np.ravel(w @ gradients), np.tensordot(w, hessians, axes=1).reshape(p, p)
 
 
 def oscillation(path: list[np.ndarray], k: int) -> tuple[float, float]:
@@ -167,16 +150,21 @@ def _names(idx, limit: int = 8, features=None) -> str:
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
-def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> tuple[bool | None, bool]:
+def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
+             score_pending: bool = False) -> tuple[bool | None, bool]:
     """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
 
     For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
-    site-size checks run: the sampling-SE proxy and the stationarity check are a GLM's.
+    site-size checks run: the sampling-SE proxy and the score checks are a GLM's. With mu = inf the
+    verdict is the exact score's (:func:`nonprivate_verdict`); with finite mu the path's (update sizes
+    against their noise, oscillation, a cut or damped last step), whose plain update-size part is left
+    to the score released at the estimate when one will be (``score_pending``:
+    :func:`~privfedstat.fitting.verdict.review_score`).
 
     Parameters
     ----------
     est : FederatedEstimator
-        The estimator (its ``method`` and ``_advice()`` word the messages).
+        The estimator (its ``method`` and parameters word the messages).
     session : Session
         The fit's session (the clients, the ledger after the protocol).
     setup : Setup
@@ -186,15 +174,23 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
         estimate), ``noise_sd``, ``update_noise_sd``, ``shortened``, ``hessian``.
     n_samples : int
         N (public).
+    score_pending : bool
+        Whether the inference stage will release the score at the estimate (finite mu).
 
     Returns
     -------
     converged : bool or None
-        ``converged_``.
+        ``converged_`` (None: left to the score at the estimate, or unknown).
     privacy_open : bool
         Whether the question of privacy noise is still open (finite mu, not diverged, and the
         last release's noise did not already warn): :func:`review_inference` then judges it from
         the inference's covariance.
+
+    Raises
+    ------
+    DivergenceError
+        With mu = inf, when the estimate is where the protocol's steps cannot settle or the curvature has
+        vanished under a non-zero score (:func:`nonprivate_verdict`).
     """
     path = run.path[run.settle_from:]
     theta = np.ravel(path[-1])
@@ -214,17 +210,26 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
             drift = np.abs(theta - np.ravel(path[-1 - k])) / k
             converged = bool(np.all(drift <= SETTLED_SE * se))
     correlation, size = oscillation(path, max(k, min(len(path) - 1, 8)))
-    diverged = (correlation < -OSCILLATION_CORRELATION and update_sd is not None
-                and size > OSCILLATION_NOISE_SDS * float(np.max(update_sd)) and (finite or converged is False))
-    if diverged:
+    exact = exact_score(session, setup.clip, theta) if not finite and glm else None
+    diverged = exact is None and (correlation < -OSCILLATION_CORRELATION and update_sd is not None
+                                  and size > OSCILLATION_NOISE_SDS * float(np.max(update_sd))
+                                  and (finite or converged is False))
+    if score_pending and converged is False:
+        converged = None  # the update sizes are superseded by the score released at the estimate
+    if exact is not None:  # mu = inf: the exact score decides, the path says why
+        converged = nonprivate_verdict(est, path, exact, n_samples, float(family.curvature_at_zero), run.noise_model,
+                                       correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
+    elif diverged:
         converged = False
         noise = f", far above their noise ({float(np.max(update_sd)):.3g})" if finite else ""
+        if gradient_steps(run.noise_model):  # the step size sends the path back and forth: no estimate to return
+            raise divergence(est, f"its last updates point back and forth (lag-1 correlation {correlation:.2f}) with "
+                                  f"a size of {size:.3g} (fitting scale){noise}; clipping only keeps them bounded.")
         warnings.warn(
             f"{est.method} diverged: its last updates point back and forth (lag-1 correlation {correlation:.2f}) "
             f"with a size of {size:.3g} (fitting scale){noise}: "
             f"the step size (step_size = {getattr(est, 'step_size', '?')!r}) is too large for this problem, and the "
-            "estimate is not an optimum (clipping only keeps it bounded). Lower step_size, or use "
-            "step_size='auto' where available.",
+            "estimate is not an optimum (clipping only keeps it bounded). " + remedy(est, "oscillating"),
             ConvergenceWarning,
             stacklevel=4,
         )
@@ -262,17 +267,6 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int) -> t
             ConvergenceWarning,
             stacklevel=4,
         )
-    if not finite and converged is not False and glm:
-        gap = stationarity_gap(session, setup.clip, theta, n_samples, getattr(est, "penalty_", None))
-        if gap > STATIONARITY_SE:
-            converged = False
-            warnings.warn(
-                f"{est.method} settled about {gap:.3g} standard errors (model-based) away from the optimum of the "
-                "pooled objective: its fixed point is not the pooled estimate (with mu = inf this is checked on "
-                f"the pooled gradient and Hessian). {est._advice()}",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
     privacy_open = finite and not diverged  # a diverged fit's noise grows with its step size: the step is at fault
     if privacy_open:
         idx, small = noise_dominated(theta, run.noise_sd, se)
@@ -493,7 +487,7 @@ def withhold_inference(estimator) -> InferenceResult:
     warnings.warn(
         f"{estimator.method} did not converge, so its standard errors and confidence intervals are withheld "
         "(NaN): they would describe the noise around a point short of the optimum, not the distance left. "
-        "Increase mu or the data per site, or check the warnings above for the cause.",
+        "The warning(s) above give the cause and what to change.",
         ConvergenceWarning,
         stacklevel=4,
     )

@@ -526,7 +526,8 @@ def test_the_clients_return_to_their_columns_after_a_whitened_fit(monkeypatch):
     monkeypatch.setattr(InProcessClients, "change_basis", spy_change)
     monkeypatch.setattr(InProcessClients, "gradients", spy_gradients)
     fit = FedIRLS(mu=2.0, random_state=0).fit(FederatedData.from_pooled(X, y, sizes=[750] * 8))
-    assert seen == ["irls-gradient"] * 4 + ["basis"] + ["irls-gradient"] * 3 + ["back", "basis", "back"]
+    assert seen == (["irls-gradient"] * 4 + ["basis"] + ["irls-gradient"] * 3
+                    + ["back", "basis", "inference-score-test", "back"])
     assert fit.converged_ and np.all(np.isfinite(fit.bse_))
 
 

@@ -218,12 +218,12 @@ def test_a_duplicated_constant_column_warns_that_the_design_is_collinear(method)
 
 
 def test_a_step_size_far_too_large_is_reported_as_divergence_not_noise():
-    """FedSGD(step_size=100) bounces between +-20 (clipping keeps it bounded): the fit says first that it diverged
-    because the step is too large, converged_ is False, and privacy noise (which grows with the step) is not
-    blamed."""
+    """FedSGD(step_size=100) bounces between +-20 (clipping keeps it bounded): the fit raises DivergenceError, which
+    says the step is too large (privacy noise, which grows with the step, is not blamed), instead of returning the
+    bounce as an estimate."""
     import warnings
 
-    from privfedstat import ConvergenceWarning, PrivacyNoiseWarning
+    from privfedstat import PrivacyNoiseWarning
 
     rng = np.random.default_rng(0)
     N = 2000
@@ -232,11 +232,8 @@ def test_a_step_size_far_too_large_is_reported_as_divergence_not_noise():
     data = FederatedData.from_pooled(X, y, sizes=[500] * 4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        est = FedSGD(family="logistic", mu=2.0, step_size=100, random_state=0).fit(data)
-    assert est.converged_ is False
-    first = caught[0]
-    assert first.category is ConvergenceWarning and "diverged" in str(first.message)
-    assert "step_size = 100" in str(first.message) and "too large" in str(first.message)
+        with pytest.raises(DivergenceError, match=r"back and forth.*step_size = 100\) is too large"):
+            FedSGD(family="logistic", mu=2.0, step_size=100, random_state=0).fit(data)
     assert PrivacyNoiseWarning not in {w.category for w in caught}
     with warnings.catch_warnings(record=True) as caught:  # a sound step: no divergence
         warnings.simplefilter("always")

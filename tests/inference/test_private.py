@@ -24,6 +24,7 @@ from privfedstat import (
     PrivacyBudget,
     glm,
 )
+from privfedstat.fitting.verdict import SCORE_SHARE
 from privfedstat.inference.core import CLIP_COUNT_SHARE
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
 from privfedstat.privacy.calibration import hessian_sensitivity
@@ -58,7 +59,7 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
     est = quiet_fit(FedSGD(mu=MU, clip=B, n_iter=20, inference="sandwich", random_state=0), data)
     releases = {r.stage: r for r in est.privacy_.releases}
     assert set(releases) == {"gradient", "inference-clip-hessian", "inference-clip-count", "inference-hessian",
-                             "inference-score"}
+                             "inference-score", "inference-score-test"}
     assert np.all(releases["inference-clip-hessian"].sensitivity == 1.0)
     assert np.all(releases["inference-clip-count"].sensitivity == 1.0)  # a count of clipped rows
     C_H = releases["inference-hessian"].sensitivity[0] * data.sizes[0] / math.sqrt(2)
@@ -74,10 +75,11 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
 def test_estimators_that_clip_hessians_reuse_their_bound(data):
     est = quiet_fit(FedIRLS(mu=MU, clip=1.5, hessian_clip=0.7, random_state=0), data)
     stages = {r.stage for r in est.privacy_.releases if r.stage.startswith("inference")}
-    assert stages == {"inference-clip-count", "inference-hessian"}
+    assert stages == {"inference-score-test", "inference-clip-count", "inference-hessian"}
     hess = [r for r in est.privacy_.releases if r.stage == "inference-hessian"][0]
     np.testing.assert_allclose(hess.sensitivity, hessian_sensitivity(0.7, data.sizes), rtol=1e-12)
-    mu_hessian = 0.25 * MU * math.sqrt(1 - CLIP_COUNT_SHARE)  # the rest after the clipped-row count
+    # the rest after the score at the estimate (the convergence verdict) and the clipped-row count
+    mu_hessian = 0.25 * MU * math.sqrt((1 - SCORE_SHARE) * (1 - CLIP_COUNT_SHARE))
     np.testing.assert_allclose(hess.sigma, hess.sensitivity / mu_hessian, rtol=1e-12)
 
 

@@ -17,6 +17,7 @@ from ...federation.session import Session
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
+from .support import check_support
 
 __all__ = ["ScheduledRun"]
 
@@ -55,7 +56,11 @@ class ScheduledRun:
         self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
         self.newton.run(self.schedule.phase(0))
 
-    locate = rounds
+    def locate(self) -> None:
+        """The locate rounds, then whether the refine rounds can reach an optimum at this mu (:func:`.support.check_support`:
+        refuses early, with the numbers, where they cannot)."""
+        self.rounds()
+        check_support(self.schedule, self.newton.H, float(np.max(self.session.ledger.client_mu)))
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.newton.H_floored)

@@ -1,0 +1,393 @@
+"""The convergence verdict from the score at the returned point (derivations: docs/guide/convergence.md).
+
+A fit has converged when the estimating equation it solves, ``sum_i w_i mean_j clip_B(g_j(theta)) = 0``, holds
+at the point it returns up to what its own noise explains. With mu = inf the server evaluates the size-weighted
+gradient g and Hessian H exactly (:func:`~privfedstat.fitting.diagnostics.exact_score`); with finite mu and
+inference on, the inference stage releases the clipped mean gradient at the estimate once more, with
+``SCORE_SHARE`` of its budget (:func:`release_score`, stage ``"inference-score-test"``, accounted in the ledger).
+:func:`judge` then measures the Newton distance ``delta = H^-1 g`` to the root against the noise it carries: the
+release's own (``s^2 H^-2``) and the protocol's privacy noise in the estimate (the inference's ``cov_privacy``: a
+converged private estimate sits that far from the root), a chi-square statistic on p degrees of freedom, and
+against the intervals' standard errors (a distance below ``TOL_SE`` of them keeps a 95% interval's coverage at
+93% or more). Two path diagnostics come with it: whether a gradient protocol's steps still contract at the
+released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
+has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
+divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+
+import numpy as np
+
+from ..exceptions import ConvergenceWarning, DivergenceError
+from ..federation.protocol import Run, Setup
+from ..federation.session import Session
+from ..privacy.calibration import aggregated_noise_sd
+
+__all__ = ["SCORE_SHARE", "ALPHA", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
+           "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
+           "scored", "released_sd", "NOISE_SDS", "score_spent", "gradient_steps", "away"]
+
+#: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
+#: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
+#: sampling sd, which resolves a distance of about 4 sampling SEs (docs/guide/convergence.md)
+SCORE_SHARE = 0.1
+#: level of the score test of a converged fit (its chi-square and, per coefficient, its Bonferroni margin): one fit
+#: in a thousand that converged by the noise model is told it did not. 0.01 flagged 3 of 25 FedIRLS fits at mu = 2
+#: and 8 that sat within 1.6 MLE SEs of the MLE (p = 0.004-0.0095: the protocol's privacy covariance is a
+#: linearisation, up to 1.5 times too small in sd on real data); a tiny step gives p < 1e-5
+ALPHA = 0.001
+#: the least coverage a 95% interval may keep (the lower end of the package's coverage target, 93-97%)
+LEAST_COVERAGE = 0.93
+
+
+def _bias_for_coverage(coverage: float, z: float = 1.959963984540054) -> float:
+    """The bias b (in SEs) at which a normal interval ``+- z`` covers ``coverage``: Phi(z - b) - Phi(-z - b)."""
+    def covered(b: float) -> float:
+        return 0.5 * (math.erf((z - b) / math.sqrt(2.0)) - math.erf((-z - b) / math.sqrt(2.0)))
+
+    lo, hi = 0.0, 2.0 * z
+    for _ in range(100):  # covered() decreases in b
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if covered(mid) > coverage else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+#: a distance to the root below this many standard errors counts as converged whatever the test says: the bias b
+#: that lowers a 95% normal interval's coverage to LEAST_COVERAGE, Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416)
+TOL_SE = _bias_for_coverage(LEAST_COVERAGE)
+#: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
+#: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
+SATURATED = math.sqrt(np.finfo(np.float64).eps)
+#: released curvature within this many noise sds of zero counts as vanished, and a released curvature less this
+#: many noise sds counts as present (a normal draw exceeds 3 sds on one side about once in 740)
+NOISE_SDS = 3.0
+
+
+@dataclass(frozen=True)
+class Score:
+    """The clipped mean gradient released at the estimate: ``gradient`` (in the coordinates the inference
+    releases in) and the per-coordinate sd ``sd`` of its aggregated noise (public)."""
+
+    gradient: np.ndarray
+    sd: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The score test at the returned point.
+
+    Attributes
+    ----------
+    converged : bool
+        ``p_value > ALPHA``, or no coefficient's distance less its noise margin exceeds ``TOL_SE`` SEs.
+    statistic, dof, p_value : float, int, float
+        ``delta^T V^-1 delta`` with V the noise covariance of delta under convergence, its degrees of freedom
+        and the chi-square tail.
+    distance : float
+        ``max_j |delta_j| / se_j`` (original scale, the intervals' standard errors).
+    coefficient : int
+        The j of that maximum.
+    """
+
+    converged: bool
+    statistic: float
+    dof: int
+    p_value: float
+    distance: float
+    coefficient: int
+
+
+def release_score(session: Session, setup: Setup, run: Run, mu: float) -> Score:
+    """Each client's clipped mean gradient at ``run.theta`` (sensitivity ``2 B / n_i``, budget ``mu``),
+    aggregated with the fit's weights: one more release, recorded in the ledger like every other."""
+    w = run.weights if run.weights is not None else session.size_weights
+    sens = 2.0 * setup.clip / session.sizes
+    g = session.mean("gradients", weights=w, theta=run.theta, clip=setup.clip, sensitivity=sens, mu=mu,
+                     stage="inference-score-test")
+    return Score(np.ravel(g), aggregated_noise_sd(sens, mu, w))
+
+
+def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
+          cov_privacy: np.ndarray | None) -> Verdict:
+    """The score test: ``delta = G H^-1 g`` (G = ``to_original``) against ``V = s^2 G H^-2 G^T + cov_privacy``,
+    and its size in the standard errors ``sqrt(diag(cov))``; coefficients whose variance is withheld (NaN) are
+    left out. Not converged when the chi-square test rejects at ``ALPHA`` and some ``|delta_j|``, less
+    ``z_(1 - ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``: a distance the released values show beyond
+    their noise, coefficient by coefficient (Bonferroni), and large enough to move an interval's coverage.
+    (The margin keeps a fit whose release noise alone puts the root several SEs away from being flagged for it.)"""
+    Hinv = np.linalg.inv(H)
+    delta = to_original @ Hinv @ score.gradient
+    M = to_original @ Hinv
+    V = score.sd**2 * (M @ M.T) + (0.0 if cov_privacy is None else cov_privacy)
+    se = np.sqrt(np.diag(cov))
+    keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
+    if not np.any(keep):
+        return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
+    from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
+
+    d, Vk = delta[keep], V[np.ix_(keep, keep)]
+    statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
+    dof = int(np.sum(keep))
+    p_value = float(chi2.sf(statistic, dof))
+    safe = np.where(keep, se, 1.0)
+    z = np.where(keep, np.abs(delta) / safe, 0.0)
+    # the distance less its noise at the Bonferroni level: what the released values show beyond doubt
+    margin = NormalDist().inv_cdf(1.0 - ALPHA / (2.0 * dof)) * np.sqrt(np.maximum(np.diag(V), 0.0))
+    shown = np.where(keep, (np.abs(delta) - margin) / safe, -np.inf)
+    j = int(np.argmax(z))
+    return Verdict(p_value > ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
+
+
+def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
+    """``|1 - eta lambda|`` of a gradient protocol's step (``noise_model.step_size``, eta) along the released
+    curvature's steepest direction, lambda the largest eigenvalue of H less ``NOISE_SDS`` noise sds
+    ``hessian_sd``; 0 for protocols that take no gradient steps (no ``error_transport``) or where that is within
+    [-1, 1]. Above 1 every step amplifies the error along it: the path cannot settle where the curvature is
+    this large (the noise model's step map clamps ``eta lambda`` to [0, 1] and cannot show it)."""
+    eta = getattr(noise_model, "step_size", None)
+    if getattr(noise_model, "error_transport", None) is None or not eta:
+        return 0.0
+    lam = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1]) - NOISE_SDS * hessian_sd
+    factor = abs(1.0 - float(eta) * lam)
+    return factor if float(eta) * lam > 2.0 else 0.0
+
+
+def away(path: list[np.ndarray], g: np.ndarray) -> bool:
+    """Whether the path went up the score g from where it started (``(theta_K - theta_0) . g > 0``): the root of
+    the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
+    update alone is no guide: a path bouncing between saturated regions moves either way.)"""
+    return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
+
+
+def gradient_steps(noise_model) -> bool:
+    """Whether the protocol moves by gradient steps of a step size (its noise model has an ``error_transport``:
+    FedSGD, FedHybrid, FedAvg, SCAFFOLD), whose path a too large step sends back and forth or away."""
+    return getattr(noise_model, "error_transport", None) is not None
+
+
+def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
+    """Whether the curvature ``u^T H u`` along the estimate's direction ``u = theta / ||theta||`` is below
+    ``SATURATED`` times the family's curvature at 0 (every row's fitted value saturated along it)."""
+    norm_theta = float(np.linalg.norm(theta))
+    if norm_theta == 0.0:
+        return False
+    u = theta / norm_theta
+    return float(u @ H @ u) <= SATURATED * curvature_at_zero
+
+
+def nonprivate_score(g: np.ndarray, n_samples: int, curvature_at_zero: float) -> float:
+    """The exact score's size in its sampling sds, ``max_j |g_j| sqrt(N / ell''(0))`` (the sd of a mean score on
+    unit-scale columns at theta = 0): above ``TOL_SE`` the score is not zero."""
+    return float(np.max(np.abs(g))) * math.sqrt(n_samples / curvature_at_zero)
+
+
+def _iteration_parameters(est) -> list[str]:
+    names = est.get_params()
+    return [n for n in ("n_rounds", "n_iter", "n_server_iter", "n_local_steps") if n in names]
+
+
+def remedy(est, cause: str) -> str:
+    """What to change, naming parameters the estimator has: ``"slow"`` (the path was still travelling),
+    ``"oscillating"`` (steps too large), ``"separation"`` (no finite optimum)."""
+    params = est.get_params()
+    step = params.get("step_size")
+    counts = " or ".join(_iteration_parameters(est))
+    if cause == "separation":
+        return ("The data separate the outcome along this direction, so the maximum-likelihood estimate does not exist "
+                "(a coefficient grows without bound): drop or merge the separating column(s) or categories, or fit a "
+                "penalised model (glm(..., penalty='elasticnet', alpha=..., l1_ratio=0), a ridge penalty).")
+    if cause == "oscillating":
+        auto = " or step_size='auto'" if "auto" in _accepted(est, "step_size") else ""
+        return f"Lower step_size (now {step!r}){auto}." if step is not None else "Check the data's scale."
+    parts = []
+    newton = est.method in ("FedIRLS", "FedNewton")
+    if step is not None and step != "auto" and not (newton and step >= 1.0):
+        full = " towards 1 (the full Newton step)" if newton else ""
+        parts.append(f"raise step_size (now {step!r}){full}")
+    if counts:
+        parts.append(f"raise {counts}")
+    if not parts:
+        return "Increase mu or the rows per site."
+    return ("Either " + ", or ".join(parts) + ".") if len(parts) > 1 else parts[0][0].upper() + parts[0][1:] + "."
+
+
+def _accepted(est, name: str) -> tuple:
+    """The string options the estimator's rule for ``name`` accepts."""
+    rule = est._parameter_table().get(name, [])
+    return tuple(r for r in (rule if isinstance(rule, list) else [rule]) if isinstance(r, str))
+
+
+def divergence(est, why: str) -> DivergenceError:
+    """The error of a fit whose estimate is not an optimum and that no more rounds would bring to one."""
+    step = est.get_params().get("step_size")
+    too_large = f" The step (step_size = {step!r}) is too large for this problem." if step is not None else ""
+    return DivergenceError(f"{est.method} diverged: {why}{too_large} Its coefficients are not an estimate and are not "
+                           f"returned as one. {remedy(est, 'oscillating')}")
+
+
+def released_sd(ledger, stage: str) -> float:
+    """The per-entry sd ``sqrt(sum_i (w_i sigma_i)^2)`` of the last aggregated release of ``stage`` (public)."""
+    rel = [r for r in ledger.releases if r.stage == stage]
+    if not rel or rel[-1].weights is None:
+        return 0.0
+    return float(np.sqrt(np.sum((np.asarray(rel[-1].weights) * np.asarray(rel[-1].sigma)) ** 2)))
+
+
+def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
+    """Whether the protocol's gradient steps contract at the curvature H; a ConvergenceWarning where they do not
+    (the path cannot settle there: it has not diverged yet, and its last iterate is returned, not converged)."""
+    rho = unstable(noise_model, H, hessian_sd)
+    if rho <= 1.0:
+        return True
+    step = est.get_params().get("step_size")
+    warnings.warn(f"{est.method} did not converge: at the curvature released at its estimate each of its gradient "
+                  f"steps multiplies the error along the steepest direction by {rho:.3g} (step_size = {step!r} times "
+                  f"the curvature, less {NOISE_SDS:g} noise sds, exceeds 2), so its path cannot settle there; more "
+                  f"steps would make it bounce or diverge. {remedy(est, 'oscillating')} (or standardise the columns: "
+                  "the automatic step assumes unit-scale columns)", ConvergenceWarning, stacklevel=5)
+    return False
+
+
+def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples: int, penalty=None) -> float:
+    """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
+
+    Only for non-private fits (mu = inf), from the exact gradient g and Hessian H of the fit's own,
+    possibly clipped, objective: one Newton step ``s = H^-1 g`` measured against
+    ``sqrt(diag(H^-1) / N)``, maximised over coefficients. FedAvg's and SCAFFOLD's local steps can
+    settle at a fixed point that is not the pooled optimum without any iterate moving; this sees it. For
+    a penalised fit (``penalty``, an :class:`~privfedstat.penalty.ElasticNet`) the step is the proximal
+    Newton step of the penalised objective. 0 when H is singular.
+    """
+    try:
+        step = np.linalg.solve(H, g) if penalty is None else penalty.newton_step(theta, g, H)
+        var = np.diag(np.linalg.inv(H)) / n_samples
+    except np.linalg.LinAlgError:
+        return 0.0
+    if not (np.all(np.isfinite(step)) and np.all(var > 0)):
+        return 0.0
+    return float(np.max(np.abs(step) / np.sqrt(var)))
+
+
+def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.ndarray], n_samples: int,
+                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None) -> bool:
+    """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
+    that names the cause and the remedy.
+
+    In order: curvature vanished along the estimate (:func:`saturated`) raises when the score is not zero there
+    and the path went up it (it ran away) and warns of separation when it is zero; otherwise converged when the
+    Newton distance is at most ``TOL_SE`` model-based SEs (:func:`stationarity_gap`); if not, a gradient path
+    going back and forth raises, gradient steps that expand errors at H say so (:func:`unstable`), and any other
+    path is told to take more or longer steps. ``oscillating``: the path's lag-1 correlation where its last updates point back
+    and forth (else None); ``settled``: whether its last update was negligible.
+    """
+    g, H = exact
+    theta = np.ravel(path[-1])
+    penalty = getattr(est, "penalty_", None)
+    if penalty is None and saturated(theta, H, curvature_at_zero):
+        z = nonprivate_score(g, n_samples, curvature_at_zero)
+        if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling
+            return _not_converged(est, stationarity_gap(g, H, theta, n_samples) or z, oscillating, settled)
+        if z > TOL_SE:
+            raise divergence(est, f"the curvature along its estimate has vanished (every fitted value saturated) while "
+                                  f"the score there is {z:.3g} sampling sds from zero: the path ran away from the "
+                                  "optimum instead of towards it.")
+        warnings.warn(f"{est.method} did not converge: the curvature along its estimate has vanished (every fitted "
+                      "value is saturated) while the score there is zero, the signature of (quasi-)complete separation; "
+                      "more rounds only move the estimate further out. " + remedy(est, "separation"),
+                      ConvergenceWarning, stacklevel=5)
+        return False
+    gap = stationarity_gap(g, H, theta, n_samples, penalty)
+    if gap <= TOL_SE:
+        return True
+    if oscillating is not None and gradient_steps(noise_model):
+        raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
+                              f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
+    if not _stable(est, noise_model, H):
+        return False
+    return _not_converged(est, gap, oscillating, settled)
+
+
+def _not_converged(est, gap: float, oscillating: float | None, settled: bool | None) -> bool:
+    """The ConvergenceWarning of a mu = inf fit ``gap`` model-based SEs from the optimum, worded by its path."""
+    if oscillating is not None:
+        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
+                       remedy(est, "oscillating"))
+    elif settled:
+        why = "its last update was negligible: a fixed point that is not the pooled estimate, or steps too short to move"
+        advice = est._advice()
+    else:
+        why, advice = "its path was still travelling towards it when it stopped", est._advice()
+    warnings.warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
+                  f"away from the optimum of the pooled objective (with mu = inf this is checked on the pooled gradient "
+                  f"and Hessian at the estimate; tolerance {TOL_SE:.2f} SE): {why}. {advice}",
+                  ConvergenceWarning, stacklevel=6)
+    return False
+
+
+def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference, to_original: np.ndarray, run: Run,
+                 oscillating: float | None, path_converged: bool | None) -> bool:
+    """``converged_`` of a private fit from the score released at its estimate (:func:`release_score`), with the
+    warning that names the cause and the remedy; ``path_converged`` is the path's own verdict (a cut, damped or
+    oscillating last phase stays not converged).
+
+    ``H`` is the Hessian the inference released at the estimate (floored; ``hessian_sd`` the sd of its aggregated
+    noise, :func:`released_sd`), ``run`` the run in the coordinates
+    the inference released in (its noise model there), ``to_original`` their map to the original scale.
+
+    Raises
+    ------
+    DivergenceError
+        Where the released Hessian is within ``NOISE_SDS`` noise sds of 0 in every direction while the score there is
+        significantly not zero against its release's noise and the path went up it from its start (it ran away;
+        going down it, the path was still travelling, as under heavy clipping, and the score test says so).
+    """
+    if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= NOISE_SDS * hessian_sd:
+        # the released curvature is within noise of 0 in every direction: the protocol's noise model (linearised
+        # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
+        from scipy.stats import chi2
+
+        statistic = float(score.gradient @ score.gradient) / score.sd**2
+        p_value = float(chi2.sf(statistic, score.gradient.size))
+        if p_value <= ALPHA and away(run.path, score.gradient):
+            raise divergence(est, f"the curvature released at its estimate is within {NOISE_SDS:g} noise sds of "
+                                  "zero in every direction (every fitted value saturated) while the score released "
+                                  f"there is not zero (chi-square {statistic:.3g} on {score.gradient.size} df, "
+                                  f"p = {p_value:.2g}): the path ran away from the optimum instead of towards it.")
+    verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
+    if verdict.converged:
+        return path_converged is not False
+    if not _stable(est, run.noise_model, H, hessian_sd):
+        return False
+    names = list(est._coef_names()[0])
+    if oscillating is not None:
+        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
+                       remedy(est, "oscillating"))
+    else:
+        why, advice = "its path stopped short of it", est._advice()
+    warnings.warn(
+        f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
+        f"equation {verdict.distance:.3g} standard errors away in {names[verdict.coefficient]} (score test against "
+        f"the noise of that release and the privacy noise of the estimate: chi-square {verdict.statistic:.3g} on "
+        f"{verdict.dof} df, p = {verdict.p_value:.2g}): {why}. {advice}",
+        ConvergenceWarning, stacklevel=4)
+    return False
+
+
+def scored(task, mu: float, family) -> bool:
+    """Whether a fit releases the score at its estimate: finite mu, a GLM family, and an inference task other
+    than the bootstrap (whose refits simulate the path instead)."""
+    return task is not None and math.isfinite(mu) and family is not None and task.cov_type != "bootstrap"
+
+
+def score_spent(inference, mu_inference: float):
+    """``inference`` (released with what the score left of the inference budget) reporting the whole budget
+    ``mu_inference``, the score release's share of it stated in its notes."""
+    note = (f"{SCORE_SHARE:.0%} of the inference budget's mu^2 (mu = {math.sqrt(SCORE_SHARE) * mu_inference:.4g}) went "
+            "to the score at the estimate, from which the fit judged its convergence")
+    return replace(inference, mu=mu_inference, notes=[*inference.notes, note])
