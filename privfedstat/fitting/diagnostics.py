@@ -24,6 +24,7 @@ from ..exceptions import (
 )
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..inference.clipping_bias import warn_displacement
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
@@ -425,6 +426,8 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
             converged = False  # the noise-free path had not reached the optimum
     if inference.clipped_fraction is not None:
         warn_clipping(estimator, *inference.clipped_fraction)
+    if inference.clipping_displacement is not None:
+        warn_displacement(estimator, inference.clipping_displacement, list(estimator._coef_names()[0]))
     if inference.cov_type == "model" and converged is not False and overdispersed(inference.dispersion):
         # (at a point short of the optimum the residuals are inflated by the distance left, and no interval is reported)
         warn_overdispersion(estimator, *inference.dispersion)

@@ -123,7 +123,7 @@ class _Rounds:
                                                  sensitivity=sens_h, mu=phase.mu_hessian[r], stage="irls-hessian"), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
-            if schedule.curvature.secant and previous is not None:
+            if previous is not None:
                 scales[r] = secant_scale(previous[0], g - previous[1], self.H_floored,
                                          float(phase.gradient_var[r - 1] + phase.gradient_var[r]), schedule)
             step = schedule.step_size * np.linalg.solve(scales[r] * self.H_floored, g)
@@ -164,23 +164,28 @@ def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise
                  schedule: IRLSSchedule) -> float:
     """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
 
-    A per-sample Hessian bound C_H chosen where the curvature was lower (at theta = 0, where every
-    Poisson row has weight exp(0) = 1, or at a located point short of the optimum) clips most rows'
-    Hessians where the fitted means are larger: the released matrix is then several times too
-    flat, each step overshoots, and the rounds fall into a 2-cycle the reused Hessian keeps. The
-    released gradients g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along
-    the step s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd
-    ``||s|| sqrt(v_{r-1} + v_r)``. Where that slope, lowered by ``schedule.secant_noise_sds`` noise sds,
-    exceeds the Newton matrix's own ``s^T N s``, the step uses c N with c their ratio (at most
-    ``schedule.max_secant_scale``): post-processing of released values, so no privacy cost; c = 1 where the
-    slope is within the noise or the matrix is steep enough (the step is never lengthened).
-    Inferred (a scalar secant condition; quasi-Newton methods use it to correct a curvature model).
+    A Newton matrix flatter than the score along the path overshoots: a per-sample Hessian bound C_H
+    chosen where the curvature was lower (at theta = 0, where every Poisson row has weight exp(0) = 1,
+    or at a located point short of the optimum) clips most rows' Hessians where the fitted means are
+    larger; a logistic Hessian released where a rare outcome's fitted probabilities are too small is
+    flatter than at the optimum; a floor-raised direction of an ill-conditioned design is damped in
+    one round and overshot in the next. The steps then point back and forth, and the rounds fall into
+    a 2-cycle the reused Hessian keeps. The released gradients g_{r-1}, g_r (same bounds) measure the
+    clipped score's actual slope along the step s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``,
+    with noise sd ``||s|| sqrt(v_{r-1} + v_r)``. Where that slope, lowered by
+    ``schedule.secant_noise_sds`` noise sds (a lower confidence bound), exceeds the Newton matrix's own
+    ``s^T N s``, the step uses c N with c their ratio: on a quadratic the next step then lands where the
+    slope along s vanishes, between the two points (where an averaging of a 2-cycle's ends would put it).
+    Post-processing of released values, so no privacy cost; c = 1 where the slope is within the noise or
+    the matrix is steep enough (the step is never lengthened), and c never exceeds the measured ratio
+    but with probability 0.13% a round (so it needs no cap). Inferred (a scalar secant condition;
+    quasi-Newton methods use it to correct a curvature model).
     """
     slope = float(step @ change) - schedule.secant_noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
     model = float(step @ newton @ step)
     if not (model > 0 and slope > model):
         return 1.0
-    return min(slope / model, schedule.max_secant_scale)
+    return slope / model
 
 
 def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float] | None:
