@@ -384,6 +384,9 @@ def test_the_secant_raises_a_too_flat_newton_matrix_by_the_measured_slope():
     assert secant_scale(s, A @ s, 2 * A, 0.0, plan) == 1.0
     assert secant_scale(s, A @ s, A / 3, 1.0, plan) == 1.0  # slope 1.4 against noise sd 1.08 x 3
     assert secant_scale(s, A @ s, A / 100, 0.0, plan) == pytest.approx(100.0)  # the measured ratio, uncapped
+    # a slope between the curvatures at the step's two ends (the previous round's matrix steeper) is no evidence
+    assert secant_scale(s, A @ s, A / 3, 0.0, plan, behind=2 * A) == 1.0
+    assert secant_scale(s, A @ s, A / 3, 0.0, plan, behind=A / 2) == pytest.approx(3.0)
 
 
 @pytest.mark.parametrize("seed", [1, 9])
