@@ -267,8 +267,6 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     if finite and math.isfinite(B):
         clipped = clipped_fraction(session, theta, B, math.sqrt(CLIP_COUNT_SHARE) * mu_rest, "inference-clip-count")
         mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
-        mu_excess = math.sqrt(clipping_bias.EXCESS_SHARE) * mu_rest
-        mu_rest *= math.sqrt(1.0 - clipping_bias.EXCESS_SHARE)
         if clipped[0] > CLIPPED_NOTE:
             notes.append(f"{100 * clipped[0]:.1f}% (+- {100 * clipped[1]:.1f}%) of the per-sample gradients are "
                          f"clipped at the estimate (B = {B:.3g}): it solves the clipped equation, whose root can "
@@ -284,6 +282,9 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                          f"counts vary more than the {session.clients.family.name} law allows, so the model-based "
                          "sampling variances are too small (by about that factor); cov_type='sandwich' does not "
                          "assume the law")
+    if clipped is not None:  # the clipped excess at the estimate (clipping_bias.measure, after the covariance)
+        mu_excess = math.sqrt(clipping_bias.EXCESS_SHARE) * mu_rest
+        mu_rest *= math.sqrt(1.0 - clipping_bias.EXCESS_SHARE)
     B_release, rescale = score_bound(B, session.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
     share_h = 1.0  # of mu_rest^2 for the Hessian: all of it (model), 2 C_H : B^2 (sandwich; any share with mu = inf)
     if cov_type == "sandwich":
