@@ -382,6 +382,19 @@ class InProcessClients:
                                                      dtype=np.float64)[:, None], 1.0, mu, stage, theta=theta)
 
     @_contained
+    def clipped_excess(self, theta, *, clip: float, outer: float, sensitivity, mu: float, stage: str,
+                       active=None) -> Reply:
+        """Each client's mean of ``clip_{B'}(g_j) - clip_B(g_j)`` (``clip`` = B < ``outer`` = B'), plus noise.
+
+        Each term is ``g_j`` times ``(min(||g_j||, B') - min(||g_j||, B)) / ||g_j||``: norm at most B' - B, so one
+        row replaced moves the mean by at most ``2 (B' - B) / n_i`` (the server's ``sensitivity``).
+        """
+        if not outer > clip:
+            raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
+        return self._release(lambda o, t: o.clipped_gradients(t, outer) - o.clipped_gradients(t, clip), sensitivity,
+                             mu, stage, active, theta)
+
+    @_contained
     def pearson_sum(self, theta, *, bound: float, mu: float, stage: str) -> Reply:
         """Each client's sum of its squared Pearson residuals, each capped at ``bound``, plus noise (sensitivity
         ``bound``: one row replaced moves the sum by at most that; :meth:`GLMOracle.pearson_sums`)."""

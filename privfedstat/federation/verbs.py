@@ -27,6 +27,7 @@ torch clients do, so that one tap sees every release.
 ``design_moments``     ``sym_to_vec`` of the mean of ``x x^T`` (rows clipped), for the bootstrap
 ``count_at_most``      number of rows whose gradient / Hessian / row norm is <= a threshold
 ``count_clipped``      number of rows whose gradient is clipped at B
+``clipped_excess``     mean of ``clip_{B'}(g) - clip_B(g)``: what clipping at B removes from the score, up to B'
 ``pearson_sum``        sum of the squared Pearson residuals, each capped (a count model's dispersion)
 ``column_count``       number of rows with ``x_j <= t`` (or ``|x_j - c| <= t``), for private scaling
 ``losses``             mean loss (mu = inf only: sent without noise, recorded as non-private)
@@ -221,6 +222,7 @@ for _verb in (
         Verb("design_moments", shape=design_moments, per_client=_RELEASE),
         Verb("count_at_most", shape=one_value, per_client=("active",), sensitivity=1.0),
         Verb("count_clipped", shape=one_value, sensitivity=1.0),
+        Verb("clipped_excess", shape=parameters, per_client=_RELEASE),
         Verb("pearson_sum", shape=one_value, sensitivity="bound"),
         Verb("column_count", shape=one_value, sensitivity=1.0),
         Verb("losses", shape=one_value, sensitivity=None),

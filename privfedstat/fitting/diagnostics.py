@@ -18,7 +18,6 @@ import warnings
 import numpy as np
 
 from ..exceptions import (
-    ClippingBiasWarning,
     ConvergenceWarning,
     IllConditionedWarning,
     OverdispersionWarning,
@@ -26,6 +25,7 @@ from ..exceptions import (
 )
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..inference.clipping_bias import warn_clipping
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
@@ -365,33 +365,6 @@ def warn_optimisation_gap(estimator, gap: np.ndarray, se: np.ndarray, names) -> 
     return True
 
 
-#: a fit whose private share of clipped per-sample gradients at the estimate exceeds this warns
-CLIPPED_WARN = 0.05
-
-
-def warn_clipping(estimator, share: float, sd: float) -> None:
-    """ClippingBiasWarning when more than ``CLIPPED_WARN`` of the per-sample gradients are clipped at the
-    estimate (a private count released with the inference, :func:`privfedstat.inference.core.infer`).
-
-    Clipping a gradient replaces the score by a bounded one: the fit then solves a Huberised
-    equation whose root moves away from the MLE as more rows are clipped, by an amount the
-    intervals (centred on the fit) do not contain. How much depends on the data; the share is
-    the observable symptom (measured: the Gaussian ``diabetes`` data with the raw response, 5
-    sites, mu = 8: most rows clipped, estimates 2-7 MLE SEs off with intervals that miss).
-    """
-    if share <= CLIPPED_WARN:
-        return
-    warnings.warn(
-        f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
-        f"estimate (B = {estimator.clip_ if hasattr(estimator, 'clip_') else float('nan'):.3g}): it solves the clipped "
-        "equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale the "
-        "response or covariates (e.g. a Gaussian response to unit scale), raise clip (or AutoClip's "
-        "pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
-        ClippingBiasWarning,
-        stacklevel=4,
-    )
-
-
 def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_original: np.ndarray,
                      privacy_open: bool = True) -> bool:
     """Warnings from the inference releases at the estimate (post-processing); whether the fit still counts as converged.
@@ -400,8 +373,9 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
     mu and a sampling covariance, a :class:`~privfedstat.ConvergenceWarning` when the protocol
     stopped short of the optimum of its (clipped) objective by more than ``OPTIMISATION_SE``
     standard errors (:func:`optimisation_gap`, from the released ``hessian``; returns False then),
-    a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is
-    large (:func:`warn_clipping`), an :class:`~privfedstat.OverdispersionWarning` when a converged count
+    a :class:`~privfedstat.ClippingBiasWarning` when the released share of clipped gradients is large or
+    the clipped root's measured displacement is (:func:`~privfedstat.inference.clipping_bias.warn_clipping`), an
+    :class:`~privfedstat.OverdispersionWarning` when a converged count
     model's released Pearson dispersion is well above 1 (:func:`warn_overdispersion`), and, where
     :func:`diagnose` left the question open (it did not blame privacy noise, and the fit did not
     diverge: ``privacy_open``), a
@@ -417,8 +391,7 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
         if gap is not None and warn_optimisation_gap(estimator, to_original @ gap, np.sqrt(np.diag(inference.cov)),
                                                      list(estimator._coef_names()[0])):
             converged = False  # the noise-free path had not reached the optimum
-    if inference.clipped_fraction is not None:
-        warn_clipping(estimator, *inference.clipped_fraction)
+    warn_clipping(estimator, inference)
     if (inference.cov_type == "model" and estimator.family_.overdispersion and converged is not False
             and overdispersed(inference.dispersion)):
         # (at a point short of the optimum the residuals are inflated by the distance left, and no interval is reported)

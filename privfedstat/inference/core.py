@@ -31,6 +31,7 @@ from ..kernels.glm_nb import MIN_BOUND
 from ..privacy.clipping import AutoClip
 from ..privacy.plan import BudgetPlan
 from ..theory.noise_covariance import protocol_noise_covariance
+from . import clipping_bias
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, resolve_inference
 from .covariance import sampling_covariance, variance_df, weighted_factor
@@ -231,7 +232,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
             bound_text = "privately chosen"
         else:
             C_H = math.inf
-    clipped = None
+    clipped, mu_excess, displacement = None, 0.0, None
     if finite and math.isfinite(B):
         clipped = clipped_fraction(session, theta, B, math.sqrt(CLIP_COUNT_SHARE) * mu_rest, "inference-clip-count")
         mu_rest *= math.sqrt(1.0 - CLIP_COUNT_SHARE)
@@ -257,6 +258,9 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                          f"counts vary more than the {session.clients.family.name} law allows, so the model-based "
                          "sampling variances are too small (by about that factor); cov_type='sandwich' does not "
                          "assume the law")
+    if clipped is not None:  # the clipped excess at the estimate (clipping_bias.measure, after the covariance)
+        mu_excess = math.sqrt(clipping_bias.EXCESS_SHARE) * mu_rest
+        mu_rest *= math.sqrt(1.0 - clipping_bias.EXCESS_SHARE)
     B_release, rescale = score_bound(B, session.sizes, notes) if cov_type == "sandwich" else (B, 1.0)
     share_h = 1.0  # of mu_rest^2 for the Hessian: all of it (model), 2 C_H : B^2 (sandwich; any share with mu = inf)
     if cov_type == "sandwich":
@@ -292,6 +296,12 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
               f"released{' privately' if finite else ''}, {spent}, {clip_text}{corrected})"
               + (" + the privacy noise of the protocol, propagated through its iterations" if math.isfinite(setup.mu) else ""))
     cov = V_s + V_p
+    if mu_excess:  # the clipped root's displacement, measured at the estimate
+        displacement = clipping_bias.measure(session, theta, B, H, G, w, mu_excess, cov, config.alpha,
+                                             "inference-clip-excess")
+        notes.append(clipping_bias.note(displacement))
+        if displacement.widening is not None:
+            cov = cov + displacement.widening
     unreliable = unidentified_coefficients(released, H, s_H, G, run.hessian, run.newton.hessian_sd)
     if unreliable.size:
         cov = cov.copy()
@@ -301,7 +311,8 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                      f"than {UNIDENTIFIED_SHARE:.0%} of their variance lies along directions whose released curvature "
                      "was below the floor (not identified)")
     return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
-                           clipped_fraction=clipped, df=df, dispersion=dispersion), H
+                           clipped_fraction=clipped, df=df, dispersion=dispersion,
+                           clipping_displacement=displacement), H
 
 
 def overdispersed(dispersion: tuple[float, float] | None) -> bool:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .clipping_bias import ClippingDisplacement
 
 __all__ = ["InferenceResult", "WaldTestResult", "NoInferenceError"]
 
@@ -74,6 +78,9 @@ class InferenceResult:
         exact with mu = inf, a capped private sum otherwise): about 1 when the counts follow the family's law,
         above it when they vary more (the model-based variances are then too small by about that factor); None
         for other families and the bootstrap.
+    clipping_displacement : ClippingDisplacement or None
+        The displacement of the clipped root from the root at twice the bound, measured at the estimate
+        (:mod:`~privfedstat.inference.clipping_bias`; None with mu = inf, no clipping or the bootstrap).
     df : ndarray of shape (p,) or None
         Degrees of freedom of each estimated variance, from the noise of the releases it is computed from
         (:func:`~privfedstat.inference.covariance.variance_df`): intervals and p-values use Student's t
@@ -96,6 +103,7 @@ class InferenceResult:
     clipped_fraction: tuple[float, float] | None = None
     df: np.ndarray | None = None
     dispersion: tuple[float, float] | None = None
+    clipping_displacement: ClippingDisplacement | None = None
 
     def withheld(self, reason: str) -> InferenceResult:
         """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).

@@ -52,16 +52,17 @@ def test_communication_matches_table_1():
 
 def test_inference_releases_add_one_round_each():
     """Model-based inference at the default budget: FedSGD searches C_H (6 counts), releases the score at the
-    estimate (d floats, the convergence verdict), counts its clipped gradients there (1 float) and releases the
-    Hessian (d (d + 1) / 2 floats); FedNewton reuses its C_H, so adds the score, the count and the Hessian."""
+    estimate (d floats, the convergence verdict), counts its clipped gradients there (1 float), releases what
+    clipping removes there (d floats, the clipping bias) and the Hessian (d (d + 1) / 2 floats); FedNewton reuses
+    its C_H, so adds the score, the count, the clipped excess and the Hessian."""
     data = simulate("logistic", [100] * 10, [0.2, 0.3, -0.1])
     d, q = 3, 6
     base = FedSGD(n_iter=50, clip=AutoClip(), inference=None, random_state=0).fit(data).communication_
     full = FedSGD(n_iter=50, clip=AutoClip(), random_state=0).fit(data).communication_
-    assert full.rounds - base.rounds == q + 3
-    assert full.floats_per_client - base.floats_per_client == q + d + 1 + d * (d + 1) // 2
+    assert full.rounds - base.rounds == q + 4
+    assert full.floats_per_client - base.floats_per_client == q + 2 * d + 1 + d * (d + 1) // 2
     nw = FedNewton(clip=1.0, hessian_clip=1.0).fit(data).communication_
-    assert nw.rounds == 6 and nw.floats_per_client == 3 * d + 1 + 2 * (d * (d + 1) // 2)
+    assert nw.rounds == 7 and nw.floats_per_client == 4 * d + 1 + 2 * (d * (d + 1) // 2)
 
 
 def test_fedsgd_history_starts_at_init(logistic_data):

@@ -25,6 +25,7 @@ from privfedstat import (
     glm,
 )
 from privfedstat.fitting.verdict import SCORE_SHARE
+from privfedstat.inference.clipping_bias import EXCESS_SHARE
 from privfedstat.inference.core import CLIP_COUNT_SHARE
 from privfedstat.kernels.glm_nb import CLIP_SAFETY
 from privfedstat.privacy.calibration import hessian_sensitivity
@@ -58,10 +59,12 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
     B = 1.5
     est = quiet_fit(FedSGD(mu=MU, clip=B, n_iter=20, inference="sandwich", random_state=0), data)
     releases = {r.stage: r for r in est.privacy_.releases}
-    assert set(releases) == {"gradient", "inference-clip-hessian", "inference-clip-count", "inference-hessian",
-                             "inference-score", "inference-score-test"}
+    assert set(releases) == {"gradient", "inference-clip-hessian", "inference-clip-count", "inference-clip-excess",
+                             "inference-hessian", "inference-score", "inference-score-test"}
     assert np.all(releases["inference-clip-hessian"].sensitivity == 1.0)
     assert np.all(releases["inference-clip-count"].sensitivity == 1.0)  # a count of clipped rows
+    window = releases["inference-clip-excess"].sensitivity * data.sizes / 2  # B' - B, at least B
+    assert np.ptp(window) < 1e-12 * window[0] and window[0] >= B * (1 - 1e-12)
     C_H = releases["inference-hessian"].sensitivity[0] * data.sizes[0] / math.sqrt(2)
     assert np.min(np.abs(AutoClip().grid / C_H - 1)) < 1e-12  # the search returns a point of the public grid
     np.testing.assert_allclose(releases["inference-hessian"].sensitivity, hessian_sensitivity(C_H, data.sizes), rtol=1e-12)
@@ -75,11 +78,11 @@ def test_sandwich_releases_their_sensitivities_and_compose_to_the_inference_shar
 def test_estimators_that_clip_hessians_reuse_their_bound(data):
     est = quiet_fit(FedIRLS(mu=MU, clip=1.5, hessian_clip=0.7, random_state=0), data)
     stages = {r.stage for r in est.privacy_.releases if r.stage.startswith("inference")}
-    assert stages == {"inference-score-test", "inference-clip-count", "inference-hessian"}
+    assert stages == {"inference-score-test", "inference-clip-count", "inference-clip-excess", "inference-hessian"}
     hess = [r for r in est.privacy_.releases if r.stage == "inference-hessian"][0]
     np.testing.assert_allclose(hess.sensitivity, hessian_sensitivity(0.7, data.sizes), rtol=1e-12)
-    # the rest after the score at the estimate (the convergence verdict) and the clipped-row count
-    mu_hessian = 0.25 * MU * math.sqrt((1 - SCORE_SHARE) * (1 - CLIP_COUNT_SHARE))
+    # the rest after the score at the estimate (the convergence verdict), the clipped-row count and the clipped excess
+    mu_hessian = 0.25 * MU * math.sqrt((1 - SCORE_SHARE) * (1 - CLIP_COUNT_SHARE) * (1 - EXCESS_SHARE))
     np.testing.assert_allclose(hess.sigma, hess.sensitivity / mu_hessian, rtol=1e-12)
 
 

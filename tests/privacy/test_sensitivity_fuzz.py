@@ -275,13 +275,16 @@ def test_the_harness_catches_an_understated_sensitivity(spec, monkeypatch):
 
 
 class InferenceReleases:
-    """The two releases the private sandwich covariance needs, as a minimal fit for the replay harness.
+    """The two releases the private sandwich covariance needs, and the clipped excess, as a minimal fit for the
+    replay harness.
 
     ``sym_to_vec`` of every client's mean clipped score outer product (:meth:`score_outer` at the
     public estimate ``theta``, ``C = clip^2``) and of its mean clipped design moments
     (:meth:`design_moments`, ``C = row_clip^2``), each released through the Channel with the
-    sensitivity the oracle states, ``hessian_sensitivity(C, n_i) = sqrt(2) C / n_i`` (times
-    ``stated_factor``: the self-test understates it), and mu = 1. ``history_`` is the aggregated
+    sensitivity the oracle states, ``hessian_sensitivity(C, n_i) = sqrt(2) C / n_i``, and the
+    clipped excess between B = clip and B' = 3 clip (``clip_{B'}(g) - clip_B(g)``, the verb
+    ``clipped_excess``, sensitivity ``2 (B' - B) / n_i``); each stated sensitivity times
+    ``stated_factor`` (the self-test understates them), and mu = 1. ``history_`` is the aggregated
     released values (post-processing).
     """
 
@@ -297,6 +300,9 @@ class InferenceReleases:
                                  ("inference-design", oracle.design_moments(self.row_clip), self.row_clip**2)):
             sens = self.stated_factor * hessian_sensitivity(C, data.sizes)
             released.append(w @ clients.privatize(sym_to_vec(values), noise, sens, 1.0, stage, "aggregated")[0])
+        excess = oracle.clipped_gradients(self.theta, 3 * self.clip) - oracle.clipped_gradients(self.theta, self.clip)
+        sens = self.stated_factor * 2 * (3 * self.clip - self.clip) / data.sizes
+        released.append(w @ clients.privatize(excess, noise, sens, 1.0, "inference-clip-excess", "aggregated")[0])
         self.history_ = np.concatenate(released)
         return self
 
@@ -323,7 +329,8 @@ def test_inference_releases_move_at_most_their_stated_sensitivity(case, theta_sc
 def test_the_harness_catches_an_understated_inference_sensitivity():
     """Self-test: half the stated sensitivity (and half the noise) is caught. The row turns from one
     direction to a nearly orthogonal one, so its clipped gradient's and clipped row's outer products
-    both move the release by about ``sqrt(2) C / n_i``."""
+    both move the release by about ``sqrt(2) C / n_i``, and its clipped excess (clipped at both bounds) by about
+    ``sqrt(2) (B' - B) / n_i``, above half of ``2 (B' - B) / n_i``."""
     case = Case(family="gaussian", intercept=True, clip=1.0, scaling=None, index=3,
                 x_d=(1.0, 10.0, 0.0), y_d=1e6, x_nb=(1.0, 0.0, 10.0), y_nb=1e6)
     data, neighbour = case.datasets()
@@ -331,5 +338,5 @@ def test_the_harness_catches_an_understated_inference_sensitivity():
         check_neighbours(inference_factory(case, data.n_features, 0.0, 1.0), data, neighbour)
         with pytest.raises(AssertionError) as caught:
             check_neighbours(inference_factory(case, data.n_features, 0.0, 1.0, stated_factor=0.5), data, neighbour)
-    for stage in ("score", "design"):
+    for stage in ("score", "design", "clip-excess"):
         assert re.search(f"inference-{stage}.*stated sensitivity", str(caught.value)), (stage, caught.value)

@@ -98,6 +98,9 @@ class _Rounds:
         self.lam, self.shortened = math.nan, None
         self.phases: list[Phase] = []
         self.scales: list[np.ndarray] = []
+        # the last step, the gradient it started from, its floored Hessian and that gradient's noise variance; kept
+        # into the next phase where its gradients are comparable (same bounds and basis): the secant's evidence
+        self.previous: tuple | None = None
         # the clients' rows are mapped by change from round basis_from on; theta = basis phi (theta, H held in phi)
         self.change: ChangeOfBasis | None = None
         self.basis = None
@@ -118,16 +121,19 @@ class _Rounds:
         schedule, session = self.schedule, self.session
         p = session.clients.n_params
         scales = np.ones(len(phase.shares))
-        previous = None  # the last step of this phase and the gradient it started from (same bounds)
+        rebased = self.basis is not None and self.basis_from == len(self.path) - 1
+        if self.phases and (rebased or phase.clip != self.phases[-1].clip):
+            self.previous = None  # new bounds or a new basis: the gradients are not comparable
         for r in range(len(phase.shares)):
             g = self._gradient(phase, r)
             if phase.shares[r, 1] > 0:
                 self.H = vec_to_sym(self._hessian(phase, r), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
-            if schedule.curvature.secant and previous is not None:
-                scales[r] = secant_scale(previous[0], g - previous[1], self.H_floored,
-                                         float(phase.gradient_var[r - 1] + phase.gradient_var[r]), schedule)
+            if self.previous is not None:
+                step, g_before, behind, var_before = self.previous
+                scales[r] = secant_scale(step, g - g_before, self.H_floored, var_before + float(phase.gradient_var[r]),
+                                         schedule, behind)
             step = schedule.step_size * np.linalg.solve(scales[r] * self.H_floored, g)
             length, radius = float(np.linalg.norm(step)), float(schedule.max_step)
             if schedule.curvature.grows_region:  # the loss grows at most quadratically: the region may grow with theta
@@ -135,7 +141,7 @@ class _Rounds:
             taken = _within(step, radius)
             self.shortened = ((float(np.linalg.norm(self._in_theta(step))), float(np.linalg.norm(self._in_theta(taken))))
                               if length > radius else None)
-            previous = (-taken, g)
+            self.previous = (-taken, g, self.H_floored, float(phase.gradient_var[r]))
             self.theta = self.theta - taken
             check_iterate(self.theta, "FedIRLS", schedule.step_size)
             self.path.append(self._in_theta(self.theta))
@@ -182,26 +188,34 @@ class _Rounds:
 
 
 def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float,
-                 schedule: IRLSSchedule) -> float:
+                 schedule: IRLSSchedule, behind: np.ndarray | None = None) -> float:
     """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
 
-    A per-sample Hessian bound C_H chosen where the curvature was lower (at theta = 0, where every
-    Poisson row has weight exp(0) = 1, or at a located point short of the optimum) clips most rows'
-    Hessians where the fitted means are larger: the released matrix is then several times too
-    flat, each step overshoots, and the rounds fall into a 2-cycle the reused Hessian keeps. The
-    released gradients g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along
-    the step s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd
-    ``||s|| sqrt(v_{r-1} + v_r)``. Where that slope, lowered by ``schedule.secant_noise_sds`` noise sds,
-    exceeds the Newton matrix's own ``s^T N s``, the step uses c N with c their ratio (at most
-    ``schedule.max_secant_scale``): post-processing of released values, so no privacy cost; c = 1 where the
-    slope is within the noise or the matrix is steep enough (the step is never lengthened).
-    Inferred (a scalar secant condition; quasi-Newton methods use it to correct a curvature model).
+    A Newton matrix flatter than the score along the path overshoots: a per-sample Hessian bound C_H
+    chosen where the curvature was lower (at theta = 0, where every Poisson row has weight exp(0) = 1,
+    or at a located point short of the optimum) clips most rows' Hessians where the fitted means are
+    larger; a Hessian reused from another point keeps that point's curvature. The steps then point back
+    and forth, and the rounds fall into a 2-cycle the reused Hessian keeps. The released gradients
+    g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along the step
+    s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd ``||s|| sqrt(v_{r-1} + v_r)``. That
+    slope is the mean of the score's curvature along the segment, so it lies between the curvatures at its
+    ends where that curvature changes monotonically along it (a logistic path into a rare outcome's tail
+    flattens, a log-linear one steepens): only a slope above both released matrices' own, ``s^T N s`` of
+    this round's matrix N and of the previous round's ``behind`` (the same matrix where the Hessian is
+    reused), says a matrix is too flat. Where the slope, lowered by ``schedule.secant_noise_sds`` noise sds
+    (a lower confidence bound), exceeds both, the step uses c N with ``c = slope / s^T N s``: on a quadratic
+    the next step then lands where the slope along s vanishes, between the two points (where an averaging
+    of a 2-cycle's ends would put it). Post-processing of released values, so no privacy cost; c = 1 where
+    the slope is within the noise or the matrices are steep enough (the step is never lengthened), and c
+    exceeds the measured ratio with probability 0.13% a round at most (so it needs no cap). Inferred (a
+    scalar secant condition; quasi-Newton methods use it to correct a curvature model).
     """
     slope = float(step @ change) - schedule.secant_noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
     model = float(step @ newton @ step)
-    if not (model > 0 and slope > model):
+    steepest = model if behind is None else max(model, float(step @ behind @ step))
+    if not (model > 0 and slope > steepest):
         return 1.0
-    return min(slope / model, schedule.max_secant_scale)
+    return slope / model
 
 
 def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float] | None:
@@ -235,7 +249,8 @@ def _noise(step_size: float, H_floored: np.ndarray, gradient_sd: np.ndarray, bas
 
 
 def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarray, float]:
-    """mu = inf: Newton rounds on exact aggregates, each step halved until the loss or the gradient norm decreases.
+    """mu = inf: Newton rounds on exact aggregates, the Newton matrix raised by the secant (:func:`secant_scale`, no
+    noise) and each step halved until the loss or the gradient norm decreases.
 
     Returns the :class:`Run`, the rounds' shares (ones) and the last floor."""
     p, clip, hessian_clip, w = session.clients.n_params, schedule.setup.clip, schedule.setup.hessian_clip, schedule.weights
@@ -250,7 +265,7 @@ def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarra
     theta = session.clients.initial_parameters()
     path = [theta]
     g, f = gradient_and_loss(theta)
-    H, lam, n_iter = None, math.nan, 0
+    H, lam, n_iter, previous = None, math.nan, 0, None
     sens_h = hessian_sensitivity(hessian_clip, session.sizes)
     for r in range(len(fresh)):
         if fresh[r]:
@@ -258,7 +273,9 @@ def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarra
                                         sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
             lam = schedule.floor(0.0)
             H_floored = floor_eigenvalues(H, lam)
-        step = schedule.step_size * np.linalg.solve(H_floored, g)
+        scale = 1.0 if previous is None else secant_scale(previous[0], g - previous[1], H_floored, 0.0, schedule,
+                                                          previous[2])
+        step = schedule.step_size * np.linalg.solve(scale * H_floored, g)
         n_iter += 1
         if _negligible(step, theta, schedule.tol):
             path.append(theta - step)
@@ -267,6 +284,7 @@ def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarra
         accepted = _safeguarded_step(theta, step, g, f, gradient_and_loss, schedule.max_halvings)
         if accepted is None:  # no decrease along the Newton direction: at the optimum up to rounding
             break
+        previous = (accepted[0] - theta, g, H_floored)
         theta, g, f = accepted
         path.append(theta)
     noise_model = IRLSNoise(np.zeros(n_iter), np.zeros(n_iter), np.full(n_iter, lam), float(schedule.step_size),

@@ -45,23 +45,20 @@ class CurvatureRules:
         Shares of what the locate rounds and the new search leave, per refine round (gradient, Hessian).
     grows_region : bool
         The trust region grows with the iterate (``max(max_step, ||theta||)``).
-    secant : bool
-        The gradients' change along the last step may raise a too flat Newton matrix (:func:`.rounds.secant_scale`).
     hessian_quantile : float or None
         The quantile of the locate rounds' Hessian bound with ``clip="auto"`` (None: the gradient's).
     """
 
     refine_split: np.ndarray
     grows_region: bool
-    secant: bool
     hessian_quantile: float | None
 
 
 #: bounded: two Hessians, the last one reused by the last gradient (45% of the rest); unbounded: four rounds, two
 #: fresh Hessians, the third gradient twice the first two's share (docs/algorithms/fedirls.md, "Schedule")
 CURVATURE_RULES = {
-    "bounded": CurvatureRules(_table([[0.1, 0.15], [0.15, 0.15], [0.45, 0.0]]), True, False, None),
-    "unbounded": CurvatureRules(_table([[0.05, 0.2], [0.05, 0.2], [0.1, 0.0], [0.4, 0.0]]), False, True,
+    "bounded": CurvatureRules(_table([[0.1, 0.15], [0.15, 0.15], [0.45, 0.0]]), True, None),
+    "unbounded": CurvatureRules(_table([[0.05, 0.2], [0.05, 0.2], [0.1, 0.0], [0.4, 0.0]]), False,
                                 AutoClip.pilot_quantile),
 }
 
@@ -161,9 +158,8 @@ class IRLSSchedule:
         A direction whose floored steps kept more than this share of its error over the last phase is reported as
         damped, not an optimum (benchmarks/RESULTS.md, section "Real data with natural sites").
     secant_noise_sds : float
-        The gradients' change along the last step counts as curvature beyond this many sds of its noise (inferred).
-    max_secant_scale : float
-        The most the secant may raise the Newton matrix by (inferred).
+        The gradients' change along the last step counts as curvature beyond this many sds of its noise: a one-sided
+        test whose false raise (0.13% a round under the noise model) only shortens one step (:func:`.rounds.secant_scale`).
     coarse_lean : float
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
@@ -201,7 +197,6 @@ class IRLSSchedule:
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
     secant_noise_sds: float = 3.0
-    max_secant_scale: float = 10.0
     coarse_lean: float = 0.5
     insurance_sd: float = 0.4
     insurance_steps: int = 3

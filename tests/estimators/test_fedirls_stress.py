@@ -1,0 +1,162 @@
+"""glm()'s private fit (FedIRLS) on designs no benchmark tunes on (issue 42): a rare outcome with an uncentred year
+covariate whose mean differs by site, and Gaussian responses that clipping moves (skewed, contaminated, one gross
+value). Each fit either holds (its reported intervals cover the MLE / OLS) or says why not (withheld intervals with
+a ConvergenceWarning, a ClippingBiasWarning): never a silent miss."""
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+import statsmodels.formula.api as smf
+from scipy.stats import norm
+
+from privfedstat import ClippingBiasWarning, ConvergenceWarning, FederatedData, FedIRLS, glm
+from privfedstat.inference.clipping_bias import COVERAGE_LOSS, outer_bound, tolerated_bias
+from privfedstat.privacy.clipping import AutoClip
+
+RARE_FORMULA = "y ~ year + age + sex + C(grp)"
+INF = float("inf")
+
+
+def rare_outcome(seed: int) -> pd.DataFrame:
+    """About 1.5% events over 26,000 rows at 6 sites; ``year`` (1990..2010, uncentred) has a site-dependent mean and
+    a strong effect (the private scaling leaves it far from its centre: nearly collinear with the intercept)."""
+    rng = np.random.default_rng(1000 + seed)
+    frames = []
+    for site, n in enumerate((6000, 5200, 4800, 4000, 3500, 2500)):
+        year = np.round(rng.normal(1991 + site, 1.0, n)).clip(1990, 2010)
+        age, sex = rng.normal(45 + 2 * site, 12, n), (rng.random(n) < 0.5).astype(float)
+        grp = rng.choice(["a", "b", "c"], n, p=[0.6, 0.3, 0.1])
+        eta = (-4.2 + 0.1 * (year - 2000) + 0.02 * (age - 45) + 0.3 * sex + np.select([grp == "b", grp == "c"], [0.4, 0.8])
+               + 0.3 * (site % 3 - 1))
+        y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+        frames.append(pd.DataFrame(dict(y=y, year=year, age=age, sex=sex, grp=grp, site=site)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _fit(formula, df, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = glm(formula, df, client="site", **kw)
+    return est, [w for w in caught if issubclass(w.category, UserWarning)]
+
+
+def _misses(est, reference) -> np.ndarray:
+    """Coefficients whose reported interval misses the reference's point (none where the intervals are withheld)."""
+    names = list(est.feature_names_in_)
+    lo, hi = np.asarray(est.conf_int()).T
+    return np.flatnonzero((reference.params[names].values < lo) | (reference.params[names].values > hi))
+
+
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.xfail(strict=True, reason=(
+    "the private scaling centres year (1990-1996) at 2018 and leaves its scale at 1: the design is nearly collinear "
+    "with the intercept, the locate rounds' eigenvalue floor lies above all but its largest eigenvalue, and the "
+    "whitening from that floored Hessian leaves the refine noise unlike the sampling noise (C(grp)[T.c] 5.5 SE off "
+    "with its interval; a user-centred year gives 1.6 SE at most)"))), 1, 2])
+def test_rare_outcome_with_an_uncentred_site_correlated_year_never_misses_silently(seed):
+    """mu = 8: intervals that cover the MLE, or withheld ones with a ConvergenceWarning."""
+    df = rare_outcome(seed)
+    mle = smf.logit(RARE_FORMULA, df).fit(disp=0)
+    est, caught = _fit(RARE_FORMULA, df, family="logistic", mu=8.0, random_state=seed, levels={"grp": ["a", "b", "c"]})
+    if est.converged_ is False:
+        assert np.all(np.isnan(est.bse_)) and any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    else:
+        assert not _misses(est, mle).size, (seed, np.ravel(est.coef_), mle.params)
+
+
+def _flat_hessian_design():
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(5000), rng.normal(size=(5000, 3))])
+    y = (rng.random(5000) < 1 / (1 + np.exp(-(X @ [-1.0, 0.8, -0.5, 0.3])))).astype(float)
+    return FederatedData.from_pooled(X, y, sizes=[1000] * 5), sm.Logit(y, X).fit(disp=0, tol=1e-14)
+
+
+@pytest.mark.parametrize("mu", [INF, 1e6, 50.0])
+def test_a_too_flat_hessian_bound_no_longer_sends_the_rounds_into_a_two_cycle(mu):
+    """hessian_clip = 0.1, far below the rows' Hessian norms (about 0.2-2): every released Hessian is several times too
+    flat and each Newton step overshoots. Before the secant joined the bounded families' rounds (and the exact ones),
+    every fit reported "diverged: its last updates point back and forth", with mu = inf after 100 rounds, 2.2 SE
+    from the MLE; the C_H does not move the root, so each fit now reaches the MLE (noise aside)."""
+    data, mle = _flat_hessian_design()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = FedIRLS(mu=mu, clip=5.0, hessian_clip=0.1, random_state=0).fit(data)
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    z = np.abs(est.coef_ - mle.params) / mle.bse
+    assert np.max(z) < (1e-8 if math.isinf(mu) else 0.02 if mu > 1e3 else 0.2), z
+
+
+def _gaussian(kind: str, seed: int, N: int = 3000, m: int = 10) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x1, x2 = rng.normal(size=N), rng.normal(size=N)
+    if kind == "skewed":
+        y = np.exp(1 + 0.5 * x1 + 0.3 * x2 + rng.normal(size=N))
+    elif kind == "contaminated":
+        y = np.where(rng.random(N) < 0.05, rng.normal(10, 1, N), 3.7)
+    else:  # one gross value
+        y = 1 + 0.5 * x1 + 0.3 * x2 + rng.normal(size=N)
+        y[rng.integers(N)] = 100.0
+    return pd.DataFrame(dict(y=y, x1=x1, x2=x2, site=np.arange(N) % m))
+
+
+def _holds_or_warns(kind, seed, **kw):
+    df = _gaussian(kind, seed)
+    est, caught = _fit("y ~ x1 + x2", df, random_state=seed, **kw)
+    warned = [w for w in caught if issubclass(w.category, ClippingBiasWarning)]
+    missed = _misses(est, smf.ols("y ~ x1 + x2", df).fit())
+    assert not missed.size or warned, (kind, seed, missed)
+    return est, warned
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_one_gross_value_is_measured_and_its_displacement_included(seed):
+    """N = 3000 over 10 sites, one y = 100, mu = 1000: the clipped root sits 1.5-2 SE from OLS; before the
+    measurement the intervals (half as wide as OLS's) missed it without a warning. Now the measured excess up to B'
+    (about ten times B at this budget, against twice B at mu = 2) names the displacement and the intervals include it."""
+    est, warned = _holds_or_warns("gross", seed, mu=1000.0)
+    found = est.inference_.clipping_displacement
+    assert warned and found.beyond.size and found.outer > 5 * found.clip  # at mu = 2 the window is B wide
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_skewed_response_under_a_low_bound_warns_with_its_cause(seed):
+    """y = exp(1 + .5 x1 + .3 x2 + e) with the bound at the 98% quantile (under 5% clipped: the clipped share never
+    warned), mu = 1000: before, x1's interval missed OLS by 2 SE silently."""
+    _holds_or_warns("skewed", seed, mu=1000.0, clip=AutoClip(pilot_quantile=0.98, coarse_lean=0.5))
+
+
+@pytest.mark.parametrize("kind", ["skewed", "contaminated", "gross"])
+def test_the_stress_designs_at_the_default_bound_hold_or_warn(kind):
+    _holds_or_warns(kind, 0, mu=1000.0)
+
+
+def test_the_displacement_is_the_distance_to_the_unclipped_root():
+    """mu = 1e6 (noise negligible): B' lies beyond every gradient, so the measured displacement of the clipped root
+    is its distance to OLS (one Newton step on the unclipped equation, exact for a Gaussian response up to the rows
+    that change sides)."""
+    df = _gaussian("gross", 1)
+    est, caught = _fit("y ~ x1 + x2", df, mu=1e6, random_state=1)
+    found = est.inference_.clipping_displacement
+    gap = np.ravel(est.coef_) - smf.ols("y ~ x1 + x2", df).fit().params.values
+    np.testing.assert_allclose(found.delta, gap, atol=0.15 * np.max(np.abs(gap)))
+    assert np.all(found.resolved) and any(issubclass(w.category, ClippingBiasWarning) for w in caught)
+
+
+def test_the_tolerated_displacement_costs_the_coverage_band():
+    """b* solves Phi(z - b) - Phi(-z - b) = 1 - alpha - COVERAGE_LOSS: 0.42 SE for a 95% interval."""
+    for alpha in (0.05, 0.1):
+        b, z = tolerated_bias(alpha), norm.ppf(1 - alpha / 2)
+        assert norm.cdf(z - b) - norm.cdf(-z - b) == pytest.approx(1 - alpha - COVERAGE_LOSS, abs=1e-9)
+    assert tolerated_bias(0.05) == pytest.approx(0.415, abs=0.001)
+
+
+def test_the_window_is_the_widest_that_resolves_the_tolerated_displacement():
+    """At least B wide; wider in proportion to the budget (the noise per unit width falls as 1 / mu)."""
+    b, z = tolerated_bias(0.05), norm.ppf(1 - 0.05 / 6)
+    assert outer_bound(2.0, np.full(3, 1.0), 0.05) == 4.0  # 1 SE of noise per unit width: B wide
+    wide = outer_bound(2.0, np.full(3, 1e-3), 0.05)
+    assert wide == pytest.approx(2.0 * (1 + b / (z * 2.0 * 1e-3)))
+    assert math.isclose((wide - 2.0) * 1e-3 * z, b)
