@@ -32,7 +32,8 @@ from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
 from .clients import Reply
 from .verbs import Verb, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_count", "privatize_integer", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_count", "privatize_integer", "share_release", "SecureAggregationRefused",
+           "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -88,10 +89,18 @@ def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity,
     rngs = site_generators(noise)
     rounded = quantize(values, spec, rngs)
     residues = add_shares(rounded, spec, rngs)
-    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(values.shape[1])
-    rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
-                  integer=spec.noise(1))
-    return residues.astype(np.float64), rounded * spec.quantum, rec
+    return residues.astype(np.float64), rounded * spec.quantum, share_release(spec, sensitivity, values.shape[1], stage)
+
+
+def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered: np.ndarray | None = None) -> Release:
+    """The record of the sites' integer messages of ``dim`` coordinates: each site's sensitivity ``sensitivity[i]``
+    plus the rounding slack ``gamma sqrt(d)``, its share's sd ``gamma sqrt(2 lam)`` (zeros for sites outside
+    ``answered``). It follows from the public request: a Flower server builds it for the sites SecAgg+ summed."""
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(dim)
+    sigma = np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam))
+    if answered is not None:
+        sens, sigma = np.where(answered, sens, 0.0), np.where(answered, sigma, 0.0)
+    return Release(stage, -1, "aggregated", sens, sigma, integer=spec.noise(1))
 
 
 def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
