@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -112,6 +113,35 @@ def secure_train(node, msg: Message) -> Message:
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)
 
 
+class _PolledGrid:
+    """``link.grid`` whose ``send_and_receive`` asks for replies after milliseconds (flwr 1.42's sleeps 3 s between
+    asks, four times per SecAgg+ round) and stops waiting for a node that has left the federation."""
+
+    def __init__(self, link) -> None:
+        self.link = link
+
+    def __getattr__(self, name):
+        return getattr(self.link.grid, name)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None):
+        grid = self.link.grid
+        messages = list(messages)
+        pending = {mid: msg.metadata.dst_node_id for mid, msg in zip(grid.push_messages(messages), messages) if mid}
+        replies, pause, start = [], 0.001, time.monotonic()
+        last_check = start
+        while pending and (timeout is None or time.monotonic() < start + timeout):
+            for msg in grid.pull_messages(list(pending)):
+                if pending.pop(msg.metadata.reply_to_message_id, None) is not None:
+                    replies.append(msg)
+            if pending:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
+                if time.monotonic() - last_check > 1.0:  # a node that left will never answer
+                    alive, last_check = set(grid.get_node_ids()), time.monotonic()
+                    pending = {mid: nid for mid, nid in pending.items() if nid in alive}
+        return replies
+
+
 class _Shim:
     """The Strategy side of one SecAgg+ round: it names the sites and their requests, and keeps what is unmasked."""
 
@@ -158,7 +188,7 @@ def secure_exchange(link, verb: str, target: int, per_client: list[dict], spec: 
                                   clipping_range=clip, quantization_range=target_range, modulus_range=MODULUS_RANGE,
                                   timeout=link.timeout)
     if len(live) >= 2:  # SecAgg+ needs two sites; fewer cannot reach a secure sum (refused by secure_mean)
-        workflow(link.grid, context)
+        workflow(_PolledGrid(link), context)
     position = {nid: i for i, nid in enumerate(link.nodes)}
     answered = np.zeros(m, dtype=bool)
     if shim.mean is not None:

@@ -35,7 +35,7 @@ from privfedstat.privacy.secure_noise import skellam_spec  # noqa: E402
 
 
 class SecAggGrid(FakeGrid):
-    """FakeGrid that also carries the Message API's ``send_and_receive`` to each node's ClientApp (SecAgg+ rounds).
+    """FakeGrid that also carries Flower Messages to each node's ClientApp (the SecAgg+ rounds).
 
     ``masked`` keeps every vector the server received in a collect-masked-vectors stage, by node id;
     ``drop = {node_id: k}`` makes a node stop answering (every message) from its k-th SecAgg+ fit stage on.
@@ -50,25 +50,30 @@ class SecAggGrid(FakeGrid):
             app.train(mods=[secaggplus_mod])(lambda msg, ctx, node=node: secure_train(node, msg))
             self.apps[nid], self.contexts[nid] = app, Context(1, nid, {}, RecordDict(), {})
 
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
+    def push_messages(self, messages):
+        messages = list(messages)
+        if not messages or not isinstance(messages[0], Message):  # privfedstat's plain requests
+            return super().push_messages(messages)
+        ids = []
         for msg in messages:
             msg = copy.deepcopy(msg)  # on the wire each node gets its own copy (the mod pops the stage from it)
-            nid = msg.metadata.dst_node_id
+            nid, mid = msg.metadata.dst_node_id, f"s{next(self._ids)}"
+            ids.append(mid)
             stage = msg.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
             if stage == "collect_masked_vectors":
                 self.fits[nid] += 1
             if nid in self.drop and self.fits[nid] >= self.drop[nid]:
                 self.nodes.pop(nid, None)  # gone: no more replies to any request
                 continue
-            msg.metadata.__dict__["_message_id"] = f"s{len(replies)}-{nid}"
+            msg.metadata.__dict__["_message_id"] = mid
             reply = self.apps[nid](message=msg, context=self.contexts[nid])
             reply.metadata.__dict__["_src_node_id"] = nid
+            reply.metadata.__dict__["_reply_to_message_id"] = mid
             if stage == "collect_masked_vectors":
                 vec = reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
                 self.masked.append((nid, [bytes_to_ndarray(b) for b in vec]))
-            replies.append(reply)
-        return replies
+            self._out[mid] = reply
+        return ids
 
 
 @pytest.fixture(autouse=True)
