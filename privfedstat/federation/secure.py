@@ -11,7 +11,7 @@ to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The serve
 survivors' summed noise), and decodes the modular sum.
 
 In process the secure sum is emulated: the server receives every site's residue and adds them,
-the arithmetic of a deployment where a secure-aggregation protocol (Flower's SecAgg+) adds them
+the arithmetic of a Flower deployment, where SecAgg+ adds them (:mod:`privfedstat.flower.secagg`)
 instead and hands the server the sum alone. The ledger records what the protocol reveals (the
 sum), so the guarantee it states is the one towards a server that runs the protocol.
 

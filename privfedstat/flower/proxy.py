@@ -317,7 +317,8 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
     ``random_state`` they agree to the last bit. A network estimator sends its model's weights
     theta^(0) (public: the server's initial model), its loss's name and its batch size when the
     session opens; each node evaluates them on its own copy of the architecture
-    (:class:`~privfedstat.flower.client.ClientNode`'s ``model``).
+    (:class:`~privfedstat.flower.client.ClientNode`'s ``model``). With ``aggregation="secure"`` the
+    secure verbs' messages are summed by Flower's SecAgg+ (:mod:`~privfedstat.flower.secagg`).
     """
     from ..families import get_family
 

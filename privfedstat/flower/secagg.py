@@ -23,9 +23,10 @@ then gets the survivors' mean residue, and ``n`` times it modulo ``2^bits`` is t
 **Dropouts.** Every site holds a Shamir share of every other site's secrets (``num_shares`` = all
 sites asked) and ``reconstruction_threshold = min_surviving``: a site that drops before sending its
 masked vector is left out of the sum (its pairwise masks are reconstructed), and with fewer than
-``min_surviving`` survivors SecAgg+ halts without unmasking anything; the server then refuses the
-round (:class:`~privfedstat.federation.secure.SecureAggregationRefused`), as in process. A site
-that does not answer a stage within the fit's reply timeout has failed for the rest of the fit.
+``min_surviving`` survivors (or fewer than two: SecAgg+'s own floor) SecAgg+ halts without
+unmasking anything; the server then refuses the round
+(:class:`~privfedstat.federation.secure.SecureAggregationRefused`), as in process. A site that does
+not answer a stage within the fit's reply timeout has failed for the rest of the fit.
 
 **What the ledger sees.** A site's share record (sensitivity and noise sd of its integer message)
 follows from the public request (:func:`~privfedstat.federation.secure.share_release`), so the
@@ -187,7 +188,7 @@ def secure_exchange(link, verb: str, target: int, per_client: list[dict], spec: 
     workflow = SecAggPlusWorkflow(1.0, min(1.0, spec.min_surviving / max(len(live), 1)), max_weight=1.0,
                                   clipping_range=clip, quantization_range=target_range, modulus_range=MODULUS_RANGE,
                                   timeout=link.timeout)
-    if len(live) >= 2:  # SecAgg+ needs two sites; fewer cannot reach a secure sum (refused by secure_mean)
+    if len(live) >= max(2, spec.min_surviving):  # SecAgg+ needs two sites; fewer is refused by secure_mean
         workflow(_PolledGrid(link), context)
     position = {nid: i for i, nid in enumerate(link.nodes)}
     answered = np.zeros(m, dtype=bool)
