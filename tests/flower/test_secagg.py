@@ -101,7 +101,7 @@ def test_a_secure_fedsgd_through_secaggplus_equals_the_in_process_fit_and_the_se
 
     def tap(*args, **kwargs):
         out = inner(*args, **kwargs)
-        residues.append(out[0][0].copy())
+        residues.append((out[0][0].copy(), args[2]))  # the residue and the round's SkellamSpec
         return out
 
     monkeypatch.setattr(secure_mod, "privatize_integer", tap)
@@ -121,13 +121,16 @@ def test_a_secure_fedsgd_through_secaggplus_equals_the_in_process_fit_and_the_se
     # what the server received from each site in each round: a masked vector, never the site's residue
     rounds = PARAMS["n_iter"]
     assert len(grid.masked) == 4 * rounds and len(residues) == 4 * rounds
-    clip, _ = flower_ranges(skellam_spec(1.0, 1.0, 3, 1.0, 4, 4), 4)
     for k, (_, vec) in enumerate(grid.masked):
         weight, masked = vec[0], vec[1]
-        own = residues[k]
+        own, spec = residues[k]
+        clip, _ = flower_ranges(spec, 4)
         assert not np.array_equal(masked, own) and not np.array_equal(masked, own + clip)
         assert not np.any(np.isin(masked, [own, own + clip]).all()) and weight[0] != 2 * clip  # weight masked too
         assert masked.min() >= 0 and masked.max() < 2**32
+        # unmasked, the upload would be (2c, r_i + c) < 2^(bits+2) <= 2^22 here; masked it is uniform on [0, 2^32):
+        # all four entries below 2^24 has probability 2^-32
+        assert 2 * clip + own.max() < 2**22 and (np.concatenate([weight, masked]) >= 2**24).any()
 
 
 def test_a_site_dropping_mid_fit_is_left_out_of_the_secure_sums_and_its_survivors_are_accounted():
