@@ -5,9 +5,14 @@ data, d = ``--features``). One Flower run fits, after a warm-up fit, FedSGD with
 (each site's noisy gradient travels as one Message per round) and with ``aggregation="secure"`` (each
 round is one SecAgg+ round: setup with key generation, key sharing with Shamir shares, masked vectors,
 unmasking), alternating ``--repeats`` times. The time per round is the ServerApp's, from a fit's
-start to its end over its rounds plus the opening request (its progress stamps). Usage::
+start to its end over its rounds plus the opening request (its progress stamps).
 
-    python benchmarks/bench_secagg_flower.py [--sites 5] [--rounds 5] [--features 3] [--repeats 2]
+``--bytes``: instead, the bytes per site and round of both fits, without processes (the in-memory
+grid of tests/flower/_secagg_grid.py routes the same Messages to the nodes' ClientApps and counts
+their serialized contents, requests and replies; Flower's framing and HTTP headers are not counted).
+Usage::
+
+    python benchmarks/bench_secagg_flower.py [--sites 5] [--rounds 5] [--features 3] [--repeats 2] [--bytes]
 """
 
 from __future__ import annotations
@@ -16,8 +21,32 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
+
+
+def _bytes(sites: int, features: int, base: dict) -> None:
+    """Bytes per site and round, down (server to site) and up, of a local and a secure fit (in-memory grid)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "flower"))
+    from _secagg_grid import SecAggGrid, server_identity
+
+    from privfedstat import FederatedData, FedSGD
+    from privfedstat.flower import fit_on_grid
+    from privfedstat.flower.client import ClientNode, demo_dataset
+
+    server_identity()
+    data = demo_dataset("synthetic-logistic", sites, features)
+    print(f"{sites} sites, d = {features}, {base['n_iter']} rounds (+ the opening request)")
+    print("| aggregation | bytes down per site and round | bytes up per site and round |")
+    print("|---|---|---|")
+    for aggregation in ("local", "secure"):
+        nodes = {1000 + i: ClientNode(FederatedData.from_arrays([data.client(i)]), i, 0) for i in range(sites)}
+        grid = SecAggGrid(nodes)
+        fit_on_grid(FedSGD(**dict(base, aggregation=aggregation)), grid)
+        per = sites * (base["n_iter"] + 1)
+        print(f"| {aggregation} | {grid.sent / per:.0f} | {grid.received / per:.0f} |")
 
 
 def main() -> None:
@@ -26,12 +55,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--features", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--bytes", action="store_true", help="count bytes per round instead (no processes)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     from privfedstat.flower.launch import LocalFederation
 
     base = {"mu": 1.0, "clip": 1.0, "n_iter": args.rounds, "step_size": 0.5, "inference": None, "scaling": None,
             "random_state": 0}
+    if args.bytes:
+        _bytes(args.sites, args.features, base)
+        return
     fits = [{"estimator": "fedsgd", "params": dict(base, n_iter=2)}]
     for _ in range(args.repeats):
         fits += [{"estimator": "fedsgd", "params": dict(base, aggregation=a)} for a in ("local", "secure")]

@@ -1,26 +1,19 @@
 """aggregation="secure" on Flower: the secure verbs go through Flower's SecAgg+ (workflow and client mod), no processes.
 
-:class:`SecAggGrid` routes the ServerApp's messages to per-node ClientApps (the ``train`` handler of
+:class:`_secagg_grid.SecAggGrid` routes the ServerApp's messages to per-node ClientApps (the ``train`` handler of
 :mod:`privfedstat.flower.app`, wrapped in ``secaggplus_mod``, each with its own context) and keeps
-what the server receives. tests/flower/test_deployment.py runs the same over SuperLink and SuperNode
+what the server receives. tests/flower/test_secagg_deployment.py runs the same over SuperLink and SuperNode
 processes, with a node killed mid-fit.
 """
 
 from __future__ import annotations
-
-import copy
 
 import numpy as np
 import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from _fakegrid import FakeGrid  # noqa: E402
-from flwr.app import Context, Message, RecordDict  # noqa: E402
-from flwr.client.mod import secaggplus_mod  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.common import bytes_to_ndarray  # noqa: E402
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
+from _secagg_grid import SecAggGrid  # noqa: E402
 
 from privfedstat.algorithms.fedsgd import FedSGD  # noqa: E402
 from privfedstat.data.federated import FederatedData  # noqa: E402
@@ -29,50 +22,8 @@ from privfedstat.federation import secure as secure_mod  # noqa: E402
 from privfedstat.federation.secure import SecureAggregationRefused  # noqa: E402
 from privfedstat.flower import fit_on_grid  # noqa: E402
 from privfedstat.flower.client import ClientNode, demo_dataset  # noqa: E402
-from privfedstat.flower.secagg import flower_ranges, secure_train  # noqa: E402
+from privfedstat.flower.secagg import flower_ranges  # noqa: E402
 from privfedstat.privacy.secure_noise import skellam_spec  # noqa: E402
-
-
-class SecAggGrid(FakeGrid):
-    """FakeGrid that also carries Flower Messages to each node's ClientApp (the SecAgg+ rounds).
-
-    ``masked`` keeps every vector the server received in a collect-masked-vectors stage, by node id;
-    ``drop = {node_id: k}`` makes a node stop answering (every message) from its k-th SecAgg+ fit stage on.
-    """
-
-    def __init__(self, nodes: dict, drop: dict | None = None) -> None:
-        super().__init__(nodes)
-        self.apps, self.contexts, self.masked, self.drop = {}, {}, [], dict(drop or {})
-        self.fits = dict.fromkeys(nodes, 0)
-        for nid, node in nodes.items():
-            app = ClientApp()
-            app.train(mods=[secaggplus_mod])(lambda msg, ctx, node=node: secure_train(node, msg))
-            self.apps[nid], self.contexts[nid] = app, Context(1, nid, {}, RecordDict(), {})
-
-    def push_messages(self, messages):
-        messages = list(messages)
-        if not messages or not isinstance(messages[0], Message):  # privfedstat's plain requests
-            return super().push_messages(messages)
-        ids = []
-        for msg in messages:
-            msg = copy.deepcopy(msg)  # on the wire each node gets its own copy (the mod pops the stage from it)
-            nid, mid = msg.metadata.dst_node_id, f"s{next(self._ids)}"
-            ids.append(mid)
-            stage = msg.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
-            if stage == "collect_masked_vectors":
-                self.fits[nid] += 1
-            if nid in self.drop and self.fits[nid] >= self.drop[nid]:
-                self.nodes.pop(nid, None)  # gone: no more replies to any request
-                continue
-            msg.metadata.__dict__["_message_id"] = mid
-            reply = self.apps[nid](message=msg, context=self.contexts[nid])
-            reply.metadata.__dict__["_src_node_id"] = nid
-            reply.metadata.__dict__["_reply_to_message_id"] = mid
-            if stage == "collect_masked_vectors":
-                vec = reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
-                self.masked.append((nid, [bytes_to_ndarray(b) for b in vec]))
-            self._out[mid] = reply
-        return ids
 
 
 @pytest.fixture(autouse=True)
