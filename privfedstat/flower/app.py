@@ -39,7 +39,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from .client import ClientNode, error_reply, load_node
 from .proxy import fit_on_grid
-from .secagg import secure_train
+from .secagg import SecureVerbInTheClear, in_the_clear, secure_train
 
 __all__ = ["server_app", "client_app", "run_job", "make_estimator", "NETWORK_ESTIMATORS"]
 
@@ -62,6 +62,9 @@ def _query(msg: Message, context: Context) -> Message:
             node = _NODES[context.run_id] = load_node(context.node_config)
         except Exception as err:  # a wrong config or data file: the server raises its class, the node logs it
             return Message(error_reply(err), reply_to=msg)
+    if in_the_clear(msg.content):  # a secure verb travels only inside a SecAgg+ round (masked)
+        return Message(error_reply(SecureVerbInTheClear("secure verbs are answered inside SecAgg+ rounds only.")),
+                       reply_to=msg)
     return Message(node.handle(msg.content), reply_to=msg)
 
 

@@ -50,7 +50,8 @@ from ..federation.secure import share_release
 from ..privacy.secure_noise import SkellamSpec
 from .wire import decode_reply, decode_request, encode_request, expected_shape
 
-__all__ = ["SECURE_VERBS", "MODULUS_RANGE", "flower_ranges", "secure_exchange", "secure_train", "request_bytes"]
+__all__ = ["SECURE_VERBS", "MODULUS_RANGE", "SecureVerbInTheClear", "flower_ranges", "in_the_clear", "secure_exchange",
+           "secure_train", "request_bytes"]
 
 #: the verbs whose messages travel through SecAgg+ (their sum is all the server learns)
 SECURE_VERBS = frozenset({"secure_gradients", "secure_hessians"})
@@ -86,6 +87,20 @@ def _request_from_bytes(data: bytes) -> RecordDict:
     proto = ProtoRecordDict()
     proto.ParseFromString(data)
     return recorddict_from_proto(proto)
+
+
+class SecureVerbInTheClear(PermissionError):
+    """A secure verb asked over the plain Message path: the node would send its residue unmasked, so it refuses."""
+
+
+def in_the_clear(content: RecordDict) -> bool:
+    """Whether a plain request (a ``query`` Message's content) asks for a secure verb, which a node answers only
+    inside a SecAgg+ round (:func:`secure_train`): over the plain path its residue, with only its share of the
+    noise, would reach the server unmasked."""
+    try:
+        return str(content["message"]["head/verb"]) in SECURE_VERBS
+    except (KeyError, TypeError):
+        return False  # not a request: the node's own checks refuse it
 
 
 def secure_train(node, msg: Message) -> Message:

@@ -125,3 +125,23 @@ def test_secaggplus_ranges_refuse_a_modulus_it_cannot_carry():
     assert flower_ranges(spec, 10) == (2.0**spec.bits, 2 ** (spec.bits + 1))
     with pytest.raises(ValueError, match="30 bits"):
         flower_ranges(skellam_spec(1e-9, 10.0, 7, 0.3, 10, 10), 10)
+
+
+def test_a_node_refuses_a_secure_verb_asked_over_the_plain_message_path(monkeypatch):
+    """A server that asks for a secure verb outside SecAgg+ would get the site's residue unmasked: the node refuses."""
+    from flwr.app import Context, Message, RecordDict
+
+    from privfedstat.flower import app
+    from privfedstat.flower.wire import decode_reply, encode_request
+
+    data = demo_dataset("synthetic-logistic", 2)
+    node = ClientNode(FederatedData.from_arrays([data.client(0)]), 0, 5)
+    monkeypatch.setitem(app._NODES, 7, node)
+    spec = skellam_spec(1.0, 1.0, 3, 1.0, 2, 2)
+    request = encode_request("secure_gradients", "s", 0, {"theta": np.zeros(3), "clip": 1.0, "weights": 0.5,
+                                                         "sensitivity": 1.0, "spec": spec, "stage": "gradient"})
+    msg = Message(request, dst_node_id=1, message_type="query")
+    msg.metadata.__dict__["_message_id"] = "q1"
+    reply = app.client_app(message=msg, context=Context(7, 1, {}, RecordDict(), {}))
+    answer = decode_reply(reply.content, "secure_gradients", (3,))
+    assert answer.status == "error" and answer.error[0] == "SecureVerbInTheClear" and answer.values is None
