@@ -8,7 +8,8 @@ stream). On Flower that residue vector never travels in the clear: the server ru
 collection of masked vectors, unmasking; Flower's key agreement, Shamir shares and masks), driven by
 a strategy shim in a :class:`~flwr.server.compat.LegacyContext`, and each node answers through
 :func:`flwr.client.mod.secaggplus_mod` (the ClientApp's ``train`` handler, :func:`secure_train`).
-The server learns the modular sum of the survivors' residues and which sites are in it, nothing else.
+The server learns the modular sum of the survivors' residues and which sites are in it, nothing else;
+a node refuses a secure verb asked over the plain ``query`` path (:func:`in_the_clear`).
 
 **Exactness.** SecAgg+ weights a vector by ``num_examples / max_weight``, clips it to
 ``[-c, c]``, maps it affinely to ``[0, T]`` and rounds stochastically before masking modulo
