@@ -11,7 +11,7 @@ to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The serve
 survivors' summed noise), and decodes the modular sum.
 
 In process the secure sum is emulated: the server receives every site's residue and adds them,
-the arithmetic of a deployment where a secure-aggregation protocol (Flower's SecAgg+) adds them
+the arithmetic of a Flower deployment, where SecAgg+ adds them (:mod:`privfedstat.flower.secagg`)
 instead and hands the server the sum alone. The ledger records what the protocol reveals (the
 sum), so the guarantee it states is the one towards a server that runs the protocol.
 
@@ -32,7 +32,8 @@ from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
 from .clients import Reply
 from .verbs import Verb, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_count", "privatize_integer", "SecureAggregationRefused", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_count", "privatize_integer", "share_release", "SecureAggregationRefused",
+           "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -88,10 +89,18 @@ def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity,
     rngs = site_generators(noise)
     rounded = quantize(values, spec, rngs)
     residues = add_shares(rounded, spec, rngs)
-    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(values.shape[1])
-    rec = Release(stage, -1, "aggregated", sens, np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam)),
-                  integer=spec.noise(1))
-    return residues.astype(np.float64), rounded * spec.quantum, rec
+    return residues.astype(np.float64), rounded * spec.quantum, share_release(spec, sensitivity, values.shape[1], stage)
+
+
+def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered: np.ndarray | None = None) -> Release:
+    """The record of the sites' integer messages of ``dim`` coordinates: each site's sensitivity ``sensitivity[i]``
+    plus the rounding slack ``gamma sqrt(d)``, its share's sd ``gamma sqrt(2 lam)`` (zeros for sites outside
+    ``answered``). It follows from the public request: a Flower server builds it for the sites SecAgg+ summed."""
+    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(dim)
+    sigma = np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam))
+    if answered is not None:
+        sens, sigma = np.where(answered, sens, 0.0), np.where(answered, sigma, 0.0)
+    return Release(stage, -1, "aggregated", sens, sigma, integer=spec.noise(1))
 
 
 def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
@@ -113,6 +122,15 @@ register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secu
 register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
 
 
+def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
+    """The release of a secure sum: the survivors' sensitivities, the sd of their summed noise
+    ``gamma sqrt(2 n lam)`` (the sum of n Skellam shares is Skellam), from the reply's share record."""
+    share, answered = reply.releases[0], reply.answered
+    n = int(np.count_nonzero(answered))
+    sigma = np.where(answered, spec.quantum * np.sqrt(2.0 * spec.lam * n), 0.0)
+    return Release(share.stage, -1, "aggregated", share.sensitivity, sigma, integer=spec.noise(n))
+
+
 def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, **request) -> np.ndarray:
     """The weighted mean ``sum_i w_i s_i / sum_i w_i`` over the surviving sites, learnt through their secure sum.
 
@@ -127,10 +145,8 @@ def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, *
         raise SecureAggregationRefused(
             f"secure round {request.get('stage', verb)!r}: {n} site(s) answered, fewer than min_surviving = "
             f"{spec.min_surviving}; the sum is not unmasked (its noise would fall short of the declared guarantee).")
-    share = reply.releases[0]
-    summed = Release(share.stage, -1, "aggregated", share.sensitivity, np.where(answered, spec.quantum *
-                     np.sqrt(2.0 * spec.lam * n), 0.0), integer=spec.noise(n))
-    values = session.channel.receive(Reply(reply.values, (summed,), answered, reply.failed, reply.leak, reply.error),
+    values = session.channel.receive(Reply(reply.values, (summed_release(reply, spec),), answered, reply.failed,
+                                           reply.leak, reply.error),
                                      weights=answered.astype(np.float64))
     total = float(np.asarray(weights, dtype=np.float64)[answered].sum())
     if not total > 0:

@@ -33,11 +33,13 @@ import warnings
 from pathlib import Path
 
 from flwr.app import Context, Message
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from .client import ClientNode, error_reply, load_node
 from .proxy import fit_on_grid
+from .secagg import SecureVerbInTheClear, in_the_clear, secure_train
 
 __all__ = ["server_app", "client_app", "run_job", "make_estimator", "NETWORK_ESTIMATORS"]
 
@@ -60,7 +62,19 @@ def _query(msg: Message, context: Context) -> Message:
             node = _NODES[context.run_id] = load_node(context.node_config)
         except Exception as err:  # a wrong config or data file: the server raises its class, the node logs it
             return Message(error_reply(err), reply_to=msg)
+    if in_the_clear(msg.content):  # a secure verb travels only inside a SecAgg+ round (masked)
+        return Message(error_reply(SecureVerbInTheClear("secure verbs are answered inside SecAgg+ rounds only.")),
+                       reply_to=msg)
     return Message(node.handle(msg.content), reply_to=msg)
+
+
+@client_app.train(mods=[secaggplus_mod])
+def _train(msg: Message, context: Context) -> Message:
+    """A SecAgg+ round's fit stage: this node's secure message (:func:`~privfedstat.flower.secagg.secure_train`)."""
+    node = _NODES.get(context.run_id)
+    if node is None:
+        raise RuntimeError("a SecAgg+ round reached a node whose fit session is not open.")
+    return secure_train(node, msg)
 
 
 def _fast_object_pulls(poll: float = 0.1) -> None:

@@ -37,6 +37,7 @@ from ..federation import verbs
 from ..federation.clients import PUBLIC, InProcessClients, Reply
 from ..privacy.ledger import Release
 from .records import Spending, check_records
+from .secagg import SECURE_VERBS, secure_exchange
 from .wire import MAX_REPLY_BYTES, ClientReply, MalformedReplyError, decode_reply, encode_request, expected_shape, per_client_args
 
 __all__ = ["FlowerClients", "fit_on_grid"]
@@ -193,6 +194,10 @@ class FlowerClients:
                     own[name] = value[i].item()
             per_client.append(own)
         shape = expected_shape(verb, self.n_params, self.n_features, kwargs)
+        if verb in SECURE_VERBS:  # the sites' messages are summed by Flower's SecAgg+: the server holds the sum alone
+            reply = secure_exchange(self._link, verb, self._target, per_client, kwargs["spec"], shape)
+            self._link.spending.add_secure(reply, kwargs["spec"])
+            return reply
         before = self._link.failed.copy()
         replies = self._link.exchange(verb, self._target, per_client, shape)
         _raise_errors(replies, verb)
@@ -283,15 +288,11 @@ def fit_on_grid(estimator, grid, *, secure: bool | None = None, timeout: float =
     ``random_state`` they agree to the last bit. A network estimator sends its model's weights
     theta^(0) (public: the server's initial model), its loss's name and its batch size when the
     session opens; each node evaluates them on its own copy of the architecture
-    (:class:`~privfedstat.flower.client.ClientNode`'s ``model``).
+    (:class:`~privfedstat.flower.client.ClientNode`'s ``model``). With ``aggregation="secure"`` the
+    secure verbs' messages are summed by Flower's SecAgg+ (:mod:`~privfedstat.flower.secagg`).
     """
     from ..families import get_family
 
-    if getattr(estimator, "aggregation", "local") != "local":
-        raise NotImplementedError(
-            "aggregation='secure' is not carried over Flower yet: the server would receive every site's quantized "
-            "message with only its share of the noise, while the ledger states the guarantee of their sum. Fit with "
-            "aggregation='local' on Flower (secure aggregation runs in process only).")
     network = _network_spec(estimator)
     if network is None and getattr(estimator, "family", None) is None:
         raise TypeError(f"the Flower backend carries the GLM estimators and the networks of privfedstat.deep; "

@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ..federation import verbs
+from ..federation.secure import summed_release
 from .wire import ClientReply, MalformedReplyError
 
 __all__ = ["check_records", "check_calibration", "Spending"]
@@ -112,6 +113,7 @@ class Spending:
     def __init__(self, n_clients: int) -> None:
         self.squares = np.zeros(n_clients)  # sum over answered mechanisms of mu^2 (inf: one without noise)
         self.missed = np.zeros(n_clients, dtype=bool)  # sat out (silent) or failed in some releasing request
+        self.secure = False  # some request was a secure sum: noised for min_surviving sites, so more survivors spend less
 
     def add(self, replies: dict[int, ClientReply], per_client: list[dict], verb: str) -> None:
         """Book one checked request: each client that sent spends its mechanisms' ``mu^2``; any other misses it."""
@@ -128,16 +130,30 @@ class Spending:
             if asked > 0:
                 self.squares[i] += verbs.mechanisms(entry, kw) * mu**2
 
+    def add_secure(self, reply, spec) -> None:
+        """Book one secure request (SecAgg+): its share record is the server's own, built from the public request
+        (:func:`~privfedstat.federation.secure.share_release`), and each summed site spends the ``mu^2`` of the
+        sum's release (:func:`~privfedstat.federation.secure.summed_release`); a site left out of the sum misses it."""
+        answered = np.asarray(reply.answered, dtype=bool)
+        self.squares[answered] += summed_release(reply, spec).client_mu()[answered] ** 2
+        self.missed |= ~answered
+        self.secure = True
+
     def check(self, ledger, declared: float) -> None:
         """Refuse a fit whose ledger is not what the server asked for: per client, the ledger's mu must equal the
-        requests' (to :data:`RTOL`), and the declared ``mu`` for a client that answered every releasing request."""
+        requests' (to :data:`RTOL`), and the declared ``mu`` for a client that answered every releasing request (at
+        most the declared ``mu`` once a secure sum was booked: its noise is calibrated for ``min_surviving`` sites,
+        so a sum over more sites spends less)."""
         actual = np.asarray(ledger.client_mu, dtype=np.float64)
         asked = np.sqrt(self.squares)
         for i, (got, want) in enumerate(zip(actual, asked)):
             if not _same(got, want):
                 raise MalformedReplyError(f"client {i}'s ledger shows mu = {got:.6g}, but the server's requests to it "
                                           f"spend {want:.6g}: its nodes' release records do not add up.")
-            if not self.missed[i] and not _same(got, declared):
+            if self.secure and got > declared * (1 + RTOL):
+                raise MalformedReplyError(f"client {i}'s ledger shows mu = {got:.6g}, above the declared "
+                                          f"{declared:.6g}.")
+            if not self.missed[i] and not self.secure and not _same(got, declared):
                 raise MalformedReplyError(f"client {i} answered every request, but its ledger shows mu = {got:.6g}, not "
                                           f"the declared {declared:.6g}.")
 

@@ -50,6 +50,7 @@ FITS = {
     "gradients": (lambda: FedSGD(mu=2.0, n_iter=3, clip=1.0, inference=None, random_state=5), logistic),
     "count_at_most": (lambda: FedSGD(mu=2.0, n_iter=3, inference=None, random_state=5), logistic),
     "count_clipped": (lambda: FedSGD(mu=2.0, n_iter=3, clip=1.0, random_state=5), logistic),
+    "clipped_excess": (lambda: FedSGD(mu=2.0, n_iter=3, clip=1.0, random_state=5), logistic),
     "hessians": (lambda: FedIRLS(mu=2.0, n_rounds=2, clip=2.0, hessian_clip=2.0, random_state=5), logistic),
     "score_outer": (lambda: FedSGD(mu=2.0, n_iter=3, clip=1.0, inference="sandwich", random_state=5), logistic),
     "design_moments": (lambda: FedSGD(mu=2.0, n_iter=3, clip=1.0, inference="bootstrap", random_state=5), logistic),
@@ -104,7 +105,8 @@ def test_every_releasing_verb_of_the_table_is_driven_here():
     import privfedstat.deep  # noqa: F401  (registers the networks' verbs)
 
     releasing = {v for v in verbs.names() if verbs.get(v).release is not None}
-    # the secure verbs never travel as plain messages: fit_on_grid refuses aggregation="secure" outside SecAgg+
+    # the secure verbs travel through SecAgg+ only (a node refuses them in the clear) and their records are the
+    # server's own, built from the public request (tests/flower/test_secagg.py)
     assert releasing - set(FITS) - {"secure_gradients", "secure_hessians"} == {"head_newton_steps"}
     with pytest.raises(ValueError, match="does not carry it"):  # no reply shape: the wire refuses it outright
         expected_shape("head_newton_steps", 10, 3, {"mu": 1.0})

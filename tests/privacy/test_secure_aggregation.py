@@ -189,19 +189,6 @@ def test_summary_states_the_secure_guarantee_and_one_colluding_site():
     assert f"{est.privacy_.collusion_epsilon(1):.4g}" in text
 
 
-def test_flower_refuses_a_secure_fit_it_cannot_mask():
-    """Over Flower each site's residue would reach the server unmasked: refused before any message is sent."""
-    pytest.importorskip("flwr")
-    from privfedstat.flower import fit_on_grid
-
-    class NoGrid:
-        def get_node_ids(self):  # pragma: no cover - never reached
-            raise AssertionError("a message was about to be sent")
-
-    with pytest.raises(NotImplementedError, match="secure"):
-        fit_on_grid(FedSGD(aggregation="secure"), NoGrid())
-
-
 @pytest.mark.filterwarnings("ignore")
 def test_secure_mode_draws_the_shares_from_os_randomness():
     est = _fit(_data(), random_state=None, secure_mode=True)
