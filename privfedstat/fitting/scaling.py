@@ -299,9 +299,15 @@ class Scaler:
             n_zero = min(max(dev(atom), 0.0), n_total)  # deviations within the centre's resolution (an atom there)
             top = n_total - TOP_LEAN * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
-            s = private_grid_quantile(dev, grid, target)  # runs in every case: the budget is fixed in advance
-            clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
-            return centre, (s if clears_atom and s > lo else 1.0)
+            if n_zero + 2 * lean <= target:  # the deviations clear the centre's resolution (released counts)
+                s = private_grid_quantile(dev, grid, target)
+                return centre, (s if s > lo else 1.0)
+            if config.intercept is not None:  # the scale search's queries resolve the centre within its bracket
+                finer = np.linspace(centre - atom, centre, config.n_grid + 1)[1:]
+                centre = private_grid_quantile(count(key, None), finer, median_target)
+                return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
+            private_grid_quantile(dev, grid, target)  # spent in every case: the budget is fixed in advance
+            return centre, 1.0
 
         for j in cols:
             center[j], scale[j] = locate(j)

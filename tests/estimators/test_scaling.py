@@ -140,3 +140,24 @@ def test_fit_on_columns_scaled_by_1e12_and_1e_12(method):
     # at mu = 2 (N = 3000 over 10 sites) within a fraction of a unit of the MLE on the unscaled columns
     err = np.median([np.max(np.abs(back(e) - mle)) for e in private])
     assert err < 0.5, err
+
+
+def test_a_column_whose_spread_is_below_the_centres_first_resolution_is_centred_within_its_spread():
+    # calendar years 1990..1996 (issue 42): the coarse symmetric grid brackets the median in (1173, 2018] and its 16
+    # evenly spaced refine points step by 53 years, more than the column's range. Every deviation then lay within
+    # the centre's resolution (the "atom"), the scale search's result was discarded: the column stayed at
+    # year - 2018 with scale 1, nearly collinear with the intercept (a rare-outcome logistic fit 5.5 SE off). The
+    # scale search's queries now resolve the centre within that bracket instead (a step of 53 / 256 years).
+    rng = np.random.default_rng(5)
+    n, m = 26000, 6
+    year = np.round(rng.normal(1991 + np.repeat(np.arange(m), n // m), 1.0)).clip(1990, 1996)
+    X = np.column_stack([np.ones(n - n % m), year, rng.normal(45, 12, n - n % m)])
+    data = _federate(X, np.zeros(len(X)), m)
+    median = np.median(year)
+    for seed in range(10):
+        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 2.0)
+        assert abs(scaler.center[1] - median) <= 1.0, scaler.center
+        assert scaler.scale[1] == 1.0  # the refine spent the scale search's queries
+        assert 40 < scaler.center[2] < 50 and 10 < scaler.scale[2] < 30  # a column whose spread clears its centre
+    nearly_exact = private_scaler(PrivateStandardize(), data, lambda c, mu, s: c, 1e6)  # decisions lean by ~1e-4 rows
+    assert median <= nearly_exact.center[1] <= median + 53 / 256
