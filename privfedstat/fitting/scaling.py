@@ -111,6 +111,12 @@ class PrivateStandardize:
       returned any grid point down to 1e-11 (fits up to 1e10 SE from the MLE). Without the
       atom the scale is the magnitude of the non-zero values (1 for a binary column, 1e12 for
       a rare column on that scale);
+    * a column whose deviations nearly all lie within the centre's refine step (its spread below
+      the centre's resolution: calendar years, stepped by 53 years near 2000) is located again
+      inside that step: its scale search's log2(n_grid) queries, whose result would be discarded,
+      bisect the step on n_grid more points (a fifth of a year), and the scale stays 1. A centre
+      24 years above such a column made it nearly collinear with the intercept (a rare-outcome
+      logistic 5.5 SE from the MLE); see ``docs/algorithms/fedirls.md``;
     * the scale leans upwards: a scale far below the spread blows the column up and divides
       its coefficient's noise by ``s_j``, whereas a scale too large only shrinks the column
       (its coefficient towards 0).
@@ -299,15 +305,15 @@ class Scaler:
             n_zero = min(max(dev(atom), 0.0), n_total)  # deviations within the centre's resolution (an atom there)
             top = n_total - TOP_LEAN * lean  # reached reliably by the top of the data
             target = min(n_zero + config.quantile * (n_total - n_zero) + lean, top)
-            if n_zero + 2 * lean <= target:  # the deviations clear the centre's resolution (released counts)
-                s = private_grid_quantile(dev, grid, target)
-                return centre, (s if s > lo else 1.0)
-            if config.intercept is not None:  # the scale search's queries resolve the centre within its bracket
-                finer = np.linspace(centre - atom, centre, config.n_grid + 1)[1:]
-                centre = private_grid_quantile(count(key, None), finer, median_target)
-                return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
-            private_grid_quantile(dev, grid, target)  # spent in every case: the budget is fixed in advance
-            return centre, 1.0
+            clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
+            if clears_atom or config.intercept is None:
+                s = private_grid_quantile(dev, grid, target)  # runs without an intercept: the budget is fixed
+                return centre, (s if clears_atom and s > lo else 1.0)
+            # nearly every deviation lies within one step of the centre (a spread below the centre's resolution: years
+            # near 2000, 53-year steps): the scale search's queries, whose result would be discarded, bisect that step
+            finer = np.linspace(centre - atom, centre, config.n_grid + 1)[1:]
+            centre = private_grid_quantile(count(key, None), finer, median_target)
+            return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
 
         for j in cols:
             center[j], scale[j] = locate(j)
