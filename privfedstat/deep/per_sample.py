@@ -61,10 +61,12 @@ import math
 import warnings
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .._linalg import row_norms
 from .ghost import Call, Outer, Rows, batch_layout_modules, covered, ghost_layers, kept, layer_pieces, probe_batch, trace
 
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
@@ -235,7 +237,8 @@ class PerSampleGradients:
                 for k in self.names}
         scale = max(float(want[finite].max()), torch.finfo(torch.float64).tiny)
         gap = max(float((norms - want)[finite].abs().max()) / scale,
-                  math.sqrt(sum(float(torch.sum((total[k] - sums[k]) ** 2)) for k in self.names)) / scale)
+                  float(row_norms(np.concatenate([(total[k] - sums[k]).detach().cpu().numpy().ravel()
+                                                  for k in self.names])[None])[0]) / scale)
         if not (gap <= torch.finfo(next(iter(params.values())).dtype).eps ** 0.25 and torch.equal(
                 finite, torch.isfinite(norms))):  # NaN included
             suspects = batch_layout_modules(self.model)

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from ..exceptions import ClippingBiasWarning
 from ..federation.session import Session
@@ -44,6 +42,9 @@ def tolerated_bias(alpha: float) -> float:
     """The displacement b (in standard errors) at which a level-(1 - alpha) normal interval covers with probability
     ``1 - alpha - COVERAGE_LOSS``: ``Phi(z - b) - Phi(-z - b) = 1 - alpha - COVERAGE_LOSS``, z = Phi^-1(1 - alpha / 2)
     (0.415 SE for alpha = 0.05)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
     z = float(norm.ppf(1.0 - alpha / 2.0))
     target = 1.0 - alpha - COVERAGE_LOSS
     return float(brentq(lambda b: norm.cdf(z - b) - norm.cdf(-z - b) - target, 0.0, z))
@@ -104,6 +105,8 @@ class ClippingDisplacement:
 
 def _critical(alpha: float, p: int) -> float:
     """``Phi^-1(1 - alpha / (2 p))``: a displacement beyond this many noise sds in some coefficient is resolved."""
+    from scipy.stats import norm
+
     return float(norm.ppf(1.0 - alpha / (2.0 * p)))
 
 

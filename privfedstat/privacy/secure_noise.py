@@ -174,7 +174,7 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
     lam = (l2 / mu) ** 2 / 2.0 / k
     log_term = math.log(2.0 * d / WRAP_PROBABILITY)
-    tail = log_term / 3.0 + math.sqrt(log_term**2 / 9.0 + 4.0 * log_term * m * lam)
+    tail = log_term / 3.0 + math.sqrt(log_term * (log_term / 9.0 + 4.0 * m * lam))
     reach = m * (bound / quantum + 1.0) + tail
     bits = max(2, math.ceil(math.log2(reach + 1.0)) + 1)
     if bits > MAX_BITS:

@@ -52,7 +52,7 @@ def test_from_pooled_split_iid_and_validation():
     np.testing.assert_array_equal(iid.to_numpy()[0], again.to_numpy()[0])
     capped = TensorFederatedData.split_iid(X, y, 4, n_per_client=2, random_state=1)
     assert capped.sizes.tolist() == [2] * 4 and len(set(capped.targets.tolist())) <= 4
-    with pytest.raises(ValueError, match="need more rows"):
+    with pytest.raises(ValueError, match="4 clients of 3 rows need 12 rows, more than the 10 given"):
         TensorFederatedData.split_iid(X, y, 4, n_per_client=3)
     with pytest.raises(ValueError, match="NaN"):
         TensorFederatedData.from_pooled(torch.full((2, 1), math.nan), torch.zeros(2, dtype=torch.int64), sizes=[2])
