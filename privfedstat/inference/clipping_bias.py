@@ -148,9 +148,9 @@ def note(found: ClippingDisplacement) -> str:
     if found.widening is not None:
         return (f"clipping at B moves the estimate by up to {worst:.2g} standard errors (+- {noise:.2g}; measured up to "
                 f"B' = {found.outer:.3g}): the intervals include that displacement and its noise")
-    return (f"the clipping displacement measured up to B' = {found.outer:.3g} is within its noise (up to {worst:.2g} +- "
-            f"{noise:.2g} standard errors); displacements below about {3 * noise:.2g} standard errors are not resolved "
-            "at this budget")
+    return (f"no displacement by clipping was found, but at this budget the measurement (clipped excess up to B' = "
+            f"{found.outer:.3g}) is coarse: its noise is {noise:.2g} standard errors, so one below about {3 * noise:.2g} "
+            f"would go unseen (the largest measured, {worst:.2g}, is within that noise)")
 
 
 def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:
@@ -190,12 +190,13 @@ def warn_clipping(estimator, inference) -> None:
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction
+    location = getattr(getattr(estimator, "family_", None), "location", True)  # a response that can be rescaled
+    rescale = "the response or covariates (e.g. a Gaussian response to unit scale)" if location else "the covariates"
     warnings.warn(
         f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
         f"estimate (B = {estimator.clip_ if hasattr(estimator, 'clip_') else float('nan'):.3g}): it solves the clipped "
-        "equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale the "
-        "response or covariates (e.g. a Gaussian response to unit scale), raise clip (or AutoClip's "
-        "pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
+        f"equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale {rescale}, "
+        "raise clip (or AutoClip's pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
         ClippingBiasWarning,
         stacklevel=4,
     )

@@ -406,7 +406,8 @@ class FittedResults:
                     unit = getattr(getattr(self, "scaler_", None), "response_scale", 1.0) ** 2
                     phi, sd = phi * unit, sd * unit
                 key = "Scale" if self.family_.has_dispersion else "Pearson dispersion"
-                header[key] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum)" if sd > 0 else "")
+                capped = "" if self.family_.has_dispersion else "; each row's term capped, so a lower bound"
+                header[key] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum{capped})" if sd > 0 else "")
             a = result.alpha if alpha is None else alpha
             ci = result.conf_int(a)
             stat = "t" if result.df is not None and np.any(np.isfinite(result.df)) else "z"  # Student's t where used

@@ -46,6 +46,11 @@ def test_tiny_sites_warn_with_the_minimum_size():
     small = simulate("logistic", [10] * 30, [0.3, -0.8, 0.6], seed=4)
     with pytest.warns(PrivacyNoiseWarning, match="at least n = 15 rows"):
         FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(small)
+    mixed = simulate("logistic", [200, 10, 200], [0.3, -0.8, 0.6], seed=4)
+    with pytest.warns(PrivacyNoiseWarning, match="too small") as caught:  # names which site and whose mu it was
+        FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(mixed)
+    text = next(str(w.message) for w in caught if "too small" in str(w.message))
+    assert "site #1 counting from 0 in sorted-label order, n = 10" in text and "(of mu = 1;" in text
     big = simulate("logistic", [15] * 30, [0.3, -0.8, 0.6], seed=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
