@@ -160,13 +160,18 @@ def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:
         return
     j = int(idx[np.argmax(np.abs(found.in_se[idx]))])
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
+    if getattr(getattr(estimator, "family_", None), "location", True):  # a response that can be skewed and rescaled
+        cause = "a skewed or heavy-tailed response, or a few gross values"
+        remedy = "raise clip, rescale or transform the response (e.g. its log), or use a robust family (family='huber')"
+    else:  # binary, count or class responses: the large gradients come from the covariates
+        cause = "covariate values far from the rest (large ||x||), or a clip too small for the covariates' scale"
+        remedy = "raise clip, or rescale or cap the covariates (scaling=)"
     warnings.warn(
         f"clipping moves the {estimator.method} estimate: for {shown} the clipped root lies about "
         f"{abs(found.in_se[j]):.2g} standard errors (+- {found.noise_in_se[j]:.2g}, a private measurement at the estimate) "
         f"from the root of the equation clipped at B' = {found.outer:.3g} (B = {found.clip:.3g}), more than the "
-        f"{found.tolerated:.2g} its intervals tolerate: a skewed or heavy-tailed response, or a few gross values. The "
-        "intervals were widened by that displacement; for the unclipped (MLE / OLS) target raise clip, rescale or "
-        "transform the response (e.g. its log), or use a robust family (family='huber').",
+        f"{found.tolerated:.2g} its intervals tolerate: {cause}. The intervals were widened by that displacement; for "
+        f"the unclipped (MLE / OLS) target {remedy}.",
         ClippingBiasWarning,
         stacklevel=5,
     )

@@ -38,3 +38,25 @@ def test_the_clipping_warning_of_a_binary_response_does_not_advise_rescaling_the
         FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(data)  # 40% of the gradients clipped at B = 1
     text = next(str(w.message) for w in caught if w.category is ClippingBiasWarning and "clipped at" in str(w.message))
     assert "Rescale the covariates," in text and "response" not in text.split("Rescale")[1]
+
+
+def test_a_displacement_warning_gives_causes_and_remedies_of_the_family():
+    import warnings
+
+    from privfedstat import ClippingBiasWarning
+    from privfedstat.families import get_family
+    from privfedstat.inference.clipping_bias import warn_displacement
+
+    class Fit:
+        method = "FedIRLS"
+
+    found = _found([0.5, -6.0, 1.0], [1.0, 1.0, 1.0], [False, True, False])
+    for family, cause, absent in [("logistic", "covariate values far from the rest", "response"),
+                                  ("gaussian", "skewed or heavy-tailed response", "covariate values far")]:
+        fit = Fit()
+        fit.family_ = get_family(family)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_displacement(fit, found, ["a", "b", "c"])
+        text = str(caught[0].message)
+        assert caught[0].category is ClippingBiasWarning and cause in text and absent not in text
