@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import types
 from typing import TYPE_CHECKING
 
@@ -413,7 +414,7 @@ class FittedResults:
             stat = "t" if result.df is not None and np.any(np.isfinite(result.df)) else "z"  # Student's t where used
             coefs["std err"], coefs[stat], coefs[f"P>|{stat}|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
-            notes += result.notes
+            notes += [_named_note(note, names) for note in result.notes]
         if plan is not None:
             header["Privacy share of variance"] = privacy_share_row(
                 None if result is None else result.privacy_share, plan.frame["privacy_share"].to_numpy())
@@ -457,3 +458,14 @@ class FittedResults:
         equations = [f"{response}={c}" for c in classes[1:]]
         index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
         return index, response, classes
+
+
+def _named_note(note: str, names: pd.Index) -> str:
+    """An inference note that lists coefficients by position (``[2, 3] (original order)``: the inference knows no
+    names) with their names as the summary's table shows them."""
+    match = re.search(r"\[([\d, ]*)\] \(original order\)", note)
+    if match is None:
+        return note
+    labels = [" ".join(map(str, name)) if isinstance(name, tuple) else str(name) for name in names]
+    shown = ", ".join(labels[int(k)] for k in match[1].split(","))
+    return note[:match.start()] + shown + note[match.end():]
