@@ -279,8 +279,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
             tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
                 f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of "
-                f"{est.method}: the protocol's noise sd there is at least {sd:.3g} (fitting scale), "
-                f"above the sampling-SE proxy {se_shown:.3g}{tail}. "
+                f"{est.method}: the protocol's noise sd there is at least {sd:.3g}, {sd / se_shown:.2g} times a public "
+                f"proxy of the sampling standard error ({se_shown:.3g}; both on the standardised scale the fit works "
+                f"on){tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
                 stacklevel=4,
