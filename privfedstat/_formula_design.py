@@ -327,9 +327,12 @@ def _check_declared(mm, declared: dict[str, list], columns: pd.Index) -> None:
                     "categories, or a column named in glm(levels=...)) and use the column in the formula."
                 )
             if col not in declared:
+                inline = (" Levels written inside the formula (C(..., levels=[...])) are not a declaration: declare "
+                          "them once, in glm(levels=...) or a pandas Categorical." if "levels" in expr else "")
                 raise ValueError(
                     f"column {col!r} is categorical, and with finite mu its levels must be declared, not read "
                     f"from the data (a row with a rare level would add a coefficient): {_DECLARE_HINT.format(col=col)}."
+                    + inline
                 )
             if list(state["categories"]) != list(declared[col]):
                 raise ValueError(

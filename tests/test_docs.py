@@ -31,7 +31,8 @@ def test_every_page_is_reached_from_the_index():
 #: the pages whose ```python blocks the tests run (each alone; tests/_doc_blocks.py); pages added to
 #: docs/guide/ or docs/algorithms/ join this list when their blocks are complete programs
 RUN_PAGES = ["getting_started.md", "guide/privacy_budget.md", "guide/inference.md", "guide/formulas.md",
-             "guide/planning.md", "guide/estimators.md", "guide/sklearn.md", "guide/networks.md", "guide/papers.md"]
+             "guide/planning.md", "guide/estimators.md", "guide/sklearn.md", "guide/networks.md", "guide/papers.md",
+             "guide/secure-aggregation.md"]
 
 
 def _doc_blocks():

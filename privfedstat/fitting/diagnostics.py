@@ -279,8 +279,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
             tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
                 f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of "
-                f"{est.method}: the protocol's noise sd there is at least {sd:.3g} (fitting scale), "
-                f"above the sampling-SE proxy {se_shown:.3g}{tail}. "
+                f"{est.method}: the protocol's noise sd there is at least {sd:.3g}, {sd / se_shown:.2g} times a public "
+                f"proxy of the sampling standard error ({se_shown:.3g}; both on the standardised scale the fit works "
+                f"on){tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
                 stacklevel=4,
@@ -288,7 +289,8 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
         bad, n_min = undersized_clients(session.ledger, session.sizes)
         if bad.size:
             warnings.warn(
-                f"{bad.size} site(s) are too small for mu = {setup.mu:.3g} with {est.method} (e.g. site {int(bad[0])}, "
+                f"{bad.size} site(s) are too small for the mu = {setup.mu:.3g} that {est.method}'s estimation rounds get "
+                f"(of mu = {getattr(est, 'mu', setup.mu):.3g}; e.g. site #{int(bad[0])} counting from 0 in sorted-label order, "
                 f"n = {int(session.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
                 "at these settings; merge small sites, increase mu, or use fewer rounds.",
                 PrivacyNoiseWarning,
@@ -407,12 +409,13 @@ def warn_overdispersion(estimator, phi: float, sd: float) -> None:
     estimating equation unbiased but make the model-based variance ``H^-1 / N`` too small by about the
     dispersion: the intervals are then too narrow for the truth, as statsmodels' are on the same data.
     """
-    noise = f" (+- {sd:.2g}, a private sum)" if sd > 0 else ""
+    private = sd > 0  # a private sum of capped squared Pearson residuals: below the uncapped dispersion
+    value = f"at least {phi:.3g} (+- {sd:.2g}; a private sum, each row's term capped)" if private else f"{phi:.3g}"
     warnings.warn(
-        f"the Pearson dispersion of this {estimator.family_.name} fit is {phi:.3g}{noise}, where the model has 1: the "
+        f"the Pearson dispersion of this {estimator.family_.name} fit is {value}, where the model has 1: the "
         "counts vary more than the model allows, so its model-based standard errors and intervals are too narrow "
-        f"(by about sqrt({phi:.3g}) = {math.sqrt(phi):.2g} times, more for some coefficients). Refit with "
-        "inference=Inference(cov_type='sandwich'), which does not assume the variance, or model the extra "
+        f"(by about sqrt({phi:.3g}) = {math.sqrt(phi):.2g} times{' or more' if private else ''}, more for some "
+        "coefficients). Refit with inference='sandwich', which does not assume the variance, or model the extra "
         "variation.",
         OverdispersionWarning,
         stacklevel=4,

@@ -151,9 +151,9 @@ def note(found: ClippingDisplacement) -> str:
     if found.widening is not None:
         return (f"clipping at B moves the estimate by up to {worst:.2g} standard errors (+- {noise:.2g}; measured up to "
                 f"B' = {found.outer:.3g}): the intervals include that displacement and its noise")
-    return (f"the clipping displacement measured up to B' = {found.outer:.3g} is within its noise (up to {worst:.2g} +- "
-            f"{noise:.2g} standard errors); displacements below about {3 * noise:.2g} standard errors are not resolved "
-            "at this budget")
+    return (f"no displacement by clipping was found, but at this budget the measurement (clipped excess up to B' = "
+            f"{found.outer:.3g}) is coarse: its noise is {noise:.2g} standard errors, so one below about {3 * noise:.2g} "
+            f"would go unseen (the largest measured, {worst:.2g}, is within that noise)")
 
 
 def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:
@@ -163,13 +163,18 @@ def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:
         return
     j = int(idx[np.argmax(np.abs(found.in_se[idx]))])
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
+    if getattr(getattr(estimator, "family_", None), "location", True):  # a response that can be skewed and rescaled
+        cause = "a skewed or heavy-tailed response, or a few gross values"
+        remedy = "raise clip, rescale or transform the response (e.g. its log), or use a robust family (family='huber')"
+    else:  # binary, count or class responses: the large gradients come from the covariates
+        cause = "covariate values far from the rest (large ||x||), or a clip too small for the covariates' scale"
+        remedy = "raise clip, or rescale or cap the covariates (scaling=)"
     warnings.warn(
         f"clipping moves the {estimator.method} estimate: for {shown} the clipped root lies about "
         f"{abs(found.in_se[j]):.2g} standard errors (+- {found.noise_in_se[j]:.2g}, a private measurement at the estimate) "
         f"from the root of the equation clipped at B' = {found.outer:.3g} (B = {found.clip:.3g}), more than the "
-        f"{found.tolerated:.2g} its intervals tolerate: a skewed or heavy-tailed response, or a few gross values. The "
-        "intervals were widened by that displacement; for the unclipped (MLE / OLS) target raise clip, rescale or "
-        "transform the response (e.g. its log), or use a robust family (family='huber').",
+        f"{found.tolerated:.2g} its intervals tolerate: {cause}. The intervals were widened by that displacement; for "
+        f"the unclipped (MLE / OLS) target {remedy}.",
         ClippingBiasWarning,
         stacklevel=5,
     )
@@ -193,12 +198,13 @@ def warn_clipping(estimator, inference) -> None:
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction
+    location = getattr(getattr(estimator, "family_", None), "location", True)  # a response that can be rescaled
+    rescale = "the response or covariates (e.g. a Gaussian response to unit scale)" if location else "the covariates"
     warnings.warn(
         f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
         f"estimate (B = {estimator.clip_ if hasattr(estimator, 'clip_') else float('nan'):.3g}): it solves the clipped "
-        "equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale the "
-        "response or covariates (e.g. a Gaussian response to unit scale), raise clip (or AutoClip's "
-        "pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
+        f"equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale {rescale}, "
+        "raise clip (or AutoClip's pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
         ClippingBiasWarning,
         stacklevel=4,
     )

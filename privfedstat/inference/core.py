@@ -254,10 +254,11 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-dispersion")
         mu_rest *= math.sqrt(1.0 - DISPERSION_SHARE) if finite else 1.0
         if cov_type == "model" and overdispersed(dispersion):
-            notes.append(f"Pearson dispersion {dispersion[0]:.3g} (+- {dispersion[1]:.2g}; 1 under the model): the "
-                         f"counts vary more than the {session.clients.family.name} law allows, so the model-based "
-                         "sampling variances are too small (by about that factor); cov_type='sandwich' does not "
-                         "assume the law")
+            capped = f"at least {dispersion[0]:.3g} (+- {dispersion[1]:.2g}, each row's term capped)" if finite \
+                else f"{dispersion[0]:.3g}"
+            notes.append(f"Pearson dispersion {capped}; 1 under the model: the counts vary more than the "
+                         f"{session.clients.family.name} law allows, so the model-based sampling variances are too "
+                         "small (by about that factor); inference='sandwich' does not assume the law")
     if clipped is not None:  # the clipped excess at the estimate (clipping_bias.measure, after the covariance)
         mu_excess = math.sqrt(clipping_bias.EXCESS_SHARE) * mu_rest
         mu_rest *= math.sqrt(1.0 - clipping_bias.EXCESS_SHARE)
@@ -287,8 +288,9 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T
     df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p)) if finite else None
     if df is not None and np.any(np.isfinite(df)):
-        notes.append(f"intervals and p-values use Student's t with the degrees of freedom of the released noise in "
-                     f"their variances (smallest {np.min(df):.3g})")
+        smallest = float(np.min(df))  # written out (2330, not 2.33e+03)
+        notes.append("intervals and p-values use Student's t with the degrees of freedom of the released noise in "
+                     f"their variances (smallest {smallest:{'.3g' if smallest < 1000 else '.0f'}})")
     clip_text = ("per-row curvature unclipped" if math.isinf(C_H)
                  else f"per-row curvature clipped at {C_H:.3g} ({bound_text})")
     corrected = ", corrected for the noise in its inverse" if correct and not more else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import types
 from typing import TYPE_CHECKING
 
@@ -406,13 +407,14 @@ class FittedResults:
                     unit = getattr(getattr(self, "scaler_", None), "response_scale", 1.0) ** 2
                     phi, sd = phi * unit, sd * unit
                 key = "Scale" if self.family_.has_dispersion else "Pearson dispersion"
-                header[key] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum)" if sd > 0 else "")
+                capped = "" if self.family_.has_dispersion else "; each row's term capped, so a lower bound"
+                header[key] = f"{phi:.4g}" + (f" (+- {sd:.2g}, private sum{capped})" if sd > 0 else "")
             a = result.alpha if alpha is None else alpha
             ci = result.conf_int(a)
             stat = "t" if result.df is not None and np.any(np.isfinite(result.df)) else "z"  # Student's t where used
             coefs["std err"], coefs[stat], coefs[f"P>|{stat}|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
-            notes += result.notes
+            notes += [_named_note(note, names) for note in result.notes]
         if plan is not None:
             header["Privacy share of variance"] = privacy_share_row(
                 None if result is None else result.privacy_share, plan.frame["privacy_share"].to_numpy())
@@ -456,3 +458,14 @@ class FittedResults:
         equations = [f"{response}={c}" for c in classes[1:]]
         index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
         return index, response, classes
+
+
+def _named_note(note: str, names: pd.Index) -> str:
+    """An inference note that lists coefficients by position (``[2, 3] (original order)``: the inference knows no
+    names) with their names as the summary's table shows them."""
+    match = re.search(r"\[([\d, ]*)\] \(original order\)", note)
+    if match is None:
+        return note
+    labels = [" ".join(map(str, name)) if isinstance(name, tuple) else str(name) for name in names]
+    shown = ", ".join(labels[int(k)] for k in match[1].split(","))
+    return note[:match.start()] + shown + note[match.end():]

@@ -46,6 +46,11 @@ def test_tiny_sites_warn_with_the_minimum_size():
     small = simulate("logistic", [10] * 30, [0.3, -0.8, 0.6], seed=4)
     with pytest.warns(PrivacyNoiseWarning, match="at least n = 15 rows"):
         FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(small)
+    mixed = simulate("logistic", [200, 10, 200], [0.3, -0.8, 0.6], seed=4)
+    with pytest.warns(PrivacyNoiseWarning, match="too small") as caught:  # names which site and whose mu it was
+        FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(mixed)
+    text = next(str(w.message) for w in caught if "too small" in str(w.message))
+    assert "site #1 counting from 0 in sorted-label order, n = 10" in text and "(of mu = 1;" in text
     big = simulate("logistic", [15] * 30, [0.3, -0.8, 0.6], seed=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -121,3 +126,10 @@ def test_privacy_share_warning_reads_the_inference_split():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not warn_privacy_share(fit, dataclasses.replace(inf, cov_sampling=S, cov_privacy=0.9 * S))
+
+
+def test_noise_dominance_is_stated_as_a_ratio_not_in_fitting_scale_units():
+    data = simulate("logistic", [200] * 5, [0.3, -0.8, 0.6], seed=5)
+    with pytest.warns(PrivacyNoiseWarning, match="times a public proxy of the sampling standard error") as caught:
+        FedSGD(mu=0.5, n_iter=50, clip=1.0, random_state=0).fit(data)
+    assert not any("(fitting scale)" in str(w.message) for w in caught)

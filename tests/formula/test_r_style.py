@@ -70,6 +70,18 @@ def test_private_string_response_needs_declared_levels(fair):
     assert list(fit.summary().to_frame().columns)[1:3] == ["std err", "t"]  # Student's t with finite mu
 
 
+
+def test_levels_written_in_the_formula_are_said_not_to_declare(fair):
+    """mlmRev's Contraception, as a user wrote it: C(livch, levels=[...]) in the formula with finite mu is refused
+    (one way to declare), and the message says why the levels already written there do not count."""
+    df = fair.assign(kids=np.where(fair["children"] > 2, "3+", "0-2"))
+    with pytest.raises(ValueError, match=r"inside the formula \(C\(..., levels=\[...\]\)\) are not a declaration"):
+        glm("y ~ age + C(kids, levels=['0-2', '3+'])", df, client="site", family="binomial", mu=2, random_state=0)
+    with pytest.raises(ValueError, match="must be declared") as plain:
+        glm("y ~ age + kids", df, client="site", family="binomial", mu=2, random_state=0)
+    assert "inside the formula" not in str(plain.value)
+
+
 def test_a_logistic_fit_refuses_three_levels(fair):
     df = fair.assign(affair=np.where(fair["affairs"] > 1, "often", fair["affair"]))
     with pytest.raises(ValueError, match="two levels"):

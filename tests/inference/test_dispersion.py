@@ -108,3 +108,21 @@ def test_a_fit_short_of_the_optimum_does_not_blame_the_counts():
         est = FedIRLS(family="poisson", mu=4.0, max_step=0.05, random_state=0).fit(data)
     assert est.converged_ is False and est.inference_.dispersion[0] > 3.5
     assert not [w for w in caught if w.category is OverdispersionWarning]
+
+
+def test_a_private_dispersion_is_reported_as_a_lower_bound_with_the_remedy_glm_takes():
+    """Each row's squared Pearson residual is capped, so the released dispersion sits below the uncapped one
+    (Ecdat OFP, 4 regions, mu = 8: 5.3 +- 0.1 against 6.85 at the MLE): the warning, the note and the summary say
+    "at least", the remedy is a value of the ``inference`` parameter, and the note's degrees of freedom are written
+    out (not 2.33e+03)."""
+    data = _negative_binomial(8000, 4, 8.0, seed=3)
+    est, warned = _fit(data, 8.0, 0)
+    ref = sm.GLM(data.y, data.X, family=sm.families.Poisson()).fit()
+    phi, sd = est.inference_.dispersion
+    assert phi + 3 * sd < ref.pearson_chi2 / ref.df_resid  # the cap bites: the private value is a lower bound
+    assert len(warned) == 1 and "at least" in str(warned[0].message)
+    assert "inference='sandwich'" in str(warned[0].message) and "cov_type" not in str(warned[0].message)
+    assert "lower bound" in est.summary().header["Pearson dispersion"]
+    assert any("Pearson dispersion at least" in n for n in est.inference_.notes)
+    df_note = next(n for n in est.inference_.notes if "Student's t" in n)
+    assert np.min(est.inference_.df) > 1000 and "e+" not in df_note

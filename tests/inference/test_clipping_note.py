@@ -1,0 +1,62 @@
+"""The summary's note on a clipping displacement the budget could not resolve: its conclusion first, in words."""
+
+import numpy as np
+
+from privfedstat.inference.clipping_bias import ClippingDisplacement, note, tolerated_bias
+
+
+def _found(delta_in_se, noise_in_se, resolved):
+    se = np.array([0.3, 0.03, 0.01])
+    delta, sd = np.asarray(delta_in_se) * se, np.asarray(noise_in_se) * se
+    return ClippingDisplacement(delta, np.diag(sd**2), se, np.asarray(resolved), tolerated_bias(0.05), 7.2, 14.4)
+
+
+def test_an_unresolved_displacement_says_nothing_was_found_and_how_coarse_the_look_was():
+    # the README's fair fit at mu = 2: 2.1 +- 3.6 SE, not resolved (the old note led with "up to 2.1 +- 3.6 standard
+    # errors", which reads as a measured bias of two standard errors)
+    text = note(_found([0.5, -2.1, 1.0], [3.6, 3.0, 2.0], [False] * 3))
+    assert text.startswith("no displacement by clipping was found")
+    assert "noise is 3.6 standard errors" in text and "below about 11 would go unseen" in text
+    assert "B' = 14.4" in text and "2.1" in text
+
+
+def test_a_resolved_displacement_says_the_intervals_include_it():
+    text = note(_found([0.5, -6.0, 1.0], [1.0, 1.0, 1.0], [False, True, False]))
+    assert text.startswith("clipping at B moves the estimate by up to 6") and "include" in text
+
+
+def test_the_clipping_warning_of_a_binary_response_does_not_advise_rescaling_the_response():
+    import warnings
+
+    from conftest import simulate
+
+    from privfedstat import ClippingBiasWarning, FedSGD
+
+    data = simulate("logistic", [10] * 30, [0.3, -0.8, 0.6], seed=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(data)  # 40% of the gradients clipped at B = 1
+    text = next(str(w.message) for w in caught if w.category is ClippingBiasWarning and "clipped at" in str(w.message))
+    assert "Rescale the covariates," in text and "response" not in text.split("Rescale")[1]
+
+
+def test_a_displacement_warning_gives_causes_and_remedies_of_the_family():
+    import warnings
+
+    from privfedstat import ClippingBiasWarning
+    from privfedstat.families import get_family
+    from privfedstat.inference.clipping_bias import warn_displacement
+
+    class Fit:
+        method = "FedIRLS"
+
+    found = _found([0.5, -6.0, 1.0], [1.0, 1.0, 1.0], [False, True, False])
+    for family, cause, absent in [("logistic", "covariate values far from the rest", "response"),
+                                  ("gaussian", "skewed or heavy-tailed response", "covariate values far")]:
+        fit = Fit()
+        fit.family_ = get_family(family)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_displacement(fit, found, ["a", "b", "c"])
+        text = str(caught[0].message)
+        assert caught[0].category is ClippingBiasWarning and cause in text and absent not in text
