@@ -27,9 +27,10 @@ import numpy as np
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
+from ..inference.config import DIAGNOSTIC_ALPHA
 from ..privacy.calibration import aggregated_noise_sd
 
-__all__ = ["SCORE_SHARE", "ALPHA", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
+__all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
            "scored", "released_sd", "NOISE_SDS", "score_spent", "gradient_steps", "away"]
 
@@ -37,11 +38,6 @@ __all__ = ["SCORE_SHARE", "ALPHA", "TOL_SE", "Score", "Verdict", "release_score"
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
 #: sampling sd, which resolves a distance of about 4 sampling SEs (docs/guide/convergence.md)
 SCORE_SHARE = 0.1
-#: level of the score test of a converged fit (its chi-square and, per coefficient, its Bonferroni margin): one fit
-#: in a thousand that converged by the noise model is told it did not. 0.01 flagged 3 of 25 FedIRLS fits at mu = 2
-#: and 8 that sat within 1.6 MLE SEs of the MLE (p = 0.004-0.0095: the protocol's privacy covariance is a
-#: linearisation, up to 1.5 times too small in sd on real data); a tiny step gives p < 1e-5
-ALPHA = 0.001
 #: the least coverage a 95% interval may keep (the lower end of the package's coverage target, 93-97%)
 LEAST_COVERAGE = 0.93
 
@@ -85,7 +81,7 @@ class Verdict:
     Attributes
     ----------
     converged : bool
-        ``p_value > ALPHA``, or no coefficient's distance less its noise margin exceeds ``TOL_SE`` SEs.
+        ``p_value > DIAGNOSTIC_ALPHA``, or no coefficient's distance less its noise margin exceeds ``TOL_SE`` SEs.
     statistic, dof, p_value : float, int, float
         ``delta^T V^-1 delta`` with V the noise covariance of delta under convergence, its degrees of freedom
         and the chi-square tail.
@@ -117,8 +113,8 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
           cov_privacy: np.ndarray | None) -> Verdict:
     """The score test: ``delta = G H^-1 g`` (G = ``to_original``) against ``V = s^2 G H^-2 G^T + cov_privacy``,
     and its size in the standard errors ``sqrt(diag(cov))``; coefficients whose variance is withheld (NaN) are
-    left out. Not converged when the chi-square test rejects at ``ALPHA`` and some ``|delta_j|``, less
-    ``z_(1 - ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``: a distance the released values show beyond
+    left out. Not converged when the chi-square test rejects at ``DIAGNOSTIC_ALPHA`` and some ``|delta_j|``, less
+    ``z_(1 - DIAGNOSTIC_ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``: a distance the released values show beyond
     their noise, coefficient by coefficient (Bonferroni), and large enough to move an interval's coverage.
     (The margin keeps a fit whose release noise alone puts the root several SEs away from being flagged for it.)"""
     Hinv = np.linalg.inv(H)
@@ -138,10 +134,10 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     safe = np.where(keep, se, 1.0)
     z = np.where(keep, np.abs(delta) / safe, 0.0)
     # the distance less its noise at the Bonferroni level: what the released values show beyond doubt
-    margin = NormalDist().inv_cdf(1.0 - ALPHA / (2.0 * dof)) * np.sqrt(np.maximum(np.diag(V), 0.0))
+    margin = NormalDist().inv_cdf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * dof)) * np.sqrt(np.maximum(np.diag(V), 0.0))
     shown = np.where(keep, (np.abs(delta) - margin) / safe, -np.inf)
     j = int(np.argmax(z))
-    return Verdict(p_value > ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
+    return Verdict(p_value > DIAGNOSTIC_ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
 
 
 def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
@@ -354,7 +350,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
 
         statistic = float(score.gradient @ score.gradient) / score.sd**2
         p_value = float(chi2.sf(statistic, score.gradient.size))
-        if p_value <= ALPHA and away(run.path, score.gradient):
+        if p_value <= DIAGNOSTIC_ALPHA and away(run.path, score.gradient):
             raise divergence(est, f"the curvature released at its estimate is within {NOISE_SDS:g} noise sds of "
                                   "zero in every direction (every fitted value saturated) while the score released "
                                   f"there is not zero (chi-square {statistic:.3g} on {score.gradient.size} df, "

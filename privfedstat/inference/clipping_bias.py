@@ -22,6 +22,7 @@ import numpy as np
 from ..exceptions import ClippingBiasWarning
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd
+from .config import DIAGNOSTIC_ALPHA
 
 __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WARN", "tolerated_bias", "outer_bound",
            "measure", "note", "warn_clipping", "warn_displacement"]
@@ -113,7 +114,8 @@ def _critical(alpha: float, p: int) -> float:
 def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
     """B' of the measurement: ``B + Delta`` with ``Delta = B max(1, b* / (z max_j n_j))``, where ``n_j = B unit_sd_j`` is
     the noise sd, in standard errors, of coefficient j's displacement measured over a window of width B (it grows
-    in proportion to the window), b* = :func:`tolerated_bias` and z the resolution's critical value.
+    in proportion to the window), b* = :func:`tolerated_bias` and z the resolution's critical value at
+    :data:`~privfedstat.inference.config.DIAGNOSTIC_ALPHA`.
 
     The widest window whose measurement still resolves the tolerated displacement, and at least B (the fit's own
     gradient sensitivity ``2 B / n_i``): a narrower window sees the same clipped rows with the same signal to noise
@@ -121,7 +123,7 @@ def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
     the displacement in noise. At a large budget the window reaches far values (a gross value), at a small one it is
     B wide (public: post-processing of public sizes and budgets and released matrices)."""
     p = unit_sd.size
-    widest = tolerated_bias(alpha) / (_critical(alpha, p) * clip * float(np.max(unit_sd)))
+    widest = tolerated_bias(alpha) / (_critical(DIAGNOSTIC_ALPHA, p) * clip * float(np.max(unit_sd)))
     return clip * (1.0 + max(1.0, widest))
 
 
@@ -140,7 +142,7 @@ def measure(session: Session, theta: np.ndarray, clip: float, J: np.ndarray, G: 
                      stage=stage)
     s_e = aggregated_noise_sd(sens, mu, weights)
     delta, noise = M @ np.ravel(e), s_e**2 * (M @ M.T)
-    resolved = np.abs(delta) > _critical(alpha, delta.size) * np.sqrt(np.diag(noise))
+    resolved = np.abs(delta) > _critical(DIAGNOSTIC_ALPHA, delta.size) * np.sqrt(np.diag(noise))
     return ClippingDisplacement(delta, noise, se, resolved, tolerated_bias(alpha), clip, outer)
 
 

@@ -15,6 +15,7 @@ from scipy.stats import norm
 
 from privfedstat import ClippingBiasWarning, ConvergenceWarning, FederatedData, FedIRLS, glm
 from privfedstat.inference.clipping_bias import COVERAGE_LOSS, outer_bound, tolerated_bias
+from privfedstat.inference.config import DIAGNOSTIC_ALPHA
 from privfedstat.privacy.clipping import AutoClip
 
 RARE_FORMULA = "y ~ year + age + sex + C(grp)"
@@ -156,7 +157,7 @@ def test_the_tolerated_displacement_costs_the_coverage_band():
 
 def test_the_window_is_the_widest_that_resolves_the_tolerated_displacement():
     """At least B wide; wider in proportion to the budget (the noise per unit width falls as 1 / mu)."""
-    b, z = tolerated_bias(0.05), norm.ppf(1 - 0.05 / 6)
+    b, z = tolerated_bias(0.05), norm.ppf(1 - DIAGNOSTIC_ALPHA / 6)  # resolved at the diagnostics' level
     assert outer_bound(2.0, np.full(3, 1.0), 0.05) == 4.0  # 1 SE of noise per unit width: B wide
     wide = outer_bound(2.0, np.full(3, 1e-3), 0.05)
     assert wide == pytest.approx(2.0 * (1 + b / (z * 2.0 * 1e-3)))
