@@ -199,7 +199,11 @@ def remedy(est, cause: str) -> str:
                 "(a coefficient grows without bound): drop or merge the separating column(s) or categories, or fit a "
                 "penalised model (glm(..., penalty='elasticnet', alpha=..., l1_ratio=0), a ridge penalty).")
     if cause == "oscillating":
-        auto = " or step_size='auto'" if "auto" in _accepted(est, "step_size") else ""
+        if step == "auto":  # eta = 1 / (kappa d) assumes columns of mean square about 1
+            scale = " (scaling='private')" if "scaling" in params else ""
+            return ("step_size='auto' assumes columns on the unit scale (mean square about 1): standardise them"
+                    f"{scale}, or give a smaller numeric step_size.")
+        auto = " or step_size='auto' (with columns on the unit scale)" if "auto" in _accepted(est, "step_size") else ""
         return f"Lower step_size (now {step!r}){auto}." if step is not None else "Check the data's scale."
     parts = []
     newton = est.method in ("FedIRLS", "FedNewton")

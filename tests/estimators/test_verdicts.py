@@ -11,7 +11,7 @@ import pytest
 import statsmodels.api as sm
 from conftest import simulate
 
-from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, glm
+from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedSGD, glm
 from privfedstat.fitting.verdict import TOL_SE, Score, judge
 
 INF = math.inf
@@ -126,3 +126,15 @@ def test_every_remedy_names_parameters_the_estimator_has():
         iterative = params & {"n_iter", "n_rounds", "n_server_iter"}
         assert not iterative or named & iterative, (spec.name, text)
     assert "n_iter" not in glm.__doc__.split("**params")[1].split("FedSGD")[0]
+
+
+def test_an_auto_step_on_columns_far_from_the_unit_scale_names_the_scaling_remedy():
+    """step_size='auto' is 1 / (kappa d) for columns of mean square about 1; at level 100 (scikit-learn's check
+    data, no intercept) the path goes back and forth: the error says to standardise, not to set 'auto' again."""
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(loc=100, size=(100, 2)), rng.randint(0, 2, 100).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"standardise them \(scaling='private'\)"):
+            FedSGD(n_iter=5, random_state=0).fit(X, y)
+        FedSGD(n_iter=5, scaling="private", random_state=0).fit(X, y)  # the remedy works
