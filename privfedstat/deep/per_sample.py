@@ -233,12 +233,10 @@ class PerSampleGradients:
         if not bool(finite.any()):
             self._to_vmap("the probe's per-sample gradients on synthetic rows are not finite")
             return key
-        sums = {k: torch.tensordot(finite.to(torch.float64), torch.nan_to_num(alone[k].to(torch.float64)), dims=1)
-                for k in self.names}
-        scale = max(float(want[finite].max()), torch.finfo(torch.float64).tiny)
-        gap = max(float((norms - want)[finite].abs().max()) / scale,
-                  float(row_norms(np.concatenate([(total[k] - sums[k]).detach().cpu().numpy().ravel()
-                                                  for k in self.names])[None])[0]) / scale)
+        scale, w = max(float(want[finite].max()), torch.finfo(torch.float64).tiny), finite.to(torch.float64)
+        diff = np.concatenate([(total[k] - torch.tensordot(w, torch.nan_to_num(alone[k].to(torch.float64)), dims=1))
+                               .detach().cpu().numpy().ravel() for k in self.names])  # batched sum - sum of singles
+        gap = max(float((norms - want)[finite].abs().max()), float(row_norms(diff[None])[0])) / scale
         if not (gap <= torch.finfo(next(iter(params.values())).dtype).eps ** 0.25 and torch.equal(
                 finite, torch.isfinite(norms))):  # NaN included
             suspects = batch_layout_modules(self.model)
