@@ -107,6 +107,10 @@ class Run:
         The noise standard deviation per coordinate that the last server update
         (``path[-1] - path[-2]``) carries, used to judge convergence; None if unknown (then
         ``converged_`` is only judged with mu = inf).
+    update_noise_sds : ndarray of shape (len(path) - 1,) or None
+        Where a protocol's rounds release with different noise, the noise sd (largest over coordinates) of each
+        update ``path[k + 1] - path[k]``; the oscillation check compares a window of updates with the noise of those
+        updates. None: every update carries ``update_noise_sd``.
     hessian : ndarray of shape (n_params, n_params) or None
         The server's aggregated released Hessian of the last round (before any eigenvalue
         floor), for protocols that release one; checked for ill-conditioning.
@@ -141,6 +145,7 @@ class Run:
     n_iter: int
     noise_sd: float | np.ndarray = 0.0
     update_noise_sd: float | None = None
+    update_noise_sds: np.ndarray | None = None
     hessian: np.ndarray | None = None
     noise_model: object | None = None
     weights: np.ndarray | None = None

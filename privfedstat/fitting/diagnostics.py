@@ -137,6 +137,22 @@ def oscillation(path: list[np.ndarray], k: int) -> tuple[float, float]:
     return float(np.sum(steps[1:] * steps[:-1])) / energy, float(np.max(np.sqrt(np.mean(steps * steps, axis=0))))
 
 
+def last_period(path: list[np.ndarray], run: Run, update_sd) -> tuple[float, float]:
+    """The size of the path's last two updates (one period of a 2-cycle: root-mean-square, largest over coordinates)
+    and their noise sd (root-mean-square of each update's own, ``run.update_noise_sds``, else ``update_sd``).
+
+    A step rule that overshoots by a factor ``kappa`` multiplies the error by ``1 - kappa`` a round: for
+    ``kappa < 2`` the updates alternate in sign but shrink into their noise (the path converges and the score at
+    the estimate judges it), for ``kappa >= 2`` they do not. Only the second is back and forth at the end, and
+    only its last period's size, against that period's own noise, tells them apart (earlier rounds of a refine
+    phase carry more noise and still carry the travel from the located point)."""
+    steps = np.diff(np.asarray([np.ravel(p) for p in path[-3:]]), axis=0)
+    size = float(np.max(np.sqrt(np.mean(steps * steps, axis=0)))) if steps.size else 0.0
+    if run.update_noise_sds is None or update_sd is None:
+        return size, 0.0 if update_sd is None else float(np.max(update_sd))
+    return size, float(np.sqrt(np.mean(np.asarray(run.update_noise_sds)[-2:] ** 2)))
+
+
 def hessian_condition(H: np.ndarray) -> float:
     """Condition number ``lambda_max / lambda_min`` of a symmetric matrix (inf if not positive definite)."""
     vals = np.linalg.eigvalsh(0.5 * (H + H.T))
@@ -211,8 +227,9 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
             converged = bool(np.all(drift <= SETTLED_SE * se))
     correlation, size = oscillation(path, max(k, min(len(path) - 1, 8)))
     exact = exact_score(session, setup.clip, theta) if not finite and glm else None
+    last_size, last_sd = last_period(path, run, update_sd) if finite else (size, 0.0)
     diverged = exact is None and (correlation < -OSCILLATION_CORRELATION and update_sd is not None
-                                  and size > OSCILLATION_NOISE_SDS * float(np.max(update_sd))
+                                  and last_size > OSCILLATION_NOISE_SDS * last_sd
                                   and (finite or converged is False))
     if score_pending and converged is False:
         converged = None  # the update sizes are superseded by the score released at the estimate
@@ -221,7 +238,8 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
                                        correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
     elif diverged:
         converged = False
-        noise = f", far above their noise ({float(np.max(update_sd)):.3g})" if finite else ""
+        noise = f", far above their noise ({last_sd:.3g})" if finite else ""
+        size = last_size
         if gradient_steps(run.noise_model):  # the step size sends the path back and forth: no estimate to return
             raise divergence(est, f"its last updates point back and forth (lag-1 correlation {correlation:.2f}) with "
                                   f"a size of {size:.3g} (fitting scale){noise}; clipping only keeps them bounded.")

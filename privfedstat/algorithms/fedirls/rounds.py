@@ -176,13 +176,14 @@ class _Rounds:
                                 np.concatenate([ph.hessian_var for ph in phases]) * scales**2,
                                 np.concatenate([ph.floors for ph in phases]) * scales, float(self.schedule.step_size),
                                 newton, self.basis, self.basis_from)
-        noise_sd, update_noise_sd = _noise(self.schedule.step_size, newton,
-                                           np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
+        noise_sd, update_noise_sd, update_noise_sds = _noise(self.schedule.step_size, newton,
+                                                             np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
         steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
                             damped(self.H, phases[-1].floors, self.schedule.damped_kept))
         return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
-                   update_noise_sd=update_noise_sd, hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
+                   update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
+                   hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
                    weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
                    basis=self.change, newton=steps)
 
@@ -236,16 +237,19 @@ def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, fl
 
 
 def _noise(step_size: float, H_floored: np.ndarray, gradient_sd: np.ndarray, basis: np.ndarray | None = None
-           ) -> tuple[np.ndarray, float]:
-    """Noise sd of the estimate and of the last update, per coordinate of theta (for the diagnostics).
+           ) -> tuple[np.ndarray, float, np.ndarray]:
+    """Noise sd of the estimate, of the last update and of every update (largest over coordinates of theta).
 
     The last step adds ``eta H^{-1} xi_R`` (sd ``s_R sqrt(diag(H^{-2}))`` for gradient noise of
     sd s_R per coordinate; with the rounds in phi, ``theta = basis phi``, the step in theta is
-    ``eta basis H^{-1} xi_R``); the last update also removes the noise that round R - 1 left.
+    ``eta basis H^{-1} xi_R``); the last update also removes the noise that round R - 1 left. Update r carries
+    ``sqrt(s_(r-1)^2 + s_r^2)`` through the same matrix (the last one's: an approximation for the earlier rounds,
+    whose rounds' shares, and so their noise, differ).
     """
     M = np.linalg.inv(H_floored) if basis is None else basis @ np.linalg.inv(H_floored)
     scale = step_size * np.sqrt(np.sum(M**2, axis=1))
-    return gradient_sd[-1] * scale, float(np.max(np.sqrt(np.sum(gradient_sd[-2:] ** 2)) * scale))
+    pairs = np.sqrt(gradient_sd**2 + np.concatenate([[0.0], gradient_sd[:-1]]) ** 2) * float(np.max(scale))
+    return gradient_sd[-1] * scale, float(pairs[-1]), pairs
 
 
 def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarray, float]:
