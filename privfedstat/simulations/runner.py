@@ -15,6 +15,7 @@ appended to a CSV file so that an interrupted study resumes where it stopped.
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import time
 import warnings
@@ -27,6 +28,7 @@ import pandas as pd
 
 from ..algorithms import registry
 from ..data.federated import FederatedData
+from ..exceptions import DivergenceError
 from ..fitting.base import FederatedEstimator
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
@@ -190,29 +192,35 @@ class Measure:
 
 
 def mse_rows(scenario: Scenario, rep: int, data: FederatedData, fits: list[Fit]) -> list[dict]:
-    """The rows of the MSE studies: one per method (squared error, communication, privacy, time)."""
+    """The rows of the MSE studies: one per method (squared error, communication, privacy, time); a fit that
+    diverged (:class:`~privfedstat.DivergenceError`) gives NaN and its ``error``, so summaries count it apart."""
     beta = scenario.design.beta_true
     sizes = data.sizes
-    return [{
-        **scenario.columns(),
-        "n_mean": float(sizes.mean()),
-        "N": int(sizes.sum()),
-        "method": f.method,
-        "rep": rep,
-        "mse": f.estimator.mse(beta),
-        "rounds": f.estimator.communication_.rounds,
-        "floats_per_client": f.estimator.communication_.floats_per_client,
-        "total_floats": f.estimator.communication_.total_floats,
-        "clip": f.estimator.clip_,
-        "client_mu": f.estimator.privacy_.mu,
-        "converged": f.estimator.converged_,
-        "private": f.estimator.privacy_.is_private,
-        "seconds": f.seconds,
-    } for f in fits]
+    rows = []
+    for f in fits:
+        est = f.estimator
+        rows.append({
+            **scenario.columns(),
+            "n_mean": float(sizes.mean()),
+            "N": int(sizes.sum()),
+            "method": f.method,
+            "rep": rep,
+            "mse": est.mse(beta) if est is not None else math.nan,
+            "rounds": est.communication_.rounds if est is not None else math.nan,
+            "floats_per_client": est.communication_.floats_per_client if est is not None else math.nan,
+            "total_floats": est.communication_.total_floats if est is not None else math.nan,
+            "clip": est.clip_ if est is not None else math.nan,
+            "client_mu": est.privacy_.mu if est is not None else math.nan,
+            "converged": est.converged_ if est is not None else False,
+            "private": est.privacy_.is_private if est is not None else math.nan,
+            "seconds": f.seconds,
+            "error": f.error or "",
+        })
+    return rows
 
 
 #: the Section 4 studies: MSE of the paper's settings (:func:`make_estimator`), one row per method
-MSE = Measure("mse", METHODS, make_estimator, mse_rows)
+MSE = Measure("mse", METHODS, make_estimator, mse_rows, tolerate=(DivergenceError,))
 
 
 def _hash(text: str) -> int:
@@ -416,5 +424,6 @@ def summarise(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     g = df.groupby(by + ["method"], sort=False, dropna=False)["mse"]
     out = g.agg(mean_mse="mean", sd="std", reps="count").reset_index()
     out["se"] = out["sd"] / np.sqrt(out["reps"])
+    out["diverged"] = g.size().to_numpy() - out["reps"].to_numpy()  # fits that raised DivergenceError (NaN MSE)
     return out.drop(columns="sd")
 

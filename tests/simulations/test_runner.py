@@ -112,3 +112,22 @@ def test_plot_into_given_axes():
     assert plot_grid(df, study, axes=axes) is fig
     with pytest.raises(ValueError, match="need 2 axes"):
         plot_grid(df, study, axes=axes[:1])
+
+
+def test_a_diverged_fit_is_a_row_with_its_error_and_the_summary_counts_it():
+    """The Section 4 studies keep running when a paper setting diverges (``reproduce fig13`` stopped on FedHybrid's
+    DivergenceError): the row has NaN MSE and the error, the summary's mean is over the others and counts it."""
+    from privfedstat import DivergenceError
+    from privfedstat.simulations.runner import MSE, _fit, mse_rows
+
+    class Diverging:
+        def fit(self, data):
+            raise DivergenceError("its last updates point back and forth")
+
+    data = SCEN[0].design.sample(SCEN[0].allocation.sizes(SCEN[0].n_clients, np.random.default_rng(0)), np.random.default_rng(1))
+    fit = _fit("FedHybrid", Diverging(), data, MSE.tolerate)
+    (row,) = mse_rows(SCEN[0], 0, data, [fit])
+    assert np.isnan(row["mse"]) and row["error"].startswith("DivergenceError: its last updates")
+    df = pd.DataFrame([{"family": "logistic", "method": "FedHybrid", "mse": m} for m in (0.1, 0.3, np.nan)])
+    s = summarise(df, ["family"]).iloc[0]
+    assert s["reps"] == 2 and s["diverged"] == 1 and s["mean_mse"] == pytest.approx(0.2)
