@@ -34,10 +34,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import machine_info, update_results  # noqa: E402
 
-from privfedstat.exceptions import DivergenceError  # noqa: E402
 from privfedstat.simulations import GLMDesign, MonteCarlo  # noqa: E402
 from privfedstat.simulations.allocations import Equal, FixedTotal  # noqa: E402
-from privfedstat.simulations.runner import METHODS, Fit, Measure, Scenario, make_estimator  # noqa: E402
+from privfedstat.simulations.runner import METHODS, MSE, Scenario  # noqa: E402
 
 HEADING = "## Section 4 findings (benchmarks/bench_section4_findings.py)"
 TABLE = Path(__file__).resolve().parent / "section4_findings.md"
@@ -106,19 +105,6 @@ CLAIMS = [
     ("Poisson: FedNewton beats FedAvg, m = 100, n = 400 (Fig. 6)", "pair", ("P m100 n400", "FedNewton", "FedAvg")),
     ("Poisson: FedNewton < FedAvg at m = 400, N = 20000 (Fig. 16)", "pair", ("P N20000 m400", "FedNewton", "FedAvg")),
 ]
-
-
-def rows(scenario: Scenario, rep: int, data, fits: list[Fit]) -> list[dict]:
-    """One row per method: its squared error, NaN where the fit diverged (``error`` says why)."""
-    beta = scenario.design.beta_true
-    return [{**scenario.columns(), "method": f.method, "rep": rep,
-             "mse": f.estimator.mse(beta) if f.estimator is not None else math.nan,
-             "clip": f.estimator.clip_ if f.estimator is not None else math.nan,
-             "error": f.error or "", "seconds": f.seconds} for f in fits]
-
-
-#: the MSE studies' estimators, divergence recorded instead of stopping the run
-MEASURE = Measure("findings", METHODS, make_estimator, rows, tolerate=(DivergenceError,))
 
 
 def scenarios(config: str) -> dict[str, Scenario]:
@@ -197,7 +183,7 @@ def run(reps: int, jobs: int, out: Path, configs=None, progress: bool = True) ->
     for config in configs or tuple(CONFIGS):
         t0 = time.perf_counter()
         results[config] = MonteCarlo(list(scenarios(config).values()), n_reps=reps, n_jobs=jobs, progress=progress,
-                                     out=out / f"{config}.csv", measure=MEASURE).run()
+                                     out=out / f"{config}.csv", measure=MSE).run()
         spent[config] = spent.get(config, 0.0) + time.perf_counter() - t0
         print(f"{config}: {time.perf_counter() - t0:.1f} s", flush=True)
     timings.write_text(json.dumps(spent))
