@@ -10,7 +10,7 @@ messages and floats sent. The server never sees a client's data, only replies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -114,9 +114,8 @@ class Channel:
         if self.on_receive is not None:
             self.on_receive()
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
-        for rec in reply.releases:
-            self.ledger.record(replace(rec, round=self.rounds, weights=w if rec.kind == "aggregated" else None,
-                                       sampling_rate=sampling_rate, noise_multiplier=noise_multiplier))
+        self.ledger.record_reply(reply.releases, round=self.rounds, weights=w, sampling_rate=sampling_rate,
+                                 noise_multiplier=noise_multiplier)
         if reply.leak is not None:
             self.ledger.add_leak(reply.leak)
         if sent:

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -125,20 +125,29 @@ class Release:
 
     def client_mu(self) -> np.ndarray:
         """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.where(self.sensitivity == 0, 0.0, self.sensitivity / self.sigma)
-        return np.where(np.isnan(mu), np.inf, mu)
+        return _client_mu(self.sensitivity, self.sigma)
 
     def third_party_mu(self) -> np.ndarray:
         """Per-client GDP parameter towards an observer of the published aggregate."""
         if self.kind != "aggregated" or self.integer is not None:  # a secure sum: everyone sees the same sum
             return self.client_mu()
-        w = self.weights
-        noise_sd = safe_norm(w * self.sigma)
-        shift = np.abs(w) * self.sensitivity
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.where(shift == 0, 0.0, shift / noise_sd)
-        return np.where(np.isnan(mu), np.inf, mu)
+        return _aggregate_mu(self.sensitivity, self.sigma, self.weights)
+
+
+def _client_mu(sensitivity: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """``Delta_i / sigma_i`` (0 where Delta_i = 0, inf where sigma_i = 0 < Delta_i)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.where(sensitivity == 0, 0.0, sensitivity / sigma)
+    return np.where(np.isnan(mu), np.inf, mu)
+
+
+def _aggregate_mu(sensitivity: np.ndarray, sigma: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``w_i Delta_i / sqrt(sum_j w_j^2 sigma_j^2)``: each client's mu towards an observer of the weighted sum."""
+    noise_sd = safe_norm(weights * sigma)
+    shift = np.abs(weights) * sensitivity
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.where(shift == 0, 0.0, shift / noise_sd)
+    return np.where(np.isnan(mu), np.inf, mu)
 
 
 class PrivacyLedger:
@@ -159,53 +168,105 @@ class PrivacyLedger:
         self.n_clients = int(n_clients)
         self.secure_mode = bool(secure_mode)
         self._entries: list[_Entry] = []
-        self._recent: list[np.ndarray] = []  # the last distinct dense vectors stored, newest first
+        self._recent: dict[bytes, _Column] = {}  # the last distinct dense vectors stored (their bytes), newest last
+        self._composition: dict[tuple, tuple] = {}  # (stored vectors' ids, kind, ...) -> their (mu^2, tp^2, max mu)
         self.leaks: list[str] = []
         # running sums of squared per-release mu (GDP composition), kept up to date by record()
         self._mu2 = np.zeros(self.n_clients)
         self._tp2 = np.zeros(self.n_clients)
 
+    def __getstate__(self) -> dict:
+        """The ledger without its caches (the recent vectors' bytes, the composed mu per stored vectors): a copy or
+        a pickle holds each stored vector once; it shares no vector of its own later releases with earlier ones."""
+        return {**self.__dict__, "_recent": {}, "_composition": {}}
+
     # ------------------------------------------------------------------ recording
     def record(self, release: Release) -> None:
         """Append a release (arrays are validated against ``n_clients``)."""
+        self._record(release, release.round, release.weights, release.sampling_rate, release.noise_multiplier)
+
+    def record_reply(self, releases: Sequence[Release], *, round: int, weights: np.ndarray | None,
+                     sampling_rate: float = 1.0, noise_multiplier: float | None = None) -> None:
+        """Append the releases of one reply as the server received them: in ``round``, the "aggregated" ones to be
+        aggregated with ``weights`` (the "local" ones without), at Poisson rate ``sampling_rate`` and with the
+        top-up's ``noise_multiplier``; the same as :meth:`record` of each release with these fields replaced."""
+        for rel in releases:
+            self._record(rel, round, weights if rel.kind == "aggregated" else None, sampling_rate, noise_multiplier)
+
+    def _record(self, release: Release, round: int, weights: np.ndarray | None, sampling_rate: float,
+                noise_multiplier: float | None) -> None:
+        """:meth:`record` of ``release`` with its round, weights, sampling rate and noise multiplier replaced."""
+        n = self.n_clients
         for name in ("sensitivity", "sigma"):
             a = getattr(release, name)
-            if a.shape != (self.n_clients,) or not (a >= 0).all():  # also rejects NaN
-                raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
-        if release.kind not in ("aggregated", "local"):
-            raise ValueError(f"unknown release kind {release.kind!r}.")
+            if a.shape != (n,) or not (a >= 0).all():  # also rejects NaN
+                raise ValueError(f"release {name} must be {n} non-negative numbers.")
+        kind = release.kind
+        if kind not in ("aggregated", "local"):
+            raise ValueError(f"unknown release kind {kind!r}.")
         if release.unit not in UNITS:
             raise ValueError(f"unknown privacy unit {release.unit!r}; one of {UNITS}.")
-        if not 0 < release.sampling_rate <= 1:
-            raise ValueError(f"a release's sampling rate must lie in (0, 1], got {release.sampling_rate!r}.")
-        if release.kind == "aggregated" and (release.weights is None or release.weights.shape != (self.n_clients,)):
+        if not 0 < sampling_rate <= 1:
+            raise ValueError(f"a release's sampling rate must lie in (0, 1], got {sampling_rate!r}.")
+        if kind == "aggregated" and (weights is None or weights.shape != (n,)):
             raise ValueError("an aggregated release needs one server weight per client.")
-        cm = release.client_mu()
-        w = release.weights
-        self._entries.append(_Entry(replace(release, sensitivity=None, sigma=None, weights=None),
-                                    self._store(release.sensitivity), self._store(release.sigma),
-                                    None if w is None else self._store(w), float(np.max(cm, initial=0.0))))
-        self._mu2 += cm * cm
-        tp = cm if release.kind == "local" else release.third_party_mu()
-        self._tp2 += tp * tp
+        sens, sigma = self._store(release.sensitivity), self._store(release.sigma)
+        w = None if weights is None else self._store(weights)
+        mu2, tp2, mu_max = self._composed(release, weights, sens, sigma, w)
+        self._entries.append(_Entry(self._labels(release, round, sampling_rate, noise_multiplier), sens, sigma, w,
+                                    mu_max))
+        self._mu2 += mu2
+        self._tp2 += tp2
+
+    def _labels(self, release: Release, round: int, sampling_rate: float, noise_multiplier: float | None) -> Release:
+        """The release's labels (a :class:`Release` without vectors): the last ones stored when they are equal (the
+        releases of one reply share them)."""
+        last = self._entries[-1].labels if self._entries else None
+        if (last is not None and last.round == round and last.stage == release.stage and last.kind == release.kind
+                and last.unit == release.unit and last.sampling_rate == sampling_rate
+                and last.noise_multiplier == noise_multiplier and last.integer is release.integer):
+            return last
+        return Release(release.stage, round, release.kind, None, None, None, release.unit, sampling_rate,
+                       noise_multiplier, release.integer)
+
+    def _composed(self, release: Release, weights: np.ndarray | None, sens: _Column, sigma: _Column,
+                  w: _Column | None) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(mu_i^2, third-party mu_i^2, max_i mu_i)`` of a release, computed once per distinct stored vectors.
+
+        Dense columns equal to a recent one are the same objects (:meth:`_store`), so their identities (kept alive
+        by the cache, which holds the columns) name the vectors."""
+        kind = release.kind
+        shared = sens.index is None and sigma.index is None and (w is None or w.index is None)
+        key = (id(sens), id(sigma), id(w), kind, release.integer is None) if shared else None
+        hit = self._composition.get(key) if shared else None
+        if hit is not None:
+            return hit[1]
+        cm = _client_mu(release.sensitivity, release.sigma)
+        tp = cm if kind == "local" or release.integer is not None else _aggregate_mu(
+            release.sensitivity, release.sigma, weights)
+        value = (cm * cm, tp * tp, float(np.max(cm, initial=0.0)))
+        if shared:
+            self._composition[key] = ((sens, sigma, w), value)
+        return value
 
     def _store(self, values: np.ndarray) -> _Column:
-        """``values`` as stored: sparse when mostly zero, else a read-only copy shared with an equal vector stored recently."""
+        """``values`` as stored: sparse when mostly zero, else a read-only copy shared with an equal vector stored
+        recently (the same :class:`_Column`)."""
         values = np.asarray(values, dtype=np.float64)
         if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
             index = np.flatnonzero((values != 0) | np.signbit(values))  # -0.0 is kept as it came
             if index.size <= _SPARSE_FRACTION * values.size:
                 return _Column(values.size, index, values[index])
-        bits = values.view(np.uint64)
-        for i, seen in enumerate(self._recent):
-            if seen is values or (seen.shape == values.shape and seen.view(np.uint64)[0] == bits[0]
-                                  and np.array_equal(seen.view(np.uint64), bits)):
-                self._recent.insert(0, self._recent.pop(i))
-                return _Column(values.size, None, seen)
-        kept = values.copy()
-        kept.flags.writeable = False
-        self._recent = [kept] + self._recent[:_RECENT - 1]
-        return _Column(values.size, None, kept)
+        bits = values.tobytes()  # equal bit for bit (the -0.0 / 0.0 and NaN payloads apart)
+        column = self._recent.pop(bits, None)
+        if column is None:
+            kept = values.copy()
+            kept.flags.writeable = False
+            column = _Column(values.size, None, kept)
+            if len(self._recent) >= _RECENT:
+                del self._recent[next(iter(self._recent))]  # the least recently stored or matched
+        self._recent[bits] = column  # newest last
+        return column
 
     @property
     def releases(self) -> Sequence[Release]:
@@ -389,8 +450,7 @@ def _colluders(t) -> int:
     return int(t)
 
 
-@dataclass(frozen=True)
-class _Column:
+class _Column(NamedTuple):
     """One stored per-client vector of length ``size``: ``values`` at positions ``index`` and 0 elsewhere, or (``index``
     None) ``values`` itself, read-only and possibly shared with other releases."""
 
@@ -407,8 +467,7 @@ class _Column:
         return out
 
 
-@dataclass(frozen=True)
-class _Entry:
+class _Entry(NamedTuple):
     """A recorded release: its labels (a :class:`Release` without vectors), its stored vectors and its worst client's mu."""
 
     labels: Release
@@ -418,9 +477,9 @@ class _Entry:
     mu_max: float
 
     def release(self) -> Release:
-        w = self.weights
-        return replace(self.labels, sensitivity=self.sensitivity.dense(), sigma=self.sigma.dense(),
-                       weights=None if w is None else w.dense())
+        r, w = self.labels, self.weights
+        return Release(r.stage, r.round, r.kind, self.sensitivity.dense(), self.sigma.dense(),
+                       None if w is None else w.dense(), r.unit, r.sampling_rate, r.noise_multiplier, r.integer)
 
 
 class _Releases(Sequence):
