@@ -11,6 +11,7 @@ torch clients of :mod:`privfedstat.deep` answer the same verbs with their own co
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Protocol
 
@@ -75,8 +76,16 @@ class _ConcatenatedOracle:
         self.n_params = data.n_features * family.n_outputs
         self.sizes = data.sizes
 
+    @functools.cached_property
+    def _n_max(self) -> int:
+        """The largest client size (the overflow check of :func:`_bound`)."""
+        return int(np.max(self.sizes))
+
     def _theta2d(self, theta: np.ndarray) -> np.ndarray:
-        theta = np.ascontiguousarray(np.atleast_2d(np.asarray(theta, dtype=np.float64)))
+        if not (type(theta) is np.ndarray and theta.dtype == np.float64 and theta.flags.c_contiguous):
+            theta = np.ascontiguousarray(np.asarray(theta, dtype=np.float64))
+        if theta.ndim < 2:
+            theta = theta.reshape(1, -1)
         if theta.shape[1] != self.n_params or theta.shape[0] not in (1, self.n_clients):
             raise ValueError(
                 f"theta must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}), got {theta.shape}."
@@ -117,7 +126,7 @@ class _ConcatenatedOracle:
         """
         out = np.empty((self.n_clients, self.n_features, self.n_features))
         d = self.data
-        glm_nb.glm_client_design_moments(d.X, d.row_norms, d.offsets, _bound(row_clip, "row_clip", self.sizes, square=True),
+        glm_nb.glm_client_design_moments(d.X, d.row_norms, d.offsets, _bound(row_clip, "row_clip", self._n_max, square=True),
                                          out)
         return out
 
@@ -145,7 +154,7 @@ class _ConcatenatedOracle:
             Exactly symmetric; parameters in the flat order of ``theta``.
         """
         out = np.empty((self.n_clients, self.n_params, self.n_params))
-        self._score_outer_kernel(self._theta2d(theta), _bound(clip, "clip", self.sizes, square=True), out)
+        self._score_outer_kernel(self._theta2d(theta), _bound(clip, "clip", self._n_max, square=True), out)
         return out
 
     def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
@@ -171,7 +180,7 @@ class GLMOracle(_ConcatenatedOracle):
             kernel, X = glm_nb.glm_clipped_mean_grad_cols, d.columns
         else:
             kernel, X = glm_nb.glm_clipped_mean_grad, d.X
-        kernel(X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self.sizes),
+        kernel(X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta), _bound(clip, "clip", self._n_max),
                self.family.code, self.family.param, out)
         return out
 
@@ -212,10 +221,10 @@ class GLMOracle(_ConcatenatedOracle):
         out = np.empty((self.n_clients, self.n_features, self.n_features))
         d = self.data
         args = (d.X, d.y, d.eta_offset, d.row_norms, d.offsets, self._theta2d(theta),
-                _bound(hessian_clip, "hessian_clip", self.sizes), self.family.code, self.family.param, out)
+                _bound(hessian_clip, "hessian_clip", self._n_max), self.family.code, self.family.param, out)
         # one call signature (inf: every row), so numba compiles the kernel once rather than once per form
         glm_nb.glm_client_hessian(*args, math.inf if gradient_clip is None else _bound(gradient_clip, "gradient_clip",
-                                                                                        self.sizes))
+                                                                                        self._n_max))
         return out
 
     def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:
@@ -254,7 +263,7 @@ class GLMOracle(_ConcatenatedOracle):
         z = self._linear_predictor(theta)
         with np.errstate(all="ignore"):  # the residual and its square may overflow
             ratio = self.family.deriv(d.y, z) ** 2 / self.family.deriv2(d.y, z)
-        cap = _bound(bound, "bound", self.sizes) * glm_nb.CLIP_SAFETY
+        cap = _bound(bound, "bound", self._n_max) * glm_nb.CLIP_SAFETY
         terms = np.where(np.isnan(ratio), 0.0, np.minimum(ratio, cap))
         return np.add.reduceat(terms, d.offsets[:-1])
 
@@ -274,7 +283,7 @@ class MultinomialOracle(_ConcatenatedOracle):
         out = np.empty((self.n_clients, self.n_params))
         d = self.data
         multinomial_nb.multinomial_clipped_mean_grad(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
-                                                     _bound(clip, "clip", self.sizes), self.family.n_outputs, out)
+                                                     _bound(clip, "clip", self._n_max), self.family.n_outputs, out)
         return out
 
     def losses(self, theta: np.ndarray) -> np.ndarray:
@@ -296,7 +305,7 @@ class MultinomialOracle(_ConcatenatedOracle):
         """
         out = np.empty((self.n_clients, self.n_params, self.n_params))
         d = self.data
-        hclip = _bound(hessian_clip, "hessian_clip", self.sizes)
+        hclip = _bound(hessian_clip, "hessian_clip", self._n_max)
         multinomial_nb.multinomial_client_hessian(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta), hclip,
                                                   self.family.n_outputs, out)
         return out
@@ -342,16 +351,16 @@ def _times_norm(factor: np.ndarray, norms: np.ndarray) -> np.ndarray:
         return np.where((factor == 0) | np.isnan(factor), 0.0, factor * norms)
 
 
-def _bound(value: float, name: str, sizes: np.ndarray, square: bool = False) -> float:
+def _bound(value: float, name: str, n_max: int, square: bool = False) -> float:
     """A clipping bound the kernels' guarantee covers: ``inf``, or ``B`` whose per-term bound ``C`` (``B``, or
     ``B^2`` with ``square`` for outer products ``v v^T`` with ``||v|| <= B``) is at least ``MIN_BOUND``
-    and so small that a client's sum of ``n_i`` clipped terms cannot overflow (``n_i C <= 1e307``)."""
+    and so small that a client's sum of ``n_i`` clipped terms cannot overflow (``n_i C <= 1e307``; ``n_max``: the
+    largest n_i)."""
     value = float(value)
     term = value * value if square else value  # a float product: inf past the largest double (no OverflowError)
     if not (value > 0 and term >= glm_nb.MIN_BOUND):
         lowest = math.sqrt(glm_nb.MIN_BOUND) if square else glm_nb.MIN_BOUND
         raise ValueError(f"{name} must be at least {lowest:g} (or inf for no clipping), got {value!r}.")
-    n_max = int(np.max(sizes))
     if value != np.inf and term * n_max > 1e307:
         largest = math.sqrt(1e307 / n_max) if square else 1e307 / n_max
         what = f"outer products of norm up to {name}^2" if square else "clipped terms"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import math
 from collections.abc import Iterator
@@ -190,8 +191,7 @@ class FederatedEstimator(FittedResults):
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.kind == p.KEYWORD_ONLY]
+        return list(_keyword_names(cls.__init__))
 
     def get_params(self, deep: bool = True) -> dict:
         """Parameters of this estimator (``deep`` is accepted for scikit-learn compatibility)."""
@@ -406,6 +406,13 @@ class FederatedEstimator(FittedResults):
         table = self._parameter_table()
         validate_parameters(self, table)
         check_finite_bounds(self, ("clip",) if "clip" in table else (), mu, "the per-sample gradients")
+
+
+@functools.cache
+def _keyword_names(init) -> tuple[str, ...]:
+    """The keyword-only parameters of an estimator's ``__init__`` (its parameters; read once per class)."""
+    return tuple(p.name for p in inspect.signature(init).parameters.values() if p.kind == p.KEYWORD_ONLY)
+
 
 def _same(a, b) -> bool:
     try:

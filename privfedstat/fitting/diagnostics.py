@@ -91,12 +91,9 @@ def undersized_clients(ledger, sizes: np.ndarray) -> tuple[np.ndarray, int]:
     """
     sizes = np.asarray(sizes, dtype=np.float64)
     worst = np.zeros(sizes.size)
-    for rel in ledger.releases:
-        if rel.stage.startswith(SELECTION_STAGES):
-            continue
+    for sensitivity, sigma in ledger.noise_pairs(exclude=SELECTION_STAGES):  # a maximum: each pair once suffices
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where((rel.sensitivity > 0) & np.isfinite(rel.sensitivity),
-                             2.0 * rel.sigma / (rel.sensitivity * sizes), 0.0)
+            ratio = np.where((sensitivity > 0) & np.isfinite(sensitivity), 2.0 * sigma / (sensitivity * sizes), 0.0)
         worst = np.maximum(worst, ratio)
     bad = np.flatnonzero(worst > 1.0)
     n_min = int(math.ceil(float(np.max(worst * sizes)))) if bad.size else 0

@@ -233,10 +233,10 @@ def divergence(est, why: str) -> DivergenceError:
 
 def released_sd(ledger, stage: str) -> float:
     """The per-entry sd ``sqrt(sum_i (w_i sigma_i)^2)`` of the last aggregated release of ``stage`` (public)."""
-    rel = [r for r in ledger.releases if r.stage == stage]
-    if not rel or rel[-1].weights is None:
+    last = next((r for r in reversed(ledger.releases) if r.stage == stage), None)
+    if last is None or last.weights is None:
         return 0.0
-    return float(np.sqrt(np.sum((np.asarray(rel[-1].weights) * np.asarray(rel[-1].sigma)) ** 2)))
+    return float(np.sqrt(np.sum((np.asarray(last.weights) * np.asarray(last.sigma)) ** 2)))
 
 
 def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:

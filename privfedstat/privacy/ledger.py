@@ -273,6 +273,19 @@ class PrivacyLedger:
         """Every release in the order recorded, with its per-client vectors rebuilt on access (read-only)."""
         return _Releases(self._entries)
 
+    def noise_pairs(self, exclude: tuple[str, ...] = ()) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The distinct ``(sensitivity, sigma)`` vectors of the releases whose stage starts with none of ``exclude``
+        (releases that share their stored vectors appear once), read-only, in order of first appearance."""
+        pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for e in self._entries:
+            if e.labels.stage.startswith(exclude):
+                continue
+            key = (id(e.sensitivity), id(e.sigma)) if e.sensitivity.index is None and e.sigma.index is None else (
+                len(pairs), -1)  # a sparse vector is stored per release
+            if key not in pairs:
+                pairs[key] = (e.sensitivity.dense(), e.sigma.dense())
+        return list(pairs.values())
+
     def add_leak(self, description: str) -> None:
         """Note a data-dependent quantity used without privacy accounting."""
         self.leaks.append(description)

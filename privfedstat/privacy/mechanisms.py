@@ -14,6 +14,7 @@ mechanism described in its docstring. Both have the same interface (``n_clients`
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -60,7 +61,7 @@ class ClientNoise:
 
     def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
         """Return an array of shape ``(n_clients, *shape)``; row i is the next draws of client i's stream."""
-        out = np.empty((self.n_clients, int(np.prod(shape, dtype=np.int64))))
+        out = np.empty((self.n_clients, math.prod(shape)))
         pcg64_standard_normal(self._states, out)
         return out.reshape((self.n_clients, *shape))
 

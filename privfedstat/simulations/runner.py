@@ -127,8 +127,10 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
         raise ValueError(f"method {method!r} has no simulation settings (MethodSpec.paper_params); the studies "
                          f"run {', '.join(METHODS)}.")
     clip = AutoClip() if isinstance(scenario.clip, str) and scenario.clip == "auto" else scenario.clip
-    own = inspect.signature(spec.cls).parameters
-    newton = {k: v for k, v in scenario.newton_settings().items() if k in own}
+    newton = scenario.newton_settings()
+    if newton:
+        own = inspect.signature(spec.cls).parameters
+        newton = {k: v for k, v in newton.items() if k in own}
     return spec.cls(family=scenario.design.family, mu=scenario.mu, clip=clip, random_state=random_state,
                     step_size=PAPER_STEP_SIZE, inference=None, **spec.paper_params(scenario.n_iter), **newton)
 
