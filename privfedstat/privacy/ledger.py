@@ -67,7 +67,7 @@ __all__ = ["Release", "PrivacyLedger", "UNITS"]
 
 #: a stored vector with at most this fraction of non-zero entries keeps only those
 _SPARSE_FRACTION = 0.125
-#: distinct dense vectors the ledger compares a new one with before storing it
+#: distinct vectors the ledger compares a new one with before storing it (and compositions of them it keeps)
 _RECENT = 8
 
 #: privacy units a release can protect: one row of a client, or a client's whole dataset
@@ -168,8 +168,8 @@ class PrivacyLedger:
         self.n_clients = int(n_clients)
         self.secure_mode = bool(secure_mode)
         self._entries: list[_Entry] = []
-        self._recent: dict[bytes, _Column] = {}  # the last distinct dense vectors stored (their bytes), newest last
-        self._composition: dict[tuple, tuple] = {}  # (stored vectors' ids, kind, ...) -> their (mu^2, tp^2, max mu)
+        self._recent: dict[tuple, tuple] = {}  # (shape, bytes) of the last distinct vectors stored -> (column, >= 0)
+        self._composition: dict[tuple, tuple] = {}  # (recent columns' ids, kind, ...) -> their (mu^2, tp^2, max mu)
         self.leaks: list[str] = []
         # running sums of squared per-release mu (GDP composition), kept up to date by record()
         self._mu2 = np.zeros(self.n_clients)
@@ -196,11 +196,7 @@ class PrivacyLedger:
     def _record(self, release: Release, round: int, weights: np.ndarray | None, sampling_rate: float,
                 noise_multiplier: float | None) -> None:
         """:meth:`record` of ``release`` with its round, weights, sampling rate and noise multiplier replaced."""
-        n = self.n_clients
-        for name in ("sensitivity", "sigma"):
-            a = getattr(release, name)
-            if a.shape != (n,) or not (a >= 0).all():  # also rejects NaN
-                raise ValueError(f"release {name} must be {n} non-negative numbers.")
+        sens, sigma = self._checked(release.sensitivity, "sensitivity"), self._checked(release.sigma, "sigma")
         kind = release.kind
         if kind not in ("aggregated", "local"):
             raise ValueError(f"unknown release kind {kind!r}.")
@@ -208,15 +204,24 @@ class PrivacyLedger:
             raise ValueError(f"unknown privacy unit {release.unit!r}; one of {UNITS}.")
         if not 0 < sampling_rate <= 1:
             raise ValueError(f"a release's sampling rate must lie in (0, 1], got {sampling_rate!r}.")
-        if kind == "aggregated" and (weights is None or weights.shape != (n,)):
+        if kind == "aggregated" and (weights is None or weights.shape != (self.n_clients,)):
             raise ValueError("an aggregated release needs one server weight per client.")
-        sens, sigma = self._store(release.sensitivity), self._store(release.sigma)
-        w = None if weights is None else self._store(weights)
+        w = None if weights is None else self._store(weights)[0]
         mu2, tp2, mu_max = self._composed(release, weights, sens, sigma, w)
         self._entries.append(_Entry(self._labels(release, round, sampling_rate, noise_multiplier), sens, sigma, w,
                                     mu_max))
         self._mu2 += mu2
         self._tp2 += tp2
+
+    def _checked(self, values: np.ndarray, name: str) -> _Column:
+        """The stored column of a release's per-client vector ``name``: ``n_clients`` non-negative numbers, else a
+        ValueError."""
+        if values.shape != (self.n_clients,):
+            raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
+        column, non_negative = self._store(values)
+        if not non_negative:  # also NaN
+            raise ValueError(f"release {name} must be {self.n_clients} non-negative numbers.")
+        return column
 
     def _labels(self, release: Release, round: int, sampling_rate: float, noise_multiplier: float | None) -> Release:
         """The release's labels (a :class:`Release` without vectors): the last ones stored when they are equal (the
@@ -233,40 +238,33 @@ class PrivacyLedger:
                   w: _Column | None) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mu_i^2, third-party mu_i^2, max_i mu_i)`` of a release, computed once per distinct stored vectors.
 
-        Dense columns equal to a recent one are the same objects (:meth:`_store`), so their identities (kept alive
-        by the cache, which holds the columns) name the vectors."""
+        Vectors equal to a recent one are stored as the same :class:`_Column` (:meth:`_store`), so the columns'
+        identities (unique: the ledger's entries keep them alive) name the vectors."""
         kind = release.kind
-        shared = sens.index is None and sigma.index is None and (w is None or w.index is None)
-        key = (id(sens), id(sigma), id(w), kind, release.integer is None) if shared else None
-        hit = self._composition.get(key) if shared else None
-        if hit is not None:
-            return hit[1]
-        cm = _client_mu(release.sensitivity, release.sigma)
-        tp = cm if kind == "local" or release.integer is not None else _aggregate_mu(
-            release.sensitivity, release.sigma, weights)
-        value = (cm * cm, tp * tp, float(np.max(cm, initial=0.0)))
-        if shared:
-            self._composition[key] = ((sens, sigma, w), value)
+        key = (id(sens), id(sigma), id(w), kind, release.integer is None)
+        value = self._composition.pop(key, None)
+        if value is None:
+            cm = _client_mu(release.sensitivity, release.sigma)
+            tp = cm if kind == "local" or release.integer is not None else _aggregate_mu(
+                release.sensitivity, release.sigma, weights)
+            value = (cm * cm, tp * tp, float(np.max(cm, initial=0.0)))
+            if len(self._composition) >= _RECENT:
+                del self._composition[next(iter(self._composition))]  # the least recently used
+        self._composition[key] = value  # newest last
         return value
 
-    def _store(self, values: np.ndarray) -> _Column:
-        """``values`` as stored: sparse when mostly zero, else a read-only copy shared with an equal vector stored
-        recently (the same :class:`_Column`)."""
+    def _store(self, values: np.ndarray) -> tuple[_Column, bool]:
+        """``values`` as stored (sparse when mostly zero, else a read-only copy), the same :class:`_Column` as an equal
+        vector stored recently; and whether its entries are non-negative."""
         values = np.asarray(values, dtype=np.float64)
-        if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
-            index = np.flatnonzero((values != 0) | np.signbit(values))  # -0.0 is kept as it came
-            if index.size <= _SPARSE_FRACTION * values.size:
-                return _Column(values.size, index, values[index])
-        bits = values.tobytes()  # equal bit for bit (the -0.0 / 0.0 and NaN payloads apart)
-        column = self._recent.pop(bits, None)
-        if column is None:
-            kept = values.copy()
-            kept.flags.writeable = False
-            column = _Column(values.size, None, kept)
+        key = (values.shape, values.tobytes())  # equal bit for bit (0.0 and -0.0 differ)
+        stored = self._recent.pop(key, None)
+        if stored is None:
+            stored = (_column(values), bool((values >= 0).all()))
             if len(self._recent) >= _RECENT:
                 del self._recent[next(iter(self._recent))]  # the least recently stored or matched
-        self._recent[bits] = column  # newest last
-        return column
+        self._recent[key] = stored  # newest last
+        return stored
 
     @property
     def releases(self) -> Sequence[Release]:
@@ -280,8 +278,7 @@ class PrivacyLedger:
         for e in self._entries:
             if e.labels.stage.startswith(exclude):
                 continue
-            key = (id(e.sensitivity), id(e.sigma)) if e.sensitivity.index is None and e.sigma.index is None else (
-                len(pairs), -1)  # a sparse vector is stored per release
+            key = (id(e.sensitivity), id(e.sigma))
             if key not in pairs:
                 pairs[key] = (e.sensitivity.dense(), e.sigma.dense())
         return list(pairs.values())
@@ -461,6 +458,19 @@ def _colluders(t) -> int:
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"t (colluding sites) must be a non-negative integer, got {t!r}.")
     return int(t)
+
+
+def _column(values: np.ndarray) -> _Column:
+    """A vector as stored: its non-zero entries when they are few (-0.0 is kept as it came), else a read-only copy."""
+    if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
+        index = np.flatnonzero((values != 0) | np.signbit(values))
+        if index.size <= _SPARSE_FRACTION * values.size:
+            kept = values[index]
+            index.flags.writeable = kept.flags.writeable = False
+            return _Column(values.size, index, kept)
+    kept = values.copy()
+    kept.flags.writeable = False
+    return _Column(values.size, None, kept)
 
 
 class _Column(NamedTuple):
