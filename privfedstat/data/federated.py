@@ -247,10 +247,10 @@ class FederatedData:
         child ``first_client + i``: ``first_client`` is the federation index of this data's first client).
         """
         gens = spawn_generators(as_seed_sequence(random_state), self.n_clients, first=first_client)
-        first, second = [], []
+        first, second, sizes = [], [], self.sizes
         for i, g in enumerate(gens):
-            perm = self.offsets[i] + g.permutation(self.sizes[i])
-            h = self.sizes[i] // 2
+            perm = self.offsets[i] + g.permutation(sizes[i])
+            h = sizes[i] // 2
             first.append(perm[:h])
             second.append(perm[h:])
         s1 = np.array([len(a) for a in first])

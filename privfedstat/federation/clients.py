@@ -117,7 +117,7 @@ def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str,
         sigma = sens / mu
     else:
         sigma = np.zeros(m)
-    if np.any(sigma > 0):
+    if (sigma > 0).any():
         noisy = noise.standard_normal(values.shape[1:])  # a fresh array: scaled and shifted in place, no temporaries
         noisy *= sigma.reshape((-1,) + (1,) * (values.ndim - 1))
         noisy += values  # values + sigma_i z_i, the same sum (floating-point addition commutes)
