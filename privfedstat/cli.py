@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import time
 
@@ -22,11 +23,46 @@ STUDY_MODULES = ("privfedstat.simulations.mse_study", "privfedstat.simulations.c
                  "privfedstat.simulations.realdata", "privfedstat.simulations.fednmap_study",
                  "privfedstat.deep.cnn_study", "privfedstat.deep.normec_study", "privfedstat.deep.fednmap_study",
                  "privfedstat.deep.hifedprox_study")
+#: the studies of the torch modules (name, help), which ``privfedstat studies`` lists without importing torch
+#: (importing it takes longer than the rest of the listing; tests/cli checks these against the modules)
+TORCH_STUDIES = {
+    "privfedstat.deep.cnn_study": (
+        ("cnn-mnist", "Section 5.2: CNN test accuracy of four private methods on MNIST (--data-dir)"),
+        ("cnn-cifar", "Section 5.2: CNN test accuracy of four private methods on CIFAR-10 (--data-dir)"),
+        ("cnn-digits", "Section 5.2: CNN test accuracy of four private methods on scikit-learn's digits (offline)")),
+    "privfedstat.deep.normec_study": (
+        ("normec-digits", "Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4, on scikit-learn's digits (offline, GLM "
+                          "backend)"),
+        ("normec-digits-cnn", "Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4, on scikit-learn's digits (offline, "
+                              "DigitsCNN)"),
+        ("normec-cifar", "Fed-alpha-NormEC vs clipped DP-FedAvg, Figs. 1-4, on CIFAR-10 (--data-dir; ResNet20)")),
+    "privfedstat.deep.fednmap_study": (
+        ("fednmap-mobilenet", "FedNMap's Fig. 6: MobileNetV3-Small with l1 on label-sorted clients, Hoyer sparsity and "
+                              "training loss (digits offline, CIFAR-10 with --data-dir)"),),
+    "privfedstat.deep.hifedprox_study": (
+        ("hifedprox", "HiFedProx's exponent study, Tables II-III: p in 2..8 under clean / moderate / severe stress "
+                      "(FEMNIST with --data-dir, else an offline digits stand-in)"),),
+}
 
 
 def _studies(module: str) -> tuple[Study, ...]:
     mod = importlib.import_module(module)
     return getattr(mod, "STUDIES", None) or (mod.STUDY,)
+
+
+def _list_studies() -> None:
+    """Print every study's name and help; those of the torch modules from :data:`TORCH_STUDIES`."""
+    torch = importlib.util.find_spec("torch") is not None
+    for module in STUDY_MODULES:
+        if module in TORCH_STUDIES:
+            for name, text in TORCH_STUDIES[module]:
+                print(f"{name:<18} {text}" + ("" if torch else ' (needs torch: pip install "privfedstat[deep]")'))
+            continue
+        try:
+            for study in _studies(module):
+                print(f"{study.name:<18} {study.help}")
+        except ImportError as exc:
+            print(f"{module}: {exc}")
 
 
 def find_study(name: str) -> Study:
@@ -153,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_methods())
         return 0
     if args.command == "studies":
-        for module in STUDY_MODULES:
-            try:
-                for study in _studies(module):
-                    print(f"{study.name:<18} {study.help}")
-            except ImportError as exc:
-                print(f"{module}: {exc}")
+        _list_studies()
         return 0
     if args.command == "demo":
         return _demo(args)

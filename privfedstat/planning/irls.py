@@ -14,7 +14,6 @@ import math
 import warnings
 
 import numpy as np
-from scipy.stats import norm
 
 from .._linalg import floor_eigenvalues
 from ..exceptions import PrivacyNoiseWarning
@@ -66,6 +65,8 @@ def predict(estimator, design: Design, sizes: np.ndarray) -> dict:
 
     def count(j, threshold, center, mu_q, stage):
         if j == RESPONSE:  # the Gaussian law of y given each design row
+            from scipy.stats import norm  # here, not at module level: scipy.stats is slow to import
+
             if center is None:
                 return N * float(np.mean(norm.cdf((threshold - mean_response) / sd)))
             return N * float(np.mean(norm.cdf((center + threshold - mean_response) / sd)

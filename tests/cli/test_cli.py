@@ -4,7 +4,7 @@ import sys
 import pandas as pd
 import pytest
 
-from privfedstat.cli import STUDY_MODULES, _studies, main, study_parser
+from privfedstat.cli import STUDY_MODULES, TORCH_STUDIES, _studies, main, study_parser
 
 pytestmark = pytest.mark.slow
 
@@ -15,6 +15,24 @@ def test_studies_lists_all(capsys):
     for name in ("fig1", "fig3", "fig4", "fig5", "fig16", "coverage", "mnist-logistic", "fednmap"):
         assert name in out
     assert "issue" not in out.lower()
+
+
+def test_the_torch_studies_listed_without_torch_are_the_modules_own():
+    """``privfedstat studies`` prints the torch modules' studies from ``TORCH_STUDIES`` (it does not import torch): the
+    same names and help, in order, as the modules hold."""
+    pytest.importorskip("torch")
+    assert set(TORCH_STUDIES) <= set(STUDY_MODULES)
+    for module in STUDY_MODULES:
+        if module in TORCH_STUDIES or ".deep." in module:
+            assert TORCH_STUDIES[module] == tuple((s.name, s.help) for s in _studies(module)), module
+
+
+def test_listing_the_studies_imports_neither_torch_nor_scipy_stats():
+    """``privfedstat studies`` starts fast (benchmarks/RESULTS.md, "Section 4 end to end": its start-up)."""
+    code = ("from privfedstat.cli import main; main(['studies']); import sys; "
+            "print([m for m in ('torch', 'scipy.stats', 'statsmodels') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120).stdout
+    assert "hifedprox" in out and out.strip().splitlines()[-1] == "[]"
 
 
 def test_every_reproduce_flag_has_help_text(capsys):
