@@ -139,6 +139,9 @@ def make_estimator(method: str, scenario: Scenario, random_state) -> FederatedEs
 METHODS = tuple(s.display for s in registry.methods() if s.paper_params is not None)
 #: eta of the paper's simulations (Section 4.1)
 PAPER_STEP_SIZE = 0.5
+#: finished replicates are appended to the CSV file at most this often (a write per replicate cost the main process
+#: 3.7 ms, 10% of the CPU of a Section 4 study on two workers; benchmarks/RESULTS.md, "Section 4 profile")
+APPEND_SECONDS = 2.0
 
 
 @dataclass
@@ -333,11 +336,17 @@ class MonteCarlo:
             done = set(zip(prev["scenario"], prev["rep"]))
             done_frames.append(prev)
         tasks = [(s, r) for s in self.scenarios for r in range(self.n_reps) if (s.key, r) not in done]
-        new_rows = []
-        for rows in self._execute(tasks):
-            new_rows.extend(rows)
-            if self.out is not None:
-                self._append(rows)
+        new_rows, pending, flushed = [], [], time.monotonic()
+        try:
+            for rows in self._execute(tasks):
+                new_rows.extend(rows)
+                pending.extend(rows)
+                if self.out is not None and time.monotonic() - flushed >= APPEND_SECONDS:
+                    self._append(pending)
+                    pending, flushed = [], time.monotonic()
+        finally:  # an interrupted run keeps every replicate it finished
+            if self.out is not None and pending:
+                self._append(pending)
         frames = done_frames + ([pd.DataFrame(new_rows)] if new_rows else [])
         if not frames:
             return pd.DataFrame()

@@ -4,6 +4,7 @@ import pytest
 
 from privfedstat.simulations import Equal, GLMDesign, MonteCarlo, Scenario, Uniform, get_grid, plot_grid, run_replicate, summarise
 from privfedstat.simulations.mse_study import GRIDS
+from privfedstat.simulations.runner import Measure, make_estimator, mse_rows
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,24 @@ def test_resume_from_csv(tmp_path):
     merged = first.merge(fresh, on=["scenario", "method", "rep"], suffixes=("", "_fresh"))
     assert len(merged) == 8
     np.testing.assert_allclose(merged["mse"], merged["mse_fresh"], rtol=1e-12)
+
+
+def _record_until_rep_2(scenario, rep, data, fits):
+    if rep == 2:
+        raise KeyboardInterrupt
+    return mse_rows(scenario, rep, data, fits)
+
+
+def test_an_interrupted_run_keeps_the_replicates_it_finished(tmp_path):
+    """Rows are appended in batches (APPEND_SECONDS); those not yet written when the run stops are written then."""
+    out = tmp_path / "res.csv"
+    stop = Measure("mse", ("FedSGD",), make_estimator, _record_until_rep_2)
+    with pytest.raises(KeyboardInterrupt):
+        MonteCarlo(SCEN[:1], n_reps=4, random_state=4, out=out, progress=False, measure=stop).run()
+    assert sorted(pd.read_csv(out)["rep"]) == [0, 1]
+    resumed = MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=4, random_state=4, out=out, progress=False).run()
+    fresh = MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=4, random_state=4, progress=False).run()
+    np.testing.assert_allclose(resumed["mse"].to_numpy(), fresh["mse"].to_numpy(), rtol=1e-12)
 
 
 def test_dask_local_cluster_gives_the_same_numbers():
