@@ -247,19 +247,13 @@ class FederatedData:
         child ``first_client + i``: ``first_client`` is the federation index of this data's first client).
         """
         gens = spawn_generators(as_seed_sequence(random_state), self.n_clients, first=first_client)
-        first, second, sizes = [], [], self.sizes
-        for i, g in enumerate(gens):
-            perm = self.offsets[i] + g.permutation(sizes[i])
-            h = sizes[i] // 2
-            first.append(perm[:h])
-            second.append(perm[h:])
-        s1 = np.array([len(a) for a in first])
+        sizes, starts = self.sizes, self.offsets[:-1]
+        s1 = sizes // 2
         if np.any(s1 == 0):
             raise ValueError("sample splitting needs at least 2 rows per client.")
-        return (
-            self.take(np.concatenate(first), s1),
-            self.take(np.concatenate(second), np.array([len(b) for b in second])),
-        )
+        rows = np.concatenate([g.permutation(n) for g, n in zip(gens, sizes)]) + np.repeat(starts, sizes)
+        in_first = np.arange(rows.size) - np.repeat(starts - self.offsets[0], sizes) < np.repeat(s1, sizes)
+        return self.take(rows[in_first], s1), self.take(rows[~in_first], sizes - s1)
 
     def __repr__(self) -> str:
         s = self.sizes
