@@ -51,11 +51,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._linalg import safe_norm
+from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
 from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
@@ -65,8 +66,6 @@ if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
 
 __all__ = ["Release", "PrivacyLedger", "UNITS"]
 
-#: a stored vector with at most this fraction of non-zero entries keeps only those
-_SPARSE_FRACTION = 0.125
 #: distinct vectors the ledger compares a new one with before storing it (and compositions of them it keeps)
 _RECENT = 8
 
@@ -458,51 +457,6 @@ def _colluders(t) -> int:
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"t (colluding sites) must be a non-negative integer, got {t!r}.")
     return int(t)
-
-
-def _column(values: np.ndarray) -> _Column:
-    """A vector as stored: its non-zero entries when they are few (-0.0 is kept as it came), else a read-only copy."""
-    if np.count_nonzero(values) <= _SPARSE_FRACTION * values.size:
-        index = np.flatnonzero((values != 0) | np.signbit(values))
-        if index.size <= _SPARSE_FRACTION * values.size:
-            kept = values[index]
-            index.flags.writeable = kept.flags.writeable = False
-            return _Column(values.size, index, kept)
-    kept = values.copy()
-    kept.flags.writeable = False
-    return _Column(values.size, None, kept)
-
-
-class _Column(NamedTuple):
-    """One stored per-client vector of length ``size``: ``values`` at positions ``index`` and 0 elsewhere, or (``index``
-    None) ``values`` itself, read-only and possibly shared with other releases."""
-
-    size: int
-    index: np.ndarray | None
-    values: np.ndarray
-
-    def dense(self) -> np.ndarray:
-        if self.index is None:
-            return self.values
-        out = np.zeros(self.size)
-        out[self.index] = self.values
-        out.flags.writeable = False
-        return out
-
-
-class _Entry(NamedTuple):
-    """A recorded release: its labels (a :class:`Release` without vectors), its stored vectors and its worst client's mu."""
-
-    labels: Release
-    sensitivity: _Column
-    sigma: _Column
-    weights: _Column | None
-    mu_max: float
-
-    def release(self) -> Release:
-        r, w = self.labels, self.weights
-        return Release(r.stage, r.round, r.kind, self.sensitivity.dense(), self.sigma.dense(),
-                       None if w is None else w.dense(), r.unit, r.sampling_rate, r.noise_multiplier, r.integer)
 
 
 class _Releases(Sequence):
