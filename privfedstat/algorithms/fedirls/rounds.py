@@ -56,11 +56,7 @@ class ScheduledRun:
         self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
         self.newton.run(self.schedule.phase(0))
 
-    def locate(self) -> None:
-        """The locate rounds, then whether the refine rounds can reach an optimum at this mu (:func:`.support.check_support`:
-        refuses early, with the numbers, where they cannot)."""
-        self.rounds()
-        check_support(self.schedule, self.newton.H, float(np.max(self.session.ledger.client_mu)))
+    locate = rounds
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.newton.H_floored)
@@ -78,9 +74,14 @@ class ScheduledRun:
         self.found = self.schedule.insured_bounds(self.found)
 
     def refine(self) -> None:
+        """The refine rounds, once :func:`.support.check_support` found that they can reach an optimum at this mu
+        (it refuses early, with the numbers, where they cannot)."""
         if self.schedule.research:
             self.final = self.schedule.refine_setup(self.found)
-        self.newton.run(self.schedule.phase(1, self.final))
+        newton, change = self.newton, self.newton.change
+        check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
+                      float(np.max(self.session.ledger.client_mu)))
+        newton.run(self.schedule.phase(1, self.final))
 
 
 class _Rounds:
