@@ -13,7 +13,7 @@ import pytest
 
 import privfedstat.algorithms.fedirls.rounds as rounds_module
 from privfedstat import PrivacyBudget, UnsupportedModelError, glm
-from privfedstat.algorithms.fedirls.support import damping_threshold, weak_block
+from privfedstat.algorithms.fedirls.support import damping_threshold, weak_blocks
 
 
 def chile_like(seed: int, n: int = 2231, m: int = 10) -> pd.DataFrame:
@@ -136,7 +136,7 @@ def test_the_weak_block_statistics_against_simulated_noise():
     rng = np.random.default_rng(0)
     curv, s = np.array([0.0, 0.6, 1.0, 1.5]), 0.1
     H = np.diag(curv)
-    block = weak_block(H, np.eye(4), s, r_star=0.05, s_refine=0.02)
+    block = weak_blocks(H, np.eye(4), s, r_star=0.05, s_refine=0.02)[0]
     assert block.k == 1 and block.need == pytest.approx(0.05)
     assert block.sd == pytest.approx(s)
     expected_shift = sum(0.5 * s**2 / c for c in curv[1:])

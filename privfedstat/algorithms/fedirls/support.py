@@ -39,12 +39,12 @@ from ...federation.protocol import Setup
 from ...fitting.verdict import NOISE_SDS
 from .schedule import IRLSSchedule
 
-__all__ = ["Shortfall", "check_support", "damping_threshold", "weak_block"]
+__all__ = ["Shortfall", "check_support", "damping_threshold", "weak_blocks"]
 
 
 @dataclass(frozen=True)
 class Shortfall:
-    """The weak block found by :func:`weak_block`: its size k, the released eigenvalue sum with its coupling shift
+    """One block of :func:`weak_blocks`: its size k, the released eigenvalue sum with its coupling shift
     and noise sd, the refine phase's need, and the eigenvectors (refine coordinates, columns)."""
 
     k: int
@@ -63,6 +63,11 @@ class Shortfall:
     def short(self) -> bool:
         return self.upper < self.need
 
+    @property
+    def margin(self) -> float:
+        """``(upper - need) / sd``: the test's margin in noise sds (negative: refused)."""
+        return (self.upper - self.need) / self.sd
+
 
 def damping_threshold(floors: np.ndarray, kept: float) -> float:
     """``r*``: the released curvature at which rounds with eigenvalue ``floors`` keep exactly ``kept`` of the error
@@ -75,8 +80,8 @@ def damping_threshold(floors: np.ndarray, kept: float) -> float:
     return hi
 
 
-def weak_block(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float, s_refine: float) -> Shortfall:
-    """The k whose test is tightest (least ``(upper - need) / sd``).
+def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float, s_refine: float) -> list[Shortfall]:
+    """The blocks of the k = 1..p smallest released eigenvalues, each with its test.
 
     Parameters
     ----------
@@ -93,19 +98,16 @@ def weak_block(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float,
     A = basis @ vecs  # the eigenvectors as theta-directions: the locate noise along them is s a_i^T Xi a_j
     norms, gram = np.sum(A**2, axis=0), A.T @ A
     var = 0.5 * s_locate**2 * (np.outer(norms, norms) + gram**2)  # Var(a_i^T Xi a_j), GOE-type noise
-    p = vals.size
-    best = None
-    for k in range(1, p + 1):
+    blocks = []
+    for k in range(1, vals.size + 1):
         gaps = vals[k:][None, :] - vals[:k][:, None]
         v = var[:k, k:]
         resolved = gaps > NOISE_SDS * np.sqrt(v)
         shift = float(np.sum(np.where(resolved, v / np.where(resolved, gaps, 1.0), 0.0)))
         Ak = A[:, :k]
-        block = Shortfall(k, float(np.sum(vals[:k])), shift, s_locate * float(np.linalg.norm(Ak @ Ak.T)),
-                          k * (r_star + math.sqrt(2.0 * (k - 1)) * s_refine), vecs[:, :k])
-        if best is None or (block.upper - block.need) / block.sd < (best.upper - best.need) / best.sd:
-            best = block
-    return best
+        blocks.append(Shortfall(k, float(np.sum(vals[:k])), shift, s_locate * float(np.linalg.norm(Ak @ Ak.T)),
+                                k * (r_star + math.sqrt(2.0 * (k - 1)) * s_refine), vecs[:, :k]))
+    return blocks
 
 
 def _coefficient(j: int, n_outputs: int) -> str:
@@ -136,12 +138,15 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     P = np.eye(p) if basis is None else basis
     r_star = damping_threshold(last.floors, schedule.damped_kept)
     s_refine = math.sqrt(float(last.hessian_var[-1]))
-    block = weak_block(H, P, math.sqrt(float(locate.hessian_var[-1])), r_star, s_refine)
+    blocks = weak_blocks(H, P, math.sqrt(float(locate.hessian_var[-1])), r_star, s_refine)
+    block = min(blocks, key=lambda b: b.margin)
     if not block.short:
         return
     # the least factor c on mu: the floored directions' curvature in these coordinates grows like c (their whitening
-    # divides by the locate floor, ~ 1/c) and the need falls like 1/c, so c^2 upper >= need; none where upper <= 0
-    factor = math.sqrt(block.need / block.upper) if block.upper > 0 else math.inf
+    # divides by the locate floor, ~ 1/c) and the need falls like 1/c, so every short block needs c^2 upper >= need
+    # (a lower bound on c for each; none where no short block's upper bound is above zero)
+    bounds = [math.sqrt(b.need / b.upper) for b in blocks if b.short and b.upper > 0]
+    factor = max(bounds) if bounds else math.inf
     q = schedule.family.n_outputs
     loads = np.max(np.abs(P @ block.vectors), axis=1)
     loads = loads / max(float(np.max(loads)), 1e-300)
