@@ -180,7 +180,8 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
         f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
         "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
         f"privacy sd of the coefficients is {float(np.min(ratio)):.3g} to {float(np.max(ratio)):.3g} times their "
-        f"sampling SE. Needed: {need}. What the data can support now: fewer parameters (drop or merge the columns or "
+        "sampling SE (on the floored Hessian: along the weak directions the fit's own would be larger). Needed: "
+        f"{need}. What the data can support now: fewer parameters (drop or merge the columns or "
         "classes named, or pool rare levels), larger or merged sites, or a larger mu; the rest of the budget was not "
         "spent.",
         privacy_sd_ratio=ratio, mu_factor=factor, spent=spent)
