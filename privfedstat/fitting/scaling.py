@@ -323,6 +323,9 @@ class Scaler:
             # the centre's resolution"): a few bisect it, one counts the deviations within the half-bracket around its
             # midpoint, and the rest search the scale above that where they clear it, else bisect that bracket further
             bits = int(math.log2(config.n_grid))
+            if centre == 0.0:  # an indicator's zeros: its atom at 0 is all the step holds (the queries bisect it, as
+                centre, _ = _bisected(count(key, None), -atom, 0.0, bits, median_target)  # every column spends them)
+                return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
             centre, radius = _bisected(count(key, None), centre - atom, centre, (bits - 1) // 2, median_target)
             rest = bits - 1 - (bits - 1) // 2
             dev = count(key, centre)

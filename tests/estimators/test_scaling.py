@@ -175,8 +175,8 @@ def test_a_model_year_column_gets_its_scale_located_inside_the_centres_step():
     year = np.clip(np.round(1996 - rng.gamma(1.5, 3.0, n)), 1953, 2003)
     data = _federate(np.column_stack([np.ones(n), year]), np.zeros(n), m)
     spread = np.quantile(np.abs(year - np.median(year)), 0.9)
-    for seed in range(10):
-        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 2.0)
+    for seed, mu in zip(range(10), [2.0, 0.5] * 5):  # the scaling's share of mu = 8, 2
+        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), mu)
         assert abs(scaler.center[1] - np.median(year)) <= 53 / 16, scaler.center
         assert spread <= scaler.scale[1] <= 2 * spread, (scaler.scale, spread)  # leans up, one 1.26 grid step
 
@@ -189,6 +189,20 @@ def test_an_atom_off_zero_inside_the_centres_step_keeps_scale_one(share):
     n = 26000
     x = np.where(rng.random(n) < share, 1990.0, 1991.0)
     data = _federate(np.column_stack([np.ones(n), x]), np.zeros(n), 6)
-    for seed in range(10):
-        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 2.0)
+    for seed, mu in zip(range(10), [2.0, 0.5] * 5):  # the scaling's share of mu = 8, 2
+        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), mu)
         assert abs(scaler.center[1] - 1990.0) <= 0.5 and scaler.scale[1] >= 1.0, (scaler.center, scaler.scale)
+
+
+def test_an_indicator_whose_zeros_fill_the_centres_step_keeps_scale_one():
+    # NMES1988's health == "poor" (about 13% ones) among ten columns, 4406 rows over 4 regions, mu = 2: its centre is 0
+    # and its zeros plus the lean exceed the scale's target, so its deviations do not clear the atom. A scale search
+    # inside the centre's step (about 1e-16 wide at 0) returned 1e-17 in one fit of three (coefficients 1e14 off): at
+    # a centre of 0 the step holds the atom alone, and the column keeps scale 1
+    rng = np.random.default_rng(8)
+    n = 4406
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, 8)), rng.random(n) < 0.13])
+    data = _federate(X, np.zeros(n), 4)
+    for seed in range(30):  # the scaling's share of mu = 2: 0.5
+        scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.5)
+        assert scaler.center[9] == 0.0 and scaler.scale[9] >= 1.0, (seed, scaler.center[9], scaler.scale[9])
