@@ -206,3 +206,28 @@ def test_an_indicator_whose_zeros_fill_the_centres_step_keeps_scale_one():
     for seed in range(30):  # the scaling's share of mu = 2: 0.5
         scaler = private_scaler(PrivateStandardize(), data, _noisy_release(np.random.default_rng(seed)), 0.5)
         assert scaler.center[9] == 0.0 and scaler.scale[9] >= 1.0, (seed, scaler.center[9], scaler.scale[9])
+
+
+@pytest.mark.parametrize("n_grid", [4, 8, 256])
+def test_every_column_spends_its_planned_queries_inside_or_outside_the_centres_step(n_grid):
+    # the scaling's budget per query is fixed from PrivateStandardize.queries_per_column(): a column located inside its
+    # centre's step (model year: scale searched there; calendar years: centre bisected further; an indicator at 0)
+    # must ask exactly as many counts as one that clears its atom, whichever path its released counts choose
+    rng = np.random.default_rng(9)
+    n = 6000
+    X = np.column_stack([np.ones(n), np.clip(np.round(1996 - rng.gamma(1.5, 3.0, n)), 1953, 2003),
+                         rng.integers(1990, 1997, n), rng.random(n) < 0.1, rng.normal(45, 12, n)])
+    data = _federate(X, np.zeros(n), 6)
+    config = PrivateStandardize(n_grid=n_grid)
+    asked: dict[str, int] = {}
+    noisy = _noisy_release(np.random.default_rng(0))
+
+    def release(counts, mu, stage):
+        asked[stage] = asked.get(stage, 0) + 1
+        return noisy(counts, mu, stage)
+
+    scaler = private_scaler(config, data, release, 2.0)
+    assert set(asked.values()) == {config.queries_per_column()}, asked
+    if n_grid == 256:  # (coarser grids cannot resolve a level of 2000; their query count is what is checked)
+        assert 1990 <= scaler.center[1] <= 1996 and 1992 <= scaler.center[2] <= 1994 and scaler.center[3] == 0.0
+        assert 3 < scaler.scale[1] < 12 and scaler.scale[2] == 1.0 and 1.0 <= scaler.scale[3] < 1.5, scaler.scale
