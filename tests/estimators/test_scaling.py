@@ -8,9 +8,11 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from _scaling import private_scaler
 
+from privfedstat import glm
 from privfedstat.algorithms import FedIRLS, FedSGD, PooledMLE
 from privfedstat.data.federated import FederatedData
 from privfedstat.exceptions import PrivacyNoiseWarning
@@ -231,3 +233,29 @@ def test_every_column_spends_its_planned_queries_inside_or_outside_the_centres_s
     if n_grid == 256:  # (coarser grids cannot resolve a level of 2000; their query count is what is checked)
         assert 1990 <= scaler.center[1] <= 1996 and 1992 <= scaler.center[2] <= 1994 and scaler.center[3] == 0.0
         assert 3 < scaler.scale[1] < 12 and scaler.scale[2] == 1.0 and 1.0 <= scaler.scale[3] < 1.5, scaler.scale
+
+
+def _model_year_frame(seed: int, n: int = 20000, m: int = 6) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    year = np.clip(np.round(1996 - rng.gamma(1.5, 3.0, n)), 1953, 2003)
+    age, belt = rng.normal(40, 15, n).clip(16, 97), (rng.random(n) < 0.7).astype(float)
+    eta = -3.2 + 0.02 * (age - 40) - 0.8 * belt - 0.05 * (year - 1994)
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+    return pd.DataFrame(dict(y=y, age=age, belt=belt, year=year, year_scaled=(year - 1994) / 6, site=rng.integers(0, m, n)))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_raw_model_year_costs_the_other_coefficients_no_privacy_noise(seed):
+    # the nassCDS stand-in (issue 42): a rare-ish logistic outcome with a model-year column (1953-2003, median about
+    # 1994) next to age and a dummy, mu = 2. With the year's scale never located (1 at its own spread, deviations up
+    # to 40) its values set the clipping bound of every coefficient: the privacy sds of age and belt were 1.14-1.78
+    # times those of the same fit with the year centred and scaled by the user; now within 10%
+    df = _model_year_frame(seed)
+    sd = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for col in ("year", "year_scaled"):
+            est = glm(f"y ~ age + belt + {col}", df, client="site", family="logistic", mu=2.0, random_state=seed)
+            sd[col] = np.sqrt(np.diag(est.inference_.cov_privacy))[1:3]  # age, belt: the same coefficients in both
+    ratio = sd["year"] / sd["year_scaled"]
+    assert np.all(ratio < 1.1), ratio
