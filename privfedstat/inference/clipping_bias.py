@@ -195,8 +195,13 @@ def warn_clipping(estimator, inference) -> None:
     off with intervals that miss), not a measure: 0.3-1.8% clipped moved a skewed response's root by
     3-4 SE; the displacement measures it where the budget resolves it.
     """
+    names = list(estimator._coef_names()[0])
     if inference.clipping_displacement is not None:
-        warn_displacement(estimator, inference.clipping_displacement, list(estimator._coef_names()[0]))
+        warn_displacement(estimator, inference.clipping_displacement, names)
+    if inference.sign_balance is not None:
+        from .residual_signs import warn_asymmetry
+
+        warn_asymmetry(estimator, inference.sign_balance, inference.clipping_displacement, names)
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction

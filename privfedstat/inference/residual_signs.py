@@ -1,0 +1,137 @@
+"""Whether the residuals are symmetric: the sign score at the estimate, and what it means for clipping.
+
+For a location family with errors symmetric given x (Gaussian), clipping at any bound B leaves the root of the
+score where OLS's target is: ``E[clip_B(r x) | x] = 0`` at the true coefficients for every B. Clipping moves the
+target only when the errors are asymmetric (a skewed response, a point mass, a contaminated share), and then by
+what the rows beyond B pull, which a small budget cannot measure (:mod:`.clipping_bias`: its noise at mu = 2 is
+several standard errors). The asymmetry itself is cheap to see: every client releases the mean of its unit
+gradients ``u_j = g_j / ||g_j||`` (``sign(z_j - y_j) x_j / ||x_j||``, the score of the equation clipped at a
+bound ``eps -> 0``; verb ``gradients`` at ``eps``, divided by ``eps``; sensitivity ``2 / n_i``), whose signal is
+a share of all N rows, not of the ~1% beyond B. The derivation and measurements: ``docs/guide/clipping-bias.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import ClippingBiasWarning
+from ..federation.session import Session
+from ..privacy.calibration import aggregated_noise_sd
+from .config import DIAGNOSTIC_ALPHA
+
+__all__ = ["SignBalance", "SIGN_SHARE", "applies", "measure_signs", "note", "warn_asymmetry"]
+
+#: share of the inference's mu^2 for the sign score (finite B and mu, a Gaussian fit's model-based covariance).
+#: Chosen, as the clipped count's share: its noise sd, 2 sqrt(m) / (mu_s N) per coordinate, is about 0.4 of its
+#: sampling sd at mu = 2 (N = 3000 over 10 sites), and the Hessian's noise sd grows by 1 / sqrt(0.95) = 2.6%
+SIGN_SHARE = 0.05
+#: the bound eps at which the unit gradients are released, relative to B: a row with ``||g|| <= eps`` (a residual of
+#: exactly 0, a tie) adds ``g / eps``, of norm below 1, instead of its sign
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class SignBalance:
+    """The released sign score at the estimate and its null spread.
+
+    Attributes
+    ----------
+    score : ndarray of shape (p,)
+        Weighted mean over rows of ``u_j = g_j / ||g_j||`` (fitting scale).
+    null_sd : ndarray of shape (p,)
+        Its sd under symmetric errors given x (normal, with the released scale), at an estimate that carries the
+        fit's sampling and privacy error: ``sqrt(1 / N + (2 / pi) diag(H V H) / s^2 + noise^2)`` (bounds, see the
+        guide page).
+    z : float
+        Bonferroni critical value over the p coordinates at :data:`DIAGNOSTIC_ALPHA`.
+    """
+
+    score: np.ndarray
+    null_sd: np.ndarray
+    z: float
+
+    @property
+    def in_sds(self) -> np.ndarray:
+        """``score / null_sd``."""
+        return self.score / self.null_sd
+
+    @property
+    def asymmetric(self) -> np.ndarray:
+        """Coordinates whose sign score is beyond ``z`` null sds."""
+        return np.flatnonzero(np.abs(self.in_sds) > self.z)
+
+
+def applies(family, cov_type: str) -> bool:
+    """Whether a fit gets the sign score: a location likelihood (Gaussian) with the model-based covariance (whose
+    released residual variance gives the null spread). Binary and count residuals are asymmetric by their law, and
+    a Huber fit's target is the clipped root by construction."""
+    return bool(getattr(family, "location", False) and getattr(family, "likelihood", False) and cov_type == "model")
+
+
+def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.ndarray, mu: float, H: np.ndarray,
+                  V: np.ndarray, scale: tuple[float, float], stage: str) -> SignBalance:
+    """Release the mean unit gradient at ``theta`` (``mu``-GDP per client, sensitivity ``2 eps / n_i`` at bound
+    ``eps = EPS clip``, recorded under ``stage``) and its null spread from the released Hessian ``H``, the fit's
+    covariance ``V`` (sampling and privacy, fitting scale) and the released residual variance ``scale = (s^2,
+    its noise sd)``, floored at its noise sd (post-processing)."""
+    from scipy.stats import norm
+
+    eps = EPS * clip
+    sens = 2.0 * eps / session.sizes
+    score = np.ravel(session.mean("gradients", weights=weights, theta=theta, clip=eps, sensitivity=sens, mu=mu,
+                                  stage=stage)) / eps
+    noise = aggregated_noise_sd(sens, mu, weights) / eps
+    s2 = max(scale[0], scale[1], np.finfo(float).tiny)
+    n_total = float(np.sum(session.sizes))
+    shift = (2.0 / math.pi) * np.diag(H @ V @ H) / s2  # |E[u | x]| <= 2 phi(0) / s |x^T d| with ||x|| >= 1
+    null_sd = np.sqrt(1.0 / n_total + np.maximum(shift, 0.0) + noise**2)
+    z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
+    return SignBalance(score, null_sd, z)
+
+
+def note(signs: SignBalance) -> str:
+    """The inference's note on the residuals' symmetry and on the target of the clipped fit."""
+    worst = float(np.max(np.abs(signs.in_sds)))
+    target = ("the intervals are for the root of the clipped equation (a bounded-influence, Huber-type estimate: "
+              "no single row moves it by more than its share of B, which is what makes it private), not for OLS "
+              "where rows beyond B pull asymmetrically; a few gross values move OLS and are hidden by the privacy "
+              "guarantee")
+    if signs.asymmetric.size:
+        return f"the residuals are asymmetric (sign score up to {worst:.1f} null sds from 0): {target}"
+    return (f"the residuals' signs are balanced (sign score within {worst:.1f} null sds of 0, resolved beyond "
+            f"{signs.z:.1f}): with symmetric errors clipping leaves the target of OLS; {target}")
+
+
+def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
+    """ClippingBiasWarning where the residuals are asymmetric (:attr:`SignBalance.asymmetric`) and the clipped
+    excess measured at the estimate (``found``, a :class:`~.clipping_bias.ClippingDisplacement`) cannot rule out a
+    displacement beyond the tolerated one; none where it resolves one (its own warning names it) or bounds it."""
+    idx = signs.asymmetric
+    if not idx.size or found is None or found.beyond.size:
+        return
+    from .clipping_bias import _critical
+
+    upper = np.abs(found.in_se) + _critical(DIAGNOSTIC_ALPHA, found.delta.size) * found.noise_in_se
+    if not np.any(upper > found.tolerated):
+        return
+    j = int(idx[np.argmax(np.abs(signs.in_sds[idx]))])
+    shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
+    side = "below" if signs.score[0] > 0 else "above"  # u_j = sign(z_j - y_j) x_j / ||x_j||, x_j0 = 1
+    where = (f"; more rows lie {side} the fit than symmetric errors allow" if 0 in idx
+             else "; their signs vary with the covariates")
+    warnings.warn(
+        f"the {estimator.method} residuals are asymmetric (sign score of {shown} {abs(signs.in_sds[j]):.1f} null sds "
+        f"from 0{where}): a skewed response, a point mass or a contaminated share. Clipping then moves the estimate away from the OLS / MLE target, towards a robust "
+        "(Huber-type) location, by what the rows beyond the bound pull, and this budget cannot measure that pull: "
+        f"the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
+        f"{float(np.max(found.noise_in_se)):.2g} standard errors, so displacements up to {float(np.max(upper)):.2g} "
+        "are consistent with it, and the intervals (for the clipped root) may miss the OLS / MLE value. For that "
+        "target transform the response (e.g. its log) or raise mu; to make the robust target explicit use "
+        "family='huber'.",
+        ClippingBiasWarning,
+        stacklevel=5,
+    )
