@@ -120,12 +120,10 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         return
     j = int(idx[np.argmax(np.abs(signs.in_sds[idx]))])
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
-    side = "below" if signs.score[0] > 0 else "above"  # u_j = sign(z_j - y_j) x_j / ||x_j||, x_j0 = 1
-    where = (f"; more rows lie {side} the fit than symmetric errors allow" if 0 in idx
-             else "; their signs vary with the covariates")
     warnings.warn(
         f"the {estimator.method} residuals are asymmetric (sign score of {shown} {abs(signs.in_sds[j]):.1f} null sds "
-        f"from 0{where}): a skewed response, a point mass or a contaminated share. Clipping then moves the estimate away from the OLS / MLE target, towards a robust "
+        "from 0: more rows on one side of the fit than symmetric errors allow): a skewed response, a point mass or a "
+        "contaminated share. Clipping then moves the estimate away from the OLS / MLE target, towards a robust "
         "(Huber-type) location, by what the rows beyond the bound pull, and this budget cannot measure that pull: "
         f"the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
         f"{float(np.max(found.noise_in_se)):.2g} standard errors, so displacements up to {float(np.max(upper)):.2g} "
