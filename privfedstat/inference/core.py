@@ -291,7 +291,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     V_p = _privacy_part(run, setup.mu, H, notes)
     signs = None
     if mu_signs:  # the residuals' symmetry, at the fit's own covariance (fitting scale)
-        signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p, dispersion,
+        signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p, dispersion, G,
                                              "inference-signs")
         notes.append(residual_signs.note(signs))
     V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T

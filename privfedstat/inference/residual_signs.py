@@ -41,11 +41,10 @@ class SignBalance:
     Attributes
     ----------
     score : ndarray of shape (p,)
-        Weighted mean over rows of ``u_j = g_j / ||g_j||`` (fitting scale).
+        Weighted mean over rows of ``u_j = g_j / ||g_j||``, mapped to the original coefficients.
     null_sd : ndarray of shape (p,)
-        Its sd under symmetric errors given x (normal, with the released scale), at an estimate that carries the
-        fit's sampling and privacy error: ``sqrt(1 / N + (2 / pi) diag(H V H) / s^2 + noise^2)`` (bounds, see the
-        guide page).
+        A bound on its sd under symmetric errors given x (normal, with the released scale), at an estimate that
+        carries the fit's sampling and privacy error (:func:`measure_signs`).
     z : float
         Bonferroni critical value over the p coordinates at :data:`DIAGNOSTIC_ALPHA`.
     """
@@ -73,11 +72,16 @@ def applies(family, cov_type: str) -> bool:
 
 
 def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.ndarray, mu: float, H: np.ndarray,
-                  V: np.ndarray, scale: tuple[float, float], stage: str) -> SignBalance:
+                  V: np.ndarray, scale: tuple[float, float], G: np.ndarray, stage: str) -> SignBalance:
     """Release the mean unit gradient at ``theta`` (``mu``-GDP per client, sensitivity ``2 eps / n_i`` at bound
     ``eps = EPS clip``, recorded under ``stage``) and its null spread from the released Hessian ``H``, the fit's
-    covariance ``V`` (sampling and privacy, fitting scale) and the released residual variance ``scale = (s^2,
-    its noise sd)``, floored at its noise sd (post-processing)."""
+    covariance ``V`` (sampling and privacy) and the released residual variance ``scale = (s^2, its noise sd)``,
+    floored at its noise sd; all on the fitting scale, the score and its spread mapped to the original coefficients
+    by ``G^-T`` (the score of ``beta = G theta + shift``; post-processing).
+
+    The null covariance is bounded by ``(1 / N + noise^2) I + (2 / pi) H V H / s^2``: the unit vectors' second
+    moment is at most I (their norm is 1), and at an estimate off by d the mean of ``u`` moves by about
+    ``2 phi(0) / s E[x x^T / ||x||] d``, whose matrix is at most H (``||x|| >= 1`` with an intercept)."""
     from scipy.stats import norm
 
     eps = EPS * clip
@@ -86,11 +90,11 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
                                   stage=stage)) / eps
     noise = aggregated_noise_sd(sens, mu, weights) / eps
     s2 = max(scale[0], scale[1], np.finfo(float).tiny)
-    n_total = float(np.sum(session.sizes))
-    shift = (2.0 / math.pi) * np.diag(H @ V @ H) / s2  # |E[u | x]| <= 2 phi(0) / s |x^T d| with ||x|| >= 1
-    null_sd = np.sqrt(1.0 / n_total + np.maximum(shift, 0.0) + noise**2)
+    bound = (1.0 / float(np.sum(session.sizes)) + noise**2) * np.eye(score.size) + (2.0 / math.pi) * (H @ V @ H) / s2
+    back = np.linalg.inv(G).T
+    null_sd = np.sqrt(np.maximum(np.diag(back @ bound @ back.T), np.finfo(float).tiny))
     z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
-    return SignBalance(score, null_sd, z)
+    return SignBalance(back @ score, null_sd, z)
 
 
 def note(signs: SignBalance) -> str:
