@@ -29,6 +29,13 @@ __all__ = ["SignBalance", "SIGN_SHARE", "applies", "measure_signs", "note", "war
 #: Chosen, as the clipped count's share: its noise sd, 2 sqrt(m) / (mu_s N) per coordinate, is about 0.4 of its
 #: sampling sd at mu = 2 (N = 3000 over 10 sites), and the Hessian's noise sd grows by 1 / sqrt(0.95) = 2.6%
 SIGN_SHARE = 0.05
+#: the released residual variance enters the null spread lowered by this many of its noise sds (and the test is
+#: skipped where that is not positive), as the released Hessian's eigenvalues are floored at FLOOR_NOISE_SDS = 1
+#: (:mod:`~privfedstat.inference.core`). At the diagnostics' own level (3.1 sds) the variance, capped at B^2 and so
+#: noisy where B lies far in the tail, was unresolved in 3 of the 16 stress fits that missed or warned (skewed at mu = 2
+#: and 8); the null spread's other bounds (sampling variance 1 / N, H for E[x x^T / ||x||]) keep the test conservative
+#: (benign fits below 1.6 null sds, docs/guide/clipping-bias.md)
+SCALE_NOISE_SDS = 1.0
 #: the bound eps at which the unit gradients are released, relative to B: a row with ``||g|| <= eps`` (a residual of
 #: exactly 0, a tie) adds ``g / eps``, of norm below 1, instead of its sign
 EPS = 1e-9
@@ -75,9 +82,10 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
                   V: np.ndarray, scale: tuple[float, float], G: np.ndarray, stage: str) -> SignBalance:
     """Release the mean unit gradient at ``theta`` (``mu``-GDP per client, sensitivity ``2 eps / n_i`` at bound
     ``eps = EPS clip``, recorded under ``stage``) and its null spread from the released Hessian ``H``, the fit's
-    covariance ``V`` (sampling and privacy) and the released residual variance ``scale = (s^2, its noise sd)``,
-    floored at its noise sd; all on the fitting scale, the score and its spread mapped to the original coefficients
-    by ``G^-T`` (the score of ``beta = G theta + shift``; post-processing).
+    covariance ``V`` (sampling and privacy) and the released residual variance ``scale = (s^2, its noise sd)`` at
+    ``s^2 - SCALE_NOISE_SDS sd`` (none where that is not positive: no test, infinite null sds); all on the fitting
+    scale, the score and its spread mapped to the original coefficients by ``G^-T`` (the score of
+    ``beta = G theta + shift``; post-processing).
 
     The null covariance is bounded by ``(1 / N + noise^2) I + (2 / pi) H V H / s^2``: the unit vectors' second
     moment is at most I (their norm is 1), and at an estimate off by d the mean of ``u`` moves by about
@@ -89,11 +97,13 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     score = np.ravel(session.mean("gradients", weights=weights, theta=theta, clip=eps, sensitivity=sens, mu=mu,
                                   stage=stage)) / eps
     noise = aggregated_noise_sd(sens, mu, weights) / eps
-    s2 = max(scale[0], scale[1], np.finfo(float).tiny)
-    bound = (1.0 / float(np.sum(session.sizes)) + noise**2) * np.eye(score.size) + (2.0 / math.pi) * (H @ V @ H) / s2
-    back = np.linalg.inv(G).T
-    null_sd = np.sqrt(np.maximum(np.diag(back @ bound @ back.T), np.finfo(float).tiny))
+    s2 = scale[0] - SCALE_NOISE_SDS * scale[1]  # the scale lowered: a wider band
     z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
+    back = np.linalg.inv(G).T
+    if not s2 > 0:  # the density at 0 is not bounded: the fit's own error may set any sign balance
+        return SignBalance(back @ score, np.full(score.size, np.inf), z)
+    bound = (1.0 / float(np.sum(session.sizes)) + noise**2) * np.eye(score.size) + (2.0 / math.pi) * (H @ V @ H) / s2
+    null_sd = np.sqrt(np.maximum(np.diag(back @ bound @ back.T), np.finfo(float).tiny))
     return SignBalance(back @ score, null_sd, z)
 
 
@@ -104,6 +114,9 @@ def note(signs: SignBalance) -> str:
               "no single row moves it by more than its share of B, which is what makes it private), not for OLS "
               "where rows beyond B pull asymmetrically; a few gross values move OLS and are hidden by the privacy "
               "guarantee")
+    if not np.all(np.isfinite(signs.null_sd)):
+        return (f"the residuals' symmetry was not tested (their released variance is not resolved above 0, so the "
+                f"fit's own error could set any balance of signs): {target}")
     if signs.asymmetric.size:
         return f"the residuals are asymmetric (sign score up to {worst:.1f} null sds from 0): {target}"
     return (f"the residuals' signs are balanced (sign score within {worst:.1f} null sds of 0, resolved beyond "
