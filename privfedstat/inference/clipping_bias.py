@@ -99,6 +99,12 @@ class ClippingDisplacement:
         return np.outer(self.delta, self.delta) + self.noise
 
     @property
+    def upper(self) -> np.ndarray:
+        """An upper bound on ``|delta|`` in standard errors: ``|delta / se|`` plus the resolution's critical value
+        times its noise sd in standard errors (what the measurement cannot rule out)."""
+        return np.abs(self.in_se) + _critical(DIAGNOSTIC_ALPHA, self.delta.size) * self.noise_in_se
+
+    @property
     def beyond(self) -> np.ndarray:
         """The coefficients whose resolved displacement exceeds the tolerated one."""
         return np.flatnonzero(self.resolved & (np.abs(self.in_se) > self.tolerated))

@@ -130,9 +130,7 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
     idx = signs.asymmetric
     if not idx.size or found is None or found.beyond.size:
         return
-    from .clipping_bias import _critical
-
-    upper = np.abs(found.in_se) + _critical(DIAGNOSTIC_ALPHA, found.delta.size) * found.noise_in_se
+    upper = found.upper
     if not np.any(upper > found.tolerated):
         return
     j = int(idx[np.argmax(np.abs(signs.in_sds[idx]))])
@@ -144,7 +142,7 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         "(Huber-type) location, by what the rows beyond the bound pull, and this budget cannot measure that pull: "
         f"the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
         f"{float(np.max(found.noise_in_se)):.2g} standard errors, so displacements up to {float(np.max(upper)):.2g} "
-        "are consistent with it, and the intervals (for the clipped root) may miss the OLS / MLE value. For that "
+        "standard errors are consistent with it, and the intervals (for the clipped root) may miss the OLS / MLE value. For that "
         "target transform the response (e.g. its log) or raise mu; to make the robust target explicit use "
         "family='huber'.",
         ClippingBiasWarning,

@@ -86,3 +86,36 @@ def test_only_a_gaussian_model_based_inference_gets_it():
     assert applies(get_family("gaussian"), "model")
     assert not applies(get_family("gaussian"), "sandwich")
     assert not any(applies(get_family(f), "model") for f in ("logistic", "poisson", "huber"))
+
+
+def test_asymmetry_warns_only_where_the_clipped_excess_cannot_bound_the_displacement():
+    """Asymmetric residuals with an excess whose noise is 3 SE: warns with the bound |delta| + z noise; the same with
+    an excess of noise 0.05 SE and 0.1 SE measured (bounded below the tolerated 0.415): no warning, and none where
+    the excess itself resolves a displacement beyond it (its own warning) or the signs are balanced."""
+    from privfedstat.families import get_family
+    from privfedstat.inference.clipping_bias import ClippingDisplacement, tolerated_bias
+    from privfedstat.inference.residual_signs import SignBalance, warn_asymmetry
+
+    class Fit:
+        method, family_ = "FedIRLS", get_family("gaussian")
+
+    se = np.array([0.1, 0.2, 0.3])
+
+    def excess(in_se, noise_in_se, resolved):
+        return ClippingDisplacement(np.asarray(in_se) * se, np.diag((np.asarray(noise_in_se) * se) ** 2), se,
+                                    np.asarray(resolved), tolerated_bias(0.05), 2.0, 4.0)
+
+    skewed, balanced = SignBalance(np.array([0.2, 0.0, 0.0]), np.full(3, 0.02), 3.4), \
+        SignBalance(np.array([0.02, 0.0, 0.0]), np.full(3, 0.02), 3.4)
+    cases = [(skewed, excess([0.5, 0.1, 0.1], [3.0] * 3, [False] * 3), True),
+             (skewed, excess([0.1, 0.0, 0.0], [0.05] * 3, [False] * 3), False),
+             (skewed, excess([6.0, 0.1, 0.1], [1.0] * 3, [True, False, False]), False),
+             (balanced, excess([0.5, 0.1, 0.1], [3.0] * 3, [False] * 3), False)]
+    for signs, found, warns in cases:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_asymmetry(Fit(), signs, found, ["Intercept", "x1", "x2"])
+        assert bool(caught) == warns, (signs.score, found.upper)
+        if warns:
+            text = str(caught[0].message)
+            assert "Intercept 10.0 null sds" in text and f"up to {np.max(found.upper):.2g} standard errors" in text
