@@ -99,7 +99,7 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     noise = aggregated_noise_sd(sens, mu, weights) / eps
     s2 = scale[0] - SCALE_NOISE_SDS * scale[1]  # the scale lowered: a wider band
     z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
-    back = np.linalg.inv(G).T
+    back = np.linalg.pinv(G).T  # G^-T (G maps the fitting scale onto the original one, invertible)
     if not s2 > 0:  # the density at 0 is not bounded: the fit's own error may set any sign balance
         return SignBalance(back @ score, np.full(score.size, np.inf), z)
     bound = (1.0 / float(np.sum(session.sizes)) + noise**2) * np.eye(score.size) + (2.0 / math.pi) * (H @ V @ H) / s2
