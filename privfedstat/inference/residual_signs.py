@@ -21,6 +21,7 @@ import numpy as np
 from ..exceptions import ClippingBiasWarning
 from ..federation.queries import pearson_dispersion
 from ..federation.session import Session
+from ..kernels.glm_nb import MIN_BOUND
 from ..privacy.calibration import aggregated_noise_sd
 from .config import DIAGNOSTIC_ALPHA
 
@@ -97,12 +98,13 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     ``2 phi(0) / s E[x x^T / ||x||] d``, whose matrix is at most H (``||x|| >= 1`` with an intercept)."""
     from scipy.stats import norm
 
-    eps = EPS * clip
+    eps = max(EPS * clip, 2.0 * MIN_BOUND)  # bounds the kernels serve (as the inference's scale release)
+    cap = min(max(INNER * clip, math.sqrt(2.0 * MIN_BOUND)), math.sqrt(1e307 / float(np.max(session.sizes)))) ** 2
     sens = 2.0 * eps / session.sizes
     score = np.ravel(session.mean("gradients", weights=weights, theta=theta, clip=eps, sensitivity=sens,
                                   mu=mu / math.sqrt(2.0), stage=stage)) / eps
     noise = aggregated_noise_sd(sens, mu / math.sqrt(2.0), weights) / eps
-    inner = pearson_dispersion(session, theta, (INNER * clip) ** 2, mu / math.sqrt(2.0), theta.size, stage + "-scale")
+    inner = pearson_dispersion(session, theta, cap, mu / math.sqrt(2.0), theta.size, stage + "-scale")
     s2 = max(scale[0] - SCALE_NOISE_SDS * scale[1], inner[0] - SCALE_NOISE_SDS * inner[1])  # lowered: a wider band
     z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
     back = np.linalg.pinv(G).T  # G^-T (G maps the fitting scale onto the original one, invertible)

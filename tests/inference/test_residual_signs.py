@@ -53,6 +53,9 @@ def test_the_sign_score_is_the_mean_unit_gradient_mapped_to_the_original_coeffic
     np.testing.assert_allclose(measure_signs(session, theta, 3.0, np.full(4, 0.25), 1e9, np.eye(3), np.zeros((3, 3)),
                                              (1.0, 0.0), np.eye(3), "signs").null_sd, np.sqrt(1 / 400), rtol=1e-6)
     assert found.asymmetric.size  # exponential errors, 400 rows
+    for clip in (1e-300, 1.7e308):  # any bound the fit accepted is served: nothing fails after the budget is spent
+        assert np.all(np.isfinite(measure_signs(session, theta, clip, np.full(4, 0.25), 1.0, np.eye(3), np.eye(3),
+                                                (1.0, 0.1), np.eye(3), "signs").in_sds))
 
 
 @pytest.mark.parametrize("errors", ["normal", "t3"])
