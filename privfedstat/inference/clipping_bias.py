@@ -99,6 +99,12 @@ class ClippingDisplacement:
         return np.outer(self.delta, self.delta) + self.noise
 
     @property
+    def upper(self) -> np.ndarray:
+        """An upper bound on ``|delta|`` in standard errors: ``|delta / se|`` plus the resolution's critical value
+        times its noise sd in standard errors (what the measurement cannot rule out)."""
+        return np.abs(self.in_se) + _critical(DIAGNOSTIC_ALPHA, self.delta.size) * self.noise_in_se
+
+    @property
     def beyond(self) -> np.ndarray:
         """The coefficients whose resolved displacement exceeds the tolerated one."""
         return np.flatnonzero(self.resolved & (np.abs(self.in_se) > self.tolerated))
@@ -195,8 +201,13 @@ def warn_clipping(estimator, inference) -> None:
     off with intervals that miss), not a measure: 0.3-1.8% clipped moved a skewed response's root by
     3-4 SE; the displacement measures it where the budget resolves it.
     """
+    names = list(estimator._coef_names()[0])
     if inference.clipping_displacement is not None:
-        warn_displacement(estimator, inference.clipping_displacement, list(estimator._coef_names()[0]))
+        warn_displacement(estimator, inference.clipping_displacement, names)
+    if inference.sign_balance is not None:
+        from .residual_signs import warn_asymmetry
+
+        warn_asymmetry(estimator, inference.sign_balance, inference.clipping_displacement, names)
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction
