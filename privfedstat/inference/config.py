@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
+from statistics import NormalDist
 
-__all__ = ["Inference", "COV_TYPES", "resolve_inference"]
+__all__ = ["Inference", "COV_TYPES", "resolve_inference", "DIAGNOSTIC_ALPHA", "COVERAGE_LOSS", "tolerated_bias"]
 
 #: covariance estimators; "auto" is "model" for the likelihoods (logistic, Poisson, multinomial; Gaussian scaled by
 #: a released residual variance, as statsmodels' default) and "sandwich" for Huber
@@ -18,6 +20,24 @@ COV_TYPES = ("auto", "model", "sandwich", "bootstrap")
 #: 0.05 made the clipping displacement "resolved" in 5 of 40 fits of fair (mu = 2) with 0-0.8% of rows clipped, and
 #: widened their intervals 10-15 times; a tiny step gives p < 1e-5
 DIAGNOSTIC_ALPHA = 0.001
+#: the coverage a bias the package tolerates may cost a level-(1 - alpha) interval: 0.02, the half width of the
+#: coverage target's band (93-97% for a 95% interval); :func:`tolerated_bias` turns it into standard errors
+COVERAGE_LOSS = 0.02
+
+
+@cache
+def tolerated_bias(alpha: float = 0.05) -> float:
+    """The bias b (in standard errors) at which a level-(1 - alpha) normal interval covers ``1 - alpha -
+    COVERAGE_LOSS``: ``Phi(z - b) - Phi(-z - b) = 1 - alpha - COVERAGE_LOSS``, z = Phi^-1(1 - alpha / 2) (0.4155 SE
+    for alpha = 0.05: the convergence verdict's ``TOL_SE`` and the clipping displacement's tolerance)."""
+    normal = NormalDist()
+    z = normal.inv_cdf(1.0 - alpha / 2.0)
+    target = 1.0 - alpha - COVERAGE_LOSS
+    lo, hi = 0.0, 2.0 * z
+    for _ in range(100):  # the coverage decreases in b
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if normal.cdf(z - mid) - normal.cdf(-z - mid) > target else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 @dataclass(frozen=True)
