@@ -85,6 +85,12 @@ def test_the_lag_one_correlation_names_the_cause_but_cannot_bound_false_alarms()
     for k in (3, 4, 8):
         cycle = [np.array([1.0, -2.0]) * (-1) ** r for r in range(k + 1)]
         assert oscillation(cycle, k)[0] == pytest.approx(-(k - 1) / k)
+        for q in (-1.5, -0.7, 0.5):  # a geometric path: updates change by q, r = q (1 - q^(2k-2)) / (1 - q^(2k))
+            path = np.cumsum([np.zeros(2)] + [np.array([1.0, 0.5]) * q**r for r in range(k)], axis=0)
+            assert oscillation(list(path), k)[0] == pytest.approx(q * (1 - q ** (2 * k - 2)) / (1 - q ** (2 * k)))
+    # at FedIRLS's window of 3 updates, -0.6 flags cycles with q between -1.43 and -0.70
+    r3 = [q * (1 + q**2) / (1 + q**2 + q**4) for q in (-1.45, -1.40, -0.71, -0.69)]
+    assert r3[0] > -0.6 > r3[1] and r3[2] < -0.6 < r3[3]
     rng = np.random.default_rng(2)
     long = [oscillation(list(rng.standard_normal((51, 3))), 50)[0] for _ in range(2000)]
     assert np.mean(long) == pytest.approx(-0.5, abs=0.03)
