@@ -40,13 +40,10 @@ __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "un
 #: (breast cancer, 3 sites, mu = 10 / 50: cut steps 2.7-5.5 at noise 0.06-0.20, estimates 8-12 SE off; randhie
 #: mu = 2: a cut step 6.45 at noise 1.88 was noise, the estimate 0.6 SE off)
 SHORTENED_NOISE_SDS = 4.0
-#: the path oscillates (the step size is too large) when consecutive updates over the window have lag-1
-#: correlation below -OSCILLATION_CORRELATION and its last period exceeds its noise (:func:`oscillation_noise_sds`).
-#: Chosen, not derived: it names the cause (back and forth, not travelling) of a last period already beyond its noise;
-#: a steady 2-cycle of k updates gives -(k - 1) / k (-0.67 for FedIRLS's 3 refine updates), a converged Newton path's
-#: noise -0.5 on average, so the size test, not this, bounds the false alarms (docs/guide/constants.md). Measured:
-#: logistic, 4 sites, mu = 2, FedSGD: step 100 and 10 gave correlations -0.76 and -0.96 and updates 100-900 noise
-#: sds; steps 0.5-5 and "auto": -0.08 to -0.50; 0.5 or 0.6 change no fit of the tuning half
+#: the path oscillates when consecutive updates over the window have lag-1 correlation below -OSCILLATION_CORRELATION
+#: and its last period exceeds its noise (:func:`oscillation_noise_sds`, which bounds the false alarms). Chosen: it
+#: names the cause of a last period beyond its noise (a steady 2-cycle of k updates gives -(k - 1) / k; FedSGD, step
+#: 100 and 10: -0.76 and -0.96; steps 0.5-5 and "auto": -0.08 to -0.50; docs/guide/constants.md)
 OSCILLATION_CORRELATION = 0.6
 #: with finite mu, a mean update over the window below this many sampling SEs (proxy from the released Hessian)
 #: counts as settled even where it exceeds its noise: at negligible noise (mu = 1e6) Newton rounds that reuse a
@@ -142,15 +139,12 @@ def oscillation(path: list[np.ndarray], k: int) -> tuple[float, float]:
 
 
 def oscillation_noise_sds(n_params: int, alpha: float = DIAGNOSTIC_ALPHA) -> float:
-    """The size, in noise sds, beyond which the path's last period (:func:`last_period`) is not noise:
-    ``z_(1 - alpha / (2 p))``.
+    """The size in noise sds beyond which the last period (:func:`last_period`) is not noise: ``z_(1 - alpha / 2p)``.
 
-    At a converged point each coordinate's last two updates are a Gaussian pair of mean 0; their mean square over
-    the mean of their variances is ``l_1 chi2_1 + l_2 chi2_1`` with ``l_1 + l_2 = 1``, whatever the rounds' noise
-    shares and the pair's correlation, and above 1.54 no such form has a heavier tail than ``chi2_1`` (Szekely &
-    Bakirov 2003). So the size exceeds ``z`` sds in one of the p coordinates with probability at most alpha
-    (Bonferroni; each coordinate's sd is at most the largest one, which the rule uses). 3.29 for p = 1, 4.06 for
-    p = 20 at alpha = 0.001 (the 4.0 it replaces; docs/guide/constants.md)."""
+    At a converged point each coordinate's last two updates are a Gaussian pair of mean 0 whose mean square over the
+    mean of their variances is ``l_1 chi2_1 + l_2 chi2_1``, ``l_1 + l_2 = 1`` (any noise shares, any correlation);
+    above 1.54 no such form has a heavier tail than ``chi2_1`` (Szekely & Bakirov 2003), so the size exceeds z sds
+    in one of p coordinates with probability <= alpha (Bonferroni): 3.29 (p = 1) to 4.06 (p = 20) at 0.001."""
     return NormalDist().inv_cdf(1.0 - alpha / (2.0 * n_params))
 
 
