@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from statistics import NormalDist
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from ..exceptions import (
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..inference.clipping_bias import warn_clipping
-from ..inference.config import DIAGNOSTIC_ALPHA
+from ..inference.config import DIAGNOSTIC_ALPHA, critical_value
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
@@ -145,7 +144,7 @@ def oscillation_noise_sds(n_params: int, alpha: float = DIAGNOSTIC_ALPHA) -> flo
     mean of their variances is ``l_1 chi2_1 + l_2 chi2_1``, ``l_1 + l_2 = 1`` (any noise shares, any correlation);
     above 1.54 no such form has a heavier tail than ``chi2_1`` (Szekely & Bakirov 2003), so the size exceeds z sds
     in one of p coordinates with probability <= alpha (Bonferroni): 3.29 (p = 1) to 4.06 (p = 20) at 0.001."""
-    return NormalDist().inv_cdf(1.0 - alpha / (2.0 * n_params))
+    return critical_value(n_params, alpha=alpha)
 
 
 def last_period(path: list[np.ndarray], run: Run, update_sd) -> tuple[float, float]:

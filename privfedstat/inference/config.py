@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from statistics import NormalDist
 
-__all__ = ["Inference", "COV_TYPES", "resolve_inference", "DIAGNOSTIC_ALPHA", "COVERAGE_LOSS", "tolerated_bias"]
+__all__ = ["Inference", "COV_TYPES", "resolve_inference", "DIAGNOSTIC_ALPHA", "COVERAGE_LOSS", "tolerated_bias",
+           "critical_value"]
 
 #: covariance estimators; "auto" is "model" for the likelihoods (logistic, Poisson, multinomial; Gaussian scaled by
 #: a released residual variance, as statsmodels' default) and "sandwich" for Huber
@@ -23,6 +24,14 @@ COV_TYPES = ("auto", "model", "sandwich", "bootstrap")
 #: 0.0015 (at 0.01 it widened 4 fits' intervals that held, 2-11 times). Every critical value of those tests, the
 #: path's last period, the secant and the overdispersion test follows from it (docs/guide/constants.md)
 DIAGNOSTIC_ALPHA = 0.001
+
+
+def critical_value(tests: int = 1, sides: int = 2, alpha: float = DIAGNOSTIC_ALPHA) -> float:
+    """``z_(1 - alpha / (sides tests))``: the critical value, in noise sds, of a normal statistic tested at ``alpha``
+    (``sides`` = 1: one-sided), Bonferroni over ``tests`` of them (docs/guide/constants.md)."""
+    return NormalDist().inv_cdf(1.0 - alpha / (sides * tests))
+
+
 #: the coverage a bias the package tolerates may cost a level-(1 - alpha) interval: 0.02, the half width of the
 #: coverage target's band (93-97% for a 95% interval); :func:`tolerated_bias` turns it into standard errors
 COVERAGE_LOSS = 0.02

@@ -11,7 +11,7 @@ from privfedstat.algorithms.fedirls.schedule import CURVATURE_RULES
 from privfedstat.families import get_family
 from privfedstat.federation.protocol import Run, Setup
 from privfedstat.fitting.diagnostics import last_period, oscillation, oscillation_noise_sds
-from privfedstat.inference.config import DIAGNOSTIC_ALPHA
+from privfedstat.inference.config import DIAGNOSTIC_ALPHA, critical_value
 from privfedstat.inference.core import DISPERSION_SDS
 
 
@@ -25,6 +25,8 @@ def test_critical_values_are_the_normal_quantiles_of_the_diagnostic_level():
     assert DISPERSION_SDS == pytest.approx(norm.isf(DIAGNOSTIC_ALPHA), rel=1e-12)
     for p in (1, 7, 20, 100):  # two-sided per coordinate, Bonferroni over p
         assert oscillation_noise_sds(p) == pytest.approx(norm.isf(DIAGNOSTIC_ALPHA / (2 * p)), rel=1e-12)
+    for tests, sides, alpha in ((1, 1, 0.05), (3, 2, 0.01), (40, 2, 1e-4)):
+        assert critical_value(tests, sides, alpha) == pytest.approx(norm.isf(alpha / (sides * tests)), rel=1e-12)
     assert oscillation_noise_sds(1) == pytest.approx(3.29, abs=0.01)
     assert oscillation_noise_sds(20) == pytest.approx(4.06, abs=0.01)  # the factor 4 it replaced, at p = 20
 

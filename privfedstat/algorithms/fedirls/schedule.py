@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
 from ...federation.secure import secure_count
 from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, pending_bounds
-from ...inference.config import DIAGNOSTIC_ALPHA
+from ...inference.config import critical_value
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
@@ -199,7 +198,7 @@ class IRLSSchedule:
     research_share: float = 0.05
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
-    secant_noise_sds: float = NormalDist().inv_cdf(1.0 - DIAGNOSTIC_ALPHA)
+    secant_noise_sds: float = critical_value(sides=1)
     coarse_lean: float = 0.5
     insurance_sd: float = 0.4
     insurance_steps: int = 3
