@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
 from ..exceptions import ClippingBiasWarning
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd
-from .config import DIAGNOSTIC_ALPHA
+from .config import COVERAGE_LOSS, DIAGNOSTIC_ALPHA, tolerated_bias
 
 __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WARN", "tolerated_bias", "outer_bound",
            "measure", "note", "warn_clipping", "warn_displacement"]
@@ -31,24 +30,8 @@ __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WAR
 #: Hessian and score releases keep 80% of the rest (their noise sd grows by 1 / sqrt(0.8) = 1.12; interval widths on
 #: the natural-sites benchmark at mu >= 2 by at most 2%), and a larger share buys resolution only as its square root
 EXCESS_SHARE = 0.2
-#: the coverage a displacement may cost a level-(1 - alpha) interval: 0.02, the coverage targets' band (93-97% for a
-#: 95% interval)
-COVERAGE_LOSS = 0.02
 #: a fit whose private share of clipped per-sample gradients at the estimate exceeds this warns
 CLIPPED_WARN = 0.05
-
-
-@cache
-def tolerated_bias(alpha: float) -> float:
-    """The displacement b (in standard errors) at which a level-(1 - alpha) normal interval covers with probability
-    ``1 - alpha - COVERAGE_LOSS``: ``Phi(z - b) - Phi(-z - b) = 1 - alpha - COVERAGE_LOSS``, z = Phi^-1(1 - alpha / 2)
-    (0.415 SE for alpha = 0.05)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    z = float(norm.ppf(1.0 - alpha / 2.0))
-    target = 1.0 - alpha - COVERAGE_LOSS
-    return float(brentq(lambda b: norm.cdf(z - b) - norm.cdf(-z - b) - target, 0.0, z))
 
 
 @dataclass(frozen=True)

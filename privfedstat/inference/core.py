@@ -33,7 +33,7 @@ from ..privacy.plan import BudgetPlan
 from ..theory.noise_covariance import protocol_noise_covariance
 from . import clipping_bias, residual_signs
 from .bootstrap import Refits, run_bootstrap
-from .config import Inference, resolve_inference
+from .config import Inference, critical_value, resolve_inference
 from .covariance import sampling_covariance, variance_df, weighted_factor
 from .results import InferenceResult
 
@@ -58,8 +58,9 @@ PEARSON_BOUND, DISPERSION_NOISE = 25.0, 0.1
 #: residual is capped at B^2 (the rows above it are those whose gradient ``r x`` the fit clips, ||x|| >= 1)
 SCALE_SHARE = 0.25
 #: a Pearson dispersion counts as overdispersion when it is above this (model-based standard errors about
-#: sqrt(1.5) = 1.22 times too small, or more) and more than DISPERSION_SDS noise sds above 1
-DISPERSION_WARN, DISPERSION_SDS = 1.5, 3.0
+#: sqrt(1.5) = 1.22 times too small, or more) and more than DISPERSION_SDS noise sds above 1: the one-sided critical
+#: value of the released dispersion (one normal) at DIAGNOSTIC_ALPHA, 3.09 (docs/guide/constants.md)
+DISPERSION_WARN, DISPERSION_SDS = 1.5, critical_value(sides=1)
 #: least share of the rest of mu_inf^2 that either sandwich release gets (B^2 far from 2 C_H)
 SHARE_LIMIT = 0.01
 #: families whose model-based covariance needs no dispersion (the variance is fixed by the mean)

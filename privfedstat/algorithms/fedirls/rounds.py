@@ -209,7 +209,7 @@ def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise
     the next step then lands where the slope along s vanishes, between the two points (where an averaging
     of a 2-cycle's ends would put it). Post-processing of released values, so no privacy cost; c = 1 where
     the slope is within the noise or the matrices are steep enough (the step is never lengthened), and c
-    exceeds the measured ratio with probability 0.13% a round at most (so it needs no cap). Inferred (a
+    exceeds the measured ratio with probability DIAGNOSTIC_ALPHA (0.1%) a round at most (so it needs no cap). Inferred (a
     scalar secant condition; quasi-Newton methods use it to correct a curvature model).
     """
     slope = float(step @ change) - schedule.secant_noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
