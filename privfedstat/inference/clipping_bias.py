@@ -21,7 +21,7 @@ import numpy as np
 from ..exceptions import ClippingBiasWarning
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd
-from .config import COVERAGE_LOSS, DIAGNOSTIC_ALPHA, tolerated_bias
+from .config import COVERAGE_LOSS, critical_value, tolerated_bias
 
 __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WARN", "tolerated_bias", "outer_bound",
            "measure", "note", "warn_clipping", "warn_displacement"]
@@ -85,19 +85,12 @@ class ClippingDisplacement:
     def upper(self) -> np.ndarray:
         """An upper bound on ``|delta|`` in standard errors: ``|delta / se|`` plus the resolution's critical value
         times its noise sd in standard errors (what the measurement cannot rule out)."""
-        return np.abs(self.in_se) + _critical(DIAGNOSTIC_ALPHA, self.delta.size) * self.noise_in_se
+        return np.abs(self.in_se) + critical_value(self.delta.size) * self.noise_in_se
 
     @property
     def beyond(self) -> np.ndarray:
         """The coefficients whose resolved displacement exceeds the tolerated one."""
         return np.flatnonzero(self.resolved & (np.abs(self.in_se) > self.tolerated))
-
-
-def _critical(alpha: float, p: int) -> float:
-    """``Phi^-1(1 - alpha / (2 p))``: a displacement beyond this many noise sds in some coefficient is resolved."""
-    from scipy.stats import norm
-
-    return float(norm.ppf(1.0 - alpha / (2.0 * p)))
 
 
 def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
@@ -112,7 +105,7 @@ def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
     the displacement in noise. At a large budget the window reaches far values (a gross value), at a small one it is
     B wide (public: post-processing of public sizes and budgets and released matrices)."""
     p = unit_sd.size
-    widest = tolerated_bias(alpha) / (_critical(DIAGNOSTIC_ALPHA, p) * clip * float(np.max(unit_sd)))
+    widest = tolerated_bias(alpha) / (critical_value(p) * clip * float(np.max(unit_sd)))
     return clip * (1.0 + max(1.0, widest))
 
 
@@ -131,7 +124,7 @@ def measure(session: Session, theta: np.ndarray, clip: float, J: np.ndarray, G: 
                      stage=stage)
     s_e = aggregated_noise_sd(sens, mu, weights)
     delta, noise = M @ np.ravel(e), s_e**2 * (M @ M.T)
-    resolved = np.abs(delta) > _critical(DIAGNOSTIC_ALPHA, delta.size) * np.sqrt(np.diag(noise))
+    resolved = np.abs(delta) > critical_value(delta.size) * np.sqrt(np.diag(noise))
     return ClippingDisplacement(delta, noise, se, resolved, tolerated_bias(alpha), clip, outer)
 
 

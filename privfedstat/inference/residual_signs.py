@@ -23,7 +23,7 @@ from ..federation.queries import pearson_dispersion
 from ..federation.session import Session
 from ..kernels.glm_nb import MIN_BOUND
 from ..privacy.calibration import aggregated_noise_sd
-from .config import DIAGNOSTIC_ALPHA
+from .config import critical_value
 
 __all__ = ["SignBalance", "SIGN_SHARE", "applies", "measure_signs", "note", "warn_asymmetry"]
 
@@ -96,8 +96,6 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     The null covariance is bounded by ``(1 / N + noise^2) I + (2 / pi) H V H / s^2``: the unit vectors' second
     moment is at most I (their norm is 1), and at an estimate off by d the mean of ``u`` moves by about
     ``2 phi(0) / s E[x x^T / ||x||] d``, whose matrix is at most H (``||x|| >= 1`` with an intercept)."""
-    from scipy.stats import norm
-
     eps = max(EPS * clip, 2.0 * MIN_BOUND)  # bounds the kernels serve (as the inference's scale release)
     cap = min(max(INNER * clip, math.sqrt(2.0 * MIN_BOUND)), math.sqrt(1e307 / float(np.max(session.sizes)))) ** 2
     sens = 2.0 * eps / session.sizes
@@ -106,7 +104,7 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     noise = aggregated_noise_sd(sens, mu / math.sqrt(2.0), weights) / eps
     inner = pearson_dispersion(session, theta, cap, mu / math.sqrt(2.0), theta.size, stage + "-scale")
     s2 = max(scale[0] - SCALE_NOISE_SDS * scale[1], inner[0] - SCALE_NOISE_SDS * inner[1])  # lowered: a wider band
-    z = float(norm.ppf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * score.size)))
+    z = critical_value(score.size)
     back = np.linalg.pinv(G).T  # G^-T (G maps the fitting scale onto the original one, invertible)
     if not s2 > 0:  # the density at 0 is not bounded: the fit's own error may set any sign balance
         return SignBalance(back @ score, np.full(score.size, np.inf), z)
