@@ -16,7 +16,8 @@ Per (data set, mu, trust model), over seeds: ``priv SD`` the median over coeffic
 the root mean square over seeds and coefficients of ``(coef_j - MLE_j) / SE_j``; ``B`` the median refine gradient bound
 (fitting scale; the first phase's where there is no refine search); ``width`` the
 median of ``bse / SE``; ``hold`` the share of the fit's 95% intervals that hold the MLE; ``eps`` the ledger's epsilon at
-delta = 1e-5 (for secure fits the composed RDP bound of the integer noise, otherwise the exact GDP conversion).
+delta = 1e-5 (the exact GDP conversion of its mu; for secure fits the Skellam noise's GDP bound,
+docs/guide/secure-aggregation.md, "Accounting").
 The ratios ``secure / central`` and ``secure / local`` of the priv SD are the issue's targets (<= 1.2 and <= 0.45).
 
 Run: ``python benchmarks/bench_secure.py [--seeds 10] [--mu 1 3] [--method fedsgd] [--data happiness]`` (needs

@@ -162,7 +162,7 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     dim : int
         Coordinates per message (d).
     mu : float
-        Budget of the round: ``Delta_2 / sqrt(2 Lambda) = mu`` for the sum of ``min_surviving`` shares.
+        Budget of the round: ``Delta_2 D(Lambda) = mu`` (:func:`skellam_gdp_mu`) for the sum of ``min_surviving`` shares.
     n_clients, min_surviving : int
         Sites asked, and the fewest whose shares are enough (the round is refused below it).
 
