@@ -167,6 +167,9 @@ def test_fedirls_and_glm_sum_gradients_and_hessians_securely():
     fit = glm("y ~ x1 + x2", frame, client="site", family="logistic", mu=2.0, aggregation="secure", random_state=0)
     assert any(r.integer is not None for r in fit.privacy_.releases)
     assert np.all(np.isfinite(fit.bse_))
+    # the Skellam rounds are calibrated in GDP with the Gaussian ones: the fit spends its declared mu, not more
+    assert fit.privacy_.mu == pytest.approx(2.0, rel=1e-9) and fit.privacy_.mu <= 2.0 * (1 + 1e-12)
+    assert fit.privacy_.epsilon() == pytest.approx(epsilon_from_mu(2.0, 1e-5), rel=1e-9)
 
 
 @pytest.mark.filterwarnings("ignore")
