@@ -205,7 +205,12 @@ def skellam_gdp_mu(lam: float) -> float:
     from scipy.special import erfinv, ive
     if lam == 0:
         return math.inf
-    return 2.0 * math.sqrt(2.0) * float(erfinv(ive(0, 2.0 * lam)))
+    z = 2.0 * lam
+    # P(Sk = 0) = exp(-z) I_0(z); scipy's ive returns nan from z of about 2^31 on, so above 1e4 its asymptotic series
+    # (A&S 9.7.1; the first omitted term is below 1e-17 relative there, as close as ive agrees with it)
+    p0 = float(ive(0, z)) if z < 1e4 else (1 + 1 / (8 * z) + 9 / (128 * z * z) + 225 / (3072 * z**3)) / math.sqrt(
+        2 * math.pi * z)
+    return 2.0 * math.sqrt(2.0) * float(erfinv(p0))
 
 
 def _calibrated_lam(l2: float, mu: float) -> float:
@@ -215,12 +220,13 @@ def _calibrated_lam(l2: float, mu: float) -> float:
     base = (l2 / mu) ** 2 / 2.0
     lam = base
     for _ in range(100):
-        new = base * (skellam_gdp_mu(lam) * math.sqrt(2.0 * lam)) ** 2
-        if abs(new - lam) <= 1e-15 * lam:
+        c = skellam_gdp_mu(lam) * math.sqrt(2.0 * lam)
+        if not math.isfinite(c) or abs(base * c * c - lam) <= 1e-15 * lam:
             break
-        lam = new
-    while l2 * skellam_gdp_mu(lam) > mu:
-        lam *= 1.0 + 4e-16
+        lam = base * c * c
+    step = 4e-16
+    while not l2 * skellam_gdp_mu(lam) <= mu:  # doubling steps: ends for any finite mu > 0
+        lam, step = lam * (1.0 + step), 2.0 * step
     return lam
 
 

@@ -107,7 +107,10 @@ def test_gdp_bound_holds_against_the_exact_pld_and_is_tight_in_one_dimension(lam
 
 
 def test_calibration_puts_the_sums_gdp_mu_at_the_budget_never_above():
-    for mu in (0.05, 0.7, 3.0, 40.0):
+    # down to budgets whose noise has Lambda near 1e13 (scipy's ive is nan from 2 Lambda of about 2^31 on)
+    for lam in (5e3, 1e9, 1e13):
+        assert skellam_gdp_mu(lam) * math.sqrt(2 * lam) - 1 == pytest.approx(1 / (12 * lam), rel=1e-3, abs=1e-15)
+    for mu in (1e-4, 0.05, 0.7, 3.0, 40.0):
         spec = skellam_spec(2e-3, 0.25, 5, mu, 8, 6)
         assert mu * (1 - 1e-12) <= spec.noise(6).gdp_mu <= mu
 
