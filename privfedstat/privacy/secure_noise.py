@@ -15,16 +15,21 @@ shift ``v`` has ``||v||_2 <= Delta / gamma + sqrt(d)`` and ``||v||_1 <= sqrt(d) 
 noise, and by joint convexity of the hockey-stick and Renyi divergences the worst coupled pair
 bounds it. ``Delta`` is the L2 sensitivity of the weighted real message ``w_i s_i``.
 
-**Accounting.** The d-dimensional Skellam mechanism of integer sensitivities ``(Delta_2, Delta_1)``
-and parameter ``Lambda`` (the sum's) is ``(alpha, eps(alpha))``-RDP for integer ``alpha > 1`` with
-``eps(alpha) <= alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2),
-3 Delta_1 / (4 Lambda))`` (Agarwal et al. 2021, Theorem 3.5, with ``2 alpha`` for their
-``2 alpha - 1``: slightly larger, so still an upper bound). :func:`rdp_epsilon` composes such bounds with
-the exact RDP of Gaussian releases and converts them with dp-accounting. A one-dimensional release's
-exact privacy loss distribution, from the Skellam probability mass function, is
-:func:`skellam_pld` (dp-accounting's numerical PLD); docs/guide/secure-aggregation.md compares them.
-The GDP parameter ``Delta_2 / sqrt(2 Lambda)`` (the Gaussian of the same variance) is reported
-alongside as an approximation only.
+**Accounting.** The release is ``mu``-GDP with ``mu = Delta_2 D(Lambda)``, ``D(Lambda) = 2 sqrt(2)
+erfinv(P(Sk(Lambda) = 0))`` (:func:`skellam_gdp_mu`): one coordinate's pair ``(Sk, Sk + k)`` has
+monotone likelihood ratio (the Skellam pmf is log-concave), so its tradeoff curve is spanned by the
+threshold tests, and it lies above the Gaussian ``G_{k D}`` exactly when the Gaussianised tail
+``F(x) = Phi^-1(1 - P(Sk >= x))`` rises by at most ``D`` per integer step; its steepest step is the
+central one, ``F(1) - F(0) = D(Lambda) = (1 + 1 / (12 Lambda) + ...) / sqrt(2 Lambda)`` (verified numerically,
+docs/guide/secure-aggregation.md, "Accounting"). The coordinates compose as GDP (Dong, Roth & Su 2022,
+Corollary 3.3: ``sqrt(sum_j (k_j D)^2) <= Delta_2 D``) and a mixture over the uniforms keeps it (joint
+convexity), so the ledger composes secure releases with the Gaussian ones in GDP and its epsilon is the
+exact GDP conversion. :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021, Theorem 3.5: ``eps(alpha) <=
+alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2), 3 Delta_1 / (4 Lambda))``,
+with ``2 alpha`` for their ``2 alpha - 1``) is the purely analytical bound, about 9% looser in epsilon after the
+Renyi conversion (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.renyi_epsilon`). A one-dimensional release's
+exact privacy loss distribution, from the Skellam probability mass function, is :func:`skellam_pld`
+(dp-accounting's numerical PLD).
 
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
@@ -44,8 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
-           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY",
-           "MAX_BITS"]
+           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "skellam_gdp_mu", "RDP_ORDERS", "SLACK",
+           "WRAP_PROBABILITY", "MAX_BITS"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
 #: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
@@ -127,8 +132,15 @@ class IntegerNoise:
 
     @property
     def gdp_mu(self) -> float:
-        """``Delta_2 / sqrt(2 Lambda)``: the GDP parameter of the Gaussian of the same variance (an approximation)."""
-        return math.inf if self.lam == 0 else self.l2 / math.sqrt(2.0 * self.lam)
+        """``Delta_2 D(Lambda)``: the release is ``gdp_mu``-GDP (:func:`skellam_gdp_mu`); ``D(Lambda) sqrt(2 Lambda)``
+        exceeds 1 by about ``1 / (12 Lambda)``."""
+        return self.l2 * skellam_gdp_mu(self.lam)
+
+    @property
+    def gdp_factor(self) -> float:
+        """``D(Lambda) sqrt(2 Lambda)``: the GDP parameter over ``Delta_2 / sd`` (1 + about ``1 / (12 Lambda)``; 1
+        without noise, where ``Delta_2 / sd`` is already infinite)."""
+        return 1.0 if self.lam == 0 else skellam_gdp_mu(self.lam) * math.sqrt(2.0 * self.lam)
 
     def colluding(self, t: int) -> IntegerNoise:
         """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
@@ -150,7 +162,7 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     dim : int
         Coordinates per message (d).
     mu : float
-        Budget of the round: ``Delta_2 / sqrt(2 Lambda) = mu`` for the sum of ``min_surviving`` shares.
+        Budget of the round: ``Delta_2 D(Lambda) = mu`` (:func:`skellam_gdp_mu`) for the sum of ``min_surviving`` shares.
     n_clients, min_surviving : int
         Sites asked, and the fewest whose shares are enough (the round is refused below it).
 
@@ -172,7 +184,7 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     quantum = SLACK * sensitivity / math.sqrt(d)
     l2 = sensitivity / quantum + math.sqrt(d)
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
-    lam = (l2 / mu) ** 2 / 2.0 / k
+    lam = _calibrated_lam(l2, mu) / k
     log_term = math.log(2.0 * d / WRAP_PROBABILITY)
     tail = log_term / 3.0 + math.sqrt(log_term * (log_term / 9.0 + 4.0 * m * lam))
     reach = m * (bound / quantum + 1.0) + tail
@@ -181,6 +193,41 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
         raise ValueError(f"the secure sum needs {bits} bits (> {MAX_BITS}): the messages' bound {bound:g} is too large "
                          f"for their sensitivity {sensitivity:g}; clip the messages more tightly.")
     return SkellamSpec(quantum, lam, bits, k, l2, l1)
+
+
+def skellam_gdp_mu(lam: float) -> float:
+    """``D(Lambda) = 2 sqrt(2) erfinv(P(Sk(Lambda) = 0))``: ``Sk(Lambda) + v`` against ``Sk(Lambda)`` is
+    ``D ||v||_2``-GDP for integer shifts ``v`` (inf for ``Lambda = 0``: no noise).
+
+    ``F(1) - F(0)`` of the Gaussianised tail ``F(x) = Phi^-1(1 - P(Sk >= x))`` (``F(0) = -F(1)`` by symmetry, and
+    ``Phi^-1((1 + p) / 2) = sqrt(2) erfinv(p)``), the largest of its integer steps (module docstring).
+    """
+    from scipy.special import erfinv, ive
+    if lam == 0:
+        return math.inf
+    z = 2.0 * lam
+    # P(Sk = 0) = exp(-z) I_0(z); scipy's ive returns nan from z of about 2^31 on, so above 1e4 its asymptotic series
+    # (A&S 9.7.1; the first omitted term is below 1e-17 relative there, as close as ive agrees with it)
+    p0 = float(ive(0, z)) if z < 1e4 else (1 + 1 / (8 * z) + 9 / (128 * z * z) + 225 / (3072 * z**3)) / math.sqrt(
+        2 * math.pi * z)
+    return 2.0 * math.sqrt(2.0) * float(erfinv(p0))
+
+
+def _calibrated_lam(l2: float, mu: float) -> float:
+    """The ``Lambda`` with ``l2 D(Lambda) = mu`` up to rounding, never above ``mu``: the fixed point of
+    ``Lambda = (l2 / mu)^2 c(Lambda)^2 / 2``, ``c = D sqrt(2 Lambda)`` (1 + about ``1 / (12 Lambda)``, slowly varying:
+    a contraction), then raised by ulps until the bound holds."""
+    base = (l2 / mu) ** 2 / 2.0
+    lam = base
+    for _ in range(100):
+        c = skellam_gdp_mu(lam) * math.sqrt(2.0 * lam)
+        if not math.isfinite(c) or abs(base * c * c - lam) <= 1e-15 * lam:
+            break
+        lam = base * c * c
+    step = 4e-16
+    while not l2 * skellam_gdp_mu(lam) <= mu:  # doubling steps: ends for any finite mu > 0
+        lam, step = lam * (1.0 + step), 2.0 * step
+    return lam
 
 
 def quantize(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:

@@ -17,6 +17,7 @@ from privfedstat.privacy.secure_noise import (
     encode,
     gaussian_rdp,
     rdp_epsilon,
+    skellam_gdp_mu,
     skellam_pld,
     skellam_rdp,
     skellam_spec,
@@ -63,11 +64,63 @@ def test_rdp_bound_holds_against_the_exact_pld_of_every_shift_pattern(shifts):
     assert exact <= epsilon_from_mu(l2 / math.sqrt(2 * lam), 1e-5) + 1e-3
 
 
+def _gaussianised_steps(lam: float) -> np.ndarray:
+    """Independent reference: the steps F(x) - F(x - 1), x >= 1, of the Gaussianised tail F(x) = Phi^-1(1 - P(Sk >= x))
+    (F(0) = -F(1) by symmetry; the steps at x <= 0 mirror those at 2 - x), with the Skellam pmf summed from Poisson
+    pmfs (P(Sk = x) = sum_j P(Pois = j + x) P(Pois = j)), wherever P(Sk >= x) > 1e-300. The tradeoff curve of Sk
+    against Sk + k lies above G_{k D} exactly when every k-step rise of F is at most k D (threshold tests, log-concave
+    pmf)."""
+    from scipy.special import logsumexp, ndtri_exp
+
+    reach = int(lam + 40 * math.sqrt(lam) + 40)  # the Poisson's mass beyond is below 1e-300
+    j = np.arange(0, 2 * reach)
+    lp_j = stats.poisson.logpmf(j, lam)
+    x = np.arange(0, reach)
+    log_pmf = np.array([logsumexp(lp_j[k:] + lp_j[:j.size - k]) for k in x])
+    log_tail = np.logaddexp.accumulate(log_pmf[::-1])[::-1][1:]  # log P(Sk >= x), x = 1, 2, ...
+    F = -ndtri_exp(log_tail[log_tail > -690.0])
+    return np.diff(np.concatenate([[-F[0]], F]))
+
+
+@pytest.mark.parametrize("lam", [0.005, 0.5, 3.0, 40.0, 2e3])
+def test_gdp_mu_is_the_steepest_step_of_the_gaussianised_skellam(lam):
+    steps = _gaussianised_steps(lam)
+    D = skellam_gdp_mu(lam)
+    assert steps[0] == pytest.approx(D, rel=1e-8)  # the reference's own summation error
+    assert steps.max() <= D * (1 + 1e-8)
+    assert steps.size > 37 * math.sqrt(2 * lam)  # the check reaches beyond 37 sds
+    if lam >= 3:  # above the Gaussian of the same variance by about 1 / (12 Lambda)
+        assert D * math.sqrt(2 * lam) - 1 == pytest.approx(1 / (12 * lam), rel=0.1 if lam >= 40 else 1.0)
+
+
+@pytest.mark.parametrize("lam, shifts", [(300.0, [6]), (300.0, [3, 3, 3, 3]), (300.0, [4, 2, 2, 1, 1, 1, 1]),
+                                         (5e4, [150])])
+def test_gdp_bound_holds_against_the_exact_pld_and_is_tight_in_one_dimension(lam, shifts):
+    l2 = math.sqrt(sum(s * s for s in shifts))
+    noise = IntegerNoise(1.0, lam, l2, float(sum(shifts)), 1)
+    bound = epsilon_from_mu(noise.gdp_mu, 1e-5)
+    exact = skellam_pld(lam, shifts, value_discretization_interval=1e-5).get_epsilon_for_delta(1e-5)
+    assert exact <= bound
+    if len(shifts) == 1:  # a single coordinate: the pair's own curve up to its lighter tails (about 1 / Lambda)
+        assert bound - exact < 2.0 / lam * bound
+    assert bound < rdp_epsilon(skellam_rdp(RDP_ORDERS, noise), 1e-5) / 1.05
+
+
+def test_calibration_puts_the_sums_gdp_mu_at_the_budget_never_above():
+    # down to budgets whose noise has Lambda near 1e13 (scipy's ive is nan from 2 Lambda of about 2^31 on)
+    for lam in (5e3, 1e9, 1e13):
+        assert skellam_gdp_mu(lam) * math.sqrt(2 * lam) - 1 == pytest.approx(1 / (12 * lam), rel=1e-3, abs=1e-15)
+    for mu in (1e-4, 0.05, 0.7, 3.0, 40.0):
+        spec = skellam_spec(2e-3, 0.25, 5, mu, 8, 6)
+        assert mu * (1 - 1e-12) <= spec.noise(6).gdp_mu <= mu
+
+
 def test_rdp_bound_is_the_gaussian_curve_up_to_its_skellam_terms():
     spec = skellam_spec(1e-3, 0.5, 10, 0.1, 10, 10)
     noise = spec.noise(10)
-    excess = skellam_rdp(RDP_ORDERS, noise) - gaussian_rdp(RDP_ORDERS, noise.gdp_mu)
-    assert np.all(excess >= 0) and np.all(excess <= 1e-6 * gaussian_rdp(RDP_ORDERS, noise.gdp_mu))
+    gaussian = gaussian_rdp(RDP_ORDERS, noise.l2 / math.sqrt(2 * noise.lam))
+    excess = skellam_rdp(RDP_ORDERS, noise) - gaussian
+    assert np.all(excess >= 0) and np.all(excess <= 1e-6 * gaussian)
 
 
 def test_spec_calibrates_the_sum_of_min_surviving_shares():
