@@ -16,6 +16,7 @@ from ...federation.secure import secure_mean
 from ...federation.session import Session
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
+from ...theory.noise_maps import symmetric_noise_sandwich
 from .schedule import IRLSSchedule, Phase
 from .support import check_support
 
@@ -101,6 +102,8 @@ class _Rounds:
         # the last step, the gradient it started from, its floored Hessian and that gradient's noise variance; kept
         # into the next phase where its gradients are comparable (same bounds and basis): the secant's evidence
         self.previous: tuple | None = None
+        # the last round's secant evidence: the step before it, the released gradients' change along it, its noise
+        self.evidence: tuple | None = None
         # the clients' rows are mapped by change from round basis_from on; theta = basis phi (theta, H held in phi)
         self.change: ChangeOfBasis | None = None
         self.basis = None
@@ -130,10 +133,12 @@ class _Rounds:
                 self.H = vec_to_sym(self._hessian(phase, r), p)
                 self.lam = float(phase.floors[r])
                 self.H_floored = floor_eigenvalues(self.H, self.lam)
+            self.evidence = None
             if self.previous is not None:
                 step, g_before, behind, var_before = self.previous
-                scales[r] = secant_scale(step, g - g_before, self.H_floored, var_before + float(phase.gradient_var[r]),
-                                         schedule, behind)
+                self.evidence = (step, g - g_before, var_before + float(phase.gradient_var[r]))
+                scales[r] = secant_scale(step, g - g_before, self.H_floored, self.evidence[2],
+                                         schedule.secant_noise_sds, behind)
             step = schedule.step_size * np.linalg.solve(scales[r] * self.H_floored, g)
             length, radius = float(np.linalg.norm(step)), float(schedule.max_step)
             if schedule.curvature.grows_region:  # the loss grows at most quadratically: the region may grow with theta
@@ -172,10 +177,13 @@ class _Rounds:
         phases = self.phases
         scales = np.concatenate(self.scales)  # a secant-raised Newton matrix c Hf: floor c lambda, noise variance c^2 s^2
         newton = scales[-1] * self.H_floored  # the matrix of the last step
-        noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]),
-                                np.concatenate([ph.hessian_var for ph in phases]) * scales**2,
-                                np.concatenate([ph.floors for ph in phases]) * scales, float(self.schedule.step_size),
-                                newton, self.basis, self.basis_from)
+        hessian_var = np.concatenate([ph.hessian_var for ph in phases]) * scales**2
+        eta = float(self.schedule.step_size)
+        last_step = newton_error(self.previous[0], newton / eta, float(hessian_var[-1]) / eta**2, self.evidence,
+                                 self.schedule.secant_noise_sds)
+        noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]), hessian_var,
+                                np.concatenate([ph.floors for ph in phases]) * scales, eta, newton, self.basis,
+                                self.basis_from, last_step=last_step)
         noise_sd, update_noise_sd, update_noise_sds = _noise(self.schedule.step_size, newton,
                                                              np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
@@ -188,8 +196,8 @@ class _Rounds:
                    basis=self.change, newton=steps)
 
 
-def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float,
-                 schedule: IRLSSchedule, behind: np.ndarray | None = None) -> float:
+def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise_var: float, noise_sds: float,
+                 behind: np.ndarray | None = None) -> float:
     """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
 
     A Newton matrix flatter than the score along the path overshoots: a per-sample Hessian bound C_H
@@ -203,20 +211,66 @@ def secant_scale(step: np.ndarray, change: np.ndarray, newton: np.ndarray, noise
     ends where that curvature changes monotonically along it (a logistic path into a rare outcome's tail
     flattens, a log-linear one steepens): only a slope above both released matrices' own, ``s^T N s`` of
     this round's matrix N and of the previous round's ``behind`` (the same matrix where the Hessian is
-    reused), says a matrix is too flat. Where the slope, lowered by ``schedule.secant_noise_sds`` noise sds
-    (a lower confidence bound), exceeds both, the step uses c N with ``c = slope / s^T N s``: on a quadratic
-    the next step then lands where the slope along s vanishes, between the two points (where an averaging
-    of a 2-cycle's ends would put it). Post-processing of released values, so no privacy cost; c = 1 where
-    the slope is within the noise or the matrices are steep enough (the step is never lengthened), and c
-    exceeds the measured ratio with probability 0.13% a round at most (so it needs no cap). Inferred (a
-    scalar secant condition; quasi-Newton methods use it to correct a curvature model).
+    reused), says a matrix is too flat. The measured ratio ``kappa_hat = s^T (g_r - g_{r-1}) / s^T N s`` has noise
+    sd ``sd = ||s|| sqrt(v_{r-1} + v_r) / s^T N s`` (``noise_var = v_{r-1} + v_r``), so the ratio kappa of the
+    score's slope along s to N lies in ``[a, b] = kappa_hat -+ z sd`` but for a 0.27% chance (z = ``noise_sds``,
+    3). A step with the matrix c N multiplies the error along s by ``1 - kappa / c``: it shrinks for every kappa in
+    the interval only where ``c > b / 2``. The cautious choice is a, the lower bound, where it exceeds both
+    matrices' own slope (1 otherwise: the step is never lengthened); it stands where ``b <= 2 a``. Where the noise
+    allows a slope more than twice the cautious matrix's, its steps may grow the error (RAND HIE, mu = 2: a matrix
+    ``1.9 +- 0.3`` times too flat along the step, a rare dummy's rows' Hessians clipped at C_H, kept c = 1, and a
+    2-cycle grew from 30 to 64 SEs in that dummy); there the step takes the midpoint ``c = kappa_hat`` (where it
+    exceeds the steeper matrix's slope), which minimises the largest factor over the interval: ``z sd /
+    kappa_hat``, below 1 wherever ``a > 0``. On a quadratic the next step then lands where the slope along s
+    vanishes, between the two points (where an averaging of a 2-cycle's ends would put it). Post-processing of
+    released values, so no privacy cost; c is a measured ratio, so it needs no cap. Inferred (a scalar secant
+    condition, as quasi-Newton methods use to correct a curvature model; the midpoint is the minimax step for a
+    curvature known to lie in an interval).
     """
-    slope = float(step @ change) - schedule.secant_noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
+    measured = float(step @ change)
     model = float(step @ newton @ step)
     steepest = model if behind is None else max(model, float(step @ behind @ step))
-    if not (model > 0 and slope > steepest):
+    if not model > 0:
         return 1.0
-    return slope / model
+    margin = noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
+    cautious = (measured - margin) / model if measured - margin > steepest else 1.0
+    if measured + margin <= 2.0 * cautious * model or measured <= steepest:
+        return cautious  # contracts for every slope the noise allows
+    return measured / model
+
+
+def newton_error(step: np.ndarray, newton: np.ndarray, hessian_var: float, evidence: tuple | None,
+                 noise_sds: float) -> np.ndarray:
+    """Covariance of the error that the last step's Newton matrix leaves in the estimate (post-processing).
+
+    The last step ``s_R = -N^-1 g_R`` (N the matrix it used, the step size folded in) ends at
+    ``theta_R = theta_(R-1) + s_R``; the root lies at ``theta_(R-1) - J^-1 g_R`` (J the clipped score's Jacobian),
+    so, beyond the gradient noise the recursion carries, the estimate is off by ``J^-1 (J - N) s_R``: the Newton
+    matrix's own error times the distance the last step still had to travel. Two parts of ``J - N``:
+
+    * the noise Xi of the released matrix (diagonal variance ``hessian_var``): ``N^-1 E[Xi s_R s_R^T Xi] N^-1``
+      (:func:`~privfedstat.theory.noise_maps.symmetric_noise_sandwich`; J is N to first order);
+    * its bias (per-sample Hessians clipped at C_H lower N along the rows they clip, a rare column's above all;
+      the curvature changes along the path): ``evidence = (s, y, v)``, the step before the last, the released
+      gradients' change along it and that change's noise variance per coordinate, measures the score's slope along
+      s against N, ``kappa = s^T y / s^T N s`` with sd ``sqrt(v) ||s|| / s^T N s``. The rank-one
+      ``J = N + (kappa - 1) N u u^T N / u^T N u`` (``u = s / ||s||``: the measured slope along s, N elsewhere)
+      gives ``e_R = (1 - 1 / kappa) u (u^T N s_R) / (u^T N u)``, whose second moment over kappa's noise (delta
+      method) is ``(1 - 1/kappa)^2 + sd^2 / kappa^4`` times ``(u^T N s_R / u^T N u)^2``. Counted only where the
+      slope is resolved (``kappa`` above ``noise_sds`` of its sds, the secant's own test); a Newton matrix 2.2
+      times too flat along a rare dummy (RAND HIE, mu = 2) left a last step's overshoot of 41 SEs that the
+      recursion, linearised at the estimate, puts at 8.
+    """
+    inv = np.linalg.inv(newton)
+    cov = inv @ symmetric_noise_sandwich(np.outer(step, step), hessian_var) @ inv
+    if evidence is not None:
+        s, y, v = evidence
+        model = float(s @ newton @ s)
+        kappa, sd = float(s @ y) / model, math.sqrt(v) * float(np.linalg.norm(s)) / model
+        if model > 0 and kappa > noise_sds * sd:
+            along = float(s @ newton @ step) / model  # the N-projection of s_R on s, in units of s
+            cov = cov + ((1.0 - 1.0 / kappa) ** 2 + sd**2 / kappa**4) * along**2 * np.outer(s, s)
+    return (cov + cov.T) / 2
 
 
 def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float] | None:
@@ -277,7 +331,7 @@ def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarra
                                         sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
             lam = schedule.floor(0.0)
             H_floored = floor_eigenvalues(H, lam)
-        scale = 1.0 if previous is None else secant_scale(previous[0], g - previous[1], H_floored, 0.0, schedule,
+        scale = 1.0 if previous is None else secant_scale(previous[0], g - previous[1], H_floored, 0.0, 0.0,
                                                           previous[2])
         step = schedule.step_size * np.linalg.solve(scale * H_floored, g)
         n_iter += 1
