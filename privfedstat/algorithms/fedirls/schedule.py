@@ -158,10 +158,10 @@ class IRLSSchedule:
         A direction whose floored steps kept more than this share of its error over the last phase is reported as
         damped, not an optimum (benchmarks/RESULTS.md, section "Real data with natural sites").
     secant_noise_sds : float
-        The half-width, in noise sds, of the interval the gradients' change along a step gives the score's slope there
-        (0.27% of slopes outside it under the noise model): its lower end raises a too flat Newton matrix, its upper
-        end says whether that raise contracts (:func:`.rounds.secant_scale`), and a slope above it joins the last
-        Newton matrix's error to the estimate's privacy covariance (:func:`.rounds.newton_error`).
+        The gradients' change along the last step counts as curvature beyond this many sds of its noise: a one-sided
+        test whose false raise (0.13% a round under the noise model) only shortens one step (:func:`.rounds.secant_scale`);
+        the same margin decides where the slope it measures shows an error of the last Newton matrix
+        (:func:`.rounds.newton_error`).
     coarse_lean : float
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
