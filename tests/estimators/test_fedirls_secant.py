@@ -20,21 +20,20 @@ def test_the_secant_raises_a_too_flat_newton_matrix_by_the_measured_slope():
     plan = FedIRLS(family="poisson").plan_schedule(get_family("poisson"), np.array([100.0, 200.0]), Setup(1.0, 1.0, 2.0), 2)
     z = plan.secant_noise_sds
     assert z == 3.0
-    assert secant_scale(s, A @ s, 0.0, 0.0, A / 3, z) == pytest.approx(3.0)
-    assert secant_scale(s, A @ s, 0.0, 0.0, 2 * A, z) == 1.0
-    assert secant_scale(s, A @ s, 1.0, 0.0, A / 3, z) == 1.0  # slope 0.92 against noise sd 1.08 x 3
-    assert secant_scale(s, A @ s, 0.0, 0.0, A / 100, z) == pytest.approx(100.0)  # the measured ratio, uncapped
+    assert secant_scale(s, A @ s, 0.0, A / 3, z) == pytest.approx(3.0)
+    assert secant_scale(s, A @ s, 0.0, 2 * A, z) == 1.0
+    assert secant_scale(s, A @ s, 1.0, A / 3, z) == 1.0  # slope 0.92 against noise sd 1.08 x 3
+    assert secant_scale(s, A @ s, 0.0, A / 100, z) == pytest.approx(100.0)  # the measured ratio, uncapped
     # a slope between the curvatures at the step's two ends (the previous round's matrix steeper) is no evidence
-    assert secant_scale(s, A @ s, 0.0, 0.0, A / 3, z, behind=2 * A) == 1.0
-    assert secant_scale(s, A @ s, 0.0, 0.0, A / 3, z, behind=A / 2) == pytest.approx(3.0)
-    # the noise the step shares with the gradients' change is taken out: 0.92 measured, 0.61 of it shared
-    assert secant_scale(s, A @ s, 0.0, 2 * 0.92 / 3, A / 3, z) == pytest.approx(1.0)
+    assert secant_scale(s, A @ s, 0.0, A / 3, z, behind=2 * A) == 1.0
+    assert secant_scale(s, A @ s, 0.0, A / 3, z, behind=A / 2) == pytest.approx(3.0)
 
 
 def test_the_noise_a_step_shares_with_the_next_gradient_change_is_its_mean_product():
     """At the root (J = N, every step pure noise) the step s = -N^-1 xi and the gradients' change N s + xi' - xi
     share xi: the raw slope s^T y is twice the model's s^T N s on average (RAND HIE, mu = 2: 1.99 +- 0.29 against
-    1.42 from the exact curvature); less ``shared = v tr N^-1`` it is the model's, which a noise-free slope gives."""
+    1.42 from the exact curvature); less ``shared = v tr N^-1`` (what the rounds hand :func:`newton_error`) it is
+    the model's, as a noise-free slope gives; and newton_error then counts nothing but the matrix's noise."""
     rng = np.random.default_rng(5)
     p, v, n = 5, 0.3, 40000
     A = rng.normal(size=(p, p))
@@ -46,6 +45,11 @@ def test_the_noise_a_step_shares_with_the_next_gradient_change_is_its_mean_produ
     shared = v * np.trace(np.linalg.inv(N))
     assert slope / model == pytest.approx(2.0, rel=0.03)
     assert (slope - shared) / model == pytest.approx(1.0, abs=0.03)
+    # a change along s0 exceeding the model's by exactly what the two share: no error of N (nearly noise-free v)
+    s0, excess = s[0], 0.3
+    change = N @ s0 + excess * s0 / (s0 @ s0)
+    assert np.all(newton_error(s[1], N, 0.0, (s0, change, 1e-12, excess), 3.0) == 0.0)
+    assert np.any(newton_error(s[1], N, 0.0, (s0, change, 1e-12, 0.0), 3.0) != 0.0)
 
 
 def test_the_last_steps_newton_error_is_the_matrix_error_times_the_step():
