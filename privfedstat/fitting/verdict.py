@@ -27,7 +27,7 @@ import numpy as np
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
-from ..inference.config import DIAGNOSTIC_ALPHA
+from ..inference.config import DIAGNOSTIC_ALPHA, tolerated_bias
 from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
@@ -38,25 +38,10 @@ __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge"
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
 #: sampling sd, which resolves a distance of about 4 sampling SEs (docs/guide/convergence.md)
 SCORE_SHARE = 0.1
-#: the least coverage a 95% interval may keep (the lower end of the package's coverage target, 93-97%)
-LEAST_COVERAGE = 0.93
-
-
-def _bias_for_coverage(coverage: float, z: float = 1.959963984540054) -> float:
-    """The bias b (in SEs) at which a normal interval ``+- z`` covers ``coverage``: Phi(z - b) - Phi(-z - b)."""
-    def covered(b: float) -> float:
-        return 0.5 * (math.erf((z - b) / math.sqrt(2.0)) - math.erf((-z - b) / math.sqrt(2.0)))
-
-    lo, hi = 0.0, 2.0 * z
-    for _ in range(100):  # covered() decreases in b
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if covered(mid) > coverage else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
 #: a distance to the root below this many standard errors counts as converged whatever the test says: the bias b
-#: that lowers a 95% normal interval's coverage to LEAST_COVERAGE, Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416)
-TOL_SE = _bias_for_coverage(LEAST_COVERAGE)
+#: that lowers a 95% normal interval's coverage to 93% (the lower end of the package's coverage target, 93-97%),
+#: Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416; :func:`~privfedstat.inference.config.tolerated_bias`)
+TOL_SE = tolerated_bias(0.05)
 #: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
 #: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
 SATURATED = math.sqrt(np.finfo(np.float64).eps)

@@ -57,11 +57,7 @@ class ScheduledRun:
         self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
         self.newton.run(self.schedule.phase(0))
 
-    def locate(self) -> None:
-        """The locate rounds, then whether the refine rounds can reach an optimum at this mu (:func:`.support.check_support`:
-        refuses early, with the numbers, where they cannot)."""
-        self.rounds()
-        check_support(self.schedule, self.newton.H, float(np.max(self.session.ledger.client_mu)))
+    locate = rounds
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.newton.H_floored)
@@ -79,9 +75,14 @@ class ScheduledRun:
         self.found = self.schedule.insured_bounds(self.found)
 
     def refine(self) -> None:
+        """The refine rounds, once :func:`.support.check_support` found that they can reach an optimum at this mu
+        (it refuses early, with the numbers, where they cannot)."""
         if self.schedule.research:
             self.final = self.schedule.refine_setup(self.found)
-        self.newton.run(self.schedule.phase(1, self.final))
+        newton, change = self.newton, self.newton.change
+        check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
+                      float(np.max(self.session.ledger.client_mu)))
+        newton.run(self.schedule.phase(1, self.final))
 
 
 class _Rounds:
@@ -226,7 +227,7 @@ def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton:
     clipped Hessians leave the matrix too flat along directions the steps do not show); :func:`newton_error`, which
     measures the slope, takes it out. Post-processing of released values, so no privacy cost; c = 1 where the
     slope is within the noise or the matrices are steep enough (the step is never lengthened), and c exceeds the
-    measured ratio with probability 0.13% a round at most (so it needs no cap). Inferred (a scalar secant
+    measured ratio with probability DIAGNOSTIC_ALPHA (0.1%) a round at most (so it needs no cap). Inferred (a scalar secant
     condition; quasi-Newton methods use it to correct a curvature model).
     """
     measured = float(step @ change)
