@@ -330,8 +330,8 @@ class IRLSNoise:
         With a ``basis``: :meth:`covariance` takes H and returns the covariance in phi (the view of
         :meth:`in_basis`) rather than in theta.
     last_step : ndarray of shape (p, p) or None, default None
-        Covariance of the error the last step's Newton matrix leaves, ``N^-1 (N - J) s_R`` for the last step
-        s_R (in the coordinates of the last round), from released values (the fit's rounds compute it:
+        Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
+        Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
         :func:`privfedstat.algorithms.fedirls.rounds.newton_error`); added to the recursion's result. None: 0.
 
     Notes
