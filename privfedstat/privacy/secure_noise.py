@@ -51,7 +51,8 @@ import numpy as np
 
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
            "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "skellam_gdp_mu", "skellam_gdp_step",
-           "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL"]
+           "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
+           "STEP_RESOLUTION"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
 #: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
@@ -67,6 +68,9 @@ MAX_CHECKED_LAM = 5e8
 #: the steps are checked wherever the Skellam's tail probability is above this (36.5 sds and more): ``exp(-26)`` above
 #: the mass where scipy's ive flushes to 0, so that the grid's missing tail is negligible there
 TAIL = 1e-290
+#: relative float resolution of the computed steps (their log-space tail sums; measured: at most 1.5e-9 up to
+#: Lambda = 5e8, docs/guide/secure-aggregation.md)
+STEP_RESOLUTION = 2e-9
 
 
 @dataclass(frozen=True)
@@ -252,10 +256,12 @@ def skellam_steps(lam: float) -> np.ndarray:
 def skellam_gdp_step(lam: float) -> float:
     """``D(Lambda)``: ``Sk(Lambda) + v`` against ``Sk(Lambda)`` is ``D ||v||_2``-GDP for integer shifts ``v`` (inf for
     ``Lambda = 0``): the steepest unit step of the Gaussianised tail, checked for this ``Lambda``
-    (:func:`skellam_steps`; never below the central step :func:`skellam_gdp_mu`). Cached per ``Lambda``."""
+    (:func:`skellam_steps`): the exact central step :func:`skellam_gdp_mu` when no step is above it by more than the
+    check's float resolution :data:`STEP_RESOLUTION`, the steepest computed step otherwise. Cached per ``Lambda``."""
     if lam == 0:
         return math.inf
-    return max(skellam_gdp_mu(lam), float(np.max(skellam_steps(lam))))
+    central, steepest = skellam_gdp_mu(lam), float(np.max(skellam_steps(lam)))
+    return central if steepest <= central * (1.0 + STEP_RESOLUTION) else steepest
 
 
 def _calibrated_lam(l2: float, mu: float, shares: int) -> float:
@@ -282,7 +288,7 @@ def _calibrated_lam(l2: float, mu: float, shares: int) -> float:
         excess = l2 * skellam_gdp_step(share * shares) / mu
         if excess <= 1.0:
             best = min(best, share)
-            if excess >= 1.0 - 1e-10:  # the check's own float sums are about 1e-10 relative
+            if excess >= 1.0 - 1e-12:
                 return share
         share *= excess * excess * (1.0 + 1e-15)
     if math.isinf(best):

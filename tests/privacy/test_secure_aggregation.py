@@ -78,7 +78,7 @@ def test_the_ledger_accounts_each_round_with_the_steepest_step_of_its_own_lambda
             assert b.integer.lam / a.integer.lam == pytest.approx(1.01**2, rel=1e-6)
             D = 1.01 * secure_noise.skellam_gdp_mu(b.integer.lam)
             assert np.max(b.client_mu()) == pytest.approx(b.integer.l2 * D, rel=1e-9)
-        assert 1.0 * (1 - 1e-9) <= steep.privacy_.mu <= 1.0
+        assert 1.0 * (1 - 1e-12) <= steep.privacy_.mu <= 1.0
     finally:
         secure_noise.skellam_gdp_step.cache_clear()
 
