@@ -15,13 +15,15 @@ shift ``v`` has ``||v||_2 <= Delta / gamma + sqrt(d)`` and ``||v||_1 <= sqrt(d) 
 noise, and by joint convexity of the hockey-stick and Renyi divergences the worst coupled pair
 bounds it. ``Delta`` is the L2 sensitivity of the weighted real message ``w_i s_i``.
 
-**Accounting.** The release is ``mu``-GDP with ``mu = Delta_2 D(Lambda)``, ``D(Lambda) = 2 sqrt(2)
-erfinv(P(Sk(Lambda) = 0))`` (:func:`skellam_gdp_mu`): one coordinate's pair ``(Sk, Sk + k)`` has
-monotone likelihood ratio (the Skellam pmf is log-concave), so its tradeoff curve is spanned by the
-threshold tests, and it lies above the Gaussian ``G_{k D}`` exactly when the Gaussianised tail
-``F(x) = Phi^-1(1 - P(Sk >= x))`` rises by at most ``D`` per integer step; its steepest step is the
-central one, ``F(1) - F(0) = D(Lambda) = (1 + 1 / (12 Lambda) + ...) / sqrt(2 Lambda)`` (verified numerically,
-docs/guide/secure-aggregation.md, "Accounting"). The coordinates compose as GDP (Dong, Roth & Su 2022,
+**Accounting.** The release is ``mu``-GDP with ``mu = Delta_2 D(Lambda)`` (:func:`skellam_gdp_step`): one
+coordinate's pair ``(Sk, Sk + k)`` has monotone likelihood ratio (the Skellam pmf is log-concave), so its
+tradeoff curve is spanned by the threshold tests, and it lies above the Gaussian ``G_{k D}`` when the
+Gaussianised tail ``F(x) = Phi^-1(1 - P(Sk >= x))`` rises by at most ``D`` per integer step: ``D`` is its
+steepest step, computed for each release's ``Lambda`` wherever the tail is above :data:`TAIL`
+(:func:`skellam_steps`); so far always the central one, ``F(1) - F(0) = D_0(Lambda) = 2 sqrt(2)
+erfinv(P(Sk(Lambda) = 0)) = (1 + 1 / (12 Lambda) + ...) / sqrt(2 Lambda)`` (:func:`skellam_gdp_mu`;
+docs/guide/secure-aggregation.md, "Accounting", says what is proven and what is computed). The coordinates
+compose as GDP (Dong, Roth & Su 2022,
 Corollary 3.3: ``sqrt(sum_j (k_j D)^2) <= Delta_2 D``) and a mixture over the uniforms keeps it (joint
 convexity), so the ledger composes secure releases with the Gaussian ones in GDP and its epsilon is the
 exact GDP conversion. :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021, Theorem 3.5: ``eps(alpha) <=
@@ -65,7 +67,7 @@ MAX_BITS = 52
 RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 1024)
 #: the largest Lambda whose Gaussianised steps are computed (scipy's ive is nan at 2 Lambda = 2e9)
 MAX_CHECKED_LAM = 5e8
-#: the steps are checked wherever the Skellam's tail probability is above this (36.5 sds and more): ``exp(-26)`` above
+#: the steps are checked wherever the Skellam's tail probability is above this (36.4 sds and more): ``exp(-25)`` above
 #: the mass where scipy's ive flushes to 0, so that the grid's missing tail is negligible there
 TAIL = 1e-290
 #: relative float resolution of the computed steps (their log-space tail sums; measured: at most 1.5e-9 up to
@@ -229,7 +231,7 @@ def skellam_steps(lam: float) -> np.ndarray:
 
     The pmf ``exp(-2 Lambda) I_x(2 Lambda)`` (scipy's ``ive``) is summed in log space from the last integer ``N`` where it
     is above ``exp(-700)`` (where ``ive`` flushes to 0); the mass beyond ``N`` is at most ``p(N) r / (1 - r)``, ``r = p(N) /
-    p(N - 1)`` (log-concave pmf: the ratios decrease), below ``1e-11`` of the tail wherever that is above :data:`TAIL`;
+    p(N - 1)`` (log-concave pmf: the ratios decrease), at most about ``1e-11`` of the tail wherever that is above :data:`TAIL`;
     each step is bounded with the tail at ``x`` raised by it and the tail at ``x + 1`` not.
     """
     from scipy.special import ive, ndtri_exp
