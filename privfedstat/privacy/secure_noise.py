@@ -65,8 +65,9 @@ WRAP_PROBABILITY = 2.0**-40
 MAX_BITS = 52
 #: integer Renyi orders of the accounting (the bound above holds for integer alpha > 1)
 RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 1024)
-#: the largest Lambda whose Gaussianised steps are computed (scipy's ive is nan at 2 Lambda = 2e9)
-MAX_CHECKED_LAM = 5e8
+#: the largest Lambda whose Gaussianised steps are computed (0.3-0.9 s; scipy's ive is nan at 2 Lambda = 2e9): a budget
+#: needing more gets a coarser quantum (:func:`skellam_spec`)
+MAX_CHECKED_LAM = 1e8
 #: the steps are checked wherever the Skellam's tail probability is above this (36.4 sds and more): ``exp(-25)`` above
 #: the mass where scipy's ive flushes to 0, so that the grid's missing tail is negligible there
 TAIL = 1e-290
@@ -181,7 +182,9 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     Notes
     -----
     ``gamma = SLACK Delta / sqrt(d)`` makes the rounding slack ``sqrt(d)`` a fraction ``SLACK`` of
-    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``. The modulus holds ``sum_i (||u_i||_inf /
+    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``; where that would need ``Lambda`` above
+    :data:`MAX_CHECKED_LAM`, ``gamma`` is the finest whose ``Lambda`` is at most it (``Delta_2 = mu sqrt(2
+    MAX_CHECKED_LAM)``, up to ``1e-6``), the slack a larger fraction (refused above 1/4). The modulus holds ``sum_i (||u_i||_inf /
     gamma + 1)`` plus the noise tail ``t`` with ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <=
     WRAP_PROBABILITY`` (Bernstein; ``Lambda_max = n_clients lam``, every site surviving).
     """
@@ -194,6 +197,13 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     if not 1 <= k <= m:
         raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
     quantum = SLACK * sensitivity / math.sqrt(d)
+    reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
+    if sensitivity / quantum + math.sqrt(d) > reach_l2:  # a coarser quantum keeps Lambda where its steps are checked
+        if reach_l2 < 5.0 * math.sqrt(d):
+            raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates: its integer "
+                             f"noise would need Lambda above {MAX_CHECKED_LAM:g}, where its GDP constant is checked, "
+                             "or a rounding slack above 1/4 of the sensitivity: give the round more budget.")
+        quantum = sensitivity / (reach_l2 - math.sqrt(d))
     l2 = sensitivity / quantum + math.sqrt(d)
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
     lam = _calibrated_lam(l2, mu, k)

@@ -146,8 +146,21 @@ def test_calibration_puts_the_sums_gdp_mu_at_the_budget_never_above():
     for mu in (0.05, 0.7, 3.0, 40.0):
         spec = skellam_spec(2e-3, 0.25, 5, mu, 8, 6)
         assert mu * (1 - 1e-12) <= spec.noise(6).gdp_mu <= mu
-    with pytest.raises(ValueError, match="give the round more budget"):  # its Lambda would be about 4e12
+    with pytest.raises(ValueError, match="give the round more budget"):  # Lambda about 4e12, or a slack of 1.6
         skellam_spec(2e-3, 0.25, 5, 1e-4, 8, 6)
+
+
+@pytest.mark.parametrize("mu", [4e-3, 1e-2])
+def test_a_budget_needing_lambda_beyond_the_check_gets_a_coarser_quantum(mu):
+    d = 78
+    fine = SLACK * 2e-3 / math.sqrt(d)
+    assert ((2e-3 / fine + math.sqrt(d)) / mu) ** 2 / 2 > 1e8  # the usual quantum would need Lambda above the check
+    spec = skellam_spec(2e-3, 0.25, d, mu, 8, 6)
+    noise = spec.noise(6)
+    assert 0.99 * 1e8 < noise.lam <= 1e8 and spec.quantum > fine
+    assert mu * (1 - 1e-12) <= noise.gdp_mu <= mu
+    assert spec.l2 == pytest.approx(2e-3 / spec.quantum + math.sqrt(d))
+    assert math.sqrt(d) <= spec.l2 / 5  # the rounding slack costs at most a quarter of the sensitivity
 
 
 @pytest.fixture
