@@ -269,9 +269,13 @@ def skellam_gdp_step(lam: float) -> float:
     """``D(Lambda)``: ``Sk(Lambda) + v`` against ``Sk(Lambda)`` is ``D ||v||_2``-GDP for integer shifts ``v`` (inf for
     ``Lambda = 0``): the steepest unit step of the Gaussianised tail, checked for this ``Lambda``
     (:func:`skellam_steps`): the exact central step :func:`skellam_gdp_mu` when no step is above it by more than the
-    check's float resolution :data:`STEP_RESOLUTION`, the steepest computed step otherwise. Cached per ``Lambda``."""
+    check's float resolution :data:`STEP_RESOLUTION`, the steepest computed step otherwise; above
+    :data:`MAX_CHECKED_LAM` (more survivors than a calibration at it counted on), that of ``MAX_CHECKED_LAM``. Cached
+    per ``Lambda``."""
     if lam == 0:
         return math.inf
+    if lam > MAX_CHECKED_LAM:  # Sk(Lambda) is Sk(MAX_CHECKED_LAM) plus independent noise: post-processing
+        return skellam_gdp_step(MAX_CHECKED_LAM)
     central, steepest = skellam_gdp_mu(lam), float(np.max(skellam_steps(lam)))
     return central if steepest <= central * (1.0 + STEP_RESOLUTION) else steepest
 

@@ -161,6 +161,9 @@ def test_a_budget_needing_lambda_beyond_the_check_gets_a_coarser_quantum(mu):
     assert mu * (1 - 1e-12) <= noise.gdp_mu <= mu
     assert spec.l2 == pytest.approx(2e-3 / spec.quantum + math.sqrt(d))
     assert math.sqrt(d) <= spec.l2 / 5  # the rounding slack costs at most a quarter of the sensitivity
+    # every site surviving: more noise than the check reaches, accounted as the checked noise plus more (post-processing)
+    assert spec.noise(8).lam > 1e8 and spec.noise(8).gdp_mu == pytest.approx(spec.l2 * skellam_gdp_step(1e8))
+    assert spec.noise(8).gdp_mu <= mu
 
 
 @pytest.fixture
