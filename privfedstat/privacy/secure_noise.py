@@ -233,11 +233,11 @@ def skellam_gdp_mu(lam: float) -> float:
     return 2.0 * math.sqrt(2.0) * float(erfinv(p0))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4)  # up to 4 MB each (Lambda = 1e8); skellam_gdp_step keeps their maximum
 def skellam_steps(lam: float) -> np.ndarray:
     """Upper bounds on the unit steps ``F(x + 1) - F(x)``, ``x = 0, 1, ...``, of the Gaussianised tail of ``Sk(Lambda)``
     at every ``x`` whose tail ``P(Sk >= x)`` is above :data:`TAIL` (the steps at ``x < 0`` mirror them:
-    ``F(-x) = -F(x + 1)``); read-only, cached per ``Lambda``.
+    ``F(-x) = -F(x + 1)``); read-only, the last few cached.
 
     The pmf ``exp(-2 Lambda) I_x(2 Lambda)`` (scipy's ``ive``) is summed in log space from the last integer ``N`` where it
     is above ``exp(-700)`` (where ``ive`` flushes to 0); the mass beyond ``N`` is at most ``p(N) r / (1 - r)``, ``r = p(N) /
@@ -264,7 +264,7 @@ def skellam_steps(lam: float) -> np.ndarray:
     return steps
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def skellam_gdp_step(lam: float) -> float:
     """``D(Lambda)``: ``Sk(Lambda) + v`` against ``Sk(Lambda)`` is ``D ||v||_2``-GDP for integer shifts ``v`` (inf for
     ``Lambda = 0``): the steepest unit step of the Gaussianised tail, checked for this ``Lambda``
