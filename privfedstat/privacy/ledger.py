@@ -247,7 +247,8 @@ class PrivacyLedger:
 
     def epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon of the worst client towards the server at the given delta: the exact GDP-to-DP conversion of
-        :attr:`mu` (secure releases too: their integer noise is GDP, :func:`~privfedstat.privacy.secure_noise.skellam_gdp_mu`)."""
+        :attr:`mu` (secure releases too: their integer noise is GDP,
+        :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`)."""
         return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
 
     @property

@@ -56,6 +56,34 @@ def test_secure_rounds_record_the_sum_of_every_share_at_the_declared_budget():
 
 
 @pytest.mark.filterwarnings("ignore")
+def test_the_ledger_accounts_each_round_with_the_steepest_step_of_its_own_lambda(monkeypatch):
+    """Were a non-central step of the Gaussianised Skellam tail 1% steeper than the central one, the fit would calibrate
+    its noise to it and the ledger would account with it."""
+    import privfedstat.privacy.secure_noise as secure_noise
+
+    plain = _fit(_data())
+    central_steps = secure_noise.skellam_steps
+
+    def steep_steps(lam):
+        out = np.array(central_steps(lam))
+        out[3] = 1.01 * out[0]
+        return out
+
+    secure_noise.skellam_gdp_step.cache_clear()
+    monkeypatch.setattr(secure_noise, "skellam_steps", steep_steps)
+    try:
+        steep = _fit(_data())
+        pairs = zip(plain.privacy_.releases, steep.privacy_.releases)
+        for a, b in ((a, b) for a, b in pairs if a.integer is not None):
+            assert b.integer.lam / a.integer.lam == pytest.approx(1.01**2, rel=1e-6)
+            D = 1.01 * secure_noise.skellam_gdp_mu(b.integer.lam)
+            assert np.max(b.client_mu()) == pytest.approx(b.integer.l2 * D, rel=1e-9)
+        assert 1.0 * (1 - 1e-12) <= steep.privacy_.mu <= 1.0
+    finally:
+        secure_noise.skellam_gdp_step.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore")
 def test_secure_fit_is_reproducible_and_close_to_the_local_fit_with_less_noise():
     data = _data()
     a, b = _fit(data), _fit(data)
