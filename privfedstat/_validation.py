@@ -32,6 +32,7 @@ __all__ = [
     "MU_MAX",
     "MU_MIN",
     "BOUND_PER_MU",
+    "LEAST_BOUND_PER_MU",
     "check_finite_bounds",
     "check_positive_int",
     "check_positive_float",
@@ -85,6 +86,12 @@ MU_MIN = 2.0 * float(np.finfo(np.float64).eps) / 2.0**53
 #: ``2 B / (mu sqrt(eps))``, whose square must stay below the largest double: ``B <= mu sqrt(eps * DBL_MAX) / 2``,
 #: about ``1e146 mu`` (a bound for data on any sensible scale is many orders of magnitude smaller).
 BOUND_PER_MU = math.sqrt(float(np.finfo(np.float64).eps) * float(np.finfo(np.float64).max)) / 2.0
+#: The smallest clipping bound per unit of mu: a release of sensitivity at least ``2 B / n_i`` from a client of at
+#: most 2^53 rows (the largest count float64 holds exactly) given all of mu^2 has noise sd at least
+#: ``2 B / (2^53 mu)``, whose square must stay a normal double (the inference squares it):
+#: ``B >= mu 2^52 sqrt(DBL_MIN)``, about ``7e-139 mu`` (below it the noise variances underflow to 0 and the
+#: score test and the standard errors would read 0 noise).
+LEAST_BOUND_PER_MU = 2.0**52 * math.sqrt(float(np.finfo(np.float64).tiny))
 
 
 def check_mu(mu) -> float:
@@ -364,7 +371,8 @@ def validate_parameters(estimator, table: dict) -> None:
 def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str) -> None:
     """Refuse an infinite bound (no clipping) among the parameters ``names`` when ``mu`` is finite: it gives ``what``
     (e.g. "the Newton step") infinite sensitivity; and a finite bound above :data:`BOUND_PER_MU` times ``mu``, whose
-    noise variance overflows. The rules that tie a bound to the budget."""
+    noise variance overflows, or below :data:`LEAST_BOUND_PER_MU` times ``mu``, whose noise variance underflows. The rules
+    that tie a bound to the budget."""
     if math.isinf(mu):
         return
     for name in names:
@@ -372,6 +380,10 @@ def check_finite_bounds(estimator, names: tuple[str, ...], mu: float, what: str)
         if isinstance(value, Real) and math.isinf(value):
             raise ValueError(f"{name}=inf (no clipping) gives {what} infinite sensitivity, so it is only allowed with "
                              f"mu=float('inf'); set a finite {name}.")
+        if isinstance(value, Real) and not isinstance(value, bool) and 0 < value < LEAST_BOUND_PER_MU * mu:
+            raise ValueError(f"{name}={value:g} with mu={mu:g} gives {what} noise whose variance underflows float64 "
+                             f"(sd down to 2 {name} / (2^53 mu)): use at least {LEAST_BOUND_PER_MU * mu:.3g}, or "
+                             "rescale the data so that a bound near 1 fits.")
         if isinstance(value, Real) and not isinstance(value, bool) and value > BOUND_PER_MU * mu:
             raise ValueError(f"{name}={value:g} with mu={mu:g} gives {what} noise whose variance overflows float64 "
                              f"(sd up to 2 {name} / (mu sqrt(eps)) for a release given a share eps of mu^2): use at "

@@ -75,13 +75,16 @@ class UnsupportedModelError(ValueError):
     rest of its budget could not bring it to an optimum, and stopped (spending little) instead of returning
     withheld intervals. The message gives the numbers and what the data can support; ``privacy_sd_ratio`` (the
     planned privacy sd of each coefficient over its sampling SE, fitting order) and ``mu_factor`` (how many times
-    larger mu, or the rows per site, would have to be; inf: no finite factor) hold them.
+    larger mu, or the rows per site, would have to be at least) hold them; ``spent`` is the mu per client the fit
+    released before it stopped (what its ledger, and a :class:`~privfedstat.PrivacyBudget`, charge).
     """
 
-    def __init__(self, message: str, *, privacy_sd_ratio=None, mu_factor: float = float("nan")) -> None:
+    def __init__(self, message: str, *, privacy_sd_ratio=None, mu_factor: float = float("nan"),
+                 spent: float = float("nan")) -> None:
         super().__init__(message)
         self.privacy_sd_ratio = privacy_sd_ratio
         self.mu_factor = mu_factor
+        self.spent = spent
 
 
 class BudgetExceededError(ValueError):

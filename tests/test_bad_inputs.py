@@ -23,7 +23,7 @@ from privfedstat import (
     glm,
     plan_study,
 )
-from privfedstat._validation import BOUND_PER_MU, MAX_ITERATIONS, MU_MAX, MU_MIN, Interval, _rules, check_mu
+from privfedstat._validation import BOUND_PER_MU, LEAST_BOUND_PER_MU, MAX_ITERATIONS, MU_MAX, MU_MIN, Interval, _rules, check_mu
 from privfedstat.fitting.base import FederatedEstimator
 from privfedstat.privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS
 
@@ -294,6 +294,18 @@ def test_tiny_mu_and_huge_bounds_are_refused_up_front():
             FedIRLS(hessian_clip=1e300, clip=1.0).fit(X, y, clients=clients)
         with pytest.raises(ValueError, match="clip=1e\\+300 with mu=2 .* use at most 2e\\+146"):
             FedSGD(clip=1e300).fit(X, y, clients=clients)
+
+
+def test_a_bound_whose_noise_variance_underflows_is_refused():
+    """FedSGD(family="gaussian", clip=1e-200, mu=2) raised ZeroDivisionError in the score test (the noise sd squared
+    was 0), then, with that fixed, reported ``converged_ = True`` at coefficients of 7e-200: the standard errors and
+    the privacy covariance had underflowed."""
+    X, y, clients = _arrays()
+    assert (2 * LEAST_BOUND_PER_MU / 2.0**53) ** 2 >= np.finfo(np.float64).tiny
+    with pytest.raises(ValueError, match="clip=1e-200 with mu=2 .* underflows .* use at least 1.3"):
+        FedSGD(clip=1e-200).fit(X, y, clients=clients)
+    with pytest.raises(ValueError, match="hessian_clip=1e-150 with mu=2 .* underflows"):
+        FedIRLS(hessian_clip=1e-150, clip=1.0).fit(X, y, clients=clients)
 
 
 def test_formula_without_terms_and_column_vector_response():

@@ -26,24 +26,24 @@ from ..exceptions import (
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..inference.clipping_bias import warn_clipping
+from ..inference.config import DIAGNOSTIC_ALPHA, critical_value
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from .steps import settled
 from .verdict import divergence, gradient_steps, nonprivate_verdict, remedy
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "exact_score",
-           "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION"]
+           "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION", "oscillation_noise_sds"]
 
 #: a last update cut by a trust region warns when its norm exceeds this many times the norm of its noise sd
 #: (breast cancer, 3 sites, mu = 10 / 50: cut steps 2.7-5.5 at noise 0.06-0.20, estimates 8-12 SE off; randhie
 #: mu = 2: a cut step 6.45 at noise 1.88 was noise, the estimate 0.6 SE off)
 SHORTENED_NOISE_SDS = 4.0
-#: the path oscillates (the step size is too large) when consecutive updates over the window have lag-1
-#: correlation below -OSCILLATION_CORRELATION and root-mean-square size above OSCILLATION_NOISE_SDS noise sds
-#: (logistic, 4 sites, mu = 2, FedSGD: step 100 and 10 gave correlations -0.76 and -0.96 and updates 100-900
-#: noise sds, coefficients +-20; steps 0.5-5 and "auto": correlations -0.08 to -0.50)
+#: the path oscillates when consecutive updates over the window have lag-1 correlation below -OSCILLATION_CORRELATION
+#: and its last period exceeds its noise (:func:`oscillation_noise_sds`, which bounds the false alarms). Chosen: it
+#: names the cause of a last period beyond its noise (a steady 2-cycle of k updates gives -(k - 1) / k; FedSGD, step
+#: 100 and 10: -0.76 and -0.96; steps 0.5-5 and "auto": -0.08 to -0.50; docs/guide/constants.md)
 OSCILLATION_CORRELATION = 0.6
-OSCILLATION_NOISE_SDS = 4.0
 #: with finite mu, a mean update over the window below this many sampling SEs (proxy from the released Hessian)
 #: counts as settled even where it exceeds its noise: at negligible noise (mu = 1e6) Newton rounds that reuse a
 #: Hessian still close in linearly, 0.006 SE from the MLE on bikeshare (Poisson), which changes no inference
@@ -132,6 +132,16 @@ def oscillation(path: list[np.ndarray], k: int) -> tuple[float, float]:
     if steps.shape[0] < 3 or energy == 0.0:
         return 0.0, 0.0
     return float(np.sum(steps[1:] * steps[:-1])) / energy, float(np.max(np.sqrt(np.mean(steps * steps, axis=0))))
+
+
+def oscillation_noise_sds(n_params: int, alpha: float = DIAGNOSTIC_ALPHA) -> float:
+    """The size in noise sds beyond which the last period (:func:`last_period`) is not noise: ``z_(1 - alpha / 2p)``.
+
+    At a converged point each coordinate's last two updates are a Gaussian pair of mean 0 whose mean square over the
+    mean of their variances is ``l_1 chi2_1 + l_2 chi2_1``, ``l_1 + l_2 = 1`` (any noise shares, any correlation);
+    above 1.54 no such form has a heavier tail than ``chi2_1`` (Szekely & Bakirov 2003), so the size exceeds z sds
+    in one of p coordinates with probability <= alpha (Bonferroni): 3.29 (p = 1) to 4.06 (p = 20) at 0.001."""
+    return critical_value(n_params, alpha=alpha)
 
 
 def last_period(path: list[np.ndarray], run: Run, update_sd) -> tuple[float, float]:
@@ -226,7 +236,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     exact = exact_score(session, setup.clip, theta) if not finite and glm else None
     last_size, last_sd = last_period(path, run, update_sd) if finite else (size, 0.0)
     diverged = exact is None and (correlation < -OSCILLATION_CORRELATION and update_sd is not None
-                                  and last_size > OSCILLATION_NOISE_SDS * last_sd
+                                  and last_size > oscillation_noise_sds(theta.size) * last_sd
                                   and (finite or converged is False))
     if score_pending and converged is False:
         converged = None  # the update sizes are superseded by the score released at the estimate

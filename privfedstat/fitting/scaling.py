@@ -29,6 +29,7 @@ map), an exact reparametrisation of least squares (Huber's threshold is divided 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,10 +114,17 @@ class PrivateStandardize:
       a rare column on that scale);
     * a column whose deviations nearly all lie within the centre's refine step (its spread below
       the centre's resolution: calendar years, stepped by 53 years near 2000) is located again
-      inside that step: its scale search's log2(n_grid) queries, whose result would be discarded,
-      bisect the step on n_grid more points (a fifth of a year), and the scale stays 1. A centre
-      24 years above such a column made it nearly collinear with the intercept (a rare-outcome
-      logistic 5.5 SE from the MLE); see ``docs/algorithms/fedirls.md``;
+      inside that step with its scale search's log2(n_grid) queries, whose result would be
+      discarded: three bisect the step (8 points, 6.6 years; the centre at the found bracket's
+      midpoint), one counts the deviations within that bracket's half-width, and where they clear
+      it as the scale's target clears an atom the other four search the scale on 16 geometric
+      points from the half-width to twice the step (a factor 1.26 between points); where they do
+      not (a spread below that resolution too, or an atom), the four bisect the bracket further
+      (0.4 years) and the scale stays 1. A centre 24 years above such a column made it nearly
+      collinear with the intercept (a rare-outcome logistic 5.5 SE from the MLE), and a model
+      year left at its own spread (scale 1, deviations up to 40) set the clipping bound of every
+      coefficient (privacy sds 1.6 times those of the same fit with the year scaled); see
+      ``docs/algorithms/fedirls.md``;
     * the scale leans upwards: a scale far below the spread blows the column up and divides
       its coefficient's noise by ``s_j``, whereas a scale too large only shrinks the column
       (its coefficient towards 0).
@@ -310,9 +318,22 @@ class Scaler:
                 s = private_grid_quantile(dev, grid, target)  # runs without an intercept: the budget is fixed
                 return centre, (s if clears_atom and s > lo else 1.0)
             # nearly every deviation lies within one step of the centre (a spread below the centre's resolution: years
-            # near 2000, 53-year steps): the scale search's queries, whose result would be discarded, bisect that step
-            finer = np.linspace(centre - atom, centre, config.n_grid + 1)[1:]
-            centre = private_grid_quantile(count(key, None), finer, median_target)
+            # near 2000, 53-year steps): the scale search's log2(n_grid) queries, whose result would be discarded,
+            # locate the column inside that step instead (docs/algorithms/fedirls.md, "Columns whose spread is below
+            # the centre's resolution"): a few bisect it, one counts the deviations within the half-bracket around its
+            # midpoint, and the rest search the scale above that where they clear it, else bisect that bracket further
+            bits = int(math.log2(config.n_grid))
+            if centre == 0.0:  # an indicator's zeros: its atom at 0 is all the step holds (the queries bisect it, as
+                centre, _ = _bisected(count(key, None), -atom, 0.0, bits, median_target)  # every column spends them)
+                return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
+            centre, radius = _bisected(count(key, None), centre - atom, centre, (bits - 1) // 2, median_target)
+            rest = bits - 1 - (bits - 1) // 2
+            dev = count(key, centre)
+            target = min(config.quantile * n_total + lean, top)
+            if min(max(dev(radius), 0.0), n_total) + 2 * lean <= target:
+                within = np.geomspace(radius, 2.0 * atom, 2**rest)
+                return (0.0 if abs(centre) <= ZERO_CENTRE else centre), private_grid_quantile(dev, within, target)
+            centre, _ = _bisected(count(key, None), centre - radius, centre + radius, rest, median_target)
             return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
 
         for j in cols:
@@ -362,6 +383,15 @@ class Scaler:
         if self.intercept is not None:
             t[self.intercept] -= self.center @ t
         return t
+
+
+def _bisected(noisy: Callable[[float], float], lo: float, hi: float, queries: int, target: Callable[[float], float]
+              ) -> tuple[float, float]:
+    """The median of a column known to lie in ``(lo, hi]``, by ``queries`` noisy counts of ``x <= t`` on ``2**queries``
+    evenly spaced points: the midpoint of the bracket the bisection finds, and that bracket's half-width."""
+    points = np.linspace(lo, hi, 2**queries + 1)[1:]
+    radius = (hi - lo) / (2 * points.size)
+    return private_grid_quantile(noisy, points, target) - radius, radius
 
 
 def _clamped(values: np.ndarray) -> np.ndarray:

@@ -20,14 +20,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
 import numpy as np
 
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
-from ..inference.config import DIAGNOSTIC_ALPHA
+from ..inference.config import DIAGNOSTIC_ALPHA, critical_value, tolerated_bias
 from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
@@ -38,25 +37,10 @@ __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge"
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
 #: sampling sd, which resolves a distance of about 4 sampling SEs (docs/guide/convergence.md)
 SCORE_SHARE = 0.1
-#: the least coverage a 95% interval may keep (the lower end of the package's coverage target, 93-97%)
-LEAST_COVERAGE = 0.93
-
-
-def _bias_for_coverage(coverage: float, z: float = 1.959963984540054) -> float:
-    """The bias b (in SEs) at which a normal interval ``+- z`` covers ``coverage``: Phi(z - b) - Phi(-z - b)."""
-    def covered(b: float) -> float:
-        return 0.5 * (math.erf((z - b) / math.sqrt(2.0)) - math.erf((-z - b) / math.sqrt(2.0)))
-
-    lo, hi = 0.0, 2.0 * z
-    for _ in range(100):  # covered() decreases in b
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if covered(mid) > coverage else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
 #: a distance to the root below this many standard errors counts as converged whatever the test says: the bias b
-#: that lowers a 95% normal interval's coverage to LEAST_COVERAGE, Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416)
-TOL_SE = _bias_for_coverage(LEAST_COVERAGE)
+#: that lowers a 95% normal interval's coverage to 93% (the lower end of the package's coverage target, 93-97%),
+#: Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416; :func:`~privfedstat.inference.config.tolerated_bias`)
+TOL_SE = tolerated_bias(0.05)
 #: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
 #: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
 SATURATED = math.sqrt(np.finfo(np.float64).eps)
@@ -117,11 +101,12 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     ``z_(1 - DIAGNOSTIC_ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``: a distance the released values show beyond
     their noise, coefficient by coefficient (Bonferroni), and large enough to move an interval's coverage.
     (The margin keeps a fit whose release noise alone puts the root several SEs away from being flagged for it.)"""
-    Hinv = np.linalg.inv(H)
-    delta = to_original @ Hinv @ score.gradient
-    M = to_original @ Hinv
-    V = score.sd**2 * (M @ M.T) + (0.0 if cov_privacy is None else cov_privacy)
-    se = np.sqrt(np.diag(cov))
+    # in units of the score's noise sd: at a tiny clip its square (and the privacy covariance) underflow doubles
+    unit = score.sd if score.sd > 0 else 1.0
+    M = to_original @ np.linalg.inv(H)
+    delta = M @ (score.gradient / unit)
+    V = M @ M.T * (score.sd / unit) ** 2 + (0.0 if cov_privacy is None else cov_privacy / unit / unit)
+    se = np.sqrt(np.diag(cov)) / unit
     keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
     if not np.any(keep):
         return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
@@ -134,7 +119,7 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     safe = np.where(keep, se, 1.0)
     z = np.where(keep, np.abs(delta) / safe, 0.0)
     # the distance less its noise at the Bonferroni level: what the released values show beyond doubt
-    margin = NormalDist().inv_cdf(1.0 - DIAGNOSTIC_ALPHA / (2.0 * dof)) * np.sqrt(np.maximum(np.diag(V), 0.0))
+    margin = critical_value(dof) * np.sqrt(np.maximum(np.diag(V), 0.0))
     shown = np.where(keep, (np.abs(delta) - margin) / safe, -np.inf)
     j = int(np.argmax(z))
     return Verdict(p_value > DIAGNOSTIC_ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
@@ -352,7 +337,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone
         from scipy.stats import chi2
 
-        statistic = float(score.gradient @ score.gradient) / score.sd**2
+        statistic = float(np.sum((score.gradient / score.sd) ** 2))  # divided first: sd**2 underflows at a tiny clip
         p_value = float(chi2.sf(statistic, score.gradient.size))
         if p_value <= DIAGNOSTIC_ALPHA and away(run.path, score.gradient):
             raise divergence(est, f"the curvature released at its estimate is within {NOISE_SDS:g} noise sds of "

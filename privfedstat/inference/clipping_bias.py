@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
 from ..exceptions import ClippingBiasWarning
 from ..federation.session import Session
 from ..privacy.calibration import aggregated_noise_sd
-from .config import DIAGNOSTIC_ALPHA
+from .config import COVERAGE_LOSS, critical_value, tolerated_bias
 
 __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WARN", "tolerated_bias", "outer_bound",
            "measure", "note", "warn_clipping", "warn_displacement"]
@@ -31,24 +30,8 @@ __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WAR
 #: Hessian and score releases keep 80% of the rest (their noise sd grows by 1 / sqrt(0.8) = 1.12; interval widths on
 #: the natural-sites benchmark at mu >= 2 by at most 2%), and a larger share buys resolution only as its square root
 EXCESS_SHARE = 0.2
-#: the coverage a displacement may cost a level-(1 - alpha) interval: 0.02, the coverage targets' band (93-97% for a
-#: 95% interval)
-COVERAGE_LOSS = 0.02
 #: a fit whose private share of clipped per-sample gradients at the estimate exceeds this warns
 CLIPPED_WARN = 0.05
-
-
-@cache
-def tolerated_bias(alpha: float) -> float:
-    """The displacement b (in standard errors) at which a level-(1 - alpha) normal interval covers with probability
-    ``1 - alpha - COVERAGE_LOSS``: ``Phi(z - b) - Phi(-z - b) = 1 - alpha - COVERAGE_LOSS``, z = Phi^-1(1 - alpha / 2)
-    (0.415 SE for alpha = 0.05)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    z = float(norm.ppf(1.0 - alpha / 2.0))
-    target = 1.0 - alpha - COVERAGE_LOSS
-    return float(brentq(lambda b: norm.cdf(z - b) - norm.cdf(-z - b) - target, 0.0, z))
 
 
 @dataclass(frozen=True)
@@ -99,16 +82,15 @@ class ClippingDisplacement:
         return np.outer(self.delta, self.delta) + self.noise
 
     @property
+    def upper(self) -> np.ndarray:
+        """An upper bound on ``|delta|`` in standard errors: ``|delta / se|`` plus the resolution's critical value
+        times its noise sd in standard errors (what the measurement cannot rule out)."""
+        return np.abs(self.in_se) + critical_value(self.delta.size) * self.noise_in_se
+
+    @property
     def beyond(self) -> np.ndarray:
         """The coefficients whose resolved displacement exceeds the tolerated one."""
         return np.flatnonzero(self.resolved & (np.abs(self.in_se) > self.tolerated))
-
-
-def _critical(alpha: float, p: int) -> float:
-    """``Phi^-1(1 - alpha / (2 p))``: a displacement beyond this many noise sds in some coefficient is resolved."""
-    from scipy.stats import norm
-
-    return float(norm.ppf(1.0 - alpha / (2.0 * p)))
 
 
 def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
@@ -123,7 +105,7 @@ def outer_bound(clip: float, unit_sd: np.ndarray, alpha: float) -> float:
     the displacement in noise. At a large budget the window reaches far values (a gross value), at a small one it is
     B wide (public: post-processing of public sizes and budgets and released matrices)."""
     p = unit_sd.size
-    widest = tolerated_bias(alpha) / (_critical(DIAGNOSTIC_ALPHA, p) * clip * float(np.max(unit_sd)))
+    widest = tolerated_bias(alpha) / (critical_value(p) * clip * float(np.max(unit_sd)))
     return clip * (1.0 + max(1.0, widest))
 
 
@@ -142,7 +124,7 @@ def measure(session: Session, theta: np.ndarray, clip: float, J: np.ndarray, G: 
                      stage=stage)
     s_e = aggregated_noise_sd(sens, mu, weights)
     delta, noise = M @ np.ravel(e), s_e**2 * (M @ M.T)
-    resolved = np.abs(delta) > _critical(DIAGNOSTIC_ALPHA, delta.size) * np.sqrt(np.diag(noise))
+    resolved = np.abs(delta) > critical_value(delta.size) * np.sqrt(np.diag(noise))
     return ClippingDisplacement(delta, noise, se, resolved, tolerated_bias(alpha), clip, outer)
 
 
@@ -195,8 +177,13 @@ def warn_clipping(estimator, inference) -> None:
     off with intervals that miss), not a measure: 0.3-1.8% clipped moved a skewed response's root by
     3-4 SE; the displacement measures it where the budget resolves it.
     """
+    names = list(estimator._coef_names()[0])
     if inference.clipping_displacement is not None:
-        warn_displacement(estimator, inference.clipping_displacement, list(estimator._coef_names()[0]))
+        warn_displacement(estimator, inference.clipping_displacement, names)
+    if inference.sign_balance is not None:
+        from .residual_signs import warn_asymmetry
+
+        warn_asymmetry(estimator, inference.sign_balance, inference.clipping_displacement, names)
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction

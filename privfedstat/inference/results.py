@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .clipping_bias import ClippingDisplacement
+    from .residual_signs import SignBalance
 
 __all__ = ["InferenceResult", "WaldTestResult", "NoInferenceError"]
 
@@ -81,6 +82,9 @@ class InferenceResult:
     clipping_displacement : ClippingDisplacement or None
         The displacement of the clipped root from the root at twice the bound, measured at the estimate
         (:mod:`~privfedstat.inference.clipping_bias`; None with mu = inf, no clipping or the bootstrap).
+    sign_balance : SignBalance or None
+        The residuals' sign score at the estimate (:mod:`~privfedstat.inference.residual_signs`; a Gaussian fit's
+        model-based inference with finite mu and B, else None).
     df : ndarray of shape (p,) or None
         Degrees of freedom of each estimated variance, from the noise of the releases it is computed from
         (:func:`~privfedstat.inference.covariance.variance_df`): intervals and p-values use Student's t
@@ -104,6 +108,7 @@ class InferenceResult:
     df: np.ndarray | None = None
     dispersion: tuple[float, float] | None = None
     clipping_displacement: ClippingDisplacement | None = None
+    sign_balance: SignBalance | None = None
 
     def withheld(self, reason: str) -> InferenceResult:
         """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).

@@ -107,8 +107,9 @@ class Release:
         A release under secure aggregation (:mod:`~privfedstat.privacy.secure_noise`): the server saw only the sum of
         the sites' quantized messages with their Skellam noise shares. ``sensitivity`` and ``sigma`` are then the
         worst site's sensitivity (rounding slack included) and the sum's noise sd, in message units, the same for
-        the server and a third party; ``client_mu`` is their Gaussian approximation, and the ledger's epsilon
-        accounts the integer noise itself.
+        the server and a third party; ``client_mu`` is their ratio times the Skellam's factor
+        :attr:`~privfedstat.privacy.secure_noise.IntegerNoise.gdp_factor` (1 + about ``1 / (12 Lambda)``), the
+        release's GDP parameter.
     """
 
     stage: str
@@ -124,20 +125,17 @@ class Release:
 
     def client_mu(self) -> np.ndarray:
         """Per-client GDP parameter Delta_i / sigma_i of this release (inf where sigma_i = 0 < Delta_i)."""
-        return _client_mu(self.sensitivity, self.sigma)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = np.where(self.sensitivity == 0, 0.0, self.sensitivity / self.sigma)
+        if self.integer is not None:
+            mu = mu * self.integer.gdp_factor
+        return np.where(np.isnan(mu), np.inf, mu)
 
     def third_party_mu(self) -> np.ndarray:
         """Per-client GDP parameter towards an observer of the published aggregate."""
         if self.kind != "aggregated" or self.integer is not None:  # a secure sum: everyone sees the same sum
             return self.client_mu()
         return _aggregate_mu(self.sensitivity, self.sigma, self.weights)
-
-
-def _client_mu(sensitivity: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """``Delta_i / sigma_i`` (0 where Delta_i = 0, inf where sigma_i = 0 < Delta_i)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mu = np.where(sensitivity == 0, 0.0, sensitivity / sigma)
-    return np.where(np.isnan(mu), np.inf, mu)
 
 
 def _aggregate_mu(sensitivity: np.ndarray, sigma: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -240,13 +238,15 @@ class PrivacyLedger:
         Vectors equal to a recent one are stored as the same :class:`_Column` (:meth:`_store`), so the columns'
         identities (unique: the ledger's entries keep them alive) name the vectors."""
         kind = release.kind
-        key = (id(sens), id(sigma), id(w), kind, release.integer is None)
+        key = (id(sens), id(sigma), id(w), kind) if release.integer is None else None  # secure releases: each its own
         value = self._composition.pop(key, None)
         if value is None:
-            cm = _client_mu(release.sensitivity, release.sigma)
+            cm = release.client_mu()
             tp = cm if kind == "local" or release.integer is not None else _aggregate_mu(
                 release.sensitivity, release.sigma, weights)
             value = (cm * cm, tp * tp, float(np.max(cm, initial=0.0)))
+            if key is None:
+                return value
             if len(self._composition) >= _RECENT:
                 del self._composition[next(iter(self._composition))]  # the least recently used
         self._composition[key] = value  # newest last
@@ -313,15 +313,9 @@ class PrivacyLedger:
         return bool(np.all(np.isfinite(self.client_mu))) and not self.leaks
 
     def epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon of the worst client towards the server at the given delta.
-
-        The exact GDP-to-DP conversion of :attr:`mu`; a ledger with secure releases (integer noise) composes every
-        release's Renyi DP instead (the Skellam bound of :func:`~privfedstat.privacy.secure_noise.skellam_rdp`, the
-        Gaussian's exact curve at its worst client) and converts it with dp-accounting: :meth:`collusion_epsilon`
-        with ``t = 0``.
-        """
-        if self.has_integer_noise:
-            return self.collusion_epsilon(0, delta)
+        """Epsilon of the worst client towards the server at the given delta: the exact GDP-to-DP conversion of
+        :attr:`mu` (secure releases too: their integer noise is GDP,
+        :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`)."""
         return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
 
     @property
@@ -330,7 +324,7 @@ class PrivacyLedger:
         return any(e.labels.integer is not None for e in self._entries)
 
     def collusion_mu(self, t: int) -> float:
-        """GDP approximation of the worst client's guarantee when ``t`` sites give the server their noise shares.
+        """The worst client's GDP parameter when ``t`` sites give the server their noise shares.
 
         A secure release's sum then carries only the other ``shares - t`` shares (inf when none is left); a release
         with per-site noise is unchanged (each site's own noise protects it). Composed per release at its worst
@@ -345,19 +339,20 @@ class PrivacyLedger:
         return math.sqrt(total)
 
     def collusion_epsilon(self, t: int, delta: float = 1e-5) -> float:
-        """Epsilon at ``delta`` towards a server with which ``t`` sites collude (0: the server alone), by the Renyi DP of
-        every release composed (see :meth:`epsilon`); inf when a secure sum is left without noise."""
-        return self._rdp_epsilon(_colluders(t), delta)
+        """Epsilon at ``delta`` towards a server with which ``t`` sites collude (0: the server alone): the GDP conversion
+        of :meth:`collusion_mu`; inf when a secure sum is left without noise."""
+        mu = self.collusion_mu(t)
+        return epsilon_from_mu(mu, delta) if mu > 0 else 0.0
 
-    def _rdp_epsilon(self, t: int, delta: float, third_party: bool = False) -> float:
+    def renyi_epsilon(self, delta: float = 1e-5, t: int = 0) -> float:
+        """The analytical bound of :meth:`collusion_epsilon`: every release's Renyi DP (the Skellam bound of
+        :func:`~privfedstat.privacy.secure_noise.skellam_rdp`, the Gaussian's exact curve at its worst client),
+        composed and converted by dp-accounting; it needs no numerical constant and is about 9% larger."""
         total = np.zeros(len(RDP_ORDERS))
         for e in self._entries:
             noise = e.labels.integer
-            if noise is not None:
-                total += skellam_rdp(RDP_ORDERS, noise.colluding(t))
-            else:
-                mu = float(np.max(e.release().third_party_mu(), initial=0.0)) if third_party else e.mu_max
-                total += gaussian_rdp(RDP_ORDERS, mu)
+            total += gaussian_rdp(RDP_ORDERS, e.mu_max) if noise is None else \
+                skellam_rdp(RDP_ORDERS, noise.colluding(_colluders(t)))
         if not total.any():
             return 0.0
         return rdp_epsilon(total, delta) if np.isfinite(total).any() else math.inf
@@ -372,10 +367,7 @@ class PrivacyLedger:
         return tuple(dict.fromkeys(e.labels.unit for e in self._entries))
 
     def third_party_epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon towards a third party at the given delta (with secure releases: the Renyi DP of the published sums,
-        the integer noise's bound and each Gaussian release's third-party curve at its worst client, composed)."""
-        if self.has_integer_noise:
-            return self._rdp_epsilon(0, delta, third_party=True)
+        """Epsilon towards a third party at the given delta (the GDP conversion of :attr:`third_party_mu`)."""
         return epsilon_from_mu(self.third_party_mu, delta) if self.third_party_mu > 0 else 0.0
 
     # ------------------------------------------------------------------ reporting

@@ -15,16 +15,23 @@ shift ``v`` has ``||v||_2 <= Delta / gamma + sqrt(d)`` and ``||v||_1 <= sqrt(d) 
 noise, and by joint convexity of the hockey-stick and Renyi divergences the worst coupled pair
 bounds it. ``Delta`` is the L2 sensitivity of the weighted real message ``w_i s_i``.
 
-**Accounting.** The d-dimensional Skellam mechanism of integer sensitivities ``(Delta_2, Delta_1)``
-and parameter ``Lambda`` (the sum's) is ``(alpha, eps(alpha))``-RDP for integer ``alpha > 1`` with
-``eps(alpha) <= alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2),
-3 Delta_1 / (4 Lambda))`` (Agarwal et al. 2021, Theorem 3.5, with ``2 alpha`` for their
-``2 alpha - 1``: slightly larger, so still an upper bound). :func:`rdp_epsilon` composes such bounds with
-the exact RDP of Gaussian releases and converts them with dp-accounting. A one-dimensional release's
-exact privacy loss distribution, from the Skellam probability mass function, is
-:func:`skellam_pld` (dp-accounting's numerical PLD); docs/guide/secure-aggregation.md compares them.
-The GDP parameter ``Delta_2 / sqrt(2 Lambda)`` (the Gaussian of the same variance) is reported
-alongside as an approximation only.
+**Accounting.** The release is ``mu``-GDP with ``mu = Delta_2 D(Lambda)`` (:func:`skellam_gdp_step`): one
+coordinate's pair ``(Sk, Sk + k)`` has monotone likelihood ratio (the Skellam pmf is log-concave), so its
+tradeoff curve is spanned by the threshold tests, and it lies above the Gaussian ``G_{k D}`` when the
+Gaussianised tail ``F(x) = Phi^-1(1 - P(Sk >= x))`` rises by at most ``D`` per integer step: ``D`` is its
+steepest step, computed for each release's ``Lambda`` wherever the tail is above :data:`TAIL`
+(:func:`skellam_steps`); so far always the central one, ``F(1) - F(0) = D_0(Lambda) = 2 sqrt(2)
+erfinv(P(Sk(Lambda) = 0)) = (1 + 1 / (12 Lambda) + ...) / sqrt(2 Lambda)`` (:func:`skellam_gdp_mu`;
+docs/guide/secure-aggregation.md, "Accounting", says what is proven and what is computed). The coordinates
+compose as GDP (Dong, Roth & Su 2022,
+Corollary 3.3: ``sqrt(sum_j (k_j D)^2) <= Delta_2 D``) and a mixture over the uniforms keeps it (joint
+convexity), so the ledger composes secure releases with the Gaussian ones in GDP and its epsilon is the
+exact GDP conversion. :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021, Theorem 3.5: ``eps(alpha) <=
+alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2), 3 Delta_1 / (4 Lambda))``,
+with ``2 alpha`` for their ``2 alpha - 1``) is the purely analytical bound, about 9% looser in epsilon after the
+Renyi conversion (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.renyi_epsilon`). A one-dimensional release's
+exact privacy loss distribution, from the Skellam probability mass function, is :func:`skellam_pld`
+(dp-accounting's numerical PLD).
 
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
@@ -40,12 +47,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
-           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY",
-           "MAX_BITS"]
+           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "skellam_gdp_mu", "skellam_gdp_step",
+           "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
+           "STEP_RESOLUTION"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
 #: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
@@ -56,6 +65,15 @@ WRAP_PROBABILITY = 2.0**-40
 MAX_BITS = 52
 #: integer Renyi orders of the accounting (the bound above holds for integer alpha > 1)
 RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 1024)
+#: the largest Lambda whose Gaussianised steps are computed (0.3-0.9 s; scipy's ive is nan at 2 Lambda = 2e9): a budget
+#: needing more gets a coarser quantum (:func:`skellam_spec`)
+MAX_CHECKED_LAM = 1e8
+#: the steps are checked wherever the Skellam's tail probability is above this (36.4 sds and more): ``exp(-25)`` above
+#: the mass where scipy's ive flushes to 0, so that the grid's missing tail is negligible there
+TAIL = 1e-290
+#: relative float resolution of the computed steps (their log-space tail sums; measured: at most 1.5e-9 up to
+#: Lambda = 5e8, docs/guide/secure-aggregation.md)
+STEP_RESOLUTION = 2e-9
 
 
 @dataclass(frozen=True)
@@ -127,8 +145,15 @@ class IntegerNoise:
 
     @property
     def gdp_mu(self) -> float:
-        """``Delta_2 / sqrt(2 Lambda)``: the GDP parameter of the Gaussian of the same variance (an approximation)."""
-        return math.inf if self.lam == 0 else self.l2 / math.sqrt(2.0 * self.lam)
+        """``Delta_2 D(Lambda)``: the release is ``gdp_mu``-GDP (:func:`skellam_gdp_step`); ``D(Lambda) sqrt(2 Lambda)``
+        exceeds 1 by about ``1 / (12 Lambda)``."""
+        return self.l2 * skellam_gdp_step(self.lam)
+
+    @property
+    def gdp_factor(self) -> float:
+        """``D(Lambda) sqrt(2 Lambda)``: the GDP parameter over ``Delta_2 / sd`` (1 + about ``1 / (12 Lambda)``; 1
+        without noise, where ``Delta_2 / sd`` is already infinite)."""
+        return 1.0 if self.lam == 0 else skellam_gdp_step(self.lam) * math.sqrt(2.0 * self.lam)
 
     def colluding(self, t: int) -> IntegerNoise:
         """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
@@ -150,14 +175,16 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     dim : int
         Coordinates per message (d).
     mu : float
-        Budget of the round: ``Delta_2 / sqrt(2 Lambda) = mu`` for the sum of ``min_surviving`` shares.
+        Budget of the round: ``Delta_2 D(Lambda) = mu`` (:func:`skellam_gdp_mu`) for the sum of ``min_surviving`` shares.
     n_clients, min_surviving : int
         Sites asked, and the fewest whose shares are enough (the round is refused below it).
 
     Notes
     -----
     ``gamma = SLACK Delta / sqrt(d)`` makes the rounding slack ``sqrt(d)`` a fraction ``SLACK`` of
-    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``. The modulus holds ``sum_i (||u_i||_inf /
+    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``; where that would need ``Lambda`` above
+    :data:`MAX_CHECKED_LAM`, ``gamma`` is the finest whose ``Lambda`` is at most it (``Delta_2 = mu sqrt(2
+    MAX_CHECKED_LAM)``, up to ``1e-6``), the slack a larger fraction (refused above 1/4). The modulus holds ``sum_i (||u_i||_inf /
     gamma + 1)`` plus the noise tail ``t`` with ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <=
     WRAP_PROBABILITY`` (Bernstein; ``Lambda_max = n_clients lam``, every site surviving).
     """
@@ -170,9 +197,16 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     if not 1 <= k <= m:
         raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
     quantum = SLACK * sensitivity / math.sqrt(d)
+    reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
+    if sensitivity / quantum + math.sqrt(d) > reach_l2:  # a coarser quantum keeps Lambda where its steps are checked
+        if reach_l2 < 5.0 * math.sqrt(d):
+            raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates: its integer "
+                             f"noise would need Lambda above {MAX_CHECKED_LAM:g}, where its GDP constant is checked, "
+                             "or a rounding slack above 1/4 of the sensitivity: give the round more budget.")
+        quantum = sensitivity / (reach_l2 - math.sqrt(d))
     l2 = sensitivity / quantum + math.sqrt(d)
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
-    lam = (l2 / mu) ** 2 / 2.0 / k
+    lam = _calibrated_lam(l2, mu, k)
     log_term = math.log(2.0 * d / WRAP_PROBABILITY)
     tail = log_term / 3.0 + math.sqrt(log_term * (log_term / 9.0 + 4.0 * m * lam))
     reach = m * (bound / quantum + 1.0) + tail
@@ -181,6 +215,101 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
         raise ValueError(f"the secure sum needs {bits} bits (> {MAX_BITS}): the messages' bound {bound:g} is too large "
                          f"for their sensitivity {sensitivity:g}; clip the messages more tightly.")
     return SkellamSpec(quantum, lam, bits, k, l2, l1)
+
+
+def skellam_gdp_mu(lam: float) -> float:
+    """``D_0(Lambda) = 2 sqrt(2) erfinv(P(Sk(Lambda) = 0))``, the central step ``F(1) - F(0)`` of the Gaussianised tail
+    ``F(x) = Phi^-1(1 - P(Sk >= x))`` (``F(0) = -F(1)`` by symmetry, ``Phi^-1((1 + p) / 2) = sqrt(2) erfinv(p)``); inf
+    for ``Lambda = 0`` (no noise). The release's GDP constant is the steepest step, :func:`skellam_gdp_step`.
+    """
+    from scipy.special import erfinv, ive
+    if lam == 0:
+        return math.inf
+    z = 2.0 * lam
+    # P(Sk = 0) = exp(-z) I_0(z); scipy's ive returns nan from z of about 2^31 on, so above 1e4 its asymptotic series
+    # (A&S 9.7.1; the first omitted term is below 1e-17 relative there, as close as ive agrees with it)
+    p0 = float(ive(0, z)) if z < 1e4 else (1 + 1 / (8 * z) + 9 / (128 * z * z) + 225 / (3072 * z**3)) / math.sqrt(
+        2 * math.pi * z)
+    return 2.0 * math.sqrt(2.0) * float(erfinv(p0))
+
+
+@lru_cache(maxsize=4)  # up to 4 MB each (Lambda = 1e8); skellam_gdp_step keeps their maximum
+def skellam_steps(lam: float) -> np.ndarray:
+    """Upper bounds on the unit steps ``F(x + 1) - F(x)``, ``x = 0, 1, ...``, of the Gaussianised tail of ``Sk(Lambda)``
+    at every ``x`` whose tail ``P(Sk >= x)`` is above :data:`TAIL` (the steps at ``x < 0`` mirror them:
+    ``F(-x) = -F(x + 1)``); read-only, the last few cached.
+
+    The pmf ``exp(-2 Lambda) I_x(2 Lambda)`` (scipy's ``ive``) is summed in log space from the last integer ``N`` where it
+    is above ``exp(-700)`` (where ``ive`` flushes to 0); the mass beyond ``N`` is at most ``p(N) r / (1 - r)``, ``r = p(N) /
+    p(N - 1)`` (log-concave pmf: the ratios decrease), at most about ``1e-11`` of the tail wherever that is above :data:`TAIL`;
+    each step is bounded with the tail at ``x`` raised by it and the tail at ``x + 1`` not.
+    """
+    from scipy.special import ive, ndtri_exp
+    z = 2.0 * lam
+    if not 0 < lam <= MAX_CHECKED_LAM:
+        raise ValueError(f"the steps of Sk(Lambda) are computed for 0 < Lambda <= {MAX_CHECKED_LAM:g}, got {lam!r}.")
+    x = np.arange(0.0, math.ceil(40.0 * math.sqrt(z)) + 64.0)
+    with np.errstate(divide="ignore"):
+        log_pmf = np.log(ive(x, z))
+    log_pmf = log_pmf[:int(np.flatnonzero(log_pmf > -700.0)[-1]) + 1]  # ive is 0 from about exp(-701) on
+    log_r = log_pmf[-1] - log_pmf[-2] if log_pmf.size > 1 else -math.inf  # >= every later log ratio
+    log_beyond = log_pmf[-1] + log_r - math.log(-math.expm1(log_r))
+    log_tail = np.logaddexp.accumulate(log_pmf[::-1])[::-1][1:]  # the grid's part of log P(Sk >= x), x = 1, 2, ...
+    keep = log_tail > math.log(TAIL)
+    lo, hi = log_tail[keep], np.logaddexp(log_tail[keep], log_beyond)
+    f_hi = -ndtri_exp(lo)  # F(x), x = 1, 2, ..., from above (less tail) and from below (more tail)
+    f_lo = -ndtri_exp(hi)
+    steps = np.concatenate([[2.0 * f_hi[0]], f_hi[1:] - f_lo[:-1]])
+    steps.setflags(write=False)
+    return steps
+
+
+@lru_cache(maxsize=4096)
+def skellam_gdp_step(lam: float) -> float:
+    """``D(Lambda)``: ``Sk(Lambda) + v`` against ``Sk(Lambda)`` is ``D ||v||_2``-GDP for integer shifts ``v`` (inf for
+    ``Lambda = 0``): the steepest unit step of the Gaussianised tail, checked for this ``Lambda``
+    (:func:`skellam_steps`): the exact central step :func:`skellam_gdp_mu` when no step is above it by more than the
+    check's float resolution :data:`STEP_RESOLUTION`, the steepest computed step otherwise; above
+    :data:`MAX_CHECKED_LAM` (more survivors than a calibration at it counted on), that of ``MAX_CHECKED_LAM``. Cached
+    per ``Lambda``."""
+    if lam == 0:
+        return math.inf
+    if lam > MAX_CHECKED_LAM:  # Sk(Lambda) is Sk(MAX_CHECKED_LAM) plus independent noise: post-processing
+        return skellam_gdp_step(MAX_CHECKED_LAM)
+    central, steepest = skellam_gdp_mu(lam), float(np.max(skellam_steps(lam)))
+    return central if steepest <= central * (1.0 + STEP_RESOLUTION) else steepest
+
+
+def _calibrated_lam(l2: float, mu: float, shares: int) -> float:
+    """Each of ``shares`` sites' ``lam`` with ``l2 D(shares lam) = mu`` up to rounding, never above ``mu``.
+
+    First with the central step ``D_0``: the fixed point of ``Lambda = (l2 / mu)^2 c(Lambda)^2 / 2``, ``c = D_0 sqrt(2
+    Lambda)`` (1 + about ``1 / (12 Lambda)``, slowly varying: a contraction), raised by ulps until the bound holds; then
+    with the steepest step of the ``Lambda`` the sum carries (:func:`skellam_gdp_step`), raised where it is above."""
+    base = (l2 / mu) ** 2 / 2.0
+    lam = base
+    for _ in range(100):
+        c = skellam_gdp_mu(lam) * math.sqrt(2.0 * lam)
+        if not math.isfinite(c) or abs(base * c * c - lam) <= 1e-15 * lam:
+            break
+        lam = base * c * c
+    step = 4e-16
+    while not l2 * skellam_gdp_mu(lam) <= mu:  # doubling steps: ends for any finite mu > 0
+        lam, step = lam * (1.0 + step), 2.0 * step
+    if lam > MAX_CHECKED_LAM:
+        raise ValueError(f"the secure round's budget mu = {mu:g} needs integer noise Lambda = {lam:.3g} above "
+                         f"{MAX_CHECKED_LAM:g}, where its GDP constant is checked: give the round more budget.")
+    share, best = lam / shares, math.inf
+    for _ in range(64):  # the central step is the steepest wherever it was checked: usually one pass (docs)
+        excess = l2 * skellam_gdp_step(share * shares) / mu
+        if excess <= 1.0:
+            best = min(best, share)
+            if excess >= 1.0 - 1e-12:
+                return share
+        share *= excess * excess * (1.0 + 1e-15)
+    if math.isinf(best):
+        raise ValueError(f"no Lambda within 64 steps meets the budget mu = {mu:g} (Lambda = {lam:.6g}).")
+    return best
 
 
 def quantize(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:

@@ -106,9 +106,6 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
         how = f"Poisson participation q = {', '.join(f'{q:g}' for q in rates)}, hidden from them" if rates else \
             "no Poisson participation to amplify"
         rows["Towards third parties"] = f"{third} (published model; {how}; PLD)"
-    elif ledger.has_integer_noise:
-        rows["Towards third parties"] = f"mu ~ {public.record_third_party_mu:.4g}, eps = " \
-                                        f"{ledger.third_party_epsilon(delta):.4g} at delta = {delta:g} (published model)"
     else:
         rows["Towards third parties"] = f"mu = {public.record_third_party_mu:.4g}, {third} (published model)"
     return rows
@@ -117,10 +114,10 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
 def _secure_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
     """The server's guarantee when some releases went through secure aggregation, and when one site colludes with it
     (``ledger.collusion_epsilon(t)`` for another t)."""
-    return {"Towards the server": f"mu ~ {ledger.mu:.4g} per client (Gaussian approximation), eps = "
-                                  f"{ledger.epsilon(delta):.4g} at delta = {delta:g} (RDP of the integer noise); under "
-                                  "secure aggregation it sees only the sites' sums",
-            "If one site colludes with it": f"mu ~ {ledger.collusion_mu(1):.4g}, eps = "
+    return {"Towards the server": f"mu = {ledger.mu:.4g} per client, eps = {ledger.epsilon(delta):.4g} at delta = "
+                                  f"{delta:g} (the integer noise's GDP bound); under secure aggregation it sees only "
+                                  "the sites' sums",
+            "If one site colludes with it": f"mu = {ledger.collusion_mu(1):.4g}, eps = "
                                             f"{ledger.collusion_epsilon(1, delta):.4g} (that site's noise share "
                                             "subtracted; privacy_.collusion_epsilon(t) for t sites)"}
 

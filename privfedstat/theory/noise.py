@@ -329,6 +329,10 @@ class IRLSNoise:
     in_phi : bool, default False
         With a ``basis``: :meth:`covariance` takes H and returns the covariance in phi (the view of
         :meth:`in_basis`) rather than in theta.
+    last_step : ndarray of shape (p, p) or None, default None
+        Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
+        Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
+        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`); added to the recursion's result. None: 0.
 
     Notes
     -----
@@ -386,6 +390,7 @@ class IRLSNoise:
     basis: np.ndarray | None = None
     basis_from: int = 0
     in_phi: bool = False
+    last_step: np.ndarray | None = None
 
     def in_basis(self) -> IRLSNoise:
         """The same model with H given and the covariance returned in phi (``theta = basis phi``)."""
@@ -425,6 +430,8 @@ class IRLSNoise:
             gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
             C = (D @ C @ D.mT + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
+        if self.last_step is not None:
+            C = C + self.last_step
         return C if self.basis is None or self.in_phi else P @ C @ P.T
 
     def expected_covariance(self, H: np.ndarray, *, n_pairs: int = RELEASE_PAIRS, seed: int = 0) -> np.ndarray:

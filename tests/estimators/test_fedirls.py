@@ -15,7 +15,7 @@ from scipy.optimize import minimize
 from privfedstat import FederatedData, FedIRLS, glm
 from privfedstat._linalg import sym_to_vec, vec_to_sym
 from privfedstat.algorithms.fedirls import IRLSSchedule, estimator
-from privfedstat.algorithms.fedirls.rounds import damped, secant_scale
+from privfedstat.algorithms.fedirls.rounds import damped
 from privfedstat.families import get_family
 from privfedstat.federation import make_oracle, privatize
 from privfedstat.federation.protocol import Setup
@@ -370,22 +370,6 @@ def test_a_direction_the_noise_hides_withholds_the_intervals():
     with pytest.warns(ConvergenceWarning, match="did not reach the optimum along"):
         fit = FedIRLS(family="poisson", mu=1.0, random_state=3).fit(data)
     assert fit.converged_ is False and np.all(np.isnan(fit.bse_))
-
-
-def test_the_secant_raises_a_too_flat_newton_matrix_by_the_measured_slope():
-    """On a quadratic with Hessian A, a matrix A / 3 gives back 3 from noise-free gradients; a slope within the
-    gradient noise, or a matrix at least as steep as the slope, gives 1 (the step is never lengthened)."""
-    A = np.array([[2.0, 0.5], [0.5, 1.0]])
-    s = np.array([0.4, -1.0])
-    plan = FedIRLS(family="poisson").plan_schedule(get_family("poisson"), np.array([100.0, 200.0]), Setup(1.0, 1.0, 2.0), 2)
-    assert plan.secant_noise_sds == 3.0
-    assert secant_scale(s, A @ s, A / 3, 0.0, plan) == pytest.approx(3.0)
-    assert secant_scale(s, A @ s, 2 * A, 0.0, plan) == 1.0
-    assert secant_scale(s, A @ s, A / 3, 1.0, plan) == 1.0  # slope 1.4 against noise sd 1.08 x 3
-    assert secant_scale(s, A @ s, A / 100, 0.0, plan) == pytest.approx(100.0)  # the measured ratio, uncapped
-    # a slope between the curvatures at the step's two ends (the previous round's matrix steeper) is no evidence
-    assert secant_scale(s, A @ s, A / 3, 0.0, plan, behind=2 * A) == 1.0
-    assert secant_scale(s, A @ s, A / 3, 0.0, plan, behind=A / 2) == pytest.approx(3.0)
 
 
 @pytest.mark.parametrize("seed", [1, 9])

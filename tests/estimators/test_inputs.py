@@ -1,5 +1,6 @@
 """Bad input gets a clear error, never a silent wrong answer."""
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -17,6 +18,7 @@ from privfedstat import (
     FedSGD,
     NotFittedError,
     Scaffold,
+    UnsupportedModelError,
 )
 from privfedstat.algorithms.registry import methods
 
@@ -151,10 +153,13 @@ def test_local_arithmetic_that_overflows_on_a_client_warns_nothing_and_reports_d
 
 @pytest.mark.parametrize("spec", methods(private=True), ids=lambda s: s.name)
 def test_private_fits_on_extreme_rows_emit_no_runtime_warning(spec):
+    """60 rows at mu = 1 may also be refused early (FedIRLS: UnsupportedModelError, after the first rounds); either
+    way no RuntimeWarning leaves the fit."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         warnings.simplefilter("ignore", UserWarning)
-        spec.cls(family="gaussian", mu=1.0, random_state=0).fit(_extreme_rows())
+        with contextlib.suppress(UnsupportedModelError):
+            spec.cls(family="gaussian", mu=1.0, random_state=0).fit(_extreme_rows())
 
 
 def test_unfitted_estimator():

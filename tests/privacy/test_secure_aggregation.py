@@ -11,6 +11,7 @@ from privfedstat.families import get_family
 from privfedstat.federation import clients as clients_mod
 from privfedstat.federation.clients import FailingData, InProcessClients
 from privfedstat.federation.secure import SecureAggregationRefused
+from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.mechanisms import ClientNoise
 from privfedstat.privacy.secure_noise import decode, skellam_spec
 
@@ -34,21 +35,52 @@ def test_secure_rounds_record_the_sum_of_every_share_at_the_declared_budget():
     est = _fit(_data())
     grads = [r for r in est.privacy_.releases if r.stage == "gradient"]
     assert len(grads) == K and all(r.integer is not None and r.integer.shares == M for r in grads)
-    # each round's GDP approximation is mu / sqrt(K), the worst site's, and the server's and a third party's agree
+    # each round is GDP at mu / sqrt(K) (the Skellam's factor calibrated in, never above), the worst site's, and the
+    # server's and a third party's agree
     for r in grads:
-        assert np.max(r.client_mu()) == pytest.approx(1.0 / math.sqrt(K))
+        assert 1.0 / math.sqrt(K) * (1 - 1e-12) <= np.max(r.client_mu()) <= 1.0 / math.sqrt(K)
         np.testing.assert_allclose(r.third_party_mu(), r.client_mu())
-    assert est.privacy_.mu == pytest.approx(1.0)
-    # the exact epsilon composes RDP bounds: above the GDP conversion, below the Gaussian's own RDP conversion + 1e-6
-    assert est.privacy_.epsilon() > 4.3
+    assert est.privacy_.mu == pytest.approx(1.0, rel=1e-12) and est.privacy_.mu <= 1.0
+    # epsilon is the exact GDP conversion of mu (4.3772 at mu = 1, delta = 1e-5), below the analytical Renyi bound
+    assert est.privacy_.epsilon() == pytest.approx(epsilon_from_mu(1.0, 1e-5), rel=1e-9)
+    assert est.privacy_.renyi_epsilon() > 1.08 * est.privacy_.epsilon()
+    assert est.privacy_.renyi_epsilon(t=1) > est.privacy_.collusion_epsilon(1)
     t1 = est.privacy_.collusion_mu(1)
     assert t1 == pytest.approx(math.sqrt(M / (M - 1)))
-    assert est.privacy_.collusion_epsilon(1) > est.privacy_.epsilon()
+    assert est.privacy_.collusion_epsilon(1) == pytest.approx(epsilon_from_mu(t1, 1e-5), rel=1e-12)
     assert math.isinf(est.privacy_.collusion_epsilon(M))
     # a third party sees the same sums: with every release secure, the same epsilon as the server
     assert est.privacy_.third_party_epsilon() == pytest.approx(est.privacy_.epsilon())
     with pytest.raises(ValueError, match="colluding"):
         est.privacy_.collusion_mu(-1)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_the_ledger_accounts_each_round_with_the_steepest_step_of_its_own_lambda(monkeypatch):
+    """Were a non-central step of the Gaussianised Skellam tail 1% steeper than the central one, the fit would calibrate
+    its noise to it and the ledger would account with it."""
+    import privfedstat.privacy.secure_noise as secure_noise
+
+    plain = _fit(_data())
+    central_steps = secure_noise.skellam_steps
+
+    def steep_steps(lam):
+        out = np.array(central_steps(lam))
+        out[3] = 1.01 * out[0]
+        return out
+
+    secure_noise.skellam_gdp_step.cache_clear()
+    monkeypatch.setattr(secure_noise, "skellam_steps", steep_steps)
+    try:
+        steep = _fit(_data())
+        pairs = zip(plain.privacy_.releases, steep.privacy_.releases)
+        for a, b in ((a, b) for a, b in pairs if a.integer is not None):
+            assert b.integer.lam / a.integer.lam == pytest.approx(1.01**2, rel=1e-6)
+            D = 1.01 * secure_noise.skellam_gdp_mu(b.integer.lam)
+            assert np.max(b.client_mu()) == pytest.approx(b.integer.l2 * D, rel=1e-9)
+        assert 1.0 * (1 - 1e-12) <= steep.privacy_.mu <= 1.0
+    finally:
+        secure_noise.skellam_gdp_step.cache_clear()
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -163,6 +195,9 @@ def test_fedirls_and_glm_sum_gradients_and_hessians_securely():
     fit = glm("y ~ x1 + x2", frame, client="site", family="logistic", mu=2.0, aggregation="secure", random_state=0)
     assert any(r.integer is not None for r in fit.privacy_.releases)
     assert np.all(np.isfinite(fit.bse_))
+    # the Skellam rounds are calibrated in GDP with the Gaussian ones: the fit spends its declared mu, not more
+    assert fit.privacy_.mu == pytest.approx(2.0, rel=1e-9) and fit.privacy_.mu <= 2.0 * (1 + 1e-12)
+    assert fit.privacy_.epsilon() == pytest.approx(epsilon_from_mu(2.0, 1e-5), rel=1e-9)
 
 
 @pytest.mark.filterwarnings("ignore")

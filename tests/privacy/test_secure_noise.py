@@ -17,9 +17,12 @@ from privfedstat.privacy.secure_noise import (
     encode,
     gaussian_rdp,
     rdp_epsilon,
+    skellam_gdp_mu,
+    skellam_gdp_step,
     skellam_pld,
     skellam_rdp,
     skellam_spec,
+    skellam_steps,
 )
 
 
@@ -63,11 +66,137 @@ def test_rdp_bound_holds_against_the_exact_pld_of_every_shift_pattern(shifts):
     assert exact <= epsilon_from_mu(l2 / math.sqrt(2 * lam), 1e-5) + 1e-3
 
 
+def _gaussianised_steps(lam: float) -> np.ndarray:
+    """Independent reference: the steps F(x) - F(x - 1), x >= 1, of the Gaussianised tail F(x) = Phi^-1(1 - P(Sk >= x))
+    (F(0) = -F(1) by symmetry; the steps at x <= 0 mirror those at 2 - x), with the Skellam pmf summed from Poisson
+    pmfs (P(Sk = x) = sum_j P(Pois = j + x) P(Pois = j)), wherever P(Sk >= x) > 1e-300. The tradeoff curve of Sk
+    against Sk + k lies above G_{k D} exactly when every k-step rise of F is at most k D (threshold tests, log-concave
+    pmf)."""
+    from scipy.special import logsumexp, ndtri_exp
+
+    reach = int(lam + 40 * math.sqrt(lam) + 40)  # the Poisson's mass beyond is below 1e-300
+    j = np.arange(0, 2 * reach)
+    lp_j = stats.poisson.logpmf(j, lam)
+    x = np.arange(0, reach)
+    log_pmf = np.array([logsumexp(lp_j[k:] + lp_j[:j.size - k]) for k in x])
+    log_tail = np.logaddexp.accumulate(log_pmf[::-1])[::-1][1:]  # log P(Sk >= x), x = 1, 2, ...
+    F = -ndtri_exp(log_tail[log_tail > -690.0])
+    return np.diff(np.concatenate([[-F[0]], F]))
+
+
+@pytest.mark.parametrize("lam", [0.005, 0.5, 3.0, 40.0, 2e3])
+def test_gdp_mu_is_the_steepest_step_of_the_gaussianised_skellam(lam):
+    steps = _gaussianised_steps(lam)
+    D = skellam_gdp_mu(lam)
+    assert steps[0] == pytest.approx(D, rel=1e-8)  # the reference's own summation error
+    assert steps.max() <= D * (1 + 1e-8)
+    assert skellam_gdp_step(lam) == pytest.approx(steps.max(), rel=1e-8)
+    assert steps.size > 37 * math.sqrt(2 * lam)  # the check reaches beyond 37 sds
+    if lam >= 3:  # above the Gaussian of the same variance by about 1 / (12 Lambda)
+        assert D * math.sqrt(2 * lam) - 1 == pytest.approx(1 / (12 * lam), rel=0.1 if lam >= 40 else 1.0)
+
+
+@pytest.mark.parametrize("lam, shifts", [(300.0, [6]), (300.0, [3, 3, 3, 3]), (300.0, [4, 2, 2, 1, 1, 1, 1]),
+                                         (5e4, [150])])
+def test_gdp_bound_holds_against_the_exact_pld_and_is_tight_in_one_dimension(lam, shifts):
+    l2 = math.sqrt(sum(s * s for s in shifts))
+    noise = IntegerNoise(1.0, lam, l2, float(sum(shifts)), 1)
+    bound = epsilon_from_mu(noise.gdp_mu, 1e-5)
+    exact = skellam_pld(lam, shifts, value_discretization_interval=1e-5).get_epsilon_for_delta(1e-5)
+    assert exact <= bound
+    if len(shifts) == 1:  # a single coordinate: the pair's own curve up to its lighter tails (about 1 / Lambda)
+        assert bound - exact < 2.0 / lam * bound
+    assert bound < rdp_epsilon(skellam_rdp(RDP_ORDERS, noise), 1e-5) / 1.05
+
+
+def _recurrence_steps(lam: float) -> np.ndarray:
+    """Independent reference for large Lambda: the steps F(x) - F(x - 1), x >= 1, wherever P(Sk >= x) > 1e-290, with the
+    pmf from P(Sk = 0) and the Bessel ratios I_k / I_(k-1) of the backward recurrence I_(k-1) / I_k = 2k / z + I_(k+1) /
+    I_k (Miller's algorithm: the ratios are its minimal solution), in log space (no underflow: no missing tail)."""
+    from scipy.special import ive, ndtri_exp
+
+    z = 2.0 * lam
+    top = int(45 * math.sqrt(z)) + 200
+    log_ratio, r = np.empty(top), 0.0
+    for k in range(top, 0, -1):
+        r = 1.0 / (2.0 * k / z + r)
+        log_ratio[k - 1] = math.log(r)
+    p0 = float(ive(0, z)) if z < 1e4 else (1 + 1 / (8 * z) + 9 / (128 * z * z)) / math.sqrt(2 * math.pi * z)
+    log_pmf = math.log(p0) + np.concatenate([[0.0], np.cumsum(log_ratio)])
+    log_tail = np.logaddexp.accumulate(log_pmf[::-1])[::-1][1:]
+    F = -ndtri_exp(log_tail[log_tail > math.log(1e-290)])
+    return np.diff(np.concatenate([[-F[0]], F]))
+
+
+@pytest.mark.parametrize("lam", [40.0, 3e4, 2e6, 1e8])
+def test_gdp_step_is_the_largest_step_of_an_independent_gaussianised_tail(lam):
+    reference = _recurrence_steps(lam)
+    D = skellam_gdp_step(lam)
+    assert D == pytest.approx(reference.max(), rel=1e-9)
+    assert reference.argmax() == 0 and D >= skellam_gdp_mu(lam)  # the central step is the steepest here
+    assert skellam_steps(lam).size >= 36.4 * math.sqrt(2 * lam)  # every step out to 36.4 sds is checked
+    # the checked steps bound the reference's from above (up to float summation), out to the end of the check
+    steps = skellam_steps(lam)
+    assert np.all(steps >= reference[:steps.size] * (1 - 1e-9))
+
+
+def test_calibration_puts_the_sums_gdp_mu_at_the_budget_never_above():
+    for lam in (5e3, 1e9, 1e13):  # the closed-form central step, beyond scipy's ive (nan from 2 Lambda = 2e9)
+        assert skellam_gdp_mu(lam) * math.sqrt(2 * lam) - 1 == pytest.approx(1 / (12 * lam), rel=1e-3, abs=1e-15)
+    for mu in (0.05, 0.7, 3.0, 40.0):
+        spec = skellam_spec(2e-3, 0.25, 5, mu, 8, 6)
+        assert mu * (1 - 1e-12) <= spec.noise(6).gdp_mu <= mu
+    with pytest.raises(ValueError, match="give the round more budget"):  # Lambda about 4e12, or a slack of 1.6
+        skellam_spec(2e-3, 0.25, 5, 1e-4, 8, 6)
+
+
+@pytest.mark.parametrize("mu", [4e-3, 1e-2])
+def test_a_budget_needing_lambda_beyond_the_check_gets_a_coarser_quantum(mu):
+    d = 78
+    fine = SLACK * 2e-3 / math.sqrt(d)
+    assert ((2e-3 / fine + math.sqrt(d)) / mu) ** 2 / 2 > 1e8  # the usual quantum would need Lambda above the check
+    spec = skellam_spec(2e-3, 0.25, d, mu, 8, 6)
+    noise = spec.noise(6)
+    assert 0.99 * 1e8 < noise.lam <= 1e8 and spec.quantum > fine
+    assert mu * (1 - 1e-12) <= noise.gdp_mu <= mu
+    assert spec.l2 == pytest.approx(2e-3 / spec.quantum + math.sqrt(d))
+    assert math.sqrt(d) <= spec.l2 / 5  # the rounding slack costs at most a quarter of the sensitivity
+    # every site surviving: more noise than the check reaches, accounted as the checked noise plus more (post-processing)
+    assert spec.noise(8).lam > 1e8 and spec.noise(8).gdp_mu == pytest.approx(spec.l2 * skellam_gdp_step(1e8))
+    assert spec.noise(8).gdp_mu <= mu
+
+
+@pytest.fixture
+def steep_tail(monkeypatch):
+    """Skellam steps with one non-central step 1% above the central one (as if the lemma failed at every Lambda)."""
+    import privfedstat.privacy.secure_noise as secure_noise
+
+    def steps(lam):
+        out = np.array(skellam_steps(lam))
+        out[3] = 1.01 * out[0]
+        return out
+
+    skellam_gdp_step.cache_clear()
+    monkeypatch.setattr(secure_noise, "skellam_steps", steps)
+    yield
+    skellam_gdp_step.cache_clear()
+
+
+def test_a_steeper_non_central_step_is_the_gdp_constant_and_the_calibration_adds_noise_for_it(steep_tail):
+    assert skellam_gdp_step(5e4) == pytest.approx(1.01 * skellam_gdp_mu(5e4), rel=1e-9)
+    spec = skellam_spec(2e-3, 0.25, 5, 0.7, 8, 6)
+    noise = spec.noise(6)
+    assert noise.gdp_mu == pytest.approx(noise.l2 * 1.01 * skellam_gdp_mu(noise.lam), rel=1e-9)
+    assert 0.7 * (1 - 1e-12) <= noise.gdp_mu <= 0.7
+    assert noise.gdp_factor == pytest.approx(1.01 * skellam_gdp_mu(noise.lam) * math.sqrt(2 * noise.lam), rel=1e-9)
+
+
 def test_rdp_bound_is_the_gaussian_curve_up_to_its_skellam_terms():
     spec = skellam_spec(1e-3, 0.5, 10, 0.1, 10, 10)
     noise = spec.noise(10)
-    excess = skellam_rdp(RDP_ORDERS, noise) - gaussian_rdp(RDP_ORDERS, noise.gdp_mu)
-    assert np.all(excess >= 0) and np.all(excess <= 1e-6 * gaussian_rdp(RDP_ORDERS, noise.gdp_mu))
+    gaussian = gaussian_rdp(RDP_ORDERS, noise.l2 / math.sqrt(2 * noise.lam))
+    excess = skellam_rdp(RDP_ORDERS, noise) - gaussian
+    assert np.all(excess >= 0) and np.all(excess <= 1e-6 * gaussian)
 
 
 def test_spec_calibrates_the_sum_of_min_surviving_shares():

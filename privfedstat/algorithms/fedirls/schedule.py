@@ -19,6 +19,7 @@ from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
 from ...federation.secure import secure_count
 from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, pending_bounds
+from ...inference.config import critical_value
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
@@ -158,8 +159,10 @@ class IRLSSchedule:
         A direction whose floored steps kept more than this share of its error over the last phase is reported as
         damped, not an optimum (benchmarks/RESULTS.md, section "Real data with natural sites").
     secant_noise_sds : float
-        The gradients' change along the last step counts as curvature beyond this many sds of its noise: a one-sided
-        test whose false raise (0.13% a round under the noise model) only shortens one step (:func:`.rounds.secant_scale`).
+        The gradients' change along the last step counts as curvature beyond this many sds of its noise: the one-sided
+        critical value ``z_(1 - DIAGNOSTIC_ALPHA)`` = 3.09 (the slope's noise is one normal; a false raise, 0.1% a round
+        under the noise model, only shortens one step; :func:`.rounds.secant_scale`, docs/guide/constants.md); the same
+        margin decides where the slope it measures shows an error of the last Newton matrix (:func:`.rounds.newton_error`).
     coarse_lean : float
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
@@ -196,7 +199,7 @@ class IRLSSchedule:
     research_share: float = 0.05
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
-    secant_noise_sds: float = 3.0
+    secant_noise_sds: float = critical_value(sides=1)
     coarse_lean: float = 0.5
     insurance_sd: float = 0.4
     insurance_steps: int = 3

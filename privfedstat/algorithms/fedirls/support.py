@@ -1,125 +1,187 @@
-"""Refuse early: after FedIRLS's locate rounds, whether its refine rounds can reach an optimum at this mu.
+"""Refuse early: before FedIRLS's refine rounds, whether they can reach an optimum at this mu.
 
-The refine rounds converge along a direction only where its curvature is above their Hessian's eigenvalue
-floor (``floor_noise_sds`` noise sds, :meth:`~.schedule.IRLSSchedule.floor`): below it each floored step removes
-only ``lambda / floor`` of the error there, and a fit whose last phase keeps more than ``damped_kept`` of it ends
-not converged with its intervals withheld (:func:`.rounds.damped`). The last locate round's released Hessian
-bounds every direction's curvature from above (its eigenvalue plus ``NOISE_SDS`` noise sds); where even that bound
-leaves the direction damped at the refine phase's public floors, the rest of the budget cannot produce an answer,
-and the fit stops there with the numbers: the planned privacy sd of each coefficient next to its sampling SE (the
-schedule's own noise model, :meth:`~.schedule.IRLSSchedule.planned_noise`, the machinery of
-:func:`~privfedstat.planning.power.plan_study`), and the mu, rows per site or number of sites that would bring the
-floors under the curvature. Everything is post-processing of released values and public settings. Derivation:
-docs/guide/convergence.md, "Refuse early".
+The refine rounds converge along a direction only where its released curvature clears their eigenvalue floors:
+a floored step removes ``lambda / floor`` of the error, and a fit whose last phase keeps more than
+``damped_kept`` of it along some direction ends not converged with its intervals withheld
+(:func:`.rounds.damped`). So a direction is lost when the refine phase's last released Hessian shows it below
+``r*``, the released curvature at which the phase's public floors keep exactly ``damped_kept``.
+
+The check runs in the refine rounds' coordinates, once their bounds are known (after the whitening and the bound
+search at the located point: :meth:`~.schedule.IRLSSchedule.phase` then gives their noise and floors). The last
+locate round's released Hessian, mapped there (``P^T H P``), estimates the curvature. For each k, the k smallest
+of its eigenvalues sum to the curvature of a k-dimensional subspace (the weak block), less the noise of its trace
+(sd ``s ||P U_k U_k^T P^T||_F``, s the locate round's noise sd: exact under the released noise's law) and less the
+shift the coupling to the other directions gives the smallest eigenvalues of a noisy matrix (second-order
+perturbation, ``sum Var(xi_ij) / (lambda_j - lambda_i)``, counted where the gap exceeds ``NOISE_SDS`` sds of
+``xi_ij``, where the series holds). The fit refuses when, for some k, even that sum plus ``NOISE_SDS`` sds
+stays below what the refine phase needs: ``k (r* + sqrt(2 (k - 1)) s_R)`` (each of the k directions at ``r*``,
+plus the spread of the smallest of k released eigenvalues below their mean: 0 for k = 1, the semicircle radius
+of a k x k block of noise of sd ``s_R`` for large k). A one-sided test at ``NOISE_SDS`` sds: the check refuses
+only fits whose refine rounds would, beyond their noise, end damped; others run to the end.
+
+The message gives the numbers: the planned privacy sd of each coefficient next to its sampling SE (the schedule's
+own noise model, :meth:`~.schedule.IRLSSchedule.planned_noise`, the machinery of
+:func:`~privfedstat.planning.power.plan_study`), and the least factor on mu (or the rows per site) at which the
+curvature's upper bound would clear the floors. Everything is post-processing of released values and public
+settings. The check runs for families of bounded curvature (logistic, multinomial, Gaussian, Huber); with an
+unbounded one (Poisson) the curvature grows along the path from the located point, so the located Hessian does not
+predict the refine rounds' (countymurders at mu = 2: whitened to the identity at the located point, the last
+refine Hessian 2 to 24 there). Derivation and measurements: docs/guide/convergence.md, "Refuse early".
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..._linalg import floor_eigenvalues
 from ...exceptions import UnsupportedModelError
-from .schedule import IRLSSchedule
+from ...federation.protocol import Setup
+from ...fitting.verdict import NOISE_SDS
+from .schedule import IRLSSchedule, curvature_class
 
-__all__ = ["check_support", "floor_factor", "noise_edge", "predicted_kept"]
-
-#: the largest factor on mu (or the rows per site) the message computes; beyond it the direction is not identified
-MAX_FACTOR = 1e6
-#: the check runs for multinomial models of at least this many non-reference classes (four classes): there its
-#: refusals were all right on the stand-ins; with fewer outputs (logistic, three classes, Poisson) it refused 13 of
-#: 84 fits that, run to the end, converged (docs/guide/convergence.md, "Refuse early")
-MIN_OUTPUTS = 3
+__all__ = ["Shortfall", "check_support", "damping_threshold", "weak_blocks"]
 
 
-def _kept(curvature: np.ndarray, floors: np.ndarray) -> np.ndarray:
-    """The share of the error each direction of curvature ``curvature`` keeps over rounds with ``floors``."""
-    c = np.maximum(curvature, 0.0)[:, None]
-    return np.prod(1.0 - c / np.maximum(c, floors[None, :]), axis=1)
+@dataclass(frozen=True)
+class Shortfall:
+    """One block of :func:`weak_blocks`: its size k, the released eigenvalue sum with its coupling shift
+    and noise sd, the refine phase's need, and the eigenvectors (refine coordinates, columns)."""
+
+    k: int
+    released: float
+    shift: float
+    sd: float
+    need: float
+    vectors: np.ndarray
+
+    @property
+    def upper(self) -> float:
+        """The block's curvature sum at most (``NOISE_SDS`` sds above the shifted released sum)."""
+        return self.released + self.shift + NOISE_SDS * self.sd
+
+    @property
+    def short(self) -> bool:
+        return self.upper < self.need
+
+    @property
+    def margin(self) -> float:
+        """``(upper - need) / sd``: the test's margin in noise sds (negative: refused)."""
+        return (self.upper - self.need) / self.sd
 
 
-def noise_edge(n_params: int, sd: float) -> float:
-    """The spectral norm of a released Hessian's symmetric noise, ``sqrt(2 p) s``: the edge of the semicircle law
-    for a p x p Gaussian symmetric matrix whose quadratic forms ``v^T Xi v`` (unit v) have sd s (off-diagonal
-    entries of sd ``s / sqrt(2)``). Released eigenvalues spread over ``lambda +- sqrt(2 p) s``, so the smallest
-    curvature shows about that far below its value."""
-    return math.sqrt(2.0 * n_params) * sd
-
-
-def predicted_kept(curvature: np.ndarray, edge: float, floors: np.ndarray) -> np.ndarray:
-    """The share of the error each direction of true curvature ``curvature`` keeps over the refine rounds, as the
-    fit's own verdict will see it: on their last released Hessian, whose smallest eigenvalues show ``edge`` below
-    the curvature, floored at ``floors``."""
-    return _kept(np.maximum(curvature - edge, 0.0), floors)
-
-
-def floor_factor(curvature: float, edge: float, floors: np.ndarray, kept: float) -> float:
-    """The least c >= 1 such that the refine rounds with c times their budget per client (noise edge and floors
-    ``/ c``) keep at most ``kept`` of the error along ``curvature`` (inf where no c up to ``MAX_FACTOR`` does: no
-    curvature to find)."""
-    def fails(c: float) -> bool:
-        return predicted_kept(np.array([curvature]), edge / c, floors / c)[0] > kept
-
-    if fails(MAX_FACTOR):
-        return math.inf
-    lo, hi = 1.0, MAX_FACTOR
-    for _ in range(60):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if fails(mid) else (lo, mid)
+def damping_threshold(floors: np.ndarray, kept: float) -> float:
+    """``r*``: the released curvature at which rounds with eigenvalue ``floors`` keep exactly ``kept`` of the error
+    (``prod_r (1 - r / max(r, floor_r)) = kept``; below it a direction counts as damped)."""
+    floors = np.asarray(floors, dtype=np.float64)
+    lo, hi = 0.0, float(np.max(floors))
+    for _ in range(100):  # the kept share decreases in r
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(np.prod(1.0 - mid / np.maximum(mid, floors))) > kept else (lo, mid)
     return hi
+
+
+def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float, s_refine: float) -> list[Shortfall]:
+    """The blocks of the k = 1..p smallest released eigenvalues, each with its test.
+
+    Parameters
+    ----------
+    H : ndarray of shape (p, p)
+        The last locate round's released Hessian in the refine rounds' coordinates, ``P^T H_theta P``.
+    basis : ndarray of shape (p, p)
+        P (``theta = P phi``; the identity without whitening).
+    s_locate : float
+        The sd of that Hessian's diagonal noise in theta (off-diagonal ``s / sqrt(2)``).
+    r_star, s_refine : float
+        :func:`damping_threshold` of the refine phase, and the sd of its last Hessian's noise (refine coordinates).
+    """
+    vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
+    A = basis @ vecs  # the eigenvectors as theta-directions: the locate noise along them is s a_i^T Xi a_j
+    norms, gram = np.sum(A**2, axis=0), A.T @ A
+    var = 0.5 * s_locate**2 * (np.outer(norms, norms) + gram**2)  # Var(a_i^T Xi a_j), GOE-type noise
+    blocks = []
+    for k in range(1, vals.size + 1):
+        gaps = vals[k:][None, :] - vals[:k][:, None]
+        v = var[:k, k:]
+        resolved = gaps > NOISE_SDS * np.sqrt(v)
+        shift = float(np.sum(np.where(resolved, v / np.where(resolved, gaps, 1.0), 0.0)))
+        Ak = A[:, :k]
+        blocks.append(Shortfall(k, float(np.sum(vals[:k])), shift, s_locate * float(np.linalg.norm(Ak @ Ak.T)),
+                                k * (r_star + math.sqrt(2.0 * (k - 1)) * s_refine), vecs[:, :k]))
+    return blocks
 
 
 def _coefficient(j: int, n_outputs: int) -> str:
     return f"column {j // n_outputs}" + (f", class {j % n_outputs + 1}" if n_outputs > 1 else "")
 
 
-def check_support(schedule: IRLSSchedule, H: np.ndarray, spent: float) -> None:
-    """Raise :class:`~privfedstat.UnsupportedModelError` when the refine rounds cannot converge along some direction.
+def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | None, refine: Setup | None,
+                  design: np.ndarray | None, spent: float) -> None:
+    """Raise :class:`~privfedstat.UnsupportedModelError` when the refine rounds would end damped beyond their noise.
 
     Parameters
     ----------
     schedule : IRLSSchedule
-        The fit's schedule (phased): its refine phase's floors with the first phase's bounds (the search at the
-        located point may move them by a few grid points; whitening reshapes the noise; both inferred to change
-        the verdict little next to the factors it reports).
+        The fit's schedule (phased).
     H : ndarray of shape (p, p)
-        The last locate round's released Hessian (fitting scale, unfloored).
+        The last locate round's released Hessian, in the refine rounds' coordinates (unfloored).
+    basis : ndarray of shape (p, p) or None
+        The parameters' map ``theta = basis phi`` of the refine rounds (None: none).
+    refine : Setup or None
+        The refine rounds' bounds (None: the first phase's).
+    design : ndarray or None
+        The row map of the whitening (for the planned noise of the message).
     spent : float
-        The mu per client the fit has spent so far (for the message).
+        The mu per client the fit has spent so far.
     """
-    if schedule.family.n_outputs < MIN_OUTPUTS:
-        return  # measured: wrong too often with fewer classes (docs/guide/convergence.md, "Refuse early")
-    locate, refine = schedule.phase(0), schedule.phase(1)
+    if curvature_class(schedule.family) != "bounded":
+        return  # the curvature grows along the path (Poisson): the located Hessian does not bound the refine rounds'
+    locate, last = schedule.phase(0), schedule.phase(1, refine)
     p = H.shape[0]
-    edge_refine = noise_edge(p, math.sqrt(float(np.min(refine.hessian_var))))
-    vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
-    # the curvature behind each released eigenvalue: the low end of the spectrum shows the noise edge below it
-    curvature = np.maximum(vals + noise_edge(p, math.sqrt(float(locate.hessian_var[-1]))), 0.0)
-    bad = np.flatnonzero(predicted_kept(curvature, edge_refine, refine.floors) > schedule.damped_kept)
-    if not bad.size:
+    P = np.eye(p) if basis is None else basis
+    r_star = damping_threshold(last.floors, schedule.damped_kept)
+    s_refine = math.sqrt(float(last.hessian_var[-1]))
+    blocks = weak_blocks(H, P, math.sqrt(float(locate.hessian_var[-1])), r_star, s_refine)
+    block = min(blocks, key=lambda b: b.margin)
+    if not block.short:
         return
-    factor = max(floor_factor(float(curvature[i]), edge_refine, refine.floors, schedule.damped_kept) for i in bad)
+    # the least factor c on mu: the floored directions' curvature in these coordinates grows like c (their whitening
+    # divides by the locate floor, ~ 1/c) and the need falls like 1/c, so every short block needs c^2 upper >= need
+    # (a lower bound on c for each; none where no short block's upper bound is above zero)
+    bounds = [math.sqrt(b.need / b.upper) for b in blocks if b.short and b.upper > 0]
+    factor = max(bounds) if bounds else math.inf
     q = schedule.family.n_outputs
-    loads = np.max(np.abs(vecs[:, bad]), axis=1)
+    loads = np.max(np.abs(P @ block.vectors), axis=1)
+    loads = loads / max(float(np.max(loads)), 1e-300)
     worst = [int(j) for j in np.argsort(-loads)[:4] if loads[j] > 0.3]
-    Hf = floor_eigenvalues(H, float(locate.floors[-1]))
-    V = schedule.planned_noise(Hf).covariance(Hf)
-    se = np.sqrt(np.diag(np.linalg.inv(Hf)) / float(np.sum(schedule.sizes)))
-    ratio = np.sqrt(np.maximum(np.diag(V), 0.0)) / se
+    Hf = floor_eigenvalues(0.5 * (H + H.T), float(last.floors[-1]))
+    V = P @ schedule.planned_noise(Hf, refine, design).covariance(Hf) @ P.T
+    sampling = P @ np.linalg.inv(Hf) @ P.T / float(np.sum(schedule.sizes))
+    ratio = np.sqrt(np.maximum(np.diag(V), 0.0) / np.diag(sampling))
     mu, m, n = schedule.setup.mu, schedule.sizes.size, float(np.mean(schedule.sizes))
-    need = ("no mu or site size brings them above it (their curvature is within noise of zero: collinear or empty "
-            "columns or classes)") if math.isinf(factor) else (
-        f"a mu about {factor:.3g} times larger (the estimation rounds' {mu:.3g} -> {factor * mu:.3g}), or about "
-        f"{factor:.3g} times the rows per site (>= {math.ceil(factor * n)} rows on each of the {m} sites), or the same "
-        f"rows on about {max(1, math.floor(m / factor**2))} merged sites")
+    if math.isfinite(factor):
+        need = (f"a mu at least {factor:.3g} times larger (the estimation rounds' {mu:.3g} -> {factor * mu:.3g}), or at "
+                f"least {factor:.3g} times the rows per site (>= {math.ceil(factor * n)} rows on each of the {m} sites), "
+                f"or the same rows on at most {max(1, math.floor(m / factor**2))} merged sites")
+    else:
+        guide = max(float(np.max(ratio)), 1.0)
+        need = (f"the curvature's upper bound is not above zero, so no factor can be read from it (collinear or empty "
+                f"columns or classes, or far too little data for mu); as a guide, the privacy sd falls to the sampling "
+                f"SE with a mu about {guide:.3g} times larger ({guide * mu:.3g}) or {guide:.3g} times the rows per site "
+                f"(>= {math.ceil(guide * n)} on each of the {m} sites), or the same rows on about "
+                f"{max(1, math.floor(m / guide**2))} merged sites")
     raise UnsupportedModelError(
-        f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client "
-        f"spent), the released curvature along {bad.size} direction(s) (mostly {', '.join(_coefficient(j, q) for j in worst)}"
-        f"; fitting order) is about {float(np.max(curvature[bad])):.3g}, which the remaining rounds' Hessians (noise "
-        f"edge {edge_refine:.3g}, eigenvalue floor {float(np.min(refine.floors)):.3g}) would not resolve, so they would "
-        "end short of the optimum with their intervals withheld. By the schedule's noise model the privacy sd of the "
-        f"coefficients is {float(np.min(ratio)):.3g} to {float(np.max(ratio)):.3g} times their sampling SE. Needed: "
-        f"{need}. What the data can support now: fewer parameters (drop or merge the columns or classes named, or "
-        "pool rare levels), larger or merged sites, or a larger mu; the rest of the budget was not spent.",
-        privacy_sd_ratio=ratio, mu_factor=factor)
+        f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client spent), "
+        f"the released curvature of {block.k} direction(s) (mostly {', '.join(_coefficient(j, q) for j in worst)}; "
+        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:g} noise sds above what was released, in "
+        f"the refine rounds' coordinates), below the {block.need:.3g} the remaining rounds' Hessians need (their "
+        f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
+        "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
+        f"privacy sd of the coefficients is {float(np.min(ratio)):.3g} to {float(np.max(ratio)):.3g} times their "
+        "sampling SE (on the floored Hessian: along the weak directions the fit's own would be larger). Needed: "
+        f"{need}. What the data can support now: fewer parameters (drop or merge the columns or "
+        "classes named, or pool rare levels), larger or merged sites, or a larger mu; the rest of the budget was not "
+        "spent.",
+        privacy_sd_ratio=ratio, mu_factor=factor, spent=spent)
