@@ -125,3 +125,18 @@ def test_the_same_vectors_released_locally_and_aggregated_compose_apart():
         tp2 += tp * tp
     assert led.third_party_mu == float(np.sqrt(tp2.max()))
     assert not np.allclose(made[0].client_mu(), made[0].third_party_mu())  # the two kinds differ here
+
+
+def test_secure_releases_with_the_same_vectors_compose_with_their_own_noise():
+    """A secure release's mu carries its integer noise's factor, so equal vectors do not share a composition."""
+    from privfedstat.privacy.secure_noise import IntegerNoise
+
+    sens, sigma = np.array([0.2, 0.3]), np.array([1.0, 1.5])
+    made = [Release("s", r, "aggregated", sens.copy(), sigma.copy(), np.full(2, 0.5),
+                    integer=IntegerNoise(1.0, lam, 1.0, 2.0, 2)) for r, lam in enumerate([4.0, 4.0, 50.0])]
+    assert made[0].integer.gdp_factor != made[2].integer.gdp_factor
+    led, mu2 = PrivacyLedger(2), np.zeros(2)
+    for rel in made:
+        led.record(rel)
+        mu2 += rel.client_mu() ** 2
+    np.testing.assert_array_equal(led.client_mu, np.sqrt(mu2))
