@@ -39,10 +39,14 @@ import numpy as np
 from ..._linalg import floor_eigenvalues
 from ...exceptions import UnsupportedModelError
 from ...federation.protocol import Setup
-from ...fitting.verdict import NOISE_SDS
+from ...inference.config import critical_value
 from .schedule import IRLSSchedule, curvature_class
 
 __all__ = ["Shortfall", "check_support", "damping_threshold", "weak_blocks"]
+
+#: the one-sided normal critical value at DIAGNOSTIC_ALPHA, 3.09: a block's trace noise and a coupling ``xi_ij`` are
+#: each one normal (docs/guide/constants.md)
+NOISE_SDS = critical_value(sides=1)
 
 
 @dataclass(frozen=True)
