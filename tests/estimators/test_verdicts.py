@@ -170,3 +170,16 @@ def test_noise_alone_does_not_make_a_sound_gradient_step_unstable():
     assert not any(unstable(model, 1.9 * np.eye(p) + xi, s) for xi in noise)
     steep = SimpleNamespace(step_size=0.1, error_transport=object())
     assert all(unstable(steep, 30.0 * np.eye(p) + xi, s) > 1.0 for xi in noise[:20])
+
+
+@pytest.mark.parametrize("p", [6, 10])
+def test_a_diverged_fedavg_with_many_coefficients_raises(p):
+    """FedAvg(step_size=1e6) at p = 6 and 10 returned coefficients of 1e5 with converged_ True: the released
+    curvature (3.5 and 4.4 noise sds) was above 3 sds (p = 10), or the score's chi-square on p df had p = 0.01; along
+    the path's travel the score is 3.6 noise sds (the well-stepped fits: -0.4 and 0.8)."""
+    data = simulate("logistic", [200] * 10, [0.3] + [0.5, -0.4] * ((p - 1) // 2) + [0.2] * ((p - 1) % 2), seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"points along the path's travel.*Lower step_size"):
+            FedAvg(mu=2.0, step_size=1e6, random_state=0).fit(data)
+        assert np.max(np.abs(FedAvg(mu=2.0, random_state=0).fit(data).coef_)) < 3  # the default step: no raise
