@@ -179,7 +179,7 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     raise UnsupportedModelError(
         f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client spent), "
         f"the released curvature of {block.k} direction(s) (mostly {', '.join(_coefficient(j, q) for j in worst)}; "
-        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:g} noise sds above what was released, in "
+        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released, in "
         f"the refine rounds' coordinates), below the {block.need:.3g} the remaining rounds' Hessians need (their "
         f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
         "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
