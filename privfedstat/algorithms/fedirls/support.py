@@ -39,10 +39,14 @@ import numpy as np
 from ..._linalg import floor_eigenvalues
 from ...exceptions import UnsupportedModelError
 from ...federation.protocol import Setup
-from ...fitting.verdict import NOISE_SDS
+from ...inference.config import critical_value
 from .schedule import IRLSSchedule, curvature_class
 
 __all__ = ["Shortfall", "check_support", "damping_threshold", "weak_blocks"]
+
+#: the one-sided normal critical value at DIAGNOSTIC_ALPHA, 3.09: a block's trace noise and a coupling ``xi_ij`` are
+#: each one normal (docs/guide/constants.md)
+NOISE_SDS = critical_value(sides=1)
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,7 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     raise UnsupportedModelError(
         f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client spent), "
         f"the released curvature of {block.k} direction(s) (mostly {', '.join(_coefficient(j, q) for j in worst)}; "
-        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:g} noise sds above what was released, in "
+        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released, in "
         f"the refine rounds' coordinates), below the {block.need:.3g} the remaining rounds' Hessians need (their "
         f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
         "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
