@@ -155,10 +155,6 @@ class _PlannedStages:
         if self.schedule.research:
             self.cases = [(prob, self.schedule.refine_setup(found)) for prob, found in self.found]
 
-    def follow(self) -> None:
-        """The Hessian bound's search where the refine rounds' last Hessian is released: the plan keeps the refine
-        bounds (on the population the located point is the root already; the search's budget is in the shares)."""
-
 
 def _case(schedule, pop: Population, refine: Setup | None, mu: float, sizes: np.ndarray, roots: dict,
           basis: np.ndarray | None = None) -> tuple[dict, Setup]:

@@ -83,17 +83,6 @@ class ScheduledRun:
                       float(np.max(self.session.ledger.client_mu)))
         newton.run(self.schedule.phase(1, self.final))
 
-    def follow(self) -> None:
-        """The Hessian bound searched again where the refine rounds' last fresh Hessian is released (the norms it
-        clips; ``IRLSSchedule.follow_share``), and the refine rounds from that Hessian on, in the same basis and with
-        the same gradient bound (the secant's evidence carries over)."""
-        schedule = self.schedule
-        config = schedule.follow_search(self.final.hessian_clip)
-        found = search_bounds(self.session, ["hessian"], self.newton.theta, config.pilot_quantile, config,
-                              schedule.mu_follow, stage="irls-follow")
-        self.final = schedule.followed_setup(self.final, found["hessian"])
-        self.newton.run(schedule.phase(2, self.final), settled=True)
-
 
 class _Rounds:
     """The private Newton rounds of one FedIRLS fit: the server's state across phases and the noise it recorded.
@@ -119,7 +108,6 @@ class _Rounds:
         self.change: ChangeOfBasis | None = None
         self.basis = None
         self.basis_from = 0
-        self.settled = 0  # the index of the phase whose rounds settle (the last one, or the refine rounds' first)
 
     def change_basis(self, change: ChangeOfBasis) -> None:
         """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
@@ -131,16 +119,14 @@ class _Rounds:
     def _in_theta(self, value: np.ndarray) -> np.ndarray:
         return value if self.basis is None else self.basis @ value
 
-    def run(self, phase: Phase, settled: bool = False) -> None:
-        """The rounds of ``phase`` (``settled``: they continue the last phase's, whose rounds settle with them)."""
+    def run(self, phase: Phase) -> None:
+        """The rounds of ``phase``."""
         schedule, session = self.schedule, self.session
         p = session.clients.n_params
         scales = np.ones(len(phase.shares))
         rebased = self.basis is not None and self.basis_from == len(self.path) - 1
         if self.phases and (rebased or phase.clip != self.phases[-1].clip):
             self.previous = None  # new bounds or a new basis: the gradients are not comparable
-        if not settled:
-            self.settled = len(self.phases)
         for r in range(len(phase.shares)):
             g = self._gradient(phase, r)
             if phase.shares[r, 1] > 0:
@@ -203,13 +189,12 @@ class _Rounds:
         noise_sd, update_noise_sd, update_noise_sds = _noise(self.schedule.step_size, newton,
                                                              np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
-        settling = phases[self.settled:]
         steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
-                            damped(self.H, np.concatenate([ph.floors for ph in settling]), self.schedule.damped_kept))
+                            damped(self.H, phases[-1].floors, self.schedule.damped_kept))
         return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
-                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - sum(len(ph.shares) for ph in settling),
+                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
                    basis=self.change, newton=steps)
 
 

@@ -48,15 +48,11 @@ class CurvatureRules:
         The trust region grows with the iterate (``max(max_step, ||theta||)``).
     hessian_quantile : float or None
         The quantile of the locate rounds' Hessian bound with ``clip="auto"`` (None: the gradient's).
-    follows : bool
-        The Hessian bound is searched again before the refine rounds' last fresh Hessian, at the point the path
-        reached (the curvature there is not bounded by the located point's: ``IRLSSchedule.follow_share``).
     """
 
     refine_split: np.ndarray
     grows_region: bool
     hessian_quantile: float | None
-    follows: bool = False
 
 
 #: bounded: two Hessians, the last one reused by the last gradient (45% of the rest); unbounded: four rounds, two
@@ -64,7 +60,7 @@ class CurvatureRules:
 CURVATURE_RULES = {
     "bounded": CurvatureRules(_table([[0.1, 0.15], [0.15, 0.15], [0.45, 0.0]]), True, None),
     "unbounded": CurvatureRules(_table([[0.05, 0.2], [0.05, 0.2], [0.1, 0.0], [0.4, 0.0]]), False,
-                                AutoClip.pilot_quantile, follows=True),
+                                AutoClip.pilot_quantile),
 }
 
 
@@ -121,7 +117,7 @@ class IRLSSchedule:
         one phase on the user's ``budget_split``; locate + refine (``n_rounds="auto"``, ``budget_split="auto"``).
     stages : tuple of str
         The stages in order, walked by the fit and by the plan: ``exact``, ``rounds`` (one phase), or ``locate``,
-        [``whiten``], [``research``], [``insure``], ``refine``, [``follow``].
+        [``whiten``], [``research``], [``insure``], ``refine``.
     shares : tuple of ndarray of shape (R_k, 2)
         Per phase the shares of the estimation mu^2 (gradient, Hessian); mode exact: ones, or the user's split
         (its zero Hessian shares reuse the last Hessian), over the cap on rounds.
@@ -156,14 +152,6 @@ class IRLSSchedule:
         Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
     research_share : float
         Share of the new bound search at the located point, whose norms are the ones the refine rounds clip (same).
-    follow_share : float
-        Share of the Hessian bound's search at the point of the refine rounds' last fresh Hessian (stage ``follow``,
-        families of unbounded curvature whose Hessian bound the fit searches): ``research_share / 2``, the per-query
-        budget of the located point's Hessian search, so its counts resolve the same quantile. The Poisson curvature
-        of row j grows by ``exp(x_j^T (theta' - theta))`` along the path, most on a rare column's rows (after the
-        whitening their ``||x_j||`` is largest); a bound searched at the located point then clips most of them where
-        the Newton matrix of the last rounds is released, and that matrix is too flat along the rare column
-        (docs/algorithms/fedirls.md, "The Hessian bound where the path goes").
     floor_noise_sds : float
         The eigenvalue floor in sds of a noisy eigenvalue: lower floors blew up, higher ones damp the steps on
         ill-conditioned designs (measured: docs/algorithms/fedirls.md, "Eigenvalue floor").
@@ -209,8 +197,6 @@ class IRLSSchedule:
     locate_rounds: int = 4
     locate_share: float = 0.25
     research_share: float = 0.05
-    follow_share: float = 0.025
-    follow_grid: int = 8
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
     secant_noise_sds: float = critical_value(sides=1)
@@ -242,12 +228,11 @@ class IRLSSchedule:
             if how == "search" and todo:
                 research, mu_research = tuple(todo), mu * math.sqrt(cls.research_share)
             locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
-            follow = rules.follows and "hessian" in research
-            left = 1.0 - cls.locate_share - (cls.research_share if research else 0.0) - (cls.follow_share if follow else 0.0)
-            shares = (locate, *_split_at_last_hessian(left * rules.refine_split, follow))
+            left = 1.0 - cls.locate_share - (cls.research_share if research else 0.0)
+            shares = (locate, left * rules.refine_split)
             whiten = set(research) == set(estimator._norms)  # a bound the user fixed keeps its meaning on the columns
             stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
-                      *(("insure",) if whiten else ()), "refine", *(("follow",) if follow else ()))
+                      *(("insure",) if whiten else ()), "refine")
         floor = None if estimator.hessian_floor == "auto" else float(estimator.hessian_floor)
         secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
@@ -256,37 +241,6 @@ class IRLSSchedule:
                    setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol, min_surviving=secure)
 
     # ------------------------------------------------------------------ derived
-    @property
-    def mu_follow(self) -> float:
-        """The budget of the ``follow`` stage's Hessian bound search (0 without it)."""
-        return self.setup.mu * math.sqrt(self.follow_share) if "follow" in self.stages else 0.0
-
-    def follow_search(self, hessian_clip: float) -> AutoClip:
-        """The ``follow`` stage's search: :attr:`search`'s grid from the refine rounds' Hessian bound up, over
-        ``follow_grid`` points (public: the grid and the released bound), so ``log2(follow_grid)`` queries share
-        its budget."""
-        grid = self.search.grid
-        i = min(int(np.searchsorted(grid, hessian_clip * (1 - 1e-12))), grid.size - self.follow_grid)
-        return replace(self.search, lower=float(grid[i]), upper=float(grid[i + self.follow_grid - 1]),
-                       n_grid=self.follow_grid)
-
-    def followed_setup(self, refine: Setup, found: float) -> Setup:
-        """The bounds of the rounds after the ``follow`` search: its bound ``found``, lowered to the largest grid point
-        (not below the refine rounds' bound) at which the last fresh Hessian's eigenvalue floor stays at most 1
-        (post-processing of released bounds and public budgets).
-
-        In the whitened basis the located point's floored Hessian is the identity, so a floor above 1 lies above the
-        curvature of every direction the whitening identified: the noise of a raised C_H, not the data, would then
-        set every step (measured: nmes1988 and countymurders at mu = 2, docs/algorithms/fedirls.md, "The Hessian
-        bound where the path goes")."""
-        grid = self.search.grid
-        bound = refine.hessian_clip
-        for point in grid[(grid > refine.hessian_clip) & (grid <= found * (1 + 1e-12))]:
-            if self.phase(2, Setup(refine.clip, float(point), refine.mu)).floors[0] > 1.0:
-                break
-            bound = float(point)
-        return Setup(refine.clip, bound, refine.mu)
-
     def floor(self, noise_sd: float) -> float:
         """Eigenvalue floor lambda for a Hessian whose averaged noise has diagonal sd ``noise_sd``: the fixed one,
         or ``floor_noise_sds`` sds and at least ``1e-8 ell''(0)``."""
@@ -335,7 +289,7 @@ class IRLSSchedule:
                        gradient_sd=np.sqrt(gradient_var), gradient_specs=g_specs, hessian_specs=h_specs)
 
     def phases(self, refine: Setup | None = None) -> list[Phase]:
-        """Every phase's releases, the refine phases with the bounds ``refine`` (default :attr:`setup`'s)."""
+        """Every phase's releases, the refine phase with the bounds ``refine`` (default :attr:`setup`'s)."""
         return [self.phase(k, refine if k else None) for k in range(len(self.shares))]
 
     def whitening(self, H_floored: np.ndarray) -> ChangeOfBasis:
@@ -395,15 +349,6 @@ class IRLSSchedule:
         """Call ``handler``'s method of each stage's name, in order (the fit's rounds; the plan of a design)."""
         for stage in self.stages:
             getattr(handler, stage)()
-
-
-def _split_at_last_hessian(split: np.ndarray, follow: bool) -> tuple[np.ndarray, ...]:
-    """The refine rounds' shares as one phase, or (``follow``) two: those before the last round with a fresh Hessian,
-    and that round with the ones that reuse its Hessian."""
-    if not follow:
-        return (split,)
-    last = int(np.flatnonzero(split[:, 1] > 0)[-1])
-    return split[:last], split[last:]
 
 
 def _beta(family, sizes: np.ndarray, w: np.ndarray, hessian_clip: float, mu: float, p: int) -> float:
