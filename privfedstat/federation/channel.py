@@ -9,6 +9,7 @@ messages and floats sent. The server never sees a client's data, only replies.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,7 +120,7 @@ class Channel:
         if reply.leak is not None:
             self.ledger.add_leak(reply.leak)
         if sent:
-            floats = int(np.prod(reply.values.shape[1:], dtype=np.int64))
+            floats = math.prod(reply.values.shape[1:])  # Python ints: no numpy reduction per round
             senders = int(np.count_nonzero(reply.answered))
             self.rounds += 1
             self.floats_per_client += floats

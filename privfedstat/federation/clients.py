@@ -240,10 +240,12 @@ class InProcessClients:
         st = self._status
         asked = ~st.failed if active is None else (np.asarray(active, dtype=bool) & ~st.failed)
         failing = np.zeros(self.n_clients, dtype=bool)
-        for i, at in st.failures.items():
-            if at == st.requests and asked[i]:
-                failing[i] = True
         st.requests += 1
+        if not st.failures:  # no fault injection (every fit but the tests'): nobody fails, ``asked`` is a fresh array
+            return asked, failing
+        for i, at in st.failures.items():
+            if at == st.requests - 1 and asked[i]:
+                failing[i] = True
         st.failed |= failing
         return asked & ~failing, failing
 
