@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._validation import some
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import PrivacyLedger
 from .clients import Reply
@@ -128,7 +129,7 @@ class Channel:
             self.senders.append(senders)
         if reply.error is not None:
             raise reply.error
-        if reply.failed.any():
+        if some(reply.failed):
             self.live &= ~reply.failed
             if self.on_client_failure == "raise":
                 raise ClientFailureError(

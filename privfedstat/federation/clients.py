@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._linalg import clip_rows, sym_to_vec
-from .._validation import iterate_error
+from .._validation import every, iterate_error, some
 from ..data.federated import FederatedData
 from ..exceptions import DivergenceError
 from ..families.base import Family
@@ -111,13 +111,13 @@ def privatize(values: np.ndarray, noise, sensitivity, mu, stage: str, kind: str,
     if not mu > 0:
         raise ValueError("every release needs mu > 0.")
     if math.isfinite(mu):
-        if not np.isfinite(sens).all():
+        if not every(np.isfinite(sens)):
             raise ValueError("a release with infinite sensitivity cannot be private: set a finite clipping bound "
                              "(clip=...) or use mu=float('inf').")
         sigma = sens / mu
     else:
         sigma = np.zeros(m)
-    if (sigma > 0).any():
+    if some(sigma > 0):
         noisy = noise.standard_normal(values.shape[1:])  # a fresh array: scaled and shifted in place, no temporaries
         noisy *= sigma.reshape((-1,) + (1,) * (values.ndim - 1))
         noisy += values  # values + sigma_i z_i, the same sum (floating-point addition commutes)
@@ -252,7 +252,7 @@ class InProcessClients:
     def _reply(self, values: np.ndarray, releases: list[Release], answered: np.ndarray, failing: np.ndarray,
                leak: str | None = None, error: Exception | None = None) -> Reply:
         values = np.asarray(values, dtype=np.float64)
-        if not answered.all():
+        if not every(answered):
             values = values.copy()
             values[~answered] = np.nan
             releases = [_only(r, answered) for r in releases]
@@ -498,4 +498,4 @@ def _only(release: Release, answered: np.ndarray) -> Release:
 
 def _divergence(theta: np.ndarray, where: str, step_size: float, answered: np.ndarray) -> DivergenceError | None:
     """The error of the answering clients' diverging local iterates, or None (noisy values: post-processing)."""
-    return iterate_error(theta if answered.all() else theta[answered], where, step_size)
+    return iterate_error(theta if every(answered) else theta[answered], where, step_size)

@@ -15,6 +15,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .._validation import every
 from ..exceptions import ClientFailureError
 
 __all__ = ["aggregate", "effective_weights", "Participation", "resolve_participation"]
@@ -26,7 +27,7 @@ def effective_weights(weights: np.ndarray, answered: np.ndarray | None) -> np.nd
     Raises :class:`~privfedstat.ClientFailureError` when no client with positive weight answered.
     """
     weights = np.asarray(weights, dtype=np.float64)
-    if answered is None or answered.all():
+    if answered is None or every(answered):
         return weights
     w = np.where(answered, weights, 0.0)
     total = float(w.sum())
@@ -52,7 +53,7 @@ def aggregate(weights: np.ndarray | None, values: np.ndarray, answered: np.ndarr
     -------
     ndarray of shape (k,)
     """
-    everyone = answered is None or answered.all()
+    everyone = answered is None or every(answered)
     if weights is None:
         return (values if everyone else values[answered]).sum(axis=0)
     if everyone:
