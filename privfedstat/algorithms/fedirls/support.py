@@ -24,10 +24,10 @@ own noise model, :meth:`~.schedule.IRLSSchedule.planned_noise`, the machinery of
 :func:`~privfedstat.planning.power.plan_study`), and the least factor on mu (or the rows per site) at which the
 curvature's upper bound would clear the floors. Everything is post-processing of released values and public
 settings. The check runs for the families of bounded curvature whose decisions were checked against fits run to
-the end, :data:`CHECKED_FAMILIES` (logistic, multinomial; Gaussian and Huber were not measured, and on scikit-learn's
-20-row checks it refused a Gaussian fit, so they run to the end); with an unbounded one (Poisson) the curvature
-grows along the path from the located point, so the located Hessian does not predict the refine rounds'
-(countymurders at mu = 2: whitened to the identity at the located point, the last refine Hessian 2 to 24 there).
+the end, :data:`CHECKED_FAMILIES` (logistic, multinomial; Gaussian and Huber fits, not measured, run to the end);
+with an unbounded one (Poisson) the curvature grows along the path from the located point, so the located Hessian
+does not predict the refine rounds' (countymurders at mu = 2: whitened to the identity at the located point, the
+last refine Hessian 2 to 24 there).
 Derivation and measurements: docs/guide/convergence.md, "Refuse early".
 """
 
@@ -147,7 +147,7 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     if curvature_class(schedule.family) != "bounded":
         return  # the curvature grows along the path (Poisson): the located Hessian does not bound the refine rounds'
     if schedule.family.name not in CHECKED_FAMILIES:
-        return  # not measured against fits run to the end (on scikit-learn's 20-row checks it refused a Gaussian fit)
+        return  # its refusals were not measured against fits run to the end: such fits run to the end
     locate, last = schedule.phase(0), schedule.phase(1, refine)
     p = H.shape[0]
     P = np.eye(p) if basis is None else basis
