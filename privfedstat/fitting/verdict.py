@@ -31,7 +31,8 @@ from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "noise_eigenvalue", "score_spent", "gradient_steps", "away"]
+           "scored", "released_sd", "noise_eigenvalue", "score_spent", "gradient_steps", "away",
+           "start_curvature"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -155,6 +156,20 @@ def away(path: list[np.ndarray], g: np.ndarray) -> bool:
     the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
     update alone is no guide: a path bouncing between saturated regions moves either way.)"""
     return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
+
+
+def start_curvature(est) -> float:
+    """A public lower bound on the largest eigenvalue of the loss's Hessian at the path's start ``theta_0 = 0``: the
+    family's curvature at 0, ``ell''(0)``, for a canonical GLM (its curvature depends on the linear predictor only,
+    ``family.likelihood``; one per row) whose design has an intercept (a formula's ``Intercept``: a column of ones,
+    so ``e_0^T H(0) e_0 = sum_i w_i mean_j ell''(0) = ell''(0)`` whatever the data), with no offset and no initial
+    value; 0 where nothing public bounds it (docs/guide/convergence.md)."""
+    names = getattr(est, "feature_names_in_", None)
+    family = getattr(est, "family_", None)
+    if (names is None or "Intercept" not in list(names) or family is None or not family.likelihood
+            or family.n_outputs != 1 or getattr(est, "has_offset_", True) or getattr(est, "init", None) is not None):
+        return 0.0
+    return float(family.curvature_at_zero)
 
 
 def gradient_steps(noise_model) -> bool:
@@ -358,6 +373,15 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                                   "zero in every direction (every fitted value saturated) while the score released "
                                   f"there points along the path's travel, {along:.3g} noise sds (one-sided test at "
                                   f"{DIAGNOSTIC_ALPHA:g}): the path ran away from the optimum instead of towards it.")
+        eta, start = getattr(run.noise_model, "step_size", None), start_curvature(est)
+        if eta and float(eta) * start > 2.0:
+            raise divergence(est, f"the curvature released at its estimate is within {edge:.3g} noise sds of zero in "
+                                  "every direction (every fitted value saturated), while at its start, theta = 0, the "
+                                  f"curvature along the intercept is the family's {start:.3g} (public: every row's "
+                                  f"fitted value is 0 there), so each gradient step multiplied the error along it by "
+                                  f"{abs(1.0 - float(eta) * start):.3g} (step_size times the curvature exceeds 2): the "
+                                  "path was thrown out to where the model saturates rather than settling (lower "
+                                  f"step_size below 2 / {start:.3g} = {2.0 / start:.3g} at the least).")
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False

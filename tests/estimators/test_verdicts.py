@@ -183,3 +183,49 @@ def test_a_diverged_fedavg_with_many_coefficients_raises(p):
         with pytest.raises(DivergenceError, match=r"points along the path's travel.*Lower step_size"):
             FedAvg(mu=2.0, step_size=1e6, random_state=0).fit(data)
         assert np.max(np.abs(FedAvg(mu=2.0, random_state=0).fit(data).coef_)) < 3  # the default step: no raise
+
+
+def _small_sites(p: int, seed: int) -> pd.DataFrame:
+    """conftest.simulate's logistic design (intercept + p - 1 normal columns, beta from 0.5 to -0.5) on 20 sites of
+    50 rows, as a frame for a formula (whose Intercept is public)."""
+    rng = np.random.default_rng(seed)
+    N = 1000
+    X = np.column_stack([np.ones(N), rng.standard_normal((N, p - 1))])
+    df = pd.DataFrame(X[:, 1:], columns=[f"x{j}" for j in range(1, p)])
+    df["y"] = (rng.random(N) < 1 / (1 + np.exp(-(X @ np.linspace(0.5, -0.5, p))))).astype(float)
+    df["site"] = np.repeat(np.arange(20), 50)
+    return df
+
+
+@pytest.mark.parametrize("method", ["FedAvg", "FedSGD"])
+@pytest.mark.parametrize(("p", "seed"), [(5, 0), (8, 1)])
+def test_a_huge_step_on_small_sites_raises_from_the_public_start_curvature(method, p, seed):
+    """step_size=1e6 on 20 sites of 50 rows at mu = 1 returned coefficients of 1e5-4e6 with converged_ True: the
+    released curvature at the estimate is within noise of zero, and the score along the travel (about 1 noise sd)
+    cannot show the path ran away. The intercept's curvature at theta = 0 is the family's 0.25 whatever the data, so
+    a step above 2 / 0.25 = 8 could not settle there; the default step still converges."""
+    df = _small_sites(p, seed)
+    formula = "y ~ " + " + ".join(df.columns[:p - 1])
+    kwargs = dict(client="site", family="logistic", method=method, mu=1.0, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"curvature along the intercept.*below 2 / 0\.25 = 8"):
+            glm(formula, df, step_size=1e6, **kwargs)
+        assert glm(formula, df, **kwargs).converged_ is True
+
+
+def test_the_start_curvature_is_public_only_with_an_intercept_and_no_offset():
+    """No intercept, an offset, an initial value, a loss whose curvature depends on the response (Huber) or
+    several linear predictors per row: nothing public bounds the curvature at the start (0)."""
+    from types import SimpleNamespace
+
+    from privfedstat import get_family
+    from privfedstat.fitting.verdict import start_curvature
+
+    fit = dict(feature_names_in_=["Intercept", "x1"], family_=get_family("poisson"), has_offset_=False, init=None)
+    assert start_curvature(SimpleNamespace(**fit)) == 1.0
+    assert start_curvature(SimpleNamespace(**{**fit, "family_": get_family("logistic")})) == 0.25
+    for change in ({"feature_names_in_": ["x0", "x1"]}, {"has_offset_": True}, {"init": np.zeros(2)},
+                   {"feature_names_in_": None}, {"family_": get_family("huber")},
+                   {"family_": get_family("multinomial", n_classes=3)}):
+        assert start_curvature(SimpleNamespace(**{**fit, **change})) == 0.0
