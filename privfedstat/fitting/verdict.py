@@ -359,6 +359,8 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         (unit u), is positive beyond its noise: ``u . g / s > z_(1 - DIAGNOSTIC_ALPHA)`` (u is fixed before the
         release, so under a root ``u . g / s`` is one standard normal). The path then went up the score: it ran
         away (going down it, the path was still travelling, as under heavy clipping, and the score test says so).
+        Or where, with the curvature so vanished, the step could not be stable at the start: ``eta ell''(0) > 2``,
+        ``ell''(0)`` the public curvature along the intercept at theta = 0 (:func:`start_curvature`).
     """
     edge = noise_eigenvalue(H.shape[0])
     if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= edge * hessian_sd:
@@ -378,10 +380,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
             raise divergence(est, f"the curvature released at its estimate is within {edge:.3g} noise sds of zero in "
                                   "every direction (every fitted value saturated), while at its start, theta = 0, the "
                                   f"curvature along the intercept is the family's {start:.3g} (public: every row's "
-                                  f"fitted value is 0 there), so each gradient step multiplied the error along it by "
-                                  f"{abs(1.0 - float(eta) * start):.3g} (step_size times the curvature exceeds 2): the "
-                                  "path was thrown out to where the model saturates rather than settling (lower "
-                                  f"step_size below 2 / {start:.3g} = {2.0 / start:.3g} at the least).")
+                                  f"fitted value is 0 there), so each gradient step multiplied the error along the top "
+                                  f"eigenvector there by at least {float(eta) * start - 1.0:.3g} (step_size times the "
+                                  "curvature exceeds 2): the "
+                                  "path was thrown out to where the model saturates rather than settling (a stable "
+                                  f"step needs step_size below 2 / {start:.3g} = {2.0 / start:.3g}).")
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
