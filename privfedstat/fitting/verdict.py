@@ -12,7 +12,8 @@ against the intervals' standard errors (a distance below ``TOL_SE`` of them keep
 93% or more). Two path diagnostics come with it: whether a gradient protocol's steps still contract at the
 released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
 has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
-divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not).
+divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not, or
+when the step could not be stable at the start, where an intercept makes the curvature public: :func:`start_curvature`).
 """
 
 from __future__ import annotations
