@@ -180,8 +180,8 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
     site-size checks run: the sampling-SE proxy and the score checks are a GLM's. With mu = inf the
     verdict is the exact score's (:func:`nonprivate_verdict`); with finite mu the path's (update sizes
-    against their noise, oscillation, a cut or damped last step), whose plain update-size part is left
-    to the score released at the estimate when one will be (``score_pending``:
+    against their noise, oscillation, a cut or damped last step), whose plain update-size part, and a Newton
+    protocol's back and forth, are left to the score released at the estimate when one will be (``score_pending``:
     :func:`~privfedstat.fitting.verdict.review_score`).
 
     Parameters
