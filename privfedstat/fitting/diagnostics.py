@@ -180,8 +180,8 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     For a model without a family (the networks of :mod:`privfedstat.deep`) only the convergence and
     site-size checks run: the sampling-SE proxy and the score checks are a GLM's. With mu = inf the
     verdict is the exact score's (:func:`nonprivate_verdict`); with finite mu the path's (update sizes
-    against their noise, oscillation, a cut or damped last step), whose plain update-size part is left
-    to the score released at the estimate when one will be (``score_pending``:
+    against their noise, oscillation, a cut or damped last step), whose plain update-size part, and a Newton
+    protocol's back and forth, are left to the score released at the estimate when one will be (``score_pending``:
     :func:`~privfedstat.fitting.verdict.review_score`).
 
     Parameters
@@ -238,6 +238,11 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     diverged = exact is None and (correlation < -OSCILLATION_CORRELATION and update_sd is not None
                                   and last_size > oscillation_noise_sds(theta.size) * last_sd
                                   and (finite or converged is False))
+    if diverged and score_pending and not gradient_steps(run.noise_model):
+        # Newton steps on released Hessians forget the previous error only up to the Hessian's noise, so the last
+        # period's size has no null in the gradient noise alone: the score released at the estimate judges the
+        # back and forth along the last update instead (verdict.review_score; docs/guide/convergence.md)
+        diverged = False
     if score_pending and converged is False:
         converged = None  # the update sizes are superseded by the score released at the estimate
     if exact is not None:  # mu = inf: the exact score decides, the path says why

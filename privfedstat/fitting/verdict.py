@@ -33,7 +33,7 @@ from ..privacy.calibration import aggregated_noise_sd
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
            "scored", "released_sd", "noise_eigenvalue", "score_spent", "gradient_steps", "away",
-           "start_curvature"]
+           "start_curvature", "along_last_update"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -135,6 +135,27 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     shown = np.where(keep, (np.abs(delta) - margin) / safe, -np.inf)
     j = int(np.argmax(z))
     return Verdict(p_value > DIAGNOSTIC_ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
+
+
+def along_last_update(score: Score, H: np.ndarray, to_original: np.ndarray, cov_privacy: np.ndarray | None,
+                      path: list[np.ndarray]) -> float:
+    """The Newton distance ``delta = G H^-1 g`` (as in :func:`judge`) along the path's last update ``u`` (unit
+    ``v = G u / ||G u||``, fixed before the score's release), in its noise sds: ``v^T delta / sqrt(v^T V v)``.
+
+    Under convergence ``delta ~ N(0, V)``, so this is one standard normal, whatever the path did; in a 2-cycle of a
+    step that overshoots by a factor 2 or more, the root lies at or behind the midpoint of the last two iterates,
+    at least ``|G u| / 2`` back along v, where it is positive. 0 when the path has no last update."""
+    unit = score.sd if score.sd > 0 else 1.0
+    M = to_original @ np.linalg.inv(H)
+    v = to_original @ np.ravel(path[-1] - path[-2]) if len(path) > 1 else np.zeros(H.shape[0])
+    norm = float(np.linalg.norm(v))
+    if norm == 0.0:
+        return 0.0
+    v = v / norm
+    noise = float(v @ M @ M.T @ v) * (score.sd / unit) ** 2
+    if cov_privacy is not None:
+        noise += float(v @ cov_privacy @ v) / unit / unit
+    return float(v @ M @ (score.gradient / unit)) / math.sqrt(noise) if noise > 0 else 0.0
 
 
 def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
@@ -348,6 +369,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     warning that names the cause and the remedy; ``path_converged`` is the path's own verdict (a cut, damped or
     oscillating last phase stays not converged).
 
+    A Newton protocol's path whose last updates point back and forth (``oscillating``, its lag-1 correlation) is
+    judged by the score along its last update (:func:`along_last_update`, one-sided at ``DIAGNOSTIC_ALPHA``): the
+    updates' size against their gradient noise has no null there, since steps on released Hessians forget the
+    previous error only up to the Hessian's noise (docs/guide/convergence.md).
+
     ``H`` is the Hessian the inference released at the estimate (floored; ``hessian_sd`` the sd of its aggregated
     noise, :func:`released_sd`), ``run`` the run in the coordinates
     the inference released in (its noise model there), ``to_original`` their map to the original scale.
@@ -386,6 +412,15 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                                   "curvature exceeds 2): the "
                                   "path was thrown out to where the model saturates rather than settling (a stable "
                                   f"step needs step_size below 2 / {start:.3g} = {2.0 / start:.3g}).")
+    if oscillating is not None and not gradient_steps(run.noise_model):
+        cycle = along_last_update(score, H, to_original, inference.cov_privacy, run.path)
+        if cycle > critical_value(sides=1):
+            warnings.warn(f"{est.method} did not converge: its last updates point back and forth (lag-1 correlation "
+                          f"{oscillating:.2f}) and the gradient released at its estimate puts the root back along its "
+                          f"last update, {cycle:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the estimate is "
+                          f"at one end of a cycle, not at the optimum. {remedy(est, 'oscillating')}",
+                          ConvergenceWarning, stacklevel=4)
+            return False
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
