@@ -32,20 +32,21 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
     ``quantile``: one level for every norm, or a function of the norm's name giving its level.
 
     Ledger stages ``f"{stage}-{which}"``. Each query asks every live client for its noisy count
-    (verb ``count_at_most``, sensitivity 1) and sums the replies; the bisection
+    (verb ``count_at_most``, sensitivity 1) and sums the replies (a secure sum in a secure fit:
+    :meth:`~privfedstat.federation.session.Session.count`); the bisection
     (:func:`~privfedstat.privacy.clipping.private_grid_quantile`) runs on ``config``'s public grid
     and targets ``quantile`` of the live clients' public N, lowered by ``config.margin`` count-noise
-    standard deviations.
+    standard deviations (of the live clients' summed noises, or of the secure sum's one).
     """
     mu_query = config.query_budget(mu, len(todo))
     live = session.channel.live
-    n_total, n_live = float(np.sum(session.sizes[live])), int(np.count_nonzero(live))
+    n_total, noises = float(np.sum(session.sizes[live])), session.count_noises(int(np.count_nonzero(live)))
     bounds = {}
     for which in todo:
-        target = config.target(search_level(quantile, which), n_total, n_live, mu_query)
+        target = config.target(search_level(quantile, which), n_total, noises, mu_query)
 
         def noisy_count(threshold: float, which=which) -> float:
-            return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
+            return session.count("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
                                  stage=f"{stage}-{which}")
 
         bounds[which] = private_grid_quantile(noisy_count, config.grid, target)
@@ -56,7 +57,7 @@ def column_count(session: Session, column: int, threshold: float, center: float 
     """The pooled noisy number of rows with ``x_column <= threshold`` (``center`` None) or
     ``|x_column - center| <= threshold``: each client's count (verb ``column_count``, sensitivity 1),
     ``mu``-GDP, summed over the clients that answered."""
-    return session.total("column_count", column=column, threshold=threshold, center=center, mu=mu, stage=stage)
+    return session.count("column_count", column=column, threshold=threshold, center=center, mu=mu, stage=stage)
 
 
 def release_psd_mean(session: Session, verb: str, bound: float, mu: float, weights: np.ndarray, stage: str, **request

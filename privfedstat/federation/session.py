@@ -21,9 +21,11 @@ import numpy as np
 
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import SecureClientNoise
+from ..privacy.secure_noise import count_spec
 from .channel import Channel
 from .clients import InProcessClients
 from .protocol import ChangeOfBasis
+from .secure import secure_total
 from .server import Participation, aggregate, effective_weights
 
 __all__ = ["Session"]
@@ -48,6 +50,9 @@ class Session:
         The privacy unit of the estimator (a client-level reply of a Poisson round is topped up).
     participation : Participation or None
         Which clients each round asks (None: all); drawn from ``participation_rng``, the server's own stream.
+    secure : int or None
+        Under ``aggregation="secure"`` (finite mu): the fit's ``min_surviving``; its pooled counts (the scaling's, the
+        bound searches') are then secure sums (:meth:`count`). None: each client adds its own Gaussian noise.
     participation_rng, topup_rng : numpy.random.Generator or None
         The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`
         (``topup_rng`` None in secure mode: the top-up noise is then the clients' secure noise,
@@ -60,13 +65,15 @@ class Session:
     inference_seed: np.random.SeedSequence | None = None
     unit: str = "record"
     participation: Participation | None = None
+    secure: int | None = None
     participation_rng: np.random.Generator | None = None
     topup_rng: np.random.Generator | None = None
 
     @classmethod
     def open(cls, clients: InProcessClients, ledger: PrivacyLedger, *, seed: np.random.SeedSequence,
              inference_seed: np.random.SeedSequence | None = None, unit: str = "record",
-             participation: Participation | None = None, on_client_failure: str = "raise") -> Session:
+             participation: Participation | None = None, on_client_failure: str = "raise",
+             secure: int | None = None) -> Session:
         """A session over ``clients`` whose channel records into ``ledger``.
 
         With partial ``participation`` the server's two streams (sampling, top-up) are spawned from ``seed``;
@@ -74,11 +81,11 @@ class Session:
         """
         channel = Channel(clients.sizes, ledger, on_client_failure)
         if participation is None:
-            return cls(clients, channel, seed, inference_seed, unit)
+            return cls(clients, channel, seed, inference_seed, unit, secure=secure)
         sampling_seed, topup_seed = seed.spawn(2)  # the server's own streams
         topup_rng = None if ledger.secure_mode else np.random.default_rng(topup_seed)
-        return cls(clients, channel, seed, inference_seed, unit, participation, np.random.default_rng(sampling_seed),
-                   topup_rng)
+        return cls(clients, channel, seed, inference_seed, unit, participation, secure,
+                   np.random.default_rng(sampling_seed), topup_rng)
 
     @contextmanager
     def rows_mapped(self, change: ChangeOfBasis | None) -> Iterator[None]:
@@ -179,6 +186,19 @@ class Session:
         """The weighted aggregate (:func:`~privfedstat.federation.server.aggregate`) of the clients' replies to ``verb``."""
         values, _, answered = self.ask(verb, weights=weights, **request)
         return aggregate(weights, values, answered)
+
+    def count(self, verb: str, *, mu: float, **request) -> float:
+        """The pooled count of a count ``verb`` (``count_at_most``, ``column_count``), ``mu``-GDP: the clients' noisy
+        counts summed (:meth:`total`) or, in a secure fit, their secure sum (:func:`~privfedstat.federation.secure.
+        secure_total`, integer counts with Skellam shares: :func:`~privfedstat.privacy.secure_noise.count_spec`)."""
+        if self.secure is None or math.isinf(mu):
+            return self.total(verb, mu=mu, **request)
+        spec = count_spec(mu, self.clients.n_clients, self.secure, int(np.max(self.sizes)))
+        return secure_total(self, f"secure_{verb}", spec=spec, **request)
+
+    def count_noises(self, n_live: int) -> int:
+        """Independent noises in a pooled count over ``n_live`` clients: theirs, or one (the secure sum's)."""
+        return n_live if self.secure is None else 1
 
     def total(self, verb: str, **request) -> float:
         """The pooled sum of the clients' replies to a count ``verb`` (first entry; the live clients that answered)."""
