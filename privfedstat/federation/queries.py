@@ -19,6 +19,8 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
 from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
+from ..privacy.secure_noise import skellam_spec
+from .secure import secure_total
 from .server import aggregate
 from .session import Session
 
@@ -79,13 +81,14 @@ def clipped_fraction(session: Session, theta: np.ndarray, clip: float, mu: float
     """Private share of per-sample gradients clipped at ``theta`` (norm above ``clip``) and its sd.
 
     Each client releases its count of such rows (verb ``count_clipped``, sensitivity 1: one row
-    replaced changes it by at most 1), ``mu``-GDP; the server sums them and divides by the public N
-    of the clients that answered. The share is clipped to [0, 1] (post-processing).
+    replaced changes it by at most 1), ``mu``-GDP; the server sums them (a secure sum in a secure fit:
+    :meth:`~privfedstat.federation.session.Session.count`) and divides by the public N of the clients
+    that answered. The share is clipped to [0, 1] (post-processing).
     """
-    values, _, answered = session.ask("count_clipped", theta=theta, clip=clip, mu=mu, stage=stage)
-    m = int(np.count_nonzero(answered))
-    n_total = float(np.sum(session.sizes[answered]))
-    return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
+    total = session.count("count_clipped", theta=theta, clip=clip, mu=mu, stage=stage)
+    live = session.channel.live  # the clients that answered (a failed one is no longer live)
+    n_total = float(np.sum(session.sizes[live]))
+    return float(np.clip(total / n_total, 0.0, 1.0)), session.count_sd(mu, int(np.count_nonzero(live))) / n_total
 
 
 def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: float, n_params: int, stage: str
@@ -94,9 +97,18 @@ def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: fl
 
     ``r_j`` are the Pearson residuals ``(y_j - mu_j) / sqrt(V(mu_j))``: statsmodels' ``pearson_chi2 / df_resid``
     when nothing is capped (``bound`` inf, with mu = inf). Each client releases its capped sum (verb
-    ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered.
+    ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered
+    (in a secure fit their secure sum, ``secure_pearson_sum``: a site's sum is at most ``n_i bound``).
     The cap only lowers the value (a conservative test of overdispersion).
     """
+    if session.secure is not None and math.isfinite(mu):  # a secure sum (real values rounded to the quantum)
+        m = session.clients.n_clients
+        spec = skellam_spec(bound, float(np.max(session.sizes)) * bound, 1, mu, m, session.secure)
+        total = secure_total(session, "secure_pearson_sum", spec=spec, sensitivity=bound, theta=theta, bound=bound,
+                             stage=stage)
+        live = session.channel.live
+        df = float(np.sum(session.sizes[live])) - n_params
+        return total / df, math.sqrt(spec.variance(int(np.count_nonzero(live)))) / df
     values, _, answered = session.ask("pearson_sum", theta=theta, bound=bound, mu=mu, stage=stage)
     m = int(np.count_nonzero(answered))
     df = float(np.sum(session.sizes[answered])) - n_params

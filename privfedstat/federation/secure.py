@@ -146,11 +146,29 @@ def _secure_column_count(clients, column, threshold: float, *, center: float | N
                            sensitivity, spec, stage, active)
 
 
+def _secure_count_clipped(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                          active=None) -> Reply:
+    """``count_clipped`` under secure aggregation: each site's number of rows whose gradient norm exceeds B."""
+    return _secure_release(clients, lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
+                                                            dtype=np.float64)[:, None], theta, weights, sensitivity, spec,
+                           stage, active)
+
+
+def _secure_pearson_sum(clients, theta, *, bound: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                        active=None) -> Reply:
+    """``pearson_sum`` under secure aggregation: each site's sum of its squared Pearson residuals capped at ``bound``
+    (sensitivity ``bound``), rounded to the quantum."""
+    return _secure_release(clients, lambda o, t: o.pearson_sums(t, bound)[:, None], theta, weights, sensitivity, spec,
+                           stage, active)
+
+
 _SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
 register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
 register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
 register(Verb("secure_count_at_most", shape=one_value, **_SECURE), in_process=_secure_count_at_most)
 register(Verb("secure_column_count", shape=one_value, **_SECURE), in_process=_secure_column_count)
+register(Verb("secure_count_clipped", shape=one_value, **_SECURE), in_process=_secure_count_clipped)
+register(Verb("secure_pearson_sum", shape=one_value, **_SECURE), in_process=_secure_pearson_sum)
 
 
 def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
@@ -176,11 +194,12 @@ def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, *
     return total / denominator
 
 
-def secure_total(session, verb: str, *, spec: SkellamSpec, **request) -> float:
-    """The sum over the surviving sites of a secure count ``verb`` (``secure_count_at_most``, ``secure_column_count``:
-    weight 1, sensitivity 1 each), as :func:`secure_mean` learns and records it."""
-    ones = np.ones(session.clients.n_clients)
-    return float(_secure_sum(session, verb, ones, spec, dict(request, sensitivity=ones))[0][0])
+def secure_total(session, verb: str, *, spec: SkellamSpec, sensitivity: float = 1.0, **request) -> float:
+    """The sum over the surviving sites of a secure scalar ``verb`` (the counts ``secure_count_at_most``,
+    ``secure_column_count``, ``secure_count_clipped``: sensitivity 1; ``secure_pearson_sum``), weight 1 each, as
+    :func:`secure_mean` learns and records it."""
+    m = session.clients.n_clients
+    return float(_secure_sum(session, verb, np.ones(m), spec, dict(request, sensitivity=np.full(m, sensitivity)))[0][0])
 
 
 def _secure_sum(session, verb: str, weights, spec: SkellamSpec, request: dict) -> tuple[np.ndarray, np.ndarray]:

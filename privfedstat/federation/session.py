@@ -193,12 +193,21 @@ class Session:
         secure_total`, integer counts with Skellam shares: :func:`~privfedstat.privacy.secure_noise.count_spec`)."""
         if self.secure is None or math.isinf(mu):
             return self.total(verb, mu=mu, **request)
-        spec = count_spec(mu, self.clients.n_clients, self.secure, int(np.max(self.sizes)))
-        return secure_total(self, f"secure_{verb}", spec=spec, **request)
+        return secure_total(self, f"secure_{verb}", spec=self._count_spec(mu), **request)
+
+    def _count_spec(self, mu: float):
+        return count_spec(mu, self.clients.n_clients, self.secure, int(np.max(self.sizes)))
 
     def count_noises(self, n_live: int) -> int:
         """Independent noises in a pooled count over ``n_live`` clients: theirs, or one (the secure sum's)."""
         return n_live if self.secure is None else 1
+
+    def count_sd(self, mu: float, n_live: int) -> float:
+        """sd of the noise of a pooled count at ``mu`` over ``n_live`` clients (:meth:`count`): ``sqrt(n_live) / mu``,
+        or the secure sum's ``sqrt(2 n_live lam)`` (0 with mu = inf)."""
+        if math.isinf(mu):
+            return 0.0
+        return math.sqrt(n_live) / mu if self.secure is None else math.sqrt(self._count_spec(mu).variance(n_live))
 
     def total(self, verb: str, **request) -> float:
         """The pooled sum of the clients' replies to a count ``verb`` (first entry; the live clients that answered)."""

@@ -127,7 +127,7 @@ def test_a_secure_fit_s_counts_go_through_secaggplus_and_equal_the_in_process_fi
     from privfedstat.algorithms.fedirls import FedIRLS
 
     data = demo_dataset("synthetic-logistic", 3)
-    params = dict(mu=2.0, aggregation="secure", random_state=0, inference=None, scaling="private")
+    params = dict(mu=2.0, aggregation="secure", random_state=0, scaling="private")  # and the inference's count
     grid = SecAggGrid(_nodes(data, seed=0))
     est = fit_on_grid(FedIRLS(**params), grid)
     ref = FedIRLS(**params).fit(data)
@@ -138,11 +138,15 @@ def test_a_secure_fit_s_counts_go_through_secaggplus_and_equal_the_in_process_fi
     counts = [r for r in est.privacy_.releases if r.stage.startswith(stages)]
     assert len(counts) == len([r for r in ref.privacy_.releases if r.stage.startswith(stages)]) > 40
     assert any(r.stage.startswith("irls-clip") for r in counts)
+    np.testing.assert_allclose(est.bse_, ref.bse_, rtol=1e-12)
+    assert len(est.privacy_.releases) == len(ref.privacy_.releases)
     for a, b in zip(est.privacy_.releases, ref.privacy_.releases):
-        assert (a.stage, a.integer) == (b.stage, b.integer) and a.integer is not None
+        assert (a.stage, a.integer) == (b.stage, b.integer)
         np.testing.assert_allclose(a.sigma, b.sigma, rtol=0, atol=1e-15)
+    secure = [r for r in est.privacy_.releases if r.integer is not None]
+    assert any(r.stage == "inference-clip-count" for r in secure)
     # every secure request, counts included, reached the server masked: one vector per site per request
-    assert len(grid.masked) == 3 * len(est.privacy_.releases)
+    assert len(grid.masked) == 3 * len(secure)
 
 
 def test_secaggplus_ranges_refuse_a_modulus_it_cannot_carry():

@@ -50,8 +50,10 @@ def _spent(ledger, stage) -> float:
 def test_a_secure_fit_has_no_per_site_gaussian_release_of_its_counts_and_states_which_remain():
     secure = _fit("secure", inference="auto")
     per_site = {_stage(r) for r in secure.privacy_.releases if r.integer is None}
-    # only the inference releases at the estimate stay per-site Gaussian (docs/guide/secure-aggregation.md, "Counts")
-    assert per_site and all(s.startswith("inference-") for s in per_site)
+    # only the inference's vector releases at the estimate stay per-site Gaussian (docs/guide/secure-aggregation.md,
+    # "Counts"); its count of clipped rows is a secure sum
+    assert per_site and all(s.startswith("inference-") for s in per_site) and "inference-clip-count" not in per_site
+    assert any(r.stage == "inference-clip-count" and r.integer is not None for r in secure.privacy_.releases)
     counted = [r for r in secure.privacy_.releases if _stage(r) in COUNT_STAGES]
     assert len(counted) > 50
     for r in counted:
@@ -122,3 +124,26 @@ def test_a_secure_count_decodes_to_the_true_count_plus_the_summed_shares():
     rec = reply.releases[0]
     np.testing.assert_allclose(rec.sensitivity, 1.0)
     np.testing.assert_allclose(rec.sigma, math.sqrt(2 * spec.lam))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_secure_gaussian_fit_sums_its_dispersion_and_clipped_count_securely_at_the_same_budget():
+    """The inference's scalar sums (the Pearson dispersion of a Gaussian fit, the count of clipped rows) are secure
+    sums at the budget the per-site fit gives them: the same mu, a noise sd ``1 / sqrt(m)`` of the per-site sum's in
+    units of the sensitivity (times the Skellam's factor and the rounding slack)."""
+    rng = np.random.default_rng(2)
+    X = np.column_stack([np.ones(M * N), rng.normal(size=(M * N, 2))])
+    y = X @ [1.0, 0.5, -0.3] + rng.normal(size=M * N)
+    data = FederatedData.from_arrays([(X[i * N:(i + 1) * N], y[i * N:(i + 1) * N]) for i in range(M)])
+    fits = {agg: FedIRLS(family="gaussian", mu=2.0, aggregation=agg, random_state=1, inference="auto").fit(data)
+            for agg in ("local", "secure")}
+    for stage in ("inference-scale", "inference-clip-count"):
+        local, secure = ([r for r in fits[agg].privacy_.releases if r.stage == stage] for agg in ("local", "secure"))
+        assert len(local) == len(secure) == 1 and local[0].integer is None and secure[0].integer.shares == M
+        local, secure = local[0], secure[0]
+        assert np.max(secure.client_mu()) == pytest.approx(np.max(local.client_mu()), rel=1e-9)
+        per_sens = {"local": math.sqrt(np.sum(local.sigma**2)) / np.max(local.sensitivity),
+                    "secure": np.max(secure.sigma) / np.max(secure.sensitivity)}
+        factor = skellam_gdp_step(secure.integer.lam) * math.sqrt(2 * secure.integer.lam)  # 1 + about 1 / (12 Lambda)
+        assert per_sens["secure"] == pytest.approx(factor * per_sens["local"] / math.sqrt(M), rel=1e-9)
+    assert fits["secure"].privacy_.mu == pytest.approx(2.0, rel=1e-12)
