@@ -65,10 +65,6 @@ class ClientOracle(Protocol):
     def column_counts(self, column, threshold: float, center: float | None) -> np.ndarray:
         """Per-client number of rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <=
         threshold``; ``column`` :data:`RESPONSE` counts the response."""
-        x = self.data.y if column == RESPONSE else self.data.X[:, column]
-        if center is not None:
-            x = np.abs(x - center)  # inf near the largest double: above every grid point
-        return self.count_at_most(x, threshold)
 
     def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
         """Per-client ``q``-quantile of ``values`` (one per sample); non-private."""

@@ -52,7 +52,8 @@ class Session:
         Which clients each round asks (None: all); drawn from ``participation_rng``, the server's own stream.
     secure : int or None
         Under ``aggregation="secure"`` (finite mu): the fit's ``min_surviving``; its pooled counts (the scaling's, the
-        bound searches') are then secure sums (:meth:`count`). None: each client adds its own Gaussian noise.
+        bound searches', the inference's) are then secure sums (:meth:`count`), and so are the rounds of
+        :func:`~privfedstat.fitting.steps.server_gradient_descent`. None: each client adds its own Gaussian noise.
     participation_rng, topup_rng : numpy.random.Generator or None
         The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`
         (``topup_rng`` None in secure mode: the top-up noise is then the clients' secure noise,
@@ -188,7 +189,8 @@ class Session:
         return aggregate(weights, values, answered)
 
     def count(self, verb: str, *, mu: float, **request) -> float:
-        """The pooled count of a count ``verb`` (``count_at_most``, ``column_count``), ``mu``-GDP: the clients' noisy
+        """The pooled count of a count ``verb`` (``count_at_most``, ``column_count``, ``count_clipped``), ``mu``-GDP:
+        the clients' noisy
         counts summed (:meth:`total`) or, in a secure fit, their secure sum (:func:`~privfedstat.federation.secure.
         secure_total`, integer counts with Skellam shares: :func:`~privfedstat.privacy.secure_noise.count_spec`)."""
         if self.secure is None or math.isinf(mu):
