@@ -14,7 +14,9 @@ Per (data set, mu, trust model), over seeds: ``priv SD`` the median over coeffic
 (``sqrt(diag(cov_privacy))``) in MLE SEs (statsmodels' pooled fit on the same design matrix,
 ``bench_natural_sites.reference``); ``med dist`` the median over seeds of ``max_j |coef_j - MLE_j| / SE_j``; ``rms z``
 the root mean square over seeds and coefficients of ``(coef_j - MLE_j) / SE_j``; ``B`` the median refine gradient bound
-(fitting scale; the first phase's where there is no refine search); ``width`` the
+(fitting scale; the first phase's where there is no refine search); ``raise`` the mean number of grid points by which
+the insurance raised the searched refine bound; ``refused`` the seeds whose fit refused the data at this mu
+(``UnsupportedModelError``; the other columns are over the fits that ran); ``width`` the
 median of ``bse / SE``; ``hold`` the share of the fit's 95% intervals that hold the MLE; ``eps`` the ledger's epsilon at
 delta = 1e-5 (the exact GDP conversion of its mu; for secure fits the Skellam noise's GDP bound,
 docs/guide/secure-aggregation.md, "Accounting").
@@ -74,7 +76,7 @@ def _bounds(record: list, judge_on_local_noise: bool):
 
     def insured(self, found):
         out = original(replace(self, min_surviving=None) if judge_on_local_noise else self, found)
-        record.append(out.get("gradient", math.nan))
+        record.append((out.get("gradient", math.nan), _steps(self.search.grid, found, out)))
         return out
 
     IRLSSchedule.insured_bounds = insured
@@ -84,8 +86,17 @@ def _bounds(record: list, judge_on_local_noise: bool):
         IRLSSchedule.insured_bounds = original
 
 
+def _steps(grid: np.ndarray, found: dict, insured: dict) -> float:
+    """Grid points by which the insurance raised the searched gradient bound."""
+    if "gradient" not in found:
+        return math.nan
+    return float(np.searchsorted(grid, insured["gradient"] * (1 - 1e-9)) - np.searchsorted(grid, found["gradient"] * (1 - 1e-9)))
+
+
 def _fits(df, formula: str, family: str, site: str, mu: float, seed: int, method: str = "fedirls"):
-    from privfedstat import glm
+    """Each model's (fit, refine bound, insurance raise); the fit None where it refused the data at this mu
+    (:class:`~privfedstat.UnsupportedModelError`)."""
+    from privfedstat import UnsupportedModelError, glm
 
     common = dict(family=family, mu=mu, random_state=seed, method=method)
     settings = {"local": dict(client=site), "secure": dict(client=site, aggregation="secure"),
@@ -96,8 +107,11 @@ def _fits(df, formula: str, family: str, site: str, mu: float, seed: int, method
         for model in MODELS:
             bounds: list[float] = []
             with _bounds(bounds, model == "secure@B"):
-                out[model] = (glm(formula, df.assign(_one=0), **settings[model], **common), bounds[-1] if bounds else
-                              math.nan)
+                try:
+                    est = glm(formula, df.assign(_one=0), **settings[model], **common)
+                except UnsupportedModelError:
+                    est = None
+                out[model] = (est, *(bounds[-1] if bounds else (math.nan, math.nan)))
     return out
 
 
@@ -121,8 +135,12 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
             acc: dict[str, dict[str, list]] = {}
             t0 = time.perf_counter()
             for seed in range(seeds):
-                for model, (est, bound) in _fits(df, formula, family, site, mu, seed, method).items():
-                    a = acc.setdefault(model, {k: [] for k in ("priv", "dist", "z", "width", "hold", "eps", "B")})
+                for model, (est, bound, raised) in _fits(df, formula, family, site, mu, seed, method).items():
+                    a = acc.setdefault(model, {k: [] for k in ("priv", "dist", "z", "width", "hold", "eps", "B", "raise",
+                                                               "refused")})
+                    a["refused"].append(est is None)
+                    if est is None:
+                        continue
                     coef, bse = np.ravel(est.coef_), np.ravel(est.bse_)
                     priv = np.sqrt(np.diag(est.inference_.cov_privacy)) if est.inference_ is not None else np.nan
                     a["priv"].append(np.median(priv / se))
@@ -133,12 +151,14 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
                     a["hold"].extend((np.abs(coef - mle)[ok] <= 1.959964 * bse[ok]).tolist())
                     a["eps"].append(est.privacy_.epsilon(1e-5))
                     a["B"].append(bound)
+                    a["raise"].append(raised)
             for model, a in acc.items():
                 rows.append(dict(data=name, sites=int(df[site].nunique()), mu=mu, model=model,
                                  priv_sd=float(np.median(a["priv"])), med_dist=float(np.median(a["dist"])),
                                  rms_z=float(np.sqrt(np.mean(np.square(a["z"])))), width=float(np.median(a["width"])),
                                  hold=float(np.mean(a["hold"])), eps=float(np.median(a["eps"])),
-                                 bound=float(np.median(a["B"])),
+                                 bound=float(np.median(a["B"])), raised=float(np.mean(a["raise"])),
+                                 refused=int(np.sum(a["refused"])),
                                  seconds=(time.perf_counter() - t0) / seeds / len(MODELS)))
     return rows
 
@@ -152,11 +172,13 @@ def main() -> None:
     args = parser.parse_args()
     cases = tuple(c for c in CASES if c[0] in args.data) + (("wages1", None),) * ("wages1" in args.data)
     rows = run(args.seeds, tuple(args.mu), args.method, cases)
-    print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | rms z | B | width | hold | eps (1e-5) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | rms z | B | raise | width | hold | eps (1e-5) "
+          "| refused |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['data']} ({r['sites']}) | {r['mu']:g} | {r['model']} | {r['priv_sd']:.3f} | {r['med_dist']:.2f} | "
-              f"{r['rms_z']:.2f} | {r['bound']:.3g} | {r['width']:.3f} | {r['hold']:.3f} | {r['eps']:.3f} |")
+              f"{r['rms_z']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | {r['hold']:.3f} | "
+              f"{r['eps']:.3f} | {r['refused']} |")
     print()
     for (data, mu) in dict.fromkeys((r["data"], r["mu"]) for r in rows):
         sd = {r["model"]: r["priv_sd"] for r in rows if r["data"] == data and r["mu"] == mu}

@@ -7,16 +7,15 @@ from numbers import Integral
 
 import numpy as np
 
-from .._validation import ITERATIONS, Free, Interval, check_iterate
+from .._validation import ITERATIONS, Free, Interval
 from ..federation.protocol import Run, Setup
-from ..federation.secure import AGGREGATIONS, secure_count, secure_mean
+from ..federation.secure import AGGREGATIONS
 from ..federation.session import Session
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import resolve_weights
-from ..fitting.steps import gradient_noise_sd, resolve_count, resolve_step_size, server_gradient_descent
-from ..privacy.calibration import aggregate_sd, gradient_calibration
+from ..fitting.steps import gradient_noise_sd, resolve_count, resolve_step_size, secure_gradient_spec, server_gradient_descent
+from ..privacy.calibration import aggregate_sd
 from ..privacy.clipping import AutoClip
-from ..privacy.secure_noise import skellam_spec
 from ..theory.noise import GradientNoise, Stage, fedsgd_noise
 
 __all__ = ["FedSGD", "PAPER_N_ITER"]
@@ -176,25 +175,13 @@ class FedSGD(FederatedEstimator):
 
     def _run_secure(self, session: Session, setup: Setup, theta0: np.ndarray, K: int, eta: float,
                     weights: np.ndarray) -> Run:
-        """Algorithm 1 with the gradients summed under secure aggregation (``secure_gradients``).
-
-        Site i's weighted message ``w_i g_i`` has sensitivity ``w_i 2 B / n_i`` and norm at most ``w_i B``; the
-        round's budget is ``mu / sqrt(K)`` (:func:`~privfedstat.privacy.secure_noise.skellam_spec`).
-        """
-        m = session.clients.n_clients
-        k = secure_count(self.min_surviving, m, setup.mu, session.participation)
-        sens, mu_msg = gradient_calibration(setup.clip, session.sizes, K, setup.mu)
-        wsens = weights * sens
-        spec = skellam_spec(float(wsens.max()), float(np.max(weights)) * setup.clip, session.clients.n_params, mu_msg,
-                            m, k)
-        theta, path = theta0.copy(), []
-        for _ in range(K):
-            g = secure_mean(session, "secure_gradients", weights=weights, spec=spec, theta=theta, clip=setup.clip,
-                            sensitivity=wsens, stage="gradient")
-            theta = theta - eta * g
-            check_iterate(theta, "gradient", eta)
-            path.append(theta)
-        var = eta**2 * spec.variance(m)  # the sum's noise and rounding error per step, every site surviving
+        """Algorithm 1 with the gradients summed under secure aggregation (``secure_gradients``:
+        :func:`~privfedstat.fitting.steps.server_gradient_descent` in a secure session; the arithmetic of
+        :func:`~privfedstat.fitting.steps.secure_gradient_spec`, a round's budget ``mu / sqrt(K)``)."""
+        theta, path = server_gradient_descent(session, theta0, clip=setup.clip, n_iter=K, step_size=eta, mu=setup.mu,
+                                              weights=weights, stage="gradient")
+        spec = secure_gradient_spec(session, weights, setup.clip, K, setup.mu)
+        var = eta**2 * spec.variance(session.clients.n_clients)  # the sum's noise and rounding per step, all surviving
         noise_sd = math.sqrt(var)
         noise_model = GradientNoise(float(eta), (Stage(K, weights, var),))
         return Run(theta, [theta0] + path, len(path), noise_sd=noise_sd, update_noise_sd=noise_sd,

@@ -34,15 +34,13 @@ from ..exceptions import DivergenceError
 from ..families.base import Family
 from ..kernels.glm_nb import CLIP_SAFETY
 from ..privacy.ledger import Release
-from .oracle import ClientOracle, make_oracle
+from .oracle import RESPONSE, ClientOracle, make_oracle
 from .verbs import implementation
 
 __all__ = ["InProcessClients", "Reply", "privatize", "FailingData", "PUBLIC", "RESPONSE"]
 
 #: what the server may know of the clients besides their replies (public metadata)
 PUBLIC = ("n_clients", "sizes", "n_features", "n_params", "family", "has_offset", "initial_parameters")
-#: the key of the response in ``column_count`` (the columns are keyed by their index)
-RESPONSE = "y"
 #: rows mapped by ``change_basis`` are clamped to [-_MAX_MAPPED, _MAX_MAPPED] (a fixed map of each row, as the
 #: scaler's clamp): x P overflows for huge finite x
 _MAX_MAPPED = 1e300
@@ -407,13 +405,7 @@ class InProcessClients:
                      stage: str) -> Reply:
         """Each client's number of rows with ``x_j <= t`` (``center`` None) or ``|x_j - center| <= t``, plus noise;
         ``column`` :data:`RESPONSE` counts the response ``y`` instead of a column ``x_j``."""
-        def counts(o: ClientOracle, _) -> np.ndarray:
-            x = o.data.y if column == RESPONSE else o.data.X[:, column]
-            if center is not None:
-                x = np.abs(x - center)  # inf near the largest double: above every grid point
-            return np.add.reduceat((x <= threshold).astype(np.float64), o.data.offsets[:-1])[:, None]
-
-        return self._release(counts, 1.0, mu, stage)
+        return self._release(lambda o, _: o.column_counts(column, threshold, center)[:, None], 1.0, mu, stage)
 
     @_contained
     def losses(self, theta, *, stage: str) -> Reply:

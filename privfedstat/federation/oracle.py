@@ -22,7 +22,11 @@ from ..data.federated import FederatedData
 from ..families.base import Family
 from ..kernels import glm_nb, multinomial_nb
 
-__all__ = ["ClientOracle", "GLMOracle", "MultinomialOracle", "check_offset_family", "make_oracle"]
+__all__ = ["RESPONSE", "ClientOracle", "GLMOracle", "MultinomialOracle", "check_offset_family", "make_oracle"]
+
+
+#: the key of the response in a column count (the columns are keyed by their index)
+RESPONSE = "y"
 
 
 class ClientOracle(Protocol):
@@ -57,6 +61,10 @@ class ClientOracle(Protocol):
 
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         """Per-client number of ``values`` (one per sample) that are <= ``threshold``."""
+
+    def column_counts(self, column, threshold: float, center: float | None) -> np.ndarray:
+        """Per-client number of rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <=
+        threshold``; ``column`` :data:`RESPONSE` counts the response."""
 
     def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
         """Per-client ``q``-quantile of ``values`` (one per sample); non-private."""
@@ -94,6 +102,14 @@ class _ConcatenatedOracle:
 
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
+
+    def column_counts(self, column, threshold: float, center: float | None) -> np.ndarray:
+        """Per-client number of rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <=
+        threshold``; ``column`` :data:`RESPONSE` counts the response."""
+        x = self.data.y if column == RESPONSE else self.data.X[:, column]
+        if center is not None:
+            x = np.abs(x - center)  # inf near the largest double: above every grid point
+        return self.count_at_most(x, threshold)
 
     def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
         o = self.data.offsets

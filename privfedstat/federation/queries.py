@@ -19,6 +19,8 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
 from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
+from ..privacy.secure_noise import skellam_spec
+from .secure import secure_total
 from .server import aggregate
 from .session import Session
 
@@ -32,20 +34,21 @@ def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile
     ``quantile``: one level for every norm, or a function of the norm's name giving its level.
 
     Ledger stages ``f"{stage}-{which}"``. Each query asks every live client for its noisy count
-    (verb ``count_at_most``, sensitivity 1) and sums the replies; the bisection
+    (verb ``count_at_most``, sensitivity 1) and sums the replies (a secure sum in a secure fit:
+    :meth:`~privfedstat.federation.session.Session.count`); the bisection
     (:func:`~privfedstat.privacy.clipping.private_grid_quantile`) runs on ``config``'s public grid
     and targets ``quantile`` of the live clients' public N, lowered by ``config.margin`` count-noise
-    standard deviations.
+    standard deviations (of the live clients' summed noises, or of the secure sum's one).
     """
     mu_query = config.query_budget(mu, len(todo))
     live = session.channel.live
-    n_total, n_live = float(np.sum(session.sizes[live])), int(np.count_nonzero(live))
+    n_total, noises = float(np.sum(session.sizes[live])), session.count_noises(int(np.count_nonzero(live)))
     bounds = {}
     for which in todo:
-        target = config.target(search_level(quantile, which), n_total, n_live, mu_query)
+        target = config.target(search_level(quantile, which), n_total, noises, mu_query)
 
         def noisy_count(threshold: float, which=which) -> float:
-            return session.total("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
+            return session.count("count_at_most", which=which, theta=theta, threshold=threshold, mu=mu_query,
                                  stage=f"{stage}-{which}")
 
         bounds[which] = private_grid_quantile(noisy_count, config.grid, target)
@@ -56,7 +59,7 @@ def column_count(session: Session, column: int, threshold: float, center: float 
     """The pooled noisy number of rows with ``x_column <= threshold`` (``center`` None) or
     ``|x_column - center| <= threshold``: each client's count (verb ``column_count``, sensitivity 1),
     ``mu``-GDP, summed over the clients that answered."""
-    return session.total("column_count", column=column, threshold=threshold, center=center, mu=mu, stage=stage)
+    return session.count("column_count", column=column, threshold=threshold, center=center, mu=mu, stage=stage)
 
 
 def release_psd_mean(session: Session, verb: str, bound: float, mu: float, weights: np.ndarray, stage: str, **request
@@ -78,13 +81,14 @@ def clipped_fraction(session: Session, theta: np.ndarray, clip: float, mu: float
     """Private share of per-sample gradients clipped at ``theta`` (norm above ``clip``) and its sd.
 
     Each client releases its count of such rows (verb ``count_clipped``, sensitivity 1: one row
-    replaced changes it by at most 1), ``mu``-GDP; the server sums them and divides by the public N
-    of the clients that answered. The share is clipped to [0, 1] (post-processing).
+    replaced changes it by at most 1), ``mu``-GDP; the server sums them (a secure sum in a secure fit:
+    :meth:`~privfedstat.federation.session.Session.count`) and divides by the public N of the clients
+    that answered. The share is clipped to [0, 1] (post-processing).
     """
-    values, _, answered = session.ask("count_clipped", theta=theta, clip=clip, mu=mu, stage=stage)
-    m = int(np.count_nonzero(answered))
-    n_total = float(np.sum(session.sizes[answered]))
-    return float(np.clip(aggregate(None, values, answered)[0] / n_total, 0.0, 1.0)), math.sqrt(m) / mu / n_total
+    total = session.count("count_clipped", theta=theta, clip=clip, mu=mu, stage=stage)
+    live = session.channel.live  # the clients that answered (a failed one is no longer live)
+    n_total = float(np.sum(session.sizes[live]))
+    return float(np.clip(total / n_total, 0.0, 1.0)), session.count_sd(mu, int(np.count_nonzero(live))) / n_total
 
 
 def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: float, n_params: int, stage: str
@@ -93,9 +97,18 @@ def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: fl
 
     ``r_j`` are the Pearson residuals ``(y_j - mu_j) / sqrt(V(mu_j))``: statsmodels' ``pearson_chi2 / df_resid``
     when nothing is capped (``bound`` inf, with mu = inf). Each client releases its capped sum (verb
-    ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered.
+    ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered
+    (in a secure fit their secure sum, ``secure_pearson_sum``: a site's sum is at most ``n_i bound``).
     The cap only lowers the value (a conservative test of overdispersion).
     """
+    if session.secure is not None and math.isfinite(mu):  # a secure sum (real values rounded to the quantum)
+        m = session.clients.n_clients
+        spec = skellam_spec(bound, float(np.max(session.sizes)) * bound, 1, mu, m, session.secure)
+        total = secure_total(session, "secure_pearson_sum", spec=spec, sensitivity=bound, theta=theta, bound=bound,
+                             stage=stage)
+        live = session.channel.live
+        df = float(np.sum(session.sizes[live])) - n_params
+        return total / df, math.sqrt(spec.variance(int(np.count_nonzero(live)))) / df
     values, _, answered = session.ask("pearson_sum", theta=theta, bound=bound, mu=mu, stage=stage)
     m = int(np.count_nonzero(answered))
     df = float(np.sum(session.sizes[answered])) - n_params

@@ -5,8 +5,11 @@ table): each site computes the message of ``gradients`` (its mean of per-sample 
 to B) or ``hessians`` (``sym_to_vec`` of its mean Hessian clipped to C_H), weights it by its
 public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
 sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
-to the quantum gamma, its Skellam share, a residue modulo ``2^bits``). The server side is
-:func:`secure_mean`: it refuses the round when fewer than ``spec.min_surviving`` sites answered
+to the quantum gamma, its Skellam share, a residue modulo ``2^bits``); the scalar verbs
+``secure_count_at_most``, ``secure_column_count``, ``secure_count_clipped`` (integer counts, sent as
+they are: :func:`~privfedstat.privacy.secure_noise.count_spec`) and ``secure_pearson_sum`` send a
+count or a sum with weight 1. The server side is :func:`secure_mean` (:func:`secure_total` for the
+scalar sums): it refuses the round when fewer than ``spec.min_surviving`` sites answered
 (nothing is unmasked), records one release for the *sum* (the worst site's sensitivity, the
 survivors' summed noise), and decodes the modular sum.
 
@@ -23,6 +26,8 @@ with one seed are identical and the sites' draws stay in lockstep whoever answer
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._linalg import sym_to_vec
@@ -30,10 +35,10 @@ from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
 from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
 from .clients import Reply
-from .verbs import Verb, parameter_moments, parameters, register
+from .verbs import Verb, one_value, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_count", "privatize_integer", "share_release", "SecureAggregationRefused",
-           "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_total", "secure_count", "privatize_integer", "share_release", "SecureAggregationRefused",
+           "secure_sites", "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -54,6 +59,14 @@ def secure_count(min_surviving: int | None, n_clients: int, mu: float, participa
     if not 1 <= k <= n_clients:
         raise ValueError(f"min_surviving must lie in [1, {n_clients}] (the number of sites), got {min_surviving!r}.")
     return k
+
+
+def secure_sites(estimator, n_clients: int, mu: float, participation) -> int | None:
+    """The fewest surviving sites of a fit of ``estimator`` under ``aggregation="secure"`` with a finite ``mu``
+    (:func:`secure_count`), else None (each client adds its own Gaussian noise)."""
+    if getattr(estimator, "aggregation", "local") != "secure" or math.isinf(mu):
+        return None
+    return secure_count(estimator.min_surviving, n_clients, mu, participation)
 
 
 def site_generators(noise) -> list[np.random.Generator]:
@@ -94,9 +107,10 @@ def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity,
 
 def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered: np.ndarray | None = None) -> Release:
     """The record of the sites' integer messages of ``dim`` coordinates: each site's sensitivity ``sensitivity[i]``
-    plus the rounding slack ``gamma sqrt(d)``, its share's sd ``gamma sqrt(2 lam)`` (zeros for sites outside
-    ``answered``). It follows from the public request: a Flower server builds it for the sites SecAgg+ summed."""
-    sens = np.asarray(sensitivity, dtype=np.float64) + spec.quantum * np.sqrt(dim)
+    plus the rounding slack ``gamma sqrt(d)`` (none for integer messages: counts), its share's sd ``gamma sqrt(2
+    lam)`` (zeros for sites outside ``answered``). It follows from the public request: a Flower server builds it for
+    the sites SecAgg+ summed."""
+    sens = np.asarray(sensitivity, dtype=np.float64) + (spec.quantum * np.sqrt(dim) if spec.rounding else 0.0)
     sigma = np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam))
     if answered is not None:
         sens, sigma = np.where(answered, sens, 0.0), np.where(answered, sigma, 0.0)
@@ -117,9 +131,47 @@ def _secure_hessians(clients, theta, *, hessian_clip: float, weights, sensitivit
                            sensitivity, spec, stage, active)
 
 
+def _secure_count_at_most(clients, which: str, theta, threshold: float, *, weights, sensitivity, spec: SkellamSpec,
+                          stage: str, active=None) -> Reply:
+    """``count_at_most`` under secure aggregation: each site's number of rows whose ``which`` norm is <= ``threshold``
+    (an integer; sensitivity 1, weight 1)."""
+    def counts(o, t) -> np.ndarray:
+        return o.count_at_most(clients._norms(which, t) if o is clients._oracle else o.sample_norms(which, t),
+                               threshold)[:, None]
+
+    return _secure_release(clients, counts, theta, weights, sensitivity, spec, stage, active)
+
+
+def _secure_column_count(clients, column, threshold: float, *, center: float | None = None, weights, sensitivity,
+                         spec: SkellamSpec, stage: str, active=None) -> Reply:
+    """``column_count`` under secure aggregation: each site's number of rows with ``x_j <= t`` or ``|x_j - c| <= t``."""
+    return _secure_release(clients, lambda o, _: o.column_counts(column, threshold, center)[:, None], None, weights,
+                           sensitivity, spec, stage, active)
+
+
+def _secure_count_clipped(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                          active=None) -> Reply:
+    """``count_clipped`` under secure aggregation: each site's number of rows whose gradient norm exceeds B."""
+    return _secure_release(clients, lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
+                                                            dtype=np.float64)[:, None], theta, weights, sensitivity, spec,
+                           stage, active)
+
+
+def _secure_pearson_sum(clients, theta, *, bound: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                        active=None) -> Reply:
+    """``pearson_sum`` under secure aggregation: each site's sum of its squared Pearson residuals capped at ``bound``
+    (sensitivity ``bound``), rounded to the quantum."""
+    return _secure_release(clients, lambda o, t: o.pearson_sums(t, bound)[:, None], theta, weights, sensitivity, spec,
+                           stage, active)
+
+
 _SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
 register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
 register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
+register(Verb("secure_count_at_most", shape=one_value, **_SECURE), in_process=_secure_count_at_most)
+register(Verb("secure_column_count", shape=one_value, **_SECURE), in_process=_secure_column_count)
+register(Verb("secure_count_clipped", shape=one_value, **_SECURE), in_process=_secure_count_clipped)
+register(Verb("secure_pearson_sum", shape=one_value, **_SECURE), in_process=_secure_pearson_sum)
 
 
 def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
@@ -138,6 +190,23 @@ def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, *
     ``spec.min_surviving`` sites answered; else records the sum's release (the survivors' sensitivity, the sd of
     their summed noise ``gamma sqrt(2 n lam)``) and applies the fit's failure policy to sites that failed.
     """
+    total, answered = _secure_sum(session, verb, weights, spec, request)
+    denominator = float(np.asarray(weights, dtype=np.float64)[answered].sum())
+    if not denominator > 0:
+        raise ClientFailureError("no site with a positive weight answered this secure round.")
+    return total / denominator
+
+
+def secure_total(session, verb: str, *, spec: SkellamSpec, sensitivity: float = 1.0, **request) -> float:
+    """The sum over the surviving sites of a secure scalar ``verb`` (the counts ``secure_count_at_most``,
+    ``secure_column_count``, ``secure_count_clipped``: sensitivity 1; ``secure_pearson_sum``), weight 1 each, as
+    :func:`secure_mean` learns and records it."""
+    m = session.clients.n_clients
+    return float(_secure_sum(session, verb, np.ones(m), spec, dict(request, sensitivity=np.full(m, sensitivity)))[0][0])
+
+
+def _secure_sum(session, verb: str, weights, spec: SkellamSpec, request: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The decoded sum of the survivors' messages and who they are (:func:`secure_mean`)."""
     reply = getattr(session.clients, verb)(weights=weights, spec=spec, **request)
     answered = reply.answered
     n = int(np.count_nonzero(answered))
@@ -148,7 +217,4 @@ def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, *
     values = session.channel.receive(Reply(reply.values, (summed_release(reply, spec),), answered, reply.failed,
                                            reply.leak, reply.error),
                                      weights=answered.astype(np.float64))
-    total = float(np.asarray(weights, dtype=np.float64)[answered].sum())
-    if not total > 0:
-        raise ClientFailureError("no site with a positive weight answered this secure round.")
-    return decode(values[answered], spec) / total
+    return decode(values[answered], spec), answered

@@ -21,9 +21,11 @@ import numpy as np
 
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import SecureClientNoise
+from ..privacy.secure_noise import count_spec
 from .channel import Channel
 from .clients import InProcessClients
 from .protocol import ChangeOfBasis
+from .secure import secure_total
 from .server import Participation, aggregate, effective_weights
 
 __all__ = ["Session"]
@@ -48,6 +50,10 @@ class Session:
         The privacy unit of the estimator (a client-level reply of a Poisson round is topped up).
     participation : Participation or None
         Which clients each round asks (None: all); drawn from ``participation_rng``, the server's own stream.
+    secure : int or None
+        Under ``aggregation="secure"`` (finite mu): the fit's ``min_surviving``; its pooled counts (the scaling's, the
+        bound searches', the inference's) are then secure sums (:meth:`count`), and so are the rounds of
+        :func:`~privfedstat.fitting.steps.server_gradient_descent`. None: each client adds its own Gaussian noise.
     participation_rng, topup_rng : numpy.random.Generator or None
         The server's streams for sampling participants and for the top-up noise of :meth:`_topped_up`
         (``topup_rng`` None in secure mode: the top-up noise is then the clients' secure noise,
@@ -60,13 +66,15 @@ class Session:
     inference_seed: np.random.SeedSequence | None = None
     unit: str = "record"
     participation: Participation | None = None
+    secure: int | None = None
     participation_rng: np.random.Generator | None = None
     topup_rng: np.random.Generator | None = None
 
     @classmethod
     def open(cls, clients: InProcessClients, ledger: PrivacyLedger, *, seed: np.random.SeedSequence,
              inference_seed: np.random.SeedSequence | None = None, unit: str = "record",
-             participation: Participation | None = None, on_client_failure: str = "raise") -> Session:
+             participation: Participation | None = None, on_client_failure: str = "raise",
+             secure: int | None = None) -> Session:
         """A session over ``clients`` whose channel records into ``ledger``.
 
         With partial ``participation`` the server's two streams (sampling, top-up) are spawned from ``seed``;
@@ -74,11 +82,11 @@ class Session:
         """
         channel = Channel(clients.sizes, ledger, on_client_failure)
         if participation is None:
-            return cls(clients, channel, seed, inference_seed, unit)
+            return cls(clients, channel, seed, inference_seed, unit, secure=secure)
         sampling_seed, topup_seed = seed.spawn(2)  # the server's own streams
         topup_rng = None if ledger.secure_mode else np.random.default_rng(topup_seed)
-        return cls(clients, channel, seed, inference_seed, unit, participation, np.random.default_rng(sampling_seed),
-                   topup_rng)
+        return cls(clients, channel, seed, inference_seed, unit, participation, secure,
+                   np.random.default_rng(sampling_seed), topup_rng)
 
     @contextmanager
     def rows_mapped(self, change: ChangeOfBasis | None) -> Iterator[None]:
@@ -179,6 +187,29 @@ class Session:
         """The weighted aggregate (:func:`~privfedstat.federation.server.aggregate`) of the clients' replies to ``verb``."""
         values, _, answered = self.ask(verb, weights=weights, **request)
         return aggregate(weights, values, answered)
+
+    def count(self, verb: str, *, mu: float, **request) -> float:
+        """The pooled count of a count ``verb`` (``count_at_most``, ``column_count``, ``count_clipped``), ``mu``-GDP:
+        the clients' noisy
+        counts summed (:meth:`total`) or, in a secure fit, their secure sum (:func:`~privfedstat.federation.secure.
+        secure_total`, integer counts with Skellam shares: :func:`~privfedstat.privacy.secure_noise.count_spec`)."""
+        if self.secure is None or math.isinf(mu):
+            return self.total(verb, mu=mu, **request)
+        return secure_total(self, f"secure_{verb}", spec=self._count_spec(mu), **request)
+
+    def _count_spec(self, mu: float):
+        return count_spec(mu, self.clients.n_clients, self.secure, int(np.max(self.sizes)))
+
+    def count_noises(self, n_live: int) -> int:
+        """Independent noises in a pooled count over ``n_live`` clients: theirs, or one (the secure sum's)."""
+        return n_live if self.secure is None else 1
+
+    def count_sd(self, mu: float, n_live: int) -> float:
+        """sd of the noise of a pooled count at ``mu`` over ``n_live`` clients (:meth:`count`): ``sqrt(n_live) / mu``,
+        or the secure sum's ``sqrt(2 n_live lam)`` (0 with mu = inf)."""
+        if math.isinf(mu):
+            return 0.0
+        return math.sqrt(n_live) / mu if self.secure is None else math.sqrt(self._count_spec(mu).variance(n_live))
 
     def total(self, verb: str, **request) -> float:
         """The pooled sum of the clients' replies to a count ``verb`` (first entry; the live clients that answered)."""

@@ -35,6 +35,7 @@ from ..federation.channel import FAILURE_POLICIES
 from ..federation.clients import InProcessClients
 from ..federation.oracle import check_offset_family
 from ..federation.protocol import Run, Setup
+from ..federation.secure import secure_sites
 from ..federation.server import Participation, resolve_participation
 from ..federation.session import Session
 from ..inference.bootstrap import PROGRESS_DELAY_S, Refits
@@ -325,8 +326,8 @@ class FederatedEstimator(FittedResults):
         noise_seed, protocol_seed, inference_seed = as_seed_sequence(self.random_state).spawn(3)
         clients = self._make_clients(data, family, noise_seed, secure)
         return Session.open(clients, ledger, seed=protocol_seed, inference_seed=inference_seed, unit=self.privacy_unit,
-                            participation=participation,
-                            on_client_failure=getattr(self, "on_client_failure", "raise")), charge
+                            participation=participation, on_client_failure=getattr(self, "on_client_failure", "raise"),
+                            secure=secure_sites(self, data.n_clients, mu, participation)), charge
 
     def _store(self, run: Run, session: Session, setup: Setup, scaler: Scaler | None, family: Family | None,
                mu: float, converged: bool | None, inference) -> None:

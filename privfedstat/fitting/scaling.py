@@ -210,7 +210,8 @@ class PrivateStandardize:
         return len(self.columns_to_scale(n_features)) + int(self.scales_response(family))
 
     def count_noise_sd(self, n_clients: int, n_features: int, mu: float, family: Family | None = None) -> float:
-        """sd of the noise of one pooled count when the whole procedure has budget ``mu`` (public)."""
+        """sd of the noise of one pooled count when the whole procedure has budget ``mu`` (public); ``n_clients``: the
+        independent noises in the count (the clients', or 1 for a secure sum)."""
         if math.isinf(mu):
             return 0.0
         mu_q = mu / math.sqrt(self.n_located(n_features, family) * self.queries_per_column())
@@ -271,8 +272,9 @@ class Scaler:
         rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <= threshold``,
         privatized with budget ``mu_q`` (sensitivity 1, the clients' verb ``column_count``), and
         returns their sum; ``column`` :data:`RESPONSE` counts the response. ``mu`` is the budget of
-        the whole procedure; ``n_samples`` (N), ``n_clients``, ``n_features`` and the ``family``
-        (whether its response is located: :meth:`PrivateStandardize.scales_response`) are public.
+        the whole procedure; ``n_samples`` (N), ``n_clients`` (the independent noises in a pooled count:
+        the clients', or 1 for a secure sum), ``n_features`` and the ``family`` (whether its response is
+        located: :meth:`PrivateStandardize.scales_response`) are public.
         """
         d = n_features
         cols = config.columns_to_scale(d)

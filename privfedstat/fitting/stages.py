@@ -28,8 +28,8 @@ from ..privacy.plan import BudgetPlan
 from .scaling import FeatureBounds, PrivateStandardize, Scaler
 from .steps import resolve_step_size, server_gradient_descent
 
-__all__ = ["plan_budget", "fit_scaler", "make_scaler", "choose_bounds", "bound_search", "resolve_weights", "weights_for",
-           "scaling_config", "pending_bounds", "autoclip_bounds"]
+__all__ = ["plan_budget", "count_precision", "fit_scaler", "make_scaler", "choose_bounds", "bound_search",
+           "resolve_weights", "weights_for", "scaling_config", "pending_bounds", "autoclip_bounds"]
 
 
 def scaling_config(scaling, n_features: int) -> FeatureBounds | PrivateStandardize | None:
@@ -73,15 +73,16 @@ def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: 
     (``inference``: a :class:`~privfedstat.inference.core.InferenceTask` or None). ``n_features``,
     ``n_clients`` and ``n_samples`` (N) describe the data (public).
     """
-    d, m = n_features, n_clients
+    d = n_features
+    noises, factor = count_precision(estimator, n_clients, mu)
     scaling = scaling_config(getattr(estimator, "scaling", None), d)
     scaling_share = 0.0
     if isinstance(scaling, PrivateStandardize) and scaling.n_located(d, family):
-        mu_scale = scaling.budget * mu if math.isfinite(mu) else math.inf
-        if scaling.locatable(n_samples, m, d, mu_scale, family):  # public: decided before any release
-            scaling_share = scaling.budget
+        mu_scale = factor * scaling.budget * mu if math.isfinite(mu) else math.inf
+        if scaling.locatable(n_samples, noises, d, mu_scale, family):  # public: decided before any release
+            scaling_share = factor * scaling.budget
         else:
-            sd = scaling.count_noise_sd(m, d, mu_scale, family)
+            sd = scaling.count_noise_sd(noises, d, mu_scale, family)
             warnings.warn(
                 f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
                 f"(sd {sd:.3g}) is comparable to N = {n_samples}. The columns are left unscaled and no "
@@ -90,8 +91,23 @@ def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: 
                 stacklevel=3,
             )
     searched = pending_bounds(estimator, mu)[2] == "search"
-    return BudgetPlan.split(mu, scaling=scaling_share, clip=bound_search(estimator).budget if searched else 0.0,
+    return BudgetPlan.split(mu, scaling=scaling_share, clip=factor * bound_search(estimator).budget if searched else 0.0,
                             inference=0.0 if inference is None else inference.config.budget)
+
+
+def count_precision(estimator, n_clients: int, mu: float) -> tuple[int, float]:
+    """The independent noises in a pooled count of a fit of ``estimator`` on ``n_clients`` clients, and the factor of
+    the budgets of its stages of counts (the scaling, the bound searches): ``(n_clients, 1)``, each client adding its
+    own noise; under secure aggregation (finite mu) ``(1, 1 / sqrt(n_clients))``.
+
+    A secure count at ``mu_q / sqrt(m)`` carries the noise sd ``sqrt(m) / mu_q`` rows of the per-site count at
+    ``mu_q``: the searches keep the per-site path's precision (their leans and outcomes, in rows), and the ``(1 - 1 /
+    m)`` of their ``mu^2`` that the secure sum saves goes to the estimation (docs/guide/secure-aggregation.md,
+    "Counts"). With equal sites the FedSGD pilot rounds of an :class:`AutoClip` (secure sums too) keep theirs as well.
+    """
+    if getattr(estimator, "aggregation", "local") != "secure" or math.isinf(mu):
+        return n_clients, 1.0
+    return 1, 1.0 / math.sqrt(n_clients)
 
 
 def fit_scaler(estimator, session: Session, plan: BudgetPlan) -> Scaler | None:
@@ -151,7 +167,8 @@ def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: in
         return Scaler.from_bounds(scaling, d, family)
     if plan.scaling == 0:  # no column to rescale, or not locatable: nothing spent
         return None if scaling.intercept is None else Scaler(np.zeros(d), np.ones(d), scaling.intercept)
-    return Scaler.private(scaling, count, n_samples, n_clients, d, plan.scaling, family)
+    noises, _ = count_precision(estimator, n_clients, plan.mu)
+    return Scaler.private(scaling, count, n_samples, noises, d, plan.scaling, family)
 
 
 def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:

@@ -15,9 +15,11 @@ import numpy as np
 
 from .._validation import check_iterate
 from ..families.curvature import auto_step_size
+from ..federation.secure import secure_mean
 from ..federation.server import aggregate, effective_weights
 from ..federation.session import Session
 from ..privacy.calibration import gradient_calibration, local_step_calibration
+from ..privacy.secure_noise import SkellamSpec, skellam_spec
 
 __all__ = [
     "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled",
@@ -98,20 +100,41 @@ def server_gradient_descent(
     with the weights renormalised over them. With ``stop_early`` (only with mu = inf, where
     nothing is calibrated to K) the loop ends once a step is negligible (:func:`settled`).
 
+    In a secure fit (``session.secure``, finite mu) the weighted messages ``w_i g_i`` are summed under secure
+    aggregation (``secure_gradients``, :func:`secure_gradient_spec`), every client asked each round.
+
     Returns the final parameter and the path ``[theta^(1), ..., theta^(k)]``.
     """
     sens, mu_msg = gradient_calibration(clip, session.sizes, n_iter, mu)
+    spec = secure_gradient_spec(session, weights, clip, n_iter, mu)
     theta = np.array(theta0, dtype=np.float64)
     path = []
     for _ in range(n_iter):
-        g = session.mean("gradients", weights=weights, theta=theta, clip=clip, sensitivity=sens, mu=mu_msg, stage=stage,
-                         active=session.participants())
+        if spec is None:
+            g = session.mean("gradients", weights=weights, theta=theta, clip=clip, sensitivity=sens, mu=mu_msg,
+                             stage=stage, active=session.participants())
+        else:
+            g = secure_mean(session, "secure_gradients", weights=weights, spec=spec, theta=theta, clip=clip,
+                            sensitivity=weights * sens, stage=stage)
         old, theta = theta, theta - step_size * g
         check_iterate(theta, stage, step_size)
         path.append(theta)
         if stop_early and settled(theta, old):
             break
     return theta, path
+
+
+def secure_gradient_spec(session: Session, weights: np.ndarray, clip: float, n_iter: int, mu: float
+                         ) -> SkellamSpec | None:
+    """The arithmetic of the secure rounds of :func:`server_gradient_descent` (None outside a secure fit or with mu =
+    inf): site i's weighted message ``w_i g_i`` has sensitivity ``w_i 2 B / n_i`` and norm at most ``w_i B``; a round's
+    budget is ``mu / sqrt(K)`` (:func:`~privfedstat.privacy.secure_noise.skellam_spec`)."""
+    sens, mu_msg = gradient_calibration(clip, session.sizes, n_iter, mu)
+    if session.secure is None or math.isinf(mu_msg):
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    return skellam_spec(float(np.max(w * sens)), float(np.max(w)) * clip, session.clients.n_params, mu_msg,
+                        session.clients.n_clients, session.secure)
 
 
 def local_gradient_descent(

@@ -20,7 +20,7 @@ from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
 from ..federation.clients import RESPONSE
 from ..federation.protocol import Setup
-from ..fitting.stages import autoclip_bounds, bound_search, make_scaler, pending_bounds, plan_budget
+from ..fitting.stages import autoclip_bounds, bound_search, count_precision, make_scaler, pending_bounds, plan_budget
 from ..fitting.steps import resolve_step_size
 from ..inference.config import resolve_inference
 from ..inference.core import plan_inference
@@ -192,7 +192,7 @@ def _bounds(estimator, pop: Population, plan, sizes: np.ndarray) -> tuple[Setup,
     results below ``LEAST_OUTCOME`` are dropped), and the searches of the norms are independent."""
     bounds, todo, how = pending_bounds(estimator, plan.mu)
     config = bound_search(estimator)
-    N, m = float(sizes.sum()), sizes.size
+    N, m = float(sizes.sum()), count_precision(estimator, sizes.size, plan.mu)[0]  # m: the noises in a pooled count
 
     def counts(which, theta, population=pop):
         return lambda t: N * population.share_at_most(which, theta, t)

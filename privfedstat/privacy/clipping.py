@@ -156,7 +156,8 @@ class AutoClip:
 
     @staticmethod
     def count_sd(n_clients: int, mu_query: float) -> float:
-        """Standard deviation of a pooled noisy count: ``sqrt(m) / mu_query`` (sensitivity 1 per client; public)."""
+        """Standard deviation of a pooled noisy count: ``sqrt(m) / mu_query`` (sensitivity 1 per client; public);
+        ``n_clients``: the independent noises in the count (the clients', or 1 for a secure sum)."""
         return math.sqrt(n_clients) / mu_query if math.isfinite(mu_query) else 0.0
 
     def target(self, quantile: float, n_total: float, n_clients: int, mu_query: float) -> Callable[[float], float]:

@@ -51,8 +51,8 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "quantize", "add_shares", "encode", "decode", "skellam_rdp",
-           "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "skellam_gdp_mu", "skellam_gdp_step",
+__all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "count_spec", "quantize", "add_shares", "encode", "decode",
+           "skellam_rdp", "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_pld", "skellam_gdp_mu", "skellam_gdp_step",
            "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
            "STEP_RESOLUTION"]
 
@@ -92,6 +92,9 @@ class SkellamSpec:
         Fewest sites whose shares make the declared noise (``min_surviving lam`` is the declared sum's parameter).
     l2, l1 : float
         Integer L2 and L1 sensitivity of the worst site's message (rounding slack included).
+    rounding : bool, default True
+        The messages are real and rounded stochastically to the quantum (:func:`skellam_spec`); False: they are integer
+        multiples of the quantum already (counts, :func:`count_spec`) and are sent as they are, without rounding slack.
     """
 
     quantum: float
@@ -100,6 +103,7 @@ class SkellamSpec:
     min_surviving: int
     l2: float
     l1: float
+    rounding: bool = True
 
     def __post_init__(self) -> None:
         if not (self.quantum > 0 and math.isfinite(self.quantum)):
@@ -117,8 +121,8 @@ class SkellamSpec:
 
     def variance(self, shares: int) -> float:
         """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
-        rounding errors (at most 1/4 each) and the noise (2 lam each)."""
-        return self.quantum**2 * shares * (2.0 * self.lam + 0.25)
+        rounding errors (at most 1/4 each, none for integer messages) and the noise (2 lam each)."""
+        return self.quantum**2 * shares * (2.0 * self.lam + (0.25 if self.rounding else 0.0))
 
 
 @dataclass(frozen=True)
@@ -207,14 +211,39 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     l2 = sensitivity / quantum + math.sqrt(d)
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
     lam = _calibrated_lam(l2, mu, k)
-    log_term = math.log(2.0 * d / WRAP_PROBABILITY)
-    tail = log_term / 3.0 + math.sqrt(log_term * (log_term / 9.0 + 4.0 * m * lam))
-    reach = m * (bound / quantum + 1.0) + tail
-    bits = max(2, math.ceil(math.log2(reach + 1.0)) + 1)
+    bits = _modulus_bits(m * (bound / quantum + 1.0), d, m * lam)
     if bits > MAX_BITS:
         raise ValueError(f"the secure sum needs {bits} bits (> {MAX_BITS}): the messages' bound {bound:g} is too large "
                          f"for their sensitivity {sensitivity:g}; clip the messages more tightly.")
     return SkellamSpec(quantum, lam, bits, k, l2, l1)
+
+
+@lru_cache(maxsize=256)
+def count_spec(mu: float, n_clients: int, min_surviving: int, bound: int) -> SkellamSpec:
+    """The arithmetic of a secure count: each site's number of rows (of at most ``bound``) meeting a condition.
+
+    A count is an integer and one row replaced moves it by at most 1, so it is sent as it is (quantum 1, no rounding:
+    integer sensitivities ``Delta_2 = Delta_1 = 1``) with its Skellam share, calibrated as :func:`skellam_spec` does
+    (``D(min_surviving lam) = mu``); the modulus holds ``n_clients (bound + 1)`` plus the noise tail.
+    """
+    m, k = int(n_clients), int(min_surviving)
+    if not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
+    if not 1 <= k <= m:
+        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    lam = _calibrated_lam(1.0, mu, k)
+    bits = _modulus_bits(m * (float(bound) + 1.0), 1, m * lam)
+    if bits > MAX_BITS:
+        raise ValueError(f"a secure count of up to {bound} rows per site needs {bits} bits (> {MAX_BITS}).")
+    return SkellamSpec(1.0, lam, bits, k, 1.0, 1.0, rounding=False)
+
+
+def _modulus_bits(reach: float, dim: int, lam_max: float) -> int:
+    """Bits of a modulus whose signed range holds ``reach`` (the largest |sum| of the messages, in quanta) plus the
+    summed noise's tail ``t``: ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <= WRAP_PROBABILITY`` (Bernstein)."""
+    log_term = math.log(2.0 * dim / WRAP_PROBABILITY)
+    tail = log_term / 3.0 + math.sqrt(log_term * (log_term / 9.0 + 4.0 * lam_max))
+    return max(2, math.ceil(math.log2(reach + tail + 1.0)) + 1)
 
 
 def skellam_gdp_mu(lam: float) -> float:
@@ -314,8 +343,14 @@ def _calibrated_lam(l2: float, mu: float, shares: int) -> float:
 
 def quantize(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
     """Each site's message ``u_i`` of the rows of ``values`` (n_sites, d) rounded stochastically to the grid of the
-    quantum: ``floor(u_i / gamma + U_i)`` (int64), ``U_i`` the next uniforms of site i's stream ``rngs[i]``."""
+    quantum: ``floor(u_i / gamma + U_i)`` (int64), ``U_i`` the next uniforms of site i's stream ``rngs[i]``; an integer
+    message (``spec.rounding`` False) as it is (ValueError if it is not an integer multiple of the quantum)."""
     values = np.asarray(values, dtype=np.float64)
+    if not spec.rounding:  # integer messages (counts): sent as they are
+        x = values / spec.quantum
+        if not np.array_equal(x, np.round(x)):
+            raise ValueError("a secure count's messages must be integer multiples of its quantum.")
+        return x.astype(np.int64)
     out = np.empty(values.shape, dtype=np.int64)
     for i, rng in enumerate(rngs):
         x = values[i] / spec.quantum

@@ -26,6 +26,7 @@ from privfedstat.federation import verbs
 from privfedstat.flower.client import ClientNode, demo_dataset
 from privfedstat.flower.proxy import fit_on_grid
 from privfedstat.flower.records import Spending
+from privfedstat.flower.secagg import SECURE_VERBS
 from privfedstat.flower.wire import ClientReply, MalformedReplyError, decode_request, encode_request, expected_shape
 from privfedstat.privacy.ledger import PrivacyLedger, Release
 
@@ -107,7 +108,7 @@ def test_every_releasing_verb_of_the_table_is_driven_here():
     releasing = {v for v in verbs.names() if verbs.get(v).release is not None}
     # the secure verbs travel through SecAgg+ only (a node refuses them in the clear) and their records are the
     # server's own, built from the public request (tests/flower/test_secagg.py)
-    assert releasing - set(FITS) - {"secure_gradients", "secure_hessians"} == {"head_newton_steps"}
+    assert releasing - set(FITS) - SECURE_VERBS == {"head_newton_steps"}
     with pytest.raises(ValueError, match="does not carry it"):  # no reply shape: the wire refuses it outright
         expected_shape("head_newton_steps", 10, 3, {"mu": 1.0})
 

@@ -120,6 +120,35 @@ def test_a_secure_fedirls_on_secaggplus_equals_the_in_process_fit():
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_a_secure_fit_s_counts_go_through_secaggplus_and_equal_the_in_process_fit():
+    """The private scaling's and the bound searches' counts of a secure fit are secure sums through SecAgg+ too: the
+    server receives masked vectors only, and the fit (bounds, centres, coefficients, ledger) is the in-process one."""
+    from privfedstat.algorithms.fedirls import FedIRLS
+
+    data = demo_dataset("synthetic-logistic", 3)
+    params = dict(mu=2.0, aggregation="secure", random_state=0, scaling="private")  # and the inference's count
+    grid = SecAggGrid(_nodes(data, seed=0))
+    est = fit_on_grid(FedIRLS(**params), grid)
+    ref = FedIRLS(**params).fit(data)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-12)
+    assert (est.clip_, est.scaler_.center.tolist(), est.scaler_.scale.tolist()) == (
+        ref.clip_, ref.scaler_.center.tolist(), ref.scaler_.scale.tolist())
+    stages = ("scaling", "clip", "irls-clip")  # the scaling's, the first search's and the refine search's counts
+    counts = [r for r in est.privacy_.releases if r.stage.startswith(stages)]
+    assert len(counts) == len([r for r in ref.privacy_.releases if r.stage.startswith(stages)]) > 40
+    assert any(r.stage.startswith("irls-clip") for r in counts)
+    np.testing.assert_allclose(est.bse_, ref.bse_, rtol=1e-12)
+    assert len(est.privacy_.releases) == len(ref.privacy_.releases)
+    for a, b in zip(est.privacy_.releases, ref.privacy_.releases):
+        assert (a.stage, a.integer) == (b.stage, b.integer)
+        np.testing.assert_allclose(a.sigma, b.sigma, rtol=0, atol=1e-15)
+    secure = [r for r in est.privacy_.releases if r.integer is not None]
+    assert any(r.stage == "inference-clip-count" for r in secure)
+    # every secure request, counts included, reached the server masked: one vector per site per request
+    assert len(grid.masked) == 3 * len(secure)
+
+
 def test_secaggplus_ranges_refuse_a_modulus_it_cannot_carry():
     spec = skellam_spec(1e-3, 0.2, 7, 0.3, 10, 10)
     assert flower_ranges(spec, 10) == (2.0**spec.bits, 2 ** (spec.bits + 1))

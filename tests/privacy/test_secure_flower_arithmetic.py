@@ -14,7 +14,7 @@ place of the key agreement and the Shamir shares that carry them in the protocol
 import numpy as np
 import pytest
 
-from privfedstat.privacy.secure_noise import decode, encode, skellam_spec
+from privfedstat.privacy.secure_noise import count_spec, decode, encode, skellam_spec
 
 flwr = pytest.importorskip("flwr")
 from flwr.common.secure_aggregation.ndarrays_arithmetic import (  # noqa: E402
@@ -73,3 +73,19 @@ def test_flower_secaggplus_arithmetic_returns_the_mean_residue_exactly(n_sites):
     mean = _flower_round(residues, spec.bits, 2**32)
     summed = np.rint(mean * n_sites).astype(np.int64) % (1 << spec.bits)
     np.testing.assert_array_equal(decode(summed[None, :], spec), decode(residues, spec))
+
+
+@pytest.mark.parametrize("n_sites", [3, 10])
+def test_secure_counts_pass_through_flower_secaggplus_arithmetic_to_the_in_process_sum(n_sites):
+    """A secure count's residues (integers sent as they are, :func:`count_spec`) through SecAgg+'s arithmetic decode to
+    the in-process modular sum: the true total plus the summed Skellam shares."""
+    spec = count_spec(0.05, n_sites, n_sites, 5000)
+    assert spec.bits <= 30 and n_sites * 2 ** (spec.bits + 1) < 2**32
+    counts = np.random.default_rng(1).integers(0, 5001, size=(n_sites, 1)).astype(np.float64)
+    residues = encode(counts, spec, [np.random.default_rng(i) for i in range(n_sites)])
+    mean = _flower_round(residues, spec.bits, 2**32)
+    summed = np.rint(mean * n_sites).astype(np.int64) % (1 << spec.bits)
+    in_process = decode(residues, spec)
+    np.testing.assert_array_equal(decode(summed[None, :], spec), in_process)
+    shares = [(lambda r: r.poisson(spec.lam) - r.poisson(spec.lam))(np.random.default_rng(i)) for i in range(n_sites)]
+    assert in_process[0] == counts.sum() + sum(shares)

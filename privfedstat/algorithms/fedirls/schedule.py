@@ -18,7 +18,7 @@ from ..._linalg import floor_eigenvalues
 from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
 from ...federation.secure import secure_count
 from ...federation.server import resolve_participation
-from ...fitting.stages import bound_search, pending_bounds
+from ...fitting.stages import bound_search, count_precision, pending_bounds
 from ...inference.config import critical_value
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
@@ -151,7 +151,9 @@ class IRLSSchedule:
     locate_share : float
         Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
     research_share : float
-        Share of the new bound search at the located point, whose norms are the ones the refine rounds clip (same).
+        Share of the new bound search at the located point, whose norms are the ones the refine rounds clip (same);
+        under secure aggregation ``1 / m`` of it, the same count noise in rows
+        (:func:`~privfedstat.fitting.stages.count_precision`), the rest to the refine rounds.
     floor_noise_sds : float
         The eigenvalue floor in sds of a noisy eigenvalue: lower floors blew up, higher ones damp the steps on
         ill-conditioned designs (measured: docs/algorithms/fedirls.md, "Eigenvalue floor").
@@ -225,10 +227,11 @@ class IRLSSchedule:
         else:
             mode = "phased"
             _, todo, how = pending_bounds(estimator, mu)
+            share = cls.research_share * count_precision(estimator, len(sizes), mu)[1] ** 2  # 1 / m of it if secure
             if how == "search" and todo:
-                research, mu_research = tuple(todo), mu * math.sqrt(cls.research_share)
+                research, mu_research = tuple(todo), mu * math.sqrt(share)
             locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
-            left = 1.0 - cls.locate_share - (cls.research_share if research else 0.0)
+            left = 1.0 - cls.locate_share - (share if research else 0.0)
             shares = (locate, left * rules.refine_split)
             whiten = set(research) == set(estimator._norms)  # a bound the user fixed keeps its meaning on the columns
             stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
