@@ -10,9 +10,11 @@ start to its end over its rounds plus the opening request (its progress stamps).
 ``--bytes``: instead, the bytes per site and round of both fits, without processes (the in-memory
 grid of tests/flower/_secagg_grid.py routes the same Messages to the nodes' ClientApps and counts
 their serialized contents, requests and replies; Flower's framing and HTTP headers are not counted).
+``--sites`` and ``--features`` take several values: one row per combination (a Flower run each).
 Usage::
 
-    python benchmarks/bench_secagg_flower.py [--sites 5] [--rounds 5] [--features 3] [--repeats 2] [--bytes]
+    python benchmarks/bench_secagg_flower.py [--sites 5 [10 ...]] [--rounds 5] [--features 3 [50 ...]] [--repeats 2]
+        [--bytes]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import warnings
 from pathlib import Path
 
 
-def _bytes(sites: int, features: int, base: dict) -> None:
+def _bytes(sites: int, features: int, base: dict) -> str:
     """Bytes per site and round, down (server to site) and up, of a local and a secure fit (in-memory grid)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "flower"))
     from _secagg_grid import SecAggGrid, server_identity
@@ -38,39 +40,26 @@ def _bytes(sites: int, features: int, base: dict) -> None:
 
     server_identity()
     data = demo_dataset("synthetic-logistic", sites, features)
-    print(f"{sites} sites, d = {features}, {base['n_iter']} rounds (+ the opening request)")
-    print("| aggregation | bytes down per site and round | bytes up per site and round |")
-    print("|---|---|---|")
+    cells = []
     for aggregation in ("local", "secure"):
         nodes = {1000 + i: ClientNode(FederatedData.from_arrays([data.client(i)]), i, 0) for i in range(sites)}
         grid = SecAggGrid(nodes)
         fit_on_grid(FedSGD(**dict(base, aggregation=aggregation)), grid)
         per = sites * (base["n_iter"] + 1)
-        print(f"| {aggregation} | {grid.sent / per:.0f} | {grid.received / per:.0f} |")
+        cells.append(f"{grid.sent / per:.0f} / {grid.received / per:.0f}")
+    return f"| {sites}, {features} | {cells[0]} | {cells[1]} |"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sites", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--features", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--bytes", action="store_true", help="count bytes per round instead (no processes)")
-    args = parser.parse_args()
-    warnings.simplefilter("ignore")
+def _timed(sites: int, features: int, rounds: int, repeats: int, base: dict) -> str:
+    """Seconds per round of local and secure fits alternating ``repeats`` times in one Flower run (after a warm-up)."""
     from privfedstat.flower.launch import LocalFederation
 
-    base = {"mu": 1.0, "clip": 1.0, "n_iter": args.rounds, "step_size": 0.5, "inference": None, "scaling": None,
-            "random_state": 0}
-    if args.bytes:
-        _bytes(args.sites, args.features, base)
-        return
     fits = [{"estimator": "fedsgd", "params": dict(base, n_iter=2)}]
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         fits += [{"estimator": "fedsgd", "params": dict(base, aggregation=a)} for a in ("local", "secure")]
     t0 = time.perf_counter()
-    with LocalFederation(args.sites, n_features=args.features) as fed:
-        results = fed.run(fits, timeout=1800, reply_timeout=120.0)
+    with LocalFederation(sites, n_features=features) as fed:
+        results = fed.run(fits, timeout=3600, reply_timeout=300.0)
         stamps = (fed.dir / f"result{fed._runs}.pkl.progress").read_text().split("\n")
     for r in results:
         if "error" in r:
@@ -81,16 +70,39 @@ def main() -> None:
         when[(what, int(k))] = float(t)
     per = {"local": [], "secure": []}
     for k, fit in enumerate(fits[1:], start=1):
-        per[fit["params"]["aggregation"]].append((when[("done", k)] - when[("started", k)]) / (args.rounds + 1))
+        per[fit["params"]["aggregation"]].append((when[("done", k)] - when[("started", k)]) / (rounds + 1))
     local, secure = statistics.median(per["local"]), statistics.median(per["secure"])
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.sites} sites, d = "
-          f"{args.features}, {args.rounds} rounds (+ the opening request), {args.repeats} repeats; "
-          f"{time.perf_counter() - t0:.0f} s in all")
-    print("| aggregation | s per round (each repeat) | median | ratio |")
-    print("|---|---|---|---|")
-    for name, value in (("local (plain Messages)", local), ("secure (SecAgg+)", secure)):
-        runs = ", ".join(f"{v:.3f}" for v in per[name.split()[0]])
-        print(f"| {name} | {runs} | {value:.3f} | {value / local:.2f} |")
+    runs = {a: ", ".join(f"{v:.3f}" for v in per[a]) for a in per}
+    return (f"| {sites} | {features} | {runs['local']} | {runs['secure']} | {local:.3f} | {secure:.3f} | "
+            f"{secure / local:.2f} | {time.perf_counter() - t0:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sites", type=int, nargs="+", default=[5])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--features", type=int, nargs="+", default=[3])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--bytes", action="store_true", help="count bytes per round instead (no processes)")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    base = {"mu": 1.0, "clip": 1.0, "n_iter": args.rounds, "step_size": 0.5, "inference": None, "scaling": None,
+            "random_state": 0}
+    cells = [(m, d) for m in args.sites for d in args.features]
+    if args.bytes:
+        print(f"{args.rounds} rounds (+ the opening request); bytes per site and round")
+        print("| sites, d | local down / up | secure (SecAgg+) down / up |")
+        print("|---|---|---|")
+        for m, d in cells:
+            print(_bytes(m, d, base), flush=True)
+        return
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.rounds} rounds (+ the opening "
+          f"request), {args.repeats} repeats")
+    print("| sites | d | local s per round (each repeat) | secure s per round (each repeat) | local median | "
+          "secure median | ratio | s in all |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m, d in cells:
+        print(_timed(m, d, args.rounds, args.repeats, base), flush=True)
 
 
 if __name__ == "__main__":

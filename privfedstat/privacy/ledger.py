@@ -59,7 +59,7 @@ from .._linalg import safe_norm
 from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
-from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
+from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, secure_pld, skellam_rdp
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -167,6 +167,7 @@ class PrivacyLedger:
         self._entries: list[_Entry] = []
         self._recent: dict[tuple, tuple] = {}  # (shape, bytes) of the last distinct vectors stored -> (column, >= 0)
         self._composition: dict[tuple, tuple] = {}  # (recent columns' ids, kind, ...) -> their (mu^2, tp^2, max mu)
+        self._pld: tuple | None = None  # (releases composed, the PLD of epsilon()) as last computed
         self.leaks: list[str] = []
         # running sums of squared per-release mu (GDP composition), kept up to date by record()
         self._mu2 = np.zeros(self.n_clients)
@@ -175,7 +176,7 @@ class PrivacyLedger:
     def __getstate__(self) -> dict:
         """The ledger without its caches (the recent vectors' bytes, the composed mu per stored vectors): a copy or
         a pickle holds each stored vector once; it shares no vector of its own later releases with earlier ones."""
-        return {**self.__dict__, "_recent": {}, "_composition": {}}
+        return {**self.__dict__, "_recent": {}, "_composition": {}, "_pld": None}
 
     # ------------------------------------------------------------------ recording
     def record(self, release: Release) -> None:
@@ -315,8 +316,29 @@ class PrivacyLedger:
     def epsilon(self, delta: float = 1e-5) -> float:
         """Epsilon of the worst client towards the server at the given delta: the exact GDP-to-DP conversion of
         :attr:`mu` (secure releases too: their integer noise is GDP,
-        :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`)."""
-        return epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
+        :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`); with one-coordinate secure releases, the smaller of
+        that and their exact PLDs composed with the GDP of the rest (:meth:`_exact_pld`; both are upper bounds: the
+        PLD is below by about ``1 / Lambda`` relative, less dp-accounting's composition error, about ``4e-9`` per
+        release), and :attr:`mu` is then an upper bound."""
+        gdp = epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
+        pld = self._exact_pld()
+        return gdp if pld is None else min(gdp, float(pld.get_epsilon_for_delta(delta)))
+
+    def _exact_pld(self):
+        """The PLD of the one-coordinate secure releases (:attr:`~privfedstat.privacy.secure_noise.IntegerNoise.
+        exact_shift`; their exact PLDs, the same for every client) composed with a Gaussian of the worst client's GDP of
+        the rest (their ``mu^2`` taken off each client's); None without such releases (or with an infinite mu)."""
+        if self._pld is not None and self._pld[0] == len(self._entries):
+            return self._pld[1]
+        exact = [e for e in self._entries if e.labels.integer is not None and e.labels.integer.exact_shift is not None]
+        pld = None
+        if exact and np.all(np.isfinite(self._mu2)):
+            rest = self._mu2.copy()
+            for e in exact:
+                rest -= e.release().client_mu() ** 2
+            pld = secure_pld([e.labels.integer for e in exact], math.sqrt(max(float(rest.max()), 0.0)))
+        self._pld = (len(self._entries), pld)
+        return pld
 
     @property
     def has_integer_noise(self) -> bool:
@@ -358,8 +380,10 @@ class PrivacyLedger:
         return rdp_epsilon(total, delta) if np.isfinite(total).any() else math.inf
 
     def delta(self, epsilon: float) -> float:
-        """Delta of the worst client at the given epsilon."""
-        return delta_from_mu(self.mu, epsilon) if self.mu > 0 else 0.0
+        """Delta of the worst client at the given epsilon (the smaller of GDP's and the PLD's, as :meth:`epsilon`)."""
+        gdp = delta_from_mu(self.mu, epsilon) if self.mu > 0 else 0.0
+        pld = self._exact_pld()
+        return gdp if pld is None else min(gdp, float(pld.get_delta_for_epsilon(epsilon)))
 
     @property
     def units(self) -> tuple[str, ...]:

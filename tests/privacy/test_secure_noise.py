@@ -41,7 +41,7 @@ def _hockey_stick_epsilon(lam: float, shift: int, delta: float) -> float:
 
 @pytest.mark.parametrize("lam, shift", [(50.0, 1), (800.0, 3), (2000.0, 5)])
 def test_skellam_pld_matches_an_independent_hockey_stick_to_1e_6(lam, shift):
-    pld = skellam_pld(lam, [shift], value_discretization_interval=2e-7)
+    pld = skellam_pld(lam, [shift])
     assert pld.get_epsilon_for_delta(1e-5) == pytest.approx(_hockey_stick_epsilon(lam, shift, 1e-5), abs=1e-6)
 
 
