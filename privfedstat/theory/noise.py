@@ -27,9 +27,6 @@ __all__ = [
 
 #: antithetic pairs of draws of a released Hessian's noise in :meth:`IRLSNoise.expected_covariance`
 RELEASE_PAIRS = 256
-#: the clamp of FedIRLS's last Newton map (:func:`~privfedstat.theory.noise_maps.newton_map`): 2, the non-amplifying
-#: bound, keeps the overshoot of the realised last step (:class:`IRLSNoise`, "Which Newton matrix")
-OVERSHOOT = 2.0
 
 
 def server_stage(*, clip: float, sizes: np.ndarray, mu: float, n_steps: int, step_size: float,
@@ -367,16 +364,7 @@ class IRLSNoise:
     ``D C D^T + E[F C F^T]`` -- it already contains the last round's Hessian-noise term (adding it
     again double-counts it: twice the variance on the multinomial design of the tests). So the middle term
     is added only with the *excess* variance ``max(s_r^2 - s_R^2, 0)`` of earlier, noisier
-    rounds, whose maps D_r are built from Hf_R too (floored at lambda_r). The realised D_R keeps
-    its overshoot: along a direction where Hf_R is flatter than H (Hessian noise, or clipping at
-    C_H) the last step goes past the root and keeps ``S - 1`` of the earlier error, ``S`` an
-    eigenvalue of ``eta Hf_R^-1/2 H Hf_R^-1/2``; its spectrum is clamped to [0, OVERSHOOT = 2],
-    where the map stops amplifying, not to [0, 1] as the stand-in maps of the earlier rounds
-    (:func:`~privfedstat.theory.noise_maps.newton_map`). That is the Hessian noise times the
-    distance the last step travelled (``Hf_R^-1 (Hf_R - H) e_(R-1)``): clamped to 1, half of it
-    (the overshooting half) was lost, and a simulation of the linearised rounds showed 14% more
-    variance than the model with N = H, 4.3 times more along a direction where N = 0.75 H
-    (tests/theory/test_noise_closed_forms.py).
+    rounds, whose maps D_r are built from Hf_R too (floored at lambda_r).
 
     Inferred approximations: every round uses the Newton matrix and H at the estimate (early
     rounds from theta = 0 are not near it, but their noise is damped by the later maps); the
@@ -434,7 +422,7 @@ class IRLSNoise:
             else:  # floored in theta
                 N_r = P.T @ floored(P_inv.T @ self.last_hessian @ P_inv, float(self.floors[r])) @ P
             N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
-            D = newton_map(N_r, H, eta, OVERSHOOT if r == R - 1 else 1.0)  # the last map is the realised one
+            D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native

@@ -26,24 +26,20 @@ def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
     return (vecs * (1.0 - np.clip(step_size * vals, 0.0, 1.0))) @ vecs.T
 
 
-def newton_map(N: np.ndarray, H: np.ndarray, step_size: float, upper: float = 1.0) -> np.ndarray:
-    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, upper].
+def newton_map(N: np.ndarray, H: np.ndarray, step_size: float) -> np.ndarray:
+    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, 1].
 
     ``N^-1 H`` is similar to the symmetric ``S = N^-1/2 H N^-1/2``; a Newton iteration that settled
     (FedIRLS's rounds, FedNewton's step) contracts, but a noisy released N or H can put an
     eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
     amplify earlier noise without bound, while the real fit, shortened by its trust region, did
-    not. ``upper = 1`` clamps as :func:`step_map` (inferred): a direction where N is flatter than H
-    then forgets its error at once, where the real step overshoots and keeps ``eta S - 1`` of it with
-    its sign flipped. ``upper = 2``, the largest eigenvalue at which the map does not amplify, keeps
-    that overshoot: for a map built from the very matrix the step used (FedIRLS's last round). N may
-    be a stack of shape (..., p, p).
+    not. Clamped as :func:`step_map` (inferred). N may be a stack of shape (..., p, p).
     """
     vals, vecs = np.linalg.eigh((N + N.mT) / 2)
     root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
     inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
     mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
-    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, upper))[..., None, :]) @ U.mT @ inv_root
+    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, 1.0))[..., None, :]) @ U.mT @ inv_root
 
 
 def floored(H: np.ndarray, floor: float) -> np.ndarray:
