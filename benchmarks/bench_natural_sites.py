@@ -147,6 +147,7 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             "rms_z": float(np.sqrt(ok["sq_z"].mean())) if "sq_z" in ok else np.nan,
             "pred": ok["pred"].median() if "pred" in ok else np.nan, "got": float(np.sqrt(ok["sq_dev"].mean())),
             "misses": int(((ok["max_se"] > FAR_SE) | ok["missed"].astype(bool)).sum()),
+            "interval_misses": int(ok["missed"].astype(bool).sum()),
             "expected_misses": float(ok["p_miss"].sum()) if "p_miss" in ok else 0.0,
             "silent": int(ok["silent"].astype(bool).sum()), "noise_only": int(ok["noise_only"].astype(bool).sum()),
             "warnings": ", ".join(sorted({w for s in ok["warnings"] for w in s.split(";") if w})),
@@ -210,8 +211,9 @@ def targets(rows: pd.DataFrame) -> list[str]:
         f"- all of these, no silent miss and no error: {int(all_ok.sum())} of {len(big)} cells"
         + (f"; missed: {failed}" if failed else "") + ".",
         f"- silent misses (> {FAR_SE:g} SE or an interval missing the MLE, no warning): {int(private['silent'].sum())}"
-        f" in {int(private['fits'].sum())} private fits ({int(private['misses'].sum())} with a miss; an exact noise "
-        f"model expects {private['expected_misses'].sum():.1f} fits with an interval missing the MLE"
+        f" in {int(private['fits'].sum())} private fits ({int(private['misses'].sum())} with a miss, "
+        f"{int(private['interval_misses'].sum())} with an interval missing the MLE, where an exact noise model expects "
+        f"{private['expected_misses'].sum():.1f}"
         + (f"; silent: {silent}" if silent else "") + f"); errors: {int(rows['errors'].sum())}.",
         f"- fits with an interval missing the MLE whose only warnings are {' / '.join(sorted(NOISE_ONLY))} (warned, "
         f"but not that an interval may miss): {int(private['noise_only'].sum())}.",
