@@ -198,7 +198,9 @@ def test_fedirls_and_glm_sum_gradients_and_hessians_securely():
     assert np.all(np.isfinite(fit.bse_))
     # the Skellam rounds are calibrated in GDP with the Gaussian ones: the fit spends its declared mu, not more
     assert fit.privacy_.mu == pytest.approx(2.0, rel=1e-9) and fit.privacy_.mu <= 2.0 * (1 + 1e-12)
-    assert fit.privacy_.epsilon() == pytest.approx(epsilon_from_mu(2.0, 1e-5), rel=1e-9)
+    # its one-coordinate secure releases (the counts) are accounted by their exact PLD: at most the GDP conversion
+    assert fit.privacy_.epsilon() <= epsilon_from_mu(2.0, 1e-5) * (1 + 1e-12)
+    assert fit.privacy_.epsilon() == pytest.approx(epsilon_from_mu(2.0, 1e-5), rel=1e-4)
 
 
 @pytest.mark.filterwarnings("ignore")
