@@ -159,7 +159,8 @@ class FedSGD(FederatedEstimator):
 
     def _run(self, session: Session, setup: Setup) -> Run:
         K, stop_early = resolve_count(self.n_iter, setup.mu, PAPER_N_ITER)
-        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features,
+                                setup.square_norm)
         sd = gradient_noise_sd(setup.clip, session.sizes, K, setup.mu)
         weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
         theta0 = _initial(self.init, session.clients)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ..families import Family
 from ..federation.clients import RESPONSE
 from ..privacy.clipping import private_grid_quantile
 
-__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
+__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED", "reference_mean_square"]
 
 #: the scale search's target stays this many leans (``margin`` sds each) below N: above the data's top every
 #: count is N, so a noisy count falling under the target there sends the bisection orders of magnitude up (a
@@ -55,6 +56,15 @@ CENTRE_REFINE = 16
 ZERO_CENTRE = 1e-6
 #: rescaled values are clamped to [-MAX_SCALED, MAX_SCALED]: (x - c) / s overflows for huge finite x
 MAX_SCALED = 1e300
+
+
+def reference_mean_square(quantile: float) -> float:
+    """Mean square of a normal column divided by the ``quantile`` of its absolute deviations from its median,
+    ``1 / z_((1 + quantile) / 2)^2`` (0.370 at 0.9): what :class:`PrivateStandardize` leaves a column (the step's
+    public ``mean ||x||^2``, :meth:`Scaler.square_norm`). Its searches lean the scale up and round it up to their
+    grid, which only lowers the mean square; other shapes at 0.9: uniform 0.41, Laplace 0.38, t_3 0.54, a
+    binary column (scale 1, its atom at the centre) at most 0.5 (docs/algorithms/fedsgd.md)."""
+    return 1.0 / NormalDist().inv_cdf((1.0 + quantile) / 2.0) ** 2
 
 
 @dataclass(frozen=True)
@@ -233,12 +243,20 @@ class Scaler:
     or privately."""
 
     def __init__(self, center: np.ndarray, scale: np.ndarray, intercept: int | None, response_center: float = 0.0,
-                 response_scale: float = 1.0) -> None:
+                 response_scale: float = 1.0, mean_square: np.ndarray | None = None) -> None:
         self.center = center
         self.scale = scale
         self.intercept = intercept
         self.response_center = float(response_center)
         self.response_scale = float(response_scale)
+        #: public bound on each column's mean square on the fitting scale (1: public bounds, the intercept, a column
+        #: left as it is; :func:`reference_mean_square` for a column divided by a private scale)
+        self.mean_square = np.ones(len(scale)) if mean_square is None else np.asarray(mean_square, dtype=np.float64)
+
+    def square_norm(self) -> float:
+        """``sum_j mean_square_j``: the public ``mean ||x||^2`` of the rescaled design that sets ``step_size="auto"``
+        (:func:`~privfedstat.families.curvature.auto_step_size`)."""
+        return float(np.sum(self.mean_square))
 
     @classmethod
     def from_bounds(cls, bounds: FeatureBounds, n_features: int, family: Family | None = None) -> Scaler:
@@ -339,7 +357,9 @@ class Scaler:
         for j in cols:
             center[j], scale[j] = locate(j)
         response = locate(RESPONSE) if RESPONSE in keys else (0.0, 1.0)
-        return cls(center, scale, config.intercept, *response)
+        mean_square = np.ones(d)
+        mean_square[[j for j in cols if scale[j] != 1.0]] = reference_mean_square(config.quantile)  # scale 1: as given
+        return cls(center, scale, config.intercept, *response, mean_square=mean_square)
 
     def fitting_family(self, family: Family) -> Family:
         """The family on the fitting scale: ``family`` with its response rescaled (a location family), else itself."""
