@@ -60,10 +60,12 @@ MAX_SCALED = 1e300
 
 def reference_mean_square(quantile: float) -> float:
     """Mean square of a normal column divided by the ``quantile`` of its absolute deviations from its median,
-    ``1 / z_((1 + quantile) / 2)^2`` (0.370 at 0.9): what :class:`PrivateStandardize` leaves a column (the step's
-    public ``mean ||x||^2``, :meth:`Scaler.square_norm`). Its searches lean the scale up and round it up to their
-    grid, which only lowers the mean square; other shapes at 0.9: uniform 0.41, Laplace 0.38, t_3 0.54, a
-    binary column (scale 1, its atom at the centre) at most 0.5 (docs/algorithms/fedsgd.md)."""
+    ``1 / z_((1 + quantile) / 2)^2`` (0.370 at 0.9): what :class:`PrivateStandardize` leaves a column whose scale
+    search aimed at that quantile (the step's public ``mean ||x||^2``, :meth:`Scaler.square_norm`). The search aims
+    at ``quantile`` plus its lean, at most :data:`TOP_LEAN` leans below N (so at most 0.925; small sites at small mu
+    aim lower, and their columns come out larger than 1), and rounds up to its grid, which only lowers
+    the mean square; other shapes at 0.9: uniform 0.41, Laplace 0.38, t_3 0.54, a binary column (scale 1, its atom
+    at the centre) at most 0.5 (docs/algorithms/fedsgd.md, "The step on privately scaled columns")."""
     return 1.0 / NormalDist().inv_cdf((1.0 + quantile) / 2.0) ** 2
 
 
@@ -334,6 +336,7 @@ class Scaler:
             clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
             if clears_atom or config.intercept is None:
                 s = private_grid_quantile(dev, grid, target)  # runs without an intercept: the budget is fixed
+                aimed[key] = (target - n_zero) / (n_total - n_zero)  # among the non-zero deviations
                 return centre, (s if clears_atom and s > lo else 1.0)
             # nearly every deviation lies within one step of the centre (a spread below the centre's resolution: years
             # near 2000, 53-year steps): the scale search's log2(n_grid) queries, whose result would be discarded,
@@ -349,16 +352,18 @@ class Scaler:
             dev = count(key, centre)
             target = min(config.quantile * n_total + lean, top)
             if min(max(dev(radius), 0.0), n_total) + 2 * lean <= target:
+                aimed[key] = target / n_total
                 within = np.geomspace(radius, 2.0 * atom, 2**rest)
                 return (0.0 if abs(centre) <= ZERO_CENTRE else centre), private_grid_quantile(dev, within, target)
             centre, _ = _bisected(count(key, None), centre - radius, centre + radius, rest, median_target)
             return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
 
+        aimed: dict[int | str, float] = {}  # the quantile of |x - centre| each scale search aimed at (public)
         for j in cols:
             center[j], scale[j] = locate(j)
         response = locate(RESPONSE) if RESPONSE in keys else (0.0, 1.0)
-        mean_square = np.ones(d)
-        mean_square[[j for j in cols if scale[j] != 1.0]] = reference_mean_square(config.quantile)  # scale 1: as given
+        mean_square = np.array([reference_mean_square(aimed[j]) if j in aimed and scale[j] != 1.0 else 1.0
+                                for j in range(d)])  # a scale of 1: the column as given
         return cls(center, scale, config.intercept, *response, mean_square=mean_square)
 
     def fitting_family(self, family: Family) -> Family:

@@ -63,6 +63,28 @@ def test_the_private_scaler_bounds_the_mean_square_it_leaves():
     assert sc.square_norm() == pytest.approx(1 + 4 * reference_mean_square(0.9))
 
 
+def test_small_sites_at_small_mu_aim_lower_and_get_a_smaller_step():
+    """20 sites of 200 rows, 11 scaled columns, mu = 1: a count's noise sd is sqrt(20) / mu_q (272 rows), the scale
+    search cannot aim above N - TOP_LEAN leans (the 59% quantile of |x|, 0.83 for a normal column), so the columns come
+    out larger than 1 and the step is below 1 / (kappa d). Before, the step assumed 0.9's 0.37 (or 1: L = kappa d),
+    and glm's FedAvg on this design returned a 'converged' fit 11 SE from statsmodels."""
+    from privfedstat.fitting.scaling import TOP_LEAN
+
+    df, X = _design(12, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = glm("y ~ " + " + ".join(df.columns[:11]), df, client="site", family="logistic", method="FedAvg", mu=1.0,
+                  random_state=0)
+    config = PrivateStandardize(intercept=0)
+    N, mu_scaling = len(df), config.budget * 1.0
+    lean = config.margin * config.count_noise_sd(20, 12, mu_scaling)
+    top = (N - TOP_LEAN * lean) / N  # the highest quantile the search may aim at (n_0 = 0; an atom lowers it)
+    assert top < 0.6
+    sc = est.scaler_
+    assert np.all(sc.mean_square[1:] >= reference_mean_square(top)) and reference_mean_square(top) > 1.4
+    assert sc.square_norm() > 12
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_step_on_privately_scaled_columns_stays_stable_on_collinear_and_binary_columns(seed):
     """eta lambda_max(H) <= 1 (descent lemma) on nearly collinear normal columns, the trace bound's tight case; on
