@@ -336,7 +336,8 @@ class Scaler:
             clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
             if clears_atom or config.intercept is None:
                 s = private_grid_quantile(dev, grid, target)  # runs without an intercept: the budget is fixed
-                aimed[key] = (target - n_zero) / (n_total - n_zero)  # among the non-zero deviations
+                if clears_atom and n_zero < n_total:  # the quantile aimed at among the non-zero deviations
+                    aimed[key] = (target - n_zero) / (n_total - n_zero)
                 return centre, (s if clears_atom and s > lo else 1.0)
             # nearly every deviation lies within one step of the centre (a spread below the centre's resolution: years
             # near 2000, 53-year steps): the scale search's log2(n_grid) queries, whose result would be discarded,
