@@ -144,7 +144,8 @@ class FedAvg(FederatedEstimator):
 
     def _run(self, session: Session, setup: Setup) -> Run:
         R, stop_early = resolve_count(self.n_rounds, setup.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)
-        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features,
+                                setup.square_norm)
         return run_fedavg(session, session.clients, clip=setup.clip, n_rounds=R, n_local_steps=self.n_local_steps,
                           step_size=eta, mu=setup.mu, weights=resolve_weights(self, session, setup.clip),
                           stop_early=stop_early, server_step_size=getattr(self, "server_step_size", 1.0))

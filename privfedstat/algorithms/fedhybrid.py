@@ -107,7 +107,8 @@ class FedHybrid(FederatedEstimator):
     def _run(self, session: Session, setup: Setup) -> Run:
         K1 = self.n_local_steps
         K2, stop_early = resolve_count(self.n_server_iter, setup.mu, PAPER_N_SERVER_ITER)
-        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features,
+                                setup.square_norm)
         mu_stage = stage_budget(setup.mu, 2)
         theta0 = session.clients.initial_parameters()
         theta_bar = local_gradient_descent(session, session.clients, theta0, clip=setup.clip, n_steps=K1, step_size=eta,

@@ -223,7 +223,7 @@ class FedNewton(FederatedEstimator):
         mu_search, mu_hessian, mu_stage = policy.budgets  # fixed before any release
         weights = resolve_weights(self, session, B)
 
-        step = policy.stage_step(resolve_step_size(self.step_size, family, d), C_H)
+        step = policy.stage_step(resolve_step_size(self.step_size, family, d, setup.square_norm), C_H)
         first = run_fedavg(session, half1, clip=B, n_rounds=self.n_rounds, n_local_steps=self.n_local_steps,
                            step_size=step, mu=mu_stage, weights=weights)
         theta1 = first.theta

@@ -306,7 +306,7 @@ class FedNMap(_Penalized, FederatedEstimator):
         R, stop_early = resolve_count(self.n_rounds, setup.mu, DEFAULT_ROUNDS, MAX_ROUNDS)
         Q = int(self.n_local_steps)
         clients = session.clients
-        eta_a = resolve_step_size(self.step_size, clients.family, clients.n_features)
+        eta_a = resolve_step_size(self.step_size, clients.family, clients.n_features, setup.square_norm)
         eta_hat = float(self.server_step_size) * eta_a * Q
         local_steps, server_step, normal_map = self._schedule(eta_a, eta_hat, Q)
         phi = self._penalty(clients)

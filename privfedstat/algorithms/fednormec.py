@@ -168,8 +168,8 @@ class _UnitMessageRounds(FederatedEstimator):
         R, T = int(self.n_rounds), int(self.n_local_steps)
         clients = session.clients
         m = clients.n_clients
-        gamma = resolve_step_size(self.step_size, clients.family, clients.n_features)
-        eta = resolve_step_size(self.server_step_size, clients.family, clients.n_features)
+        gamma = resolve_step_size(self.step_size, clients.family, clients.n_features, setup.square_norm)
+        eta = resolve_step_size(self.server_step_size, clients.family, clients.n_features, setup.square_norm)
         beta = float(self.beta)
         w = resolve_weights(self, session, setup.clip)
         p = 1.0 if session.participation is None else session.participation.expected_rate(m)

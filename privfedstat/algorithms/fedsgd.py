@@ -44,8 +44,9 @@ class FedSGD(FederatedEstimator):
         :data:`~privfedstat.fitting.steps.MAX_ITER_NONPRIVATE`.
     step_size : float or "auto", default "auto"
         Server learning rate (eta). "auto": ``1 / L`` from a public bound L on the Hessian's
-        largest eigenvalue (the family's maximum curvature times the number of columns, for
-        columns on the unit scale; :func:`~privfedstat.families.curvature.auto_step_size`).
+        largest eigenvalue: the family's maximum curvature times ``mean ||x||^2``, the number of
+        columns for columns on the unit scale, or the private scaling's reference mean squares on
+        privately scaled columns (:func:`~privfedstat.families.curvature.auto_step_size`).
         The paper's simulations use 0.5.
     clip : float, "auto", "paper" or AutoClip, default "auto"
         Per-sample gradient clipping bound (B). ``"auto"`` chooses it privately with 10% of mu
@@ -158,7 +159,8 @@ class FedSGD(FederatedEstimator):
 
     def _run(self, session: Session, setup: Setup) -> Run:
         K, stop_early = resolve_count(self.n_iter, setup.mu, PAPER_N_ITER)
-        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features,
+                                setup.square_norm)
         sd = gradient_noise_sd(setup.clip, session.sizes, K, setup.mu)
         weights = resolve_weights(self, session, setup.clip, noise_var=sd**2)
         theta0 = _initial(self.init, session.clients)

@@ -183,7 +183,8 @@ class Scaffold(FederatedEstimator):
     def _run(self, session: Session, setup: Setup) -> Run:
         R, stop_early = resolve_count(self.n_rounds, setup.mu, DEFAULT_ROUNDS, MAX_ROUNDS_NONPRIVATE)
         K = self.n_local_steps
-        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features)
+        eta = resolve_step_size(self.step_size, session.clients.family, session.clients.n_features,
+                                setup.square_norm)
         eta_g = float(self.server_step_size)
         w = resolve_weights(self, session, setup.clip)
         p = session.clients.n_params

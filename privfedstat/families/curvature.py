@@ -22,7 +22,7 @@ __all__ = ["auto_step_size", "resolve_hessian_floor", "resolve_tau1", "UNBOUNDED
 UNBOUNDED_CURVATURE_AT = 1.0
 
 
-def auto_step_size(family: Family, n_features: int) -> float:
+def auto_step_size(family: Family, n_features: int, square_norm: float | None = None) -> float:
     """The public step size ``eta = 1 / L`` of ``step_size="auto"``.
 
     The Hessian of the (size-weighted, clipped or not) empirical loss is
@@ -30,10 +30,12 @@ def auto_step_size(family: Family, n_features: int) -> float:
     ``ell''`` is the matrix ``diag(p) - p p^T``), so its largest eigenvalue is at most
     ``L = kappa * mean_j ||x_j||^2`` with ``kappa = sup ell''`` (:attr:`Family.max_curvature`:
     logistic 1/4, Gaussian and Huber 1, multinomial 1/2; clipping a per-sample gradient is a
-    projection and does not increase it). For columns on the unit scale (standardised, as
-    ``scaling="private"`` and ``glm()`` make them, each column's mean square is about 1)
-    ``mean ||x||^2 <= d``, the number of columns, so ``L = kappa d`` uses only public quantities
-    and gradient descent with ``eta = 1 / L`` decreases the loss at every step (descent lemma).
+    projection and does not increase it). ``mean ||x||^2`` is ``square_norm`` where the fit's
+    rescaling gives one (:meth:`~privfedstat.fitting.scaling.Scaler.square_norm`: a private scale, the 90%
+    quantile of ``|x_j - c_j|``, leaves a column a mean square of about ``1 / z_0.95^2 = 0.37``, not 1),
+    and otherwise ``d``, the number of columns, for columns on the unit scale (each column's mean square at
+    most 1), so ``L`` uses only public quantities and gradient descent with ``eta = 1 / L`` decreases the
+    loss at every step (descent lemma; see docs/algorithms/fedsgd.md, "The step on privately scaled columns").
     Families with unbounded curvature (Poisson) use ``ell''`` at linear predictor
     :data:`UNBOUNDED_CURVATURE_AT` instead (fitted means up to e on average); if that is too
     optimistic the iterates blow up and :class:`~privfedstat.DivergenceError` says so.
@@ -45,6 +47,8 @@ def auto_step_size(family: Family, n_features: int) -> float:
     family : Family
     n_features : int
         d, the number of columns of the (scaled) design, intercept included.
+    square_norm : float or None, default None
+        A public bound on ``mean_j ||x_j||^2`` on the fitting scale; None: ``d``.
 
     Returns
     -------
@@ -54,7 +58,7 @@ def auto_step_size(family: Family, n_features: int) -> float:
     if not math.isfinite(kappa):
         z = np.full(1, UNBOUNDED_CURVATURE_AT)
         kappa = float(family.deriv2(np.zeros(1), z)[0])
-    return 1.0 / (kappa * n_features)
+    return 1.0 / (kappa * (n_features if square_norm is None else square_norm))
 
 
 #: ``hessian_floor="auto"`` where no sensitivity needs bounding (mu = inf) and in Algorithm 4 as printed

@@ -31,11 +31,16 @@ class Setup:
     mu : float
         Per-client GDP budget of the protocol's releases (the estimation share of the
         :class:`~privfedstat.privacy.plan.BudgetPlan`).
+    square_norm : float or None
+        A public bound on the mean squared row norm ``mean_j ||x_j||^2`` of the design on the fitting scale, which
+        sets ``step_size="auto"`` (:func:`~privfedstat.families.curvature.auto_step_size`): the rescaling's
+        (:meth:`~privfedstat.fitting.scaling.Scaler.square_norm`), or None (the number of columns: unit scale).
     """
 
     clip: float = math.inf
     hessian_clip: float = math.nan
     mu: float = math.inf
+    square_norm: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

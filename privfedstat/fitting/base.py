@@ -258,7 +258,7 @@ class FederatedEstimator(FittedResults):
         n_features, n_samples = data.n_features, data.n_samples
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
-        setup = choose_bounds(self, session, plan)
+        setup = choose_bounds(self, session, plan, scaler)
         with self._progress(session):
             run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ..families import Family
 from ..federation.clients import RESPONSE
 from ..privacy.clipping import private_grid_quantile
 
-__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED"]
+__all__ = ["FeatureBounds", "PrivateStandardize", "Scaler", "MAX_SCALED", "reference_mean_square"]
 
 #: the scale search's target stays this many leans (``margin`` sds each) below N: above the data's top every
 #: count is N, so a noisy count falling under the target there sends the bisection orders of magnitude up (a
@@ -55,6 +56,17 @@ CENTRE_REFINE = 16
 ZERO_CENTRE = 1e-6
 #: rescaled values are clamped to [-MAX_SCALED, MAX_SCALED]: (x - c) / s overflows for huge finite x
 MAX_SCALED = 1e300
+
+
+def reference_mean_square(quantile: float) -> float:
+    """Mean square of a normal column divided by the ``quantile`` of its absolute deviations from its median,
+    ``1 / z_((1 + quantile) / 2)^2`` (0.370 at 0.9): what :class:`PrivateStandardize` leaves a column whose scale
+    search aimed at that quantile (the step's public ``mean ||x||^2``, :meth:`Scaler.square_norm`). The search aims
+    at ``quantile`` plus its lean, at most :data:`TOP_LEAN` leans below N (so at most 0.925; small sites at small mu
+    aim lower, and their columns come out larger than 1), and rounds up to its grid, which only lowers
+    the mean square; other shapes at 0.9: uniform 0.41, Laplace 0.38, t_3 0.54, a binary column (scale 1, its atom
+    at the centre) at most 0.5 (docs/algorithms/fedsgd.md, "The step on privately scaled columns")."""
+    return 1.0 / NormalDist().inv_cdf((1.0 + quantile) / 2.0) ** 2
 
 
 @dataclass(frozen=True)
@@ -234,12 +246,20 @@ class Scaler:
     or privately."""
 
     def __init__(self, center: np.ndarray, scale: np.ndarray, intercept: int | None, response_center: float = 0.0,
-                 response_scale: float = 1.0) -> None:
+                 response_scale: float = 1.0, mean_square: np.ndarray | None = None) -> None:
         self.center = center
         self.scale = scale
         self.intercept = intercept
         self.response_center = float(response_center)
         self.response_scale = float(response_scale)
+        #: public bound on each column's mean square on the fitting scale (1: public bounds, the intercept, a column
+        #: left as it is; :func:`reference_mean_square` for a column divided by a private scale)
+        self.mean_square = np.ones(len(scale)) if mean_square is None else np.asarray(mean_square, dtype=np.float64)
+
+    def square_norm(self) -> float:
+        """``sum_j mean_square_j``: the public ``mean ||x||^2`` of the rescaled design that sets ``step_size="auto"``
+        (:func:`~privfedstat.families.curvature.auto_step_size`)."""
+        return float(np.sum(self.mean_square))
 
     @classmethod
     def from_bounds(cls, bounds: FeatureBounds, n_features: int, family: Family | None = None) -> Scaler:
@@ -318,6 +338,8 @@ class Scaler:
             clears_atom = n_zero + 2 * lean <= target  # (post-processing of released counts)
             if clears_atom or config.intercept is None:
                 s = private_grid_quantile(dev, grid, target)  # runs without an intercept: the budget is fixed
+                if clears_atom and n_zero < n_total:  # the quantile aimed at among the non-zero deviations
+                    aimed[key] = (target - n_zero) / (n_total - n_zero)
                 return centre, (s if clears_atom and s > lo else 1.0)
             # nearly every deviation lies within one step of the centre (a spread below the centre's resolution: years
             # near 2000, 53-year steps): the scale search's log2(n_grid) queries, whose result would be discarded,
@@ -333,15 +355,19 @@ class Scaler:
             dev = count(key, centre)
             target = min(config.quantile * n_total + lean, top)
             if min(max(dev(radius), 0.0), n_total) + 2 * lean <= target:
+                aimed[key] = target / n_total
                 within = np.geomspace(radius, 2.0 * atom, 2**rest)
                 return (0.0 if abs(centre) <= ZERO_CENTRE else centre), private_grid_quantile(dev, within, target)
             centre, _ = _bisected(count(key, None), centre - radius, centre + radius, rest, median_target)
             return (0.0 if abs(centre) <= ZERO_CENTRE else centre), 1.0
 
+        aimed: dict[int | str, float] = {}  # the quantile of |x - centre| each scale search aimed at (public)
         for j in cols:
             center[j], scale[j] = locate(j)
         response = locate(RESPONSE) if RESPONSE in keys else (0.0, 1.0)
-        return cls(center, scale, config.intercept, *response)
+        mean_square = np.array([reference_mean_square(aimed[j]) if j in aimed and scale[j] != 1.0 else 1.0
+                                for j in range(d)])  # a scale of 1: the column as given
+        return cls(center, scale, config.intercept, *response, mean_square=mean_square)
 
     def fitting_family(self, family: Family) -> Family:
         """The family on the fitting scale: ``family`` with its response rescaled (a location family), else itself."""

@@ -171,8 +171,9 @@ def make_scaler(estimator, count, n_samples: int, n_clients: int, n_features: in
     return Scaler.private(scaling, count, n_samples, noises, d, plan.scaling, family)
 
 
-def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
-    """Resolve the clipping bound(s) and return the protocol's :class:`Setup` (with ``plan.estimation``).
+def choose_bounds(estimator, session: Session, plan: BudgetPlan, scaler: Scaler | None = None) -> Setup:
+    """Resolve the clipping bound(s) and return the protocol's :class:`Setup` (with ``plan.estimation``, and the
+    ``scaler``'s public :meth:`~privfedstat.fitting.scaling.Scaler.square_norm` for ``step_size="auto"``).
 
     Fixed bounds are used as given; with mu = inf a bound left to choose is infinite unless an
     :class:`AutoClip` or ``"paper"`` asks for a choice (no privacy: no clipping, no bias); ``"paper"``
@@ -198,7 +199,8 @@ def choose_bounds(estimator, session: Session, plan: BudgetPlan) -> Setup:
             bounds[which] = float(np.max(quantiles[answered]))
     elif how == "search":
         _search(session, bounds, todo, bound_search(estimator), plan.clip)
-    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation)
+    return Setup(bounds.get("gradient", math.inf), bounds.get("hessian", math.nan), plan.estimation,
+                 None if scaler is None else scaler.square_norm())
 
 
 def _search(session: Session, bounds: dict[str, float], todo: list[str], config: AutoClip, mu_clip: float) -> None:

@@ -34,10 +34,11 @@ MAX_ITER_NONPRIVATE = 5000
 MAX_ROUNDS_NONPRIVATE = 200
 
 
-def resolve_step_size(step_size, family, n_features: int) -> float:
-    """``step_size`` as a number: :func:`~privfedstat.families.curvature.auto_step_size` for ``"auto"``,
-    else the given value."""
-    return auto_step_size(family, n_features) if step_size == "auto" else float(step_size)
+def resolve_step_size(step_size, family, n_features: int, square_norm: float | None = None) -> float:
+    """``step_size`` as a number: :func:`~privfedstat.families.curvature.auto_step_size` for ``"auto"`` (with the
+    fitting scale's ``square_norm``, :attr:`~privfedstat.federation.protocol.Setup.square_norm`), else the given
+    value."""
+    return auto_step_size(family, n_features, square_norm) if step_size == "auto" else float(step_size)
 
 
 def resolve_count(value, mu: float, private_default: int, cap: int = MAX_ITER_NONPRIVATE) -> tuple[int, bool]:
