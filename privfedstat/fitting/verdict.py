@@ -232,6 +232,8 @@ def remedy(est, cause: str) -> str:
                 "(a coefficient grows without bound): drop or merge the separating column(s) or categories, or fit a "
                 "penalised model (glm(..., penalty='elasticnet', alpha=..., l1_ratio=0), a ridge penalty).")
     if cause == "oscillating":
+        if step == "auto" and params.get("scaling") is not None:  # the step already reads the scaled columns
+            return "Give a smaller numeric step_size than the automatic one (it is set from the scaled columns)."
         if step == "auto":  # eta = 1 / (kappa d) assumes columns of mean square about 1
             scale = " (scaling='private')" if "scaling" in params else ""
             return ("step_size='auto' assumes columns on the unit scale (mean square about 1): standardise them"

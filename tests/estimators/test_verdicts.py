@@ -12,7 +12,7 @@ import statsmodels.api as sm
 from conftest import simulate
 
 from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedSGD, glm
-from privfedstat.fitting.verdict import TOL_SE, Score, judge
+from privfedstat.fitting.verdict import TOL_SE, Score, judge, remedy
 
 INF = math.inf
 
@@ -229,3 +229,9 @@ def test_the_start_curvature_is_public_only_with_an_intercept_and_no_offset():
                    {"feature_names_in_": None}, {"family_": get_family("huber")},
                    {"family_": get_family("multinomial", n_classes=3)}):
         assert start_curvature(SimpleNamespace(**{**fit, **change})) == 0.0
+
+
+def test_the_oscillation_remedy_does_not_ask_to_standardise_columns_already_scaled():
+    assert "standardise them" in remedy(FedSGD(step_size="auto"), "oscillating")
+    scaled = remedy(FedSGD(step_size="auto", scaling="private"), "oscillating")
+    assert "standardise" not in scaled and "smaller numeric step_size" in scaled
