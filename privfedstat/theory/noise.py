@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
-from .noise_maps import floored, newton_map, step_map, symmetric_noise_sandwich
+from .noise_maps import floored, newton_map, psd, step_map, symmetric_noise_sandwich
 
 __all__ = [
     "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
@@ -400,8 +400,12 @@ class IRLSNoise:
     def is_zero(self) -> bool:
         return not np.any(self.gradient_var) and not np.any(self.hessian_var)
 
-    def covariance(self, H: np.ndarray) -> np.ndarray:
-        """The recursion of the class docstring at H (a stack of ``last_hessian`` gives a stack of covariances)."""
+    def covariance(self, H: np.ndarray, hessian_sd: float | None = None) -> np.ndarray:
+        """The recursion of the class docstring at H (a stack of ``last_hessian`` gives a stack of covariances).
+
+        ``hessian_sd``: the diagonal noise sd of H in theta when H is a release (None: unknown); with it the last
+        round's map keeps the overshoot beyond that noise (:func:`~privfedstat.theory.noise_maps.newton_map`).
+        """
         p = H.shape[0]
         if self.last_hessian.shape[-2:] != (p, p):
             raise ValueError(f"H has shape {H.shape} but this FedIRLS fit has {self.last_hessian.shape[-1]} parameters.")
@@ -422,14 +426,19 @@ class IRLSNoise:
             else:  # floored in theta
                 N_r = P.T @ floored(P_inv.T @ self.last_hessian @ P_inv, float(self.floors[r])) @ P
             N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
-            D = newton_map(N_r, H, eta)
+            last = r == R - 1 and hessian_sd is not None
+            D = newton_map(N_r, H, eta, 2.0 if last else 1.0)
             G = N_inv @ H @ C @ H @ N_inv
+            transport = D @ C @ D.mT
+            if last:  # H = J + E: E[D C D^T] exceeds the map of J by eta^2 Hf^-1 E[E C E] Hf^-1
+                spurious = P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P
+                transport = transport - eta**2 * N_inv @ spurious @ N_inv
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
                       else P.T @ symmetric_noise_sandwich(P @ ((G + G.mT) / 2) @ P.T, excess) @ P)
             gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
-            C = (D @ C @ D.mT + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
-            C = (C + C.mT) / 2
+            C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
+            C = psd(C) if last else (C + C.mT) / 2
         if self.last_step is not None:
             C = C + self.last_step
         return C if self.basis is None or self.in_phi else P @ C @ P.T
