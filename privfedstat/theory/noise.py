@@ -366,6 +366,10 @@ class IRLSNoise:
     is added only with the *excess* variance ``max(s_r^2 - s_R^2, 0)`` of earlier, noisier
     rounds, whose maps D_r are built from Hf_R too (floored at lambda_r).
 
+    **The last map's overshoot.** The earlier rounds' maps are clamped to a spectrum of ``eta Hf^-1/2 H Hf^-1/2``
+    in [0, 1]; the last round's, given ``hessian_sd`` (H = J + E, a release of J), to [0, 2], keeping the overshoot
+    where Hf is flatter than J, and ``D C D^T`` less the part E makes, ``eta^2 Hf^-1 E[E C E] Hf^-1``.
+
     Inferred approximations: every round uses the Newton matrix and H at the estimate (early
     rounds from theta = 0 are not near it, but their noise is damped by the later maps); the
     floor's own response to Xi and terms of second order in Xi (beyond those the realised Hf_R
@@ -430,8 +434,9 @@ class IRLSNoise:
             D = newton_map(N_r, H, eta, 2.0 if last else 1.0)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
-            if last:  # H = J + E: E[D C D^T] exceeds the map of J by eta^2 Hf^-1 E[E C E] Hf^-1
-                spurious = P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P
+            if last:  # H = J + E: E[D C D^T] exceeds the map of J by eta^2 Hf^-1 E[E C E] Hf^-1 (E released with H)
+                spurious = (symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
+                            else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
                 transport = transport - eta**2 * N_inv @ spurious @ N_inv
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native

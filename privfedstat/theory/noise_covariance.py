@@ -95,10 +95,10 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None, hessian_sd:
         FedIRLS's model uses its own released Hessian; the other protocols have no Newton step.
     hessian_sd : float, optional
         FedIRLS only: H is a private release of the clipped score's Jacobian J, ``J + E`` with symmetric noise E
-        of diagonal sd ``hessian_sd`` (off-diagonal ``hessian_sd / sqrt(2)``). The last round's Newton map then keeps
-        the overshoot of ``eta Hf^-1 H`` beyond that noise (:func:`~privfedstat.theory.noise_maps.newton_map`).
-        None (default): H's noise is unknown and the map's spectrum is clamped to [0, 1] (the overshoot is not
-        kept); 0: H is exact.
+        of diagonal sd ``hessian_sd`` (off-diagonal ``hessian_sd / sqrt(2)``) in the coordinates H is given in.
+        The last round's Newton map then keeps its overshoot (spectrum clamped to [0, 2]) and the part of its
+        transport that E makes is subtracted (:class:`~privfedstat.theory.noise.IRLSNoise`). None (default): H's
+        noise is unknown and the map's spectrum is clamped to [0, 1] (the overshoot is not kept); 0: H is exact.
 
     Returns
     -------
