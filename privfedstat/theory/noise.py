@@ -430,20 +430,20 @@ class IRLSNoise:
             else:  # floored in theta
                 N_r = P.T @ floored(P_inv.T @ self.last_hessian @ P_inv, float(self.floors[r])) @ P
             N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
-            last = r == R - 1 and hessian_sd is not None
-            D = newton_map(N_r, H, eta, 2.0 if last else 1.0)
+            D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
-            if last:  # H = J + E: E[D C D^T] exceeds the map of J by eta^2 Hf^-1 E[E C E] Hf^-1 (E released with H)
+            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond the noise E of H = J + E
                 spurious = (symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
                             else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
-                transport = transport - eta**2 * N_inv @ spurious @ N_inv
+                over = newton_map(N_r, H, eta, 2.0)
+                transport = transport + psd(over @ C @ over.mT - transport - eta**2 * N_inv @ spurious @ N_inv)
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
                       else P.T @ symmetric_noise_sandwich(P @ ((G + G.mT) / 2) @ P.T, excess) @ P)
             gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
             C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
-            C = psd(C) if last else (C + C.mT) / 2
+            C = (C + C.mT) / 2
         if self.last_step is not None:
             C = C + self.last_step
         return C if self.basis is None or self.in_phi else P @ C @ P.T

@@ -52,7 +52,11 @@ def test_irls_last_map_keeps_the_overshoot_beyond_the_jacobians_noise():
     # an exact J: the overshoot kept (MC sd of the ratios ~1%); clamped to [0, 1] it was 4.3x low on the third axis
     np.testing.assert_allclose(np.diag(emp) / np.diag(_predicted(released, exact, 0.0)), 1.0, atol=0.04)
     assert emp[2, 2] > 3.0 * _predicted(released, exact, None)[2, 2]
-    # J released with noise of sd 0.1: its noise taken out; taken as exact, the model is 10-30% high
+    # J released with noise of sd 0.1: the overshoot beyond that noise is kept, right on the third axis; taken as
+    # exact, the noise makes overshoot of its own (10% high there). The other axes keep the [0, 1] map's share of
+    # the noise: high (22%), never low
     noisy = exact + _symmetric_noise(rng, 1000, 0.1)
-    np.testing.assert_allclose(np.diag(emp) / np.diag(_predicted(released, noisy, 0.1)), 1.0, atol=0.05)
-    assert np.all(np.diag(emp) / np.diag(_predicted(released, noisy, 0.0)) < 0.93)
+    taken_out = np.diag(emp) / np.diag(_predicted(released, noisy, 0.1))
+    ignored = np.diag(emp) / np.diag(_predicted(released, noisy, 0.0))
+    assert abs(taken_out[2] - 1.0) < 0.05 and ignored[2] < 0.93
+    assert np.all(taken_out < 1.04) and np.all(taken_out > ignored)
