@@ -366,9 +366,10 @@ class IRLSNoise:
     is added only with the *excess* variance ``max(s_r^2 - s_R^2, 0)`` of earlier, noisier
     rounds, whose maps D_r are built from Hf_R too (floored at lambda_r).
 
-    **The last map's overshoot.** The earlier rounds' maps are clamped to a spectrum of ``eta Hf^-1/2 H Hf^-1/2``
-    in [0, 1]; the last round's, given ``hessian_sd`` (H = J + E, a release of J), to [0, 2], keeping the overshoot
-    where Hf is flatter than J, and ``D C D^T`` less the part E makes, ``eta^2 Hf^-1 E[E C E] Hf^-1``.
+    **The last map's overshoot.** Every map clamps the spectrum of ``eta Hf^-1/2 H Hf^-1/2`` to [0, 1]. Given
+    ``hessian_sd`` (H = J + E, a release of J), the last round adds what the map clamped to [0, 2] carries beyond
+    that, where Hf is flatter than J, less the part E makes: ``psd(D_2 C D_2^T - D_1 C D_1^T - eta^2 Hf^-1 E[E C E]
+    Hf^-1)`` (docs/guide/inference.md, "What the privacy covariance covers").
 
     Inferred approximations: every round uses the Newton matrix and H at the estimate (early
     rounds from theta = 0 are not near it, but their noise is damped by the later maps); the
@@ -407,8 +408,8 @@ class IRLSNoise:
     def covariance(self, H: np.ndarray, hessian_sd: float | None = None) -> np.ndarray:
         """The recursion of the class docstring at H (a stack of ``last_hessian`` gives a stack of covariances).
 
-        ``hessian_sd``: the diagonal noise sd of H in theta when H is a release (None: unknown); with it the last
-        round's map keeps the overshoot beyond that noise (:func:`~privfedstat.theory.noise_maps.newton_map`).
+        ``hessian_sd``: the diagonal noise sd of H, in the coordinates H is given in, when H is a release (None:
+        unknown); with it the last round keeps the overshoot beyond that noise (class docstring).
         """
         p = H.shape[0]
         if self.last_hessian.shape[-2:] != (p, p):

@@ -96,9 +96,9 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None, hessian_sd:
     hessian_sd : float, optional
         FedIRLS only: H is a private release of the clipped score's Jacobian J, ``J + E`` with symmetric noise E
         of diagonal sd ``hessian_sd`` (off-diagonal ``hessian_sd / sqrt(2)``) in the coordinates H is given in.
-        The last round's Newton map then keeps its overshoot (spectrum clamped to [0, 2]) and the part of its
-        transport that E makes is subtracted (:class:`~privfedstat.theory.noise.IRLSNoise`). None (default): H's
-        noise is unknown and the map's spectrum is clamped to [0, 1] (the overshoot is not kept); 0: H is exact.
+        The last round's Newton map then keeps the overshoot of its spectrum above 1 (up to 2) beyond the part E
+        makes (:class:`~privfedstat.theory.noise.IRLSNoise`). None (default): H's noise is unknown and the map's
+        spectrum is clamped to [0, 1] (the overshoot is not kept); 0: H is exact.
 
     Returns
     -------
