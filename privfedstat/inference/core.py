@@ -289,7 +289,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         M = M * max(dispersion[0], 0.0)
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
-    V_p = _privacy_part(run, setup.mu, H, notes)
+    V_p = _privacy_part(run, setup.mu, H, s_H, notes)
     signs = None
     if mu_signs:  # the residuals' symmetry, at the fit's own covariance (fitting scale)
         signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p, dispersion, G,
@@ -377,8 +377,11 @@ def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: 
     return np.flatnonzero(share > UNIDENTIFIED_SHARE)
 
 
-def _privacy_part(run: Run, mu: float, H: np.ndarray, notes: list[str]) -> np.ndarray:
+def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[str]) -> np.ndarray:
     """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros).
+
+    H is the inference's release of the clipped score's Jacobian, diagonal noise sd ``s_H``: FedIRLS's last Newton
+    map keeps only the overshoot beyond that noise (``hessian_sd`` of ``protocol_noise_covariance``).
 
     From the protocol's noise model (:func:`privfedstat.theory.protocol_noise_covariance`); a protocol
     that reports none (a user's subclass of the base estimator; every registered estimator reports
@@ -391,7 +394,7 @@ def _privacy_part(run: Run, mu: float, H: np.ndarray, notes: list[str]) -> np.nd
                      "noise_sd^2 of its last release (intervals may be too narrow)")
         sd = np.broadcast_to(np.asarray(run.noise_sd, dtype=np.float64), (H.shape[0],))
         return np.diag(sd * sd)
-    return protocol_noise_covariance(run.noise_model, H)
+    return protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

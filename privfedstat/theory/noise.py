@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
-from .noise_maps import floored, newton_map, step_map, symmetric_noise_sandwich
+from .noise_maps import floored, newton_map, psd, step_map, symmetric_noise_sandwich
 
 __all__ = [
     "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
@@ -366,6 +366,11 @@ class IRLSNoise:
     is added only with the *excess* variance ``max(s_r^2 - s_R^2, 0)`` of earlier, noisier
     rounds, whose maps D_r are built from Hf_R too (floored at lambda_r).
 
+    **The last map's overshoot.** Every map clamps the spectrum of ``eta Hf^-1/2 H Hf^-1/2`` to [0, 1]. Given
+    ``hessian_sd`` (H = J + E, a release of J), the last round adds what the map clamped to [0, 2] carries beyond
+    that, where Hf is flatter than J, less the part E makes: ``psd(D_2 C D_2^T - D_1 C D_1^T - eta^2 Hf^-1 E[E C E]
+    Hf^-1)`` (docs/guide/inference.md, "What the privacy covariance covers").
+
     Inferred approximations: every round uses the Newton matrix and H at the estimate (early
     rounds from theta = 0 are not near it, but their noise is damped by the later maps); the
     floor's own response to Xi and terms of second order in Xi (beyond those the realised Hf_R
@@ -400,8 +405,12 @@ class IRLSNoise:
     def is_zero(self) -> bool:
         return not np.any(self.gradient_var) and not np.any(self.hessian_var)
 
-    def covariance(self, H: np.ndarray) -> np.ndarray:
-        """The recursion of the class docstring at H (a stack of ``last_hessian`` gives a stack of covariances)."""
+    def covariance(self, H: np.ndarray, hessian_sd: float | None = None) -> np.ndarray:
+        """The recursion of the class docstring at H (a stack of ``last_hessian`` gives a stack of covariances).
+
+        ``hessian_sd``: the diagonal noise sd of H, in the coordinates H is given in, when H is a release (None:
+        unknown); with it the last round keeps the overshoot beyond that noise (class docstring).
+        """
         p = H.shape[0]
         if self.last_hessian.shape[-2:] != (p, p):
             raise ValueError(f"H has shape {H.shape} but this FedIRLS fit has {self.last_hessian.shape[-1]} parameters.")
@@ -424,11 +433,17 @@ class IRLSNoise:
             N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
             D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
+            transport = D @ C @ D.mT
+            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond the noise E of H = J + E
+                spurious = (symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
+                            else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
+                over = newton_map(N_r, H, eta, 2.0)
+                transport = transport + psd(over @ C @ over.mT - transport - eta**2 * N_inv @ spurious @ N_inv)
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
                       else P.T @ symmetric_noise_sandwich(P @ ((G + G.mT) / 2) @ P.T, excess) @ P)
             gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
-            C = (D @ C @ D.mT + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
+            C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
         if self.last_step is not None:
             C = C + self.last_step

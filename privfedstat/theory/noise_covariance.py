@@ -47,6 +47,8 @@ is over-predicted by about 20%. Measurements in ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .noise import GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise
@@ -71,7 +73,7 @@ def _spd(H, name: str) -> np.ndarray:
     return H
 
 
-def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarray:
+def protocol_noise_covariance(noise_model, H, *, newton_matrix=None, hessian_sd: float | None = None) -> np.ndarray:
     """Covariance of the privacy noise of a fit's estimate, linearised at the Hessian H.
 
     Parameters
@@ -91,6 +93,12 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarr
         is applied here). Default H. It differs from H where gradients or Hessians are clipped,
         and the Newton step then lets ``(I - floor(N)^-1 H)`` of the FedAvg stage's noise through.
         FedIRLS's model uses its own released Hessian; the other protocols have no Newton step.
+    hessian_sd : float, optional
+        FedIRLS only: H is a private release of the clipped score's Jacobian J, ``J + E`` with symmetric noise E
+        of diagonal sd ``hessian_sd`` (off-diagonal ``hessian_sd / sqrt(2)``) in the coordinates H is given in.
+        The last round's Newton map then keeps the overshoot of its spectrum above 1 (up to 2) beyond the part E
+        makes (:class:`~privfedstat.theory.noise.IRLSNoise`). None (default): H's noise is unknown and the map's
+        spectrum is clamped to [0, 1] (the overshoot is not kept); 0: H is exact.
 
     Returns
     -------
@@ -114,5 +122,10 @@ def protocol_noise_covariance(noise_model, H, *, newton_matrix=None) -> np.ndarr
         raise ValueError(f"newton_matrix has shape {N.shape}, H has {H.shape}; both are (p, p).")
     if noise_model.is_zero:
         return np.zeros((p, p))
-    C = noise_model.covariance(H, N) if isinstance(noise_model, NewtonNoise) else noise_model.covariance(H)
+    if hessian_sd is not None and not (math.isfinite(hessian_sd) and hessian_sd >= 0):
+        raise ValueError(f"hessian_sd must be a finite number >= 0 or None, got {hessian_sd!r}.")
+    if isinstance(noise_model, IRLSNoise):
+        C = noise_model.covariance(H, hessian_sd)
+    else:
+        C = noise_model.covariance(H, N) if isinstance(noise_model, NewtonNoise) else noise_model.covariance(H)
     return (C + C.T) / 2

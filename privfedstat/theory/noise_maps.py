@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["step_map", "newton_map", "floored", "symmetric_noise_sandwich"]
+__all__ = ["step_map", "newton_map", "psd", "floored", "symmetric_noise_sandwich"]
 
 
 def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
@@ -26,20 +26,27 @@ def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
     return (vecs * (1.0 - np.clip(step_size * vals, 0.0, 1.0))) @ vecs.T
 
 
-def newton_map(N: np.ndarray, H: np.ndarray, step_size: float) -> np.ndarray:
-    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, 1].
+def newton_map(N: np.ndarray, H: np.ndarray, step_size: float, upper: float = 1.0) -> np.ndarray:
+    """``D = I - eta N^-1 H`` for SPD N, with the spectrum of ``eta N^-1/2 H N^-1/2`` clamped to [0, upper].
 
     ``N^-1 H`` is similar to the symmetric ``S = N^-1/2 H N^-1/2``; a Newton iteration that settled
     (FedIRLS's rounds, FedNewton's step) contracts, but a noisy released N or H can put an
     eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
     amplify earlier noise without bound, while the real fit, shortened by its trust region, did
-    not. Clamped as :func:`step_map` (inferred). N may be a stack of shape (..., p, p).
+    not. ``upper`` 1 (as :func:`step_map`; inferred) forgets the overshoot where N is flatter than H; 2, the
+    bound at which the map stops amplifying, keeps it. N may be a stack of shape (..., p, p).
     """
     vals, vecs = np.linalg.eigh((N + N.mT) / 2)
     root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
     inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
     mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
-    return root @ (U * (1.0 - np.clip(step_size * mu, 0.0, 1.0))[..., None, :]) @ U.mT @ inv_root
+    return inv_root @ (U * (1.0 - np.clip(step_size * mu, 0.0, upper))[..., None, :]) @ U.mT @ root
+
+
+def psd(C: np.ndarray) -> np.ndarray:
+    """The symmetric ``C`` (or a stack) with its negative eigenvalues set to 0."""
+    vals, vecs = np.linalg.eigh((C + C.mT) / 2)
+    return (vecs * np.maximum(vals, 0.0)[..., None, :]) @ vecs.mT
 
 
 def floored(H: np.ndarray, floor: float) -> np.ndarray:
