@@ -4,9 +4,11 @@ The clip search before the protocol, the inference's Hessian-bound search and th
 row-norm search are one query (:func:`search_bounds`); the feature scaling's bisections ask the
 same kind of pooled count of a column (:func:`column_count`); the inference's Hessian and score
 releases and the bootstrap's moment releases are one PSD-mean release (:func:`release_psd_mean`);
-the inference's share of clipped gradients is a pooled count (:func:`clipped_fraction`). Each is a
-Gaussian mechanism run by the clients through the session's channel, so it is recorded in the
-ledger under the stage its caller names; none reads raw data on the server.
+the inference's share of clipped gradients is a pooled count (:func:`clipped_fraction`); the
+inference's weighted means (Hessian, score, clipped excess) are :func:`private_mean`. Each is a
+Gaussian mechanism run by the clients (in a secure fit a secure sum of their integer messages)
+through the session's channel, so it is recorded in the ledger under the stage its caller names;
+none reads raw data on the server.
 """
 
 from __future__ import annotations
