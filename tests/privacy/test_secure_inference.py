@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from test_secure_counts import M, _data, _fit
 
+from privfedstat import FederatedData
+from privfedstat.algorithms.fedirls import FedIRLS
 from privfedstat.families import get_family
 from privfedstat.federation import secure as secure_mod
 from privfedstat.federation.clients import InProcessClients
@@ -120,3 +122,16 @@ def test_a_secure_fit_s_inference_releases_are_secure_at_the_per_site_budget_and
                 for name, f in (("local", local), ("secure", secure))}
     assert matrices["secure"] == pytest.approx(matrices["local"], rel=1e-9)
 
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_secure_gaussian_fit_s_sign_score_and_scale_are_secure_too():
+    rng = np.random.default_rng(2)
+    X = np.column_stack([np.ones(M * 400), rng.normal(size=(M * 400, 2))])
+    y = X @ [1.0, 0.5, -0.3] + rng.normal(size=M * 400)
+    data = FederatedData.from_arrays([(X[i * 400:(i + 1) * 400], y[i * 400:(i + 1) * 400]) for i in range(M)])
+    fit = FedIRLS(family="gaussian", mu=2.0, aggregation="secure", random_state=1).fit(data)
+    stages = {r.stage: r for r in fit.privacy_.releases}
+    assert {"inference-signs", "inference-signs-scale", "inference-scale", "inference-hessian"} <= set(stages)
+    assert all(r.integer is not None for r in fit.privacy_.releases)
+    assert fit.privacy_.mu == pytest.approx(2.0, rel=1e-12) and np.all(np.isfinite(fit.bse_))
