@@ -181,8 +181,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['data']} ({r['sites']}) | {r['mu']:g} | {r['model']} | {r['priv_sd']:.3f} | {r['med_dist']:.2f} | "
-              f"{r['rms_z']:.2f} | {r['rms_t']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | {r['hold']:.3f} | "
-              f"{r['eps']:.3f} | {r['refused']} |")
+              f"{r['rms_z']:.2f} | {r['rms_t']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | "
+              f"{r['hold']:.3f} | {r['eps']:.3f} | {r['refused']} |")
     print()
     for (data, mu) in dict.fromkeys((r["data"], r["mu"]) for r in rows):
         sd = {r["model"]: r["priv_sd"] for r in rows if r["data"] == data and r["mu"] == mu}
