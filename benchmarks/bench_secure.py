@@ -13,7 +13,9 @@ default (FedIRLS, private scaling, ``clip="auto"``, ``inference="auto"``):
 Per (data set, mu, trust model), over seeds: ``priv SD`` the median over coefficients of the fit's own privacy sd
 (``sqrt(diag(cov_privacy))``) in MLE SEs (statsmodels' pooled fit on the same design matrix,
 ``bench_natural_sites.reference``); ``med dist`` the median over seeds of ``max_j |coef_j - MLE_j| / SE_j``; ``rms z``
-the root mean square over seeds and coefficients of ``(coef_j - MLE_j) / SE_j``; ``B`` the median refine gradient bound
+the root mean square over seeds and coefficients of ``(coef_j - MLE_j) / SE_j``; ``rms t`` that of
+``(coef_j - MLE_j) / bse_j``, in the fit's own standard errors (about 1 or less where they cover the distance to the
+MLE; withheld ones left out); ``B`` the median refine gradient bound
 (fitting scale; the first phase's where there is no refine search); ``raise`` the mean number of grid points by which
 the insurance raised the searched refine bound; ``refused`` the seeds whose fit refused the data at this mu
 (``UnsupportedModelError``; the other columns are over the fits that ran); ``width`` the
@@ -136,8 +138,8 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
             t0 = time.perf_counter()
             for seed in range(seeds):
                 for model, (est, bound, raised) in _fits(df, formula, family, site, mu, seed, method).items():
-                    a = acc.setdefault(model, {k: [] for k in ("priv", "dist", "z", "width", "hold", "eps", "B", "raise",
-                                                               "refused")})
+                    a = acc.setdefault(model, {k: [] for k in ("priv", "dist", "z", "t", "width", "hold", "eps", "B",
+                                                               "raise", "refused")})
                     a["refused"].append(est is None)
                     if est is None:
                         continue
@@ -148,6 +150,7 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
                     a["z"].extend(((coef - mle) / se).tolist())
                     a["width"].append(np.nanmedian(bse / se) if np.isfinite(bse).any() else np.nan)
                     ok = np.isfinite(bse)
+                    a["t"].extend(((coef - mle)[ok] / bse[ok]).tolist())
                     a["hold"].extend((np.abs(coef - mle)[ok] <= 1.959964 * bse[ok]).tolist())
                     a["eps"].append(est.privacy_.epsilon(1e-5))
                     a["B"].append(bound)
@@ -155,7 +158,8 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
             for model, a in acc.items():
                 rows.append(dict(data=name, sites=int(df[site].nunique()), mu=mu, model=model,
                                  priv_sd=float(np.median(a["priv"])), med_dist=float(np.median(a["dist"])),
-                                 rms_z=float(np.sqrt(np.mean(np.square(a["z"])))), width=float(np.median(a["width"])),
+                                 rms_z=float(np.sqrt(np.mean(np.square(a["z"])))),
+                                 rms_t=float(np.sqrt(np.mean(np.square(a["t"])))), width=float(np.median(a["width"])),
                                  hold=float(np.mean(a["hold"])), eps=float(np.median(a["eps"])),
                                  bound=float(np.median(a["B"])), raised=float(np.mean(a["raise"])),
                                  refused=int(np.sum(a["refused"])),
@@ -172,13 +176,13 @@ def main() -> None:
     args = parser.parse_args()
     cases = tuple(c for c in CASES if c[0] in args.data) + (("wages1", None),) * ("wages1" in args.data)
     rows = run(args.seeds, tuple(args.mu), args.method, cases)
-    print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | rms z | B | raise | width | hold | eps (1e-5) "
-          "| refused |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | rms z | rms t | B | raise | width | hold "
+          "| eps (1e-5) | refused |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['data']} ({r['sites']}) | {r['mu']:g} | {r['model']} | {r['priv_sd']:.3f} | {r['med_dist']:.2f} | "
-              f"{r['rms_z']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | {r['hold']:.3f} | "
-              f"{r['eps']:.3f} | {r['refused']} |")
+              f"{r['rms_z']:.2f} | {r['rms_t']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | "
+              f"{r['hold']:.3f} | {r['eps']:.3f} | {r['refused']} |")
     print()
     for (data, mu) in dict.fromkeys((r["data"], r["mu"]) for r in rows):
         sd = {r["model"]: r["priv_sd"] for r in rows if r["data"] == data and r["mu"] == mu}

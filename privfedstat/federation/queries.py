@@ -4,9 +4,11 @@ The clip search before the protocol, the inference's Hessian-bound search and th
 row-norm search are one query (:func:`search_bounds`); the feature scaling's bisections ask the
 same kind of pooled count of a column (:func:`column_count`); the inference's Hessian and score
 releases and the bootstrap's moment releases are one PSD-mean release (:func:`release_psd_mean`);
-the inference's share of clipped gradients is a pooled count (:func:`clipped_fraction`). Each is a
-Gaussian mechanism run by the clients through the session's channel, so it is recorded in the
-ledger under the stage its caller names; none reads raw data on the server.
+the inference's share of clipped gradients is a pooled count (:func:`clipped_fraction`); the
+inference's weighted means (Hessian, score, clipped excess) are :func:`private_mean`. Each is a
+Gaussian mechanism run by the clients (in a secure fit a secure sum of their integer messages)
+through the session's channel, so it is recorded in the ledger under the stage its caller names;
+none reads raw data on the server.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from .._linalg import vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
 from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
 from ..privacy.secure_noise import skellam_spec
-from .secure import secure_total
+from .secure import mean_noise_sd, message_spec, secure_mean, secure_total
 from .server import aggregate
 from .session import Session
 
-__all__ = ["search_bounds", "column_count", "release_psd_mean", "clipped_fraction", "pearson_dispersion"]
+__all__ = ["search_bounds", "column_count", "release_psd_mean", "private_mean", "planned_noise_sd", "clipped_fraction",
+           "pearson_dispersion"]
 
 
 def search_bounds(session: Session, todo: list[str], theta: np.ndarray, quantile: float | Callable[[str], float],
@@ -71,10 +74,41 @@ def release_psd_mean(session: Session, verb: str, bound: float, mu: float, weigh
     of ``bound``. Returns the aggregated symmetric matrix and the standard deviation s of its
     diagonal noise.
     """
-    sens = hessian_sensitivity(bound, session.sizes)
-    v = session.mean(verb, weights=weights, sensitivity=sens, mu=mu, stage=stage, **request)
+    v, sd = private_mean(session, verb, weights=weights, sensitivity=hessian_sensitivity(bound, session.sizes),
+                         bound=bound, mu=mu, stage=stage, **request)
     p = int(round((math.sqrt(8 * v.size + 1) - 1) / 2))  # v has p (p + 1) / 2 entries
-    return vec_to_sym(v, p), aggregated_noise_sd(sens, mu, weights)
+    return vec_to_sym(v, p), sd
+
+
+def private_mean(session: Session, verb: str, *, weights: np.ndarray, sensitivity: np.ndarray, bound: float, mu: float,
+                 stage: str, **request) -> tuple[np.ndarray, float]:
+    """The weighted mean ``sum_i w_i s_i`` of the clients' messages of ``verb`` (``s_i`` of L2 sensitivity
+    ``sensitivity[i]`` and norm at most ``bound``), ``mu``-GDP, and the per-coordinate sd of its noise (public).
+
+    Each client adds its Gaussian noise (sd ``sqrt(sum_i w_i^2 sigma_i^2)``), or, in a secure fit, the clients'
+    weighted messages are summed securely at the same ``mu`` (``secure_<verb>``,
+    :func:`~privfedstat.federation.secure.secure_mean`): the sd is then that of the survivors' summed Skellam noise
+    and rounding errors over their weight (:func:`~privfedstat.federation.secure.mean_noise_sd`), about
+    ``1 / sqrt(m)`` of the per-site sum's with equal sites.
+    """
+    if session.secure is None or math.isinf(mu):
+        v = session.mean(verb, weights=weights, sensitivity=sensitivity, mu=mu, stage=stage, **request)
+        return v, aggregated_noise_sd(sensitivity, mu, weights)
+    w = np.asarray(weights, dtype=np.float64)
+    spec = message_spec(session, f"secure_{verb}", w, sensitivity, bound, mu, request)
+    v = secure_mean(session, f"secure_{verb}", weights=w, spec=spec, sensitivity=w * sensitivity, stage=stage,
+                    **request)
+    return v, mean_noise_sd(spec, w, session.channel.live)
+
+
+def planned_noise_sd(session: Session, verb: str, *, weights: np.ndarray, sensitivity: np.ndarray, mu: float,
+                     **request) -> float:
+    """The per-coordinate noise sd that :func:`private_mean` of ``verb`` would have with every live client answering
+    (post-processing of public sizes, weights and budgets)."""
+    if session.secure is None or math.isinf(mu):
+        return aggregated_noise_sd(sensitivity, mu, weights)
+    spec = message_spec(session, f"secure_{verb}", weights, sensitivity, 0.0, mu, request)
+    return mean_noise_sd(spec, weights, session.channel.live)
 
 
 def clipped_fraction(session: Session, theta: np.ndarray, clip: float, mu: float, stage: str) -> tuple[float, float]:

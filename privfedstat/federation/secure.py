@@ -33,12 +33,12 @@ import numpy as np
 from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
-from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize
+from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize, skellam_spec
 from .clients import Reply
-from .verbs import Verb, one_value, parameter_moments, parameters, register
+from .verbs import Verb, design_moments, get, one_value, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_total", "secure_count", "privatize_integer", "share_release", "SecureAggregationRefused",
-           "secure_sites", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_total", "message_spec", "mean_noise_sd", "secure_count", "privatize_integer",
+           "share_release", "SecureAggregationRefused", "secure_sites", "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -124,11 +124,37 @@ def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec
                            stage, active)
 
 
-def _secure_hessians(clients, theta, *, hessian_clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
-                     active=None) -> Reply:
-    """``hessians`` under secure aggregation: ``sym_to_vec`` of each site's mean Hessian clipped to C_H, times ``w_i``."""
-    return _secure_release(clients, lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, None)), theta, weights,
+def _secure_hessians(clients, theta, *, hessian_clip: float, gradient_clip: float | None = None, weights, sensitivity,
+                     spec: SkellamSpec, stage: str, active=None) -> Reply:
+    """``hessians`` under secure aggregation: ``sym_to_vec`` of each site's mean Hessian clipped to C_H (the clipped
+    score's Jacobian with ``gradient_clip``), times ``w_i``."""
+    return _secure_release(clients, lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, gradient_clip)), theta, weights,
                            sensitivity, spec, stage, active)
+
+
+def _secure_score_outer(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                        active=None) -> Reply:
+    """``score_outer`` under secure aggregation: ``sym_to_vec`` of each site's mean of ``g g^T`` (gradients clipped
+    to ``clip``), times ``w_i``."""
+    return _secure_release(clients, lambda o, t: sym_to_vec(o.score_outer(t, clip)), theta, weights, sensitivity, spec,
+                           stage, active)
+
+
+def _secure_design_moments(clients, *, row_clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
+                           active=None) -> Reply:
+    """``design_moments`` under secure aggregation: ``sym_to_vec`` of each site's mean of ``x x^T`` (rows clipped to
+    ``row_clip``), times ``w_i``."""
+    return _secure_release(clients, lambda o, _: sym_to_vec(o.design_moments(row_clip)), None, weights, sensitivity,
+                           spec, stage, active)
+
+
+def _secure_clipped_excess(clients, theta, *, clip: float, outer: float, weights, sensitivity, spec: SkellamSpec,
+                           stage: str, active=None) -> Reply:
+    """``clipped_excess`` under secure aggregation: each site's mean of ``clip_{B'}(g_j) - clip_B(g_j)``, times ``w_i``."""
+    if not outer > clip:
+        raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
+    return _secure_release(clients, lambda o, t: o.clipped_gradients(t, outer) - o.clipped_gradients(t, clip), theta,
+                           weights, sensitivity, spec, stage, active)
 
 
 def _secure_count_at_most(clients, which: str, theta, threshold: float, *, weights, sensitivity, spec: SkellamSpec,
@@ -168,6 +194,9 @@ def _secure_pearson_sum(clients, theta, *, bound: float, weights, sensitivity, s
 _SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
 register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
 register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
+register(Verb("secure_score_outer", shape=parameter_moments, **_SECURE), in_process=_secure_score_outer)
+register(Verb("secure_design_moments", shape=design_moments, **_SECURE), in_process=_secure_design_moments)
+register(Verb("secure_clipped_excess", shape=parameters, **_SECURE), in_process=_secure_clipped_excess)
 register(Verb("secure_count_at_most", shape=one_value, **_SECURE), in_process=_secure_count_at_most)
 register(Verb("secure_column_count", shape=one_value, **_SECURE), in_process=_secure_column_count)
 register(Verb("secure_count_clipped", shape=one_value, **_SECURE), in_process=_secure_count_clipped)
@@ -183,6 +212,26 @@ def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
     return Release(share.stage, -1, "aggregated", share.sensitivity, sigma, integer=spec.noise(n))
 
 
+def message_spec(session, verb: str, weights: np.ndarray, sensitivity, bound: float, mu: float, request: dict
+                 ) -> SkellamSpec:
+    """The arithmetic of a secure mean of ``verb``'s messages ``w_i s_i`` at budget ``mu`` (the sum's GDP parameter,
+    every site's share counted from ``session.secure`` survivors on): sensitivity ``max_i w_i Delta_i``
+    (``sensitivity[i] = Delta_i``), norm at most ``max_i w_i bound``, the coordinates of the verb's reply."""
+    w = np.asarray(weights, dtype=np.float64)
+    clients = session.clients
+    dim = math.prod(get(verb).shape(clients.n_params, clients.n_features, request))
+    return skellam_spec(float(np.max(w * np.asarray(sensitivity, dtype=np.float64))), float(np.max(w)) * bound, dim,
+                        mu, clients.n_clients, session.secure)
+
+
+def mean_noise_sd(spec: SkellamSpec, weights: np.ndarray, answered: np.ndarray) -> float:
+    """Per-coordinate sd of the noise of a secure mean (:func:`secure_mean`) over the sites ``answered``: the sum's
+    ``sqrt(spec.variance(n))`` (its Skellam noise and the rounding errors) over their weight ``sum_i w_i``."""
+    answered = np.asarray(answered, dtype=bool)
+    denominator = float(np.asarray(weights, dtype=np.float64)[answered].sum())
+    return math.sqrt(spec.variance(int(np.count_nonzero(answered)))) / denominator
+
+
 def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, **request) -> np.ndarray:
     """The weighted mean ``sum_i w_i s_i / sum_i w_i`` over the surviving sites, learnt through their secure sum.
 
@@ -190,10 +239,7 @@ def secure_mean(session, verb: str, *, weights: np.ndarray, spec: SkellamSpec, *
     ``spec.min_surviving`` sites answered; else records the sum's release (the survivors' sensitivity, the sd of
     their summed noise ``gamma sqrt(2 n lam)``) and applies the fit's failure policy to sites that failed.
     """
-    total, answered = _secure_sum(session, verb, weights, spec, request)
-    denominator = float(np.asarray(weights, dtype=np.float64)[answered].sum())
-    if not denominator > 0:
-        raise ClientFailureError("no site with a positive weight answered this secure round.")
+    total, denominator = _secure_sum(session, verb, weights, spec, request, mean=True)
     return total / denominator
 
 
@@ -202,11 +248,14 @@ def secure_total(session, verb: str, *, spec: SkellamSpec, sensitivity: float = 
     ``secure_column_count``, ``secure_count_clipped``: sensitivity 1; ``secure_pearson_sum``), weight 1 each, as
     :func:`secure_mean` learns and records it."""
     m = session.clients.n_clients
-    return float(_secure_sum(session, verb, np.ones(m), spec, dict(request, sensitivity=np.full(m, sensitivity)))[0][0])
+    return float(_secure_sum(session, verb, np.ones(m), spec, dict(request, sensitivity=np.full(m, sensitivity)),
+                             mean=False)[0][0])
 
 
-def _secure_sum(session, verb: str, weights, spec: SkellamSpec, request: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The decoded sum of the survivors' messages and who they are (:func:`secure_mean`)."""
+def _secure_sum(session, verb: str, weights, spec: SkellamSpec, request: dict, mean: bool) -> tuple[np.ndarray, float]:
+    """The decoded sum of the survivors' messages and what the server divides it by: the survivors' weight ``sum_i
+    w_i`` for a mean (:func:`secure_mean`), 1 for a sum; the release is recorded with that publication weight
+    ``1 / divisor`` for each survivor (the published value is ``sum_i r_i / divisor``)."""
     reply = getattr(session.clients, verb)(weights=weights, spec=spec, **request)
     answered = reply.answered
     n = int(np.count_nonzero(answered))
@@ -214,7 +263,10 @@ def _secure_sum(session, verb: str, weights, spec: SkellamSpec, request: dict) -
         raise SecureAggregationRefused(
             f"secure round {request.get('stage', verb)!r}: {n} site(s) answered, fewer than min_surviving = "
             f"{spec.min_surviving}; the sum is not unmasked (its noise would fall short of the declared guarantee).")
+    divisor = float(np.asarray(weights, dtype=np.float64)[answered].sum()) if mean else 1.0
     values = session.channel.receive(Reply(reply.values, (summed_release(reply, spec),), answered, reply.failed,
                                            reply.leak, reply.error),
-                                     weights=answered.astype(np.float64))
-    return decode(values[answered], spec), answered
+                                     weights=answered / (divisor if divisor > 0 else 1.0))
+    if not divisor > 0:
+        raise ClientFailureError("no site with a positive weight answered this secure round.")
+    return decode(values[answered], spec), divisor

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
+from ..federation.queries import private_mean
 from ..federation.session import Session
 from ..inference.config import DIAGNOSTIC_ALPHA, critical_value, tolerated_bias
-from ..privacy.calibration import aggregated_noise_sd
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
@@ -97,12 +97,12 @@ class Verdict:
 
 def release_score(session: Session, setup: Setup, run: Run, mu: float) -> Score:
     """Each client's clipped mean gradient at ``run.theta`` (sensitivity ``2 B / n_i``, budget ``mu``),
-    aggregated with the fit's weights: one more release, recorded in the ledger like every other."""
+    aggregated with the fit's weights (a secure sum in a secure fit: :func:`~privfedstat.federation.queries.
+    private_mean`): one more release, recorded in the ledger like every other."""
     w = run.weights if run.weights is not None else session.size_weights
-    sens = 2.0 * setup.clip / session.sizes
-    g = session.mean("gradients", weights=w, theta=run.theta, clip=setup.clip, sensitivity=sens, mu=mu,
-                     stage="inference-score-test")
-    return Score(np.ravel(g), aggregated_noise_sd(sens, mu, w))
+    g, sd = private_mean(session, "gradients", weights=w, sensitivity=2.0 * setup.clip / session.sizes,
+                         bound=setup.clip, mu=mu, stage="inference-score-test", theta=run.theta, clip=setup.clip)
+    return Score(np.ravel(g), sd)
 
 
 def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
@@ -267,10 +267,14 @@ def divergence(est, why: str) -> DivergenceError:
 
 
 def released_sd(ledger, stage: str) -> float:
-    """The per-entry sd ``sqrt(sum_i (w_i sigma_i)^2)`` of the last aggregated release of ``stage`` (public)."""
+    """The per-entry sd of the last aggregated release of ``stage`` (public): ``sqrt(sum_i (w_i sigma_i)^2)`` of the
+    clients' Gaussian noises, or for a secure sum that of its summed integer noise and rounding errors times its
+    publication weight ``1 / sum_i w_i`` (:func:`~privfedstat.federation.secure.mean_noise_sd`)."""
     last = next((r for r in reversed(ledger.releases) if r.stage == stage), None)
     if last is None or last.weights is None:
         return 0.0
+    if last.integer is not None:
+        return math.sqrt(last.integer.variance) * float(np.max(last.weights))
     return float(np.sqrt(np.sum((np.asarray(last.weights) * np.asarray(last.sigma)) ** 2)))
 
 

@@ -55,7 +55,8 @@ __all__ = ["SECURE_VERBS", "MODULUS_RANGE", "SecureVerbInTheClear", "flower_rang
            "secure_train", "request_bytes"]
 
 #: the verbs whose messages travel through SecAgg+ (their sum is all the server learns)
-SECURE_VERBS = frozenset({"secure_gradients", "secure_hessians", "secure_count_at_most", "secure_column_count",
+SECURE_VERBS = frozenset({"secure_gradients", "secure_hessians", "secure_score_outer", "secure_design_moments",
+                          "secure_clipped_excess", "secure_count_at_most", "secure_column_count",
                           "secure_count_clipped", "secure_pearson_sum"})
 #: SecAgg+'s mask modulus (its largest, 2^32)
 MODULUS_RANGE = 2**32

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import ClippingBiasWarning
+from ..federation.queries import planned_noise_sd, private_mean
 from ..federation.session import Session
-from ..privacy.calibration import aggregated_noise_sd
 from .config import COVERAGE_LOSS, critical_value, tolerated_bias
 
 __all__ = ["ClippingDisplacement", "EXCESS_SHARE", "COVERAGE_LOSS", "CLIPPED_WARN", "tolerated_bias", "outer_bound",
@@ -117,12 +117,11 @@ def measure(session: Session, theta: np.ndarray, clip: float, J: np.ndarray, G: 
     of the intervals, original scale)."""
     M = G @ np.linalg.inv(J)
     se, spread = np.sqrt(np.diag(cov)), np.sqrt(np.sum(M * M, axis=1))
-    unit = aggregated_noise_sd(2.0 / session.sizes, mu, weights)  # the noise sd of e per unit of window width
+    # the noise sd of e per unit of window width
+    unit = planned_noise_sd(session, "clipped_excess", weights=weights, sensitivity=2.0 / session.sizes, mu=mu)
     outer = outer_bound(clip, unit * spread / se, alpha)
-    sens = 2.0 * (outer - clip) / session.sizes
-    e = session.mean("clipped_excess", weights=weights, theta=theta, clip=clip, outer=outer, sensitivity=sens, mu=mu,
-                     stage=stage)
-    s_e = aggregated_noise_sd(sens, mu, weights)
+    e, s_e = private_mean(session, "clipped_excess", weights=weights, sensitivity=2.0 * (outer - clip) / session.sizes,
+                          bound=outer - clip, mu=mu, stage=stage, theta=theta, clip=clip, outer=outer)
     delta, noise = M @ np.ravel(e), s_e**2 * (M @ M.T)
     resolved = np.abs(delta) > critical_value(delta.size) * np.sqrt(np.diag(noise))
     return ClippingDisplacement(delta, noise, se, resolved, tolerated_bias(alpha), clip, outer)

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import ClippingBiasWarning
-from ..federation.queries import pearson_dispersion
+from ..federation.queries import pearson_dispersion, private_mean
 from ..federation.session import Session
 from ..kernels.glm_nb import MIN_BOUND
-from ..privacy.calibration import aggregated_noise_sd
 from .config import critical_value
 
 __all__ = ["SignBalance", "SIGN_SHARE", "applies", "measure_signs", "note", "warn_asymmetry"]
@@ -99,9 +98,9 @@ def measure_signs(session: Session, theta: np.ndarray, clip: float, weights: np.
     eps = max(EPS * clip, 2.0 * MIN_BOUND)  # bounds the kernels serve (as the inference's scale release)
     cap = min(max(INNER * clip, math.sqrt(2.0 * MIN_BOUND)), math.sqrt(1e307 / float(np.max(session.sizes)))) ** 2
     sens = 2.0 * eps / session.sizes
-    score = np.ravel(session.mean("gradients", weights=weights, theta=theta, clip=eps, sensitivity=sens,
-                                  mu=mu / math.sqrt(2.0), stage=stage)) / eps
-    noise = aggregated_noise_sd(sens, mu / math.sqrt(2.0), weights) / eps
+    score, noise = private_mean(session, "gradients", weights=weights, sensitivity=sens, bound=eps,
+                                mu=mu / math.sqrt(2.0), stage=stage, theta=theta, clip=eps)
+    score, noise = np.ravel(score) / eps, noise / eps
     inner = pearson_dispersion(session, theta, cap, mu / math.sqrt(2.0), theta.size, stage + "-scale")
     s2 = max(scale[0] - SCALE_NOISE_SDS * scale[1], inner[0] - SCALE_NOISE_SDS * inner[1])  # lowered: a wider band
     z = critical_value(score.size)

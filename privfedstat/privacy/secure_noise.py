@@ -121,12 +121,13 @@ class SkellamSpec:
 
     def noise(self, shares: int) -> IntegerNoise:
         """The integer noise of a sum over ``shares`` sites' messages."""
-        return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim))
+        return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim), self.rounding)
 
     def variance(self, shares: int) -> float:
         """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
-        rounding errors (at most 1/4 each, none for integer messages) and the noise (2 lam each)."""
-        return self.quantum**2 * shares * (2.0 * self.lam + (0.25 if self.rounding else 0.0))
+        rounding errors (at most 1/4 each, none for integer messages) and the noise (2 lam each):
+        :attr:`IntegerNoise.variance` of :meth:`noise`."""
+        return self.noise(shares).variance
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class IntegerNoise:
         Number of sites whose noise is in the sum (the survivors).
     dim : int
         Coordinates of the release (d; 0: not stated).
+    rounding : bool, default True
+        The messages were rounded stochastically to the quantum (:attr:`SkellamSpec.rounding`; False for counts).
     """
 
     quantum: float
@@ -153,6 +156,13 @@ class IntegerNoise:
     l1: float
     shares: int
     dim: int = 0
+    rounding: bool = True
+
+    @property
+    def variance(self) -> float:
+        """Upper bound on the per-coordinate variance of the sum in message units: ``gamma^2 (2 Lambda + shares / 4)``,
+        the summed Skellam noise and the sites' rounding errors (at most 1/4 each; none without rounding)."""
+        return self.quantum**2 * (2.0 * self.lam + (0.25 * self.shares if self.rounding else 0.0))
 
     @property
     def exact_shift(self) -> int | None:
@@ -180,7 +190,7 @@ class IntegerNoise:
         """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
         left = self.shares - int(t)
         lam = self.lam * max(left, 0) / self.shares if self.shares else 0.0
-        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim)
+        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding)
 
 
 def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int,

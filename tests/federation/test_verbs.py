@@ -25,8 +25,9 @@ def test_each_algorithms_verb_is_declared_and_implemented_next_to_its_server_loo
         assert answer is not None and answer.__module__ == f"privfedstat.algorithms.{module}", name
         assert not hasattr(InProcessClients, name), name  # no per-algorithm method on the clients class
     secure = {name for name in verbs.names() if name.startswith("secure_")}  # the secure sums: federation/secure.py
-    assert secure == {"secure_gradients", "secure_hessians", "secure_count_at_most", "secure_column_count",
-                      "secure_count_clipped", "secure_pearson_sum"}
+    assert secure == {"secure_gradients", "secure_hessians", "secure_score_outer", "secure_design_moments",
+                      "secure_clipped_excess", "secure_count_at_most", "secure_column_count", "secure_count_clipped",
+                      "secure_pearson_sum"}
     assert all(verbs.implementation(name, "in_process").__module__ == "privfedstat.federation.secure" for name in secure)
     shared = set(verbs.names()) - set(OWN) - {"head_newton_steps"} - secure
     assert all(hasattr(InProcessClients, name) for name in shared)

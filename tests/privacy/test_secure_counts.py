@@ -47,13 +47,13 @@ def _spent(ledger, stage) -> float:
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_a_secure_fit_has_no_per_site_gaussian_release_of_its_counts_and_states_which_remain():
+def test_a_secure_fit_has_no_per_site_gaussian_release_left():
     secure = _fit("secure", inference="auto")
-    per_site = {_stage(r) for r in secure.privacy_.releases if r.integer is None}
-    # only the inference's vector releases at the estimate stay per-site Gaussian (docs/guide/secure-aggregation.md,
-    # "Counts"); its count of clipped rows is a secure sum
-    assert per_site and all(s.startswith("inference-") for s in per_site) and "inference-clip-count" not in per_site
-    assert any(r.stage == "inference-clip-count" and r.integer is not None for r in secure.privacy_.releases)
+    # the counts, the protocol's rounds and the inference's releases (its count of clipped rows, its Hessian, clipped
+    # excess and score test: tests/privacy/test_secure_inference.py) are all secure sums
+    assert {_stage(r) for r in secure.privacy_.releases if r.integer is None} == set()
+    stages = {r.stage for r in secure.privacy_.releases}
+    assert {"inference-clip-count", "inference-hessian", "inference-clip-excess", "inference-score-test"} <= stages
     counted = [r for r in secure.privacy_.releases if _stage(r) in COUNT_STAGES]
     assert len(counted) > 50
     for r in counted:
