@@ -59,7 +59,8 @@ from .._linalg import safe_norm
 from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
-from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, secure_pld, skellam_rdp
+from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
+from .secure_pld import secure_pld
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd

@@ -19,11 +19,11 @@ from privfedstat.privacy.secure_noise import (
     rdp_epsilon,
     skellam_gdp_mu,
     skellam_gdp_step,
-    skellam_pld,
     skellam_rdp,
     skellam_spec,
     skellam_steps,
 )
+from privfedstat.privacy.secure_pld import skellam_pld
 
 
 def _hockey_stick_epsilon(lam: float, shift: int, delta: float) -> float:

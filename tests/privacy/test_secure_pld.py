@@ -9,7 +9,8 @@ from scipy.special import logsumexp
 
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.ledger import PrivacyLedger, Release
-from privfedstat.privacy.secure_noise import IntegerNoise, skellam_delta, skellam_pld, skellam_spec
+from privfedstat.privacy.secure_noise import IntegerNoise, skellam_spec
+from privfedstat.privacy.secure_pld import skellam_delta, skellam_pld
 
 
 def _poisson_convolution_log_pmf(lam: float, x: np.ndarray) -> np.ndarray:
