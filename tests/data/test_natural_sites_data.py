@@ -77,7 +77,7 @@ def test_targets_count_cells_per_threshold():
         sys.path.remove(str(BENCH))
     base = {"dataset": "x", "fits": 3, "errors": 0, "med_hc0": 1.0, "max_se": 1.0, "withheld": 0.0, "width": 1.0,
             "pred": 1.0, "got": 1.0, "warnings": "", "misses": 1, "noise_only": 1, "half": "validation", "n": 6000,
-            "expected_misses": 0.25}
+            "expected_misses": 0.25, "interval_misses": 1}
     rows = pd.DataFrame([
         {**base, "mu": np.inf, "med_se": 0.0, "max_se": 0.0, "hold": 1.0, "rms_z": np.nan, "fits_withheld": 0.0,
          "silent": 0},
@@ -91,8 +91,8 @@ def test_targets_count_cells_per_threshold():
     assert "2 of 2 cells" in lines[1] and "2 of 2 cells" in lines[2] and "2 of 2 cells" in lines[3]
     assert "1 of 2 cells; missed: x mu = 8 (10%)" in lines[4]
     assert lines[5].endswith("0 of 2 cells; missed: x mu = 8, x mu = 2.")
-    expected = (": 1 in 9 private fits (3 with a miss; an exact noise model expects 0.8 fits with an interval missing "
-                "the MLE; silent: x mu = 2: 1)")
+    expected = (": 1 in 9 private fits (3 with a miss, 3 with an interval missing the MLE, where an exact noise model "
+                "expects 0.8; silent: x mu = 2: 1)")
     assert lines[6].startswith("- silent misses") and expected in lines[6]
     assert lines[7].endswith("not that an interval may miss): 3.")
     assert len(bench.targets(rows[rows["mu"] < np.inf])) == 7  # no mu = inf cells: no line for them
