@@ -5,10 +5,11 @@ default (FedIRLS, private scaling, ``clip="auto"``, ``inference="auto"``):
 
 * ``local``: the sites of the data, each adding its full Gaussian noise (today's default);
 * ``secure``: the same sites with ``aggregation="secure"`` (Skellam shares summed, :mod:`privfedstat.federation.secure`);
-* ``central``: every row on one site (a trusted curator);
-* ``secure@B``: the secure fit with FedIRLS' refine-bound insurance judged on the per-site fit's noise (so at the
-  per-site fit's refine bound B): a counterfactual, by patching :meth:`IRLSSchedule.insured_bounds` in this script
-  only, that separates the noise ratio from the bound each fit chooses.
+* ``central``: every row on one site (a trusted curator).
+
+(A ``secure@B`` row, the secure fit with FedIRLS' refine-bound insurance judged on the per-site noise, is gone: the
+fit now judges it so itself; benchmarks/RESULTS.md, "Secure aggregation: the refine bound's insurance judged on the
+per-site noise".)
 
 Per (data set, mu, trust model), over seeds: ``priv SD`` the median over coefficients of the fit's own privacy sd
 (``sqrt(diag(cov_privacy))``) in MLE SEs (statsmodels' pooled fit on the same design matrix,
@@ -37,7 +38,6 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,7 @@ import bench_natural_sites as natural  # noqa: E402
 #: arrests by year (6)
 CASES = (("countymurders", tuple(range(1980, 1990))), ("happiness", None), ("arrests", None))
 #: the fits per seed, in order
-MODELS = ("local", "secure", "secure@B", "central")
+MODELS = ("local", "secure", "central")
 
 
 def _data(name: str, sites):
@@ -69,15 +69,14 @@ def _data(name: str, sites):
 
 
 @contextmanager
-def _bounds(record: list, judge_on_local_noise: bool):
-    """Record the refine bounds FedIRLS chooses; with ``judge_on_local_noise`` its insurance raise is judged on the
-    per-site fit's noise (the schedule without secure aggregation)."""
+def _bounds(record: list):
+    """Record the refine bounds FedIRLS chooses and the insurance's raise."""
     from privfedstat.algorithms.fedirls.schedule import IRLSSchedule
 
     original = IRLSSchedule.insured_bounds
 
     def insured(self, found):
-        out = original(replace(self, min_surviving=None) if judge_on_local_noise else self, found)
+        out = original(self, found)
         record.append((out.get("gradient", math.nan), _steps(self.search.grid, found, out)))
         return out
 
@@ -102,13 +101,13 @@ def _fits(df, formula: str, family: str, site: str, mu: float, seed: int, method
 
     common = dict(family=family, mu=mu, random_state=seed, method=method)
     settings = {"local": dict(client=site), "secure": dict(client=site, aggregation="secure"),
-                "secure@B": dict(client=site, aggregation="secure"), "central": dict(client="_one")}
+                "central": dict(client="_one")}
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for model in MODELS:
             bounds: list[float] = []
-            with _bounds(bounds, model == "secure@B"):
+            with _bounds(bounds):
                 try:
                     est = glm(formula, df.assign(_one=0), **settings[model], **common)
                 except UnsupportedModelError:
@@ -187,7 +186,7 @@ def main() -> None:
     for (data, mu) in dict.fromkeys((r["data"], r["mu"]) for r in rows):
         sd = {r["model"]: r["priv_sd"] for r in rows if r["data"] == data and r["mu"] == mu}
         print(f"{data} mu={mu:g}: secure/central {sd['secure'] / sd['central']:.3f}, "
-              f"secure/local {sd['secure'] / sd['local']:.3f}, secure@B/local {sd['secure@B'] / sd['local']:.3f}")
+              f"secure/local {sd['secure'] / sd['local']:.3f}")
 
 
 if __name__ == "__main__":

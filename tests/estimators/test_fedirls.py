@@ -417,6 +417,26 @@ def test_the_refine_bound_is_raised_while_its_noise_stays_below_the_ceiling(mu, 
     assert plan.insured_bounds({"hessian": 5.0}) == {"hessian": 5.0}
 
 
+@pytest.mark.parametrize("mu, expected", [(3.0, 0), (5.5, 1), (7.0, 2), (8.0, 3)])
+def test_a_secure_fit_raises_its_refine_bound_by_the_per_site_noise(mu, expected):
+    """Under secure aggregation the raise is judged on the noise of the fit's releases with per-site noise: the
+    closed form above, with the secure schedule's shares (its new search spends 1 / m of the per-site share of mu^2),
+    not on the summed Skellam noise, m times smaller in variance (which raised by 3 at each of these mu)."""
+    sizes = np.full(10, 300.0)
+    w = sizes / sizes.sum()
+    est = FedIRLS(family="gaussian", mu=mu, aggregation="secure")
+    grid = est._default_search.grid
+    B = float(grid[30])
+    setup = Setup(B, 5.0, mu * 0.9)
+    plan = est.plan_schedule(get_family("gaussian"), sizes, setup, 3)
+    assert plan.min_surviving is not None and plan.phase(1).gradient_sd[-1] < 0.5 * 0.4 / math.sqrt(sizes.sum())
+    left = 1 - IRLSSchedule.locate_share - IRLSSchedule.research_share / sizes.size
+    sd = 2 * B * math.sqrt(np.sum(w**2 / sizes**2)) / (setup.mu * math.sqrt(left * 0.45))
+    r = grid[1] / grid[0]
+    assert max(k for k in range(4) if sd * r**k <= 0.4 / math.sqrt(sizes.sum()) or k == 0) == expected
+    assert plan.insured_bounds({"gradient": B, "hessian": 5.0})["gradient"] == pytest.approx(grid[30 + expected])
+
+
 def test_the_insured_bound_removes_a_clipping_bias_from_high_leverage_rows():
     """Gaussian response, 100 sites of 300 rows, mu = 8; 0.5% of the rows lie 7 sds out on x, where the linear model
     misses a curvature (as the few pupils with a GCSE score near 0 in mlmRev's Chem97): their gradients are the largest

@@ -170,8 +170,9 @@ class IRLSSchedule:
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
     insurance_sd : float
         The whitened refine rounds' gradient bound is raised while the last gradient's noise sd per coordinate stays
-        at most ``insurance_sd / sqrt(N)``, insurance against a clipping bias the search's counts cannot resolve
-        (:meth:`insured_bounds`; benchmarks/RESULTS.md, section "Response location and the refine bound's insurance").
+        at most ``insurance_sd / sqrt(N)`` (with per-site noise, under secure aggregation too), insurance against a
+        clipping bias the search's counts cannot resolve (:meth:`insured_bounds`; benchmarks/RESULTS.md, section
+        "Response location and the refine bound's insurance").
     insurance_steps : int
         At most this many grid points (same).
     max_halvings : int
@@ -308,21 +309,24 @@ class IRLSSchedule:
     def insured_bounds(self, found: dict[str, float]) -> dict[str, float]:
         """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
         by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
-        the last gradient's planned noise sd stays at most ``insurance_sd / sqrt(N)`` (post-processing of the
-        released bound and public sizes and budgets).
+        the last gradient's planned noise sd with per-site noise stays at most ``insurance_sd / sqrt(N)``
+        (post-processing of the released bound and public sizes and budgets).
 
         Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
         asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
         resolve. In whitened coordinates the sampling sd of a coordinate is about ``1 / sqrt(N)`` for families of
         unit dispersion, so the raise is taken only while the privacy noise stays a small part of the error
-        (docs/algorithms/fedirls.md, "Insurance of the refine bound").
+        (docs/algorithms/fedirls.md, "Insurance of the refine bound"). Under secure aggregation the search's counts,
+        and so its lean in rows, are the per-site fit's (:func:`~privfedstat.fitting.stages.count_precision`), and
+        the raise is judged on the noise these releases would carry with per-site noise: the same raise as the
+        per-site fit's, the secure sum's lower noise kept as precision.
         """
         if "gradient" not in found:
             return found
         grid = self.search.grid
         i = int(np.argmin(np.abs(grid - found["gradient"])))
-        sd = float(self.phase(1, Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip),
-                                       self.setup.mu)).gradient_sd[-1])
+        bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
+        sd = float(replace(self, min_surviving=None).phase(1, bounds).gradient_sd[-1])
         ceiling = self.insurance_sd / math.sqrt(float(np.sum(self.sizes)))
         j = 0
         while j < self.insurance_steps and i + j + 1 < grid.size and sd * grid[i + j + 1] / grid[i] <= ceiling:
