@@ -75,7 +75,7 @@ def test_the_secant_raises_a_correct_newton_matrix_at_the_diagnostic_level():
     rng = np.random.default_rng(1)
     n = 40_000
     noise = rng.standard_normal((n, 2)) * np.sqrt(var)
-    raised = sum(secant_scale(s, A @ s + e, var, A, plan.secant_noise_sds, end=e) > 1.0 for e in noise)
+    raised = sum(secant_scale(s, A @ s + e, var, A, plan.secant_noise_sds) > 1.0 for e in noise)
     expected = DIAGNOSTIC_ALPHA * n  # 40
     assert abs(raised - expected) <= 4 * np.sqrt(expected)
 

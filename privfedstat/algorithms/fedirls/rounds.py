@@ -140,8 +140,7 @@ class _Rounds:
             if self.previous is not None:
                 step, g_before, behind, var_before, shared = self.previous
                 self.evidence = (step, g - g_before, var_before + float(phase.gradient_var[r]), shared)
-                scales[r] = secant_scale(*self.evidence[:3], self.H_floored, schedule.secant_noise_sds, behind,
-                                         end=g)
+                scales[r] = secant_scale(*self.evidence[:3], self.H_floored, schedule.secant_noise_sds, behind)
             newton_inverse = np.linalg.inv(scales[r] * self.H_floored)
             step = schedule.step_size * newton_inverse @ g
             bracket = 1.0 if self.basis is None else self._bracket(g, float(phase.gradient_var[r]), step)
@@ -237,7 +236,7 @@ class _Rounds:
 
 
 def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton: np.ndarray, noise_sds: float,
-                 behind: np.ndarray | None = None, *, end: np.ndarray) -> float:
+                 behind: np.ndarray | None = None) -> float:
     """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
 
     A Newton matrix flatter than the score along the path overshoots: a per-sample Hessian bound C_H
@@ -255,14 +254,6 @@ def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton:
     bound), exceeds both, the step uses c N with ``c = slope / s^T N s``: on a quadratic the next step then lands
     where the slope along s vanishes, between the two points (where an averaging of a 2-cycle's ends would put it).
 
-    The raise applies only where the step overshot: where ``end``, the gradient released at the step's end, has
-    ``s^T g_r`` positive beyond the same margin (the root along s resolved between the two points, as
-    :func:`chord_scale` resolves it). Noise-free, ``s^T g_r = s^T (g_r - g_{r-1}) - s^T M s`` for the matrix M the
-    step used (raised or shortened: ``s = -M^-1 g_{r-1}``), so the test asks whether the slope exceeds M's, not N's:
-    a step on an already raised matrix that landed at the root along s shows N too flat only by the raise it took,
-    and raising N again measures a chord across the logistic curvature's peak (a rare dummy's rows, where the path
-    crosses it), not the curvature the next step meets, which only shortens it (issue 42: stackoverflow, mu = 2).
-
     The step and the gradients' change share the noise xi_{r-1} of the gradient the step was taken from: s carries
     ``-eta N_{r-1}^-1 xi_{r-1}`` and the change ``-xi_{r-1}``, so ``s^T (g_r - g_{r-1})`` exceeds the score's slope
     by ``shared = eta v_{r-1} tr N_{r-1}^-1`` on average (about the slope itself where the steps are mostly
@@ -279,10 +270,7 @@ def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton:
     steepest = model if behind is None else max(model, float(step @ behind @ step))
     if not model > 0:
         return 1.0
-    margin = noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
-    if not float(step @ end) > margin:  # the step did not overshoot: the matrix it used was not too flat along it
-        return 1.0
-    slope = measured - margin
+    slope = measured - noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
     return slope / model if slope > steepest else 1.0
 
 
@@ -420,8 +408,7 @@ def _run_exact(schedule: IRLSSchedule, session: Session) -> tuple[Run, np.ndarra
                                         sensitivity=sens_h, mu=math.inf, stage="irls-hessian"), p)
             lam = schedule.floor(0.0)
             H_floored = floor_eigenvalues(H, lam)
-        scale = 1.0 if previous is None else secant_scale(previous[0], g - previous[1], 0.0, H_floored, 0.0, previous[2],
-                                                          end=g)
+        scale = 1.0 if previous is None else secant_scale(previous[0], g - previous[1], 0.0, H_floored, 0.0, previous[2])
         step = schedule.step_size * np.linalg.solve(scale * H_floored, g)
         n_iter += 1
         if _negligible(step, theta, schedule.tol):
