@@ -369,17 +369,12 @@ class InProcessClients:
 
         Sensitivity 1 (one row replaced changes a count by at most 1).
         """
-        def counts(o: ClientOracle, t) -> np.ndarray:
-            norms = self._norms(which, t) if o is self._oracle else o.sample_norms(which, t)
-            return o.count_at_most(norms, threshold)[:, None]
-
-        return self._release(counts, 1.0, mu, stage, active, theta)
+        return self._release(self._counts_at_most(which, threshold), 1.0, mu, stage, active, theta)
 
     @_contained
     def count_clipped(self, theta, *, clip: float, mu: float, stage: str) -> Reply:
         """Each client's number of rows whose gradient norm exceeds ``clip`` (B), plus noise (sensitivity 1)."""
-        return self._release(lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
-                                                     dtype=np.float64)[:, None], 1.0, mu, stage, theta=theta)
+        return self._release(lambda o, t: o.clipped_counts(t, clip)[:, None], 1.0, mu, stage, theta=theta)
 
     @_contained
     def clipped_excess(self, theta, *, clip: float, outer: float, sensitivity, mu: float, stage: str,
@@ -389,10 +384,7 @@ class InProcessClients:
         Each term is ``g_j`` times ``(min(||g_j||, B') - min(||g_j||, B)) / ||g_j||``: norm at most B' - B, so one
         row replaced moves the mean by at most ``2 (B' - B) / n_i`` (the server's ``sensitivity``).
         """
-        if not outer > clip:
-            raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
-        return self._release(lambda o, t: o.clipped_gradients(t, outer) - o.clipped_gradients(t, clip), sensitivity,
-                             mu, stage, active, theta)
+        return self._release(lambda o, t: o.clipped_excess(t, clip, outer), sensitivity, mu, stage, active, theta)
 
     @_contained
     def pearson_sum(self, theta, *, bound: float, mu: float, stage: str) -> Reply:
@@ -411,6 +403,15 @@ class InProcessClients:
     def losses(self, theta, *, stage: str) -> Reply:
         """Each client's mean loss, sent without noise (a non-private release: only for mu = inf fits)."""
         return self._release(lambda o, t: o.losses(t)[:, None], math.inf, math.inf, stage, theta=theta)
+
+    # ------------------------------------------------------------------ a statistic shared with the secure verbs
+    def _counts_at_most(self, which: str, threshold: float):
+        """The statistic of ``count_at_most``: per client, the rows whose ``which`` norm is <= ``threshold``."""
+        def counts(o: ClientOracle, t) -> np.ndarray:
+            norms = self._norms(which, t) if o is self._oracle else o.sample_norms(which, t)
+            return o.count_at_most(norms, threshold)[:, None]
+
+        return counts
 
     # ------------------------------------------------------------------ non-private verbs (labelled)
     @_contained

@@ -66,6 +66,12 @@ class ClientOracle(Protocol):
         """Per-client number of rows with ``x_column <= threshold`` (``center`` None) or ``|x_column - center| <=
         threshold``; ``column`` :data:`RESPONSE` counts the response."""
 
+    def clipped_counts(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Per-client number of rows whose gradient norm exceeds ``clip``."""
+
+    def clipped_excess(self, theta: np.ndarray, clip: float, outer: float) -> np.ndarray:
+        """Per-client mean of ``clip_{outer}(g_j) - clip_{clip}(g_j)`` (``outer > clip``)."""
+
     def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
         """Per-client ``q``-quantile of ``values`` (one per sample); non-private."""
 
@@ -110,6 +116,16 @@ class _ConcatenatedOracle:
         if center is not None:
             x = np.abs(x - center)  # inf near the largest double: above every grid point
         return self.count_at_most(x, threshold)
+
+    def clipped_counts(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Per-client number of rows whose gradient norm exceeds ``clip``."""
+        return np.asarray(self.sizes - self.count_at_most(self.sample_norms("gradient", theta), clip), dtype=np.float64)
+
+    def clipped_excess(self, theta: np.ndarray, clip: float, outer: float) -> np.ndarray:
+        """Per-client mean of ``clip_{outer}(g_j) - clip_{clip}(g_j)``: norm at most ``outer - clip`` per row."""
+        if not outer > clip:
+            raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
+        return self.clipped_gradients(theta, outer) - self.clipped_gradients(theta, clip)
 
     def client_quantiles(self, values: np.ndarray, q: float) -> np.ndarray:
         o = self.data.offsets

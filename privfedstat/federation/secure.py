@@ -151,21 +151,16 @@ def _secure_design_moments(clients, *, row_clip: float, weights, sensitivity, sp
 def _secure_clipped_excess(clients, theta, *, clip: float, outer: float, weights, sensitivity, spec: SkellamSpec,
                            stage: str, active=None) -> Reply:
     """``clipped_excess`` under secure aggregation: each site's mean of ``clip_{B'}(g_j) - clip_B(g_j)``, times ``w_i``."""
-    if not outer > clip:
-        raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
-    return _secure_release(clients, lambda o, t: o.clipped_gradients(t, outer) - o.clipped_gradients(t, clip), theta,
-                           weights, sensitivity, spec, stage, active)
+    return _secure_release(clients, lambda o, t: o.clipped_excess(t, clip, outer), theta, weights, sensitivity, spec,
+                           stage, active)
 
 
 def _secure_count_at_most(clients, which: str, theta, threshold: float, *, weights, sensitivity, spec: SkellamSpec,
                           stage: str, active=None) -> Reply:
     """``count_at_most`` under secure aggregation: each site's number of rows whose ``which`` norm is <= ``threshold``
     (an integer; sensitivity 1, weight 1)."""
-    def counts(o, t) -> np.ndarray:
-        return o.count_at_most(clients._norms(which, t) if o is clients._oracle else o.sample_norms(which, t),
-                               threshold)[:, None]
-
-    return _secure_release(clients, counts, theta, weights, sensitivity, spec, stage, active)
+    return _secure_release(clients, clients._counts_at_most(which, threshold), theta, weights, sensitivity, spec,
+                           stage, active)
 
 
 def _secure_column_count(clients, column, threshold: float, *, center: float | None = None, weights, sensitivity,
@@ -178,8 +173,7 @@ def _secure_column_count(clients, column, threshold: float, *, center: float | N
 def _secure_count_clipped(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
                           active=None) -> Reply:
     """``count_clipped`` under secure aggregation: each site's number of rows whose gradient norm exceeds B."""
-    return _secure_release(clients, lambda o, t: np.asarray(o.sizes - o.count_at_most(o.sample_norms("gradient", t), clip),
-                                                            dtype=np.float64)[:, None], theta, weights, sensitivity, spec,
+    return _secure_release(clients, lambda o, t: o.clipped_counts(t, clip)[:, None], theta, weights, sensitivity, spec,
                            stage, active)
 
 
