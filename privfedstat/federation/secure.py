@@ -38,7 +38,7 @@ from .clients import Reply
 from .verbs import Verb, design_moments, get, one_value, parameter_moments, parameters, register
 
 __all__ = ["secure_mean", "secure_total", "message_spec", "mean_noise_sd", "secure_count", "privatize_integer",
-           "share_release", "SecureAggregationRefused", "secure_sites", "site_generators", "AGGREGATIONS"]
+           "share_release", "SecureAggregationRefused", "sums_securely", "secure_sites", "site_generators", "AGGREGATIONS"]
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -61,10 +61,15 @@ def secure_count(min_surviving: int | None, n_clients: int, mu: float, participa
     return k
 
 
+def sums_securely(estimator, mu: float) -> bool:
+    """Whether a fit of ``estimator`` at ``mu`` sums its releases securely: ``aggregation="secure"`` and a finite mu."""
+    return getattr(estimator, "aggregation", "local") == "secure" and not math.isinf(mu)
+
+
 def secure_sites(estimator, n_clients: int, mu: float, participation) -> int | None:
-    """The fewest surviving sites of a fit of ``estimator`` under ``aggregation="secure"`` with a finite ``mu``
-    (:func:`secure_count`), else None (each client adds its own Gaussian noise)."""
-    if getattr(estimator, "aggregation", "local") != "secure" or math.isinf(mu):
+    """The fewest surviving sites of a fit of ``estimator`` that :func:`sums_securely` (:func:`secure_count`), else
+    None (each client adds its own Gaussian noise)."""
+    if not sums_securely(estimator, mu):
         return None
     return secure_count(estimator.min_surviving, n_clients, mu, participation)
 

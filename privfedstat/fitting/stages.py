@@ -22,6 +22,7 @@ from ..exceptions import IllConditionedWarning, PrivacyLeakWarning, PrivacyNoise
 from ..families import Family
 from ..federation.protocol import Setup
 from ..federation.queries import column_count, search_bounds
+from ..federation.secure import sums_securely
 from ..federation.session import Session
 from ..privacy.clipping import PILOT_AUTOCLIP, AutoClip
 from ..privacy.plan import BudgetPlan
@@ -105,7 +106,7 @@ def count_precision(estimator, n_clients: int, mu: float) -> tuple[int, float]:
     m)`` of their ``mu^2`` that the secure sum saves goes to the estimation (docs/guide/secure-aggregation.md,
     "Counts"). With equal sites the FedSGD pilot rounds of an :class:`AutoClip` (secure sums too) keep theirs as well.
     """
-    if getattr(estimator, "aggregation", "local") != "secure" or math.isinf(mu):
+    if not sums_securely(estimator, mu):
         return n_clients, 1.0
     return 1, 1.0 / math.sqrt(n_clients)
 
