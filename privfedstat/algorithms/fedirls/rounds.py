@@ -170,9 +170,8 @@ class _Rounds:
 
         Whitened rounds only: the chord's root bounds the minimum of the loss along the bracket's line, which is the
         optimum's coordinate along u only where the curvature is isotropic. The whitening makes the located point's
-        floored Hessian the identity; on the fitting columns a coupled Hessian moves the optimum off the line (a
-        Hessian bound ten times too low, mu = 1e6, ``tests/estimators/test_fedirls_stress.py``: the bound applied
-        there left the fit 0.12 MLE SEs short of the MLE after its rounds)."""
+        floored Hessian the identity; on the fitting columns a coupled Hessian moves the optimum off the line
+        (docs/algorithms/fedirls.md, "The chord: updates that cannot run past the root")."""
         z, lows = self.schedule.secant_noise_sds, []
         if self.previous is not None:
             step, g_before, _, var_before, _ = self.previous
