@@ -16,9 +16,14 @@ coefficient over the seeds (its sign is stable where it is bias); ``miss MLE`` /
 missing the MLE / the root, next to what an exact noise model expects for either (interval j misses a fixed point at
 distance 0 with probability ``2 (1 - Phi(1.96 sqrt(cov_jj) / sd_j))``).
 
+``--per-coef`` adds one row per coefficient (statsmodels' names): the RMS of each part and the mean of ``z_bias`` over
+the seeds, next to the 95% band of the RMS of ``seeds`` standard normals, ``sqrt(chi2_(seeds, q) / seeds)``, that an
+exact noise model puts ``z_noise`` in.
+
 Run by hand (prints a markdown table; nothing is written)::
 
     nice python benchmarks/bench_noise_split.py --seeds 8 --datasets arrests nasscds nesarc --mus 2
+    nice python benchmarks/bench_noise_split.py --seeds 20 --datasets arrests default --mus 2 --per-coef
 """
 
 from __future__ import annotations
@@ -114,7 +119,9 @@ def split_one(name: str, mu: float, seed: int) -> dict | None:
     lo, hi = ours(ci[:, 0]), ours(ci[:, 1])
     shown = np.isfinite(lo) & np.isfinite(hi) & (sd > 0)
     p_j = 2.0 * (1.0 - np.array([NormalDist().cdf(h / s) for h, s in zip(half_width[shown], sd[shown])]))
-    return {"root": True, "dataset": name, "mu": mu, "seed": seed, "z": (c - mle) / sd, "z_noise": (c - root) / sd,
+    return {"root": True, "dataset": name, "mu": mu, "seed": seed, "names": [f"{n}{'' if q == 1 else f'[{k}]'}"
+                                                                          for n in names for k in range(q)],
+            "z": (c - mle) / sd, "z_noise": (c - root) / sd,
             "z_bias": (root - mle) / sd,
             "miss_mle": bool(np.any(shown & ((lo > mle) | (hi < mle)))),
             "miss_root": bool(np.any(shown & ((lo > root) | (hi < root)))),
@@ -134,18 +141,36 @@ def cell(found: list[dict]) -> dict:
             "miss_root": sum(r["miss_root"] for r in rows), "expected": sum(r["expected"] for r in rows)}
 
 
+def per_coefficient(name: str, mu: float, found: list[dict]) -> list[str]:
+    """Markdown rows, one a coefficient: RMS z / z_noise / z_bias and mean z_bias over the seeds, and the 95% band of
+    the RMS of as many standard normals."""
+    from scipy.stats import chi2
+
+    rows = [r for r in found if r["root"]]
+    n = len(rows)
+    band = f"{math.sqrt(chi2.ppf(0.025, n) / n):.2f}-{math.sqrt(chi2.ppf(0.975, n) / n):.2f}"
+    out = []
+    for j, coef in enumerate(rows[0]["names"]):
+        rms = {k: float(np.sqrt(np.mean([r[k][j] ** 2 for r in rows]))) for k in ("z", "z_noise", "z_bias")}
+        out.append(f"| {name} | {_mu(mu)} | {coef} | {n} | {rms['z']:.2f} | {rms['z_noise']:.2f} ({band}) "
+                   f"| {rms['z_bias']:.2f} | {np.mean([r['z_bias'][j] for r in rows]):+.2f} |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     ap.add_argument("--mus", nargs="+", type=float, default=[8.0, 2.0])
+    ap.add_argument("--per-coef", action="store_true", help="also one row per coefficient, with the RMS's band")
     args = ap.parse_args(argv)
-    cells = []
+    cells, coefficients = [], []
     for name in args.datasets:
         for mu in args.mus:
             rows = [r for s in range(args.seeds) if (r := split_one(name, mu, s)) is not None]
             if any(r["root"] for r in rows):
                 cells.append({"dataset": name, "half": half(name), "mu": mu, **cell(rows)})
+                coefficients += per_coefficient(name, mu, rows)
                 print(f"{name} mu={_mu(mu)} done", file=sys.stderr, flush=True)
     table = pd.DataFrame(cells)
     print("| data | half | mu | fits (no root) | RMS z | RMS z_noise | RMS z_bias | worst bias | miss MLE | miss root "
@@ -158,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, part in table.groupby("half"):
         print(f"{name}: miss MLE {part['miss_mle'].sum()}, miss root {part['miss_root'].sum()}, expected "
               f"{part['expected'].sum():.1f} (fits {part['fits'].sum()})")
+    if args.per_coef:
+        print("\n| data | mu | coefficient | fits | RMS z | RMS z_noise (95% band) | RMS z_bias | mean z_bias |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|")
+        print("\n".join(coefficients))
 
 
 if __name__ == "__main__":
