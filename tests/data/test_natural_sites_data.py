@@ -77,12 +77,13 @@ def test_targets_count_cells_per_threshold():
         sys.path.remove(str(BENCH))
     base = {"dataset": "x", "fits": 3, "errors": 0, "med_hc0": 1.0, "max_se": 1.0, "withheld": 0.0, "width": 1.0,
             "pred": 1.0, "got": 1.0, "warnings": "", "misses": 1, "noise_only": 1, "half": "validation", "n": 6000,
-            "expected_misses": 0.25, "interval_misses": 1}
+            "expected_misses": 0.25, "interval_misses": 1, "silent_intervals": 0, "expected_silent": 0.0}
     rows = pd.DataFrame([
         {**base, "mu": np.inf, "med_se": 0.0, "max_se": 0.0, "hold": 1.0, "rms_z": np.nan, "fits_withheld": 0.0,
          "silent": 0},
         {**base, "mu": 8.0, "med_se": 1.9, "hold": 0.96, "rms_z": 1.2, "fits_withheld": 0.10, "silent": 0},  # w/h
-        {**base, "mu": 2.0, "med_se": 2.9, "hold": 0.96, "rms_z": 1.2, "fits_withheld": 0.10, "silent": 1},  # silent
+        {**base, "mu": 2.0, "med_se": 2.9, "hold": 0.96, "rms_z": 1.2, "fits_withheld": 0.10, "silent": 1,
+         "silent_intervals": 1, "expected_silent": 0.125},  # silent
         {**base, "mu": 2.0, "med_se": 9.0, "hold": 0.50, "rms_z": 9.0, "fits_withheld": 1.0, "silent": 0,
          "n": 4000},  # N < 5000: outside the target cells
     ])
@@ -94,5 +95,7 @@ def test_targets_count_cells_per_threshold():
     expected = (": 1 in 9 private fits (3 with a miss, 3 with an interval missing the MLE, where an exact noise model "
                 "expects 0.8; silent: x mu = 2: 1)")
     assert lines[6].startswith("- silent misses") and expected in lines[6]
-    assert lines[7].endswith("not that an interval may miss): 3.")
-    assert len(bench.targets(rows[rows["mu"] < np.inf])) == 7  # no mu = inf cells: no line for them
+    assert lines[7].endswith("interval misses the MLE: 1, where an exact noise model expects 0.12 (the sum of their "
+                             "miss probabilities).")
+    assert lines[8].endswith("not that an interval may miss): 3.")
+    assert len(bench.targets(rows[rows["mu"] < np.inf])) == 8  # no mu = inf cells: no line for them
