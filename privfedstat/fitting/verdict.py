@@ -415,7 +415,7 @@ def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> 
                   f"(step_size = {eta:.3g}) exceeds {bound:.3g}, the largest that the public bound on the curvature "
                   f"(that of step_size='auto', {bound / 2.0:.3g}, for {columns}) shows stable: its steps may have "
                   "thrown the path out to where the model saturates (coefficients up to "
-                  f"{float(np.max(np.abs(run.path[-1]))):.3g}). Lower step_size below {bound:.3g} or use "
+                  f"{float(np.max(np.abs(est.coef_))):.3g}). Lower step_size below {bound:.3g} or use "
                   "step_size='auto' (if the columns are far below the unit scale, standardise them instead).",
                   ConvergenceWarning, stacklevel=5)
     return True
