@@ -13,7 +13,8 @@ against the intervals' standard errors (a distance below ``TOL_SE`` of them keep
 released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
 has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
 divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not, or
-when the step could not be stable at the start, where an intercept makes the curvature public: :func:`start_curvature`).
+when the step could not be stable at the start, where an intercept makes the curvature public: :func:`start_curvature`;
+not converged where the step exceeds what the public curvature bound shows stable: :func:`stable_step`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..exceptions import ConvergenceWarning, DivergenceError
+from ..families.curvature import auto_step_size
 from ..federation.protocol import Run, Setup
 from ..federation.queries import private_mean
 from ..federation.session import Session
@@ -33,7 +35,7 @@ from ..inference.config import DIAGNOSTIC_ALPHA, critical_value, tolerated_bias
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
            "scored", "released_sd", "noise_eigenvalue", "score_spent", "gradient_steps", "away",
-           "start_curvature", "along_last_update"]
+           "start_curvature", "along_last_update", "stable_step"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -369,6 +371,56 @@ def _not_converged(est, gap: float, oscillating: float | None, settled: bool | N
     return False
 
 
+def stable_step(est) -> float:
+    """``2 / L``, the largest gradient step that the public bound ``L >= lambda_max(H)`` shows stable anywhere: ``L``
+    is the bound behind ``step_size="auto"`` (``1 / L``, :func:`~privfedstat.families.curvature.auto_step_size`),
+    ``kappa`` times the fitting scale's public mean squared row norm (the rescaling's, else d for columns on the unit
+    scale); a step multiplies the error along the top eigenvector by ``1 - eta lambda_max`` (docs/guide/convergence.md)."""
+    scaler = getattr(est, "scaler_", None)
+    return 2.0 * auto_step_size(est.family_, est.n_features_in_, None if scaler is None else scaler.square_norm())
+
+
+def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> bool:
+    """Whether a gradient protocol's released curvature is within noise of 0 in every direction and the fit, judged
+    there, did not converge: a ConvergenceWarning where its step exceeds :func:`stable_step` (nothing released then
+    shows that the protocol's noise model, which assumes contracting steps, describes the path: the curvature at the
+    estimate says nothing of that about the root), after the ``DivergenceError`` of :func:`review_score` where the
+    path ran away or could not be stable at its start."""
+    edge = noise_eigenvalue(H.shape[0])
+    if not gradient_steps(run.noise_model) or float(np.linalg.eigvalsh(H)[-1]) > edge * hessian_sd:
+        return False
+    vanished = f"the curvature released at its estimate is within {edge:.3g} noise sds of zero in every direction"
+    # the protocol's noise model (linearised at a floored Hessian) does not describe the estimate, so the score is
+    # tested against its release alone, along the path's travel (fixed before the release: one normal under a root)
+    travel = np.ravel(run.path[-1] - run.path[0])
+    length = float(np.linalg.norm(travel))
+    along = float(travel @ (score.gradient / score.sd)) / length if length > 0 else 0.0  # sd**2 may underflow
+    if along > critical_value(sides=1):
+        raise divergence(est, f"{vanished} (every fitted value saturated) while the score released there points along "
+                              f"the path's travel, {along:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the "
+                              "path ran away from the optimum instead of towards it.")
+    eta, start = float(getattr(run.noise_model, "step_size", None) or 0.0), start_curvature(est)
+    if eta * start > 2.0:
+        raise divergence(est, f"{vanished} (every fitted value saturated), while at its start, theta = 0, the "
+                              f"curvature along the intercept is the family's {start:.3g} (public: every row's fitted "
+                              "value is 0 there), so each gradient step multiplied the error along the top eigenvector "
+                              f"there by at least {eta * start - 1.0:.3g} (step_size times the curvature exceeds 2): the "
+                              "path was thrown out to where the model saturates rather than settling (a stable step "
+                              f"needs step_size below 2 / {start:.3g} = {2.0 / start:.3g}).")
+    bound = stable_step(est)
+    if eta <= bound:
+        return False
+    columns = "privately scaled columns" if getattr(est, "scaler_", None) is not None else "columns on the unit scale"
+    warnings.warn(f"{est.method} did not converge: {vanished}, so the score there cannot show an optimum, and its step "
+                  f"(step_size = {eta:.3g}) exceeds {bound:.3g}, the largest that the public bound on the curvature "
+                  f"(that of step_size='auto', {bound / 2.0:.3g}, for {columns}) shows stable: its steps may have "
+                  "thrown the path out to where the model saturates (coefficients up to "
+                  f"{float(np.max(np.abs(est.coef_))):.3g}). Lower step_size below {bound:.3g} or use "
+                  "step_size='auto' (if the columns are far below the unit scale, standardise them instead).",
+                  ConvergenceWarning, stacklevel=5)
+    return True
+
+
 def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference, to_original: np.ndarray, run: Run,
                  oscillating: float | None, path_converged: bool | None) -> bool:
     """``converged_`` of a private fit from the score released at its estimate (:func:`release_score`), with the
@@ -393,31 +445,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         release, so under a root ``u . g / s`` is one standard normal). The path then went up the score: it ran
         away (going down it, the path was still travelling, as under heavy clipping, and the score test says so).
         Or where, with the curvature so vanished, the step could not be stable at the start: ``eta ell''(0) > 2``,
-        ``ell''(0)`` the public curvature along the intercept at theta = 0 (:func:`start_curvature`).
+        ``ell''(0)`` the public curvature along the intercept at theta = 0 (:func:`start_curvature`). Short of
+        those, a step above :func:`stable_step` there is not converged (:func:`_vanished`).
     """
-    edge = noise_eigenvalue(H.shape[0])
-    if gradient_steps(run.noise_model) and float(np.linalg.eigvalsh(H)[-1]) <= edge * hessian_sd:
-        # the released curvature is within noise of 0 in every direction: the protocol's noise model (linearised
-        # at a floored Hessian) does not describe the estimate, so the score is tested against its release alone,
-        # along the path's travel (fixed before the release: one normal under a root, a one-sided test)
-        travel = np.ravel(run.path[-1] - run.path[0])
-        length = float(np.linalg.norm(travel))
-        along = float(travel @ (score.gradient / score.sd)) / length if length > 0 else 0.0  # sd**2 may underflow
-        if along > critical_value(sides=1):
-            raise divergence(est, f"the curvature released at its estimate is within {edge:.3g} noise sds of "
-                                  "zero in every direction (every fitted value saturated) while the score released "
-                                  f"there points along the path's travel, {along:.3g} noise sds (one-sided test at "
-                                  f"{DIAGNOSTIC_ALPHA:g}): the path ran away from the optimum instead of towards it.")
-        eta, start = getattr(run.noise_model, "step_size", None), start_curvature(est)
-        if eta and float(eta) * start > 2.0:
-            raise divergence(est, f"the curvature released at its estimate is within {edge:.3g} noise sds of zero in "
-                                  "every direction (every fitted value saturated), while at its start, theta = 0, the "
-                                  f"curvature along the intercept is the family's {start:.3g} (public: every row's "
-                                  f"fitted value is 0 there), so each gradient step multiplied the error along the top "
-                                  f"eigenvector there by at least {float(eta) * start - 1.0:.3g} (step_size times the "
-                                  "curvature exceeds 2): the "
-                                  "path was thrown out to where the model saturates rather than settling (a stable "
-                                  f"step needs step_size below 2 / {start:.3g} = {2.0 / start:.3g}).")
+    if _vanished(est, score, H, hessian_sd, run):
+        return False
     if oscillating is not None and not gradient_steps(run.noise_model):
         cycle = along_last_update(score, H, to_original, inference.cov_privacy, run.path)
         if cycle > critical_value(sides=1):

@@ -214,6 +214,41 @@ def test_a_huge_step_on_small_sites_raises_from_the_public_start_curvature(metho
         assert glm(formula, df, **kwargs).converged_ is True
 
 
+@pytest.mark.parametrize("method", [FedAvg, FedSGD])
+@pytest.mark.parametrize(("p", "seed"), [(5, 0), (12, 1)])
+def test_a_huge_step_on_arrays_is_not_converged_and_names_a_stable_step(method, p, seed):
+    """The same fits on arrays (no public intercept) returned coefficients of 1e5-4e6 with converged_ True: their
+    released curvature is within noise of zero in every direction, and step_size=1e6 exceeds 2 / L (L = 0.25 p, the
+    public bound behind step_size='auto' on unit-scale columns), so nothing shows the steps contracted. The default
+    step (1 / L) on the same sites, whose released curvature is within noise of zero too, keeps converged_ True."""
+    data = simulate("logistic", [50] * 20, np.linspace(0.5, -0.5, p), seed=seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        huge = method(mu=1.0, step_size=1e6, random_state=seed).fit(data)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert huge.converged_ is False and np.max(np.abs(huge.coef_)) > 1e4
+    assert any(f"Lower step_size below {2 / (0.25 * p):.3g} or use step_size='auto'" in m for m in messages)
+    assert np.all(np.isnan(huge.inference_.bse))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert method(mu=1.0, random_state=seed).fit(data).converged_ is True
+
+
+def test_the_stable_step_is_twice_the_automatic_one():
+    """2 / L with L the public curvature bound of step_size='auto': kappa d on unit-scale columns, kappa times the
+    rescaling's mean squared row norm on scaled ones."""
+    from types import SimpleNamespace
+
+    from privfedstat import get_family
+    from privfedstat.fitting.verdict import stable_step
+
+    fit = dict(family_=get_family("logistic"), n_features_in_=5, scaler_=None)
+    assert stable_step(SimpleNamespace(**fit)) == pytest.approx(2 / (0.25 * 5))
+    scaled = SimpleNamespace(**{**fit, "scaler_": SimpleNamespace(square_norm=lambda: 2.0)})
+    assert stable_step(scaled) == pytest.approx(2 / (0.25 * 2.0))
+    assert stable_step(SimpleNamespace(**{**fit, "family_": get_family("gaussian")})) == pytest.approx(2 / 5)
+
+
 def test_the_start_curvature_is_public_only_with_an_intercept_and_no_offset():
     """No intercept, an offset, an initial value, a loss whose curvature depends on the response (Huber) or
     several linear predictors per row: nothing public bounds the curvature at the start (0)."""
