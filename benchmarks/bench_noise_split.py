@@ -24,6 +24,7 @@ Run by hand (prints a markdown table; nothing is written)::
 
     nice python benchmarks/bench_noise_split.py --seeds 8 --datasets arrests nasscds nesarc --mus 2
     nice python benchmarks/bench_noise_split.py --seeds 20 --datasets arrests default --mus 2 --per-coef
+    nice python benchmarks/bench_noise_split.py --seeds 8 --datasets countymurders --mus 1 3 --aggregation secure
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def clipped_root(session, run, setup) -> np.ndarray | None:
     return None
 
 
-def split_one(name: str, mu: float, seed: int) -> dict | None:
+def split_one(name: str, mu: float, seed: int, aggregation: str = "local") -> dict | None:
     """One fit's z, z_noise and z_bias per coefficient (statsmodels' order) and its interval checks; None without a
     privacy covariance; ``{"root": False}`` where the clipped root was not found."""
     ds = DATASETS[name]
@@ -92,7 +93,8 @@ def split_one(name: str, mu: float, seed: int) -> dict | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est = privfedstat.glm(ds.formula, with_sites(name, seed), client="site", family=ds.family, mu=mu,
-                                  random_state=seed, levels={k: list(v) for k, v in ds.levels} or None)
+                                  random_state=seed, levels={k: list(v) for k, v in ds.levels} or None,
+                                  aggregation=aggregation)
     finally:
         FedIRLS._run = original
     inf = est.inference_
@@ -163,11 +165,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     ap.add_argument("--mus", nargs="+", type=float, default=[8.0, 2.0])
     ap.add_argument("--per-coef", action="store_true", help="also one row per coefficient, with the RMS's band")
+    ap.add_argument("--aggregation", choices=["local", "secure"], default="local",
+                    help="the fits' aggregation (secure: Skellam shares summed securely)")
     args = ap.parse_args(argv)
     cells, coefficients = [], []
     for name in args.datasets:
         for mu in args.mus:
-            rows = [r for s in range(args.seeds) if (r := split_one(name, mu, s)) is not None]
+            rows = [r for s in range(args.seeds) if (r := split_one(name, mu, s, args.aggregation)) is not None]
             if any(r["root"] for r in rows):
                 cells.append({"dataset": name, "half": half(name), "mu": mu, **cell(rows)})
                 coefficients += per_coefficient(name, mu, rows)

@@ -75,8 +75,8 @@ def _bounds(record: list):
 
     original = IRLSSchedule.insured_bounds
 
-    def insured(self, found):
-        out = original(self, found)
+    def insured(self, found, dispersion=None):
+        out = original(self, found, dispersion)
         record.append((out.get("gradient", math.nan), _steps(self.search.grid, found, out)))
         return out
 

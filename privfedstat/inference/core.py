@@ -38,7 +38,7 @@ from .covariance import sampling_covariance, variance_df, weighted_factor
 from .results import InferenceResult
 
 __all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
-           "score_bound", "overdispersed", "SEARCH_SHARE", "SHARE_LIMIT"]
+           "score_bound", "overdispersed", "count_dispersion", "SEARCH_SHARE", "SHARE_LIMIT"]
 
 #: share of mu_inf^2 spent on the private Hessian-bound search when the estimator chose no C_H
 SEARCH_SHARE = 0.1
@@ -250,9 +250,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-scale")
         mu_rest *= math.sqrt(1.0 - SCALE_SHARE) if finite else 1.0
     elif session.clients.family.overdispersion:
-        mu_d, df_d = math.sqrt(DISPERSION_SHARE) * mu_rest, float(np.sum(session.sizes)) - theta.size
-        bound = max(PEARSON_BOUND, DISPERSION_NOISE * mu_d * df_d / math.sqrt(session.sizes.size)) if finite else math.inf
-        dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-dispersion")
+        dispersion = count_dispersion(session, theta, math.sqrt(DISPERSION_SHARE) * mu_rest, "inference-dispersion")
         mu_rest *= math.sqrt(1.0 - DISPERSION_SHARE) if finite else 1.0
         if cov_type == "model" and overdispersed(dispersion):
             capped = f"at least {dispersion[0]:.3g} (+- {dispersion[1]:.2g}, each row's term capped)" if finite \
@@ -325,6 +323,16 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
                            clipped_fraction=clipped, df=df, dispersion=dispersion,
                            clipping_displacement=displacement, sign_balance=signs), H
+
+
+def count_dispersion(session: Session, theta: np.ndarray, mu: float, stage: str) -> tuple[float, float]:
+    """A count model's private Pearson dispersion at ``theta`` and its noise sd, ``mu``-GDP: each squared Pearson
+    residual capped at the largest cap whose noise sd on the dispersion is ``DISPERSION_NOISE``, at least
+    ``PEARSON_BOUND`` (:func:`~privfedstat.federation.queries.pearson_dispersion`; uncapped with mu = inf)."""
+    df = float(np.sum(session.sizes)) - theta.size
+    bound = max(PEARSON_BOUND, DISPERSION_NOISE * mu * df / math.sqrt(session.sizes.size)) if math.isfinite(mu) \
+        else math.inf
+    return pearson_dispersion(session, theta, bound, mu, theta.size, stage)
 
 
 def overdispersed(dispersion: tuple[float, float] | None) -> bool:

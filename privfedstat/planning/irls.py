@@ -3,7 +3,7 @@ clients (:func:`predict`, used by :class:`~privfedstat.planning.power.StudyPlan`
 
 The protocol's part is the estimator's own schedule (FedIRLS's
 :class:`~privfedstat.algorithms.fedirls.schedule.IRLSSchedule`, built by its ``plan_schedule`` as the fit builds
-it): the plan walks its stages (locate, whiten, research, insure, refine) with the population's noise-free
+it): the plan walks its stages (locate, whiten, research, disperse, insure, refine) with the population's noise-free
 counterparts of the fit's releases; see :mod:`privfedstat.planning.power` for the approximations.
 """
 
@@ -117,7 +117,8 @@ class _PlannedStages:
     locate: the located point is the root of the clipped equation at the first bounds; whiten: the basis from its
     clipped Hessian floored at the last locate round's floor (the population, the located point, the map to the
     original scale and the roots' cache then in phi: one output); research: the distribution of the new search's
-    result there; insure: each outcome's raised gradient bound; refine: one case per outcome.
+    result there; disperse: nothing (the design's law has unit dispersion); insure: each outcome's raised gradient
+    bound; refine: one case per outcome.
     """
 
     def __init__(self, schedule, pop: Population, G: np.ndarray, outcomes, mu: float, sizes: np.ndarray) -> None:
@@ -147,6 +148,9 @@ class _PlannedStages:
         schedule = self.schedule
         self.found = self.outcomes(list(schedule.research), self.located, schedule.search.pilot_quantile,
                                    schedule.mu_research, self.pop)
+
+    def disperse(self) -> None:
+        """Nothing: the design's law is the model's, of unit dispersion (:meth:`IRLSSchedule.score_sd` 1)."""
 
     def insure(self) -> None:
         self.found = [(prob, self.schedule.insured_bounds(found)) for prob, found in self.found]

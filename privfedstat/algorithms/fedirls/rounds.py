@@ -14,6 +14,7 @@ from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
 from ...federation.queries import search_bounds
 from ...federation.secure import secure_mean
 from ...federation.session import Session
+from ...inference.core import count_dispersion
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
@@ -33,6 +34,7 @@ class ScheduledRun:
         self.schedule, self.session = schedule, session
         self.newton: _Rounds | None = None
         self.found: dict[str, float] = {}
+        self.dispersion: tuple[float, float] | None = None  # (phi, sd) of the stage disperse
         self.final: Setup | None = None  # the refine rounds' bounds when they were searched again
         self.mapped = ExitStack()  # the clients' rows mapped (whiten) until the refine rounds end
         self.run: Run | None = None
@@ -70,8 +72,12 @@ class ScheduledRun:
         self.found = search_bounds(self.session, list(self.schedule.research), self.newton.theta, config.pilot_quantile,
                                    config, self.schedule.mu_research, stage="irls-clip")
 
+    def disperse(self) -> None:
+        """A count model's Pearson dispersion at the located point: the insurance's unit (:meth:`.IRLSSchedule.score_sd`)."""
+        self.dispersion = count_dispersion(self.session, self.newton.theta, self.schedule.mu_dispersion, "irls-dispersion")
+
     def insure(self) -> None:
-        self.found = self.schedule.insured_bounds(self.found)
+        self.found = self.schedule.insured_bounds(self.found, self.dispersion)
 
     def refine(self) -> None:
         """The refine rounds, once :func:`.support.check_support` found that they can reach an optimum at this mu

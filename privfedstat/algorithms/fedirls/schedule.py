@@ -20,6 +20,7 @@ from ...federation.secure import secure_count
 from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, count_precision, pending_bounds
 from ...inference.config import critical_value
+from ...inference.core import DISPERSION_SHARE
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
@@ -117,7 +118,7 @@ class IRLSSchedule:
         one phase on the user's ``budget_split``; locate + refine (``n_rounds="auto"``, ``budget_split="auto"``).
     stages : tuple of str
         The stages in order, walked by the fit and by the plan: ``exact``, ``rounds`` (one phase), or ``locate``,
-        [``whiten``], [``research``], [``insure``], ``refine``.
+        [``whiten``], [``research``], [``disperse``], [``insure``], ``refine``.
     shares : tuple of ndarray of shape (R_k, 2)
         Per phase the shares of the estimation mu^2 (gradient, Hessian); mode exact: ones, or the user's split
         (its zero Hessian shares reuse the last Hessian), over the cap on rounds.
@@ -125,6 +126,10 @@ class IRLSSchedule:
         The norms whose bounds are searched again at the located point (those the fit chose by a private search).
     mu_research : float
         That search's budget, ``research_share`` of the estimation mu^2 (0 without it).
+    mu_dispersion : float
+        The budget of the Pearson dispersion released at the located point (stage ``disperse``: a family whose counts
+        can be overdispersed, :attr:`~privfedstat.families.base.Family.overdispersion`, with the insurance), the
+        inference's ``DISPERSION_SHARE`` of the new search's share of the estimation mu^2 (0 without it).
     curvature : CurvatureRules
         The family's row of :data:`CURVATURE_RULES`.
     search : AutoClip
@@ -170,11 +175,14 @@ class IRLSSchedule:
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
     insurance_sd : float
         The whitened refine rounds' gradient bound is raised while the last gradient's noise sd per coordinate stays
-        at most ``insurance_sd / sqrt(N)`` (with per-site noise, under secure aggregation too), insurance against a
-        clipping bias the search's counts cannot resolve (:meth:`insured_bounds`; benchmarks/RESULTS.md, section
-        "Response location and the refine bound's insurance").
+        at most ``insurance_sd s / sqrt(N)``, s one row's score sd (:meth:`score_sd`), with per-site noise (under
+        secure aggregation too): insurance against a clipping bias the search's counts cannot resolve
+        (:meth:`insured_bounds`; benchmarks/RESULTS.md, section "Response location and the refine bound's insurance").
     insurance_steps : int
         At most this many grid points (same).
+    dispersion_sds : float
+        The released dispersion counts in the insurance's unit at its lower confidence bound, this many noise sds
+        below it (``z_(1 - DIAGNOSTIC_ALPHA)``; :meth:`score_sd`).
     max_halvings : int
         Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
         to rounding).
@@ -185,6 +193,7 @@ class IRLSSchedule:
     shares: tuple[np.ndarray, ...]
     research: tuple[str, ...]
     mu_research: float
+    mu_dispersion: float
     curvature: CurvatureRules
     search: AutoClip
     family: object
@@ -206,6 +215,7 @@ class IRLSSchedule:
     coarse_lean: float = 0.5
     insurance_sd: float = 0.4
     insurance_steps: int = 3
+    dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
 
@@ -216,7 +226,7 @@ class IRLSSchedule:
         rules = CURVATURE_RULES[curvature_class(family)]
         mu, split = setup.mu, estimator.budget_split
         explicit = None if isinstance(split, str) else estimator._explicit_split()
-        research, mu_research = (), 0.0
+        research, mu_research, mu_dispersion = (), 0.0, 0.0
         if math.isinf(mu):  # every round fresh, or the user's split's Hessian shares (a cap: the rounds stop at tol)
             cap = int(estimator.n_rounds) if estimator.n_rounds != "auto" else cls.max_rounds_nonprivate
             mode, stages, shares = "exact", ("exact",), (np.ones((cap, 2)) if explicit is None else explicit,)
@@ -231,18 +241,22 @@ class IRLSSchedule:
             share = cls.research_share * count_precision(estimator, len(sizes), mu)[1] ** 2  # 1 / m of it if secure
             if how == "search" and todo:
                 research, mu_research = tuple(todo), mu * math.sqrt(share)
-            locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
-            left = 1.0 - cls.locate_share - (share if research else 0.0)
-            shares = (locate, left * rules.refine_split)
             whiten = set(research) == set(estimator._norms)  # a bound the user fixed keeps its meaning on the columns
+            disperse = whiten and family.overdispersion  # the insurance's unit: a count's dispersion (score_sd)
+            share_d = DISPERSION_SHARE * share if disperse else 0.0
+            mu_dispersion = mu * math.sqrt(share_d)
+            locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
+            left = 1.0 - cls.locate_share - (share if research else 0.0) - share_d
+            shares = (locate, left * rules.refine_split)
             stages = ("locate", *(("whiten",) if whiten else ()), *(("research",) if research else ()),
-                      *(("insure",) if whiten else ()), "refine")
+                      *(("disperse",) if disperse else ()), *(("insure",) if whiten else ()), "refine")
         floor = None if estimator.hessian_floor == "auto" else float(estimator.hessian_floor)
         secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
-        return cls(mode, stages, shares, research, mu_research, rules, bound_search(estimator), family, sizes, weights,
-                   setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol, min_surviving=secure)
+        return cls(mode, stages, shares, research, mu_research, mu_dispersion, rules, bound_search(estimator), family,
+                   sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
+                   min_surviving=secure)
 
     # ------------------------------------------------------------------ derived
     def floor(self, noise_sd: float) -> float:
@@ -306,17 +320,30 @@ class IRLSSchedule:
         """The refine rounds' bounds: those ``found`` by the new search, the first phase's for the others."""
         return Setup(found.get("gradient", self.setup.clip), found.get("hessian", self.setup.hessian_clip), self.setup.mu)
 
-    def insured_bounds(self, found: dict[str, float]) -> dict[str, float]:
+    def score_sd(self, dispersion: tuple[float, float] | None) -> float:
+        """The sd of one row's score per whitened coordinate, the insurance's unit: 1 for a family of unit dispersion
+        (the whitened Fisher information is the identity), ``sqrt(phi)`` for counts of dispersion phi (their score's
+        variance is phi times the information), phi the released ``dispersion`` ``(phi, sd)`` at its lower confidence
+        bound ``phi - dispersion_sds sd``, at least 1 (post-processing; docs/algorithms/fedirls.md, "Insurance of the
+        refine bound")."""
+        if dispersion is None:
+            return 1.0
+        phi, sd = dispersion
+        return math.sqrt(max(1.0, phi - self.dispersion_sds * sd))
+
+    def insured_bounds(self, found: dict[str, float], dispersion: tuple[float, float] | None = None
+                       ) -> dict[str, float]:
         """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
         by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
-        the last gradient's planned noise sd with per-site noise stays at most ``insurance_sd / sqrt(N)``
-        (post-processing of the released bound and public sizes and budgets).
+        the last gradient's planned noise sd with per-site noise stays at most ``insurance_sd s / sqrt(N)``, s the
+        :meth:`score_sd` of the released ``dispersion`` (None: 1) (post-processing of the released bound and
+        dispersion and public sizes and budgets).
 
         Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
         asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
-        resolve. In whitened coordinates the sampling sd of a coordinate is about ``1 / sqrt(N)`` for families of
-        unit dispersion, so the raise is taken only while the privacy noise stays a small part of the error
-        (docs/algorithms/fedirls.md, "Insurance of the refine bound"). Under secure aggregation the search's counts,
+        resolve. In whitened coordinates the sampling sd of a coordinate is about ``s / sqrt(N)``, so the raise is
+        taken only while the privacy noise stays a small part of the error (docs/algorithms/fedirls.md, "Insurance
+        of the refine bound"). Under secure aggregation the search's counts,
         and so its lean in rows, are the per-site fit's (:func:`~privfedstat.fitting.stages.count_precision`), and
         the raise is judged on the noise these releases would carry with per-site noise: the same raise as the
         per-site fit's, the secure sum's lower noise kept as precision.
@@ -327,7 +354,7 @@ class IRLSSchedule:
         i = int(np.argmin(np.abs(grid - found["gradient"])))
         bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
         sd = float(replace(self, min_surviving=None).phase(1, bounds).gradient_sd[-1])
-        ceiling = self.insurance_sd / math.sqrt(float(np.sum(self.sizes)))
+        ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
         j = 0
         while j < self.insurance_steps and i + j + 1 < grid.size and sd * grid[i + j + 1] / grid[i] <= ceiling:
             j += 1
