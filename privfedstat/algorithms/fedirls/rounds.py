@@ -221,7 +221,8 @@ class _Rounds:
         newton = scales[-1] * self.H_floored  # the matrix of the last step
         hessian_var = np.concatenate([ph.hessian_var for ph in phases]) * scales**2
         eta = float(self.schedule.step_size)
-        weights = self.schedule.combination(phases, np.array([cut for _, _, cut in self.released]))
+        own = self.scales[-1]  # a round cut or raised unlike the last: its target is not its next iterate
+        weights = self.schedule.combination(phases, np.array([cut for _, _, cut in self.released]) | (own != own[-1]))
         estimate, step = self.theta, self.previous[0]
         if weights is not None:  # the precision-weighted Newton targets of the last rounds (IRLSSchedule.combination)
             moves = -eta * np.linalg.solve(newton, np.array([g for _, g, _ in self.released]).T).T

@@ -335,16 +335,17 @@ class IRLSSchedule:
             j += 1
         return dict(found, gradient=float(grid[i + j]))
 
-    def combination(self, phases: list[Phase], cut: np.ndarray | None = None) -> np.ndarray | None:
+    def combination(self, phases: list[Phase], apart: np.ndarray | None = None) -> np.ndarray | None:
         """Weights w_r of the rounds' Newton targets ``t_r = theta_r - eta N^-1 g_r`` in the estimate ``sum_r w_r t_r``
         (N: the last round's Newton matrix; public: post-processing of the schedule), or None: the last iterate.
 
         Phased fits only: the refine rounds from the last fresh Hessian on (same bounds, basis and Newton matrix, so
         ``t_r = theta_(r+1)``), each weighted by its gradient's precision ``1 / v_r``, the generalised least squares
         estimate of a common root where ``N = J`` (the targets' errors ``-eta N^-1 xi_r`` are then independent).
-        ``cut``: the phase's rounds whose step the trust region cut (their target lies beyond the region the
-        linearisation describes), left out; where the last one was cut, the last iterate alone
-        (docs/algorithms/fedirls.md, "Combined estimate").
+        ``apart``: the phase's rounds whose step was not the last matrix's (cut by the trust region, or raised by the
+        secant or the chord by another factor than the last round's: their target lies where the step was kept from
+        going), left out; where the last one was cut, the last iterate alone (docs/algorithms/fedirls.md, "Combined
+        estimate").
         """
         if self.mode != "phased":
             return None
@@ -352,10 +353,10 @@ class IRLSSchedule:
         fresh = np.flatnonzero(last.shares[:, 1] > 0)
         precision = np.zeros(len(last.shares))
         precision[int(fresh[-1]):] = 1.0 / last.gradient_var[int(fresh[-1]):]
-        if cut is not None:
-            if cut[-1]:
+        if apart is not None:
+            if apart[-1]:
                 return None
-            precision[cut] = 0.0
+            precision[apart] = 0.0
         before = np.zeros(sum(len(ph.shares) for ph in phases[:-1]))
         return np.concatenate([before, precision / np.sum(precision)])
 
