@@ -455,8 +455,7 @@ class IRLSNoise:
                                             np.eye(p) if native else P.T @ P)
             C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
-        if combo is not None:
-            C = combined_covariance(total, cross, C, float(combo[-1]))
+        C = C if combo is None else combined_covariance(total, cross, C, float(combo[-1]))
         if self.last_step is not None:
             C = C + self.last_step
         return C if self.basis is None or self.in_phi else P @ C @ P.T

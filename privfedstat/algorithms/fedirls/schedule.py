@@ -169,7 +169,7 @@ class IRLSSchedule:
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
     insurance_sd : float
-        The whitened refine rounds' gradient bound is raised while the last gradient's noise sd per coordinate stays
+        The whitened refine rounds' gradient bound is raised while the estimate's gradient noise sd per coordinate stays
         at most ``insurance_sd / sqrt(N)`` (with per-site noise, under secure aggregation too), insurance against a
         clipping bias the search's counts cannot resolve (:meth:`insured_bounds`; benchmarks/RESULTS.md, section
         "Response location and the refine bound's insurance").
