@@ -425,9 +425,8 @@ class IRLSNoise:
         P_inv = np.linalg.inv(P)
         if not self.in_phi:
             H = P.T @ H @ P
-        last_inv = np.linalg.inv(self.last_hessian)
-        C = np.zeros(self.last_hessian.shape)
-        combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), newton_map(self.last_hessian, H, eta)
+        last_inv, C = np.linalg.inv(self.last_hessian), np.zeros(self.last_hessian.shape)
+        combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), newton_map(self.last_hessian, H, eta, 2.0)
         for r in range(R):
             native = r >= self.basis_from
             if r == R - 1:
@@ -440,9 +439,10 @@ class IRLSNoise:
             D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
-            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond the noise E of H = J + E
-                spurious = (symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
-                            else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
+            spurious = None if hessian_sd is None else (  # E[E C E], E the noise of H = J + E
+                symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
+                else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
+            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond that noise
                 over = newton_map(N_r, H, eta, 2.0)
                 transport = transport + psd(over @ C @ over.mT - transport - eta**2 * N_inv @ spurious @ N_inv)
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
@@ -452,7 +452,7 @@ class IRLSNoise:
             if combo is not None:
                 total, cross = target_round(total, cross, C, D, K, float(combo[r]) if r < R - 1 else 0.0,
                                             eta**2 * float(self.gradient_var[r]), last_inv, N_inv,
-                                            np.eye(p) if native else P.T @ P)
+                                            np.eye(p) if native else P.T @ P, None if spurious is None else eta**2 * spurious)
             C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
         C = C if combo is None else combined_covariance(total, cross, C, float(combo[-1]))
