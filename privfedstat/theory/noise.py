@@ -18,6 +18,7 @@ from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
 from .noise_maps import floored, newton_map, psd, step_map, symmetric_noise_sandwich
+from .noise_targets import combined_covariance, target_round
 
 __all__ = [
     "GradientNoise", "NewtonNoise", "ScaffoldNoise", "IRLSNoise",
@@ -333,6 +334,9 @@ class IRLSNoise:
         Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
         Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
         :func:`privfedstat.algorithms.fedirls.rounds.newton_error`); added to the recursion's result. None: 0.
+    combination : ndarray of shape (R,) or None, default None
+        Weights w_r of the estimate ``sum_r w_r (theta_r - eta N^-1 g_r)``, N the last round's matrix
+        (:mod:`~privfedstat.theory.noise_targets`). None: the last iterate alone.
 
     Notes
     -----
@@ -396,6 +400,7 @@ class IRLSNoise:
     basis_from: int = 0
     in_phi: bool = False
     last_step: np.ndarray | None = None
+    combination: np.ndarray | None = None
 
     def in_basis(self) -> IRLSNoise:
         """The same model with H given and the covariance returned in phi (``theta = basis phi``)."""
@@ -420,8 +425,8 @@ class IRLSNoise:
         P_inv = np.linalg.inv(P)
         if not self.in_phi:
             H = P.T @ H @ P
-        last_inv = np.linalg.inv(self.last_hessian)
-        C = np.zeros(self.last_hessian.shape)
+        last_inv, C = np.linalg.inv(self.last_hessian), np.zeros(self.last_hessian.shape)
+        combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), newton_map(self.last_hessian, H, eta, 2.0)
         for r in range(R):
             native = r >= self.basis_from
             if r == R - 1:
@@ -434,17 +439,23 @@ class IRLSNoise:
             D = newton_map(N_r, H, eta)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
-            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond the noise E of H = J + E
-                spurious = (symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
-                            else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
+            spurious = None if hessian_sd is None else (  # E[E C E], E the noise of H = J + E
+                symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
+                else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
+            if r == R - 1 and hessian_sd is not None:  # the overshoot beyond that noise
                 over = newton_map(N_r, H, eta, 2.0)
                 transport = transport + psd(over @ C @ over.mT - transport - eta**2 * N_inv @ spurious @ N_inv)
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
                       else P.T @ symmetric_noise_sandwich(P @ ((G + G.mT) / 2) @ P.T, excess) @ P)
             gradient = N_inv @ N_inv if native else N_inv @ (P.T @ P) @ N_inv
+            if combo is not None:
+                total, cross = target_round(total, cross, C, D, K, float(combo[r]) if r < R - 1 else 0.0,
+                                            eta**2 * float(self.gradient_var[r]), last_inv, N_inv,
+                                            np.eye(p) if native else P.T @ P, None if spurious is None else eta**2 * spurious)
             C = (transport + eta**2 * N_inv @ middle @ N_inv + eta**2 * float(self.gradient_var[r]) * gradient)
             C = (C + C.mT) / 2
+        C = C if combo is None else combined_covariance(total, cross, C, float(combo[-1]))
         if self.last_step is not None:
             C = C + self.last_step
         return C if self.basis is None or self.in_phi else P @ C @ P.T

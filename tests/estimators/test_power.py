@@ -122,15 +122,16 @@ def test_reduced_monte_carlo(design):
 
 @pytest.mark.slow
 def test_reduced_monte_carlo_privacy_dominated(design):
-    """Where privacy noise dominates (logistic, 50 x 100, mu = 1: planned privacy share 0.57-0.78) the plan is a
+    """Where privacy noise dominates (logistic, 50 x 100, mu = 0.8: planned privacy share above 0.5; at mu = 1 it fell
+    to 0.48-0.50 once the estimate combined the refine rounds' targets, docs/algorithms/fedirls.md) the plan is a
     looser guide: 150 fits, the planned SE within 25% of the robust SD of the estimates (1.4826 MAD, itself
     uncertain by about 1.17 / sqrt(150) = 10%) and within 15% of the median SE the fits report (which exceeds the
     plan by about 12% here: the fit reads its privacy covariance at noisy released Hessians), and the power within
     0.2 (benchmarks/RESULTS.md, Planning)."""
     coef = (-0.5, 0.1, 0.2)
-    plan = pfs.plan_study(design, coef, family="logistic", sizes=[100] * 50, mu=1.0, names=NAMES)
+    plan = pfs.plan_study(design, coef, family="logistic", sizes=[100] * 50, mu=0.8, names=NAMES)
     assert np.all(plan.frame["privacy_share"] > 0.5)
-    coefs, ses, rejects = monte_carlo("logistic", coef, 50, 100, 1.0, 150, 4)
+    coefs, ses, rejects = monte_carlo("logistic", coef, 50, 100, 0.8, 150, 4)
     robust_sd = 1.4826 * np.median(np.abs(coefs - np.median(coefs, axis=0)), axis=0)
     np.testing.assert_allclose(plan.frame["se"], robust_sd, rtol=0.25)
     np.testing.assert_allclose(plan.frame["se"], np.nanmedian(ses, axis=0), rtol=0.15)

@@ -105,6 +105,7 @@ class _Rounds:
         self.lam, self.shortened = math.nan, None
         self.phases: list[Phase] = []
         self.scales: list[np.ndarray] = []
+        self.released: list[tuple] = []  # the last phase's rounds: their point, gradient and whether the step was cut
         # the last step, the gradient it started from, its floored Hessian and that gradient's noise variance; kept
         # into the next phase where its gradients are comparable (same bounds and basis): the secant's evidence
         self.previous: tuple | None = None
@@ -136,6 +137,7 @@ class _Rounds:
         rebased = self.basis is not None and self.basis_from == len(self.path) - 1
         if self.phases and (rebased or phase.clip != self.phases[-1].clip):
             self.previous = self.low = None  # new bounds or a new basis: the gradients are not comparable
+        self.released = []
         for r in range(len(phase.shares)):
             g = self._gradient(phase, r)
             if phase.shares[r, 1] > 0:
@@ -163,6 +165,7 @@ class _Rounds:
             shared = schedule.step_size * float(phase.gradient_var[r]) * float(np.trace(newton_inverse))
             shared *= 1.0 if length <= radius else radius / length
             self.previous = (-taken, g, self.H_floored, float(phase.gradient_var[r]), shared)
+            self.released.append((self.theta, g, length > radius))
             self.theta = self.theta - taken
             check_iterate(self.theta, "FedIRLS", schedule.step_size)
             self.path.append(self._in_theta(self.theta))
@@ -224,16 +227,32 @@ class _Rounds:
         newton = scales[-1] * self.H_floored  # the matrix of the last step
         hessian_var = np.concatenate([ph.hessian_var for ph in phases]) * scales**2
         eta = float(self.schedule.step_size)
-        last_step = newton_error(self.previous[0], newton / eta, self.evidence, self.schedule.secant_noise_sds)
-        noise_model = IRLSNoise(np.concatenate([ph.gradient_var for ph in phases]), hessian_var,
-                                np.concatenate([ph.floors for ph in phases]) * scales, eta, newton, self.basis,
-                                self.basis_from, last_step=last_step)
+        own = self.scales[-1]  # a round cut or raised unlike the last: its target is not its next iterate
+        weights = self.schedule.combination(phases, np.array([cut for _, _, cut in self.released]) | (own != own[-1]))
+        estimate, step = self.theta, self.previous[0]
+        if weights is not None:  # the precision-weighted Newton targets of the last rounds (IRLSSchedule.combination)
+            moves = -eta * np.linalg.solve(newton, np.array([g for _, g, _ in self.released]).T).T
+            kept = weights[-len(self.released):]
+            step = kept @ moves
+            estimate = kept @ np.array([theta for theta, _, _ in self.released]) + step
+        last_step = newton_error(step, newton / eta, self.evidence, self.schedule.secant_noise_sds)
+        gradient_var = np.concatenate([ph.gradient_var for ph in phases])
+        noise_model = IRLSNoise(gradient_var, hessian_var, np.concatenate([ph.floors for ph in phases]) * scales, eta,
+                                newton, self.basis, self.basis_from, last_step=last_step, combination=weights)
         noise_sd, update_noise_sd, update_noise_sds = _noise(self.schedule.step_size, newton,
                                                              np.concatenate([ph.gradient_sd for ph in phases]), self.basis)
+        path = self.path
+        if weights is not None:  # the estimate ends the path; its noise and its update's (docs/algorithms/fedirls.md)
+            combined, before = float(weights**2 @ gradient_var), float(gradient_var[-2])
+            noise_sd = noise_sd * math.sqrt(combined / float(gradient_var[-1]))
+            shrink = math.sqrt((combined + (1.0 - 2.0 * float(weights[-2])) * before) / (before + float(gradient_var[-1])))
+            update_noise_sd, update_noise_sds = update_noise_sd * shrink, np.append(update_noise_sds[:-1],
+                                                                                    update_noise_sds[-1] * shrink)
+            path = [*path[:-1], self._in_theta(estimate)]
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
         steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
                             damped(self.H, phases[-1].floors, self.schedule.damped_kept))
-        return Run(self._in_theta(self.theta), self.path, len(self.path) - 1, noise_sd=noise_sd,
+        return Run(self._in_theta(estimate), path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
                    weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),

@@ -174,7 +174,7 @@ class IRLSSchedule:
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
     insurance_sd : float
-        The whitened refine rounds' gradient bound is raised while the last gradient's noise sd per coordinate stays
+        The whitened refine rounds' gradient bound is raised while the estimate's gradient noise sd per coordinate stays
         at most ``insurance_sd s / sqrt(N)``, s one row's score sd (:meth:`score_sd`), with per-site noise (under
         secure aggregation too): insurance against a clipping bias the search's counts cannot resolve
         (:meth:`insured_bounds`; benchmarks/RESULTS.md, section "Response location and the refine bound's insurance").
@@ -335,9 +335,9 @@ class IRLSSchedule:
                        ) -> dict[str, float]:
         """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
         by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
-        the last gradient's planned noise sd with per-site noise stays at most ``insurance_sd s / sqrt(N)``, s the
-        :meth:`score_sd` of the released ``dispersion`` (None: 1) (post-processing of the released bound and
-        dispersion and public sizes and budgets).
+        the estimate's planned gradient noise sd (:meth:`combined_sd`) with per-site noise stays at most ``insurance_sd
+        s / sqrt(N)``, s the :meth:`score_sd` of the released ``dispersion`` (None: 1) (post-processing of the released
+        bound and dispersion and public sizes and budgets).
 
         Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
         asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
@@ -353,12 +353,46 @@ class IRLSSchedule:
         grid = self.search.grid
         i = int(np.argmin(np.abs(grid - found["gradient"])))
         bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
-        sd = float(replace(self, min_surviving=None).phase(1, bounds).gradient_sd[-1])
+        plain = replace(self, min_surviving=None)
+        sd = plain.combined_sd(plain.phases(bounds))
         ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
         j = 0
         while j < self.insurance_steps and i + j + 1 < grid.size and sd * grid[i + j + 1] / grid[i] <= ceiling:
             j += 1
         return dict(found, gradient=float(grid[i + j]))
+
+    def combination(self, phases: list[Phase], apart: np.ndarray | None = None) -> np.ndarray | None:
+        """Weights w_r of the rounds' Newton targets ``t_r = theta_r - eta N^-1 g_r`` in the estimate ``sum_r w_r t_r``
+        (N: the last round's Newton matrix; public: post-processing of the schedule), or None: the last iterate.
+
+        Phased fits only: the refine rounds from the last fresh Hessian on (same bounds, basis and Newton matrix, so
+        ``t_r = theta_(r+1)``), each weighted by its gradient's precision ``1 / v_r``, the generalised least squares
+        estimate of a common root where ``N = J`` (the targets' errors ``-eta N^-1 xi_r`` are then independent).
+        ``apart``: the phase's rounds whose step was not the last matrix's (cut by the trust region, or raised by the
+        secant or the chord by another factor than the last round's: their target lies where the step was kept from
+        going), left out; where the last one was cut, the last iterate alone (docs/algorithms/fedirls.md, "Combined
+        estimate").
+        """
+        if self.mode != "phased":
+            return None
+        last = phases[-1]
+        fresh = np.flatnonzero(last.shares[:, 1] > 0)
+        precision = np.zeros(len(last.shares))
+        precision[int(fresh[-1]):] = 1.0 / last.gradient_var[int(fresh[-1]):]
+        if apart is not None:
+            if apart[-1]:
+                return None
+            precision[apart] = 0.0
+        before = np.zeros(sum(len(ph.shares) for ph in phases[:-1]))
+        return np.concatenate([before, precision / np.sum(precision)])
+
+    def combined_sd(self, phases: list[Phase]) -> float:
+        """The planned gradient noise sd per coordinate that the estimate carries: ``sqrt(sum_r w_r^2 v_r)`` over
+        :meth:`combination`'s weights (the last gradient's sd where the estimate is the last iterate)."""
+        weights = self.combination(phases)
+        if weights is None:
+            return float(phases[-1].gradient_sd[-1])
+        return math.sqrt(float(np.sum(weights**2 * np.concatenate([ph.gradient_var for ph in phases]))))
 
     def planned_noise(self, newton_matrix: np.ndarray, refine: Setup | None = None, basis: np.ndarray | None = None
                       ) -> IRLSNoise:
@@ -375,9 +409,11 @@ class IRLSSchedule:
         last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(phases[-1].floors[-1]))
         rounds = (np.concatenate([ph.gradient_var for ph in phases]), np.concatenate([ph.hessian_var for ph in phases]),
                   np.concatenate([ph.floors for ph in phases]), float(self.step_size), last)
+        combination = self.combination(phases)
         if basis is None:
-            return IRLSNoise(*rounds)
-        return IRLSNoise(*rounds, parameter_basis(basis, newton_matrix.shape[0]), len(phases[0].shares)).in_basis()
+            return IRLSNoise(*rounds, combination=combination)
+        return IRLSNoise(*rounds, parameter_basis(basis, newton_matrix.shape[0]), len(phases[0].shares),
+                         combination=combination).in_basis()
 
     def walk(self, handler) -> None:
         """Call ``handler``'s method of each stage's name, in order (the fit's rounds; the plan of a design)."""
