@@ -101,7 +101,8 @@ class Run:
         The estimate (fitting scale, flat in the clients' parameter order).
     path : list of ndarray
         The server's model after each round that changed it, ``path[0]`` the initial model and
-        ``path[-1]`` equal to ``theta``.
+        ``path[-1]`` equal to ``theta`` (FedIRLS: the estimate that combines its last rounds' Newton targets in place
+        of the last iterate; docs/algorithms/fedirls.md, "Combined estimate").
     n_iter : int
         Gradient evaluations per client (the estimator's ``n_iter_``).
     noise_sd : float or ndarray of shape (n_params,)
