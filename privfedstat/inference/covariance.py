@@ -178,5 +178,6 @@ def precision_corrected(V_p: np.ndarray, V_s: np.ndarray, G: np.ndarray, draws: 
     out = G @ V_p @ G.T
     d = np.diag(out)
     scale = np.sqrt(np.where(d > 0, np.maximum(total - np.diag(V_s), 0.0) / np.where(d > 0, d, 1.0), 1.0))
-    return scale[:, None] * out * scale[None, :]
+    out = scale[:, None] * out * scale[None, :]
+    return (out + out.T) / 2
 
