@@ -416,7 +416,6 @@ def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[st
     return protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H)), None
 
 
-
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:
     """The bound B' at which the score outer products are released, and the factor that maps them back to B.
 
