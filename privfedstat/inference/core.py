@@ -30,11 +30,12 @@ from ..federation.session import Session
 from ..kernels.glm_nb import MIN_BOUND
 from ..privacy.clipping import AutoClip
 from ..privacy.plan import BudgetPlan
-from ..theory.noise_covariance import protocol_noise_covariance
+from ..theory.noise import IRLSNoise
+from ..theory.noise_covariance import protocol_noise_covariance, release_draws
 from . import clipping_bias, residual_signs
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, critical_value, resolve_inference
-from .covariance import sampling_covariance, variance_df, weighted_factor
+from .covariance import precision_corrected, sampling_covariance, variance_df, weighted_factor
 from .results import InferenceResult
 
 __all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
@@ -287,13 +288,16 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         M = M * max(dispersion[0], 0.0)
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
-    V_p = _privacy_part(run, setup.mu, H, s_H, notes)
+    V_p, spread = _privacy_part(run, setup.mu, H, s_H, notes)
     signs = None
     if mu_signs:  # the residuals' symmetry, at the fit's own covariance (fitting scale)
         signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p, dispersion, G,
                                              "inference-signs")
         notes.append(residual_signs.note(signs))
-    V_s, V_p = G @ V_s @ G.T, G @ V_p @ G.T
+    V_s, V_p, fitting_p = G @ V_s @ G.T, G @ V_p @ G.T, V_p
+    if spread is not None:  # each coefficient's precision taken at the Jacobian, not at its release
+        V_p = precision_corrected(fitting_p, V_s, G, *spread, H, c * (max(dispersion[0], 0.0) if scaled else 1.0),
+                                  Sigma)
     df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p)) if finite else None
     if df is not None and np.any(np.isfinite(df)):
         smallest = float(np.min(df))  # written out (2330, not 2.33e+03)
@@ -385,24 +389,31 @@ def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: 
     return np.flatnonzero(share > UNIDENTIFIED_SHARE)
 
 
-def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[str]) -> np.ndarray:
-    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros).
+def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[str]
+                  ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros),
+    and, for FedIRLS, its draws at second releases of H with their Hessians (None for the others).
 
     H is the inference's release of the clipped score's Jacobian, diagonal noise sd ``s_H``: FedIRLS's last Newton
-    map keeps only the overshoot beyond that noise (``hessian_sd`` of ``protocol_noise_covariance``).
+    map keeps only the overshoot beyond that noise, and the draws (:func:`~privfedstat.theory.noise_covariance.
+    release_draws`) take the noise of H out of the coefficients' precisions (:func:`~privfedstat.inference.covariance.
+    precision_corrected`).
 
     From the protocol's noise model (:func:`privfedstat.theory.protocol_noise_covariance`); a protocol
     that reports none (a user's subclass of the base estimator; every registered estimator reports
     one) gets ``diag(noise_sd^2)``, the lower bound of ``run.noise_sd``, and a note.
     """
     if math.isinf(mu):
-        return np.zeros_like(H)
+        return np.zeros_like(H), None
+    if isinstance(run.noise_model, IRLSNoise) and s_H > 0 and not run.noise_model.is_zero:
+        C = protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
+        return C, release_draws(run.noise_model, H, float(s_H))
     if run.noise_model is None:
         notes.append("the protocol reports no noise model: its privacy-noise variance is the lower bound "
                      "noise_sd^2 of its last release (intervals may be too narrow)")
         sd = np.broadcast_to(np.asarray(run.noise_sd, dtype=np.float64), (H.shape[0],))
-        return np.diag(sd * sd)
-    return protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
+        return np.diag(sd * sd), None
+    return protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H)), None
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..theory.noise_maps import symmetric_noise_sandwich
 
-__all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor", "variance_df"]
+__all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor", "variance_df",
+           "precision_corrected"]
 
 
 def _inverse(A: np.ndarray) -> np.ndarray:
@@ -150,4 +151,33 @@ def variance_df(G: np.ndarray, H: np.ndarray, Sigma: np.ndarray | None, s_H: flo
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(var > 0, 2.0 * np.asarray(total, dtype=np.float64) ** 2 / var, np.inf)
     return np.where(np.isnan(df), np.inf, df)
+
+
+def precision_corrected(V_p: np.ndarray, V_s: np.ndarray, G: np.ndarray, draws: np.ndarray, releases: np.ndarray,
+                        H: np.ndarray, c: float, Sigma: np.ndarray | None) -> np.ndarray:
+    """The privacy covariance ``G V_p G^T`` (``V_p`` on the fitting scale, the result on the original) rescaled so
+    that each coefficient's total precision is the bias-corrected one of
+    :func:`~privfedstat.theory.noise_covariance.release_draws`.
+
+    A coefficient's Wald statistic ``z = (theta_j - theta_j*) / sqrt(v_j)`` has ``E[z^2] = sd_j^2 E[1 / v_j]`` when its
+    variance ``v_j`` is estimated independently of the error: the statistic is calibrated when the precision
+    ``1 / v_j`` is unbiased. ``v_j`` is a function of the released Jacobian ``H = J + E``: ``c H^-1`` (``c H^-1 Sigma
+    H^-1``; ``c`` with the dispersion) plus FedIRLS's privacy variance (``V_p``'s, fitting scale ``draws`` mapped by
+    ``G``), and its precision at H is biased at second order in E; with the draws at ``H + E'`` the corrected precision
+    is ``pi_j = 2 / v_j(H) - mean 1 / v_j(H + E')``. The total becomes ``1 / pi_j`` (``v_j(H)`` where ``pi_j <= 0``);
+    the privacy part, ``V_p`` scaled as ``D V_p D`` with D diagonal, takes the change (its correlations kept), at
+    least 0. ``V_s`` is the inference's own sampling part (original scale), whose noise correction this replaces."""
+    def totals(K: np.ndarray, privacy: np.ndarray) -> np.ndarray:
+        inv = np.linalg.inv(K)
+        sampling = c * (inv if Sigma is None else inv @ Sigma @ inv)
+        return np.einsum("ij,...jk,ik->...i", G, sampling, G) + np.einsum("ij,...jk,ik->...i", G, privacy, G)
+
+    at_release = totals(H, V_p)
+    pi = 2.0 / at_release - np.mean(1.0 / totals(releases, draws), axis=0)
+    total = np.where(pi > 0, 1.0 / np.where(pi > 0, pi, 1.0), at_release)
+    out = G @ V_p @ G.T
+    d = np.diag(out)
+    scale = np.sqrt(np.where(d > 0, np.maximum(total - np.diag(V_s), 0.0) / np.where(d > 0, d, 1.0), 1.0))
+    out = scale[:, None] * out * scale[None, :]
+    return (out + out.T) / 2
 

@@ -416,7 +416,7 @@ class IRLSNoise:
         ``hessian_sd``: the diagonal noise sd of H, in the coordinates H is given in, when H is a release (None:
         unknown); with it the last round keeps the overshoot beyond that noise (class docstring).
         """
-        p = H.shape[0]
+        p = H.shape[-1]
         if self.last_hessian.shape[-2:] != (p, p):
             raise ValueError(f"H has shape {H.shape} but this FedIRLS fit has {self.last_hessian.shape[-1]} parameters.")
         eta = self.step_size
@@ -425,7 +425,7 @@ class IRLSNoise:
         P_inv = np.linalg.inv(P)
         if not self.in_phi:
             H = P.T @ H @ P
-        last_inv, C = np.linalg.inv(self.last_hessian), np.zeros(self.last_hessian.shape)
+        last_inv, C = np.linalg.inv(self.last_hessian), np.zeros(np.broadcast_shapes(self.last_hessian.shape, H.shape))
         combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), newton_map(self.last_hessian, H, eta, 2.0)
         for r in range(R):
             native = r >= self.basis_from

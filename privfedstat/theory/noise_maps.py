@@ -34,12 +34,12 @@ def newton_map(N: np.ndarray, H: np.ndarray, step_size: float, upper: float = 1.
     eigenvalue of ``eta S`` above 2 (a floored N far below H) and the linearised rounds would then
     amplify earlier noise without bound, while the real fit, shortened by its trust region, did
     not. ``upper`` 1 (as :func:`step_map`; inferred) forgets the overshoot where N is flatter than H; 2, the
-    bound at which the map stops amplifying, keeps it. N may be a stack of shape (..., p, p).
+    bound at which the map stops amplifying, keeps it. N and H may be stacks of shape (..., p, p).
     """
     vals, vecs = np.linalg.eigh((N + N.mT) / 2)
     root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
     inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
-    mu, U = np.linalg.eigh(inv_root @ ((H + H.T) / 2) @ inv_root)
+    mu, U = np.linalg.eigh(inv_root @ ((H + H.mT) / 2) @ inv_root)
     return inv_root @ (U * (1.0 - np.clip(step_size * mu, 0.0, upper))[..., None, :]) @ U.mT @ root
 
 
