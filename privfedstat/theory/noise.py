@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
-from .noise_maps import NewtonMaps, floored, psd, refloored, step_map, symmetric_noise_sandwich
+from .noise_maps import NewtonMaps, floored, one_blas_thread, psd, refloored, step_map, symmetric_noise_sandwich
 from .noise_targets import combined_covariance, target_round
 
 __all__ = [
@@ -491,5 +491,6 @@ class IRLSNoise:
         p = H.shape[0]
         rng = np.random.default_rng(seed)
         noise = vec_to_sym(np.sqrt(var) * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
-        released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
-        return replace(self, last_hessian=released).covariance(H).mean(axis=0)
+        with one_blas_thread():
+            released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
+            return replace(self, last_hessian=released).covariance(H).mean(axis=0)

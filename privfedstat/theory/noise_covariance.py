@@ -53,7 +53,7 @@ import numpy as np
 
 from .._linalg import vec_to_sym
 from .noise import GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise
-from .noise_maps import floored
+from .noise_maps import floored, one_blas_thread
 
 __all__ = ["protocol_noise_covariance", "release_draws", "JACOBIAN_PAIRS"]
 
@@ -162,5 +162,6 @@ def release_draws(model: IRLSNoise, H: np.ndarray, hessian_sd: float, *, n_pairs
     p = H.shape[0]
     rng = np.random.default_rng(seed)
     noise = vec_to_sym(hessian_sd * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
-    releases = floored(H + np.concatenate([noise, -noise]), hessian_sd)
-    return model.covariance(releases, np.sqrt(2.0) * hessian_sd), releases
+    with one_blas_thread():
+        releases = floored(H + np.concatenate([noise, -noise]), hessian_sd)
+        return model.covariance(releases, np.sqrt(2.0) * hessian_sd), releases

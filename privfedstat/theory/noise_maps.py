@@ -8,8 +8,9 @@ second moment of a symmetric noise matrix around a fixed one (the Hessian-noise 
 from __future__ import annotations
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-__all__ = ["step_map", "newton_map", "NewtonMaps", "psd", "floored", "refloored", "symmetric_noise_sandwich"]
+__all__ = ["step_map", "newton_map", "NewtonMaps", "psd", "floored", "refloored", "symmetric_noise_sandwich", "one_blas_thread"]
 
 
 def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
@@ -99,3 +100,14 @@ def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
     C may be a stack of shape (..., p, p).
     """
     return 0.5 * var * (C + np.trace(C, axis1=-2, axis2=-1)[..., None, None] * np.eye(C.shape[-1]))
+
+
+def one_blas_thread() -> threadpool_limits:
+    """A context in which BLAS and LAPACK run on one thread, for a computation on stacks of small matrices.
+
+    numpy's stacked ``eigh`` and ``matmul`` call LAPACK and BLAS once per matrix; on (30, 30) matrices a call gains
+    nothing from a second thread, and where the cores are busy every call waits for it (a 30-parameter FedIRLS fit's
+    :func:`~privfedstat.theory.noise_covariance.release_draws`: 0.4 s on one thread, 3 to 27 s on two busy cores;
+    benchmarks/RESULTS.md). No number changes (tests/fingerprints).
+    """
+    return threadpool_limits(1, user_api="blas")
