@@ -17,7 +17,7 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
-from .noise_maps import floored, newton_map, psd, step_map, symmetric_noise_sandwich
+from .noise_maps import NewtonMaps, floored, one_blas_thread, psd, refloored, step_map, symmetric_noise_sandwich
 from .noise_targets import combined_covariance, target_round
 
 __all__ = [
@@ -422,28 +422,24 @@ class IRLSNoise:
         eta = self.step_size
         R = len(self.gradient_var)
         P = np.eye(p) if self.basis is None else np.asarray(self.basis, dtype=np.float64)
-        P_inv = np.linalg.inv(P)
         if not self.in_phi:
             H = P.T @ H @ P
+        maps = NewtonMaps(H, eta)  # the rounds share few Newton matrices: each one's spectra once
         last_inv, C = np.linalg.inv(self.last_hessian), np.zeros(np.broadcast_shapes(self.last_hessian.shape, H.shape))
-        combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), newton_map(self.last_hessian, H, eta, 2.0)
+        combo, total, cross, K = self.combination, np.zeros_like(C), np.zeros_like(C), maps(self.last_hessian, 2.0)
         for r in range(R):
-            native = r >= self.basis_from
-            if r == R - 1:
-                N_r = self.last_hessian
-            elif native:
-                N_r = floored(self.last_hessian, float(self.floors[r]))
-            else:  # floored in theta
-                N_r = P.T @ floored(P_inv.T @ self.last_hessian @ P_inv, float(self.floors[r])) @ P
-            N_inv = last_inv if r == R - 1 else np.linalg.inv(N_r)
-            D = newton_map(N_r, H, eta)
+            native = r >= self.basis_from  # a round before basis_from was floored in theta
+            N_r = self.last_hessian if r == R - 1 else refloored(self.last_hessian, float(self.floors[r]),
+                                                                    None if native else P)
+            N_inv = last_inv if N_r is self.last_hessian else np.linalg.inv(N_r)
+            D = maps(N_r)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
             spurious = None if hessian_sd is None else (  # E[E C E], E the noise of H = J + E
                 symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
                 else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
             if r == R - 1 and hessian_sd is not None:  # the overshoot beyond that noise
-                over = newton_map(N_r, H, eta, 2.0)
+                over = maps(N_r, 2.0)
                 transport = transport + psd(over @ C @ over.mT - transport - eta**2 * N_inv @ spurious @ N_inv)
             excess = max(float(self.hessian_var[r]) - float(self.hessian_var[-1]), 0.0)  # Hf_R carries s_R^2
             middle = (symmetric_noise_sandwich((G + G.mT) / 2, excess) if native
@@ -495,5 +491,6 @@ class IRLSNoise:
         p = H.shape[0]
         rng = np.random.default_rng(seed)
         noise = vec_to_sym(np.sqrt(var) * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
-        released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
-        return replace(self, last_hessian=released).covariance(H).mean(axis=0)
+        with one_blas_thread():
+            released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
+            return replace(self, last_hessian=released).covariance(H).mean(axis=0)

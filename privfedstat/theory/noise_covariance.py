@@ -53,14 +53,15 @@ import numpy as np
 
 from .._linalg import vec_to_sym
 from .noise import GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise
-from .noise_maps import floored
+from .noise_maps import floored, one_blas_thread
 
 __all__ = ["protocol_noise_covariance", "release_draws", "JACOBIAN_PAIRS"]
 
 #: antithetic pairs of second releases in :func:`release_draws`: the pairs cancel the first-order response; on the
 #: Poisson design of 10 sites of 200 rows at mu = 1 the corrected precisions' Monte-Carlo sd is 1% at 256 pairs (2-6% at
 #: 32, which flipped one interval of covid at mu = 2 in bench_natural_sites.py), below 1% of a standard error; each pair
-#: costs two evaluations of the noise model (a multinomial fit with 30 parameters: about 10 ms each, 5 s a fit)
+#: costs two evaluations of the noise model, run as one stack (a multinomial fit with 30 parameters: 0.34 s for all 512,
+#: of a 0.5 s fit; benchmarks/RESULTS.md, "FedIRLS's release draws: shared spectra, one BLAS thread")
 JACOBIAN_PAIRS = 256
 
 
@@ -162,5 +163,6 @@ def release_draws(model: IRLSNoise, H: np.ndarray, hessian_sd: float, *, n_pairs
     p = H.shape[0]
     rng = np.random.default_rng(seed)
     noise = vec_to_sym(hessian_sd * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
-    releases = floored(H + np.concatenate([noise, -noise]), hessian_sd)
-    return model.covariance(releases, np.sqrt(2.0) * hessian_sd), releases
+    with one_blas_thread():
+        releases = floored(H + np.concatenate([noise, -noise]), hessian_sd)
+        return model.covariance(releases, np.sqrt(2.0) * hessian_sd), releases

@@ -8,8 +8,9 @@ second moment of a symmetric noise matrix around a fixed one (the Hessian-noise 
 from __future__ import annotations
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-__all__ = ["step_map", "newton_map", "psd", "floored", "symmetric_noise_sandwich"]
+__all__ = ["step_map", "newton_map", "NewtonMaps", "psd", "floored", "refloored", "symmetric_noise_sandwich", "one_blas_thread"]
 
 
 def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
@@ -36,11 +37,31 @@ def newton_map(N: np.ndarray, H: np.ndarray, step_size: float, upper: float = 1.
     not. ``upper`` 1 (as :func:`step_map`; inferred) forgets the overshoot where N is flatter than H; 2, the
     bound at which the map stops amplifying, keeps it. N and H may be stacks of shape (..., p, p).
     """
-    vals, vecs = np.linalg.eigh((N + N.mT) / 2)
-    root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
-    inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
-    mu, U = np.linalg.eigh(inv_root @ ((H + H.mT) / 2) @ inv_root)
-    return inv_root @ (U * (1.0 - np.clip(step_size * mu, 0.0, upper))[..., None, :]) @ U.mT @ root
+    return NewtonMaps(H, step_size)(N, upper)
+
+
+class NewtonMaps:
+    """:func:`newton_map` at one H and step size for several N, each distinct N's eigen-decompositions computed once.
+
+    A recursion asks for the maps of few Newton matrices (a phase's rounds share one, the last round takes it with
+    two clamps); the decompositions of N and of ``S = N^-1/2 H N^-1/2`` (one per draw when H is a stack) depend on N
+    alone, so an N equal to an earlier one (same shape and values) reuses them: the same numbers as a fresh call.
+    """
+
+    def __init__(self, H: np.ndarray, step_size: float):
+        self.H, self.step_size = (H + H.mT) / 2, step_size
+        self._spectra: dict[tuple[tuple[int, ...], bytes], tuple[np.ndarray, ...]] = {}
+
+    def __call__(self, N: np.ndarray, upper: float = 1.0) -> np.ndarray:
+        N = np.ascontiguousarray(N, dtype=np.float64)
+        key = (N.shape, N.tobytes())
+        if key not in self._spectra:
+            vals, vecs = np.linalg.eigh((N + N.mT) / 2)
+            root = (vecs * np.sqrt(vals)[..., None, :]) @ vecs.mT
+            inv_root = (vecs / np.sqrt(vals)[..., None, :]) @ vecs.mT
+            self._spectra[key] = (root, inv_root, *np.linalg.eigh(inv_root @ self.H @ inv_root))
+        root, inv_root, mu, U = self._spectra[key]
+        return inv_root @ (U * (1.0 - np.clip(self.step_size * mu, 0.0, upper))[..., None, :]) @ U.mT @ root
 
 
 def psd(C: np.ndarray) -> np.ndarray:
@@ -55,6 +76,19 @@ def floored(H: np.ndarray, floor: float) -> np.ndarray:
     return (vecs * np.maximum(vals, floor)[..., None, :]) @ vecs.mT
 
 
+def refloored(N: np.ndarray, floor: float, basis: np.ndarray | None = None) -> np.ndarray:
+    """:func:`floored` N, in the coordinates ``P^-T N P^-1`` of a ``basis`` P when one is given (mapped back); N itself
+    (the same array, not its reconstruction from the eigen-decomposition) where no eigenvalue is below ``floor``.
+
+    A round whose floor the matrix already clears then shares N's :class:`NewtonMaps` entry. N may be a stack.
+    """
+    P_inv = None if basis is None else np.linalg.inv(basis)
+    M = N if basis is None else P_inv.T @ N @ P_inv
+    if np.all(np.linalg.eigvalsh(M) >= floor):
+        return N
+    return floored(M, floor) if basis is None else basis.T @ floored(M, floor) @ basis
+
+
 def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
     """``E[Xi C Xi] = (s^2 / 2) (C + tr(C) I)`` for symmetric C and symmetric Gaussian noise Xi.
 
@@ -66,3 +100,14 @@ def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
     C may be a stack of shape (..., p, p).
     """
     return 0.5 * var * (C + np.trace(C, axis1=-2, axis2=-1)[..., None, None] * np.eye(C.shape[-1]))
+
+
+def one_blas_thread() -> threadpool_limits:
+    """A context in which BLAS and LAPACK run on one thread, for a computation on stacks of small matrices.
+
+    numpy's stacked ``eigh`` and ``matmul`` call LAPACK and BLAS once per matrix; on (30, 30) matrices a call gains
+    nothing from a second thread, and where the cores are busy every call waits for it (a 30-parameter FedIRLS fit's
+    :func:`~privfedstat.theory.noise_covariance.release_draws`: 0.4 s on one thread, 3 to 27 s on two busy cores;
+    benchmarks/RESULTS.md). No number changes (tests/fingerprints).
+    """
+    return threadpool_limits(1, user_api="blas")
