@@ -14,7 +14,9 @@ appended to a CSV file so that an interrupted study resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import math
 import os
 import time
@@ -22,6 +24,8 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,7 +40,7 @@ from .dgp import GLMDesign
 from .study import param
 
 __all__ = ["Scenario", "Fit", "Measure", "MSE", "MonteCarlo", "MonteCarloConfig", "run_replicate", "mse_rows",
-           "METHODS", "make_estimator", "summarise"]
+           "METHODS", "make_estimator", "summarise", "source_digest"]
 
 
 @dataclass(frozen=True)
@@ -290,7 +294,9 @@ class MonteCarlo:
         Address of a running dask scheduler; None starts a ``LocalCluster`` with ``n_jobs`` workers.
     out : path or None
         CSV file to which finished replicates are appended; if it exists, replicates already in it
-        are not run again (resume) and are included in the result.
+        are not run again (resume) and are included in the result. A resume reuses only replicates of
+        the same code, ``random_state`` and measure (recorded beside it in ``<out>.run.json``,
+        :func:`source_digest`); another run's file raises ValueError instead of being mixed in.
     progress : bool, default True
         Show a tqdm progress bar.
     measure : Measure, default MSE
@@ -329,6 +335,8 @@ class MonteCarlo:
         """Run all missing replicates and return the tidy table (sorted by scenario, method, rep; stable)."""
         self._validate()
         done_frames, done = [], set()
+        if self.out is not None:
+            self._stamp()
         if self.out is not None and os.path.exists(self.out) and os.path.getsize(self.out) > 0:
             prev = pd.read_csv(self.out)
             keys = {s.key for s in self.scenarios}
@@ -354,6 +362,21 @@ class MonteCarlo:
         order = {s.key: i for i, s in enumerate(self.scenarios)}
         df = df.assign(_o=df["scenario"].map(order), _m=df["method"].map({m: i for i, m in enumerate(self.methods)}))
         return df.sort_values(["_o", "_m", "rep"], kind="stable").drop(columns=["_o", "_m"]).reset_index(drop=True)
+
+    def _stamp(self) -> None:
+        """Check that ``out`` holds replicates of this run (its code, ``random_state`` and measure) or none, and
+        record them beside it: a resume must not mix in rows that another version of the code or another seed
+        computed."""
+        stamp = {"source": source_digest(), "random_state": self.random_state, "measure": self.measure.name}
+        record = Path(f"{self.out}.run.json")
+        if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
+            held = json.loads(record.read_text()) if record.exists() else None
+            if held != stamp:
+                why = (f"no record of the run that computed them ({record} is missing)" if held is None else
+                       "; ".join(f"{k} {held.get(k)!r} there, {v!r} here" for k, v in stamp.items() if held.get(k) != v))
+                raise ValueError(f"{self.out} holds replicates of another run ({why}): a resume reuses only rows of "
+                                 "the same code, random_state and measure. Delete it or give the study another out.")
+        record.write_text(json.dumps(stamp))
 
     def _append(self, rows: list[dict]) -> None:
         frame = pd.DataFrame(rows)
@@ -438,3 +461,14 @@ def summarise(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     out["diverged"] = g.size().to_numpy() - out["reps"].to_numpy()  # fits that raised DivergenceError (NaN MSE)
     return out.drop(columns="sd")
 
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """The first 16 hex digits of the SHA-256 of this privfedstat's Python sources (every ``.py`` file of the
+    package, by relative path): what a resumed study's replicates must share with the code that continues it."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -101,8 +101,9 @@ def test_seeds_parallel_and_resume(tmp_path):
     resumed = MonteCarlo(cells, methods, n_reps=3, random_state=2, out=out, progress=False, measure=COVERAGE).run()
     assert len(pd.read_csv(out)) == len(full)
     pd.testing.assert_frame_equal(resumed[cols], full[cols], check_dtype=False)
-    with pytest.raises(ValueError, match="another table"):
-        MonteCarlo([Scenario(DESIGN, 3, Equal(50))], ["FedSGD"], n_reps=1, out=out, progress=False).run()
+    with pytest.raises(ValueError, match="another run .*measure 'coverage' there, 'mse' here"):
+        MonteCarlo([Scenario(DESIGN, 3, Equal(50))], ["FedSGD"], n_reps=1, random_state=2, out=out,
+                   progress=False).run()
 
 
 def _table(covered: dict, reps: int, converged: float = 1.0, failed_reps: int = 0) -> pd.DataFrame:

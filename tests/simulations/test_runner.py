@@ -55,6 +55,26 @@ def test_resume_from_csv(tmp_path):
     np.testing.assert_allclose(merged["mse"], merged["mse_fresh"], rtol=1e-12)
 
 
+def test_a_resume_reuses_only_rows_of_the_same_code_and_seed(tmp_path, monkeypatch):
+    """Rows another random_state or another version of the code computed are never mixed into a resumed study:
+    the run raises, naming what differs; a file without the run's record (written before it) raises too."""
+    from privfedstat.simulations import runner
+
+    out = tmp_path / "res.csv"
+    MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=1, random_state=4, out=out, progress=False).run()
+    assert len(runner.source_digest()) == 16
+    with pytest.raises(ValueError, match="random_state 4 there, 5 here"):
+        MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=2, random_state=5, out=out, progress=False).run()
+    monkeypatch.setattr(runner, "source_digest", lambda: "0" * 16)
+    with pytest.raises(ValueError, match="source .* there, '0000000000000000' here"):
+        MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=2, random_state=4, out=out, progress=False).run()
+    monkeypatch.undo()
+    (tmp_path / "res.csv.run.json").unlink()
+    with pytest.raises(ValueError, match="no record of the run"):
+        MonteCarlo(SCEN[:1], ["FedSGD"], n_reps=2, random_state=4, out=out, progress=False).run()
+    assert len(pd.read_csv(out)) == 1  # nothing appended by the refused runs
+
+
 def _record_until_rep_2(scenario, rep, data, fits):
     if rep == 2:
         raise KeyboardInterrupt
