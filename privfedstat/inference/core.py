@@ -405,15 +405,15 @@ def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[st
     """
     if math.isinf(mu):
         return np.zeros_like(H), None
-    if isinstance(run.noise_model, IRLSNoise) and s_H > 0 and not run.noise_model.is_zero:
-        C = protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
-        return C, release_draws(run.noise_model, H, float(s_H))
     if run.noise_model is None:
         notes.append("the protocol reports no noise model: its privacy-noise variance is the lower bound "
                      "noise_sd^2 of its last release (intervals may be too narrow)")
         sd = np.broadcast_to(np.asarray(run.noise_sd, dtype=np.float64), (H.shape[0],))
         return np.diag(sd * sd), None
-    return protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H)), None
+    C = protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
+    if isinstance(run.noise_model, IRLSNoise) and s_H > 0 and not run.noise_model.is_zero:
+        return C, release_draws(run.noise_model, H, float(s_H))
+    return C, None
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

@@ -14,10 +14,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._linalg import vec_to_sym
 from ..privacy.calibration import calibrated_sigma, gradient_calibration, local_step_calibration, stage_budget
 from ._engine import Stage, privacy_transport
-from .noise_maps import NewtonMaps, floored, one_blas_thread, psd, refloored, step_map, symmetric_noise_sandwich
+from .noise_maps import (
+    NewtonMaps,
+    antithetic_releases,
+    floored,
+    one_blas_thread,
+    psd,
+    refloored,
+    step_map,
+    symmetric_noise_sandwich,
+)
 from .noise_targets import combined_covariance, target_round
 
 __all__ = [
@@ -435,7 +443,7 @@ class IRLSNoise:
             D = maps(N_r)
             G = N_inv @ H @ C @ H @ N_inv
             transport = D @ C @ D.mT
-            spurious = None if hessian_sd is None else (  # E[E C E], E the noise of H = J + E
+            spurious = None if hessian_sd is None or (combo is None and r < R - 1) else (  # E[E C E], E: H = J + E
                 symmetric_noise_sandwich(C, hessian_sd**2) if self.in_phi
                 else P.T @ symmetric_noise_sandwich(P @ C @ P.T, hessian_sd**2) @ P)
             if r == R - 1 and hessian_sd is not None:  # the overshoot beyond that noise
@@ -488,9 +496,6 @@ class IRLSNoise:
         var = float(self.hessian_var[-1])
         if not var > 0:
             return self.covariance(H)
-        p = H.shape[0]
-        rng = np.random.default_rng(seed)
-        noise = vec_to_sym(np.sqrt(var) * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
         with one_blas_thread():
-            released = floored(self.last_hessian + np.concatenate([noise, -noise]), float(self.floors[-1]))
+            released = antithetic_releases(self.last_hessian, float(np.sqrt(var)), float(self.floors[-1]), n_pairs, seed)
             return replace(self, last_hessian=released).covariance(H).mean(axis=0)

@@ -51,9 +51,8 @@ import math
 
 import numpy as np
 
-from .._linalg import vec_to_sym
 from .noise import GradientNoise, IRLSNoise, NewtonNoise, ScaffoldNoise
-from .noise_maps import floored, one_blas_thread
+from .noise_maps import antithetic_releases, one_blas_thread
 
 __all__ = ["protocol_noise_covariance", "release_draws", "JACOBIAN_PAIRS"]
 
@@ -160,9 +159,6 @@ def release_draws(model: IRLSNoise, H: np.ndarray, hessian_sd: float, *, n_pairs
     releases : ndarray of shape (2 n_pairs, p, p)
         The floored ``H + E'``.
     """
-    p = H.shape[0]
-    rng = np.random.default_rng(seed)
-    noise = vec_to_sym(hessian_sd * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
     with one_blas_thread():
-        releases = floored(H + np.concatenate([noise, -noise]), hessian_sd)
+        releases = antithetic_releases(H, hessian_sd, hessian_sd, n_pairs, seed)
         return model.covariance(releases, np.sqrt(2.0) * hessian_sd), releases

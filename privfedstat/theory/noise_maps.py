@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-__all__ = ["step_map", "newton_map", "NewtonMaps", "psd", "floored", "refloored", "symmetric_noise_sandwich", "one_blas_thread"]
+from .._linalg import vec_to_sym
+
+__all__ = ["step_map", "newton_map", "NewtonMaps", "psd", "floored", "refloored", "symmetric_noise_sandwich", "one_blas_thread",
+           "antithetic_releases"]
 
 
 def step_map(H: np.ndarray, step_size: float) -> np.ndarray:
@@ -87,6 +90,16 @@ def refloored(N: np.ndarray, floor: float, basis: np.ndarray | None = None) -> n
     if np.all(np.linalg.eigvalsh(M) >= floor):
         return N
     return floored(M, floor) if basis is None else basis.T @ floored(M, floor) @ basis
+
+
+def antithetic_releases(center: np.ndarray, sd: float, floor: float, n_pairs: int, seed: int) -> np.ndarray:
+    """``2 n_pairs`` releases ``center +- Xi`` floored at ``floor``: Xi symmetric Gaussian (diagonal sd ``sd``,
+    off-diagonal variance ``sd^2 / 2``, the law of a released Hessian's noise), ``n_pairs`` antithetic pairs from a
+    fixed ``seed`` (reproducible); shape (2 n_pairs, p, p)."""
+    p = center.shape[-1]
+    rng = np.random.default_rng(seed)
+    noise = vec_to_sym(sd * rng.standard_normal((n_pairs, p * (p + 1) // 2)), p)
+    return floored(center + np.concatenate([noise, -noise]), floor)
 
 
 def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
