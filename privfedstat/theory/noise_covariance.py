@@ -56,11 +56,9 @@ from .noise_maps import antithetic_releases, one_blas_thread
 
 __all__ = ["protocol_noise_covariance", "release_draws", "JACOBIAN_PAIRS"]
 
-#: antithetic pairs of second releases in :func:`release_draws`: the pairs cancel the first-order response; on the
-#: Poisson design of 10 sites of 200 rows at mu = 1 the corrected precisions' Monte-Carlo sd is 1% at 256 pairs (2-6% at
-#: 32, which flipped one interval of covid at mu = 2 in bench_natural_sites.py), below 1% of a standard error; each pair
-#: costs two evaluations of the noise model, run as one stack (a multinomial fit with 30 parameters: 0.34 s for all 512,
-#: of a 0.5 s fit; benchmarks/RESULTS.md, "FedIRLS's release draws: shared spectra, one BLAS thread")
+#: antithetic pairs of second releases in :func:`release_draws`: the pairs cancel the first-order response, and at 256
+#: the corrected precisions' Monte-Carlo sd is about 1% (the accuracy and the cost are measured in benchmarks/RESULTS.md,
+#: "FedIRLS: precisions at the Jacobian, not at its release" and "FedIRLS's release draws: shared spectra, one BLAS thread")
 JACOBIAN_PAIRS = 256
 
 

@@ -118,9 +118,8 @@ def symmetric_noise_sandwich(C: np.ndarray, var: float) -> np.ndarray:
 def one_blas_thread() -> threadpool_limits:
     """A context in which BLAS and LAPACK run on one thread, for a computation on stacks of small matrices.
 
-    numpy's stacked ``eigh`` and ``matmul`` call LAPACK and BLAS once per matrix; on (30, 30) matrices a call gains
-    nothing from a second thread, and where the cores are busy every call waits for it (a 30-parameter FedIRLS fit's
-    :func:`~privfedstat.theory.noise_covariance.release_draws`: 0.4 s on one thread, 3 to 27 s on two busy cores;
-    benchmarks/RESULTS.md). No number changes (tests/fingerprints).
+    numpy's stacked ``eigh`` and ``matmul`` call LAPACK and BLAS once per matrix; on small matrices a call gains
+    nothing from a second thread, and where the cores are busy every call waits for it (measured in
+    benchmarks/RESULTS.md, "FedIRLS's release draws: shared spectra, one BLAS thread"). The results are the same.
     """
     return threadpool_limits(1, user_api="blas")
