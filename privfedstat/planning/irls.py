@@ -85,7 +85,7 @@ def predict(estimator, design: Design, sizes: np.ndarray) -> dict:
     schedule = estimator.plan_schedule(family, np.asarray(sizes, dtype=np.float64), setup, d)
     stages = _PlannedStages(schedule, pop, G, outcomes, mu, sizes)
     schedule.walk(stages)
-    pop, G, roots, basis, cases = stages.pop, stages.G, stages.roots, stages.basis, stages.cases
+    pop, G, roots, basis, cases, schedule = stages.pop, stages.G, stages.roots, stages.basis, stages.cases, stages.schedule
     results = []
     for prob, refine in cases:
         try:
@@ -124,7 +124,7 @@ class _PlannedStages:
     def __init__(self, schedule, pop: Population, G: np.ndarray, outcomes, mu: float, sizes: np.ndarray) -> None:
         self.schedule, self.pop, self.G, self.outcomes, self.mu, self.sizes = schedule, pop, G, outcomes, mu, sizes
         self.roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
-        self.located = self.basis = None
+        self.located = self.basis = self.hessian = None
         self.found: list = []
         self.cases: list = [(1.0, None)]
 
@@ -134,13 +134,16 @@ class _PlannedStages:
     rounds = exact
 
     def locate(self) -> None:
-        self.located = _root(self.pop, self.schedule.setup, self.mu, self.sizes, self.roots)[0]
+        schedule = self.schedule
+        self.located = _root(self.pop, schedule.setup, self.mu, self.sizes, self.roots)[0]
+        hessian = self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip)
+        self.hessian = floor_eigenvalues(np.asarray(hessian, dtype=np.float64), float(schedule.phase(0).floors[-1]))
+        self.schedule = schedule.located_at(self.hessian, self.hessian)
 
     def whiten(self) -> None:
-        schedule = self.schedule
-        hessian = self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip)
-        self.basis = schedule.whitening(floor_eigenvalues(np.asarray(hessian, dtype=np.float64),
-                                                          float(schedule.phase(0).floors[-1]))).design
+        change = self.schedule.whitening(self.hessian)
+        self.basis, basis = change.design, change.parameters(self.schedule.n_params)
+        self.schedule = self.schedule.located_at(self.hessian, basis.T @ self.hessian @ basis)
         self.pop, self.located = self.pop.in_basis(self.basis), np.linalg.solve(self.basis, self.located)
         self.G, self.roots = self.G @ self.basis, {}
 

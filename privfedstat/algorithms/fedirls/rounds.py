@@ -58,13 +58,21 @@ class ScheduledRun:
         self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
         self.newton.run(self.schedule.phase(0))
 
-    locate = rounds
+    def locate(self) -> None:
+        self.rounds()
+        self._located(self.newton.H_floored)
 
     def whiten(self) -> None:
-        change = self.schedule.whitening(self.newton.H_floored)
+        located = self.newton.H_floored
+        change = self.schedule.whitening(located)
         self.newton.change_basis(change)
+        self._located(located)
         # the later stages (diagnostics, inference) read the fitting columns again
         self.mapped.enter_context(self.session.rows_mapped(change))
+
+    def _located(self, hessian: np.ndarray) -> None:
+        """The schedule with the located point known (:meth:`.IRLSSchedule.located_at`: the refine Hessian's share)."""
+        self.schedule = self.newton.schedule = self.schedule.located_at(hessian, self.newton.H_floored)
 
     def research(self) -> None:
         """The bounds at the located point: its per-sample norms are the ones the refine rounds clip."""

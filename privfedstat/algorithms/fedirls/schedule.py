@@ -25,6 +25,7 @@ from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calib
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
 from ...theory.noise import IRLSNoise
+from .refine_split import derived_refine_split
 from .whitening import reference_class, whitening
 
 __all__ = ["IRLSSchedule", "CurvatureRules", "CURVATURE_RULES", "Phase", "curvature_class", "default_search"]
@@ -186,6 +187,10 @@ class IRLSSchedule:
     max_halvings : int
         Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
         to rounding).
+    located : tuple of float or None
+        After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2))``, the located point's planned error
+        in the sampling metric and the traces of the refine rounds' Newton matrix N there, from which the refine
+        phase's Hessian share is derived (:meth:`phase`); None: :attr:`shares` as built (the curvature class's table).
     """
 
     mode: str
@@ -218,6 +223,7 @@ class IRLSSchedule:
     dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
+    located: tuple[float, float, float] | None = None
 
     @classmethod
     def of(cls, estimator, family, sizes: np.ndarray, weights: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
@@ -267,10 +273,46 @@ class IRLSSchedule:
         tiny = 1e-8 * float(self.family.curvature_at_zero)
         return max(tiny, self.floor_noise_sds * noise_sd)
 
+    def located_at(self, hessian: np.ndarray, newton_matrix: np.ndarray) -> IRLSSchedule:
+        """This schedule once the locate rounds ended with the floored Hessian ``hessian`` (fitting coordinates), whose
+        matrix in the refine rounds' coordinates is ``newton_matrix`` (the same, or whitened): the refine phase's
+        Hessian share is then derived (:attr:`located`; post-processing of released values and the public schedule).
+
+        The located point's planned error is the locate phase's noise model (:class:`IRLSNoise`) at ``hessian``, as a
+        trace in the sampling metric ``T_a = tr(Hf C_a)`` (invariant under the whitening)."""
+        if self.mode != "phased":
+            return self
+        located = self.phase(0)
+        C = IRLSNoise(located.gradient_var, located.hessian_var, located.floors, float(self.step_size),
+                      hessian).covariance(hessian)
+        inverse = np.linalg.inv(newton_matrix)
+        return replace(self, located=(float(np.trace(hessian @ C)), float(np.trace(inverse)),
+                                      float(np.trace(inverse @ inverse))))
+
+    def refine_shares(self, bounds: Setup | None = None) -> np.ndarray:
+        """The refine phase's shares with ``bounds``: :attr:`shares`' last row, its combined rounds' Hessian share
+        derived where :attr:`located` is known (:func:`.refine_split.derived_refine_split`: gamma and rho from the
+        table's releases with these bounds, in the refine rounds' coordinates; docs/algorithms/fedirls.md,
+        "Schedule")."""
+        table = self.shares[-1]
+        if self.located is None:
+            return table
+        T_a, t1, t2 = self.located
+        ph = self._phase(table, self.setup if bounds is None else bounds)
+        fresh = int(np.flatnonzero(table[:, 1] > 0)[0])
+        gamma = float(ph.gradient_var[0] * table[0, 0]) * t1
+        rho = float(ph.hessian_var[fresh] * table[fresh, 1]) * (t1**2 + t2) / (2.0 * self.n_params)
+        return derived_refine_split(table, gamma, rho, T_a)
+
     def phase(self, k: int, bounds: Setup | None = None) -> Phase:
-        """The releases of phase ``k`` with ``bounds`` (default: the first phase's, :attr:`setup`)."""
+        """The releases of phase ``k`` with ``bounds`` (default: the first phase's, :attr:`setup`); the refine phase
+        on :meth:`refine_shares`."""
         setup = self.setup if bounds is None else bounds
-        sizes, w, shares = self.sizes, self.weights, self.shares[k]
+        refine = self.mode == "phased" and k == len(self.shares) - 1
+        return self._phase(self.refine_shares(setup) if refine else self.shares[k], setup)
+
+    def _phase(self, shares: np.ndarray, setup: Setup) -> Phase:
+        sizes, w = self.sizes, self.weights
         sens_g, sens_h = 2.0 * setup.clip / sizes, hessian_sensitivity(setup.hessian_clip, sizes)
         mu_g, mu_h = setup.mu * np.sqrt(shares[:, 0]), setup.mu * np.sqrt(shares[:, 1])
         R = len(shares)
