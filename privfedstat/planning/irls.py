@@ -124,7 +124,7 @@ class _PlannedStages:
     def __init__(self, schedule, pop: Population, G: np.ndarray, outcomes, mu: float, sizes: np.ndarray) -> None:
         self.schedule, self.pop, self.G, self.outcomes, self.mu, self.sizes = schedule, pop, G, outcomes, mu, sizes
         self.roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
-        self.located = self.basis = self.hessian = None
+        self.located = self.basis = self.hessian = self.released = None
         self.found: list = []
         self.cases: list = [(1.0, None)]
 
@@ -136,14 +136,15 @@ class _PlannedStages:
     def locate(self) -> None:
         schedule = self.schedule
         self.located = _root(self.pop, schedule.setup, self.mu, self.sizes, self.roots)[0]
-        hessian = self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip)
-        self.hessian = floor_eigenvalues(np.asarray(hessian, dtype=np.float64), float(schedule.phase(0).floors[-1]))
-        self.schedule = schedule.located_at(self.hessian, self.hessian)
+        self.released = np.asarray(self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip), dtype=np.float64)
+        self.hessian = floor_eigenvalues(self.released, float(schedule.phase(0).floors[-1]))
+        self.schedule = schedule.located_at(self.hessian, self.hessian, self.released)
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.hessian)
         self.basis, basis = change.design, change.parameters(self.schedule.n_params)
-        self.schedule = self.schedule.located_at(self.hessian, basis.T @ self.hessian @ basis)
+        self.schedule = self.schedule.located_at(self.hessian, basis.T @ self.hessian @ basis,
+                                                 basis.T @ self.released @ basis)
         self.pop, self.located = self.pop.in_basis(self.basis), np.linalg.solve(self.basis, self.located)
         self.G, self.roots = self.G @ self.basis, {}
 

@@ -54,10 +54,12 @@ def combined_variance(table: np.ndarray, gamma: float, rho: float, located: floa
     return gamma / G * (1.0 + 3.0 * y) + y * (pi[0] ** 2 * T + gamma / G * c)
 
 
-def derived_refine_split(table: np.ndarray, gamma: float, rho: float, located: float) -> np.ndarray:
+def derived_refine_split(table: np.ndarray, gamma: float, rho: float, located: float, least: float = 0.0
+                         ) -> np.ndarray:
     """``table``'s shares (rows: rounds, (gradient, Hessian)) with the combined rounds' Hessian share h minimising
-    :func:`combined_variance` (the first round's shares and the combined gradients' proportions kept; the same sum as
-    ``table``); ``gamma`` and ``rho`` with share 1 of the estimation mu^2, as ``table``'s shares are."""
+    :func:`combined_variance` over ``h >= least`` (the first round's shares and the combined gradients' proportions
+    kept; the same sum as ``table``); ``gamma`` and ``rho`` with share 1 of the estimation mu^2, as ``table``'s shares
+    are. V is convex in h, so the constrained minimum is the larger of the free one and ``least``."""
     total = float(np.sum(table))
     unit = np.asarray(table, dtype=np.float64) / total
     f, L, pi, _, _ = _parts(unit, 1.0, 1.0, 0.0)
@@ -70,4 +72,4 @@ def derived_refine_split(table: np.ndarray, gamma: float, rho: float, located: f
     best = minimize_scalar(lambda u: combined_variance(split(L / (1.0 + np.exp(-u))), gamma / total, rho / total,
                                                        located), bounds=(-40.0, 40.0), method="bounded",
                            options={"xatol": 1e-9})
-    return split(L / (1.0 + np.exp(-best.x))) * total
+    return split(max(L / (1.0 + np.exp(-best.x)), least / total)) * total

@@ -72,7 +72,8 @@ class ScheduledRun:
 
     def _located(self, hessian: np.ndarray) -> None:
         """The schedule with the located point known (:meth:`.IRLSSchedule.located_at`: the refine Hessian's share)."""
-        self.schedule = self.newton.schedule = self.schedule.located_at(hessian, self.newton.H_floored)
+        newton = self.newton
+        self.schedule = newton.schedule = self.schedule.located_at(hessian, newton.H_floored, (newton.H + newton.H.T) / 2)
 
     def research(self) -> None:
         """The bounds at the located point: its per-sample norms are the ones the refine rounds clip."""

@@ -188,9 +188,10 @@ class IRLSSchedule:
         Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
         to rounding).
     located : tuple of float or None
-        After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2))``, the located point's planned error
-        in the sampling metric and the traces of the refine rounds' Newton matrix N there, from which the refine
-        phase's Hessian share is derived (:meth:`phase`); None: :attr:`shares` as built (the curvature class's table).
+        After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2), lambda_min)``, the located point's
+        planned error in the sampling metric, the traces of the refine rounds' Newton matrix N there and the smallest
+        eigenvalue of its release before the floor, from which the refine phase's Hessian share is derived
+        (:meth:`refine_shares`); None: :attr:`shares` as built (the curvature class's table).
     """
 
     mode: str
@@ -223,7 +224,7 @@ class IRLSSchedule:
     dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
-    located: tuple[float, float, float] | None = None
+    located: tuple[float, float, float, float] | None = None
 
     @classmethod
     def of(cls, estimator, family, sizes: np.ndarray, weights: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
@@ -273,10 +274,11 @@ class IRLSSchedule:
         tiny = 1e-8 * float(self.family.curvature_at_zero)
         return max(tiny, self.floor_noise_sds * noise_sd)
 
-    def located_at(self, hessian: np.ndarray, newton_matrix: np.ndarray) -> IRLSSchedule:
+    def located_at(self, hessian: np.ndarray, newton_matrix: np.ndarray, released: np.ndarray) -> IRLSSchedule:
         """This schedule once the locate rounds ended with the floored Hessian ``hessian`` (fitting coordinates), whose
-        matrix in the refine rounds' coordinates is ``newton_matrix`` (the same, or whitened): the refine phase's
-        Hessian share is then derived (:attr:`located`; post-processing of released values and the public schedule).
+        matrix in the refine rounds' coordinates is ``newton_matrix`` (the same, or whitened) and whose release before
+        the floor is ``released`` there: the refine phase's Hessian share is then derived (:attr:`located`;
+        post-processing of released values and the public schedule).
 
         The located point's planned error is the locate phase's noise model (:class:`IRLSNoise`) at ``hessian``, as a
         trace in the sampling metric ``T_a = tr(Hf C_a)`` (invariant under the whitening)."""
@@ -287,22 +289,27 @@ class IRLSSchedule:
                       hessian).covariance(hessian)
         inverse = np.linalg.inv(newton_matrix)
         return replace(self, located=(float(np.trace(hessian @ C)), float(np.trace(inverse)),
-                                      float(np.trace(inverse @ inverse))))
+                                      float(np.trace(inverse @ inverse)), float(np.linalg.eigvalsh(released)[0])))
 
     def refine_shares(self, bounds: Setup | None = None) -> np.ndarray:
         """The refine phase's shares with ``bounds``: :attr:`shares`' last row, its combined rounds' Hessian share
         derived where :attr:`located` is known (:func:`.refine_split.derived_refine_split`: gamma and rho from the
-        table's releases with these bounds, in the refine rounds' coordinates; docs/algorithms/fedirls.md,
-        "Schedule")."""
+        table's releases with these bounds, in the refine rounds' coordinates) and the derivation's premise holds:
+        the table's eigenvalue floor of that Hessian below the located release's smallest eigenvalue, the derived
+        share at least the one whose floor reaches it (docs/algorithms/fedirls.md, "Schedule")."""
         table = self.shares[-1]
         if self.located is None:
             return table
-        T_a, t1, t2 = self.located
+        T_a, t1, t2, smallest = self.located
         ph = self._phase(table, self.setup if bounds is None else bounds)
-        fresh = int(np.flatnonzero(table[:, 1] > 0)[0])
+        fresh = np.flatnonzero(table[:, 1] > 0)
+        f, floor = int(fresh[-1]), float(ph.floors[fresh[-1]])
+        if not floor < smallest:  # the floor, not the noise, sets the steps: outside the expansion
+            return table
         gamma = float(ph.gradient_var[0] * table[0, 0]) * t1
-        rho = float(ph.hessian_var[fresh] * table[fresh, 1]) * (t1**2 + t2) / (2.0 * self.n_params)
-        return derived_refine_split(table, gamma, rho, T_a)
+        rho = float(ph.hessian_var[f] * table[f, 1]) * (t1**2 + t2) / (2.0 * self.n_params)
+        least = 0.0 if self.hessian_floor is not None else float(table[f, 1]) * (floor / smallest) ** 2  # floor ~ h^-1/2
+        return derived_refine_split(table, gamma, rho, T_a, least)
 
     def phase(self, k: int, bounds: Setup | None = None) -> Phase:
         """The releases of phase ``k`` with ``bounds`` (default: the first phase's, :attr:`setup`); the refine phase
