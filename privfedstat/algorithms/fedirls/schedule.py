@@ -45,7 +45,9 @@ class CurvatureRules:
     Attributes
     ----------
     refine_split : ndarray of shape (R, 2)
-        Shares of what the locate rounds and the new search leave, per refine round (gradient, Hessian).
+        Shares of what the locate rounds and the new search leave, per refine round (gradient, Hessian): the first
+        round's and the combined gradients' proportions; the combined rounds' Hessian share is derived after the locate
+        rounds (:meth:`IRLSSchedule.refine_shares`), the table's where the derivation's premise fails.
     grows_region : bool
         The trust region grows with the iterate (``max(max_step, ||theta||)``).
     hessian_quantile : float or None
@@ -58,7 +60,8 @@ class CurvatureRules:
 
 
 #: bounded: two Hessians, the last one reused by the last gradient (45% of the rest); unbounded: four rounds, two
-#: fresh Hessians, the third gradient twice the first two's share (docs/algorithms/fedirls.md, "Schedule")
+#: fresh Hessians, the third gradient twice the first two's share; the second Hessian's share is derived after the
+#: locate rounds (docs/algorithms/fedirls.md, "Schedule" and "The refine Hessian's share, derived")
 CURVATURE_RULES = {
     "bounded": CurvatureRules(_table([[0.1, 0.15], [0.15, 0.15], [0.45, 0.0]]), True, None),
     "unbounded": CurvatureRules(_table([[0.05, 0.2], [0.05, 0.2], [0.1, 0.0], [0.4, 0.0]]), False,
