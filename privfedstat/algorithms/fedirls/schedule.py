@@ -398,14 +398,18 @@ class IRLSSchedule:
         of the refine bound"). Under secure aggregation the search's counts,
         and so its lean in rows, are the per-site fit's (:func:`~privfedstat.fitting.stages.count_precision`), and
         the raise is judged on the noise these releases would carry with per-site noise: the same raise as the
-        per-site fit's, the secure sum's lower noise kept as precision.
+        per-site fit's, the secure sum's lower noise kept as precision. It is judged on the curvature class's table split
+        (:attr:`CurvatureRules.refine_split`), with which ``insurance_sd`` was chosen: the derived Hessian share
+        (:meth:`refine_shares`) lowers the combined gradients' noise by moving budget from the Hessian, whose noise that
+        sd does not count, so judged on it the raise would spend the gain on a larger bound (injury, mu = 2: privacy
+        variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share derived from the noise model").
         """
         if "gradient" not in found:
             return found
         grid = self.search.grid
         i = int(np.argmin(np.abs(grid - found["gradient"])))
         bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
-        plain = replace(self, min_surviving=None)
+        plain = replace(self, min_surviving=None, located=None)  # the table's split: the ceiling was chosen with it
         sd = plain.combined_sd(plain.phases(bounds))
         ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
         j = 0
