@@ -269,6 +269,23 @@ def test_a_huge_step_without_inference_is_not_converged(method):
         assert method(mu=1.0, inference=None, random_state=0).fit(data).converged_ is True
 
 
+def test_a_huge_step_on_a_multinomial_raises():
+    """A 3-class multinomial on arrays at step_size=1e6 returned coefficients of 2.8e5: its curvature at theta = 0 has
+    largest eigenvalue at least 1/3 (diag(p) - p p^T at p = 1/3) times a column's mean square, so no step above 6 is
+    stable there; the default step converges."""
+    from privfedstat import get_family
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(1000), rng.standard_normal((1000, 3))])
+    data = FederatedData.from_pooled(X, rng.integers(0, 3, 1000).astype(float), sizes=[50] * 20)
+    family = get_family("multinomial", n_classes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"2 / 0\.333 = 6"):
+            FedSGD(family=family, mu=1.0, step_size=1e6, random_state=0).fit(data)
+        assert FedSGD(family=family, mu=1.0, random_state=0).fit(data).converged_ is True
+
+
 def test_the_stable_step_is_twice_the_automatic_one():
     """2 / L with L the public curvature bound of step_size='auto': kappa d on unit-scale columns, kappa times the
     rescaling's mean squared row norm on scaled ones."""
