@@ -73,8 +73,8 @@ def run(cases, mus, methods) -> list[dict]:
                         continue
                 ledger = est.privacy_
                 noises = [r.integer for r in ledger.releases if r.integer is not None]
-                kinds = Counter((r.stage.split("-", 1)[0] + "-" + r.stage.split("-")[-1], r.integer) for r in
-                                ledger.releases if r.integer is not None and r.integer.dim > 1)
+                kinds = Counter((r.stage, r.integer) for r in ledger.releases
+                                if r.integer is not None and r.integer.dim > 1)
                 for (stage, noise), count in sorted(kinds.items(), key=lambda kv: -kv[1]):
                     row = _release_row(noise)
                     rows.append(dict(data=name, method=method, mu=mu, release=stage, d=noise.dim, lam=noise.lam,
