@@ -112,11 +112,14 @@ def achievable_epsilon(noises: Sequence[IntegerNoise], delta: float, value_discr
     """A lower bound on the exact epsilon (at ``delta``) of the secure releases ``noises`` composed: for each pattern,
     every release at that achievable shift pattern (:func:`achievable_shifts`), their exact PLDs (:func:`skellam_pld`,
     less dp-accounting's pessimism: about ``4e-9`` per composition and the grid's ``value_discretization_interval``
-    per release at most) composed, the largest epsilon over ``patterns``; 0 without releases with noise."""
+    per release at most) composed, the largest epsilon over ``patterns``; 0 without releases, inf with one without
+    noise."""
+    if any(n.lam == 0 for n in noises):
+        return math.inf
     best = 0.0
     for pattern in patterns:
         pld = None
-        for (lam, shifts), count in Counter((n.lam, achievable_shifts(n, pattern)) for n in noises if n.lam > 0).items():
+        for (lam, shifts), count in Counter((n.lam, achievable_shifts(n, pattern)) for n in noises).items():
             one = skellam_pld(lam, shifts, value_discretization_interval).self_compose(count)
             pld = one if pld is None else pld.compose(one)
         if pld is not None:

@@ -102,3 +102,4 @@ def test_the_ledger_brackets_its_epsilon_tight_for_counts_and_by_the_rounding_sl
     lower_both, upper_both = _ledger(vector, counts).epsilon_bracket(1e-5)
     assert lower < lower_both < upper_both and upper_both == _ledger(vector, counts).epsilon(1e-5)
     assert _ledger().epsilon_bracket() == (0.0, 0.0)
+    assert achievable_epsilon([IntegerNoise(1.0, 0.0, 2.0, 2.0, 3, 1)], 1e-5) == math.inf  # no noise: no privacy
