@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from contextlib import ExitStack
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,11 +14,13 @@ from ..._validation import DIVERGENCE_NORM, check_iterate
 from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
 from ...federation.queries import search_bounds
 from ...federation.secure import secure_mean
+from ...federation.server import aggregate
 from ...federation.session import Session
 from ...inference.core import count_dispersion
-from ...privacy.calibration import hessian_sensitivity
+from ...privacy.calibration import calibrated_sigma, hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
+from .site_weights import heterogeneity, mse_weights, shift_variance
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -87,7 +90,28 @@ class ScheduledRun:
         newton, change = self.newton, self.newton.change
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
                       float(np.max(self.session.ledger.client_mu)))
-        newton.run(self.schedule.phase(1, self.final))
+        phase = self.schedule.phase(1, self.final)
+        if not self.schedule.reweigh:
+            newton.run(phase)
+            return
+        newton.run(_rounds_of(phase, 0, 1))  # from the located point, size weights: its per-site messages
+        newton.reweigh(self._site_weights(phase))
+        newton.run(_rounds_of(replace(self.schedule, weights=newton.w).phase(1, self.final), 1, len(phase.shares)))
+
+    def _site_weights(self, phase: Phase) -> np.ndarray:
+        """The refine rounds' site weights (:mod:`.site_weights`): tau^2 from the first refine round's released
+        per-site gradients, each site's privacy variance in the estimate from the later rounds' budgets and the
+        precision weights that combine their targets."""
+        values, answered = self.newton.messages
+        sizes, sens = self.session.sizes, phase.gradient_sensitivity
+        tau2 = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
+        later = _rounds_of(phase, 1, len(phase.shares))
+        kappa = self.schedule.combination([later])
+        kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
+        privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
+        w = mse_weights(sizes, tau2, privacy)
+        self.newton.shift_var = shift_variance(w, sizes, tau2)
+        return w
 
 
 class _Rounds:
@@ -118,6 +142,14 @@ class _Rounds:
         self.change: ChangeOfBasis | None = None
         self.basis = None
         self.basis_from = 0
+        self.messages: tuple[np.ndarray, np.ndarray] | None = None  # the last gradient release's per-site (values, answered)
+        self.joined = 0  # rounds of the last phase run with other site weights before it (:meth:`reweigh`)
+        self.shift_var = 0.0  # per-coordinate variance of the re-weighed root's shift by the site effects
+
+    def reweigh(self, weights: np.ndarray) -> None:
+        """New site weights from the next round on: the earlier gradients are not comparable (another equation)."""
+        self.w, self.previous, self.low = weights, None, None
+        self.joined = len(self.phases[-1].shares)
 
     def change_basis(self, change: ChangeOfBasis) -> None:
         """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
@@ -207,8 +239,11 @@ class _Rounds:
         if phase.gradient_specs is not None:
             return secure_mean(session, "secure_gradients", weights=w, spec=phase.gradient_specs[r], theta=theta,
                                clip=phase.clip, sensitivity=w * phase.gradient_sensitivity, stage="irls-gradient")
-        return session.mean("gradients", weights=w, theta=theta, clip=phase.clip, sensitivity=phase.gradient_sensitivity,
-                            mu=phase.mu_gradient[r], stage="irls-gradient")
+        values, _, answered = session.ask("gradients", weights=w, theta=theta, clip=phase.clip,
+                                          sensitivity=phase.gradient_sensitivity, mu=phase.mu_gradient[r],
+                                          stage="irls-gradient")
+        self.messages = (values, answered)
+        return aggregate(w, values, answered)
 
     def _hessian(self, phase: Phase, r: int) -> np.ndarray:
         """Round r's aggregated ``sym_to_vec`` Hessian, as :meth:`_gradient`."""
@@ -236,6 +271,9 @@ class _Rounds:
             step = kept @ moves
             estimate = kept @ np.array([theta for theta, _, _ in self.released]) + step
         last_step = newton_error(step, newton / eta, self.evidence, self.schedule.secant_noise_sds)
+        if self.shift_var:  # the site effects' shift of the re-weighed root, -J^-1 sum (w_i - pi_i) delta_i
+            inverse = np.linalg.inv(newton / eta)
+            last_step = last_step + self.shift_var * inverse @ inverse
         gradient_var = np.concatenate([ph.gradient_var for ph in phases])
         noise_model = IRLSNoise(gradient_var, hessian_var, np.concatenate([ph.floors for ph in phases]) * scales, eta,
                                 newton, self.basis, self.basis_from, last_step=last_step, combination=weights)
@@ -255,8 +293,16 @@ class _Rounds:
         return Run(self._in_theta(estimate), path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
-                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
+                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares) - self.joined,
                    basis=self.change, newton=steps)
+
+
+def _rounds_of(phase: Phase, start: int, stop: int) -> Phase:
+    """Rounds ``start:stop`` of a local-aggregation phase."""
+    cut = slice(start, stop)
+    return replace(phase, shares=phase.shares[cut], mu_gradient=phase.mu_gradient[cut], mu_hessian=phase.mu_hessian[cut],
+                   floors=phase.floors[cut], hessian_var=phase.hessian_var[cut], gradient_var=phase.gradient_var[cut],
+                   gradient_sd=phase.gradient_sd[cut])
 
 
 def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton: np.ndarray, noise_sds: float,
