@@ -8,7 +8,7 @@ import statsmodels.api as sm
 from scipy.optimize import minimize
 
 from privfedstat import FederatedData, FedIRLS
-from privfedstat.algorithms.fedirls.site_weights import heterogeneity, mse_weights, shift_variance
+from privfedstat.algorithms.fedirls.site_weights import heterogeneity, mse_weights, shift_covariance
 
 SIZES = np.array([3000.0, 800.0, 120.0, 40.0, 10.0, 5.0, 2.0, 1.0])
 
@@ -39,20 +39,25 @@ def test_mse_weights_limits():
     privacy = 50.0 / SIZES**2
     expected = 1.0 / (1.0 / SIZES + privacy)
     np.testing.assert_allclose(mse_weights(SIZES, 0.0, privacy), expected / expected.sum(), rtol=1e-10)
-    assert shift_variance(SIZES / SIZES.sum(), SIZES, 0.3) == 0.0
+    assert not np.any(shift_covariance(SIZES / SIZES.sum(), SIZES, 0.3 * np.eye(2), sampling=True))
 
 
-def test_heterogeneity_is_the_site_effects_variance():
-    """DerSimonian-Laird's moment on simulated messages (sampling + site effect + privacy noise per coordinate)
-    averages to tau^2 (1000 replicates; its Monte-Carlo sd about 2% here)."""
+def test_heterogeneity_is_the_site_effects_covariance():
+    """DerSimonian-Laird's matrix moment on simulated messages (sampling + a site effect along one direction + privacy
+    noise) averages to T (1000 replicates; Monte-Carlo sd of the mean about 2% of T's eigenvalue), the direction kept
+    (the sites differ in their intercepts only, say)."""
     rng = np.random.default_rng(0)
     sizes = np.repeat([2000.0, 500.0, 100.0, 20.0], 10)
     noise = 30.0 / sizes**2
-    tau2, p = 2e-3, 5
-    sd = np.sqrt(1.0 / sizes + tau2 + noise)[:, None]
-    est = [heterogeneity(0.3 + sd * rng.standard_normal((sizes.size, p)), sizes, noise) for _ in range(1000)]
-    assert abs(np.mean(est) / tau2 - 1.0) < 0.06
-    assert heterogeneity(np.zeros((1, 3)), np.array([10.0]), np.array([1.0])) == 0.0
+    p, u = 4, np.array([0.6, 0.8, 0.0, 0.0])
+    T = 4e-3 * np.outer(u, u)
+    sd = np.sqrt(1.0 / sizes + noise)[:, None]
+    est = np.mean([heterogeneity(0.3 + sd * rng.standard_normal((sizes.size, p))
+                                 + np.sqrt(4e-3) * rng.standard_normal(sizes.size)[:, None] * u, sizes, noise)
+                   for _ in range(1000)], axis=0)
+    assert abs(u @ est @ u / 4e-3 - 1.0) < 0.08
+    np.testing.assert_allclose(est, T, atol=0.1 * 4e-3)
+    assert not np.any(heterogeneity(np.zeros((1, 3)), np.array([10.0]), np.array([1.0])))
 
 
 def _small_sites(seed=0):

@@ -20,7 +20,7 @@ from ...inference.core import count_dispersion
 from ...privacy.calibration import calibrated_sigma, hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
-from .site_weights import heterogeneity, mse_weights, shift_variance
+from .site_weights import heterogeneity, mse_weights, shift_covariance
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -95,23 +95,24 @@ class ScheduledRun:
             newton.run(phase)
             return
         newton.run(_rounds_of(phase, 0, 1))  # from the located point, size weights: its per-site messages
-        newton.reweigh(self._site_weights(phase))
+        newton.reweigh(*self._site_weights(phase))
         newton.run(_rounds_of(replace(self.schedule, weights=newton.w).phase(1, self.final), 1, len(phase.shares)))
 
-    def _site_weights(self, phase: Phase) -> np.ndarray:
+    def _site_weights(self, phase: Phase) -> tuple[np.ndarray, float]:
         """The refine rounds' site weights (:mod:`.site_weights`): tau^2 from the first refine round's released
         per-site gradients, each site's privacy variance in the estimate from the later rounds' budgets and the
-        precision weights that combine their targets."""
+        precision weights that combine their targets; and the per-coordinate variance of the move of the aggregate
+        they make, the largest eigenvalue of ``sum_i (w_i - pi_i)^2 (I / n_i + T)``."""
         values, answered = self.newton.messages
         sizes, sens = self.session.sizes, phase.gradient_sensitivity
-        tau2 = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
+        T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
         later = _rounds_of(phase, 1, len(phase.shares))
         kappa = self.schedule.combination([later])
         kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
         privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
-        w = mse_weights(sizes, tau2, privacy)
-        self.newton.shift_var = shift_variance(w, sizes, tau2)
-        return w
+        w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy)
+        self.newton.shift = shift_covariance(w, sizes, T)
+        return w, float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
 
 
 class _Rounds:
@@ -144,11 +145,19 @@ class _Rounds:
         self.basis_from = 0
         self.messages: tuple[np.ndarray, np.ndarray] | None = None  # the last gradient release's per-site (values, answered)
         self.joined = 0  # rounds of the last phase run with other site weights before it (:meth:`reweigh`)
-        self.shift_var = 0.0  # per-coordinate variance of the re-weighed root's shift by the site effects
+        self.shift: np.ndarray | None = None  # covariance of the site effects' move of the re-weighed aggregate
 
-    def reweigh(self, weights: np.ndarray) -> None:
-        """New site weights from the next round on: the earlier gradients are not comparable (another equation)."""
-        self.w, self.previous, self.low = weights, None, None
+    def reweigh(self, weights: np.ndarray, moved_var: float) -> None:
+        """New site weights from the next round on. The aggregate moves by ``sum_i (w_i - pi_i) d_i`` at a point, of
+        per-coordinate variance at most ``moved_var``: the earlier gradients stay evidence (secant, chord), that
+        variance added to their noise."""
+        self.w = weights
+        if self.previous is not None:
+            step, g, H, var, shared = self.previous
+            self.previous = (step, g, H, var + moved_var, shared)
+        if self.low is not None:
+            point, g, var, direction = self.low
+            self.low = (point, g, var + moved_var, direction)
         self.joined = len(self.phases[-1].shares)
 
     def change_basis(self, change: ChangeOfBasis) -> None:
@@ -271,9 +280,9 @@ class _Rounds:
             step = kept @ moves
             estimate = kept @ np.array([theta for theta, _, _ in self.released]) + step
         last_step = newton_error(step, newton / eta, self.evidence, self.schedule.secant_noise_sds)
-        if self.shift_var:  # the site effects' shift of the re-weighed root, -J^-1 sum (w_i - pi_i) delta_i
+        if self.shift is not None:  # the site effects' shift of the re-weighed root, -J^-1 sum (w_i - pi_i) delta_i
             inverse = np.linalg.inv(newton / eta)
-            last_step = last_step + self.shift_var * inverse @ inverse
+            last_step = last_step + inverse @ self.shift @ inverse
         gradient_var = np.concatenate([ph.gradient_var for ph in phases])
         noise_model = IRLSNoise(gradient_var, hessian_var, np.concatenate([ph.floors for ph in phases]) * scales, eta,
                                 newton, self.basis, self.basis_from, last_step=last_step, combination=weights)

@@ -12,20 +12,22 @@ benchmarks and the intervals read), with site i's mean score ``d_i = s_i + delta
 
 which is least at ``w_i = (lambda + pi_i A_i) / (A_i + P_i)``, lambda setting the sum to 1 (:func:`mse_weights`;
 equal sizes give pi). tau^2 -> infinity gives pi; tau^2 = 0 gives ``w_i ~ n_i^2 / (sigma^2 n_i + n_i^2 P_i)``.
-tau^2 is estimated from the first refine round's released per-site gradients (post-processing; DerSimonian and
-Laird's moment, :func:`heterogeneity`), in the whitened coordinates where ``sigma^2 = 1`` for a family whose score
-covariance is its Hessian. Derivation and measurements: docs/algorithms/fedirls.md, "Site weights".
+The site effects' covariance T is estimated from the first refine round's released per-site gradients
+(post-processing; DerSimonian and Laird's moment, :func:`heterogeneity`), in the whitened coordinates where
+``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
+mean square error summed over the whitened coordinates), the stated shift T itself. Derivation and measurements: docs/algorithms/fedirls.md, "Site weights".
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["heterogeneity", "mse_weights", "shift_variance"]
+__all__ = ["heterogeneity", "mse_weights", "shift_covariance"]
 
 
-def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0) -> float:
-    """DerSimonian-Laird moment estimate of tau^2, the per-coordinate variance of the sites' own mean scores.
+def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
+    """DerSimonian-Laird moment estimate of T, the covariance of the sites' own mean scores (a matrix: the sites may
+    differ along some directions only, e.g. their intercepts).
 
     Parameters
     ----------
@@ -41,19 +43,21 @@ def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray
 
     Returns
     -------
-    float
-        ``max(0, (Q / p - (m - 1)) / (W - sum omega_i^2 / W))``, ``omega_i = 1 / (sigma2 / n_i + noise_var_i)``,
-        Q the omega-weighted sum of squared deviations from the omega-weighted mean; 0 with fewer than 2 sites.
+    ndarray of shape (p, p)
+        ``psd((Q - (m - 1) I) / (W - sum omega_i^2 / W))`` with ``omega_i = 1 / (sigma2 / n_i + noise_var_i)``
+        and ``Q = sum_i omega_i (m_i - mbar)(m_i - mbar)^T`` about the omega-weighted mean, whose mean is
+        ``(m - 1) I + (W - sum omega_i^2 / W) T``; its eigenvalues below 0 set to 0. Zeros with fewer than 2 sites.
     """
     d = np.asarray(messages, dtype=np.float64)
     m, p = d.shape
     if m < 2:
-        return 0.0
+        return np.zeros((p, p))
     omega = 1.0 / (sigma2 / np.asarray(sizes, dtype=np.float64) + np.asarray(noise_var, dtype=np.float64))
     W = float(omega.sum())
-    centre = omega @ d / W
-    Q = float(omega @ np.sum((d - centre) ** 2, axis=1)) / p
-    return max(0.0, (Q - (m - 1)) / (W - float(omega @ omega) / W))
+    dev = d - omega @ d / W
+    Q = (dev * omega[:, None]).T @ dev
+    values, vectors = np.linalg.eigh((Q + Q.T) / 2 - (m - 1) * np.eye(p))
+    return (vectors * np.maximum(values, 0.0)) @ vectors.T / (W - float(omega @ omega) / W)
 
 
 def mse_weights(sizes: np.ndarray, tau2: float, privacy_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
@@ -70,8 +74,10 @@ def mse_weights(sizes: np.ndarray, tau2: float, privacy_var: np.ndarray, sigma2:
     return w / w.sum()
 
 
-def shift_variance(weights: np.ndarray, sizes: np.ndarray, tau2: float) -> float:
-    """Per-coordinate variance ``tau^2 sum_i (w_i - pi_i)^2`` of the site effects' shift of the weighted root from
-    the size-weighted one (the sampling part of the shift is in the weighted sampling covariance)."""
+def shift_covariance(weights: np.ndarray, sizes: np.ndarray, T: np.ndarray, sampling: bool = False) -> np.ndarray:
+    """Covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the weighted aggregate from the size-weighted
+    one, per unit Jacobian (the sampling part of the shift is in the weighted sampling covariance); with
+    ``sampling``, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``, the whole move."""
     n = np.asarray(sizes, dtype=np.float64)
-    return float(tau2 * np.sum((np.asarray(weights, dtype=np.float64) - n / n.sum()) ** 2))
+    gap = (np.asarray(weights, dtype=np.float64) - n / n.sum()) ** 2
+    return float(gap.sum()) * T + (float(np.sum(gap / n)) * np.eye(T.shape[0]) if sampling else 0.0)
