@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from contextlib import ExitStack
-from dataclasses import replace
 
 import numpy as np
 
@@ -17,10 +16,10 @@ from ...federation.secure import secure_mean
 from ...federation.server import aggregate
 from ...federation.session import Session
 from ...inference.core import count_dispersion
-from ...privacy.calibration import calibrated_sigma, hessian_sensitivity
+from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
-from .site_weights import heterogeneity, mse_weights, shift_covariance
+from .site_weights import reweighed_refine
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -91,28 +90,9 @@ class ScheduledRun:
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
                       float(np.max(self.session.ledger.client_mu)))
         phase = self.schedule.phase(1, self.final)
-        if not self.schedule.reweigh:
-            newton.run(phase)
-            return
-        newton.run(_rounds_of(phase, 0, 1))  # from the located point, size weights: its per-site messages
-        newton.reweigh(*self._site_weights(phase))
-        newton.run(_rounds_of(replace(self.schedule, weights=newton.w).phase(1, self.final), 1, len(phase.shares)))
-
-    def _site_weights(self, phase: Phase) -> tuple[np.ndarray, float]:
-        """The refine rounds' site weights (:mod:`.site_weights`): tau^2 from the first refine round's released
-        per-site gradients, each site's privacy variance in the estimate from the later rounds' budgets and the
-        precision weights that combine their targets; and the per-coordinate variance of the move of the aggregate
-        they make, the largest eigenvalue of ``sum_i (w_i - pi_i)^2 (I / n_i + T)``."""
-        values, answered = self.newton.messages
-        sizes, sens = self.session.sizes, phase.gradient_sensitivity
-        T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
-        later = _rounds_of(phase, 1, len(phase.shares))
-        kappa = self.schedule.combination([later])
-        kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
-        privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
-        w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy)
-        self.newton.shift = shift_covariance(w, sizes, T)
-        return w, float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+        if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
+            return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes)
+        newton.run(phase)
 
 
 class _Rounds:
@@ -144,21 +124,15 @@ class _Rounds:
         self.basis = None
         self.basis_from = 0
         self.messages: tuple[np.ndarray, np.ndarray] | None = None  # the last gradient release's per-site (values, answered)
-        self.joined = 0  # rounds of the last phase run with other site weights before it (:meth:`reweigh`)
-        self.shift: np.ndarray | None = None  # covariance of the site effects' move of the re-weighed aggregate
+        self.joined, self.shift = 0, None  # the last phase's rounds before a re-weighing; the site effects' move
 
     def reweigh(self, weights: np.ndarray, moved_var: float) -> None:
-        """New site weights from the next round on. The aggregate moves by ``sum_i (w_i - pi_i) d_i`` at a point, of
-        per-coordinate variance at most ``moved_var``: the earlier gradients stay evidence (secant, chord), that
-        variance added to their noise."""
-        self.w = weights
+        """New site weights; the earlier gradients stay evidence, their noise raised by the aggregate's move."""
+        self.w, self.joined = weights, len(self.phases[-1].shares)
         if self.previous is not None:
-            step, g, H, var, shared = self.previous
-            self.previous = (step, g, H, var + moved_var, shared)
+            self.previous = (*self.previous[:3], self.previous[3] + moved_var, self.previous[4])
         if self.low is not None:
-            point, g, var, direction = self.low
-            self.low = (point, g, var + moved_var, direction)
-        self.joined = len(self.phases[-1].shares)
+            self.low = (*self.low[:2], self.low[2] + moved_var, self.low[3])
 
     def change_basis(self, change: ChangeOfBasis) -> None:
         """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
@@ -248,9 +222,8 @@ class _Rounds:
         if phase.gradient_specs is not None:
             return secure_mean(session, "secure_gradients", weights=w, spec=phase.gradient_specs[r], theta=theta,
                                clip=phase.clip, sensitivity=w * phase.gradient_sensitivity, stage="irls-gradient")
-        values, _, answered = session.ask("gradients", weights=w, theta=theta, clip=phase.clip,
-                                          sensitivity=phase.gradient_sensitivity, mu=phase.mu_gradient[r],
-                                          stage="irls-gradient")
+        values, _, answered = session.ask("gradients", weights=w, theta=theta, clip=phase.clip, mu=phase.mu_gradient[r],
+                                          sensitivity=phase.gradient_sensitivity, stage="irls-gradient")
         self.messages = (values, answered)
         return aggregate(w, values, answered)
 
@@ -281,8 +254,7 @@ class _Rounds:
             estimate = kept @ np.array([theta for theta, _, _ in self.released]) + step
         last_step = newton_error(step, newton / eta, self.evidence, self.schedule.secant_noise_sds)
         if self.shift is not None:  # the site effects' shift of the re-weighed root, -J^-1 sum (w_i - pi_i) delta_i
-            inverse = np.linalg.inv(newton / eta)
-            last_step = last_step + inverse @ self.shift @ inverse
+            last_step = last_step + np.linalg.solve(newton / eta, np.linalg.solve(newton / eta, self.shift).T)
         gradient_var = np.concatenate([ph.gradient_var for ph in phases])
         noise_model = IRLSNoise(gradient_var, hessian_var, np.concatenate([ph.floors for ph in phases]) * scales, eta,
                                 newton, self.basis, self.basis_from, last_step=last_step, combination=weights)
@@ -304,14 +276,6 @@ class _Rounds:
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
                    weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares) - self.joined,
                    basis=self.change, newton=steps)
-
-
-def _rounds_of(phase: Phase, start: int, stop: int) -> Phase:
-    """Rounds ``start:stop`` of a local-aggregation phase."""
-    cut = slice(start, stop)
-    return replace(phase, shares=phase.shares[cut], mu_gradient=phase.mu_gradient[cut], mu_hessian=phase.mu_hessian[cut],
-                   floors=phase.floors[cut], hessian_var=phase.hessian_var[cut], gradient_var=phase.gradient_var[cut],
-                   gradient_sd=phase.gradient_sd[cut])
 
 
 def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton: np.ndarray, noise_sds: float,

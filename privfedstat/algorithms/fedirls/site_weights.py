@@ -21,9 +21,14 @@ measurements: docs/algorithms/fedirls.md, "Site weights".
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-__all__ = ["heterogeneity", "mse_weights", "shift_covariance"]
+from ...privacy.calibration import calibrated_sigma
+from .schedule import IRLSSchedule, Phase
+
+__all__ = ["heterogeneity", "mse_weights", "shift_covariance", "refine_weights", "reweighed_refine", "rounds_of"]
 
 
 def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
@@ -82,3 +87,40 @@ def shift_covariance(weights: np.ndarray, sizes: np.ndarray, T: np.ndarray, samp
     n = np.asarray(sizes, dtype=np.float64)
     gap = (np.asarray(weights, dtype=np.float64) - n / n.sum()) ** 2
     return float(gap.sum()) * T + (float(np.sum(gap / n)) * np.eye(T.shape[0]) if sampling else 0.0)
+
+
+def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, answered: np.ndarray, sizes: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+    """The weights of the refine rounds after the first, from that round's released per-site gradients ``values``
+    (rows of the sites that ``answered``; whitened coordinates): T by :func:`heterogeneity`, each site's privacy
+    variance in the estimate ``P_i = sum_r kappa_r^2 (2 B / (n_i mu_r))^2`` over the later rounds and the precision
+    weights kappa that combine their targets (:meth:`.IRLSSchedule.combination`).
+
+    Returns the weights, the covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the aggregate
+    (:func:`shift_covariance`) and the largest eigenvalue of the whole move's, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``.
+    """
+    sens = phase.gradient_sensitivity
+    T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
+    later = rounds_of(phase, 1, len(phase.shares))
+    kappa = schedule.combination([later])
+    kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
+    privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
+    w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy)
+    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+
+
+def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes: np.ndarray) -> None:
+    """The refine ``phase`` with ``weights="optimal"``: its first round from the located point with size weights,
+    then the others with :func:`refine_weights` (``newton``: the fit's rounds, ``bounds`` the refine Setup)."""
+    newton.run(rounds_of(phase, 0, 1))
+    w, newton.shift, moved = refine_weights(schedule, phase, *newton.messages, sizes)
+    newton.reweigh(w, moved)
+    newton.run(rounds_of(replace(schedule, weights=w).phase(1, bounds), 1, len(phase.shares)))
+
+
+def rounds_of(phase: Phase, start: int, stop: int) -> Phase:
+    """Rounds ``start:stop`` of a local-aggregation phase."""
+    cut = slice(start, stop)
+    return replace(phase, shares=phase.shares[cut], mu_gradient=phase.mu_gradient[cut], mu_hessian=phase.mu_hessian[cut],
+                   floors=phase.floors[cut], hessian_var=phase.hessian_var[cut], gradient_var=phase.gradient_var[cut],
+                   gradient_sd=phase.gradient_sd[cut])
