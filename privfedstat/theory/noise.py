@@ -341,7 +341,9 @@ class IRLSNoise:
     last_step : ndarray of shape (p, p) or None, default None
         Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
         Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
-        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`); added to the recursion's result. None: 0.
+        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`), and where the refine rounds re-weighed the sites
+        the site effects' shift of the weighted root (:mod:`privfedstat.algorithms.fedirls.site_weights`); added to
+        the recursion's result. None: 0.
     combination : ndarray of shape (R,) or None, default None
         Weights w_r of the estimate ``sum_r w_r (theta_r - eta N^-1 g_r)``, N the last round's matrix
         (:mod:`~privfedstat.theory.noise_targets`). None: the last iterate alone.

@@ -186,6 +186,10 @@ class IRLSSchedule:
     max_halvings : int
         Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
         to rounding).
+    reweigh : bool
+        The refine rounds after the first re-weigh the sites by :mod:`.site_weights` (``weights="optimal"``, sites
+        of unequal size, local aggregation, whitened rounds, a family without dispersion); otherwise :attr:`weights`
+        throughout.
     """
 
     mode: str
@@ -218,6 +222,7 @@ class IRLSSchedule:
     dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
+    reweigh: bool = False
 
     @classmethod
     def of(cls, estimator, family, sizes: np.ndarray, weights: np.ndarray, setup: Setup, n_params: int) -> IRLSSchedule:
@@ -254,9 +259,14 @@ class IRLSSchedule:
         secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
+        # weights="optimal": the refine rounds re-weigh sites of unequal size (site_weights), where the per-site
+        # messages are seen (local aggregation) and the whitened score's covariance is its Hessian (no dispersion)
+        reweigh = (isinstance(estimator.weights, str) and estimator.weights == "optimal" and mode == "phased"
+                   and "whiten" in stages and secure is None and not family.has_dispersion
+                   and not family.overdispersion and bool(np.ptp(sizes) > 0))
         return cls(mode, stages, shares, research, mu_research, mu_dispersion, rules, bound_search(estimator), family,
                    sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
-                   min_surviving=secure)
+                   min_surviving=secure, reweigh=reweigh)
 
     # ------------------------------------------------------------------ derived
     def floor(self, noise_sd: float) -> float:
