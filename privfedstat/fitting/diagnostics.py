@@ -17,12 +17,7 @@ import warnings
 
 import numpy as np
 
-from ..exceptions import (
-    ConvergenceWarning,
-    IllConditionedWarning,
-    OverdispersionWarning,
-    PrivacyNoiseWarning,
-)
+from ..exceptions import ConvergenceWarning, IllConditionedWarning, OverdispersionWarning, PrivacyNoiseWarning
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..inference.clipping_bias import warn_clipping

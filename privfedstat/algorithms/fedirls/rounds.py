@@ -493,9 +493,8 @@ def _safeguarded_step(theta: np.ndarray, step: np.ndarray, g: np.ndarray, f: flo
         candidate = theta - step
         if np.all(np.isfinite(candidate)) and float(np.max(np.abs(candidate))) <= DIVERGENCE_NORM:
             g_new, f_new = evaluate(candidate)
-            with np.errstate(over="ignore", invalid="ignore"):  # an overshoot's gradient may overflow: rejected below
-                shorter = bool(np.linalg.norm(g_new) < g_norm)
-            if f_new <= f + slack or shorter:
-                return candidate, g_new, f_new
+            with np.errstate(over="ignore", invalid="ignore"):  # an overshoot's gradient may overflow: a rejection
+                if f_new <= f + slack or np.linalg.norm(g_new) < g_norm:
+                    return candidate, g_new, f_new
         step = 0.5 * step
     return None
