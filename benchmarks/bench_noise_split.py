@@ -20,11 +20,17 @@ distance 0 with probability ``2 (1 - Phi(1.96 sqrt(cov_jj) / sd_j))``).
 the seeds, next to the 95% band of the RMS of ``seeds`` standard normals, ``sqrt(chi2_(seeds, q) / seeds)``, that an
 exact noise model puts ``z_noise`` in.
 
+``--bound-factors f ...`` finds the roots with the refine bound B times each f too (the same session, rows and
+basis): per coefficient the mean z_bias(f) (in units of the privacy sd at B), and per cell what a fit clipped at f B
+would show with its noise scaled by f (``bound_curve``): the bias / noise trade-off of the refine bound, measured.
+
 Run by hand (prints a markdown table; nothing is written)::
 
     nice python benchmarks/bench_noise_split.py --seeds 8 --datasets arrests nasscds nesarc --mus 2
     nice python benchmarks/bench_noise_split.py --seeds 20 --datasets arrests default --mus 2 --per-coef
     nice python benchmarks/bench_noise_split.py --seeds 8 --datasets countymurders --mus 1 3 --aggregation secure
+    nice python benchmarks/bench_noise_split.py --seeds 8 --datasets nesarc rwm5yr --mus 2 --per-coef \
+        --bound-factors 0.8 1.245 1.55 1.93
 """
 
 from __future__ import annotations
@@ -51,13 +57,14 @@ from privfedstat.inference.covariance import original_scale_map  # noqa: E402
 Z975 = NormalDist().inv_cdf(0.975)
 
 
-def clipped_root(session, run, setup) -> np.ndarray | None:
+def clipped_root(session, run, setup, factor: float = 1.0) -> np.ndarray | None:
     """The root of the last rounds' clipped estimating equation, in the coordinates they ran in, from ``run.theta``
-    (theta); None where Newton's method does not reach it (a singular Jacobian: every row clipped along a direction)."""
+    (theta), with their gradient bound times ``factor``; None where Newton's method does not reach it (a singular
+    Jacobian: every row clipped along a direction)."""
     bounds = run.setup or setup
     change = run.basis
     P = np.eye(run.theta.size) if change is None else change.parameters(run.theta.size)
-    phi, B, w, p = np.linalg.solve(P, run.theta), bounds.clip, run.weights, session.clients.n_params
+    phi, B, w, p = np.linalg.solve(P, run.theta), factor * bounds.clip, run.weights, session.clients.n_params
     with session.rows_mapped(change):
         for _ in range(50):
             g = session.mean("gradients", weights=w, theta=phi, clip=B, sensitivity=2.0 * B / session.sizes,
@@ -74,9 +81,11 @@ def clipped_root(session, run, setup) -> np.ndarray | None:
     return None
 
 
-def split_one(name: str, mu: float, seed: int, aggregation: str = "local") -> dict | None:
+def split_one(name: str, mu: float, seed: int, aggregation: str = "local", factors: tuple[float, ...] = ()
+              ) -> dict | None:
     """One fit's z, z_noise and z_bias per coefficient (statsmodels' order) and its interval checks; None without a
-    privacy covariance; ``{"root": False}`` where the clipped root was not found."""
+    privacy covariance; ``{"root": False}`` where the clipped root was not found. ``factors``: also the z_bias of the
+    roots with the refine bound times each factor (``"bias_at"``; NaN where a root was not found)."""
     ds = DATASETS[name]
     names, mle, _, _ = reference(name)
     mle = np.ravel(mle)  # (name, class) order, as ours() below
@@ -116,6 +125,11 @@ def split_one(name: str, mu: float, seed: int, aggregation: str = "local") -> di
 
     c, root = ours(coef.ravel(order="F")), ours(root_f)
     sd = ours(np.sqrt(np.diag(inf.cov_privacy)))
+    bias_at = {}
+    for f in factors:
+        moved = clipped_root(session, out, setup, f)
+        bias_at[f] = np.full(c.size, np.nan) if moved is None else \
+            (ours(coef.ravel(order="F") + G @ (moved - out.theta)) - mle) / sd
     half_width = Z975 * ours(np.sqrt(np.diag(inf.cov)))
     ci = np.asarray(inf.conf_int())
     lo, hi = ours(ci[:, 0]), ours(ci[:, 1])
@@ -124,7 +138,7 @@ def split_one(name: str, mu: float, seed: int, aggregation: str = "local") -> di
     return {"root": True, "dataset": name, "mu": mu, "seed": seed, "names": [f"{n}{'' if q == 1 else f'[{k}]'}"
                                                                           for n in names for k in range(q)],
             "z": (c - mle) / sd, "z_noise": (c - root) / sd,
-            "z_bias": (root - mle) / sd,
+            "z_bias": (root - mle) / sd, "bias_at": bias_at,
             "miss_mle": bool(np.any(shown & ((lo > mle) | (hi < mle)))),
             "miss_root": bool(np.any(shown & ((lo > root) | (hi < root)))),
             "expected": float(1.0 - np.prod(1.0 - p_j)) if p_j.size else 0.0}
@@ -154,8 +168,25 @@ def per_coefficient(name: str, mu: float, found: list[dict]) -> list[str]:
     out = []
     for j, coef in enumerate(rows[0]["names"]):
         rms = {k: float(np.sqrt(np.mean([r[k][j] ** 2 for r in rows]))) for k in ("z", "z_noise", "z_bias")}
+        at = "".join(f" {np.nanmean([r['bias_at'][f][j] for r in rows]):+.2f} |" for f in rows[0]["bias_at"])
         out.append(f"| {name} | {_mu(mu)} | {coef} | {n} | {rms['z']:.2f} | {rms['z_noise']:.2f} ({band}) "
-                   f"| {rms['z_bias']:.2f} | {np.mean([r['z_bias'][j] for r in rows]):+.2f} |")
+                   f"| {rms['z_bias']:.2f} | {np.mean([r['z_bias'][j] for r in rows]):+.2f} |{at}")
+    return out
+
+
+def bound_curve(name: str, mu: float, found: list[dict]) -> list[str]:
+    """Markdown rows, one a factor f of the refine bound: what a fit clipped at f B would show, its noise taken as the
+    fit's own scaled by f (the gradient noise is proportional to the bound): the RMS over coefficients and seeds of
+    ``f z_noise + z_bias(f)`` in units of the privacy sd at B (the error; its minimum is the bound of least mean
+    squared error), the same over f (the RMS z it would report), and the largest |mean z_bias(f)| of a coefficient."""
+    rows = [r for r in found if r["root"]]
+    out = []
+    for f in rows[0]["bias_at"]:
+        err = np.concatenate([f * r["z_noise"] + r["bias_at"][f] for r in rows])
+        err = err[np.isfinite(err)]
+        worst = float(np.nanmax(np.abs(np.nanmean([r["bias_at"][f] for r in rows], axis=0))))
+        rms = float(np.sqrt(np.mean(err**2)))
+        out.append(f"| {name} | {_mu(mu)} | {f:g} | {rms:.2f} | {rms / f:.2f} | {worst:.2f} |")
     return out
 
 
@@ -165,16 +196,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     ap.add_argument("--mus", nargs="+", type=float, default=[8.0, 2.0])
     ap.add_argument("--per-coef", action="store_true", help="also one row per coefficient, with the RMS's band")
+    ap.add_argument("--bound-factors", nargs="+", type=float, default=[],
+                    help="also the bias and error of the roots clipped at these multiples of the refine bound")
     ap.add_argument("--aggregation", choices=["local", "secure"], default="local",
                     help="the fits' aggregation (secure: Skellam shares summed securely)")
     args = ap.parse_args(argv)
-    cells, coefficients = [], []
+    cells, coefficients, curves = [], [], []
     for name in args.datasets:
         for mu in args.mus:
-            rows = [r for s in range(args.seeds) if (r := split_one(name, mu, s, args.aggregation)) is not None]
+            rows = [r for s in range(args.seeds)
+                    if (r := split_one(name, mu, s, args.aggregation, tuple(args.bound_factors))) is not None]
             if any(r["root"] for r in rows):
                 cells.append({"dataset": name, "half": half(name), "mu": mu, **cell(rows)})
                 coefficients += per_coefficient(name, mu, rows)
+                curves += bound_curve(name, mu, rows) if args.bound_factors else []
                 print(f"{name} mu={_mu(mu)} done", file=sys.stderr, flush=True)
     table = pd.DataFrame(cells)
     print("| data | half | mu | fits (no root) | RMS z | RMS z_noise | RMS z_bias | worst bias | miss MLE | miss root "
@@ -188,9 +223,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: miss MLE {part['miss_mle'].sum()}, miss root {part['miss_root'].sum()}, expected "
               f"{part['expected'].sum():.1f} (fits {part['fits'].sum()})")
     if args.per_coef:
-        print("\n| data | mu | coefficient | fits | RMS z | RMS z_noise (95% band) | RMS z_bias | mean z_bias |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|")
+        at = "".join(f" mean z_bias at {f:g} B |" for f in args.bound_factors)
+        print(f"\n| data | mu | coefficient | fits | RMS z | RMS z_noise (95% band) | RMS z_bias | mean z_bias |{at}")
+        print("|---|---:|---|---:|---:|---:|---:|---:|" + "---:|" * len(args.bound_factors))
         print("\n".join(coefficients))
+    if curves:
+        print("\n| data | mu | bound x | RMS error (sd at B) | RMS z at that bound | worst mean bias (sd at B) |")
+        print("|---|---:|---:|---:|---:|---:|")
+        print("\n".join(curves))
 
 
 if __name__ == "__main__":

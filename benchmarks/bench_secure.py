@@ -22,7 +22,10 @@ the insurance raised the searched refine bound; ``refused`` the seeds whose fit 
 (``UnsupportedModelError``; the other columns are over the fits that ran); ``width`` the
 median of ``bse / SE``; ``hold`` the share of the fit's 95% intervals that hold the MLE; ``eps`` the ledger's epsilon at
 delta = 1e-5 (the exact GDP conversion of its mu; for secure fits the Skellam noise's GDP bound,
-docs/guide/secure-aggregation.md, "Accounting").
+docs/guide/secure-aggregation.md, "Accounting"); ``excess sd`` the median over seeds and coefficients of the noise sd of
+the inference's released clipping displacement (``inference_.clipping_displacement``, the clipped excess at the
+estimate) in the fit's own privacy sds: the resolution of a released measure of the clipping bias (benchmarks/RESULTS.md,
+"Secure aggregation: a released clipping bias in the intervals").
 The ratios ``secure / central`` and ``secure / local`` of the priv SD are the issue's targets (<= 1.2 and <= 0.45).
 
 Run: ``python benchmarks/bench_secure.py [--seeds 10] [--mu 1 3] [--method fedsgd] [--data happiness]`` (needs
@@ -138,7 +141,7 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
             for seed in range(seeds):
                 for model, (est, bound, raised) in _fits(df, formula, family, site, mu, seed, method).items():
                     a = acc.setdefault(model, {k: [] for k in ("priv", "dist", "z", "t", "width", "hold", "eps", "B",
-                                                               "raise", "refused")})
+                                                               "raise", "refused", "excess")})
                     a["refused"].append(est is None)
                     if est is None:
                         continue
@@ -154,6 +157,8 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
                     a["eps"].append(est.privacy_.epsilon(1e-5))
                     a["B"].append(bound)
                     a["raise"].append(raised)
+                    found = est.inference_.clipping_displacement if est.inference_ is not None else None
+                    a["excess"].append(np.median(np.sqrt(np.diag(found.noise)) / priv) if found is not None else np.nan)
             for model, a in acc.items():
                 rows.append(dict(data=name, sites=int(df[site].nunique()), mu=mu, model=model,
                                  priv_sd=float(np.median(a["priv"])), med_dist=float(np.median(a["dist"])),
@@ -161,7 +166,7 @@ def run(seeds: int, mus: tuple[float, ...], method: str = "fedirls", cases=CASES
                                  rms_t=float(np.sqrt(np.mean(np.square(a["t"])))), width=float(np.median(a["width"])),
                                  hold=float(np.mean(a["hold"])), eps=float(np.median(a["eps"])),
                                  bound=float(np.median(a["B"])), raised=float(np.mean(a["raise"])),
-                                 refused=int(np.sum(a["refused"])),
+                                 refused=int(np.sum(a["refused"])), excess=float(np.median(a["excess"])),
                                  seconds=(time.perf_counter() - t0) / seeds / len(MODELS)))
     return rows
 
@@ -176,12 +181,12 @@ def main() -> None:
     cases = tuple(c for c in CASES if c[0] in args.data) + (("wages1", None),) * ("wages1" in args.data)
     rows = run(args.seeds, tuple(args.mu), args.method, cases)
     print("| data (sites) | mu | model | priv SD (MLE SEs) | med dist | rms z | rms t | B | raise | width | hold "
-          "| eps (1e-5) | refused |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| eps (1e-5) | refused | excess sd |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['data']} ({r['sites']}) | {r['mu']:g} | {r['model']} | {r['priv_sd']:.3f} | {r['med_dist']:.2f} | "
               f"{r['rms_z']:.2f} | {r['rms_t']:.2f} | {r['bound']:.3g} | {r['raised']:.1f} | {r['width']:.3f} | "
-              f"{r['hold']:.3f} | {r['eps']:.3f} | {r['refused']} |")
+              f"{r['hold']:.3f} | {r['eps']:.3f} | {r['refused']} | {r['excess']:.2f} |")
     print()
     for (data, mu) in dict.fromkeys((r["data"], r["mu"]) for r in rows):
         sd = {r["model"]: r["priv_sd"] for r in rows if r["data"] == data and r["mu"] == mu}

@@ -48,6 +48,7 @@ from ..privacy.mechanisms import ClientNoise, SecureClientNoise
 from ..results.fitted import FittedResults
 from .diagnostics import OSCILLATION_CORRELATION, diagnose, oscillation, review_inference, withhold_inference
 from .scaling import Scaler
+from .stability import unjudged
 from .stages import bound_search, choose_bounds, fit_scaler, plan_budget
 from .verdict import SCORE_SHARE, release_score, released_sd, remedy, review_score, score_spent, scored
 
@@ -285,6 +286,8 @@ class FederatedEstimator(FittedResults):
                 inference = score_spent(inference, mu_inference)
         charge.settle()  # the ledger must show exactly mu per client, inference releases included
         self._store(run, session, setup, scaler, family, mu, converged, inference)
+        if score is None and math.isfinite(mu):  # nothing released at the estimate judges a step unstable at the start
+            self.converged_ = unjudged(self, run.noise_model, self.converged_)
         if score is not None:
             correlation, _ = oscillation(inference_run.path[run.settle_from:], 8)
             self.converged_ = review_score(self, score, hessian, released_sd(session.ledger, "inference-hessian"),

@@ -17,20 +17,16 @@ import warnings
 
 import numpy as np
 
-from ..exceptions import (
-    ConvergenceWarning,
-    IllConditionedWarning,
-    OverdispersionWarning,
-    PrivacyNoiseWarning,
-)
+from ..exceptions import ConvergenceWarning, IllConditionedWarning, OverdispersionWarning, PrivacyNoiseWarning
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
 from ..inference.clipping_bias import warn_clipping
 from ..inference.config import DIAGNOSTIC_ALPHA, critical_value
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
+from .stability import gradient_steps
 from .steps import settled
-from .verdict import divergence, gradient_steps, nonprivate_verdict, remedy
+from .verdict import divergence, nonprivate_verdict, remedy
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "exact_score",
            "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION", "oscillation_noise_sds"]

@@ -318,7 +318,7 @@ def weights_for(estimator, sizes: np.ndarray, n_params: int, clip: float, noise_
             return sizes / sizes.sum()
         if w == "optimal":
             if noise_var is None:
-                raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid, not "
+                raise ValueError(f"weights='optimal' (eq. (2)) is defined for FedSGD and FedHybrid (FedIRLS: its own rule), not "
                                  f"{estimator.method}; use 'size' or an array.")
             B2 = clip**2 if math.isfinite(clip) else 1.0
             inv = 1.0 / (B2 / sizes + n_params * noise_var)

@@ -13,8 +13,8 @@ against the intervals' standard errors (a distance below ``TOL_SE`` of them keep
 released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
 has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
 divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not, or
-when the step could not be stable at the start, where an intercept makes the curvature public: :func:`start_curvature`;
-not converged where the step exceeds what the public curvature bound shows stable: :func:`stable_step`).
+when the step exceeds what the public curvature bound shows stable and could not be stable at the start
+(:mod:`~privfedstat.fitting.stability`); not converged where it only exceeds the former).
 """
 
 from __future__ import annotations
@@ -26,16 +26,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..exceptions import ConvergenceWarning, DivergenceError
-from ..families.curvature import auto_step_size
 from ..federation.protocol import Run, Setup
 from ..federation.queries import private_mean
 from ..federation.session import Session
 from ..inference.config import DIAGNOSTIC_ALPHA, critical_value, tolerated_bias
+from .stability import columns, gradient_steps, stable_step, start_unstable
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "noise_eigenvalue", "score_spent", "gradient_steps", "away",
-           "start_curvature", "along_last_update", "stable_step"]
+           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "along_last_update"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -180,26 +179,6 @@ def away(path: list[np.ndarray], g: np.ndarray) -> bool:
     the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
     update alone is no guide: a path bouncing between saturated regions moves either way.)"""
     return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
-
-
-def start_curvature(est) -> float:
-    """A public lower bound on the largest eigenvalue of the loss's Hessian at the path's start ``theta_0 = 0``: the
-    family's curvature at 0, ``ell''(0)``, for a canonical GLM (its curvature depends on the linear predictor only,
-    ``family.likelihood``; one per row) whose design has an intercept (a formula's ``Intercept``: a column of ones,
-    so ``e_0^T H(0) e_0 = sum_i w_i mean_j ell''(0) = ell''(0)`` whatever the data), with no offset and no initial
-    value; 0 where nothing public bounds it (docs/guide/convergence.md)."""
-    names = getattr(est, "feature_names_in_", None)
-    family = getattr(est, "family_", None)
-    if (names is None or "Intercept" not in list(names) or family is None or not family.likelihood
-            or family.n_outputs != 1 or getattr(est, "has_offset_", True) or getattr(est, "init", None) is not None):
-        return 0.0
-    return float(family.curvature_at_zero)
-
-
-def gradient_steps(noise_model) -> bool:
-    """Whether the protocol moves by gradient steps of a step size (its noise model has an ``error_transport``:
-    FedSGD, FedHybrid, FedAvg, SCAFFOLD), whose path a too large step sends back and forth or away."""
-    return getattr(noise_model, "error_transport", None) is not None
 
 
 def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
@@ -371,18 +350,9 @@ def _not_converged(est, gap: float, oscillating: float | None, settled: bool | N
     return False
 
 
-def stable_step(est) -> float:
-    """``2 / L``, the largest gradient step that the public bound ``L >= lambda_max(H)`` shows stable anywhere: ``L``
-    is the bound behind ``step_size="auto"`` (``1 / L``, :func:`~privfedstat.families.curvature.auto_step_size`),
-    ``kappa`` times the fitting scale's public mean squared row norm (the rescaling's, else d for columns on the unit
-    scale); a step multiplies the error along the top eigenvector by ``1 - eta lambda_max`` (docs/guide/convergence.md)."""
-    scaler = getattr(est, "scaler_", None)
-    return 2.0 * auto_step_size(est.family_, est.n_features_in_, None if scaler is None else scaler.square_norm())
-
-
 def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> bool:
     """Whether a gradient protocol's released curvature is within noise of 0 in every direction and the fit, judged
-    there, did not converge: a ConvergenceWarning where its step exceeds :func:`stable_step` (nothing released then
+    there, did not converge: a ConvergenceWarning where its step exceeds ``stable_step`` (nothing released then
     shows that the protocol's noise model, which assumes contracting steps, describes the path: the curvature at the
     estimate says nothing of that about the root), after the ``DivergenceError`` of :func:`review_score` where the
     path ran away or could not be stable at its start."""
@@ -399,22 +369,18 @@ def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> 
         raise divergence(est, f"{vanished} (every fitted value saturated) while the score released there points along "
                               f"the path's travel, {along:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the "
                               "path ran away from the optimum instead of towards it.")
-    eta, start = float(getattr(run.noise_model, "step_size", None) or 0.0), start_curvature(est)
-    if eta * start > 2.0:
-        raise divergence(est, f"{vanished} (every fitted value saturated), while at its start, theta = 0, the "
-                              f"curvature along the intercept is the family's {start:.3g} (public: every row's fitted "
-                              "value is 0 there), so each gradient step multiplied the error along the top eigenvector "
-                              f"there by at least {eta * start - 1.0:.3g} (step_size times the curvature exceeds 2): the "
-                              "path was thrown out to where the model saturates rather than settling (a stable step "
-                              f"needs step_size below 2 / {start:.3g} = {2.0 / start:.3g}).")
-    bound = stable_step(est)
+    eta, bound = float(getattr(run.noise_model, "step_size", None) or 0.0), stable_step(est)
     if eta <= bound:
         return False
-    columns = "privately scaled columns" if getattr(est, "scaler_", None) is not None else "columns on the unit scale"
-    warnings.warn(f"{est.method} did not converge: {vanished}, so the score there cannot show an optimum, and its step "
-                  f"(step_size = {eta:.3g}) exceeds {bound:.3g}, the largest that the public bound on the curvature "
-                  f"(that of step_size='auto', {bound / 2.0:.3g}, for {columns}) shows stable: its steps may have "
-                  "thrown the path out to where the model saturates (coefficients up to "
+    unshown = (f"its step (step_size = {eta:.3g}) exceeds {bound:.3g}, the largest that the public bound on the "
+               f"curvature (that of step_size='auto', {bound / 2.0:.3g}, for {columns(est)}) shows stable")
+    thrown = start_unstable(est, eta)
+    if thrown:
+        raise divergence(est, f"{vanished}, so nothing released identifies its estimate (coefficients up to "
+                              f"{float(np.max(np.abs(est.coef_))):.3g}), and {unshown}; beyond that, {thrown} to where the model "
+                              f"saturates. A step that the public bound shows stable is step_size <= {bound:.3g}.")
+    warnings.warn(f"{est.method} did not converge: {vanished}, so the score there cannot show an optimum, and {unshown}: "
+                  "its steps may have thrown the path out to where the model saturates (coefficients up to "
                   f"{float(np.max(np.abs(est.coef_))):.3g}). Lower step_size below {bound:.3g} or use "
                   "step_size='auto' (if the columns are far below the unit scale, standardise them instead).",
                   ConvergenceWarning, stacklevel=5)
@@ -444,9 +410,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         (unit u), is positive beyond its noise: ``u . g / s > z_(1 - DIAGNOSTIC_ALPHA)`` (u is fixed before the
         release, so under a root ``u . g / s`` is one standard normal). The path then went up the score: it ran
         away (going down it, the path was still travelling, as under heavy clipping, and the score test says so).
-        Or where, with the curvature so vanished, the step could not be stable at the start: ``eta ell''(0) > 2``,
-        ``ell''(0)`` the public curvature along the intercept at theta = 0 (:func:`start_curvature`). Short of
-        those, a step above :func:`stable_step` there is not converged (:func:`_vanished`).
+        Or where, with the curvature so vanished (the estimate not identified), the step exceeds ``2 / L``, the
+        largest the public bound shows stable (``stable_step``), and could not be stable at the start: ``eta``
+        times the public lower bound on the curvature at theta = 0 (``start_curvature``: ``ell''(0)`` along an
+        intercept, or along a column of the fitting scale's mean square) exceeds 2. A step above ``2 / L`` short of
+        that is not converged (:func:`_vanished`).
     """
     if _vanished(est, score, H, hessian_sd, run):
         return False

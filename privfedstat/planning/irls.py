@@ -138,13 +138,12 @@ class _PlannedStages:
         self.located = _root(self.pop, schedule.setup, self.mu, self.sizes, self.roots)[0]
         self.released = np.asarray(self.pop.clipped_hessian(self.located, schedule.setup.hessian_clip), dtype=np.float64)
         self.hessian = floor_eigenvalues(self.released, float(schedule.phase(0).floors[-1]))
-        self.schedule = schedule.located_at(self.hessian, self.hessian, self.released)
+        self.schedule = schedule.located_at(self.hessian, self.released)
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.hessian)
         self.basis, basis = change.design, change.parameters(self.schedule.n_params)
-        self.schedule = self.schedule.located_at(self.hessian, basis.T @ self.hessian @ basis,
-                                                 basis.T @ self.released @ basis)
+        self.schedule = self.schedule.located_at(basis.T @ self.hessian @ basis, basis.T @ self.released @ basis, basis)
         self.pop, self.located = self.pop.in_basis(self.basis), np.linalg.solve(self.basis, self.located)
         self.G, self.roots = self.G @ self.basis, {}
 

@@ -60,7 +60,7 @@ from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
 from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
-from .secure_pld import secure_pld
+from .secure_pld import achievable_epsilon, secure_pld
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -324,6 +324,14 @@ class PrivacyLedger:
         gdp = epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
         pld = self._exact_pld()
         return gdp if pld is None else min(gdp, float(pld.get_epsilon_for_delta(delta)))
+
+    def epsilon_bracket(self, delta: float = 1e-5) -> tuple[float, float]:
+        """``(lower, upper)`` around the exact epsilon of the worst client at ``delta``: ``upper`` is :meth:`epsilon`;
+        ``lower`` the secure releases alone at shift patterns that data within their stated sensitivity produce with
+        certainty (:func:`~privfedstat.privacy.secure_pld.achievable_epsilon`; the other releases only add to it).
+        docs/guide/secure-aggregation.md, "Exact accounting", measures the bracket on real fits."""
+        return achievable_epsilon([e.labels.integer for e in self._entries if e.labels.integer is not None],
+                                  delta), self.epsilon(delta)
 
     def _exact_pld(self):
         """The PLD of the one-coordinate secure releases (:attr:`~privfedstat.privacy.secure_noise.IntegerNoise.

@@ -32,7 +32,8 @@ with ``2 alpha`` for their ``2 alpha - 1``) is the purely analytical bound, abou
 Renyi conversion (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.renyi_epsilon`). A one-coordinate release's
 exact privacy profile is :func:`skellam_delta` at its worst shift :attr:`IntegerNoise.exact_shift`, its PLD
 :func:`skellam_pld` (dp-accounting, connect-the-dots); the ledger composes those exactly (:func:`secure_pld`). For
-several coordinates no shift pattern is the worst at every delta, so the GDP bound stays (docs, "Exact accounting").
+several coordinates no shift pattern is the worst at every delta, so the GDP bound stays (docs, "Exact accounting",
+which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy.ledger.PrivacyLedger.epsilon_bracket`).
 
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.

@@ -1,18 +1,23 @@
 """Exact accounting of one-coordinate secure releases: the privacy profile of Skellam noise against its shift and
 dp-accounting's privacy loss distribution from it (docs/guide/secure-aggregation.md, "Exact accounting, and what is not
 exact"). A vector release keeps the GDP bound of :mod:`.secure_noise`: no single shift pattern is the worst at every
-delta there."""
+delta there; :func:`achievable_epsilon` is the lower end of the bracket around its exact epsilon (the epsilon of shift
+patterns that messages within the stated sensitivity produce with certainty)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 from .secure_noise import IntegerNoise, skellam_log_pmf
 
-__all__ = ["skellam_delta", "skellam_pld", "secure_pld"]
+__all__ = ["skellam_delta", "skellam_pld", "secure_pld", "achievable_shifts", "achievable_epsilon", "PATTERNS"]
+
+#: the shift patterns of :func:`achievable_shifts`
+PATTERNS = ("balanced", "single", "max-and-ones")
 
 
 def skellam_delta(lam: float, shift: int, epsilons: np.ndarray) -> np.ndarray:
@@ -49,14 +54,14 @@ def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
     vdi, pld = float(value_discretization_interval), None
-    for k in sorted(int(abs(s)) for s in shifts if s):
+    for k, count in sorted(Counter(int(abs(s)) for s in shifts if s).items()):
         reach = int(math.ceil(40.0 * math.sqrt(2.0 * lam))) + 64 + k
         log_p = skellam_log_pmf(lam, np.arange(-reach, reach + k + 1))
         keep = (log_p[:-k] > -92.0) & (log_p[k:] > -92.0)  # both pmfs above 1e-40 (an interval: log-concave)
         loss = (log_p[:-k][keep] - log_p[k:][keep]) / vdi  # increasing in x
         rounded = np.unique(np.concatenate([np.floor(loss), np.ceil(loss)]))
         one = PrivacyLossDistribution(pld_pmf.create_pmf_pessimistic_connect_dots(
-            vdi, rounded.astype(np.int64), skellam_delta(lam, k, rounded * vdi)))
+            vdi, rounded.astype(np.int64), skellam_delta(lam, k, rounded * vdi))).self_compose(count)
         pld = one if pld is None else pld.compose(one)
     return pld
 
@@ -65,8 +70,6 @@ def secure_pld(noises: Sequence[IntegerNoise], mu: float, value_discretization_i
     """dp-accounting's PLD of a ``mu``-GDP mechanism composed with the one-coordinate secure releases ``noises`` (each at
     its worst shift :attr:`IntegerNoise.exact_shift`, by its exact PLD :func:`skellam_pld`), the Gaussian by
     connect-the-dots too; releases with the same ``(Lambda, shift)`` self-composed."""
-    from collections import Counter
-
     from dp_accounting.pld.privacy_loss_distribution import from_gaussian_mechanism, identity
     vdi = float(value_discretization_interval)
     pld = from_gaussian_mechanism(1.0 / mu, value_discretization_interval=vdi, use_connect_dots=True) if mu > 0 \
@@ -76,3 +79,49 @@ def secure_pld(noises: Sequence[IntegerNoise], mu: float, value_discretization_i
             raise ValueError("secure_pld composes one-coordinate releases with noise only (exact_shift not None).")
         pld = pld.compose(skellam_pld(lam, [k], vdi).self_compose(count))
     return pld
+
+
+def achievable_shifts(noise: IntegerNoise, pattern: str = "balanced") -> tuple[int, ...]:
+    """An integer shift pattern ``v`` that two neighbouring messages within the release's stated sensitivity produce
+    with certainty: messages on the quantum's grid (stochastic rounding leaves them where they are) that differ by ``v``
+    quanta, ``||v||_2 <= R``, ``R = Delta / gamma = Delta_2 - sqrt(d)`` (``Delta_2`` for integer messages, counts).
+
+    ``pattern``: ``"balanced"``, ``floor(R / sqrt(d))`` in every coordinate, one more in as many as fit; ``"single"``,
+    ``floor(R)`` in one coordinate; ``"max-and-ones"``, 1 in the other ``d - 1`` coordinates and the most that fits in
+    the first. Their PLDs (:func:`skellam_pld`) are the exact privacy of the mechanism for such data, so their epsilon
+    is at most the release's (its worst neighbours'). ``R^2`` carries ``1e-12`` relative for the float sum ``Delta_2``
+    (the calibration makes ``R / sqrt(d) = 1 / SLACK`` exactly in real arithmetic)."""
+    d = int(noise.dim)
+    if d < 1:
+        raise ValueError("achievable_shifts needs the release's coordinates (IntegerNoise.dim >= 1).")
+    reach = noise.l2 - (math.sqrt(d) if noise.rounding else 0.0)
+    r2 = reach * reach * (1.0 + 1e-12)
+    if pattern == "single" or d == 1:
+        return (math.isqrt(int(math.floor(r2))),)
+    if pattern == "balanced":
+        base = math.isqrt(int(math.floor(r2 / d)))
+        raised = min(d, int((r2 - d * base * base) // (2 * base + 1)))
+        return (base + 1,) * raised + (base,) * (d - raised)
+    if pattern == "max-and-ones":
+        return (math.isqrt(int(math.floor(r2 - (d - 1)))),) + (1,) * (d - 1)
+    raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}.")
+
+
+def achievable_epsilon(noises: Sequence[IntegerNoise], delta: float, value_discretization_interval: float = 1e-4,
+                       patterns: Sequence[str] = PATTERNS) -> float:
+    """A lower bound on the exact epsilon (at ``delta``) of the secure releases ``noises`` composed: for each pattern,
+    every release at that achievable shift pattern (:func:`achievable_shifts`), their exact PLDs (:func:`skellam_pld`,
+    less dp-accounting's pessimism: about ``4e-9`` per composition and the grid's ``value_discretization_interval``
+    per release at most) composed, the largest epsilon over ``patterns``; 0 without releases, inf with one without
+    noise."""
+    if any(n.lam == 0 for n in noises):
+        return math.inf
+    best = 0.0
+    for pattern in patterns:
+        pld = None
+        for (lam, shifts), count in Counter((n.lam, achievable_shifts(n, pattern)) for n in noises).items():
+            one = skellam_pld(lam, shifts, value_discretization_interval).self_compose(count)
+            pld = one if pld is None else pld.compose(one)
+        if pld is not None:
+            best = max(best, float(pld.get_epsilon_for_delta(delta)))
+    return best

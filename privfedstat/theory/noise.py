@@ -327,21 +327,20 @@ class IRLSNoise:
         The floored released Hessian Hf_R of the last step (public: post-processing of releases),
         in the coordinates phi of ``basis`` when one is given.
     basis : ndarray of shape (p, p) or None, default None
-        A public change of coordinates ``theta = basis phi`` the clients made before round
-        ``basis_from`` (FedIRLS whitens its refine rounds): from that round on, the gradient
-        noise is ``v_r I`` and the Hessian noise symmetric in phi, and the rounds' floors apply
-        there. None: every round in theta.
+        A public change of coordinates ``theta = basis phi`` the clients made before round ``basis_from`` (FedIRLS
+        whitens its refine rounds): from that round on, the gradient noise is ``v_r I`` and the Hessian noise
+        symmetric in phi, and the rounds' floors apply there. None: every round in theta.
     basis_from : int, default 0
-        The first round run in phi; the earlier rounds ran in theta, where their gradient noise
-        ``v_r I`` is ``v_r basis^T basis`` in phi, their Hessian noise ``basis^T Xi basis`` and their
-        floors apply to ``basis^-T N basis^-1``.
+        The first round run in phi; the earlier rounds ran in theta, where their gradient noise ``v_r I`` is ``v_r
+        basis^T basis`` in phi, their Hessian noise ``basis^T Xi basis`` and their floors apply to ``basis^-T N basis^-1``.
     in_phi : bool, default False
-        With a ``basis``: :meth:`covariance` takes H and returns the covariance in phi (the view of
-        :meth:`in_basis`) rather than in theta.
+        With a ``basis``: :meth:`covariance` takes H and returns the covariance in phi (the view of :meth:`in_basis`).
     last_step : ndarray of shape (p, p) or None, default None
         Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
         Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
-        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`); added to the recursion's result. None: 0.
+        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`), and where the refine rounds re-weighed the sites
+        the site effects' shift of the weighted root (:mod:`privfedstat.algorithms.fedirls.site_weights`); added to
+        the recursion's result. None: 0.
     combination : ndarray of shape (R,) or None, default None
         Weights w_r of the estimate ``sum_r w_r (theta_r - eta N^-1 g_r)``, N the last round's matrix
         (:mod:`~privfedstat.theory.noise_targets`). None: the last iterate alone.

@@ -262,7 +262,7 @@ def test_zero_hessian_shares_reuse_the_first_hessian_and_still_reach_the_mle():
     ({"hessian_floor": -1.0}, "hessian_floor"),
     ({"tol": 0.0}, "tol"),
     ({"clip": 1.0, "hessian_clip": INF}, "hessian_clip=inf .no clipping. gives the Hessian release infinite"),
-    ({"weights": "optimal"}, "optimal"),
+    ({"weights": "sized"}, "weights must be 'size', 'optimal'"),
 ])
 def test_bad_parameters_raise(kw, match):
     data = simulate("logistic", [50, 60], [0.1, 0.2], seed=0)

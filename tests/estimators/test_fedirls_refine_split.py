@@ -57,7 +57,7 @@ def test_the_derived_split_lowers_the_planned_privacy_variance_of_the_estimate(f
     H = 0.2 * (A @ A.T / p + np.eye(p))
     sizes = np.full(20, 400.0)
     schedule = FedIRLS(family=family).plan_schedule(get_family(family), sizes, Setup(1.0, 1.0, 2.0), p)
-    located = schedule.located_at(H, H, H)
+    located = schedule.located_at(H, H)
     assert located.located is not None
     table, derived = replace(located, located=None), located
     assert not np.allclose(derived.phase(1).shares, table.phase(1).shares)
@@ -76,12 +76,12 @@ def test_the_table_stays_where_its_floor_is_above_the_located_curvature_and_the_
     schedule = FedIRLS(family="logistic").plan_schedule(get_family("logistic"), sizes, Setup(1.0, 1.0, 2.0), p)
     table = replace(schedule, located=None).phase(1)
     f = int(np.flatnonzero(table.shares[:, 1] > 0)[-1])
-    below = schedule.located_at(H, H, np.diag([1.0, 0.5, 0.5 * table.floors[f]]))
+    below = schedule.located_at(H, np.diag([1.0, 0.5, 0.5 * table.floors[f]]))
     np.testing.assert_array_equal(below.phase(1).shares, table.shares)
     # just above the table's floor: the free minimum (a small Hessian share) is raised to the floor's share
     edge = 1.5 * table.floors[f]
-    free = schedule.located_at(H, H, np.eye(p)).phase(1)
+    free = schedule.located_at(H, np.eye(p)).phase(1)
     assert free.floors[f] > edge  # the unconstrained share's floor would cross it
-    held = schedule.located_at(H, H, np.diag([1.0, 0.5, edge])).phase(1)
+    held = schedule.located_at(H, np.diag([1.0, 0.5, edge])).phase(1)
     assert held.floors[f] == pytest.approx(edge, rel=1e-9)
     assert free.shares[f, 1] < held.shares[f, 1] < table.shares[f, 1]

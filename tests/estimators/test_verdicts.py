@@ -209,29 +209,81 @@ def test_a_huge_step_on_small_sites_raises_from_the_public_start_curvature(metho
     kwargs = dict(client="site", family="logistic", method=method, mu=1.0, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(DivergenceError, match=r"curvature along the intercept.*below 2 / 0\.25 = 8"):
+        with pytest.raises(DivergenceError, match=r"curvature along the intercept.*2 / 0\.25 = 8"):
             glm(formula, df, step_size=1e6, **kwargs)
         assert glm(formula, df, **kwargs).converged_ is True
 
 
 @pytest.mark.parametrize("method", [FedAvg, FedSGD])
 @pytest.mark.parametrize(("p", "seed"), [(5, 0), (12, 1)])
-def test_a_huge_step_on_arrays_is_not_converged_and_names_a_stable_step(method, p, seed):
-    """The same fits on arrays (no public intercept) returned coefficients of 1e5-4e6 with converged_ True: their
-    released curvature is within noise of zero in every direction, and step_size=1e6 exceeds 2 / L (L = 0.25 p, the
-    public bound behind step_size='auto' on unit-scale columns), so nothing shows the steps contracted. The default
-    step (1 / L) on the same sites, whose released curvature is within noise of zero too, keeps converged_ True."""
+def test_a_huge_step_on_arrays_raises_and_names_a_stable_step(method, p, seed):
+    """The same fits on arrays (no public intercept) returned coefficients of 1e5-4e6, first as converged, then as
+    not converged: their released curvature is within noise of zero in every direction (the estimate is not
+    identified), step_size=1e6 exceeds 2 / L (L = 0.25 p, the public bound behind step_size='auto' on unit-scale
+    columns), and it exceeds 2 / 0.25 = 8, above which no step is stable at theta = 0 where a column has mean square 1
+    (the unit scale): the fit raises, naming 2 / L and 'auto'. The default step (1 / L) on the same sites, whose
+    released curvature is within noise of zero too, keeps converged_ True."""
     data = simulate("logistic", [50] * 20, np.linspace(0.5, -0.5, p), seed=seed)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        huge = method(mu=1.0, step_size=1e6, random_state=seed).fit(data)
-    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
-    assert huge.converged_ is False and np.max(np.abs(huge.coef_)) > 1e4
-    assert any(f"Lower step_size below {2 / (0.25 * p):.3g} or use step_size='auto'" in m for m in messages)
-    assert np.all(np.isnan(huge.inference_.bse))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError) as raised:
+            method(mu=1.0, step_size=1e6, random_state=seed).fit(data)
         assert method(mu=1.0, random_state=seed).fit(data).converged_ is True
+    said = str(raised.value)
+    assert "within" in said and "noise sds of zero in every direction" in said and "2 / 0.25 = 8" in said
+    assert f"step_size <= {2 / (0.25 * p):.3g}" in said and "step_size='auto'" in said
+
+
+@pytest.mark.parametrize("method", [FedAvg, FedSGD])
+def test_a_sound_step_above_the_public_bound_is_not_refused(method):
+    """step_size = 2.5 / L (2.0 at p = 5) exceeds what the public bound shows stable but lies below 2 / lambda_max(H(0))
+    (about 7 here) and below 8: sound, so the fit returns its coefficients (not converged: nothing shows the step
+    stable where the released curvature has vanished); a step of 10, above 8, cannot be stable at theta = 0."""
+    data = simulate("logistic", [50] * 20, np.linspace(0.5, -0.5, 5), seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sound = method(mu=1.0, step_size=2.5 / (0.25 * 5), random_state=0).fit(data)
+    assert sound.converged_ is False and np.max(np.abs(sound.coef_)) < 10
+    assert any("Lower step_size below 1.6" in str(w.message) for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"2 / 0\.25 = 8"):
+            method(mu=1.0, step_size=10.0, random_state=0).fit(data)
+
+
+@pytest.mark.parametrize("method", [FedAvg, FedSGD])
+def test_a_huge_step_without_inference_is_not_converged(method):
+    """inference=None releases nothing at the estimate: step_size=1e6 returned 1e5-4e6 as converged. Its step cannot
+    be stable at theta = 0 (above 8), and nothing released shows the path settled: not converged, with the remedy; the
+    default step keeps its verdict."""
+    data = simulate("logistic", [50] * 20, np.linspace(0.5, -0.5, 5), seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        huge = method(mu=1.0, step_size=1e6, inference=None, random_state=0).fit(data)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert huge.converged_ is False
+    assert any("releases nothing at its estimate" in m and "step_size <= 1.6 (or step_size='auto')" in m
+               for m in messages)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert method(mu=1.0, inference=None, random_state=0).fit(data).converged_ is True
+
+
+def test_a_huge_step_on_a_multinomial_raises():
+    """A 3-class multinomial on arrays at step_size=1e6 returned coefficients of 2.8e5: its curvature at theta = 0 has
+    largest eigenvalue at least 1/3 (diag(p) - p p^T at p = 1/3) times a column's mean square, so no step above 6 is
+    stable there; the default step converges."""
+    from privfedstat import get_family
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(1000), rng.standard_normal((1000, 3))])
+    data = FederatedData.from_pooled(X, rng.integers(0, 3, 1000).astype(float), sizes=[50] * 20)
+    family = get_family("multinomial", n_classes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=r"2 / 0\.333 = 6"):
+            FedSGD(family=family, mu=1.0, step_size=1e6, random_state=0).fit(data)
+        assert FedSGD(family=family, mu=1.0, random_state=0).fit(data).converged_ is True
 
 
 def test_the_stable_step_is_twice_the_automatic_one():
@@ -240,7 +292,7 @@ def test_the_stable_step_is_twice_the_automatic_one():
     from types import SimpleNamespace
 
     from privfedstat import get_family
-    from privfedstat.fitting.verdict import stable_step
+    from privfedstat.fitting.stability import stable_step
 
     fit = dict(family_=get_family("logistic"), n_features_in_=5, scaler_=None)
     assert stable_step(SimpleNamespace(**fit)) == pytest.approx(2 / (0.25 * 5))
@@ -249,21 +301,34 @@ def test_the_stable_step_is_twice_the_automatic_one():
     assert stable_step(SimpleNamespace(**{**fit, "family_": get_family("gaussian")})) == pytest.approx(2 / 5)
 
 
-def test_the_start_curvature_is_public_only_with_an_intercept_and_no_offset():
-    """No intercept, an offset, an initial value, a loss whose curvature depends on the response (Huber) or
-    several linear predictors per row: nothing public bounds the curvature at the start (0)."""
+def test_the_start_curvature_bounds_the_largest_eigenvalue_at_zero():
+    """ell''(0) times the largest column mean square (1 with an intercept or on the unit scale, the rescaling's
+    otherwise) bounds lambda_max(H(0)) from below, checked against H(0) computed from rows; the multinomial's is
+    1 / K (1 / 4 at K = 2). An offset, an initial value or Huber (curvature depending on the response): 0."""
     from types import SimpleNamespace
 
     from privfedstat import get_family
-    from privfedstat.fitting.verdict import start_curvature
+    from privfedstat.fitting.stability import start_curvature
 
     fit = dict(feature_names_in_=["Intercept", "x1"], family_=get_family("poisson"), has_offset_=False, init=None)
     assert start_curvature(SimpleNamespace(**fit)) == 1.0
     assert start_curvature(SimpleNamespace(**{**fit, "family_": get_family("logistic")})) == 0.25
-    for change in ({"feature_names_in_": ["x0", "x1"]}, {"has_offset_": True}, {"init": np.zeros(2)},
-                   {"feature_names_in_": None}, {"family_": get_family("huber")},
-                   {"family_": get_family("multinomial", n_classes=3)}):
+    assert start_curvature(SimpleNamespace(**{**fit, "feature_names_in_": None})) == 1.0  # the unit scale
+    scaled = SimpleNamespace(**{**fit, "feature_names_in_": None, "scaler_": SimpleNamespace(mean_square=[0.37, 0.4])})
+    assert start_curvature(scaled) == pytest.approx(0.4)
+    for change in ({"has_offset_": True}, {"init": np.zeros(2)}, {"family_": get_family("huber")}):
         assert start_curvature(SimpleNamespace(**{**fit, **change})) == 0.0
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(500), rng.normal(0.0, 0.3, 500), rng.normal(0.0, 1.5, 500)])
+    for k in (2, 3, 5):
+        family = get_family("multinomial", n_classes=k)
+        ref = SimpleNamespace(**{**fit, "family_": family})
+        p0 = np.full(k - 1, 1.0 / k)
+        top = np.linalg.eigvalsh(np.kron(np.diag(p0) - np.outer(p0, p0), X.T @ X / 500))[-1]
+        assert start_curvature(ref) <= top * (1 + 1e-12)
+        assert start_curvature(ref) == pytest.approx(1.0 / k if k > 2 else 0.25)
+    logistic = np.linalg.eigvalsh(0.25 * X.T @ X / 500)[-1]
+    assert start_curvature(SimpleNamespace(**{**fit, "family_": get_family("logistic")})) <= logistic
 
 
 def test_the_oscillation_remedy_does_not_ask_to_standardise_columns_already_scaled():

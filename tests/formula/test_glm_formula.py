@@ -155,3 +155,19 @@ def test_budget_is_charged_by_glm(df):
         glm("y ~ age", data=bad, client="site", family="logistic", mu=1.0, budget=budget, na_action="drop",
             random_state=0, n_rounds=3, clip=1.0, hessian_clip=1.0, scaling=None)
     assert len(budget.fits) == 2 and "na_action='drop'" in budget.leaks[0] and not budget.is_private
+
+
+def test_large_counts_reach_the_mle_without_an_overflow_warning():
+    """The first Newton step from 0 overshoots on counts in the hundreds; its rejected candidate's gradient overflows,
+    which the safeguard must treat as a rejection, not leak as numpy's RuntimeWarning."""
+    import warnings
+
+    import statsmodels.api as sm
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"x": 3 * rng.normal(size=600), "s": np.arange(600) % 6})
+    data["y"] = rng.poisson(np.exp(6 + 0.3 * data["x"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fit = glm("y ~ x", data, client="s", family="poisson", mu=float("inf"))
+    mle = sm.GLM(data["y"], sm.add_constant(data[["x"]]), family=sm.families.Poisson()).fit().params.to_numpy()
+    np.testing.assert_allclose(np.asarray(fit.coef_), mle, rtol=1e-8)

@@ -85,8 +85,13 @@ class FedIRLS(FederatedEstimator):
     hessian_floor : float or "auto", default "auto"
         Eigenvalue floor lambda for the averaged Hessian (post-processing); "auto": 3 noise sds of
         an eigenvalue.
-    weights : "size" or array of shape (n_clients,), default "size"
-        Server aggregation weights (w_i).
+    weights : "optimal", "size" or array of shape (n_clients,), default "optimal"
+        Server aggregation weights (w_i). "size": n_i / N. "optimal": size weights, and from the second refine
+        round on (sites of unequal size, local aggregation, whitened rounds, a family without dispersion) the
+        weights of least mean square error against the size-weighted root under each site's privacy noise and a
+        site effect whose variance is estimated from the first refine round's released per-site gradients
+        (:mod:`~privfedstat.algorithms.fedirls.site_weights`; the effect's shift is added to the privacy
+        covariance); otherwise size weights.
     scaling : None, "private", PrivateStandardize or FeatureBounds, default None
         Fit on rescaled columns, report coefficients on the original scale.
     tol : float, default 1e-10
@@ -152,7 +157,7 @@ class FedIRLS(FederatedEstimator):
         clip: float | str | AutoClip = "auto",
         hessian_clip: float | None = None,
         hessian_floor: float | str = "auto",
-        weights="size",
+        weights="optimal",
         scaling=None,
         tol: float = 1e-10,
         random_state=None,
@@ -237,4 +242,7 @@ class FedIRLS(FederatedEstimator):
         """The schedule of a fit with these public settings (client sizes n_i, the first phase's bounds and the
         estimation mu of ``setup``, the family, the number of parameters): the fit's own, and the one
         :func:`~privfedstat.planning.power.plan_study` walks on a design."""
-        return IRLSSchedule.of(self, family, sizes, weights_for(self, sizes, n_params, setup.clip), setup, n_params)
+        optimal = isinstance(self.weights, str) and self.weights == "optimal"  # size weights until the refine rounds
+        weights = np.asarray(sizes, dtype=np.float64) / np.sum(sizes) if optimal else weights_for(self, sizes, n_params,
+                                                                                                   setup.clip)
+        return IRLSSchedule.of(self, family, sizes, weights, setup, n_params)

@@ -13,11 +13,13 @@ from ..._validation import DIVERGENCE_NORM, check_iterate
 from ...federation.protocol import ChangeOfBasis, NewtonSteps, Run, Setup
 from ...federation.queries import search_bounds
 from ...federation.secure import secure_mean
+from ...federation.server import aggregate
 from ...federation.session import Session
 from ...inference.core import count_dispersion
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
+from .site_weights import reweighed_refine
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -58,22 +60,13 @@ class ScheduledRun:
         self.newton = _Rounds(self.schedule, self.session, self.session.clients.initial_parameters())
         self.newton.run(self.schedule.phase(0))
 
-    def locate(self) -> None:
-        self.rounds()
-        self._located(self.newton.H_floored)
+    locate = rounds
 
     def whiten(self) -> None:
-        located = self.newton.H_floored
-        change = self.schedule.whitening(located)
+        change = self.schedule.whitening(self.newton.H_floored)
         self.newton.change_basis(change)
-        self._located(located)
         # the later stages (diagnostics, inference) read the fitting columns again
         self.mapped.enter_context(self.session.rows_mapped(change))
-
-    def _located(self, hessian: np.ndarray) -> None:
-        """The schedule with the located point known (:meth:`.IRLSSchedule.located_at`: the refine Hessian's share)."""
-        newton = self.newton
-        self.schedule = newton.schedule = self.schedule.located_at(hessian, newton.H_floored, (newton.H + newton.H.T) / 2)
 
     def research(self) -> None:
         """The bounds at the located point: its per-sample norms are the ones the refine rounds clip."""
@@ -89,14 +82,17 @@ class ScheduledRun:
         self.found = self.schedule.insured_bounds(self.found, self.dispersion)
 
     def refine(self) -> None:
-        """The refine rounds, once :func:`.support.check_support` found that they can reach an optimum at this mu
-        (it refuses early, with the numbers, where they cannot)."""
-        if self.schedule.research:
-            self.final = self.schedule.refine_setup(self.found)
+        """The refine rounds on the split derived at the located point, once :func:`.support.check_support` found that
+        they can reach an optimum at this mu (it refuses early, with the numbers, where they cannot)."""
+        self.final = self.schedule.refine_setup(self.found) if self.schedule.research else self.final
         newton, change = self.newton, self.newton.change
+        self.schedule = newton.schedule = self.schedule.located_at(newton.H_floored, newton.H, newton.basis)
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
                       float(np.max(self.session.ledger.client_mu)))
-        newton.run(self.schedule.phase(1, self.final))
+        phase = self.schedule.phase(1, self.final)
+        if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
+            return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes)
+        newton.run(phase)
 
 
 class _Rounds:
@@ -127,6 +123,16 @@ class _Rounds:
         self.change: ChangeOfBasis | None = None
         self.basis = None
         self.basis_from = 0
+        self.messages: tuple[np.ndarray, np.ndarray] | None = None  # the last gradient release's per-site (values, answered)
+        self.joined, self.shift = 0, None  # the last phase's rounds before a re-weighing; the site effects' move
+
+    def reweigh(self, weights: np.ndarray, moved_var: float) -> None:
+        """New site weights; the earlier gradients stay evidence, their noise raised by the aggregate's move."""
+        self.w, self.joined = weights, len(self.phases[-1].shares)
+        if self.previous is not None:
+            self.previous = (*self.previous[:3], self.previous[3] + moved_var, self.previous[4])
+        if self.low is not None:
+            self.low = (*self.low[:2], self.low[2] + moved_var, self.low[3])
 
     def change_basis(self, change: ChangeOfBasis) -> None:
         """From the next round on, the clients' rows are mapped by ``change`` and the server's state is in phi."""
@@ -216,8 +222,10 @@ class _Rounds:
         if phase.gradient_specs is not None:
             return secure_mean(session, "secure_gradients", weights=w, spec=phase.gradient_specs[r], theta=theta,
                                clip=phase.clip, sensitivity=w * phase.gradient_sensitivity, stage="irls-gradient")
-        return session.mean("gradients", weights=w, theta=theta, clip=phase.clip, sensitivity=phase.gradient_sensitivity,
-                            mu=phase.mu_gradient[r], stage="irls-gradient")
+        values, _, answered = session.ask("gradients", weights=w, theta=theta, clip=phase.clip, mu=phase.mu_gradient[r],
+                                          sensitivity=phase.gradient_sensitivity, stage="irls-gradient")
+        self.messages = (values, answered)
+        return aggregate(w, values, answered)
 
     def _hessian(self, phase: Phase, r: int) -> np.ndarray:
         """Round r's aggregated ``sym_to_vec`` Hessian, as :meth:`_gradient`."""
@@ -245,6 +253,8 @@ class _Rounds:
             step = kept @ moves
             estimate = kept @ np.array([theta for theta, _, _ in self.released]) + step
         last_step = newton_error(step, newton / eta, self.evidence, self.schedule.secant_noise_sds)
+        if self.shift is not None:  # the site effects' shift of the re-weighed root, -J^-1 sum (w_i - pi_i) delta_i
+            last_step = last_step + np.linalg.solve(newton / eta, np.linalg.solve(newton / eta, self.shift).T)
         gradient_var = np.concatenate([ph.gradient_var for ph in phases])
         noise_model = IRLSNoise(gradient_var, hessian_var, np.concatenate([ph.floors for ph in phases]) * scales, eta,
                                 newton, self.basis, self.basis_from, last_step=last_step, combination=weights)
@@ -264,7 +274,7 @@ class _Rounds:
         return Run(self._in_theta(estimate), path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
-                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares),
+                   weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares) - self.joined,
                    basis=self.change, newton=steps)
 
 
@@ -483,7 +493,8 @@ def _safeguarded_step(theta: np.ndarray, step: np.ndarray, g: np.ndarray, f: flo
         candidate = theta - step
         if np.all(np.isfinite(candidate)) and float(np.max(np.abs(candidate))) <= DIVERGENCE_NORM:
             g_new, f_new = evaluate(candidate)
-            if f_new <= f + slack or np.linalg.norm(g_new) < g_norm:
-                return candidate, g_new, f_new
+            with np.errstate(over="ignore", invalid="ignore"):  # an overshoot's gradient may overflow: a rejection
+                if f_new <= f + slack or np.linalg.norm(g_new) < g_norm:
+                    return candidate, g_new, f_new
         step = 0.5 * step
     return None

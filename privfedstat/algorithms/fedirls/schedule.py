@@ -190,6 +190,10 @@ class IRLSSchedule:
     max_halvings : int
         Step halvings a mu = inf round tries before it gives up on decreasing the gradient norm (at the optimum up
         to rounding).
+    reweigh : bool
+        The refine rounds after the first re-weigh the sites by :mod:`.site_weights` (``weights="optimal"``, sites
+        of unequal size, local aggregation, whitened rounds, a family without dispersion); otherwise :attr:`weights`
+        throughout.
     located : tuple of float or None
         After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2), lambda_min)``, the located point's
         planned error in the sampling metric, the traces of the refine rounds' Newton matrix N there and the smallest
@@ -227,6 +231,7 @@ class IRLSSchedule:
     dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
+    reweigh: bool = False
     located: tuple[float, float, float, float] | None = None
 
     @classmethod
@@ -264,9 +269,14 @@ class IRLSSchedule:
         secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
+        # weights="optimal": the refine rounds re-weigh sites of unequal size (site_weights), where the per-site
+        # messages are seen (local aggregation) and the whitened score's covariance is its Hessian (no dispersion)
+        reweigh = (isinstance(estimator.weights, str) and estimator.weights == "optimal" and mode == "phased"
+                   and "whiten" in stages and secure is None and not family.has_dispersion
+                   and not family.overdispersion and bool(np.ptp(sizes) > 0))
         return cls(mode, stages, shares, research, mu_research, mu_dispersion, rules, bound_search(estimator), family,
                    sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
-                   min_surviving=secure)
+                   min_surviving=secure, reweigh=reweigh)
 
     # ------------------------------------------------------------------ derived
     def floor(self, noise_sd: float) -> float:
@@ -277,16 +287,18 @@ class IRLSSchedule:
         tiny = 1e-8 * float(self.family.curvature_at_zero)
         return max(tiny, self.floor_noise_sds * noise_sd)
 
-    def located_at(self, hessian: np.ndarray, newton_matrix: np.ndarray, released: np.ndarray) -> IRLSSchedule:
-        """This schedule once the locate rounds ended with the floored Hessian ``hessian`` (fitting coordinates), whose
-        matrix in the refine rounds' coordinates is ``newton_matrix`` (the same, or whitened) and whose release before
-        the floor is ``released`` there: the refine phase's Hessian share is then derived (:attr:`located`;
-        post-processing of released values and the public schedule).
-
-        The located point's planned error is the locate phase's noise model (:class:`IRLSNoise`) at ``hessian``, as a
-        trace in the sampling metric ``T_a = tr(Hf C_a)`` (invariant under the whitening)."""
+    def located_at(self, newton_matrix: np.ndarray, released: np.ndarray, basis: np.ndarray | None = None
+                   ) -> IRLSSchedule:
+        """This schedule once the locate rounds ended with the floored Hessian ``newton_matrix`` and its release before
+        the floor ``released``, in the refine rounds' coordinates (``theta = basis phi``; None: the fitting columns):
+        the refine phase's Hessian share is then derived (:attr:`located`; post-processing of released values and the
+        public schedule). The located point's planned error is the locate phase's noise model (:class:`IRLSNoise`) at
+        that Hessian on the fitting columns, Hf, as a trace in the sampling metric ``T_a = tr(Hf C_a)`` (invariant
+        under the whitening)."""
         if self.mode != "phased":
             return self
+        P = np.eye(newton_matrix.shape[0]) if basis is None else basis
+        hessian = np.linalg.solve(P.T, np.linalg.solve(P.T, newton_matrix).T)  # P^-T N P^-1
         located = self.phase(0)
         C = IRLSNoise(located.gradient_var, located.hessian_var, located.floors, float(self.step_size),
                       hessian).covariance(hessian)

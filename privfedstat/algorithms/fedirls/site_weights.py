@@ -1,0 +1,126 @@
+"""FedIRLS's site weights for the refine rounds: the pooled fit's weights traded against each site's privacy noise.
+
+Every site adds its own Gaussian noise to its mean gradient, with sd ``2 B / (n_i mu_r)``; with size weights
+``pi_i = n_i / N`` each site, one row or thousands, adds the same noise ``2 B / (N mu_r)`` to the aggregate, so m
+sites of very unequal size carry m times the noise of one. Down-weighting the small sites removes their noise but
+moves the root away from the pooled fit's by their sites' own deviations. Against the pooled root (the MLE the
+benchmarks and the intervals read), with site i's mean score ``d_i = s_i + delta_i`` (sampling part of variance
+``sigma^2 / n_i`` per whitened coordinate, a site effect delta_i of variance tau^2) and its noise of variance
+``P_i``, the weights ``w`` (summing to 1) err by ``sum_i (w_i - pi_i) d_i + sum_i w_i xi_i``, of mean square
+
+    sum_i (w_i - pi_i)^2 A_i + sum_i w_i^2 P_i,    A_i = sigma^2 / n_i + tau^2,
+
+which is least at ``w_i = (lambda + pi_i A_i) / (A_i + P_i)``, lambda setting the sum to 1 (:func:`mse_weights`;
+equal sizes give pi). tau^2 -> infinity gives pi; tau^2 = 0 gives ``w_i ~ n_i^2 / (sigma^2 n_i + n_i^2 P_i)``.
+The site effects' covariance T is estimated from the first refine round's released per-site gradients
+(post-processing; DerSimonian and Laird's moment, :func:`heterogeneity`), in the whitened coordinates where
+``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
+mean square error summed over the whitened coordinates), the stated shift T itself. Derivation, limits and
+measurements: docs/algorithms/fedirls.md, "Site weights".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ...privacy.calibration import calibrated_sigma
+from .schedule import IRLSSchedule, Phase
+
+__all__ = ["heterogeneity", "mse_weights", "shift_covariance", "refine_weights", "reweighed_refine", "rounds_of"]
+
+
+def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
+    """DerSimonian-Laird moment estimate of T, the covariance of the sites' own mean scores (a matrix: the sites may
+    differ along some directions only, e.g. their intercepts).
+
+    Parameters
+    ----------
+    messages : ndarray of shape (m, p)
+        The sites' released mean gradients at one point (whitened coordinates, isotropic noise).
+    sizes : ndarray of shape (m,)
+        n_i.
+    noise_var : ndarray of shape (m,)
+        Per-coordinate variance of each message's privacy noise.
+    sigma2 : float, default 1.0
+        Per-coordinate variance of one row's score (1 in coordinates whitened by the Hessian of a family whose
+        score covariance is its Hessian).
+
+    Returns
+    -------
+    ndarray of shape (p, p)
+        ``psd((Q - (m - 1) I) / (W - sum omega_i^2 / W))`` with ``omega_i = 1 / (sigma2 / n_i + noise_var_i)``
+        and ``Q = sum_i omega_i (m_i - mbar)(m_i - mbar)^T`` about the omega-weighted mean, whose mean is
+        ``(m - 1) I + (W - sum omega_i^2 / W) T``; its eigenvalues below 0 set to 0. Zeros with fewer than 2 sites.
+    """
+    d = np.asarray(messages, dtype=np.float64)
+    m, p = d.shape
+    if m < 2:
+        return np.zeros((p, p))
+    omega = 1.0 / (sigma2 / np.asarray(sizes, dtype=np.float64) + np.asarray(noise_var, dtype=np.float64))
+    W = float(omega.sum())
+    dev = d - omega @ d / W
+    Q = (dev * omega[:, None]).T @ dev
+    values, vectors = np.linalg.eigh((Q + Q.T) / 2 - (m - 1) * np.eye(p))
+    return (vectors * np.maximum(values, 0.0)) @ vectors.T / (W - float(omega @ omega) / W)
+
+
+def mse_weights(sizes: np.ndarray, tau2: float, privacy_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
+    """The weights of least mean square error against the size-weighted root (module docstring).
+
+    ``privacy_var``: per-coordinate variance P_i that site i's noise puts into the estimate per unit weight.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    pi = n / n.sum()
+    A = sigma2 / n + tau2
+    den = A + np.asarray(privacy_var, dtype=np.float64)
+    lam = (1.0 - float(np.sum(pi * A / den))) / float(np.sum(1.0 / den))
+    w = (lam + pi * A) / den
+    return w / w.sum()
+
+
+def shift_covariance(weights: np.ndarray, sizes: np.ndarray, T: np.ndarray, sampling: bool = False) -> np.ndarray:
+    """Covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the weighted aggregate from the size-weighted
+    one, per unit Jacobian (the sampling part of the shift is in the weighted sampling covariance); with
+    ``sampling``, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``, the whole move."""
+    n = np.asarray(sizes, dtype=np.float64)
+    gap = (np.asarray(weights, dtype=np.float64) - n / n.sum()) ** 2
+    return float(gap.sum()) * T + (float(np.sum(gap / n)) * np.eye(T.shape[0]) if sampling else 0.0)
+
+
+def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, answered: np.ndarray, sizes: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+    """The weights of the refine rounds after the first, from that round's released per-site gradients ``values``
+    (rows of the sites that ``answered``; whitened coordinates): T by :func:`heterogeneity`, each site's privacy
+    variance in the estimate ``P_i = sum_r kappa_r^2 (2 B / (n_i mu_r))^2`` over the later rounds and the precision
+    weights kappa that combine their targets (:meth:`.IRLSSchedule.combination`).
+
+    Returns the weights, the covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the aggregate
+    (:func:`shift_covariance`) and the largest eigenvalue of the whole move's, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``.
+    """
+    sens = phase.gradient_sensitivity
+    T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
+    later = rounds_of(phase, 1, len(phase.shares))
+    kappa = schedule.combination([later])
+    kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
+    privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
+    w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy)
+    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+
+
+def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes: np.ndarray) -> None:
+    """The refine ``phase`` with ``weights="optimal"``: its first round from the located point with size weights,
+    then the others with :func:`refine_weights` (``newton``: the fit's rounds, ``bounds`` the refine Setup)."""
+    newton.run(rounds_of(phase, 0, 1))
+    w, newton.shift, moved = refine_weights(schedule, phase, *newton.messages, sizes)
+    newton.reweigh(w, moved)
+    newton.run(rounds_of(replace(schedule, weights=w).phase(1, bounds), 1, len(phase.shares)))
+
+
+def rounds_of(phase: Phase, start: int, stop: int) -> Phase:
+    """Rounds ``start:stop`` of a local-aggregation phase."""
+    cut = slice(start, stop)
+    return replace(phase, shares=phase.shares[cut], mu_gradient=phase.mu_gradient[cut], mu_hessian=phase.mu_hessian[cut],
+                   floors=phase.floors[cut], hessian_var=phase.hessian_var[cut], gradient_var=phase.gradient_var[cut],
+                   gradient_sd=phase.gradient_sd[cut])
