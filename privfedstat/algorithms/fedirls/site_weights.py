@@ -15,8 +15,10 @@ equal sizes give pi). tau^2 -> infinity gives pi; tau^2 = 0 gives ``w_i ~ n_i^2 
 The site effects' covariance T is estimated from the first refine round's released per-site gradients
 (post-processing; DerSimonian and Laird's moment, :func:`heterogeneity`), in the whitened coordinates where
 ``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
-mean square error summed over the whitened coordinates), the stated shift T itself. Derivation, limits and
-measurements: docs/algorithms/fedirls.md, "Site weights".
+mean square error summed over the whitened coordinates), the stated shift T itself. Before the refine rounds, the
+refine bound's insurance judges its raise on the noise under these weights, tau^2 from the last locate round's
+messages (:func:`located_heterogeneity`, :func:`weighed_sd`). Derivation, limits and measurements:
+docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
 """
 
 from __future__ import annotations
