@@ -415,9 +415,8 @@ class IRLSSchedule:
         was chosen: the derived Hessian share (:meth:`refine_shares`) lowers the combined gradients' noise by moving
         budget from the Hessian, whose noise that sd does not count, so judged on it the raise would spend the gain on a
         larger bound (injury, mu = 2: privacy variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share
-        derived from the noise model"). Where the refine rounds re-weigh the sites (:attr:`reweigh`) and the located
-        ``tau2`` is given (:func:`.site_weights.located_heterogeneity`), on the noise under the weights the rule would
-        choose (:func:`.site_weights.weighed_sd`).
+        derived from the noise model"). A fit that re-weighs (:attr:`reweigh`), given the located ``tau2`` (from
+        :func:`.site_weights.located_heterogeneity`), judges the noise under its weights (:func:`.site_weights.weighed_sd`).
         """
         if "gradient" not in found:
             return found
@@ -426,11 +425,9 @@ class IRLSSchedule:
         bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
         plain = replace(self, min_surviving=None, located=None)  # the table's split: the ceiling was chosen with it
         ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
-        j, weighed = 0, self.reweigh and tau2 is not None
-        while j < self.insurance_steps and i + j + 1 < grid.size:
-            raised = replace(bounds, clip=found["gradient"] * float(grid[i + j + 1] / grid[i]))
-            if (weighed_sd(plain, raised, tau2) if weighed else plain.combined_sd(plain.phases(raised))) > ceiling:
-                break
+        j, tau2 = 0, tau2 if self.reweigh else None
+        while (j < self.insurance_steps and i + j + 1 < grid.size
+               and weighed_sd(plain, replace(bounds, clip=found["gradient"] * grid[i + j + 1] / grid[i]), tau2) <= ceiling):
             j += 1
         return dict(found, gradient=float(grid[i + j]))
 

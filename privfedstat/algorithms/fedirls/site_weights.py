@@ -96,10 +96,13 @@ def located_heterogeneity(schedule: IRLSSchedule, messages: tuple[np.ndarray, np
     return float(np.trace(T)) / T.shape[0]
 
 
-def weighed_sd(plain: IRLSSchedule, bounds, tau2: float) -> float:
-    """The insurance's judged sd under site weights: the planned gradient noise sd of ``plain``'s estimate (its refine
-    rounds with ``bounds``) under the weights :func:`mse_weights` chooses with ``tau2`` and :func:`privacy_variances`,
-    with the site effects' move ``sum_i (w_i - pi_i)^2 tau^2`` that the fit adds to its privacy covariance."""
+def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None) -> float:
+    """The insurance's judged sd: the planned gradient noise sd of ``plain``'s estimate (its refine rounds with
+    ``bounds``) under the weights :func:`mse_weights` chooses with ``tau2`` and :func:`privacy_variances`, with the
+    site effects' move ``sum_i (w_i - pi_i)^2 tau^2`` that the fit adds to its privacy covariance; None: the sd under
+    ``plain``'s weights (:meth:`.IRLSSchedule.combined_sd`)."""
+    if tau2 is None:
+        return plain.combined_sd(plain.phases(bounds))
     w = mse_weights(plain.sizes, tau2, privacy_variances(plain, plain.phase(1, bounds)))
     weighed = replace(plain, weights=w)
     moved = float(np.sum((w - plain.sizes / np.sum(plain.sizes)) ** 2)) * tau2
