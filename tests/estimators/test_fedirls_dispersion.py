@@ -72,9 +72,10 @@ def test_an_overdispersed_count_fit_judges_its_insurance_on_the_dispersion_it_re
     seen = []
     insured = IRLSSchedule.insured_bounds
 
-    def spy(self, found, dispersion=None):
+    def spy(self, found, dispersion=None, tau2=None):
+        assert tau2 is None  # counts are not re-weighed (site_weights: sigma^2 is not 1)
         seen.append((self, dispersion))
-        return insured(self, found, dispersion)
+        return insured(self, found, dispersion, tau2)
 
     monkeypatch.setattr(IRLSSchedule, "insured_bounds", spy)
     data = FederatedData.from_pooled(X, y, sizes=SIZES.astype(int).tolist())

@@ -8,7 +8,10 @@ import statsmodels.api as sm
 from scipy.optimize import minimize
 
 from privfedstat import FederatedData, FedIRLS
+from privfedstat.algorithms.fedirls import IRLSSchedule
 from privfedstat.algorithms.fedirls.site_weights import heterogeneity, mse_weights, shift_covariance
+from privfedstat.families import get_family
+from privfedstat.federation.protocol import Setup
 
 SIZES = np.array([3000.0, 800.0, 120.0, 40.0, 10.0, 5.0, 2.0, 1.0])
 
@@ -58,6 +61,68 @@ def test_heterogeneity_is_the_site_effects_covariance():
     assert abs(u @ est @ u / 4e-3 - 1.0) < 0.08
     np.testing.assert_allclose(est, T, atol=0.1 * 4e-3)
     assert not np.any(heterogeneity(np.zeros((1, 3)), np.array([10.0]), np.array([1.0])))
+
+
+def test_heterogeneity_of_messages_released_in_other_coordinates():
+    """Messages released in the fitting columns with isotropic noise and mapped to whitened coordinates (``g P``) carry
+    noise of shape ``P^T P``: the moment with that shape averages to T (1000 replicates), while the isotropic moment
+    with the same trace (the shape ignored) is off by more than a fifth of T along the site effects' direction."""
+    rng = np.random.default_rng(1)
+    sizes = np.repeat([2000.0, 500.0, 100.0, 20.0], 10)
+    noise = 100.0 / sizes**2
+    P = np.array([[1.0, 0.0, 0.0], [0.8, 0.3, 0.0], [0.0, 0.0, 2.0]])
+    u = np.array([0.0, 0.0, 1.0])
+    S = P.T @ P
+    draws = [(0.3 + rng.standard_normal((sizes.size, 3)) / np.sqrt(sizes)[:, None]
+              + np.sqrt(4e-3) * rng.standard_normal(sizes.size)[:, None] * u
+              + (np.sqrt(noise)[:, None] * rng.standard_normal((sizes.size, 3))) @ P) for _ in range(1000)]
+    est = np.mean([heterogeneity(d, sizes, noise, noise_shape=S) for d in draws], axis=0)
+    np.testing.assert_allclose(est, 4e-3 * np.outer(u, u), atol=0.1 * 4e-3)
+    flat = np.mean([heterogeneity(d, sizes, noise * np.trace(S) / 3) for d in draws], axis=0)
+    assert abs(u @ flat @ u / 4e-3 - 1.0) > 0.2
+
+
+def _judged_raise(B, grid, sizes, mu_last, tau2):
+    """The raise j <= 3 judged on the noise under the site weights, computed independently: at the bound B r^j site i
+    puts ``P_i = (2 B r^j / (n_i mu_last))^2`` into the estimate per unit weight (the two combined refine releases act
+    as one with mu_last^2 their shares' sum), the weights minimise ``sum (w - pi)^2 (1 / n_i + tau2) + sum w^2 P``
+    numerically, and the judged variance is ``sum w^2 P + tau2 sum (w - pi)^2``."""
+    pi, r = sizes / sizes.sum(), grid[1] / grid[0]
+    judged = []
+    for k in range(4):
+        P = (2 * B * r**k / (sizes * mu_last)) ** 2
+        w = minimize(_stated_mse, pi, args=(sizes, tau2, P), method="SLSQP", options={"ftol": 1e-18, "maxiter": 500},
+                     constraints=[{"type": "eq", "fun": lambda v: v.sum() - 1.0}]).x
+        judged.append(math.sqrt(float(np.sum(w**2 * P) + tau2 * np.sum((w - pi) ** 2))))
+    j = 0
+    while j < 3 and judged[j + 1] <= 0.4 / math.sqrt(sizes.sum()):
+        j += 1
+    return j, judged
+
+
+@pytest.mark.parametrize("tau2N, expected", [(200.0, 3), (1000.0, 2), (1500.0, 1), (5e4, 0)])
+def test_the_insurance_judges_the_noise_under_the_site_weights(tau2N, expected):
+    """Logistic, mu = 8, two large sites and 30 of 5 rows (covid's shape): with size weights every site adds the same
+    noise and the found bound's noise is above the insurance's ceiling (no raise; tau2 not given: main's rule), while
+    under the weights the rule would choose with the located tau^2 it is below (raised); a tau^2 far above the sites'
+    sampling variance gives nearly size weights and no raise. The raise equals the independent computation's."""
+    sizes = np.array([6000.0, 3000.0] + [5.0] * 30)
+    est = FedIRLS(family="logistic", mu=8.0)
+    grid = est._default_search.grid
+    B = float(grid[34])
+    setup = Setup(B, 5.0, 8.0 * 0.9)
+    plan = est.plan_schedule(get_family("logistic"), sizes, setup, 3)
+    assert plan.reweigh
+    mu_last = setup.mu * math.sqrt((1 - IRLSSchedule.locate_share - IRLSSchedule.research_share) * (0.15 + 0.45))
+    size_sd = 2 * B * math.sqrt(np.sum((sizes / sizes.sum()) ** 2 / sizes**2)) / mu_last
+    assert size_sd > 0.4 / math.sqrt(sizes.sum())  # size weights: no raise
+    found = {"gradient": B, "hessian": 5.0}
+    assert plan.insured_bounds(found)["gradient"] == pytest.approx(B)
+    j, judged = _judged_raise(B, grid, sizes, mu_last, tau2N / sizes.sum())
+    assert j == expected, judged
+    assert plan.insured_bounds(found, tau2=tau2N / sizes.sum())["gradient"] == pytest.approx(grid[34 + j])
+    unweighed = FedIRLS(family="logistic", mu=8.0, weights="size").plan_schedule(get_family("logistic"), sizes, setup, 3)
+    assert unweighed.insured_bounds(found, tau2=tau2N / sizes.sum()) == unweighed.insured_bounds(found)
 
 
 def _small_sites(seed=0):

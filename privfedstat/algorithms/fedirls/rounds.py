@@ -19,7 +19,7 @@ from ...inference.core import count_dispersion
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .schedule import IRLSSchedule, Phase
-from .site_weights import reweighed_refine
+from .site_weights import located_heterogeneity, reweighed_refine
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -79,7 +79,8 @@ class ScheduledRun:
         self.dispersion = count_dispersion(self.session, self.newton.theta, self.schedule.mu_dispersion, "irls-dispersion")
 
     def insure(self) -> None:
-        self.found = self.schedule.insured_bounds(self.found, self.dispersion)
+        tau2 = located_heterogeneity(self.schedule, self.newton.messages, self.session.sizes, self.newton.basis)
+        self.found = self.schedule.insured_bounds(self.found, self.dispersion, tau2)
 
     def refine(self) -> None:
         """The refine rounds on the split derived at the located point, once :func:`.support.check_support` found that
@@ -121,8 +122,7 @@ class _Rounds:
         self.low: tuple | None = None
         # the clients' rows are mapped by change from round basis_from on; theta = basis phi (theta, H held in phi)
         self.change: ChangeOfBasis | None = None
-        self.basis = None
-        self.basis_from = 0
+        self.basis, self.basis_from = None, 0
         self.messages: tuple[np.ndarray, np.ndarray] | None = None  # the last gradient release's per-site (values, answered)
         self.joined, self.shift = 0, None  # the last phase's rounds before a re-weighing; the site effects' move
 

@@ -26,6 +26,7 @@ from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
 from ...theory.noise import IRLSNoise
 from .refine_split import derived_refine_split
+from .site_weights import weighed_sd
 from .whitening import reference_class, whitening
 
 __all__ = ["IRLSSchedule", "CurvatureRules", "CURVATURE_RULES", "Phase", "curvature_class", "default_search"]
@@ -395,8 +396,8 @@ class IRLSSchedule:
         phi, sd = dispersion
         return math.sqrt(max(1.0, phi - self.dispersion_sds * sd))
 
-    def insured_bounds(self, found: dict[str, float], dispersion: tuple[float, float] | None = None
-                       ) -> dict[str, float]:
+    def insured_bounds(self, found: dict[str, float], dispersion: tuple[float, float] | None = None,
+                       tau2: float | None = None) -> dict[str, float]:
         """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
         by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
         the estimate's planned gradient noise sd (:meth:`combined_sd`) with per-site noise stays at most ``insurance_sd
@@ -406,15 +407,16 @@ class IRLSSchedule:
         Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
         asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
         resolve. In whitened coordinates the sampling sd of a coordinate is about ``s / sqrt(N)``, so the raise is
-        taken only while the privacy noise stays a small part of the error (docs/algorithms/fedirls.md, "Insurance
-        of the refine bound"). Under secure aggregation the search's counts,
-        and so its lean in rows, are the per-site fit's (:func:`~privfedstat.fitting.stages.count_precision`), and
-        the raise is judged on the noise these releases would carry with per-site noise: the same raise as the
-        per-site fit's, the secure sum's lower noise kept as precision. It is judged on the curvature class's table split
-        (:attr:`CurvatureRules.refine_split`), with which ``insurance_sd`` was chosen: the derived Hessian share
-        (:meth:`refine_shares`) lowers the combined gradients' noise by moving budget from the Hessian, whose noise that
-        sd does not count, so judged on it the raise would spend the gain on a larger bound (injury, mu = 2: privacy
-        variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share derived from the noise model").
+        taken only while the privacy noise stays a small part of the error (docs/algorithms/fedirls.md, "Insurance of
+        the refine bound"). Under secure aggregation the search's counts, and so its lean in rows, are the per-site
+        fit's (:func:`~privfedstat.fitting.stages.count_precision`), and the raise is judged on the noise these releases
+        would carry with per-site noise: the per-site fit's raise, the secure sum's lower noise kept as precision. It is
+        judged on the curvature class's table split (:attr:`CurvatureRules.refine_split`), with which ``insurance_sd``
+        was chosen: the derived Hessian share (:meth:`refine_shares`) lowers the combined gradients' noise by moving
+        budget from the Hessian, whose noise that sd does not count, so judged on it the raise would spend the gain on a
+        larger bound (injury, mu = 2: privacy variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share
+        derived from the noise model"). A fit that re-weighs (:attr:`reweigh`), given the located ``tau2`` (from
+        :func:`.site_weights.located_heterogeneity`), judges the noise under its weights (:func:`.site_weights.weighed_sd`).
         """
         if "gradient" not in found:
             return found
@@ -422,10 +424,10 @@ class IRLSSchedule:
         i = int(np.argmin(np.abs(grid - found["gradient"])))
         bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
         plain = replace(self, min_surviving=None, located=None)  # the table's split: the ceiling was chosen with it
-        sd = plain.combined_sd(plain.phases(bounds))
         ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
-        j = 0
-        while j < self.insurance_steps and i + j + 1 < grid.size and sd * grid[i + j + 1] / grid[i] <= ceiling:
+        j, tau2 = 0, tau2 if self.reweigh else None
+        while (j < self.insurance_steps and i + j + 1 < grid.size
+               and weighed_sd(plain, replace(bounds, clip=found["gradient"] * grid[i + j + 1] / grid[i]), tau2) <= ceiling):
             j += 1
         return dict(found, gradient=float(grid[i + j]))
 

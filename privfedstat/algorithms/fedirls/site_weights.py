@@ -15,55 +15,98 @@ equal sizes give pi). tau^2 -> infinity gives pi; tau^2 = 0 gives ``w_i ~ n_i^2 
 The site effects' covariance T is estimated from the first refine round's released per-site gradients
 (post-processing; DerSimonian and Laird's moment, :func:`heterogeneity`), in the whitened coordinates where
 ``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
-mean square error summed over the whitened coordinates), the stated shift T itself. Derivation, limits and
-measurements: docs/algorithms/fedirls.md, "Site weights".
+mean square error summed over the whitened coordinates), the stated shift T itself. Before the refine rounds, the
+refine bound's insurance judges its raise on the noise under these weights, tau^2 from the last locate round's
+messages (:func:`located_heterogeneity`, :func:`weighed_sd`). Derivation, limits and measurements:
+docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...privacy.calibration import calibrated_sigma
-from .schedule import IRLSSchedule, Phase
 
-__all__ = ["heterogeneity", "mse_weights", "shift_covariance", "refine_weights", "reweighed_refine", "rounds_of"]
+if TYPE_CHECKING:  # the schedule imports the weights (its insurance judges the noise under them)
+    from .schedule import IRLSSchedule, Phase
+
+__all__ = ["heterogeneity", "located_heterogeneity", "mse_weights", "privacy_variances", "shift_covariance",
+           "refine_weights", "reweighed_refine", "rounds_of", "weighed_sd"]
 
 
-def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
+def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0,
+                  noise_shape: np.ndarray | None = None) -> np.ndarray:
     """DerSimonian-Laird moment estimate of T, the covariance of the sites' own mean scores (a matrix: the sites may
     differ along some directions only, e.g. their intercepts).
 
     Parameters
     ----------
     messages : ndarray of shape (m, p)
-        The sites' released mean gradients at one point (whitened coordinates, isotropic noise).
+        The sites' released mean gradients at one point (whitened coordinates).
     sizes : ndarray of shape (m,)
         n_i.
     noise_var : ndarray of shape (m,)
-        Per-coordinate variance of each message's privacy noise.
+        Per-coordinate variance of each message's privacy noise: its covariance is ``noise_var_i S``.
     sigma2 : float, default 1.0
         Per-coordinate variance of one row's score (1 in coordinates whitened by the Hessian of a family whose
         score covariance is its Hessian).
+    noise_shape : ndarray of shape (p, p) or None
+        S (None: I): the noise's shape where the messages were released in other coordinates and mapped.
 
     Returns
     -------
     ndarray of shape (p, p)
-        ``psd((Q - (m - 1) I) / (W - sum omega_i^2 / W))`` with ``omega_i = 1 / (sigma2 / n_i + noise_var_i)``
-        and ``Q = sum_i omega_i (m_i - mbar)(m_i - mbar)^T`` about the omega-weighted mean, whose mean is
-        ``(m - 1) I + (W - sum omega_i^2 / W) T``; its eigenvalues below 0 set to 0. Zeros with fewer than 2 sites.
+        ``psd((Q - sum_i omega_i (1 - omega_i / W) V_i) / (W - sum omega_i^2 / W))`` with
+        ``V_i = sigma2 / n_i I + noise_var_i S``, ``omega_i = 1 / (sigma2 / n_i + noise_var_i tr(S) / p)`` and
+        ``Q = sum_i omega_i (m_i - mbar)(m_i - mbar)^T`` about the omega-weighted mean, whose mean is
+        ``sum_i omega_i (1 - omega_i / W) V_i + (W - sum omega_i^2 / W) T`` (``(m - 1) I`` with S = I); its
+        eigenvalues below 0 set to 0. Zeros with fewer than 2 sites.
     """
     d = np.asarray(messages, dtype=np.float64)
     m, p = d.shape
     if m < 2:
         return np.zeros((p, p))
-    omega = 1.0 / (sigma2 / np.asarray(sizes, dtype=np.float64) + np.asarray(noise_var, dtype=np.float64))
+    S = np.eye(p) if noise_shape is None else np.asarray(noise_shape, dtype=np.float64)
+    sampling, noise = sigma2 / np.asarray(sizes, dtype=np.float64), np.asarray(noise_var, dtype=np.float64)
+    omega = 1.0 / (sampling + noise * float(np.trace(S)) / p)
     W = float(omega.sum())
     dev = d - omega @ d / W
     Q = (dev * omega[:, None]).T @ dev
-    values, vectors = np.linalg.eigh((Q + Q.T) / 2 - (m - 1) * np.eye(p))
+    kept = omega * (1.0 - omega / W)
+    expected = float(kept @ sampling) * np.eye(p) + float(kept @ noise) * S
+    values, vectors = np.linalg.eigh((Q + Q.T) / 2 - expected)
     return (vectors * np.maximum(values, 0.0)) @ vectors.T / (W - float(omega @ omega) / W)
+
+
+def located_heterogeneity(schedule: IRLSSchedule, messages: tuple[np.ndarray, np.ndarray] | None, sizes: np.ndarray,
+                          basis: np.ndarray) -> float | None:
+    """tau^2 before the refine rounds, for the insurance (:meth:`.IRLSSchedule.insured_bounds`) of a fit that re-weighs
+    (None otherwise): ``trace(T) / p`` of :func:`heterogeneity` on the last locate round's released per-site gradients
+    ``messages`` (values in the fitting columns, and which sites answered), mapped to the refine rounds' whitened
+    coordinates (``theta = basis phi``: ``g_phi = basis^T g``, noise shape ``basis^T basis``; post-processing)."""
+    if not schedule.reweigh or messages is None:
+        return None
+    values, answered = messages
+    located, P = schedule.phase(0), np.asarray(basis, dtype=np.float64)
+    noise = calibrated_sigma(located.gradient_sensitivity[answered], float(located.mu_gradient[-1])) ** 2
+    T = heterogeneity(values[answered] @ P, sizes[answered], noise, noise_shape=P.T @ P)
+    return float(np.trace(T)) / T.shape[0]
+
+
+def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None) -> float:
+    """The insurance's judged sd: the planned gradient noise sd of ``plain``'s estimate (its refine rounds with
+    ``bounds``) under the weights :func:`mse_weights` chooses with ``tau2`` and :func:`privacy_variances`, with the
+    site effects' move ``sum_i (w_i - pi_i)^2 tau^2`` that the fit adds to its privacy covariance; None: the sd under
+    ``plain``'s weights (:meth:`.IRLSSchedule.combined_sd`)."""
+    if tau2 is None:
+        return plain.combined_sd(plain.phases(bounds))
+    w = mse_weights(plain.sizes, tau2, privacy_variances(plain, plain.phase(1, bounds)))
+    weighed = replace(plain, weights=w)
+    moved = float(np.sum((w - plain.sizes / np.sum(plain.sizes)) ** 2)) * tau2
+    return float(np.sqrt(weighed.combined_sd(weighed.phases(bounds)) ** 2 + moved))
 
 
 def mse_weights(sizes: np.ndarray, tau2: float, privacy_var: np.ndarray, sigma2: float = 1.0) -> np.ndarray:
@@ -101,12 +144,19 @@ def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, ans
     """
     sens = phase.gradient_sensitivity
     T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
+    w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy_variances(schedule, phase))
+    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+
+
+def privacy_variances(schedule: IRLSSchedule, phase: Phase) -> np.ndarray:
+    """P_i: the per-coordinate variance site i's noise puts into the estimate per unit weight,
+    ``sum_r kappa_r^2 (2 B / (n_i mu_r))^2`` over the refine ``phase``'s rounds after the first and the precision
+    weights kappa that combine their targets (:meth:`.IRLSSchedule.combination`; the last round alone without)."""
     later = rounds_of(phase, 1, len(phase.shares))
     kappa = schedule.combination([later])
     kappa = np.eye(len(later.shares))[-1] if kappa is None else kappa
-    privacy = sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
-    w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy)
-    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+    sens = phase.gradient_sensitivity
+    return sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
 
 
 def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes: np.ndarray) -> None:
