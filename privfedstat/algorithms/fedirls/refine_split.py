@@ -18,7 +18,6 @@ which the linear model cannot price (docs/algorithms/fedirls.md, "Schedule: the 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 __all__ = ["combined_variance", "derived_refine_split"]
 
@@ -69,6 +68,7 @@ def derived_refine_split(table: np.ndarray, gamma: float, rho: float, located: f
         out[f:, 0], out[f, 1] = (L - h) * pi, h
         return out
 
+    from scipy.optimize import minimize_scalar  # here, not at module level: scipy.optimize is slow to import
     best = minimize_scalar(lambda u: combined_variance(split(L / (1.0 + np.exp(-u))), gamma / total, rho / total,
                                                        located), bounds=(-40.0, 40.0), method="bounded",
                            options={"xatol": 1e-9})
