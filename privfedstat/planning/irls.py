@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from .._linalg import floor_eigenvalues
-from ..algorithms.fedirls.site_weights import located_noise, null_heterogeneity, planned_tau2, planned_weighing
+from ..algorithms.fedirls.site_weights import located_noise, null_heterogeneity, planned_tau2, planned_weighing, shift_covariance
 from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
 from ..federation.clients import RESPONSE
@@ -177,11 +177,14 @@ def _case(schedule, pop: Population, refine: Setup | None, mu: float, sizes: np.
     final = schedule.setup if refine is None else refine
     target, mom, J_inv = _root(pop, final, mu, sizes, roots)
     tau2 = planned_tau2(schedule, refine)
-    c = weighted_factor(planned_weighing(schedule, refine, tau2)[0], sizes)[0]
+    weights = planned_weighing(schedule, refine, tau2)[0]
+    c = weighted_factor(weights, sizes)[0]
     privacy = np.zeros_like(J_inv)
     if schedule.mode != "exact":
         newton = pop.clipped_hessian(target, final.hessian_clip)
         privacy = schedule.planned_noise(newton, refine, basis, tau2).expected_covariance(mom["J"])
+    if tau2 is not None:  # the site effects' shift that a fit which re-weighs adds to its privacy covariance (T = tau2 I)
+        privacy = privacy + J_inv @ shift_covariance(weights, sizes, tau2 * np.eye(J_inv.shape[0])) @ J_inv
     return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
             "clipped": pop.clip_fraction(target, final.clip)}, final
 
