@@ -17,8 +17,9 @@ The site effects' covariance T is estimated from the first refine round's releas
 ``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
 mean square error summed over the whitened coordinates), the stated shift T itself. Before the refine rounds, the
 refine bound's insurance judges its raise on the noise under these weights, tau^2 from the last locate round's
-messages (:func:`located_heterogeneity`, :func:`weighed_sd`). Derivation, limits and measurements:
-docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
+messages (:func:`located_heterogeneity`, :func:`weighed_sd`). The plan of a design reads the same rule
+(:func:`planned_weighing`) at the tau^2 the fit estimates where the sites share one law (:func:`null_heterogeneity`).
+Derivation, limits and measurements: docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
 """
 
 from __future__ import annotations
