@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from .._linalg import floor_eigenvalues
+from ..algorithms.fedirls.site_weights import located_noise, null_heterogeneity, planned_tau2, planned_weighing, shift_covariance
 from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
 from ..federation.clients import RESPONSE
@@ -124,7 +125,7 @@ class _PlannedStages:
     def __init__(self, schedule, pop: Population, G: np.ndarray, outcomes, mu: float, sizes: np.ndarray) -> None:
         self.schedule, self.pop, self.G, self.outcomes, self.mu, self.sizes = schedule, pop, G, outcomes, mu, sizes
         self.roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
-        self.located = self.basis = self.hessian = self.released = None
+        self.located = self.basis = self.parameters = self.hessian = self.released = None
         self.found: list = []
         self.cases: list = [(1.0, None)]
 
@@ -142,7 +143,8 @@ class _PlannedStages:
 
     def whiten(self) -> None:
         change = self.schedule.whitening(self.hessian)
-        self.basis, basis = change.design, change.parameters(self.schedule.n_params)
+        self.basis = change.design
+        self.parameters = basis = change.parameters(self.schedule.n_params)
         self.schedule = self.schedule.located_at(basis.T @ self.hessian @ basis, basis.T @ self.released @ basis, basis)
         self.pop, self.located = self.pop.in_basis(self.basis), np.linalg.solve(self.basis, self.located)
         self.G, self.roots = self.G @ self.basis, {}
@@ -156,7 +158,10 @@ class _PlannedStages:
         """Nothing: the design's law is the model's, of unit dispersion (:meth:`IRLSSchedule.score_sd` 1)."""
 
     def insure(self) -> None:
-        self.found = [(prob, self.schedule.insured_bounds(found)) for prob, found in self.found]
+        schedule, tau2 = self.schedule, None  # a fit that re-weighs: the tau^2 it estimates without site effects
+        if schedule.reweigh:
+            tau2 = null_heterogeneity(self.sizes.astype(np.float64), *located_noise(schedule, self.parameters))
+        self.found = [(prob, schedule.insured_bounds(found, tau2=tau2)) for prob, found in self.found]
 
     def refine(self) -> None:
         if self.schedule.research:
@@ -171,11 +176,15 @@ def _case(schedule, pop: Population, refine: Setup | None, mu: float, sizes: np.
     cache)."""
     final = schedule.setup if refine is None else refine
     target, mom, J_inv = _root(pop, final, mu, sizes, roots)
-    c = weighted_factor(schedule.weights, sizes)[0]
+    tau2 = planned_tau2(schedule, refine)
+    weights = planned_weighing(schedule, refine, tau2)[0]
+    c = weighted_factor(weights, sizes)[0]
     privacy = np.zeros_like(J_inv)
     if schedule.mode != "exact":
         newton = pop.clipped_hessian(target, final.hessian_clip)
-        privacy = schedule.planned_noise(newton, refine, basis).expected_covariance(mom["J"])
+        privacy = schedule.planned_noise(newton, refine, basis, tau2).expected_covariance(mom["J"])
+    if tau2 is not None:  # the site effects' shift that a fit which re-weighs adds to its privacy covariance (T = tau2 I)
+        privacy = privacy + J_inv @ shift_covariance(weights, sizes, tau2 * np.eye(J_inv.shape[0])) @ J_inv
     return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
             "clipped": pop.clip_fraction(target, final.clip)}, final
 

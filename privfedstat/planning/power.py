@@ -35,6 +35,10 @@ runs, fed with the design instead of the clients):
 5. the sampling variance ``c J^-1 S J^-1`` (``c = sum_i w_i^2 / n_i``, S the clipped score's
    covariance) at the root theta* of the clipped population equation; both parts mapped to the
    original scale with the scaler (:func:`~privfedstat.inference.covariance.original_scale_map`).
+   Where FedIRLS re-weighs unequal sites (``weights="optimal"``), w, the refine rounds' noise, the
+   insurance and the site effects' shift are the fit's rule's
+   (:func:`~privfedstat.algorithms.fedirls.site_weights.planned_weighing`) at the tau^2 the fit
+   estimates where the sites share one law (docs/guide/planning.md, "Unequal site sizes").
 
 Over the search's outcomes, the planned SE of a coefficient is the probability-weighted median
 of the outcomes' SEs (the SE a typical fit reports; its sampling and privacy parts and its effect

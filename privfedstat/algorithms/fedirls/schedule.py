@@ -26,7 +26,7 @@ from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec, skellam_spec
 from ...theory.noise import IRLSNoise
 from .refine_split import derived_refine_split
-from .site_weights import weighed_sd
+from .site_weights import planned_weighing, weighed_sd
 from .whitening import reference_class, whitening
 
 __all__ = ["IRLSSchedule", "CurvatureRules", "CURVATURE_RULES", "Phase", "curvature_class", "default_search"]
@@ -464,18 +464,18 @@ class IRLSSchedule:
             return float(phases[-1].gradient_sd[-1])
         return math.sqrt(float(np.sum(weights**2 * np.concatenate([ph.gradient_var for ph in phases]))))
 
-    def planned_noise(self, newton_matrix: np.ndarray, refine: Setup | None = None, basis: np.ndarray | None = None
-                      ) -> IRLSNoise:
+    def planned_noise(self, newton_matrix: np.ndarray, refine: Setup | None = None, basis: np.ndarray | None = None,
+                      tau2: float | None = None) -> IRLSNoise:
         """The privacy-noise model a fit on this schedule reports, before any data are seen.
 
-        A fit's :class:`~privfedstat.theory.noise.IRLSNoise` is a function of the schedule's public quantities and
-        of the floored Hessian the last round releases; here that Hessian is ``newton_matrix`` (the noise-free
-        Newton matrix of a planned design, on the fitting scale) floored at the last round's floor; every round is
-        assumed to run. ``refine``: the bounds of the refine phase (default :attr:`setup`'s); ``basis``: the map
-        of the rows in the refine rounds (:meth:`whitening`), in whose coordinates phi ``newton_matrix``,
-        ``refine``'s bounds and the model's H and covariance then are (:meth:`IRLSNoise.in_basis`).
-        """
-        phases = self.phases(refine)
+        A fit's :class:`~privfedstat.theory.noise.IRLSNoise` is a function of the schedule's public quantities and of the
+        floored Hessian the last round releases; here that Hessian is ``newton_matrix`` (the noise-free Newton matrix of
+        a planned design, on the fitting scale) floored at the last round's floor; every round is assumed to run.
+        ``refine``: the refine phase's bounds (default :attr:`setup`'s); ``basis``: the map of the rows in the refine
+        rounds (:meth:`whitening`), in whose coordinates phi ``newton_matrix``, ``refine``'s bounds and the model's H
+        and covariance then are (:meth:`IRLSNoise.in_basis`); ``tau2``: the site effects' variance for a fit that
+        re-weighs (:func:`.site_weights.planned_weighing`; None: the schedule's weights)."""
+        phases = planned_weighing(self, refine, tau2)[1]
         last = floor_eigenvalues(np.asarray(newton_matrix, dtype=np.float64), float(phases[-1].floors[-1]))
         rounds = (np.concatenate([ph.gradient_var for ph in phases]), np.concatenate([ph.hessian_var for ph in phases]),
                   np.concatenate([ph.floors for ph in phases]), float(self.step_size), last)

@@ -17,8 +17,9 @@ The site effects' covariance T is estimated from the first refine round's releas
 ``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
 mean square error summed over the whitened coordinates), the stated shift T itself. Before the refine rounds, the
 refine bound's insurance judges its raise on the noise under these weights, tau^2 from the last locate round's
-messages (:func:`located_heterogeneity`, :func:`weighed_sd`). Derivation, limits and measurements:
-docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
+messages (:func:`located_heterogeneity`, :func:`weighed_sd`). The plan of a design reads the same rule
+(:func:`planned_weighing`) at the tau^2 the fit estimates where the sites share one law (:func:`null_heterogeneity`).
+Derivation, limits and measurements: docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ from ...privacy.calibration import calibrated_sigma
 if TYPE_CHECKING:  # the schedule imports the weights (its insurance judges the noise under them)
     from .schedule import IRLSSchedule, Phase
 
-__all__ = ["heterogeneity", "located_heterogeneity", "mse_weights", "privacy_variances", "shift_covariance",
-           "refine_weights", "reweighed_refine", "rounds_of", "weighed_sd"]
+#: draws of messages without site effects whose median tau^2 estimate a plan reads (:func:`null_heterogeneity`): the
+#: median's Monte-Carlo sd is about 1.25 / sqrt(201) = 9% of the estimates' spread
+NULL_DRAWS = 201
+
+__all__ = ["heterogeneity", "located_heterogeneity", "located_noise", "mse_weights", "null_heterogeneity",
+           "planned_tau2", "planned_weighing", "privacy_variances", "refine_noise",
+           "shift_covariance", "refine_weights", "reweighed_refine", "rounds_of", "rule_weights", "weighed_rounds",
+           "weighed_sd"]
 
 
 def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray, sigma2: float = 1.0,
@@ -90,10 +97,47 @@ def located_heterogeneity(schedule: IRLSSchedule, messages: tuple[np.ndarray, np
     if not schedule.reweigh or messages is None:
         return None
     values, answered = messages
-    located, P = schedule.phase(0), np.asarray(basis, dtype=np.float64)
-    noise = calibrated_sigma(located.gradient_sensitivity[answered], float(located.mu_gradient[-1])) ** 2
-    T = heterogeneity(values[answered] @ P, sizes[answered], noise, noise_shape=P.T @ P)
+    noise, shape = located_noise(schedule, basis)
+    T = heterogeneity(values[answered] @ np.asarray(basis, dtype=np.float64), sizes[answered], noise[answered],
+                      noise_shape=shape)
     return float(np.trace(T)) / T.shape[0]
+
+
+def located_noise(schedule: IRLSSchedule, basis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The last locate round's per-site gradient noise variances and its shape ``P^T P`` in the whitened coordinates
+    ``theta = P phi`` (:func:`located_heterogeneity`)."""
+    located, P = schedule.phase(0), np.asarray(basis, dtype=np.float64)
+    return calibrated_sigma(located.gradient_sensitivity, float(located.mu_gradient[-1])) ** 2, P.T @ P
+
+
+def null_heterogeneity(sizes: np.ndarray, noise_var: np.ndarray, noise_shape: np.ndarray, draws: int = NULL_DRAWS
+                       ) -> float:
+    """The median of the tau^2 that :func:`heterogeneity` estimates where the sites have no effect (T = 0), the plan
+    of a design's stand-in for the fit's estimate (docs/guide/planning.md, "Unequal site sizes"): ``trace(T) / p``
+    on ``draws`` sets of messages ``z_i / sqrt(n_i) + sqrt(noise_var_i) L xi_i`` (``L L^T = noise_shape``, z and xi
+    standard normal; a fixed seed, so the plan is a function of its inputs)."""
+    n, shape = np.asarray(sizes, dtype=np.float64), np.asarray(noise_shape, dtype=np.float64)
+    noise, p = np.asarray(noise_var, dtype=np.float64), shape.shape[0]
+    L = np.linalg.cholesky(shape + 1e-12 * np.trace(shape) * np.eye(p))
+    rng = np.random.default_rng(0)
+    tau2 = [float(np.trace(heterogeneity(rng.standard_normal((n.size, p)) / np.sqrt(n)[:, None]
+                                         + np.sqrt(noise)[:, None] * rng.standard_normal((n.size, p)) @ L.T,
+                                         n, noise, noise_shape=shape))) / p for _ in range(draws)]
+    return float(np.median(tau2))
+
+
+def planned_tau2(schedule: IRLSSchedule, bounds) -> float | None:
+    """The tau^2 a fit that re-weighs estimates from its first refine round's messages (refine ``bounds``) where its
+    sites have no effect (:func:`null_heterogeneity`); None where it does not re-weigh."""
+    if not schedule.reweigh:
+        return None
+    phase = schedule.phase(1, bounds)
+    return null_heterogeneity(schedule.sizes, refine_noise(phase), np.eye(schedule.n_params))
+
+
+def refine_noise(phase: Phase) -> np.ndarray:
+    """The first refine round's per-site gradient noise variances (:func:`refine_weights`)."""
+    return calibrated_sigma(phase.gradient_sensitivity, phase.mu_gradient[0]) ** 2
 
 
 def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None) -> float:
@@ -103,7 +147,7 @@ def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None) -> float:
     ``plain``'s weights (:meth:`.IRLSSchedule.combined_sd`)."""
     if tau2 is None:
         return plain.combined_sd(plain.phases(bounds))
-    w = mse_weights(plain.sizes, tau2, privacy_variances(plain, plain.phase(1, bounds)))
+    w = rule_weights(plain, plain.phase(1, bounds), tau2)
     weighed = replace(plain, weights=w)
     moved = float(np.sum((w - plain.sizes / np.sum(plain.sizes)) ** 2)) * tau2
     return float(np.sqrt(weighed.combined_sd(weighed.phases(bounds)) ** 2 + moved))
@@ -142,9 +186,8 @@ def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, ans
     Returns the weights, the covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the aggregate
     (:func:`shift_covariance`) and the largest eigenvalue of the whole move's, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``.
     """
-    sens = phase.gradient_sensitivity
-    T = heterogeneity(values[answered], sizes[answered], calibrated_sigma(sens[answered], phase.mu_gradient[0]) ** 2)
-    w = mse_weights(sizes, float(np.trace(T)) / T.shape[0], privacy_variances(schedule, phase))
+    T = heterogeneity(values[answered], sizes[answered], refine_noise(phase)[answered])
+    w = rule_weights(schedule, phase, float(np.trace(T)) / T.shape[0])
     return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
 
 
@@ -165,7 +208,30 @@ def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes
     newton.run(rounds_of(phase, 0, 1))
     w, newton.shift, moved = refine_weights(schedule, phase, *newton.messages, sizes)
     newton.reweigh(w, moved)
-    newton.run(rounds_of(replace(schedule, weights=w).phase(1, bounds), 1, len(phase.shares)))
+    newton.run(weighed_rounds(schedule, phase, bounds, w))
+
+
+def rule_weights(schedule: IRLSSchedule, phase: Phase, tau2: float) -> np.ndarray:
+    """The weights of the refine ``phase``'s rounds after the first: :func:`mse_weights` at the site effects' variance
+    ``tau2`` and :func:`privacy_variances` (the rule that the fit, its insurance and the plan of a design read)."""
+    return mse_weights(schedule.sizes, tau2, privacy_variances(schedule, phase))
+
+
+def weighed_rounds(schedule: IRLSSchedule, phase: Phase, bounds, weights: np.ndarray) -> Phase:
+    """The refine ``phase``'s rounds after the first under ``weights`` (``bounds``: the refine Setup)."""
+    return rounds_of(replace(schedule, weights=weights).phase(1, bounds), 1, len(phase.shares))
+
+
+def planned_weighing(schedule: IRLSSchedule, bounds, tau2: float | None) -> tuple[np.ndarray, list[Phase]]:
+    """The weights that the estimate aggregates with and every phase's releases, as a fit on ``schedule`` with the
+    refine ``bounds`` runs them where its sites' effects have variance ``tau2`` (the plan of a design): a fit that
+    re-weighs (:attr:`.IRLSSchedule.reweigh`) runs its first refine round with size weights and the others with
+    :func:`rule_weights` at ``tau2``; otherwise, or with ``tau2`` None, the schedule's weights throughout."""
+    if not schedule.reweigh or tau2 is None:
+        return schedule.weights, schedule.phases(bounds)
+    phase = schedule.phase(1, bounds)
+    w = rule_weights(schedule, phase, tau2)
+    return w, [*schedule.phases(bounds)[:-1], rounds_of(phase, 0, 1), weighed_rounds(schedule, phase, bounds, w)]
 
 
 def rounds_of(phase: Phase, start: int, stop: int) -> Phase:
