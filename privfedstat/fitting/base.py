@@ -133,6 +133,11 @@ class FederatedEstimator(FittedResults):
         :class:`~privfedstat.DivergenceError` instead of returning an estimate.
     inference_ : InferenceResult or None
         Covariance (total, sampling and privacy parts), how it was computed and what it spent.
+    client_sizes_ : ndarray of shape (n_clients,)
+        Rows per site n_i (public in every protocol here: they set the noise scales).
+    site_weights_ : ndarray of shape (n_clients,)
+        The server's weights w_i of the sites in the estimate (summing to 1): size weights n_i / N unless the
+        estimator's ``weights`` chose others (FedIRLS's ``"optimal"`` re-weighs sites of unequal size).
     bse_, zvalues_, pvalues_ : ndarray of the shape of ``coef_``
         Standard errors, ``coef_ / bse_`` and two-sided normal p-values; with
         :meth:`cov_params`, :meth:`conf_int` and :meth:`wald_test` (names and order of
@@ -352,6 +357,8 @@ class FederatedEstimator(FittedResults):
         self.n_features_in_ = clients.n_features
         self.n_clients_ = clients.n_clients
         self.n_samples_ = int(np.sum(clients.sizes))
+        self.client_sizes_ = np.asarray(clients.sizes, dtype=np.int64)
+        self.site_weights_ = np.asarray(session.size_weights if run.weights is None else run.weights, dtype=np.float64)
         self.has_offset_ = clients.has_offset
         self.mu_ = mu
         self.inference_ = inference

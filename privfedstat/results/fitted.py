@@ -386,6 +386,7 @@ class FittedResults:
             "Iterations": str(self.n_iter_),
         }
         header.update(self._goodness_of_fit(data))
+        header.update(self._site_weights_row())
         if classes is not None:
             header["Reference class"] = f"{response}={classes[0]}"
         levels = getattr(self, "levels_", {}).get(response)
@@ -419,6 +420,17 @@ class FittedResults:
             header["Privacy share of variance"] = privacy_share_row(
                 None if result is None else result.privacy_share, plan.frame["privacy_share"].to_numpy())
         return Summary(f"{self.method} results", header, coefs, notes)
+
+    def _site_weights_row(self) -> dict[str, str]:
+        """The summary's "Site weights" row where the estimate does not weigh the sites by size: the effective
+        numbers of sites ``1 / sum w_i^2`` of its weights and of size weights ``N^2 / sum n_i^2``."""
+        w, sizes = getattr(self, "site_weights_", None), getattr(self, "client_sizes_", None)
+        if w is None or sizes is None or np.allclose(w, sizes / np.sum(sizes), rtol=1e-9, atol=0.0):
+            return {}
+        size_sites = float(np.sum(sizes)) ** 2 / float(np.sum(sizes.astype(np.float64) ** 2))
+        rule = self.get_params().get("weights")
+        return {"Site weights": f"not by size (weights={rule!r}): {1.0 / float(np.sum(w ** 2)):.3g} effective sites, "
+                                f"{size_sites:.3g} by size (site_weights_)"}
 
     def _goodness_of_fit(self, data) -> dict[str, str]:
         """The summary's goodness-of-fit lines: the values with ``data`` at mu = inf, else why they are not shown."""

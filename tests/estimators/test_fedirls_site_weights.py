@@ -151,3 +151,22 @@ def test_default_fit_down_weights_small_sites_and_states_less_noise():
     assert np.all(sd_default < 0.6 * sd_size)
     lo, hi = np.asarray(default.inference_.conf_int()).T
     assert np.all((lo <= mle) & (mle <= hi))
+
+
+def test_the_summary_says_when_the_sites_are_not_weighed_by_size():
+    """The fitted weights and sizes are attributes, and the summary names a re-weighing with the effective numbers
+    of sites (1 / sum w^2 against N^2 / sum n^2); a size-weighted fit has no such row."""
+    X, y, sizes = _small_sites()
+    data = FederatedData.from_pooled(X, y, sizes=sizes)
+    kw = dict(family="logistic", mu=2.0, random_state=1)
+    default, size = FedIRLS(**kw).fit(data), FedIRLS(weights="size", **kw).fit(data)
+    np.testing.assert_array_equal(default.client_sizes_, sizes)
+    np.testing.assert_allclose(size.site_weights_, np.asarray(sizes) / sum(sizes), rtol=1e-12)
+    assert default.site_weights_.sum() == pytest.approx(1.0)
+    per_row = default.site_weights_ / np.asarray(sizes)
+    assert per_row[-1] < per_row[0]  # a 3-row site counts less per row than a 1000-row one
+    effective = 1.0 / np.sum(default.site_weights_ ** 2)
+    row = [line for line in str(default.summary()).splitlines() if line.startswith("Site weights")]
+    assert len(row) == 1 and "weights='optimal'" in row[0] and f"{effective:.3g} effective sites" in row[0]
+    assert f"{sum(sizes) ** 2 / sum(n * n for n in sizes):.3g} by size" in row[0]
+    assert "Site weights" not in str(size.summary())
