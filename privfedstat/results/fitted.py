@@ -422,15 +422,18 @@ class FittedResults:
         return Summary(f"{self.method} results", header, coefs, notes)
 
     def _site_weights_row(self) -> dict[str, str]:
-        """The summary's "Site weights" row where the estimate does not weigh the sites by size: the effective
-        numbers of sites ``1 / sum w_i^2`` of its weights and of size weights ``N^2 / sum n_i^2``."""
+        """The summary's "Site weights" row where the estimate does not weigh the sites by size: the range of the
+        ratios ``w_i / (n_i / N)`` and the effective numbers of sites ``1 / sum w_i^2`` against ``N^2 / sum n_i^2``."""
         w, sizes = getattr(self, "site_weights_", None), getattr(self, "client_sizes_", None)
-        if w is None or sizes is None or np.allclose(w, sizes / np.sum(sizes), rtol=1e-9, atol=0.0):
+        if w is None or sizes is None:
             return {}
-        size_sites = float(np.sum(sizes)) ** 2 / float(np.sum(sizes.astype(np.float64) ** 2))
-        rule = self.get_params().get("weights")
-        return {"Site weights": f"not by size (weights={rule!r}): {1.0 / float(np.sum(w ** 2)):.3g} effective sites, "
-                                f"{size_sites:.3g} by size (site_weights_)"}
+        pi = sizes / np.sum(sizes)
+        if np.allclose(w, pi, rtol=1e-9, atol=0.0):
+            return {}
+        ratio = w / pi
+        return {"Site weights": f"not by size (weights={self.get_params().get('weights')!r}): w_i / (n_i / N) from "
+                                f"{np.min(ratio):.3g} to {np.max(ratio):.3g}, {1.0 / float(np.sum(w ** 2)):.3g} effective "
+                                f"sites ({1.0 / float(np.sum(pi ** 2)):.3g} by size; site_weights_)"}
 
     def _goodness_of_fit(self, data) -> dict[str, str]:
         """The summary's goodness-of-fit lines: the values with ``data`` at mu = inf, else why they are not shown."""

@@ -166,7 +166,13 @@ def test_the_summary_says_when_the_sites_are_not_weighed_by_size():
     per_row = default.site_weights_ / np.asarray(sizes)
     assert per_row[-1] < per_row[0]  # a 3-row site counts less per row than a 1000-row one
     effective = 1.0 / np.sum(default.site_weights_ ** 2)
-    row = [line for line in str(default.summary()).splitlines() if line.startswith("Site weights")]
+    lines = str(default.summary()).splitlines()
+    start = [i for i, line in enumerate(lines) if line.startswith("Site weights")]
+    assert len(start) == 1
+    wrapped = [lines[start[0]]] + [line for line in lines[start[0] + 1:start[0] + 4] if line.startswith(" " * 20)]
+    row = [" ".join(line.strip() for line in wrapped)]
     assert len(row) == 1 and "weights='optimal'" in row[0] and f"{effective:.3g} effective sites" in row[0]
-    assert f"{sum(sizes) ** 2 / sum(n * n for n in sizes):.3g} by size" in row[0]
+    assert f"({sum(sizes) ** 2 / sum(n * n for n in sizes):.3g} by size" in row[0]
+    ratio = default.site_weights_ / (np.asarray(sizes) / sum(sizes))
+    assert f"from {ratio.min():.3g} to {ratio.max():.3g}" in row[0]
     assert "Site weights" not in str(size.summary())
