@@ -176,7 +176,7 @@ def warn_clipping(estimator, inference) -> None:
     off with intervals that miss), not a measure: 0.3-1.8% clipped moved a skewed response's root by
     3-4 SE; the displacement measures it where the budget resolves it.
     """
-    names = list(estimator._coef_names()[0])
+    names = estimator._coef_labels()
     if inference.clipping_displacement is not None:
         warn_displacement(estimator, inference.clipping_displacement, names)
     if inference.sign_balance is not None:
