@@ -102,15 +102,15 @@ def _judged_raise(B, grid, sizes, mu_last, tau2):
 
 @pytest.mark.parametrize("tau2N, expected", [(200.0, 3), (1000.0, 2), (1500.0, 1), (5e4, 0)])
 def test_the_insurance_judges_the_noise_under_the_site_weights(tau2N, expected):
-    """Logistic, mu = 7, two large sites and 30 of 5 rows (covid's shape): with size weights every site adds the same
+    """Logistic, mu = 8, two large sites and 30 of 5 rows (covid's shape): with size weights every site adds the same
     noise and the found bound's noise is above the insurance's ceiling (no raise; tau2 not given: main's rule), while
     under the weights the rule would choose with the located tau^2 it is below (raised); a tau^2 far above the sites'
     sampling variance gives nearly size weights and no raise. The raise equals the independent computation's."""
     sizes = np.array([6000.0, 3000.0] + [5.0] * 30)
-    est = FedIRLS(family="logistic", mu=7.0)
+    est = FedIRLS(family="logistic", mu=8.0)
     grid = est._default_search.grid
     B = float(grid[34])
-    setup = Setup(B, 5.0, 7.0 * 0.9)
+    setup = Setup(B, 5.0, 8.0 * 0.9)
     plan = est.plan_schedule(get_family("logistic"), sizes, setup, 3)
     assert plan.reweigh
     mu_last = setup.mu * math.sqrt((1 - IRLSSchedule.locate_share - IRLSSchedule.research_share) * (0.15 + 0.45))
@@ -121,7 +121,7 @@ def test_the_insurance_judges_the_noise_under_the_site_weights(tau2N, expected):
     j, judged = _judged_raise(B, grid, sizes, mu_last, tau2N / sizes.sum())
     assert j == expected, judged
     assert plan.insured_bounds(found, tau2=tau2N / sizes.sum())["gradient"] == pytest.approx(grid[34 + j])
-    unweighed = FedIRLS(family="logistic", mu=7.0, weights="size").plan_schedule(get_family("logistic"), sizes, setup, 3)
+    unweighed = FedIRLS(family="logistic", mu=8.0, weights="size").plan_schedule(get_family("logistic"), sizes, setup, 3)
     assert unweighed.insured_bounds(found, tau2=tau2N / sizes.sum()) == unweighed.insured_bounds(found)
 
 

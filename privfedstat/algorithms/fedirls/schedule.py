@@ -224,8 +224,8 @@ class IRLSSchedule:
     tol: float
     max_rounds_nonprivate: int = 100
     locate_rounds: int = 4
-    locate_share: float = 0.15
-    research_share: float = 0.02
+    locate_share: float = 0.2
+    research_share: float = 0.05
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
     secant_noise_sds: float = critical_value(sides=1)
