@@ -156,8 +156,11 @@ class IRLSSchedule:
         The cap on rounds with mu = inf and ``n_rounds="auto"``, which stop when the step is below ``tol`` (Newton
         needs far fewer where it converges).
     locate_rounds : int
-        Rounds of the locate phase, from theta^(0) with the bounds chosen there (inferred; measured:
-        benchmarks/RESULTS.md, section "Real data with natural sites"; docs/algorithms/fedirls.md, "Schedule").
+        Rounds of the locate phase, from theta^(0) with the bounds chosen there. Chosen on the tuning half of
+        ``benchmarks/bench_natural_sites.py`` and confirmed on the validation half, as are the two shares below: the
+        planned privacy variance cannot price the locate phase's work (bringing theta from 0 into the range where the
+        refine rounds' expansion holds) and falls as its share does, down to none (docs/algorithms/fedirls.md,
+        "Schedule shares chosen on the tuning half"; benchmarks/RESULTS.md, same section).
     locate_share : float
         Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
     research_share : float
@@ -221,7 +224,7 @@ class IRLSSchedule:
     tol: float
     max_rounds_nonprivate: int = 100
     locate_rounds: int = 4
-    locate_share: float = 0.25
+    locate_share: float = 0.2
     research_share: float = 0.05
     floor_noise_sds: float = 3.0
     damped_kept: float = 0.8
