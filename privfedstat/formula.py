@@ -113,7 +113,9 @@ def glm(
         that no row has still gets its (all-zero) column, so neighbouring datasets have the same
         design; a row whose value is outside the declared levels raises (the message gives the
         column and the number of such rows, never the values). With finite ``mu`` every categorical
-        column must be declared; with ``mu = inf`` undeclared levels are read from the data.
+        column must be declared; with ``mu = inf`` undeclared levels are read from the data, and a
+        declared class of the response that no row has raises (its coefficients have no finite MLE;
+        with finite ``mu`` its count is private and is not checked).
     na_action : {"raise", "drop"}, default "raise"
         Rows with missing values raise an error (the default) or are dropped. **Dropping is leaky
         with finite mu**: the client sizes n_i after dropping are released without accounting (they
