@@ -112,3 +112,13 @@ def test_category_filters_still_apply(data):
         warnings.simplefilter("error", privfedstat.SingleClientWarning)
         with pytest.raises(privfedstat.SingleClientWarning, match="single client"):
             FedIRLS(mu=INF).fit(X, data.y.to_numpy())
+
+
+def test_every_package_warning_goes_through_the_helper():
+    """A ``warnings.warn(`` with a fixed stacklevel is right for one call path only (docs/architecture.md, 15)."""
+    root = os.path.dirname(privfedstat.__file__)
+    helper = os.path.join(root, "_warn.py")
+    offenders = [os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+                 if f.endswith(".py") and os.path.join(d, f) != helper
+                 and "warnings.warn(" in open(os.path.join(d, f), encoding="utf-8").read()]
+    assert offenders == []
