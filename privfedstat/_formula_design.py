@@ -163,6 +163,8 @@ def build_design(
     _check_finite(X_frame, y_frame)
     found = _term_levels(mm.rhs.model_spec, work.columns)
     if classes is not None:
+        if not private:
+            _check_no_empty_class(np.asarray(y_frame).ravel(), classes, response)
         found[response] = classes
     return Design(
         X=np.asarray(X_frame, dtype=np.float64),
@@ -309,6 +311,18 @@ def _classes(values: pd.Series, declared: list | None, response: str, private: b
             f"class would add one): {_DECLARE_HINT.format(col=response)}."
         )
     return list(values.astype("category").cat.categories)
+
+
+def _check_no_empty_class(codes: np.ndarray, classes: list, response: str) -> None:
+    """With ``mu = inf`` (exact counts, which the analyst sees anyway) a declared class with no rows is refused: its
+    coefficients have no finite MLE (the fit drifts to an intercept of -20 or so with nothing saying why). With finite
+    mu the counts are private and the fit's diagnostics speak for it."""
+    empty = [c for k, c in enumerate(classes) if not np.any(codes == k)]
+    if empty:
+        raise ValueError(
+            f"the response {response!r} has no rows of the declared level(s) {', '.join(map(repr, empty))}: a class "
+            "with no rows has no finite coefficients (its probability's MLE is 0). Drop it from "
+            f"levels[{response!r}] (or from the Categorical's categories).")
 
 
 # ---------------------------------------------------------------------- checks for finite mu

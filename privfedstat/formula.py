@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from ._formula_design import build_design
 from ._validation import check_mu
+from ._warn import warn
 from .algorithms.registry import REGISTRY, get_method
 from .data.federated import FederatedData
 from .data.inputs import warn_single_client
@@ -113,7 +113,9 @@ def glm(
         that no row has still gets its (all-zero) column, so neighbouring datasets have the same
         design; a row whose value is outside the declared levels raises (the message gives the
         column and the number of such rows, never the values). With finite ``mu`` every categorical
-        column must be declared; with ``mu = inf`` undeclared levels are read from the data.
+        column must be declared; with ``mu = inf`` undeclared levels are read from the data, and a
+        declared class of the response that no row has raises (its coefficients have no finite MLE;
+        with finite ``mu`` its count is private and is not checked).
     na_action : {"raise", "drop"}, default "raise"
         Rows with missing values raise an error (the default) or are dropped. **Dropping is leaky
         with finite mu**: the client sizes n_i after dropping are released without accounting (they
@@ -231,11 +233,10 @@ def glm(
     est = cls(**kwargs)
     leaky_drop = private and na_action == "drop"
     if leaky_drop:
-        warnings.warn(
+        warn(
             f"{NA_DROP_LEAK}. The fit is not fully private; to avoid this, impute missing values beforehand or "
             "drop incomplete rows before the data are assigned to clients.",
             PrivacyLeakWarning,
-            stacklevel=2,
         )
     fit_kwargs = {} if budget is None else {"budget": budget}
     o = combine_offset(*(_per_row(data, v, name)[design.rows] if v is not None else None
@@ -246,7 +247,7 @@ def glm(
     est.response_name_ = design.response
     est.levels_ = design.levels
     fed = FederatedData.from_pooled(design.X, design.y, clients=design.clients, offset=o)
-    warn_single_client(fed, f"client={client!r}", stacklevel=2)
+    warn_single_client(fed, f"client={client!r}")
     est.fit(fed, **fit_kwargs)
     if leaky_drop:
         est.privacy_.add_leak(NA_DROP_LEAK)

@@ -9,12 +9,12 @@ ledgers say plainly that they are not private (``privacy_.is_private is False``,
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Real
 
 import numpy as np
 
 from .._validation import ITERATIONS, Interval
+from .._warn import warn
 from ..exceptions import ConvergenceWarning
 from ..federation.channel import Communication
 from ..federation.oracle import make_oracle
@@ -307,12 +307,11 @@ class LocalFit(_NonPrivateBaseline):
         bad = np.flatnonzero(~self.converged_).tolist()
         sep = np.flatnonzero(flagged).tolist()
         if bad or sep:
-            warnings.warn(
+            warn(
                 f"LocalFit: client(s) {sorted(set(bad + sep))[:20]} did not reach a local MLE "
                 f"(not converged in max_iter={self.max_iter}: {bad[:20]}; fitted probabilities numerically 0 or 1, "
                 f"probably separated data: {sep[:20]}). Set alpha > 0 (ridge) for these clients to have a defined fit.",
                 ConvergenceWarning,
-                stacklevel=3,
             )
         return history[-1], list(history), T - 1, Communication(0, 0, 0, ())  # history[-1] = w @ local
 
@@ -331,17 +330,15 @@ class LocalFit(_NonPrivateBaseline):
 
 def _warn(converged: bool, n_separated: int, where: str, max_iter: int) -> None:
     if n_separated:
-        warnings.warn(
+        warn(
             f"{where}: {n_separated} fitted probabilities are numerically 0 or 1: the data are probably "
             "(quasi-)separated, and then the MLE does not exist (coefficients drift to infinity). "
             "Set alpha > 0 for a ridge fit.",
             ConvergenceWarning,
-            stacklevel=4,
         )
     elif not converged:
-        warnings.warn(
+        warn(
             f"{where}: Newton-Raphson did not converge in max_iter={max_iter} iterations; "
             "increase max_iter, standardise the covariates, or set alpha > 0.",
             ConvergenceWarning,
-            stacklevel=4,
         )

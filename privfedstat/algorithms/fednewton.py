@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Real
 
 import numpy as np
 
 from .._linalg import MAX_HESSIAN_GB, clip_rows, floor_eigenvalues, vec_to_sym
 from .._validation import ITERATIONS, InstanceOf, Interval, Options, check_finite_bounds
+from .._warn import warn
 from ..data.federated import FederatedData
 from ..exceptions import ConvergenceWarning, PrivacyLeakWarning
 from ..families.base import Family
@@ -230,12 +230,11 @@ class FedNewton(FederatedEstimator):
         hessian, lam = None, policy.floor
         if policy.paper:
             C_H = math.inf
-            warnings.warn(
+            warn(
                 f"newton_noise='paper' calibrates the Newton step with the strong-convexity constant tau1 = "
                 f"{policy.tau1:g}, which bounds its sensitivity only under Assumption 2; use the default 'private' "
                 "for a guarantee that holds for any data.",
                 PrivacyLeakWarning,
-                stacklevel=4,
             )
             session.ledger.add_leak(f"Newton step noise from the paper's B_new = 4 sqrt(2) B / tau_1 with tau_1 = "
                                     f"{policy.tau1:g} (valid only under Assumption 2)")
@@ -278,13 +277,12 @@ def warn_many_clients(sizes: np.ndarray, n_params: int) -> None:
     m, N = sizes.size, int(np.sum(sizes))
     bound = max_clients(N, n_params)
     if m > bound:
-        warnings.warn(
+        warn(
             f"FedNewton's error bound (Theorem 3.9) needs m << (N / (d v log N))^(2/3) = {bound:.0f} clients; "
             f"there are {m} (N = {N}). With this many small clients the FedAvg stage ends too far from the "
             "optimum for one Newton step to remove its bias, so FedNewton may do no better than FedAvg. "
             "Use fewer, larger sites (merge clients) or FedIRLS (several aggregated Newton rounds).",
             ConvergenceWarning,
-            stacklevel=5,
         )
 
 

@@ -11,12 +11,12 @@ the server accumulates it (error compensation) or uses it once.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Real
 
 import numpy as np
 
 from .._validation import BOOL, ITERATIONS, Free, Interval, Options, check_iterate, validate_parameters
+from .._warn import warn
 from ..federation.protocol import Run, Setup
 from ..federation.server import effective_weights, resolve_participation
 from ..federation.session import Session
@@ -142,9 +142,9 @@ class _UnitMessageRounds(FederatedEstimator):
 
             actual = subsampled_gaussian_epsilon(sigma, q, R, target[1])
             if actual > target[0]:
-                warnings.warn(f"the paper's sigma_DP = {sigma:.4g} (c = 1) gives epsilon = {actual:.4g} > the target "
-                              f"{target[0]:g} at delta = {target[1]:g} (PLD accountant); use sigma=None to meet it.",
-                              UserWarning, stacklevel=3)
+                warn(f"the paper's sigma_DP = {sigma:.4g} (c = 1) gives epsilon = {actual:.4g} > the target "
+                     f"{target[0]:g} at delta = {target[1]:g} (PLD accountant); use sigma=None to meet it.",
+                     UserWarning)
         return 2.0 * math.sqrt(R) / sigma
 
     # ------------------------------------------------------------------ results

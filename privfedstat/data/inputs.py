@@ -36,10 +36,9 @@ learns that bit about the pooled rows; silence it with
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from .._warn import warn
 from ..data.federated import FederatedData
 from ..exceptions import NoInterceptWarning, SingleClientWarning
 from ..families import get_family
@@ -84,28 +83,28 @@ def as_federated_data(X, y=None, clients=None, offset=None) -> FederatedData:
     if X.ndim == 2 and X.shape[1] == 0:
         raise ValueError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required: X has no columns.")
     if clients is None:
-        warnings.warn(
+        warn(
             "fit(X, y) without clients= takes every row to be one client's (m = 1): the protocol runs with a single "
-            "client. Pass clients=labels (one per row) for a federation.", SingleClientWarning, stacklevel=4)
+            "client. Pass clients=labels (one per row) for a federation.", SingleClientWarning)
         data = FederatedData.from_pooled(X, y, clients=np.zeros(X.shape[0] if X.ndim else 0, dtype=np.int64),
                                          offset=offset)
     else:
         data = FederatedData.from_pooled(X, y, clients=clients, offset=offset)
-        warn_single_client(data, "clients=", stacklevel=5)
+        warn_single_client(data, "clients=")
     if not np.any(np.all(data.X == data.X[:1], axis=0) & (data.X[0] != 0)):
-        warnings.warn(
+        warn(
             "X has no constant column, so the model has no intercept (columns are used as given; there is no "
             "fit_intercept). Add a column of ones, after any StandardScaler step: "
-            "FunctionTransformer(statsmodels.api.add_constant).", NoInterceptWarning, stacklevel=4)
+            "FunctionTransformer(statsmodels.api.add_constant).", NoInterceptWarning)
     return data
 
 
-def warn_single_client(data: FederatedData, given: str, stacklevel: int) -> None:
+def warn_single_client(data: FederatedData, given: str) -> None:
     """A :class:`~privfedstat.SingleClientWarning` when the client labels ``given`` (public) name one client only."""
     if data.n_clients == 1:
-        warnings.warn(f"{given} gives every row the same client: the protocol runs with a single client (m = 1), whose "
-                      "guarantee is central DP of the released model. Check the labels if you meant a federation.",
-                      SingleClientWarning, stacklevel=stacklevel)
+        warn(f"{given} gives every row the same client: the protocol runs with a single client (m = 1), whose "
+             "guarantee is central DP of the released model. Check the labels if you meant a federation.",
+             SingleClientWarning)
 
 
 def sklearn_tags(estimator):

@@ -58,7 +58,7 @@ from ..algorithms.fedhybrid import FedHybrid
 from ..algorithms.fedsgd import FedSGD
 from ..inference.bootstrap import PROGRESS_DELAY_S
 from ..privacy.clipping import AutoClip
-from ..results.summary import Summary, privacy_rows
+from ..results.summary import Summary, privacy_rows, rounds_row
 from .clients import TorchClients
 from .data import TensorFederatedData
 from .per_sample import check_model
@@ -209,7 +209,7 @@ class _Network:
             "Model": f"{type(self.model).__name__} ({self.coef_.size} parameters)",
             "Method": self.method,
             "Clients": f"{self.n_clients_} (N = {self.n_samples_})",
-            "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
+            **rounds_row(comm),
             **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),

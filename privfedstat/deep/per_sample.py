@@ -58,7 +58,6 @@ the noise sampler (:class:`~privfedstat.privacy.mechanisms.SecureClientNoise`), 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -67,6 +66,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from .._linalg import row_norms
+from .._warn import warn
 from .ghost import Call, Outer, Rows, batch_layout_modules, covered, ghost_layers, kept, layer_pieces, probe_batch, trace
 
 __all__ = ["per_sample_clipped_mean", "PerSampleGradients", "sample_norms", "clip_factors", "check_model",
@@ -254,9 +254,9 @@ class PerSampleGradients:
     def _to_vmap(self, why: str) -> None:
         """Take every parameter's per-sample gradient from ``vmap`` over single rows from now on, and say why."""
         self._layers = {}
-        warnings.warn(f"{why}. Every per-sample gradient now comes from the network applied to each row alone "
-                      "(torch.func.vmap: exact, slower); note that the batched outputs (predictions) are not what "
-                      "each row's loss sees.", UserWarning, stacklevel=2)
+        warn(f"{why}. Every per-sample gradient now comes from the network applied to each row alone "
+             "(torch.func.vmap: exact, slower); note that the batched outputs (predictions) are not what "
+             "each row's loss sees.", UserWarning)
 
     def _pass(self, params: dict, inputs: torch.Tensor, targets: torch.Tensor, clip: float | None,
               total: dict[str, torch.Tensor], key: tuple) -> torch.Tensor:

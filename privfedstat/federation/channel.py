@@ -47,12 +47,22 @@ class Communication:
         participation or failed clients less than ``floats_per_client * n_clients``.
     senders : tuple of int
         Number of clients that sent in each upload round (``len(senders) == rounds``).
+    setup : tuple of (str, int)
+        The rounds of the setup before the protocol, by stage (the private column scaling, the clip
+        search), counted in ``rounds``; ``rounds - setup_rounds`` are the protocol's, its diagnostics'
+        and its inference's.
     """
 
     rounds: int
     floats_per_client: int
     total_floats: int
     senders: tuple[int, ...]
+    setup: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def setup_rounds(self) -> int:
+        """Upload rounds of the setup stages (``setup``), before the protocol's first round."""
+        return sum(n for _, n in self.setup)
 
     @property
     def messages(self) -> int:
@@ -84,6 +94,7 @@ class Channel:
         self.floats_per_client = 0
         self.total_floats = 0
         self.senders: list[int] = []
+        self.setup: dict[str, int] = {}  # the setup stages' rounds, by stage (end_setup_stage)
         self.live = np.ones(self.sizes.size, dtype=bool)  # clients that have not failed
         self.on_receive: Callable[[], object] | None = None  # told of every reply (the fit's progress bar)
 
@@ -140,7 +151,14 @@ class Channel:
                 raise ClientFailureError("every client has failed; nothing is left to fit.")
         return reply.values
 
+    def end_setup_stage(self, stage: str) -> None:
+        """Count the rounds since the previous setup stage ended as ``stage``'s (none: not listed)."""
+        n = self.rounds - sum(self.setup.values())
+        if n:
+            self.setup[stage] = n
+
     @property
     def communication(self) -> Communication:
         """Rounds, floats and messages sent so far."""
-        return Communication(self.rounds, self.floats_per_client, self.total_floats, tuple(self.senders))
+        return Communication(self.rounds, self.floats_per_client, self.total_floats, tuple(self.senders),
+                             tuple(self.setup.items()))

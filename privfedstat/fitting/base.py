@@ -113,7 +113,8 @@ class FederatedEstimator(FittedResults):
     privacy_ : PrivacyLedger
         Every release, built by the server from the clients' release records.
     communication_ : Communication
-        Upload rounds and floats, clip search and inference releases included.
+        Upload rounds and floats, clip search and inference releases included (the setup's rounds, the
+        private column scaling and the clip search, also by stage: ``communication_.setup``).
     converged_ : bool or None
         Whether the estimating equation holds at the estimate up to what its noise explains. With
         mu = inf: the exact pooled gradient and Hessian there put the optimum at most ``TOL_SE``
@@ -264,7 +265,9 @@ class FederatedEstimator(FittedResults):
         n_features, n_samples = data.n_features, data.n_samples
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
+        session.channel.end_setup_stage("the column scaling")
         setup = choose_bounds(self, session, plan, scaler)
+        session.channel.end_setup_stage("the clip search")
         with self._progress(session):
             run = self._run(session, setup)
         setup = run.setup if run.setup is not None else setup

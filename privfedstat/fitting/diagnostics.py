@@ -13,10 +13,10 @@ released at the estimate (the Hessian, the share of clipped gradients); the scor
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import ConvergenceWarning, IllConditionedWarning, OverdispersionWarning, PrivacyNoiseWarning
 from ..federation.protocol import Run, Setup
 from ..federation.session import Session
@@ -251,47 +251,43 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
         if gradient_steps(run.noise_model):  # the step size sends the path back and forth: no estimate to return
             raise divergence(est, f"its last updates point back and forth (lag-1 correlation {correlation:.2f}) with "
                                   f"a size of {size:.3g} (fitting scale){noise}; clipping only keeps them bounded.")
-        warnings.warn(
+        warn(
             f"{est.method} diverged: its last updates point back and forth (lag-1 correlation {correlation:.2f}) "
             f"with a size of {size:.3g} (fitting scale){noise}: "
             f"the step size (step_size = {getattr(est, 'step_size', '?')!r}) is too large for this problem, and the "
             "estimate is not an optimum (clipping only keeps it bounded). " + remedy(est, "oscillating"),
             ConvergenceWarning,
-            stacklevel=4,
         )
     elif converged is False:
         change = float(np.max(np.abs(theta - np.ravel(path[-1 - k])))) / k
-        warnings.warn(
+        warn(
             f"{est.method} did not converge: over its last {k} update(s) a coefficient moved by {change:.3g} per "
             "update on average (fitting scale), "
             f"more than the tolerance{' and the noise of those updates' if finite else ''}. {est._advice()}",
             ConvergenceWarning,
-            stacklevel=4,
         )
     elif run.newton.shortened is not None and run.newton.shortened[0] > SHORTENED_NOISE_SDS * float(
             np.linalg.norm(np.broadcast_to(run.noise_sd, theta.shape))):
         norm, radius = run.newton.shortened  # a cut step far longer than its noise: the path was still travelling
         converged = False
-        warnings.warn(
+        warn(
             f"{est.method} did not reach the optimum: its last step (norm {norm:.3g} on the fitting scale, far above "
             f"its noise) was cut to its trust region (max_step = {radius:g}), so the path was still travelling when "
             "its rounds ran out, and the estimate lies short of the optimum by more than its intervals allow (their "
             "noise model assumes small last steps). Raise max_step (max_step=float('inf') when mu is large) or "
             "n_rounds.",
             ConvergenceWarning,
-            stacklevel=4,
         )
     elif run.newton.damped is not None:
         count, kept = run.newton.damped
         converged = False
-        warnings.warn(
+        warn(
             f"{est.method} did not reach the optimum along {count} direction(s): there the curvature of its released "
             "Hessians stayed below their eigenvalue floor (privacy noise) in every one of its last rounds, so the "
             f"damped Newton steps removed as little as {1 - kept:.0%} of the error the path had there, and the "
             "estimate along them is where the path stopped, not an optimum. Increase mu or the rows per site, merge "
             "small sites, or drop or combine weakly identified columns.",
             ConvergenceWarning,
-            stacklevel=4,
         )
     privacy_open = finite and not diverged  # a diverged fit's noise grows with its step size: the step is at fault
     if privacy_open:
@@ -302,34 +298,31 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
             sd = float(np.max(np.broadcast_to(run.noise_sd, theta.shape)[idx]))
             se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
             tail = f"; {_names(small, labels)} are within one noise sd of 0" if small.size else ""
-            warnings.warn(
+            warn(
                 f"privacy noise dominates the error of coefficient(s) {_names(idx, labels)} of "
                 f"{est.method}: the protocol's noise sd there is at least {sd:.3g}, {sd / se_shown:.2g} times a public "
                 f"proxy of the sampling standard error ({se_shown:.3g}; both on the standardised scale the fit works "
                 f"on){tail}. "
                 "Increase mu, pool small sites, or use fewer rounds/parameters.",
                 PrivacyNoiseWarning,
-                stacklevel=4,
             )
         bad, n_min = undersized_clients(session.ledger, session.sizes)
         if bad.size:
-            warnings.warn(
+            warn(
                 f"{bad.size} site(s) are too small for the mu = {setup.mu:.3g} that {est.method}'s estimation rounds get "
                 f"(of mu = {getattr(est, 'mu', setup.mu):.3g}; e.g. site #{int(bad[0])} counting from 0 in sorted-label order, "
                 f"n = {int(session.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
                 "at these settings; merge small sites, increase mu, or use fewer rounds.",
                 PrivacyNoiseWarning,
-                stacklevel=4,
             )
     if run.hessian is not None:
         cond = hessian_condition(run.hessian)
         if cond > CONDITION_LIMIT:
             what = "not positive definite" if math.isinf(cond) else f"ill-conditioned (condition number {cond:.2g})"
-            warnings.warn(
+            warn(
                 f"the released Hessian of {est.method} is {what}: collinear covariates or privacy noise. Coefficients "
                 "along its smallest eigenvectors are unreliable; drop or combine collinear columns, or increase mu.",
                 IllConditionedWarning,
-                stacklevel=4,
             )
     return converged, privacy_open
 
@@ -380,14 +373,13 @@ def warn_optimisation_gap(estimator, gap: np.ndarray, se: np.ndarray, names) -> 
     if not np.any(ratio > OPTIMISATION_SE):
         return False
     j = int(np.nanargmax(ratio))  # a withheld standard error (NaN) is no ratio: name the largest real one
-    warnings.warn(
+    warn(
         f"{estimator.method} stopped before the optimum: from the released Hessian, its fixed number of "
         f"steps leaves an optimisation error of about {ratio[j]:.2g} standard errors in {names[j]} "
         f"({int(np.sum(ratio > OPTIMISATION_SE))} coefficient(s) above {OPTIMISATION_SE} SE), which the "
         "intervals do not include. " + estimator._advice() + " Or use FedIRLS (glm()'s default), which "
         "converges in a few rounds.",
         ConvergenceWarning,
-        stacklevel=4,
     )
     return True
 
@@ -436,14 +428,13 @@ def warn_overdispersion(estimator, phi: float, sd: float) -> None:
     """
     private = sd > 0  # a private sum of capped squared Pearson residuals: below the uncapped dispersion
     value = f"at least {phi:.3g} (+- {sd:.2g}; a private sum, each row's term capped)" if private else f"{phi:.3g}"
-    warnings.warn(
+    warn(
         f"the Pearson dispersion of this {estimator.family_.name} fit is {value}, where the model has 1: the "
         "counts vary more than the model allows, so its model-based standard errors and intervals are too narrow "
         f"(by about sqrt({phi:.3g}) = {math.sqrt(phi):.2g} times{' or more' if private else ''}, more for some "
         "coefficients). Refit with inference='sandwich', which does not assume the variance, or model the extra "
         "variation.",
         OverdispersionWarning,
-        stacklevel=4,
     )
 
 
@@ -465,12 +456,11 @@ def warn_privacy_share(estimator, inference: InferenceResult) -> bool:
         return False
     names = estimator._coef_labels()
     shown = ", ".join(str(names[j]) for j in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
-    warnings.warn(
+    warn(
         f"privacy noise dominates the error of coefficient(s) {shown} of {estimator.method}: by the fit's own noise "
         f"model its sd there is up to {float(np.max(ratio[idx])):.3g} times the sampling standard error. Increase mu, "
         "pool small sites, or use fewer rounds/parameters.",
         PrivacyNoiseWarning,
-        stacklevel=4,
     )
     return True
 
@@ -485,11 +475,10 @@ def withhold_inference(estimator) -> InferenceResult:
     two covariance parts stay, for diagnosis), with a :class:`~privfedstat.ConvergenceWarning`
     that says so and what to change.
     """
-    warnings.warn(
+    warn(
         f"{estimator.method} did not converge, so its standard errors and confidence intervals are withheld "
         "(NaN): they would describe the noise around a point short of the optimum, not the distance left. "
         "The warning(s) above give the cause and what to change.",
         ConvergenceWarning,
-        stacklevel=4,
     )
     return estimator.inference_.withheld("the fit did not converge (see its ConvergenceWarning)")

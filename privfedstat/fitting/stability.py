@@ -12,10 +12,9 @@ curvature within noise of zero; :func:`unjudged` warns where nothing is released
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import ConvergenceWarning
 from ..families.curvature import auto_step_size
 
@@ -115,9 +114,9 @@ def unjudged(est, noise_model, converged):
     thrown = start_unstable(est, eta)
     if not thrown:
         return converged
-    warnings.warn(f"{est.method} did not converge as far as its releases show: {thrown}, and it releases nothing at its "
-                  "estimate (inference=None or 'bootstrap') that could show it settled after all. A step that the "
-                  f"public bound shows stable is step_size <= {stable_step(est):.3g} (or step_size='auto'); with "
-                  "inference on (other than 'bootstrap') the score released at the estimate judges the fit.",
-                  ConvergenceWarning, stacklevel=3)
+    warn(f"{est.method} did not converge as far as its releases show: {thrown}, and it releases nothing at its "
+         "estimate (inference=None or 'bootstrap') that could show it settled after all. A step that the "
+         f"public bound shows stable is step_size <= {stable_step(est):.3g} (or step_size='auto'); with "
+         "inference on (other than 'bootstrap') the score released at the estimate judges the fit.",
+         ConvergenceWarning)
     return False

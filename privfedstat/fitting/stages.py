@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import numpy as np
 
 from .._validation import check_positive_float
+from .._warn import warn
 from ..exceptions import IllConditionedWarning, PrivacyLeakWarning, PrivacyNoiseWarning
 from ..families import Family
 from ..federation.protocol import Setup
@@ -84,12 +84,11 @@ def plan_budget(estimator, mu: float, inference, *, n_features: int, n_clients: 
             scaling_share = factor * scaling.budget
         else:
             sd = scaling.count_noise_sd(noises, d, mu_scale, family)
-            warnings.warn(
+            warn(
                 f"private scaling cannot locate the columns at this budget: the noise of each pooled count "
                 f"(sd {sd:.3g}) is comparable to N = {n_samples}. The columns are left unscaled and no "
                 "budget is spent on them. Give public FeatureBounds (scaling=...), a larger mu, or more data.",
                 PrivacyNoiseWarning,
-                stacklevel=3,
             )
     searched = pending_bounds(estimator, mu)[2] == "search"
     return BudgetPlan.split(mu, scaling=scaling_share, clip=factor * bound_search(estimator).budget if searched else 0.0,
@@ -140,13 +139,12 @@ def _check_huber_threshold(family, scaler: Scaler) -> None:
     if family.name != "huber" or scaler.response_scale == 1.0 or family.param >= HUBER_MIN_THRESHOLD:
         return
     c = family.param * scaler.response_scale
-    warnings.warn(
+    warn(
         f"Huber's threshold c = {c:.4g} (in units of the response) is {family.param:.2%} of the response's spread "
         f"(private 90% quantile of |y - centre|: {scaler.response_scale:.4g}): nearly every residual lies beyond it, "
         "so the loss is almost the absolute error and has almost no curvature. Give the threshold in the "
         f"response's units, e.g. family=Huber(c=1.345 * residual sd), or rescale y.",
         IllConditionedWarning,
-        stacklevel=3,
     )
 
 
@@ -187,12 +185,11 @@ def choose_bounds(estimator, session: Session, plan: BudgetPlan, scaler: Scaler 
     if how == "infinite":
         bounds.update(dict.fromkeys(todo, math.inf))
     elif how == "paper":
-        warnings.warn(
+        warn(
             "clip='paper' sets B from the raw data (max over clients of the 90th percentile of "
             "per-sample norms at theta=0) without privacy accounting; the fit is not fully private. "
             "Use clip='auto' (default) for a private choice.",
             PrivacyLeakWarning,
-            stacklevel=3,
         )
         theta0 = session.clients.initial_parameters()
         for which in todo:

@@ -20,11 +20,11 @@ when the step exceeds what the public curvature bound shows stable and could not
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import ConvergenceWarning, DivergenceError
 from ..federation.protocol import Run, Setup
 from ..federation.queries import private_mean
@@ -266,11 +266,11 @@ def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
     if rho <= 1.0:
         return True
     step = est.get_params().get("step_size")
-    warnings.warn(f"{est.method} did not converge: at the curvature released at its estimate each of its gradient "
-                  f"steps multiplies the error along the steepest direction by {rho:.3g} (step_size = {step!r} times "
-                  f"the curvature, less {noise_eigenvalue(H.shape[0]):.3g} noise sds, exceeds 2), so its path cannot "
-                  f"settle there; more steps would make it bounce or diverge. {remedy(est, 'oscillating')} (or standardise "
-                  "the columns: the automatic step assumes unit-scale columns)", ConvergenceWarning, stacklevel=5)
+    warn(f"{est.method} did not converge: at the curvature released at its estimate each of its gradient "
+         f"steps multiplies the error along the steepest direction by {rho:.3g} (step_size = {step!r} times "
+         f"the curvature, less {noise_eigenvalue(H.shape[0]):.3g} noise sds, exceeds 2), so its path cannot "
+         f"settle there; more steps would make it bounce or diverge. {remedy(est, 'oscillating')} (or standardise "
+         "the columns: the automatic step assumes unit-scale columns)", ConvergenceWarning)
     return False
 
 
@@ -317,10 +317,10 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
             raise divergence(est, f"the curvature along its estimate has vanished (every fitted value saturated) while "
                                   f"the score there is {z:.3g} sampling sds from zero: the path ran away from the "
                                   "optimum instead of towards it.")
-        warnings.warn(f"{est.method} did not converge: the curvature along its estimate has vanished (every fitted "
-                      "value is saturated) while the score there is zero, the signature of (quasi-)complete separation; "
-                      "more rounds only move the estimate further out. " + remedy(est, "separation"),
-                      ConvergenceWarning, stacklevel=5)
+        warn(f"{est.method} did not converge: the curvature along its estimate has vanished (every fitted "
+             "value is saturated) while the score there is zero, the signature of (quasi-)complete separation; "
+             "more rounds only move the estimate further out. " + remedy(est, "separation"),
+             ConvergenceWarning)
         return False
     gap = stationarity_gap(g, H, theta, n_samples, penalty)
     if gap <= TOL_SE:
@@ -343,10 +343,10 @@ def _not_converged(est, gap: float, oscillating: float | None, settled: bool | N
         advice = est._advice()
     else:
         why, advice = "its path was still travelling towards it when it stopped", est._advice()
-    warnings.warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
-                  f"away from the optimum of the pooled objective (with mu = inf this is checked on the pooled gradient "
-                  f"and Hessian at the estimate; tolerance {TOL_SE:.2f} SE): {why}. {advice}",
-                  ConvergenceWarning, stacklevel=6)
+    warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
+         f"away from the optimum of the pooled objective (with mu = inf this is checked on the pooled gradient "
+         f"and Hessian at the estimate; tolerance {TOL_SE:.2f} SE): {why}. {advice}",
+         ConvergenceWarning)
     return False
 
 
@@ -379,11 +379,11 @@ def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> 
         raise divergence(est, f"{vanished}, so nothing released identifies its estimate (coefficients up to "
                               f"{float(np.max(np.abs(est.coef_))):.3g}), and {unshown}; beyond that, {thrown} to where the model "
                               f"saturates. A step that the public bound shows stable is step_size <= {bound:.3g}.")
-    warnings.warn(f"{est.method} did not converge: {vanished}, so the score there cannot show an optimum, and {unshown}: "
-                  "its steps may have thrown the path out to where the model saturates (coefficients up to "
-                  f"{float(np.max(np.abs(est.coef_))):.3g}). Lower step_size below {bound:.3g} or use "
-                  "step_size='auto' (if the columns are far below the unit scale, standardise them instead).",
-                  ConvergenceWarning, stacklevel=5)
+    warn(f"{est.method} did not converge: {vanished}, so the score there cannot show an optimum, and {unshown}: "
+         "its steps may have thrown the path out to where the model saturates (coefficients up to "
+         f"{float(np.max(np.abs(est.coef_))):.3g}). Lower step_size below {bound:.3g} or use "
+         "step_size='auto' (if the columns are far below the unit scale, standardise them instead).",
+         ConvergenceWarning)
     return True
 
 
@@ -421,11 +421,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     if oscillating is not None and not gradient_steps(run.noise_model):
         cycle = along_last_update(score, H, to_original, inference.cov_privacy, run.path)
         if cycle > critical_value(sides=1):
-            warnings.warn(f"{est.method} did not converge: its last updates point back and forth (lag-1 correlation "
-                          f"{oscillating:.2f}) and the gradient released at its estimate puts the root back along its "
-                          f"last update, {cycle:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the estimate is "
-                          f"at one end of a cycle, not at the optimum. {remedy(est, 'oscillating')}",
-                          ConvergenceWarning, stacklevel=4)
+            warn(f"{est.method} did not converge: its last updates point back and forth (lag-1 correlation "
+                 f"{oscillating:.2f}) and the gradient released at its estimate puts the root back along its "
+                 f"last update, {cycle:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the estimate is "
+                 f"at one end of a cycle, not at the optimum. {remedy(est, 'oscillating')}",
+                 ConvergenceWarning)
             return False
     verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
@@ -438,12 +438,12 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                        remedy(est, "oscillating"))
     else:
         why, advice = "its path stopped short of it", est._advice()
-    warnings.warn(
+    warn(
         f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
         f"equation {verdict.distance:.3g} standard errors away in {names[verdict.coefficient]} (score test against "
         f"the noise of that release and the privacy noise of the estimate: chi-square {verdict.statistic:.3g} on "
         f"{verdict.dof} df, p = {verdict.p_value:.2g}): {why}. {advice}",
-        ConvergenceWarning, stacklevel=4)
+        ConvergenceWarning)
     return False
 
 

@@ -13,11 +13,11 @@ the estimate, every client releases the mean of ``clip_{B'}(g_j) - clip_B(g_j)``
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import ClippingBiasWarning
 from ..federation.queries import planned_noise_sd, private_mean
 from ..federation.session import Session
@@ -152,14 +152,13 @@ def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:
     else:  # binary, count or class responses: the large gradients come from the covariates
         cause = "covariate values far from the rest (large ||x||), or a clip too small for the covariates' scale"
         remedy = "raise clip, or rescale or cap the covariates (scaling=)"
-    warnings.warn(
+    warn(
         f"clipping moves the {estimator.method} estimate: for {shown} the clipped root lies about "
         f"{abs(found.in_se[j]):.2g} standard errors (+- {found.noise_in_se[j]:.2g}, a private measurement at the estimate) "
         f"from the root of the equation clipped at B' = {found.outer:.3g} (B = {found.clip:.3g}), more than the "
         f"{found.tolerated:.2g} its intervals tolerate: {cause}. The intervals were widened by that displacement; for "
         f"the unclipped (MLE / OLS) target {remedy}.",
         ClippingBiasWarning,
-        stacklevel=5,
     )
 
 
@@ -193,11 +192,10 @@ def warn_clipping(estimator, inference) -> None:
     simulable = family is not None and family.likelihood and not getattr(estimator, "has_offset_", False)
     remedy = (", raise clip (or AutoClip's pilot_quantile), or use inference='bootstrap', which simulates the clipping"
               if simulable else " or raise clip (or AutoClip's pilot_quantile)")
-    warnings.warn(
+    warn(
         f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
         f"estimate (B = {estimator.clip_ if hasattr(estimator, 'clip_') else float('nan'):.3g}): it solves the clipped "
         f"equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale {rescale}"
         f"{remedy}.",
         ClippingBiasWarning,
-        stacklevel=4,
     )

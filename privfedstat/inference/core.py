@@ -15,12 +15,12 @@ parts. Each step, its sensitivity, its share of ``mu_inf`` and why: docs/guide/i
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._linalg import MAX_HESSIAN_GB, floor_eigenvalues
+from .._warn import warn
 from ..exceptions import IllConditionedWarning
 from ..families.base import Family
 from ..federation.protocol import Run, Setup
@@ -112,7 +112,7 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
     """
     vals = np.linalg.eigvalsh(A)
     if s > 0 and what == "Hessian" and vals[0] < UNIDENTIFIED_NOISE_SDS * s:
-        warnings.warn(
+        warn(
             f"the released Hessian has {int(np.sum(vals < UNIDENTIFIED_NOISE_SDS * s))} eigenvalue(s) within "
             f"{UNIDENTIFIED_NOISE_SDS:g} noise sds of 0 (smallest {vals[0]:.3g}, noise sd {s:.3g}): the data do not "
             "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column, or the "
@@ -121,7 +121,6 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
             "that lie mostly along directions it raised). Drop or combine collinear columns (declare a common level "
             "of a factor first, or pool its rare levels), or increase mu or the data.",
             IllConditionedWarning,
-            stacklevel=2,
         )
     top = max(float(np.max(np.abs(vals))), 1e-300)
     floor = max(FLOOR_NOISE_SDS * s, RCOND * top)

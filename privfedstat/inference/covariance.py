@@ -10,10 +10,9 @@ releases with per-coordinate noise ``s``, see :func:`privfedstat._linalg.sym_to_
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import PrivacyNoiseWarning
 from ..theory.noise_maps import symmetric_noise_sandwich
 
@@ -201,12 +200,11 @@ def floored_scale(phi: float, sd: float, floor: float, notes: list[str]) -> tupl
     notes.append(f"the released residual variance ({phi:.3g} +- {sd:.2g} on the fitting scale) was below {floor:.3g} "
                  "and was raised to it (post-processing): the sampling part of the standard errors rests on that floor "
                  "and may be overstated")
-    warnings.warn(
+    warn(
         f"the residual variance (scale) of this Gaussian fit is not resolved by its private release at this mu "
         f"({phi:.3g} +- {sd:.2g} on the fitting scale; the noise sd grows with the square root of the number of sites "
         f"and with the clipping bound squared): its standard errors use the floor {floor:.3g} instead, which may "
         "overstate them. Increase mu or merge small sites.",
         PrivacyNoiseWarning,
-        stacklevel=3,
     )
     return floor, sd

@@ -13,11 +13,11 @@ a share of all N rows, not of the ~1% beyond B. The derivation and measurements:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._warn import warn
 from ..exceptions import ClippingBiasWarning
 from ..federation.queries import pearson_dispersion, private_mean
 from ..federation.session import Session
@@ -142,7 +142,7 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
     response = str(getattr(estimator, "response_name_", "")).replace(" ", "")  # a formula's, e.g. "np.log(wage)"
     logged = response.startswith(("np.log(", "numpy.log(", "log("))
-    warnings.warn(
+    warn(
         f"the {estimator.method} residuals are asymmetric (sign score of {shown} {abs(signs.in_sds[j]):.1f} null sds "
         "from 0: more rows on one side of the fit than symmetric errors allow): a skewed response, a point mass or a "
         "contaminated share. Clipping then moves the estimate away from the OLS / MLE target, towards a robust "
@@ -153,5 +153,4 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         f"target transform the response{'' if logged else ' (e.g. its log)'} or raise mu; to make the robust target explicit use "
         "family='huber'.",
         ClippingBiasWarning,
-        stacklevel=5,
     )

@@ -27,7 +27,7 @@ from . import scoring
 from .fit_statistics import FitStatistics, fit_statistics
 from .labels import classes_of, label
 from .plotting import coefficient_frame, plot_coefficients
-from .summary import Summary, privacy_rows, privacy_share_row
+from .summary import Summary, privacy_rows, privacy_share_row, rounds_row
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -381,7 +381,7 @@ class FittedResults:
             "No. Clients": str(self.n_clients_),
             "Df Model": str(df_model),
             "Df Residuals": str(self.n_samples_ - n_params),
-            "Rounds": f"{comm.rounds} ({comm.floats_per_client} floats sent per client)",
+            **rounds_row(comm),
             **privacy_rows(led, delta),
             "Clipping bound B": f"{self.clip_:.4g}",
             "Iterations": str(self.n_iter_),

@@ -15,7 +15,9 @@ from ..privacy.public import NEIGHBOURING, SUBSAMPLED
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
 
-__all__ = ["Summary", "privacy_rows", "privacy_share_row"]
+    from ..federation.channel import Communication
+
+__all__ = ["Summary", "privacy_rows", "privacy_share_row", "rounds_row"]
 
 #: what one unit is, as the summary states it
 _UNITS = {"record": "one row of one client", "client": "one client's whole dataset"}
@@ -80,6 +82,16 @@ class Summary:
         notes = "".join(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes)
         return (f"<h4>{html.escape(self.title)}</h4><table>{rows}</table>"
                 f"{self.coefficients.to_html(float_format=_number)}{notes}")
+
+
+def rounds_row(comm: Communication) -> dict[str, str]:
+    """The summary's Rounds line: the rounds from the protocol's first on (its estimation, diagnostics and
+    inference), then the setup's before it (the private column scaling's search, the clip search), so that a fit
+    of 2 iterations does not read as 92 rounds."""
+    setup = " and ".join(f"{n} for {stage}" for stage, n in comm.setup)
+    setup = f" (+ {setup})" if setup else ""
+    return {"Rounds": f"{comm.rounds - comm.setup_rounds}{setup}; {comm.floats_per_client} floats sent per client "
+                      "in all"}
 
 
 def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:

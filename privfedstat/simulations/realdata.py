@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .._linalg import MAX_HESSIAN_GB
+from .._warn import warn
 from ..algorithms import LocalFit, PooledMLE, Scaffold
 from ..algorithms.registry import get_method, method_of
 from ..data import load_digits, load_mnist
@@ -108,8 +109,8 @@ def realdata_study(X: np.ndarray, y: np.ndarray, *, task: str = "binary", n_clie
     n_params = X.shape[1] * family.n_outputs
     newton = n_clients * n_params**2 * 8 / 1e9 <= MAX_HESSIAN_GB
     if not newton:
-        warnings.warn(f"FedNewton skipped: {n_clients} client Hessians of size {n_params}^2 exceed "
-                      f"{MAX_HESSIAN_GB} GB (e.g. 10-class MNIST); its rows are absent.", UserWarning, stacklevel=2)
+        warn(f"FedNewton skipped: {n_clients} client Hessians of size {n_params}^2 exceed "
+             f"{MAX_HESSIAN_GB} GB (e.g. 10-class MNIST); its rows are absent.", UserWarning)
     root = np.random.SeedSequence(random_state)
     rows = []
     n_fits = n_splits * n_folds * ((5 if newton else 4) * len(mus) + 4)

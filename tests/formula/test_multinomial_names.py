@@ -42,3 +42,18 @@ def test_noise_dominated_multinomial_coefficients_are_named_as_the_summary_rows(
         listed = re.search(r"coefficient\(s\) (.*?) of FedIRLS", message).group(1)
         names = [s.strip() for s in re.split(r",| and \d+ more", listed) if s.strip()]
         assert names and set(names) <= expected, message
+
+
+def test_a_declared_class_with_no_rows_is_refused_at_mu_inf():
+    """A level of ``levels=`` with no rows used to give an intercept of -23 and an ill-conditioning warning, with
+    nothing saying the class is empty; at mu = inf the counts are exact (and the analyst's anyway)."""
+    df = three_classes(0, n=600)
+    df = df[df.y != "c"]
+    with pytest.raises(ValueError, match=r"no rows of the declared level\(s\) 'c'.*levels\['y'\]"):
+        glm("y ~ age + x", df, client="site", family="multinomial", mu=float("inf"), levels={"y": ["a", "b", "c"]})
+    # every declared class present: the fit runs; with finite mu the counts are private and nothing is refused
+    glm("y ~ age + x", df, client="site", family="multinomial", mu=float("inf"), levels={"y": ["a", "b"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        glm("y ~ age + x", df, client="site", family="multinomial", mu=2.0, levels={"y": ["a", "b", "c"]},
+            random_state=0)
