@@ -59,7 +59,8 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     Notes
     -----
     ``R = k sqrt(d)`` with ``k`` the largest integer whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` (with the
-    central step; 2% less while a steeper step needs more) and whose modulus has at most :data:`MAX_BITS` bits; ``gamma = sensitivity / (2 R)``, integer sensitivities ``Delta_2 = 2 R``
+    central step; 2% less while a steeper step needs more) and whose modulus has at most :data:`MAX_BITS` bits;
+    ``gamma = sensitivity / (2 R)``, integer sensitivities ``Delta_2 = 2 R``
     and ``Delta_1 = 2 k d``. The modulus holds ``n_clients bound / gamma`` plus the noise tail.
     """
     d, m = int(dim), int(n_clients)

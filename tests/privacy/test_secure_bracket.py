@@ -49,7 +49,7 @@ def _exact_epsilon(lam: float, shifts: tuple[int, ...], delta: float) -> float:
 def test_achievable_patterns_lie_within_the_stated_sensitivity():
     spec = skellam_spec(0.3, 5.0, 7, 1.0, 4, 3)
     noise = spec.noise(3)
-    reach = 0.3 / spec.quantum  # Delta / gamma (site messages rounded as a whole: the PSD verbs): the most two messages differ by, in quanta
+    reach = 0.3 / spec.quantum  # Delta / gamma, site messages rounded as a whole (the PSD verbs): in quanta
     assert noise.l2 == pytest.approx(reach + math.sqrt(7))
     assert achievable_shifts(noise, "balanced") == (128,) * 7  # 1 / SLACK quanta per coordinate: the norm is Delta
     for pattern in ("balanced", "single", "max-and-ones"):
