@@ -30,6 +30,10 @@ from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SkellamSpec, _calibrated_la
 
 __all__ = ["row_spec", "radius_squares", "quantize_rows", "PASSES"]
 
+#: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
+#: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
+MIN_REACH = 128
+
 #: redraws of a row whose rounding left its ball (a row on the sphere stays outside each pass with probability about
 #: 1/2, so about ``n 2^-PASSES`` of n clipped rows are rounded toward zero instead: a bias below 1 quantum per 65 536
 #: clipped rows)
@@ -59,7 +63,9 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     Notes
     -----
     ``R = k sqrt(d)`` with ``k`` the largest integer whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` (with the
-    central step; 2% less while a steeper step needs more) and whose modulus has at most :data:`MAX_BITS` bits;
+    central step; 2% less while a steeper step needs more) and whose modulus fits the word of Flower's SecAgg+ (so that
+    in-process and deployed fits have the same arithmetic), unless that needs ``k`` below :data:`MIN_REACH`: then at
+    most :data:`MAX_BITS` bits;
     ``gamma = sensitivity / (2 R)``, integer sensitivities ``Delta_2 = 2 R``
     and ``Delta_1 = 2 k d``. The modulus holds ``n_clients bound / gamma`` plus the noise tail.
     """
@@ -74,21 +80,39 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
     k = math.floor(reach_l2 / (2.0 * math.sqrt(d)))
     while k >= 1:
-        quantum = sensitivity / (2.0 * k * math.sqrt(d))
-        l2 = 2.0 * k * math.sqrt(d)
-        try:
-            lam = _calibrated_lam(l2, mu, int(min_surviving))
-        except ValueError:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
+        spec = _spec_at(k, sensitivity, bound, d, mu, m, int(min_surviving), int(rows))
+        if spec is None:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
             k = math.floor(k * 0.98)
-            continue
-        bits = _modulus_bits(m * bound / quantum, d, m * lam)
-        if bits <= MAX_BITS:
-            return SkellamSpec(quantum, lam, bits, int(min_surviving), l2, min(2.0 * k * d, l2 * l2), rounding=False,
-                               dim=d, row_reach=k, rows=int(rows))
-        k = math.floor(k * 2.0 ** (MAX_BITS - bits))  # the data's reach scales with k: at least one bit fewer
+        else:
+            target = _word_bits(m) if k > MIN_REACH else MAX_BITS
+            if spec.bits <= target:
+                return spec
+            # the data's reach scales with k: a bit fewer per halving, down to the word where k stays above MIN_REACH
+            k = math.floor(k * 2.0 ** (target - spec.bits))
+            k = max(k, MIN_REACH) if target < MAX_BITS else k
     raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates (or the messages' bound "
                      f"too large for {MAX_BITS} bits): no per-row radius of at least sqrt(d) quanta fits; give the round "
                      "more budget.")
+
+
+def _word_bits(n_clients: int) -> int:
+    """The widest modulus whose ``n_clients`` residues Flower's SecAgg+ sums exactly: ``bits <= 30`` and ``n 2^(bits+1)
+    < 2^32`` (:func:`privfedstat.flower.secagg.flower_ranges`)."""
+    return min(30, 31 - math.ceil(math.log2(n_clients)) - (1 if n_clients & (n_clients - 1) == 0 else 0))
+
+
+def _spec_at(k: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int
+             ) -> SkellamSpec | None:
+    """The spec of row radius ``k sqrt(d)``; None where its ``Lambda`` is above the checked range."""
+    quantum = sensitivity / (2.0 * k * math.sqrt(d))
+    l2 = 2.0 * k * math.sqrt(d)
+    try:
+        lam = _calibrated_lam(l2, mu, min_surviving)
+    except ValueError:
+        return None
+    bits = _modulus_bits(m * bound / quantum, d, m * lam)
+    return SkellamSpec(quantum, lam, bits, min_surviving, l2, min(2.0 * k * d, l2 * l2), rounding=False, dim=d,
+                       row_reach=k, rows=rows)
 
 
 def radius_squares(spec: SkellamSpec, sensitivity) -> np.ndarray:
