@@ -115,7 +115,8 @@ def test_the_bracket_of_a_vector_release_of_rows_rounded_into_a_ball_closes_to_1
     k = spec.row_reach
     assert noise.l2 == pytest.approx(2 * k * 2.0, rel=1e-15) and not noise.rounding
     assert achievable_shifts(noise, "balanced") == (2 * k,) * 4
-    lower, upper = _ledger(noise).epsilon_bracket(1e-5)
+    upper = _ledger(noise).epsilon(1e-5)
+    lower = achievable_epsilon([noise], 1e-5, patterns=["balanced"])  # the bracket's lower end (its worst pattern)
     assert upper == epsilon_from_mu(noise.gdp_mu, 1e-5)
     assert 0.0 <= upper - lower <= 1e-6
     assert upper == pytest.approx(epsilon_from_mu(1.0, 1e-5), abs=1e-9)  # the calibrated budget, mu = 1

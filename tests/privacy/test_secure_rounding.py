@@ -61,7 +61,7 @@ def test_the_site_sum_is_unbiased_inside_the_ball_and_its_bias_at_the_sphere_is_
     draws = np.array([quantize_rows([inner], spec, [1.0], [np.random.default_rng(s)])[0] for s in range(400)])
     # the mean of 400 sums (sd of each coordinate's sum <= sqrt(50) / 2) is the rows' sum within 5 sd of the mean
     assert np.all(np.abs(draws.mean(0) - inner.sum(0) / spec.quantum) < 5 * math.sqrt(50) / 2 / math.sqrt(400))
-    # rows on the sphere: the conditioning pulls each one inward by a fraction of a quantum (measured: 0.2-0.3
+    # rows on the sphere: the conditioning pulls each one inward by a fraction of a quantum (measured: 0.33-0.38
     # quanta along the row's direction, against a radius of k sqrt(d) > 10^3 quanta)
     u = rng.normal(size=(2000, 3))
     sphere = u / np.linalg.norm(u, axis=1, keepdims=True) * k * math.sqrt(3) * spec.quantum
