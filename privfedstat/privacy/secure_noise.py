@@ -35,6 +35,10 @@ exact privacy profile is :func:`skellam_delta` at its worst shift :attr:`Integer
 several coordinates no shift pattern is the worst at every delta, so the GDP bound stays (docs, "Exact accounting",
 which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy.ledger.PrivacyLedger.epsilon_bracket`).
 
+**Per-row rounding.** The row verbs round each row's contribution into a ball of radius ``k sqrt(d)`` quanta instead
+(:mod:`.secure_rounding`): no rounding slack, ``Delta_2 = 2 k sqrt(d)`` attained by rows on the lattice, one rounding
+error per row in the variance (``SkellamSpec.row_reach``, ``rows``).
+
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
 
