@@ -26,13 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SkellamSpec, _calibrated_lam, _modulus_bits
+from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
 
 __all__ = ["row_spec", "radius_squares", "quantize_rows", "PASSES"]
 
 #: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
 #: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
-MIN_REACH = 128
+MIN_REACH = int(1 / SLACK)
 
 #: redraws of a row whose rounding left its ball (a row on the sphere stays outside each pass with probability about
 #: 1/2, so about ``n 2^-PASSES`` of n clipped rows are rounded toward zero instead: a bias below 1 quantum per 65 536
