@@ -276,9 +276,21 @@ def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) 
                      ("the declared levels", "or add the missing levels to the declaration"))
         raise ValueError(
             f"column {col!r}: {outside} row(s) have a value outside {what} ({len(cats)} levels); "
-            f"recode or remove those rows ({fix})."
+            f"recode or remove those rows ({fix}).{_type_mismatch(values, cats)}"
         )
     return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
+
+
+def _type_mismatch(values: pd.Series, cats: list) -> str:
+    """A hint when the levels and the column differ in kind (``["0", "1"]`` declared for a float column: no row
+    matches, and the count alone would not say why); types only, never values."""
+    import pandas as pd
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    declared = {type(c).__name__ for c in cats}
+    if numeric == all(isinstance(c, (int, float, np.number)) and not isinstance(c, bool) for c in cats):
+        return ""
+    return (f" The declared levels are {', '.join(sorted(declared))} and the column holds {values.dtype}: declare "
+            "the levels as the column holds them.")
 
 
 def _is_labelled(values: pd.Series) -> bool:

@@ -203,7 +203,8 @@ def glm(
     if na_action not in ("raise", "drop"):
         raise ValueError(f"na_action must be 'raise' or 'drop', got {na_action!r}.")
     if data[client].isna().any():
-        raise ValueError(f"client column {client!r} has missing values; every row needs a client.")
+        raise ValueError(f"client column {client!r} has missing values; every row needs a client (na_action='drop' "
+                         "drops rows with missing model columns only: give these rows a client or remove them).")
 
     fam_type = family_type(family)
     design = build_design(formula, data, client=client, multinomial=fam_type.response_levels, levels=levels,

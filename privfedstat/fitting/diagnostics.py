@@ -24,6 +24,7 @@ from ..inference.clipping_bias import warn_clipping
 from ..inference.config import DIAGNOSTIC_ALPHA, critical_value
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
+from ..results.labels import fitting_labels
 from .stability import gradient_steps
 from .steps import settled
 from .verdict import divergence, nonprivate_verdict, remedy
@@ -162,10 +163,9 @@ def hessian_condition(H: np.ndarray) -> float:
     return math.inf if vals[0] <= 0 else float(vals[-1] / vals[0])
 
 
-def _names(idx, limit: int = 8, features=None) -> str:
-    """Coefficients ``idx`` (flat fitting-scale order) by name: the fit's feature names for a
-    scalar-response family when it has them (a ``glm()`` fit), else ``x<j>``."""
-    shown = ", ".join(str(features[j]) if features is not None else f"x{j}" for j in idx[:limit])
+def _names(idx, labels: list[str], limit: int = 8) -> str:
+    """Coefficients ``idx`` (flat fitting-scale order) by their ``labels`` (:func:`.results.labels.fitting_labels`)."""
+    shown = ", ".join(labels[j] for j in idx[:limit])
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
@@ -298,13 +298,12 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
         idx, small = noise_dominated(theta, run.noise_sd, se)
         privacy_open = not idx.size
         if idx.size:
-            features = getattr(est, "feature_names_in_", None)
-            features = features if features is not None and len(features) == theta.size else None
+            labels = fitting_labels(est, theta.size)
             sd = float(np.max(np.broadcast_to(run.noise_sd, theta.shape)[idx]))
             se_shown = float(np.min(np.broadcast_to(se, theta.shape)[idx]))
-            tail = f"; {_names(small, features=features)} are within one noise sd of 0" if small.size else ""
+            tail = f"; {_names(small, labels)} are within one noise sd of 0" if small.size else ""
             warnings.warn(
-                f"privacy noise dominates the error of coefficient(s) {_names(idx, features=features)} of "
+                f"privacy noise dominates the error of coefficient(s) {_names(idx, labels)} of "
                 f"{est.method}: the protocol's noise sd there is at least {sd:.3g}, {sd / se_shown:.2g} times a public "
                 f"proxy of the sampling standard error ({se_shown:.3g}; both on the standardised scale the fit works "
                 f"on){tail}. "
@@ -417,7 +416,7 @@ def review_inference(estimator, run: Run, hessian: np.ndarray | None, to_origina
         theta0 = np.zeros_like(run.theta) if init is None else np.asarray(init, dtype=np.float64).ravel()
         gap = optimisation_gap(run.noise_model, hessian, run.theta, theta0)
         if gap is not None and warn_optimisation_gap(estimator, to_original @ gap, np.sqrt(np.diag(inference.cov)),
-                                                     list(estimator._coef_names()[0])):
+                                                     estimator._coef_labels()):
             converged = False  # the noise-free path had not reached the optimum
     warn_clipping(estimator, inference)
     if (inference.cov_type == "model" and estimator.family_.overdispersion and converged is not False
@@ -464,7 +463,7 @@ def warn_privacy_share(estimator, inference: InferenceResult) -> bool:
     idx = np.flatnonzero(ratio > 1.0)
     if not idx.size:
         return False
-    names = list(estimator._coef_names()[0])
+    names = estimator._coef_labels()
     shown = ", ".join(str(names[j]) for j in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
     warnings.warn(
         f"privacy noise dominates the error of coefficient(s) {shown} of {estimator.method}: by the fit's own noise "

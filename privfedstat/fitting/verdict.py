@@ -432,7 +432,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         return path_converged is not False
     if not _stable(est, run.noise_model, H, hessian_sd):
         return False
-    names = list(est._coef_names()[0])
+    names = est._coef_labels()
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
                        remedy(est, "oscillating"))

@@ -176,7 +176,7 @@ def warn_clipping(estimator, inference) -> None:
     off with intervals that miss), not a measure: 0.3-1.8% clipped moved a skewed response's root by
     3-4 SE; the displacement measures it where the budget resolves it.
     """
-    names = list(estimator._coef_names()[0])
+    names = estimator._coef_labels()
     if inference.clipping_displacement is not None:
         warn_displacement(estimator, inference.clipping_displacement, names)
     if inference.sign_balance is not None:
@@ -186,13 +186,18 @@ def warn_clipping(estimator, inference) -> None:
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction
-    location = getattr(getattr(estimator, "family_", None), "location", True)  # a response that can be rescaled
+    family = getattr(estimator, "family_", None)
+    location = getattr(family, "location", True)  # a response that can be rescaled
     rescale = "the response or covariates (e.g. a Gaussian response to unit scale)" if location else "the covariates"
+    # the bootstrap simulates a likelihood without an offset only (inference.bootstrap refuses the others)
+    simulable = family is not None and family.likelihood and not getattr(estimator, "has_offset_", False)
+    remedy = (", raise clip (or AutoClip's pilot_quantile), or use inference='bootstrap', which simulates the clipping"
+              if simulable else " or raise clip (or AutoClip's pilot_quantile)")
     warnings.warn(
         f"{100 * share:.0f}% (+- {100 * sd:.0f}%) of the per-sample gradients are clipped at the {estimator.method} "
         f"estimate (B = {estimator.clip_ if hasattr(estimator, 'clip_') else float('nan'):.3g}): it solves the clipped "
-        f"equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale {rescale}, "
-        "raise clip (or AutoClip's pilot_quantile), or use inference='bootstrap', which simulates the clipping.",
+        f"equation, whose root can be biased away from the MLE by more than the intervals allow. Rescale {rescale}"
+        f"{remedy}.",
         ClippingBiasWarning,
         stacklevel=4,
     )

@@ -35,7 +35,7 @@ from ..theory.noise_covariance import protocol_noise_covariance, release_draws
 from . import clipping_bias, residual_signs
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, critical_value, resolve_inference
-from .covariance import precision_corrected, sampling_covariance, variance_df, weighted_factor
+from .covariance import floored_scale, precision_corrected, sampling_covariance, variance_df, weighted_factor
 from .results import InferenceResult
 
 __all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
@@ -249,6 +249,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         # |r| <= ||r x|| <= B but for the rows whose gradient is clipped; kept inside the range a client's sum can hold
         bound = min(max(B * B, MIN_BOUND * (1.0 + 1e-12)), 1e307 / float(np.max(session.sizes))) if finite else math.inf
         dispersion = pearson_dispersion(session, theta, bound, mu_d, theta.size, "inference-scale")
+        dispersion = floored_scale(*dispersion, FLOOR_NOISE_SDS * dispersion[1], notes)
         mu_rest *= math.sqrt(1.0 - SCALE_SHARE) if finite else 1.0
     elif session.clients.family.overdispersion:
         dispersion = count_dispersion(session, theta, math.sqrt(DISPERSION_SHARE) * mu_rest, "inference-dispersion")
@@ -285,7 +286,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     correct = config.bias_correction and s_H > 0
     M, more = sampling_covariance(H, 1.0, Sigma, s_H * s_H, correct)
     if scaled:
-        M = M * max(dispersion[0], 0.0)
+        M = M * dispersion[0]
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
     V_p, spread = _privacy_part(run, setup.mu, H, s_H, notes)
@@ -296,7 +297,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         notes.append(residual_signs.note(signs))
     V_s, V_p, fitting_p = G @ V_s @ G.T, G @ V_p @ G.T, V_p
     if spread is not None:  # each coefficient's precision taken at the Jacobian, not at its release
-        V_p = precision_corrected(fitting_p, V_s, G, *spread, H, c * (max(dispersion[0], 0.0) if scaled else 1.0),
+        V_p = precision_corrected(fitting_p, V_s, G, *spread, H, c * (dispersion[0] if scaled else 1.0),
                                   Sigma)
     df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p)) if finite else None
     if df is not None and np.any(np.isfinite(df)):

@@ -10,12 +10,15 @@ releases with per-coordinate noise ``s``, see :func:`privfedstat._linalg.sym_to_
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
+from ..exceptions import PrivacyNoiseWarning
 from ..theory.noise_maps import symmetric_noise_sandwich
 
 __all__ = ["sampling_covariance", "original_scale_map", "original_scale_origin", "weighted_factor", "variance_df",
-           "precision_corrected"]
+           "precision_corrected", "floored_scale"]
 
 
 def _inverse(A: np.ndarray) -> np.ndarray:
@@ -181,3 +184,29 @@ def precision_corrected(V_p: np.ndarray, V_s: np.ndarray, G: np.ndarray, draws: 
     out = scale[:, None] * out * scale[None, :]
     return (out + out.T) / 2
 
+
+
+def floored_scale(phi: float, sd: float, floor: float, notes: list[str]) -> tuple[float, float]:
+    """A Gaussian fit's released residual variance ``(phi, sd)`` (fitting scale) raised to ``floor`` where below it
+    (post-processing, the rule of the released Hessian's eigenvalues: ``floor`` is the same number of noise sds).
+
+    The variance is positive but its release is not: with heavy tails (a clipping bound B far above the residuals'
+    spread; the release's sensitivity is B^2) and many sites its noise can exceed it, and a value at or below 0 made
+    the sampling covariance 0, the intervals privacy noise only (modeldata ames, 28 neighbourhoods, mu = 8: 3 fits of
+    4; docs/guide/inference.md). Raised, the standard errors are conservative where the true variance is below the
+    floor; a :class:`~privfedstat.PrivacyNoiseWarning` and a note say so.
+    """
+    if phi >= floor:
+        return phi, sd
+    notes.append(f"the released residual variance ({phi:.3g} +- {sd:.2g} on the fitting scale) was below {floor:.3g} "
+                 "and was raised to it (post-processing): the sampling part of the standard errors rests on that floor "
+                 "and may be overstated")
+    warnings.warn(
+        f"the residual variance (scale) of this Gaussian fit is not resolved by its private release at this mu "
+        f"({phi:.3g} +- {sd:.2g} on the fitting scale; the noise sd grows with the square root of the number of sites "
+        f"and with the clipping bound squared): its standard errors use the floor {floor:.3g} instead, which may "
+        "overstate them. Increase mu or merge small sites.",
+        PrivacyNoiseWarning,
+        stacklevel=3,
+    )
+    return floor, sd

@@ -140,6 +140,8 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         return
     j = int(idx[np.argmax(np.abs(signs.in_sds[idx]))])
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
+    response = str(getattr(estimator, "response_name_", "")).replace(" ", "")  # a formula's, e.g. "np.log(wage)"
+    logged = response.startswith(("np.log(", "numpy.log(", "log("))
     warnings.warn(
         f"the {estimator.method} residuals are asymmetric (sign score of {shown} {abs(signs.in_sds[j]):.1f} null sds "
         "from 0: more rows on one side of the fit than symmetric errors allow): a skewed response, a point mass or a "
@@ -148,7 +150,7 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         f"the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
         f"{float(np.max(found.noise_in_se)):.2g} standard errors, so displacements up to {float(np.max(upper)):.2g} "
         "standard errors are consistent with it, and the intervals (for the clipped root) may miss the OLS / MLE value. For that "
-        "target transform the response (e.g. its log) or raise mu; to make the robust target explicit use "
+        f"target transform the response{'' if logged else ' (e.g. its log)'} or raise mu; to make the robust target explicit use "
         "family='huber'.",
         ClippingBiasWarning,
         stacklevel=5,

@@ -25,6 +25,7 @@ from ..families import get_family
 from ..inference.results import InferenceResult, NoInferenceError, WaldTestResult
 from . import scoring
 from .fit_statistics import FitStatistics, fit_statistics
+from .labels import classes_of, label
 from .plotting import coefficient_frame, plot_coefficients
 from .summary import Summary, privacy_rows, privacy_share_row
 
@@ -466,13 +467,16 @@ class FittedResults:
         j = getattr(getattr(self, "scaler_", None), "intercept", None)
         if j is not None and getattr(self, "feature_names_in_", None) is None:
             features[j] = "Intercept"
-        response = getattr(self, "response_name_", "y")
         if self.coef_.ndim == 1:
-            return pd.Index(features, name="term"), response, None
-        classes = getattr(self, "levels_", {}).get(response) or list(range(self.coef_.shape[1] + 1))
+            return pd.Index(features, name="term"), getattr(self, "response_name_", "y"), None
+        response, classes = classes_of(self, self.coef_.shape[1])
         equations = [f"{response}={c}" for c in classes[1:]]
         index = pd.MultiIndex.from_product([equations, features], names=["equation", "term"])
         return index, response, classes
+
+    def _coef_labels(self) -> list[str]:
+        """:meth:`_coef_names` as messages print them (a multinomial's ``y=b age``, the summary's row)."""
+        return [label(name) for name in self._coef_names()[0]]
 
 
 def _named_note(note: str, names: pd.Index) -> str:
@@ -481,6 +485,6 @@ def _named_note(note: str, names: pd.Index) -> str:
     match = re.search(r"\[([\d, ]*)\] \(original order\)", note)
     if match is None:
         return note
-    labels = [" ".join(map(str, name)) if isinstance(name, tuple) else str(name) for name in names]
+    labels = [label(name) for name in names]
     shown = ", ".join(labels[int(k)] for k in match[1].split(","))
     return note[:match.start()] + shown + note[match.end():]

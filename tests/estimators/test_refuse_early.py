@@ -93,6 +93,21 @@ def test_unsupported_fits_stop_before_the_refine_rounds_with_the_numbers(case, s
     assert e.spent < 0.6 * 2.0  # scaling, bounds, locate rounds and the new search: about half of mu, not all of it
 
 
+@pytest.mark.parametrize("case", ["villages", "chile"])
+def test_the_refusal_names_the_formula_terms(case):
+    """The weak directions are named as the summary's rows (``C(rel)[T.d]``; ``vote=Y age``), as the remedy ("drop or
+    merge the columns or classes named") needs; it said ``column 7, column 2; fitting order``."""
+    with pytest.raises(UnsupportedModelError) as err:
+        _fit(case, 2.0, 0)
+    named = re.search(r"\(mostly (.*?)\) sums to", str(err.value))
+    assert named is not None, str(err.value)
+    formula, make, family = CASES[case]
+    est = glm(formula, make(0), client="site", family=family, mu=math.inf)
+    listed = [s.strip() for s in named.group(1).split(", ")]
+    rows = {" ".join(map(str, row)) if isinstance(row, tuple) else row for row in est.conf_int().index}
+    assert listed and set(listed) <= rows, str(err.value)
+
+
 def test_the_budget_is_charged_what_the_refused_fit_released():
     formula, make, family = CASES["villages"]
     df = make(0)

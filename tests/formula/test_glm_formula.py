@@ -95,6 +95,10 @@ def test_formula_errors(df):
     est = glm("y ~ age", data=bad, client="site", family="logistic", na_action="drop", mu=float("inf"),
               clip=float("inf"))
     assert est.n_samples_ == len(df) - 1
+    no_site = df.assign(site=df["site"].astype(float))
+    no_site.loc[5, "site"] = np.nan  # na_action='drop' does not drop a row without a client: the message says so
+    with pytest.raises(ValueError, match=r"every row needs a client \(na_action='drop' drops rows with missing model"):
+        glm("y ~ age", data=no_site, client="site", family="logistic", na_action="drop", mu=float("inf"))
     with pytest.raises(ValueError, match="unknown method"):
         glm("y ~ age", data=df, client="site", family="logistic", method="fedprox")
     with pytest.raises(TypeError, match="DataFrame"):

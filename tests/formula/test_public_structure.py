@@ -84,6 +84,20 @@ def test_values_outside_the_declared_levels_raise_with_column_and_count_not_valu
     assert "zzz_secret_place" not in str(info.value)
 
 
+def test_levels_of_another_type_than_the_column_say_so(df):
+    """Levels declared as strings for a numeric response (``["0", "1", "2"]`` for 0.0 / 1.0 / 2.0): every row is
+    outside them, and the message says why (the types, not the values)."""
+    numeric = df.assign(k=df["k"].astype(float))
+    with pytest.raises(ValueError, match=r"declared levels are str and the column holds float64") as info:
+        design("y ~ C(k)", numeric, levels={"k": ["1", "2", "3"]})
+    assert f"{len(numeric)} row(s)" in str(info.value)
+    with pytest.raises(ValueError, match=r"declared levels are int and the column holds "):
+        design("y ~ region", df, levels={"region": [1, 2, 3]})
+    with pytest.raises(ValueError, match=r"row\(s\) have a value outside") as info:  # same kind: no hint
+        design("y ~ C(k)", numeric, levels={"k": [1]})
+    assert "declared levels are" not in str(info.value)
+
+
 def test_categorical_terms_must_be_declared_columns(df):
     levels = {"region": REGIONS}
     with pytest.raises(ValueError, match="computed from the data"):

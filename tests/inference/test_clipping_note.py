@@ -60,3 +60,35 @@ def test_a_displacement_warning_gives_causes_and_remedies_of_the_family():
             warn_displacement(fit, found, ["a", "b", "c"])
         text = str(caught[0].message)
         assert caught[0].category is ClippingBiasWarning and cause in text and absent not in text
+
+
+def test_the_clipping_warning_offers_the_bootstrap_only_where_the_bootstrap_runs():
+    # a Poisson rate with an exposure (mlmRev Mmmec, 9 nations, mu = 2) advised inference='bootstrap', which raises
+    # "cannot simulate data with an offset"
+    import warnings
+
+    import pandas as pd
+    import pytest
+
+    import privfedstat as pfs
+    from privfedstat import ClippingBiasWarning
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(600)
+    exposure = rng.uniform(1.0, 5.0, size=600)
+    df = pd.DataFrame({"y": rng.poisson(exposure * np.exp(0.5 + 0.4 * x)), "x": x, "e": exposure,
+                       "site": np.repeat(np.arange(6), 100)})
+
+    def clipping_text(**kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pfs.glm("y ~ x", df, client="site", family="poisson", mu=8, random_state=0, clip=0.5, **kw)
+        return next(str(w.message) for w in caught
+                    if w.category is ClippingBiasWarning and "per-sample gradients are clipped" in str(w.message))
+
+    assert "inference='bootstrap'" in clipping_text()
+    text = clipping_text(exposure="e")
+    assert "bootstrap" not in text and "raise clip" in text
+    with pytest.raises(ValueError, match="cannot simulate data with an offset"):
+        pfs.glm("y ~ x", df, client="site", family="poisson", mu=8, random_state=0, exposure="e",
+                inference="bootstrap")

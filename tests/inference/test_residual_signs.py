@@ -122,3 +122,22 @@ def test_asymmetry_warns_only_where_the_clipped_excess_cannot_bound_the_displace
         if warns:
             text = str(caught[0].message)
             assert "Intercept 10.0 null sds" in text and f"up to {np.max(found.upper):.2g} standard errors" in text
+
+
+def test_the_asymmetry_warning_does_not_advise_the_log_of_a_logged_response():
+    # AER CPS1988, np.log(wage) over 4 regions: every private fit told the user to take "its log"
+    from privfedstat.families import get_family
+    from privfedstat.inference.clipping_bias import ClippingDisplacement, tolerated_bias
+    from privfedstat.inference.residual_signs import SignBalance, warn_asymmetry
+
+    se = np.array([0.1, 0.2])
+    found = ClippingDisplacement(np.array([0.5, 0.1]) * se, np.diag((3.0 * se) ** 2), se, np.array([False, False]),
+                                 tolerated_bias(0.05), 2.0, 4.0)
+    signs = SignBalance(np.array([0.2, 0.0]), np.full(2, 0.02), 3.4)
+    for response, advised in [("wage", True), ("np.log(wage)", False), ("log(wage)", False)]:
+        fit = type("Fit", (), {"method": "FedIRLS", "family_": get_family("gaussian"), "response_name_": response})()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_asymmetry(fit, signs, found, ["Intercept", "x"])
+        text = str(caught[0].message)
+        assert ("its log" in text) == advised and "transform the response" in text

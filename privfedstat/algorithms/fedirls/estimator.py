@@ -17,6 +17,7 @@ from ...fitting.base import FederatedEstimator
 from ...fitting.stages import weights_for
 from ...privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS
 from ...privacy.clipping import AutoClip
+from ...results.labels import fitting_labels
 from .rounds import ScheduledRun
 from .schedule import IRLSSchedule, default_search
 
@@ -233,7 +234,8 @@ class FedIRLS(FederatedEstimator):
                 f"FedIRLS forms a {p} x {p} Hessian on every client ({need_gb:.1f} GB for {m} clients, limit "
                 f"{MAX_HESSIAN_GB} GB); reduce the number of parameters (features x (classes - 1)) or use FedAvg / Scaffold."
             )
-        fit = ScheduledRun(self.plan_schedule(session.clients.family, session.sizes, setup, p), session)
+        fit = ScheduledRun(self.plan_schedule(session.clients.family, session.sizes, setup, p), session,
+                           fitting_labels(self, p))
         run = fit.walk()
         self.budget_split_, self.hessian_floor_ = fit.budget_split, fit.hessian_floor
         return run

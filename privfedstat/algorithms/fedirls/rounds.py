@@ -32,8 +32,8 @@ class ScheduledRun:
     and ``hessian_floor`` (the floor of the last Hessian), which the estimator reports.
     """
 
-    def __init__(self, schedule: IRLSSchedule, session: Session) -> None:
-        self.schedule, self.session = schedule, session
+    def __init__(self, schedule: IRLSSchedule, session: Session, labels: list[str]) -> None:
+        self.schedule, self.session, self.labels = schedule, session, labels  # labels: the coefficients' names
         self.newton: _Rounds | None = None
         self.found: dict[str, float] = {}
         self.dispersion: tuple[float, float] | None = None  # (phi, sd) of the stage disperse
@@ -89,7 +89,7 @@ class ScheduledRun:
         newton, change = self.newton, self.newton.change
         self.schedule = newton.schedule = self.schedule.located_at(newton.H_floored, newton.H, newton.basis)
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
-                      float(np.max(self.session.ledger.client_mu)))
+                      float(np.max(self.session.ledger.client_mu)), self.labels)
         phase = self.schedule.phase(1, self.final)
         if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
             return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes)

@@ -121,12 +121,8 @@ def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float
     return blocks
 
 
-def _coefficient(j: int, n_outputs: int) -> str:
-    return f"column {j // n_outputs}" + (f", class {j % n_outputs + 1}" if n_outputs > 1 else "")
-
-
 def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | None, refine: Setup | None,
-                  design: np.ndarray | None, spent: float) -> None:
+                  design: np.ndarray | None, spent: float, labels: list[str]) -> None:
     """Raise :class:`~privfedstat.UnsupportedModelError` when the refine rounds would end damped beyond their noise.
 
     Parameters
@@ -143,6 +139,9 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
         The row map of the whitening (for the planned noise of the message).
     spent : float
         The mu per client the fit has spent so far.
+    labels : list of str
+        The coefficients' names in flat fitting order (:func:`~privfedstat.results.labels.fitting_labels`), which the
+        message names the weak directions by.
     """
     if curvature_class(schedule.family) != "bounded":
         return  # the curvature grows along the path (Poisson): the located Hessian does not bound the refine rounds'
@@ -162,7 +161,6 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     # (a lower bound on c for each; none where no short block's upper bound is above zero)
     bounds = [math.sqrt(b.need / b.upper) for b in blocks if b.short and b.upper > 0]
     factor = max(bounds) if bounds else math.inf
-    q = schedule.family.n_outputs
     loads = np.max(np.abs(P @ block.vectors), axis=1)
     loads = loads / max(float(np.max(loads)), 1e-300)
     worst = [int(j) for j in np.argsort(-loads)[:4] if loads[j] > 0.3]
@@ -184,8 +182,8 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
                 f"{max(1, math.floor(m / guide**2))} merged sites")
     raise UnsupportedModelError(
         f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client spent), "
-        f"the released curvature of {block.k} direction(s) (mostly {', '.join(_coefficient(j, q) for j in worst)}; "
-        f"fitting order) sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released, in "
+        f"the released curvature of {block.k} direction(s) (mostly {', '.join(labels[j] for j in worst)}) "
+        f"sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released, in "
         f"the refine rounds' coordinates), below the {block.need:.3g} the remaining rounds' Hessians need (their "
         f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
         "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
