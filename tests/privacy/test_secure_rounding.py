@@ -133,3 +133,28 @@ def test_secure_gradient_residues_are_reproducible_per_seed_and_neighbours_move_
     assert np.linalg.norm(diff[0]) <= spec.l2 and np.abs(diff[0]).sum() <= spec.l1
     rec = secure_mod.share_release(spec, wsens, 3, "g")
     assert rec.sensitivity.max() == pytest.approx(spec.l2 * spec.quantum, rel=1e-12)
+
+
+def test_a_steeper_step_than_the_central_one_takes_a_smaller_row_radius_within_the_checked_lambda(monkeypatch):
+    """Were a non-central step 1% steeper, the largest radius would need Lambda above the checked 1e8: the calibration
+    takes a smaller k instead, and its budget still holds with that step."""
+    import privfedstat.privacy.secure_noise as secure_noise
+
+    central_steps = secure_noise.skellam_steps
+
+    def steep_steps(lam):
+        out = np.array(central_steps(lam))
+        out[3] = 1.01 * out[0]
+        return out
+
+    plain = row_spec(1.0, 1.0, 4, 1.0, 3, 3, 300)
+    secure_noise.skellam_gdp_step.cache_clear()
+    monkeypatch.setattr(secure_noise, "skellam_steps", steep_steps)
+    try:
+        steep = row_spec(1.0, 1.0, 4, 1.0, 3, 3, 300)
+        assert steep.row_reach < plain.row_reach and steep.lam * 3 <= secure_noise.MAX_CHECKED_LAM
+        step = secure_noise.skellam_gdp_step(steep.lam * 3)
+        assert step == pytest.approx(1.01 * secure_noise.skellam_gdp_mu(steep.lam * 3), rel=1e-12)
+        assert 1.0 - 1e-11 <= steep.l2 * step <= 1.0
+    finally:
+        secure_noise.skellam_gdp_step.cache_clear()
