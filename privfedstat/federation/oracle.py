@@ -59,6 +59,13 @@ class ClientOracle(Protocol):
         """Per-sample gradient (``"gradient"``), Hessian (``"hessian"``) or row (``"row"``, ``theta`` ignored) norms,
         shape (n_samples,)."""
 
+    def row_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Every row's gradient clipped as in :meth:`clipped_gradients`, (n_samples, n_params) in the clients' order:
+        each client's mean of its rows is its :meth:`clipped_gradients`."""
+
+    def row_clipped_excess(self, theta: np.ndarray, clip: float, outer: float) -> np.ndarray:
+        """Every row's term of :meth:`clipped_excess`, (n_samples, n_params)."""
+
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         """Per-client number of ``values`` (one per sample) that are <= ``threshold``."""
 
@@ -105,6 +112,22 @@ class _ConcatenatedOracle:
                 f"theta must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}), got {theta.shape}."
             )
         return theta
+
+    @functools.cached_property
+    def _row_offsets(self) -> np.ndarray:
+        """Offsets with one row per group: the site-mean kernels then give every row's own term."""
+        return np.arange(self.data.X.shape[0] + 1, dtype=self.data.offsets.dtype)
+
+    def _row_theta(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` for the per-row kernels: shared, or each client's row repeated for its rows."""
+        theta = self._theta2d(theta)
+        return theta if theta.shape[0] == 1 else np.repeat(theta, self.sizes, axis=0)
+
+    def row_clipped_excess(self, theta: np.ndarray, clip: float, outer: float) -> np.ndarray:
+        """Every row's ``clip_{outer}(g_j) - clip_{clip}(g_j)`` (N, p): the terms of :meth:`clipped_excess`."""
+        if not outer > clip:
+            raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
+        return self.row_gradients(theta, outer) - self.row_gradients(theta, clip)
 
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
@@ -216,6 +239,15 @@ class GLMOracle(_ConcatenatedOracle):
                self.family.code, self.family.param, out)
         return out
 
+    def row_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Every row's gradient clipped to ``clip``, (N, d) in the clients' order: the kernel of
+        :meth:`clipped_gradients` with one row per group, so that each client's mean of them is its statistic."""
+        d = self.data
+        out = np.empty((d.X.shape[0], self.n_features))
+        glm_nb.glm_clipped_mean_grad(d.X, d.y, d.eta_offset, d.row_norms, self._row_offsets, self._row_theta(theta),
+                                     _bound(clip, "clip", self._n_max), self.family.code, self.family.param, out)
+        return out
+
     def losses(self, theta: np.ndarray) -> np.ndarray:
         out = np.empty(self.n_clients)
         d = self.data
@@ -291,13 +323,16 @@ class GLMOracle(_ConcatenatedOracle):
         ``CLIP_SAFETY``, whose margin covers the rounding of a short sum as theirs does), so one row replaced
         moves a client's sum by at most ``bound``.
         """
+        return np.add.reduceat(self.row_pearson_terms(theta, bound), self.data.offsets[:-1])
+
+    def row_pearson_terms(self, theta: np.ndarray, bound: float) -> np.ndarray:
+        """Every row's term of :meth:`pearson_sums`, in ``[0, bound kappa]``, shape (N,)."""
         d = self.data
         z = self._linear_predictor(theta)
         with np.errstate(all="ignore"):  # the residual and its square may overflow
             ratio = self.family.deriv(d.y, z) ** 2 / self.family.deriv2(d.y, z)
         cap = _bound(bound, "bound", self._n_max) * glm_nb.CLIP_SAFETY
-        terms = np.where(np.isnan(ratio), 0.0, np.minimum(ratio, cap))
-        return np.add.reduceat(terms, d.offsets[:-1])
+        return np.where(np.isnan(ratio), 0.0, np.minimum(ratio, cap))
 
 
 class MultinomialOracle(_ConcatenatedOracle):
@@ -315,6 +350,14 @@ class MultinomialOracle(_ConcatenatedOracle):
         out = np.empty((self.n_clients, self.n_params))
         d = self.data
         multinomial_nb.multinomial_clipped_mean_grad(d.X, d.y, d.row_norms, d.offsets, self._theta2d(theta),
+                                                     _bound(clip, "clip", self._n_max), self.family.n_outputs, out)
+        return out
+
+    def row_gradients(self, theta: np.ndarray, clip: float) -> np.ndarray:
+        """Every row's gradient clipped to ``clip``, (N, p): the kernel of :meth:`clipped_gradients`, one row per group."""
+        d = self.data
+        out = np.empty((d.X.shape[0], self.n_params))
+        multinomial_nb.multinomial_clipped_mean_grad(d.X, d.y, d.row_norms, self._row_offsets, self._row_theta(theta),
                                                      _bound(clip, "clip", self._n_max), self.family.n_outputs, out)
         return out
 

@@ -21,8 +21,7 @@ import numpy as np
 from .._linalg import vec_to_sym
 from ..privacy.calibration import aggregated_noise_sd, hessian_sensitivity
 from ..privacy.clipping import AutoClip, private_grid_quantile, search_level
-from ..privacy.secure_noise import skellam_spec
-from .secure import mean_noise_sd, message_spec, secure_mean, secure_total
+from .secure import mean_noise_sd, message_spec, secure_mean, secure_total, verb_spec
 from .server import aggregate
 from .session import Session
 
@@ -132,17 +131,20 @@ def pearson_dispersion(session: Session, theta: np.ndarray, bound: float, mu: fl
     ``r_j`` are the Pearson residuals ``(y_j - mu_j) / sqrt(V(mu_j))``: statsmodels' ``pearson_chi2 / df_resid``
     when nothing is capped (``bound`` inf, with mu = inf). Each client releases its capped sum (verb
     ``pearson_sum``, sensitivity ``bound``), ``mu``-GDP; the server sums them over the clients that answered
-    (in a secure fit their secure sum, ``secure_pearson_sum``: a site's sum is at most ``n_i bound``).
+    (in a secure fit their secure sum, ``secure_pearson_sum``: each row's term centred by ``bound / 2`` and rounded
+    into ``[-bound / 2, bound / 2]``, the server adding ``bound / 2`` per row of the survivors back).
     The cap only lowers the value (a conservative test of overdispersion).
     """
-    if session.secure is not None and math.isfinite(mu):  # a secure sum (real values rounded to the quantum)
+    if session.secure is not None and math.isfinite(mu):  # a secure sum (each row's centred term rounded into its ball)
         m = session.clients.n_clients
-        spec = skellam_spec(bound, float(np.max(session.sizes)) * bound, 1, mu, m, session.secure)
+        spec = verb_spec("secure_pearson_sum", bound, float(np.max(session.sizes)) * bound / 2.0, 1, mu, m,
+                         session.secure, int(np.sum(session.sizes)))
         total = secure_total(session, "secure_pearson_sum", spec=spec, sensitivity=bound, theta=theta, bound=bound,
                              stage=stage)
         live = session.channel.live
         df = float(np.sum(session.sizes[live])) - n_params
-        return total / df, math.sqrt(spec.variance(int(np.count_nonzero(live)))) / df
+        return (total + float(np.sum(session.sizes[live])) * bound / 2.0) / df, \
+            math.sqrt(spec.variance(int(np.count_nonzero(live)))) / df
     values, _, answered = session.ask("pearson_sum", theta=theta, bound=bound, mu=mu, stage=stage)
     m = int(np.count_nonzero(answered))
     df = float(np.sum(session.sizes[answered])) - n_params

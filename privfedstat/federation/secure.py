@@ -34,11 +34,18 @@ from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
 from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize, skellam_spec
+from ..privacy.secure_rounding import quantize_rows, radius_squares, row_spec
 from .clients import Reply
 from .verbs import Verb, design_moments, get, one_value, parameter_moments, parameters, register
 
-__all__ = ["secure_mean", "secure_total", "message_spec", "mean_noise_sd", "secure_count", "privatize_integer",
-           "share_release", "SecureAggregationRefused", "sums_securely", "secure_sites", "site_generators", "AGGREGATIONS"]
+__all__ = ["secure_mean", "secure_total", "message_spec", "verb_spec", "mean_noise_sd", "secure_count",
+           "privatize_integer", "share_release", "SecureAggregationRefused", "sums_securely", "secure_sites",
+           "site_generators", "AGGREGATIONS", "ROW_VERBS"]
+
+#: the secure verbs whose sites round each row's contribution into a ball (:mod:`~privfedstat.privacy.secure_rounding`:
+#: the integer sensitivity attained exactly); the PSD verbs (hessians, score_outer, design_moments) round the site's
+#: message as a whole, which keeps their sensitivity ``sqrt(2) C / n_i`` (a row's ball would state ``2 C / n_i``)
+ROW_VERBS = frozenset({"secure_gradients", "secure_clipped_excess", "secure_pearson_sum"})
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -95,27 +102,46 @@ def _secure_release(clients, statistic, theta, weights, sensitivity, spec: Skell
     return clients._reply(residues, [rec], answered, failing)
 
 
-def privatize_integer(values: np.ndarray, noise, spec: SkellamSpec, sensitivity, stage: str
-                      ) -> tuple[np.ndarray, np.ndarray, Release]:
-    """The sites' integer mechanism: each row of ``values`` (a site's weighted message, of L2 sensitivity
-    ``sensitivity[i]``) rounded to the quantum with its stream's uniforms, plus its Skellam share, modulo ``2^bits``.
+def _secure_row_release(clients, row_statistic, theta, weights, sensitivity, spec: SkellamSpec, stage: str, active,
+                        mean: bool = True, center: float = 0.0) -> Reply:
+    """Each site's sum of its rows' contributions ``v_j = c_i (s_j - center)``, each rounded into its ball
+    (:func:`~privfedstat.privacy.secure_rounding.quantize_rows`), with its noise share: ``c_i = w_i / n_i`` for a mean
+    (the rows of ``w_i s_i``), ``w_i`` for a sum; ``row_statistic(oracle, theta)`` gives every row's ``s_j`` (N, d)."""
+    answered, failing = clients._begin(active)
+    o = clients._oracle
+    rows, off = row_statistic(o, theta), o.data.offsets
+    scale = np.asarray(weights, dtype=np.float64) / (np.asarray(o.sizes, dtype=np.float64) if mean else 1.0)
+    values = [scale[i] * (rows[off[i]:off[i + 1]] - center) for i in range(len(scale))]
+    residues, _, rec = privatize_integer(values, clients._noise, spec, sensitivity, stage)
+    return clients._reply(residues, [rec], answered, failing)
+
+
+def privatize_integer(values, noise, spec: SkellamSpec, sensitivity, stage: str) -> tuple[np.ndarray, np.ndarray, Release]:
+    """The sites' integer mechanism: site i's weighted message (``values[i]``, of L2 sensitivity ``sensitivity[i]``)
+    rounded to the quantum with its stream's uniforms, plus its Skellam share, modulo ``2^bits``; for a spec with
+    ``row_reach``, ``values[i]`` are its rows' contributions (n_i, d), each rounded into its ball and summed
+    (:func:`~privfedstat.privacy.secure_rounding.quantize_rows`).
 
     Returns the residues (as float64, exact below 2^53), the rounded messages in message units (``gamma`` times the
-    integers: what the mechanism's sensitivity bounds, rounding slack ``gamma sqrt(d)`` included) and the site's
-    share record. Looked up on this module by the verbs, so that a test's tap sees every secure release.
+    integers: what the stated sensitivity bounds) and the site's share record. Looked up on this module by the verbs,
+    so that a test's tap sees every secure release.
     """
     rngs = site_generators(noise)
-    rounded = quantize(values, spec, rngs)
+    rounded = quantize_rows(values, spec, sensitivity, rngs) if spec.row_reach else quantize(values, spec, rngs)
     residues = add_shares(rounded, spec, rngs)
-    return residues.astype(np.float64), rounded * spec.quantum, share_release(spec, sensitivity, values.shape[1], stage)
+    return residues.astype(np.float64), rounded * spec.quantum, share_release(spec, sensitivity, rounded.shape[1], stage)
 
 
 def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered: np.ndarray | None = None) -> Release:
     """The record of the sites' integer messages of ``dim`` coordinates: each site's sensitivity ``sensitivity[i]``
-    plus the rounding slack ``gamma sqrt(d)`` (none for integer messages: counts), its share's sd ``gamma sqrt(2
-    lam)`` (zeros for sites outside ``answered``). It follows from the public request: a Flower server builds it for
-    the sites SecAgg+ summed."""
-    sens = np.asarray(sensitivity, dtype=np.float64) + (spec.quantum * np.sqrt(dim) if spec.rounding else 0.0)
+    plus the rounding slack ``gamma sqrt(d)`` (none for integer messages: counts), or, for rows rounded into a ball,
+    twice its rows' radius ``2 gamma sqrt(T_i)`` (:func:`~privfedstat.privacy.secure_rounding.radius_squares`); its
+    share's sd ``gamma sqrt(2 lam)`` (zeros for sites outside ``answered``). It follows from the public request: a
+    Flower server builds it for the sites SecAgg+ summed."""
+    if spec.row_reach:
+        sens = 2.0 * spec.quantum * np.sqrt(radius_squares(spec, sensitivity).astype(np.float64))
+    else:
+        sens = np.asarray(sensitivity, dtype=np.float64) + (spec.quantum * np.sqrt(dim) if spec.rounding else 0.0)
     sigma = np.full(sens.shape, spec.quantum * np.sqrt(2.0 * spec.lam))
     if answered is not None:
         sens, sigma = np.where(answered, sens, 0.0), np.where(answered, sigma, 0.0)
@@ -124,9 +150,10 @@ def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered
 
 def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
                       active=None) -> Reply:
-    """``gradients`` under secure aggregation: each site's mean of per-sample gradients clipped to B, times ``w_i``."""
-    return _secure_release(clients, lambda o, t: o.clipped_gradients(t, clip), theta, weights, sensitivity, spec,
-                           stage, active)
+    """``gradients`` under secure aggregation: each site's mean of per-sample gradients clipped to B, times ``w_i``,
+    each row rounded into its ball."""
+    return _secure_row_release(clients, lambda o, t: o.row_gradients(t, clip), theta, weights, sensitivity, spec,
+                               stage, active)
 
 
 def _secure_hessians(clients, theta, *, hessian_clip: float, gradient_clip: float | None = None, weights, sensitivity,
@@ -155,9 +182,10 @@ def _secure_design_moments(clients, *, row_clip: float, weights, sensitivity, sp
 
 def _secure_clipped_excess(clients, theta, *, clip: float, outer: float, weights, sensitivity, spec: SkellamSpec,
                            stage: str, active=None) -> Reply:
-    """``clipped_excess`` under secure aggregation: each site's mean of ``clip_{B'}(g_j) - clip_B(g_j)``, times ``w_i``."""
-    return _secure_release(clients, lambda o, t: o.clipped_excess(t, clip, outer), theta, weights, sensitivity, spec,
-                           stage, active)
+    """``clipped_excess`` under secure aggregation: each site's mean of ``clip_{B'}(g_j) - clip_B(g_j)``, times ``w_i``,
+    each row rounded into its ball."""
+    return _secure_row_release(clients, lambda o, t: o.row_clipped_excess(t, clip, outer), theta, weights,
+                               sensitivity, spec, stage, active)
 
 
 def _secure_count_at_most(clients, which: str, theta, threshold: float, *, weights, sensitivity, spec: SkellamSpec,
@@ -185,9 +213,10 @@ def _secure_count_clipped(clients, theta, *, clip: float, weights, sensitivity, 
 def _secure_pearson_sum(clients, theta, *, bound: float, weights, sensitivity, spec: SkellamSpec, stage: str,
                         active=None) -> Reply:
     """``pearson_sum`` under secure aggregation: each site's sum of its squared Pearson residuals capped at ``bound``
-    (sensitivity ``bound``), rounded to the quantum."""
-    return _secure_release(clients, lambda o, t: o.pearson_sums(t, bound)[:, None], theta, weights, sensitivity, spec,
-                           stage, active)
+    less ``n_i bound / 2`` (sensitivity ``bound``): each row's term, centred to ``[-bound / 2, bound / 2]``, rounded into
+    that interval (the server adds ``bound / 2`` per row back)."""
+    return _secure_row_release(clients, lambda o, t: o.row_pearson_terms(t, bound)[:, None], theta, weights,
+                               sensitivity, spec, stage, active, mean=False, center=bound / 2.0)
 
 
 _SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
@@ -211,6 +240,16 @@ def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
     return Release(share.stage, -1, "aggregated", share.sensitivity, sigma, integer=spec.noise(n))
 
 
+def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, n_clients: int, min_surviving: int,
+              rows: int) -> SkellamSpec:
+    """The arithmetic of a secure round of ``verb``: rows rounded into a ball for :data:`ROW_VERBS`
+    (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), the site message rounded as a
+    whole otherwise (:func:`~privfedstat.privacy.secure_noise.skellam_spec`); arguments as theirs."""
+    if verb in ROW_VERBS:
+        return row_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
+    return skellam_spec(sensitivity, bound, dim, mu, n_clients, min_surviving)
+
+
 def message_spec(session, verb: str, weights: np.ndarray, sensitivity, bound: float, mu: float, request: dict
                  ) -> SkellamSpec:
     """The arithmetic of a secure mean of ``verb``'s messages ``w_i s_i`` at budget ``mu`` (the sum's GDP parameter,
@@ -219,8 +258,8 @@ def message_spec(session, verb: str, weights: np.ndarray, sensitivity, bound: fl
     w = np.asarray(weights, dtype=np.float64)
     clients = session.clients
     dim = math.prod(get(verb).shape(clients.n_params, clients.n_features, request))
-    return skellam_spec(float(np.max(w * np.asarray(sensitivity, dtype=np.float64))), float(np.max(w)) * bound, dim,
-                        mu, clients.n_clients, session.secure)
+    return verb_spec(verb, float(np.max(w * np.asarray(sensitivity, dtype=np.float64))), float(np.max(w)) * bound, dim,
+                     mu, clients.n_clients, session.secure, int(np.sum(session.sizes)))
 
 
 def mean_noise_sd(spec: SkellamSpec, weights: np.ndarray, answered: np.ndarray) -> float:

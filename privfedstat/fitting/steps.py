@@ -15,11 +15,11 @@ import numpy as np
 
 from .._validation import check_iterate
 from ..families.curvature import auto_step_size
-from ..federation.secure import secure_mean
+from ..federation.secure import secure_mean, verb_spec
 from ..federation.server import aggregate, effective_weights
 from ..federation.session import Session
 from ..privacy.calibration import gradient_calibration, local_step_calibration
-from ..privacy.secure_noise import SkellamSpec, skellam_spec
+from ..privacy.secure_noise import SkellamSpec
 
 __all__ = [
     "server_gradient_descent", "local_gradient_descent", "gradient_noise_sd", "resolve_step_size", "resolve_count", "settled",
@@ -129,13 +129,13 @@ def secure_gradient_spec(session: Session, weights: np.ndarray, clip: float, n_i
                          ) -> SkellamSpec | None:
     """The arithmetic of the secure rounds of :func:`server_gradient_descent` (None outside a secure fit or with mu =
     inf): site i's weighted message ``w_i g_i`` has sensitivity ``w_i 2 B / n_i`` and norm at most ``w_i B``; a round's
-    budget is ``mu / sqrt(K)`` (:func:`~privfedstat.privacy.secure_noise.skellam_spec`)."""
+    budget is ``mu / sqrt(K)`` (:func:`~privfedstat.federation.secure.verb_spec`: each row rounded into its ball)."""
     sens, mu_msg = gradient_calibration(clip, session.sizes, n_iter, mu)
     if session.secure is None or math.isinf(mu_msg):
         return None
     w = np.asarray(weights, dtype=np.float64)
-    return skellam_spec(float(np.max(w * sens)), float(np.max(w)) * clip, session.clients.n_params, mu_msg,
-                        session.clients.n_clients, session.secure)
+    return verb_spec("secure_gradients", float(np.max(w * sens)), float(np.max(w)) * clip, session.clients.n_params,
+                     mu_msg, session.clients.n_clients, session.secure, int(np.sum(session.sizes)))
 
 
 def local_gradient_descent(

@@ -1,9 +1,11 @@
 """The secure verbs on Flower: each site's integer message summed by Flower's SecAgg+ protocol.
 
 Under ``aggregation="secure"`` a site's message (``secure_gradients``, ``secure_hessians``) is its
-weighted statistic quantized to the quantum, plus its Skellam share, modulo ``2^bits``
+weighted statistic quantized to the quantum (row by row into a ball for the row verbs,
+:mod:`~privfedstat.privacy.secure_rounding`), plus its Skellam share, modulo ``2^bits``
 (:func:`~privfedstat.federation.secure.privatize_integer`, seeded from the site's own noise
-stream). On Flower that residue vector never travels in the clear: the server runs one
+stream: the node runs the same verb on its own rows as the in-process sites do, so both produce the
+same integers). On Flower that residue vector never travels in the clear: the server runs one
 :class:`flwr.server.workflow.SecAggPlusWorkflow` round per secure request (setup, key sharing,
 collection of masked vectors, unmasking; Flower's key agreement, Shamir shares and masks), driven by
 a strategy shim in a :class:`~flwr.server.compat.LegacyContext`, and each node answers through

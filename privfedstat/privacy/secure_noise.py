@@ -35,6 +35,10 @@ exact privacy profile is :func:`skellam_delta` at its worst shift :attr:`Integer
 several coordinates no shift pattern is the worst at every delta, so the GDP bound stays (docs, "Exact accounting",
 which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy.ledger.PrivacyLedger.epsilon_bracket`).
 
+**Per-row rounding.** The row verbs round each row's contribution into a ball of radius ``k sqrt(d)`` quanta instead
+(:mod:`.secure_rounding`): no rounding slack, ``Delta_2 = 2 k sqrt(d)`` attained by rows on the lattice, one rounding
+error per row in the variance (``SkellamSpec.row_reach``, ``rows``).
+
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
 
@@ -95,10 +99,16 @@ class SkellamSpec:
     l2, l1 : float
         Integer L2 and L1 sensitivity of the worst site's message (rounding slack included).
     rounding : bool, default True
-        The messages are real and rounded stochastically to the quantum (:func:`skellam_spec`); False: they are integer
-        multiples of the quantum already (counts, :func:`count_spec`) and are sent as they are, without rounding slack.
+        The site messages are real and rounded stochastically to the quantum (:func:`skellam_spec`: rounding slack in
+        the sensitivities); False: they are integers already (counts, :func:`count_spec`), or sums of rows rounded into
+        a ball (``row_reach``), without rounding slack.
     dim : int
         Coordinates per message (d; 0: not stated, as for a spec built by hand).
+    row_reach : int, default 0
+        k: each row is rounded into the ball of radius ``k sqrt(d)`` quanta
+        (:func:`~privfedstat.privacy.secure_rounding.row_spec`); 0: the site's message is rounded as a whole.
+    rows : int, default 0
+        With ``row_reach``: the rows of all sites, each with its rounding error (the variance bound).
     """
 
     quantum: float
@@ -109,6 +119,8 @@ class SkellamSpec:
     l1: float
     rounding: bool = True
     dim: int = 0
+    row_reach: int = 0
+    rows: int = 0
 
     def __post_init__(self) -> None:
         if not (self.quantum > 0 and math.isfinite(self.quantum)):
@@ -122,12 +134,13 @@ class SkellamSpec:
 
     def noise(self, shares: int) -> IntegerNoise:
         """The integer noise of a sum over ``shares`` sites' messages."""
-        return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim), self.rounding)
+        return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim), self.rounding,
+                            int(self.rows))
 
     def variance(self, shares: int) -> float:
         """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
-        rounding errors (at most 1/4 each, none for integer messages) and the noise (2 lam each):
-        :attr:`IntegerNoise.variance` of :meth:`noise`."""
+        rounding errors (at most 1/4 each: one per site, or one per row with ``row_reach``; none for integer messages)
+        and the noise (2 lam each): :attr:`IntegerNoise.variance` of :meth:`noise`."""
         return self.noise(shares).variance
 
 
@@ -148,7 +161,10 @@ class IntegerNoise:
     dim : int
         Coordinates of the release (d; 0: not stated).
     rounding : bool, default True
-        The messages were rounded stochastically to the quantum (:attr:`SkellamSpec.rounding`; False for counts).
+        The site messages were rounded stochastically to the quantum, rounding slack in ``l2`` and ``l1``
+        (:attr:`SkellamSpec.rounding`; False for counts and for rows rounded into a ball).
+    rows : int, default 0
+        Rows rounded one by one into a ball (:attr:`SkellamSpec.rows`, all sites'): the rounding errors in the sum.
     """
 
     quantum: float
@@ -158,12 +174,15 @@ class IntegerNoise:
     shares: int
     dim: int = 0
     rounding: bool = True
+    rows: int = 0
 
     @property
     def variance(self) -> float:
-        """Upper bound on the per-coordinate variance of the sum in message units: ``gamma^2 (2 Lambda + shares / 4)``,
-        the summed Skellam noise and the sites' rounding errors (at most 1/4 each; none without rounding)."""
-        return self.quantum**2 * (2.0 * self.lam + (0.25 * self.shares if self.rounding else 0.0))
+        """Upper bound on the per-coordinate variance of the sum in message units: ``gamma^2 (2 Lambda + e / 4)``,
+        the summed Skellam noise and the ``e`` rounding errors (at most 1/4 each): ``e = shares`` for site messages
+        rounded as a whole, ``rows`` for rows rounded one by one, none for integer messages."""
+        errors = (self.shares if self.rounding else 0) + self.rows
+        return self.quantum**2 * (2.0 * self.lam + 0.25 * errors)
 
     @property
     def exact_shift(self) -> int | None:
@@ -191,7 +210,7 @@ class IntegerNoise:
         """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
         left = self.shares - int(t)
         lam = self.lam * max(left, 0) / self.shares if self.shares else 0.0
-        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding)
+        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding, self.rows)
 
 
 def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int,

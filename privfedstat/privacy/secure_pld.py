@@ -84,7 +84,9 @@ def secure_pld(noises: Sequence[IntegerNoise], mu: float, value_discretization_i
 def achievable_shifts(noise: IntegerNoise, pattern: str = "balanced") -> tuple[int, ...]:
     """An integer shift pattern ``v`` that two neighbouring messages within the release's stated sensitivity produce
     with certainty: messages on the quantum's grid (stochastic rounding leaves them where they are) that differ by ``v``
-    quanta, ``||v||_2 <= R``, ``R = Delta / gamma = Delta_2 - sqrt(d)`` (``Delta_2`` for integer messages, counts).
+    quanta, ``||v||_2 <= R``, ``R = Delta / gamma = Delta_2 - sqrt(d)`` (``Delta_2`` for integer messages, counts, and
+    for rows rounded into a ball, :mod:`.secure_rounding`, whose balanced pattern ``(2k, ..., 2k)`` is ``Delta_2``
+    itself: a row at ``(k, ..., k)`` replaced by one at ``-(k, ..., k)``).
 
     ``pattern``: ``"balanced"``, ``floor(R / sqrt(d))`` in every coordinate, one more in as many as fit; ``"single"``,
     ``floor(R)`` in one coordinate; ``"max-and-ones"``, 1 in the other ``d - 1`` coordinates and the most that fits in

@@ -79,9 +79,11 @@ def test_a_secure_fedsgd_through_secaggplus_equals_the_in_process_fit_and_the_se
         assert not np.array_equal(masked, own) and not np.array_equal(masked, own + clip)
         assert not np.any(np.isin(masked, [own, own + clip]).all()) and weight[0] != 2 * clip  # weight masked too
         assert masked.min() >= 0 and masked.max() < 2**32
-        # unmasked, the upload would be (2c, r_i + c) < 2^(bits+2) <= 2^22 here; masked it is uniform on [0, 2^32):
-        # all four entries below 2^24 has probability 2^-32
-        assert 2 * clip + own.max() < 2**22 and (np.concatenate([weight, masked]) >= 2**24).any()
+        # unmasked, the upload would be (2c, r_i + c) < 2^(bits+2) <= 2^26 here (rows rounded into balls of the largest
+        # radius the SecAgg+ word holds: bits <= 24); masked it is uniform on [0, 2^32): all four entries below 2^26 has
+        # probability 2^-24
+        top = 2 ** (spec.bits + 2)
+        assert spec.bits <= 24 and 2 * clip + own.max() < top and (np.concatenate([weight, masked]) >= top).any()
 
 
 def test_a_site_dropping_mid_fit_is_left_out_of_the_secure_sums_and_its_survivors_are_accounted():

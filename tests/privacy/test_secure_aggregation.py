@@ -10,10 +10,10 @@ from privfedstat.algorithms.fedsgd import FedSGD
 from privfedstat.families import get_family
 from privfedstat.federation import clients as clients_mod
 from privfedstat.federation.clients import FailingData, InProcessClients
-from privfedstat.federation.secure import SecureAggregationRefused
+from privfedstat.federation.secure import SecureAggregationRefused, verb_spec
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.mechanisms import ClientNoise
-from privfedstat.privacy.secure_noise import decode, skellam_spec
+from privfedstat.privacy.secure_noise import decode
 
 M, N, K = 6, 150, 8
 
@@ -60,7 +60,11 @@ def test_the_ledger_accounts_each_round_with_the_steepest_step_of_its_own_lambda
     """Were a non-central step of the Gaussianised Skellam tail 1% steeper than the central one, the fit would calibrate
     its noise to it and the ledger would account with it."""
     import privfedstat.privacy.secure_noise as secure_noise
+    import privfedstat.privacy.secure_rounding as secure_rounding
 
+    # rows rounded into balls take Lambda near its checked maximum 1e8, where each step check costs 0.3-0.9 s: a cap of
+    # 1e6 on the row radius' Lambda keeps this test fast (the calibration and the accounting are the same code)
+    monkeypatch.setattr(secure_rounding, "MAX_CHECKED_LAM", 1e6)
     plain = _fit(_data())
     central_steps = secure_noise.skellam_steps
 
@@ -75,10 +79,12 @@ def test_the_ledger_accounts_each_round_with_the_steepest_step_of_its_own_lambda
         steep = _fit(_data())
         pairs = zip(plain.privacy_.releases, steep.privacy_.releases)
         for a, b in ((a, b) for a, b in pairs if a.integer is not None):
-            assert b.integer.lam / a.integer.lam == pytest.approx(1.01**2, rel=1e-6)
+            # the calibration may take a smaller row radius k for it (rows rounded into a ball): Lambda per l2^2
+            assert (b.integer.lam / b.integer.l2**2) / (a.integer.lam / a.integer.l2**2) == pytest.approx(1.01**2,
+                                                                                                       rel=1e-6)
             D = 1.01 * secure_noise.skellam_gdp_mu(b.integer.lam)
             assert np.max(b.client_mu()) == pytest.approx(b.integer.l2 * D, rel=1e-9)
-        assert 1.0 * (1 - 1e-12) <= steep.privacy_.mu <= 1.0
+        assert 1.0 * (1 - 1e-11) <= steep.privacy_.mu <= 1.0
     finally:
         secure_noise.skellam_gdp_step.cache_clear()
 
@@ -90,8 +96,8 @@ def test_secure_fit_is_reproducible_and_close_to_the_local_fit_with_less_noise()
     np.testing.assert_array_equal(a.coef_, b.coef_)
     c = _fit(data, random_state=4)
     assert not np.array_equal(a.coef_, c.coef_)
-    # the sum's noise sd is about 1 / sqrt(M) of the per-site noise's (the rounding slack costs < 1%)
-    spec = skellam_spec(2.0 / (M * N), 1.0 / M, 3, 1.0 / math.sqrt(K), M, M)
+    # the sum's noise sd is about 1 / sqrt(M) of the per-site noise's (the rows' rounding errors cost < 1%)
+    spec = verb_spec("secure_gradients", 2.0 / (M * N), 1.0 / M, 3, 1.0 / math.sqrt(K), M, M, M * N)
     local_sd = math.sqrt(M) * 2.0 * math.sqrt(K) / (N * M)  # sqrt(sum w_i^2 sigma_i^2), sigma_i = 2 B sqrt K / (mu n)
     ratio = math.sqrt(spec.variance(M)) / local_sd
     assert 1 / math.sqrt(M) < ratio < 1.01 / math.sqrt(M)
@@ -148,7 +154,7 @@ def test_quantized_messages_of_neighbouring_data_differ_by_at_most_their_integer
     other = FederatedData(X, y, data.offsets)
     weights = data.sizes / data.sizes.sum()
     wsens = weights * 2.0 / data.sizes
-    spec = skellam_spec(float(wsens.max()), float(weights.max()), 3, 0.5, M, M)
+    spec = verb_spec("secure_gradients", float(wsens.max()), float(weights.max()), 3, 0.5, M, M, int(data.sizes.sum()))
     theta = np.array([0.1, -0.3, 0.2])
     a, b = _residues(data, theta, spec, wsens, weights, 11), _residues(other, theta, spec, wsens, weights, 11)
     modulus = 1 << spec.bits

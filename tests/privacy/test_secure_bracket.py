@@ -12,6 +12,7 @@ from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.ledger import PrivacyLedger, Release
 from privfedstat.privacy.secure_noise import IntegerNoise, count_spec, skellam_spec
 from privfedstat.privacy.secure_pld import achievable_epsilon, achievable_shifts
+from privfedstat.privacy.secure_rounding import row_spec
 
 
 def _losses(lam: float, shift: int) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +49,7 @@ def _exact_epsilon(lam: float, shifts: tuple[int, ...], delta: float) -> float:
 def test_achievable_patterns_lie_within_the_stated_sensitivity():
     spec = skellam_spec(0.3, 5.0, 7, 1.0, 4, 3)
     noise = spec.noise(3)
-    reach = 0.3 / spec.quantum  # Delta / gamma: the most two messages differ by, in quanta
+    reach = 0.3 / spec.quantum  # Delta / gamma, site messages rounded as a whole (the PSD verbs): in quanta
     assert noise.l2 == pytest.approx(reach + math.sqrt(7))
     assert achievable_shifts(noise, "balanced") == (128,) * 7  # 1 / SLACK quanta per coordinate: the norm is Delta
     for pattern in ("balanced", "single", "max-and-ones"):
@@ -103,3 +104,19 @@ def test_the_ledger_brackets_its_epsilon_tight_for_counts_and_by_the_rounding_sl
     assert lower < lower_both < upper_both and upper_both == _ledger(vector, counts).epsilon(1e-5)
     assert _ledger().epsilon_bracket() == (0.0, 0.0)
     assert achievable_epsilon([IntegerNoise(1.0, 0.0, 2.0, 2.0, 3, 1)], 1e-5) == math.inf  # no noise: no privacy
+
+
+def test_the_bracket_of_a_vector_release_of_rows_rounded_into_a_ball_closes_to_1e_6():
+    """Rows rounded into the ball of radius k sqrt(d) (no rounding slack): the balanced pattern (2k, ..., 2k) is the
+    stated integer sensitivity itself, and at the calibrated Lambda (near its checked maximum) the ledger's GDP epsilon
+    is within 1e-6 of the exact epsilon of that achievable pattern (site-level rounding: 5e-3 here)."""
+    spec = row_spec(0.3, 5.0, 4, 1.0, 4, 3, 4000)
+    noise = spec.noise(3)
+    k = spec.row_reach
+    assert noise.l2 == pytest.approx(2 * k * 2.0, rel=1e-15) and not noise.rounding
+    assert achievable_shifts(noise, "balanced") == (2 * k,) * 4
+    upper = _ledger(noise).epsilon(1e-5)
+    lower = achievable_epsilon([noise], 1e-5, patterns=["balanced"])  # the bracket's lower end (its worst pattern)
+    assert upper == epsilon_from_mu(noise.gdp_mu, 1e-5)
+    assert 0.0 <= upper - lower <= 1e-6
+    assert upper == pytest.approx(epsilon_from_mu(1.0, 1e-5), abs=1e-9)  # the calibrated budget, mu = 1

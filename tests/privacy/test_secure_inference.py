@@ -25,6 +25,7 @@ from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.ledger import PrivacyLedger
 from privfedstat.privacy.mechanisms import ClientNoise
 from privfedstat.privacy.secure_noise import add_shares, decode, quantize
+from privfedstat.privacy.secure_rounding import quantize_rows
 
 #: the inference's vector and matrix releases of a default logistic fit (model-based) and of a sandwich fit
 VECTOR_STAGES = ("inference-hessian", "inference-clip-excess", "inference-score-test")
@@ -60,13 +61,21 @@ def test_a_secure_inference_release_decodes_to_the_in_process_sum_and_states_its
     exact = getattr(_session(data).clients, verb)(sensitivity=sens, mu=math.inf, stage="x", **request).values
     spec = secure_mod.message_spec(session, f"secure_{verb}", w, sens, bound, 0.3, request)
     rngs = secure_mod.site_generators(ClientNoise(np.random.SeedSequence(7), M))
-    rounded = quantize(w[:, None] * exact, spec, rngs)
+    if spec.row_reach:  # rows rounded into their balls: each row's term, weighted by w_i / n_i
+        o, off = session.clients._oracle, data.offsets
+        rows = o.row_gradients(THETA, request["clip"]) if verb == "gradients" else \
+            o.row_clipped_excess(THETA, request["clip"], request["outer"])
+        values = [w[i] / data.sizes[i] * rows[off[i]:off[i + 1]] for i in range(M)]
+        rounded, errors = quantize_rows(values, spec, w * sens, rngs), int(data.sizes.sum())
+    else:
+        rounded, errors = quantize(w[:, None] * exact, spec, rngs), M
     residues = add_shares(rounded, spec, rngs)
     total = decode(np.mod(residues.sum(axis=0), 2**spec.bits)[None, :].astype(np.float64), spec)
     np.testing.assert_array_equal(value, total / w.sum())
     assert np.max(np.abs(value - (w[:, None] * exact).sum(axis=0))) < 20 * math.sqrt(spec.variance(M))
-    # the sd the inference reads: the Skellam sum's and the rounding errors', sqrt(gamma^2 (2 m lam + m / 4))
-    skellam = spec.quantum * math.sqrt(2 * M * spec.lam + M / 4)
+    # the sd the inference reads: the Skellam sum's and the rounding errors', sqrt(gamma^2 (2 m lam + e / 4)), e = m
+    # site messages or N rows
+    skellam = spec.quantum * math.sqrt(2 * M * spec.lam + errors / 4)
     assert sd == pytest.approx(skellam, rel=1e-9, abs=0)
     assert released_sd(session.ledger, "s") == pytest.approx(skellam, rel=1e-9, abs=0)
     assert planned_noise_sd(session, verb, weights=w, sensitivity=sens, mu=0.3, **request) == pytest.approx(skellam,

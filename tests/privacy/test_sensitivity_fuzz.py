@@ -16,6 +16,7 @@ fit that makes just these two releases at a public estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -228,8 +229,8 @@ def test_every_secure_release_moves_at_most_its_stated_sensitivity(spec, case):
 
 @pytest.mark.parametrize("spec", SECURE, ids=[s.name for s in SECURE])
 def test_the_harness_catches_an_understated_secure_sensitivity(spec, monkeypatch):
-    """Self-test: secure sites that state half the weighted message's sensitivity (and calibrate nothing else) are
-    caught on the clipped gradient's worst case (a Gaussian row whose huge |y| flips sign)."""
+    """Self-test: secure sites whose records state half of what their messages may move (rows rounded into balls of
+    the true radius) are caught on the clipped gradient's worst case (a Gaussian row whose huge |y| flips sign)."""
     case = Case(family="gaussian", intercept=True, clip=1.0, scaling=None, index=3,
                 x_d=(1.0, 1.0, 0.0), y_d=1e6, x_nb=(1.0, 1.0, 0.0), y_nb=-1e6)
     data, neighbour = case.datasets()
@@ -240,12 +241,13 @@ def test_the_harness_catches_an_understated_secure_sensitivity(spec, monkeypatch
 
     with tap_channel():
         check_neighbours(make, data, neighbour)  # the true mechanism passes
-    real = secure.privatize_integer
+    real = secure.share_release
 
-    def understated(values, noise, spec_, sensitivity, stage):
-        return real(values, noise, spec_, np.asarray(sensitivity, dtype=np.float64) / 2, stage)
+    def understated(spec_, sensitivity, dim, stage, answered=None):  # the record states half what the rows may move
+        rec = real(spec_, sensitivity, dim, stage, answered)
+        return dataclasses.replace(rec, sensitivity=rec.sensitivity / 2)
 
-    monkeypatch.setattr(secure, "privatize_integer", understated)
+    monkeypatch.setattr(secure, "share_release", understated)
     with tap_channel(), pytest.raises(AssertionError, match="stated sensitivity"):
         check_neighbours(make, data, neighbour)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._linalg import floor_eigenvalues
 from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
-from ...federation.secure import secure_count
+from ...federation.secure import secure_count, verb_spec
 from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, count_precision, pending_bounds
 from ...inference.config import critical_value
@@ -358,8 +358,9 @@ class IRLSSchedule:
     def _secure(self, phase: Phase) -> Phase:
         """``phase`` under secure aggregation: each round's specs, and the summed noise's variances and floors."""
         w, m, k, p = self.weights, self.sizes.size, self.min_surviving, self.n_params
-        g_specs = tuple(skellam_spec(float(np.max(w * phase.gradient_sensitivity)), float(np.max(w)) * phase.clip, p,
-                                     float(mu), m, k) for mu in phase.mu_gradient)
+        g_specs = tuple(verb_spec("secure_gradients", float(np.max(w * phase.gradient_sensitivity)),
+                                  float(np.max(w)) * phase.clip, p, float(mu), m, k, int(np.sum(self.sizes)))
+                        for mu in phase.mu_gradient)
         h_specs = tuple(skellam_spec(float(np.max(w * phase.hessian_sensitivity)), float(np.max(w)) * phase.hessian_clip,
                                      p * (p + 1) // 2, float(mu), m, k) if share > 0 else None
                         for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))

@@ -1,0 +1,157 @@
+"""Per-row quantization for secure aggregation: each row's contribution rounded into a ball, so that the integer
+sensitivity is attained exactly.
+
+A site's message is the sum of its rows' contributions ``v_j`` (a weighted mean's terms ``(w_i / n_i) s_j``, or a sum's
+terms). Each row is rounded stochastically to the integer lattice of the quantum gamma, ``a_j = floor(v_j / gamma + U)``,
+*conditioned* on ``||a_j||_2 <= R_i`` (the row's radius in quanta): the rows whose rounding left the ball are rounded
+again with fresh uniforms, at most :data:`PASSES` times, and a row still outside then is rounded toward zero
+coordinatewise (which never increases the norm). The site sends ``sum_j a_j`` plus its Skellam share. One row replaced
+moves that integer sum by ``a - b`` with both in the ball: ``||a - b||_2 <= 2 R`` whatever the rounding drew, with no
+rounding slack, and the pair ``a = (k, ..., k)``, ``b = -a`` (rows on the lattice, rounded to themselves) attains it when
+``R = k sqrt(d)``; :func:`row_spec` calibrates the quantum so (docs/guide/secure-aggregation.md, "Accounting").
+
+The radius comes from the public request: a row of a site whose weighted message has L2 sensitivity ``Delta_i`` (one row
+replaced: ``2 x`` the row's bound) has radius ``Delta_i / (2 gamma)``, capped at the spec's ``k sqrt(d)``; the ball is
+checked in integers (``||a||^2 <= T_i``, :func:`radius_squares`), so the guarantee holds exactly.
+
+Every pass draws uniforms for all of a site's rows (used by the rows still outside), so each row's rounding depends on
+its own value and uniforms only: two neighbouring data sets rounded with the same stream differ in the changed row
+alone (the replay fuzzer's coupling), and the site's stream advances by the same amount whatever the data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
+
+__all__ = ["row_spec", "radius_squares", "quantize_rows", "PASSES"]
+
+#: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
+#: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
+MIN_REACH = int(1 / SLACK)
+
+#: redraws of a row whose rounding left its ball (a row on the sphere stays outside each pass with probability about
+#: 1/2, so about ``n 2^-PASSES`` of n clipped rows are rounded toward zero instead: a bias below 1 quantum per 65 536
+#: clipped rows)
+PASSES = 16
+
+
+def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int, min_surviving: int,
+             rows: int) -> SkellamSpec:
+    """The arithmetic of a secure round whose sites round each row into a ball (:func:`quantize_rows`).
+
+    Parameters
+    ----------
+    sensitivity : float
+        Largest L2 sensitivity ``w_i Delta_i`` of a site's weighted message (message units; one row replaced moves
+        it by at most twice the row's bound).
+    bound : float
+        Largest L1 bound of a coordinate of a site's message, ``max_i sum_j ||v_j||`` (message units), for the modulus.
+    dim : int
+        Coordinates per message (d).
+    mu : float
+        Budget of the round: ``2 R D(Lambda) = mu`` for the sum of ``min_surviving`` shares.
+    n_clients, min_surviving : int
+        Sites asked, and the fewest whose shares are enough.
+    rows : int
+        Rows of all sites together (how many rounding errors a sum can carry: its variance bound).
+
+    Notes
+    -----
+    ``R = k sqrt(d)`` with ``k`` the largest integer whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` (with the
+    central step; 2% less while a steeper step needs more) and whose modulus fits the word of Flower's SecAgg+ (so that
+    in-process and deployed fits have the same arithmetic), unless that needs ``k`` below :data:`MIN_REACH`: then at
+    most :data:`MAX_BITS` bits;
+    ``gamma = sensitivity / (2 R)``, integer sensitivities ``Delta_2 = 2 R``
+    and ``Delta_1 = 2 k d``. The modulus holds ``n_clients bound / gamma`` plus the noise tail.
+    """
+    d, m = int(dim), int(n_clients)
+    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
+        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a "
+                         "finite clipping bound).")
+    if not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
+    if not 1 <= int(min_surviving) <= m:
+        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
+    k = math.floor(reach_l2 / (2.0 * math.sqrt(d)))
+    while k >= 1:
+        spec = _spec_at(k, sensitivity, bound, d, mu, m, int(min_surviving), int(rows))
+        if spec is None:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
+            k = math.floor(k * 0.98)
+        else:
+            target = _word_bits(m) if k > MIN_REACH else MAX_BITS
+            if spec.bits <= target:
+                return spec
+            # the data's reach scales with k: a bit fewer per halving, down to the word where k stays above MIN_REACH
+            k = math.floor(k * 2.0 ** (target - spec.bits))
+            k = max(k, MIN_REACH) if target < MAX_BITS else k
+    raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates (or the messages' bound "
+                     f"too large for {MAX_BITS} bits): no per-row radius of at least sqrt(d) quanta fits; give the round "
+                     "more budget.")
+
+
+def _word_bits(n_clients: int) -> int:
+    """The widest modulus whose ``n_clients`` residues Flower's SecAgg+ sums exactly: ``bits <= 30`` and ``n 2^(bits+1)
+    < 2^32`` (:func:`privfedstat.flower.secagg.flower_ranges`)."""
+    return min(30, 31 - math.ceil(math.log2(n_clients)) - (1 if n_clients & (n_clients - 1) == 0 else 0))
+
+
+def _spec_at(k: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int
+             ) -> SkellamSpec | None:
+    """The spec of row radius ``k sqrt(d)``; None where its ``Lambda`` is above the checked range."""
+    quantum = sensitivity / (2.0 * k * math.sqrt(d))
+    l2 = 2.0 * k * math.sqrt(d)
+    try:
+        lam = _calibrated_lam(l2, mu, min_surviving)
+    except ValueError:
+        return None
+    bits = _modulus_bits(m * bound / quantum, d, m * lam)
+    return SkellamSpec(quantum, lam, bits, min_surviving, l2, min(2.0 * k * d, l2 * l2), rounding=False, dim=d,
+                       row_reach=k, rows=rows)
+
+
+def radius_squares(spec: SkellamSpec, sensitivity) -> np.ndarray:
+    """Each site's squared row radius in quanta, an integer ``T_i = min(floor((Delta_i / (2 gamma))^2 (1 + 1e-12)),
+    k^2 d)`` for its weighted message's sensitivity ``Delta_i = sensitivity[i]`` (the ``1e-12`` absorbs the float
+    error of the calibration, which makes the worst site's ``T`` exactly ``k^2 d``)."""
+    r = np.asarray(sensitivity, dtype=np.float64) / (2.0 * spec.quantum)
+    cap = spec.row_reach * spec.row_reach * int(spec.dim)
+    return np.minimum(np.floor(r * r * (1.0 + 1e-12)), cap).astype(np.int64)
+
+
+def quantize_rows(rows: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, rngs: Sequence[np.random.Generator]
+                  ) -> np.ndarray:
+    """Each site's sum of its rows rounded into the ball (module docstring), int64 of shape (n_sites, d).
+
+    ``rows[i]`` (n_i, d) are site i's row contributions in message units (their sum is its message), ``sensitivity[i]``
+    its weighted message's sensitivity (:func:`radius_squares`), ``rngs[i]`` its stream (one draw of it seeds the
+    rounding's generator). A row above its radius (float error of the clipping) is first scaled onto it.
+    """
+    thresholds = radius_squares(spec, sensitivity)
+    out = np.zeros((len(rngs), int(spec.dim)), dtype=np.int64)
+    for i, rng in enumerate(rngs):
+        gen = np.random.Generator(np.random.PCG64(rng.integers(0, 2**63, size=4)))
+        x = np.asarray(rows[i], dtype=np.float64).reshape(-1, int(spec.dim)) / spec.quantum
+        if x.shape[0] == 0:
+            continue
+        limit = math.sqrt(float(thresholds[i]))
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+        over = norms > limit
+        if np.any(over):
+            x[over] *= (limit / norms[over])[:, None]
+        a = np.floor(x + gen.random(x.shape)).astype(np.int64)
+        outside = np.einsum("ij,ij->i", a, a) > thresholds[i]
+        for _ in range(PASSES - 1):
+            if not np.any(outside):
+                break
+            u = gen.random(x.shape)  # every row's uniforms: a row's rounding depends on its own draws alone
+            a[outside] = np.floor(x[outside] + u[outside]).astype(np.int64)
+            outside[outside] = np.einsum("ij,ij->i", a[outside], a[outside]) > thresholds[i]
+        a[outside] = np.trunc(x[outside]).astype(np.int64)  # toward zero: |a_c| <= |x_c|, so ||a|| <= ||x|| <= radius
+        out[i] = a.sum(axis=0)
+    return out
