@@ -156,11 +156,9 @@ class IRLSSchedule:
         The cap on rounds with mu = inf and ``n_rounds="auto"``, which stop when the step is below ``tol`` (Newton
         needs far fewer where it converges).
     locate_rounds : int
-        Rounds of the locate phase, from theta^(0) with the bounds chosen there. Chosen on the tuning half of
-        ``benchmarks/bench_natural_sites.py`` and confirmed on the validation half, as are the two shares below: the
-        planned privacy variance cannot price the locate phase's work (bringing theta from 0 into the range where the
-        refine rounds' expansion holds) and falls as its share does, down to none (docs/algorithms/fedirls.md,
-        "Schedule shares chosen on the tuning half"; benchmarks/RESULTS.md, same section).
+        Rounds of the locate phase, from theta^(0) with the bounds chosen there; chosen on the tuning half of
+        ``bench_natural_sites.py``, confirmed on the validation half, as the two shares below (the planned variance
+        cannot price bringing theta into the refine rounds' range: docs/algorithms/fedirls.md, "Schedule shares chosen on the tuning half").
     locate_share : float
         Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
     research_share : float
@@ -358,9 +356,8 @@ class IRLSSchedule:
     def _secure(self, phase: Phase) -> Phase:
         """``phase`` under secure aggregation: each round's specs, and the summed noise's variances and floors."""
         w, m, k, p = self.weights, self.sizes.size, self.min_surviving, self.n_params
-        g_specs = tuple(verb_spec("secure_gradients", float(np.max(w * phase.gradient_sensitivity)),
-                                  float(np.max(w)) * phase.clip, p, float(mu), m, k, int(np.sum(self.sizes)))
-                        for mu in phase.mu_gradient)
+        g_specs = tuple(verb_spec("secure_gradients", float(np.max(w * phase.gradient_sensitivity)), float(np.max(w))
+                                  * phase.clip, p, float(mu), m, k, int(np.sum(self.sizes))) for mu in phase.mu_gradient)
         h_specs = tuple(skellam_spec(float(np.max(w * phase.hessian_sensitivity)), float(np.max(w)) * phase.hessian_clip,
                                      p * (p + 1) // 2, float(mu), m, k) if share > 0 else None
                         for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))
