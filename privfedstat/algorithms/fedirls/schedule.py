@@ -157,8 +157,8 @@ class IRLSSchedule:
         needs far fewer where it converges).
     locate_rounds : int
         Rounds of the locate phase, from theta^(0) with the bounds chosen there; chosen on the tuning half of
-        ``bench_natural_sites.py``, confirmed on the validation half, as the two shares below (the planned variance
-        cannot price bringing theta into the refine rounds' range: docs/algorithms/fedirls.md, "Schedule shares chosen on the tuning half").
+        ``bench_natural_sites.py`` and confirmed on the validation half, as the two shares below (the planned variance
+        cannot price bringing theta into range: docs/algorithms/fedirls.md, "Schedule shares chosen on the tuning half").
     locate_share : float
         Share of the estimation mu^2 of all locate rounds together, equal, gradient and Hessian halves (same).
     research_share : float
