@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._linalg import row_norm_bounds
 from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
 
 __all__ = ["row_spec", "radius_squares", "quantize_rows", "PASSES"]
@@ -140,7 +141,7 @@ def quantize_rows(rows: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, rn
         if x.shape[0] == 0:
             continue
         limit = math.sqrt(float(thresholds[i]))
-        norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+        norms = row_norm_bounds(x)  # >= the norm for every finite row: the scaled rows are within the radius
         over = norms > limit
         if np.any(over):
             x[over] *= (limit / norms[over])[:, None]
