@@ -194,7 +194,7 @@ class IRLSSchedule:
         to rounding).
     reweigh : bool
         The refine rounds after the first re-weigh the sites by :mod:`.site_weights` (``weights="optimal"``, sites
-        of unequal size, local aggregation, whitened rounds, a family without dispersion); otherwise :attr:`weights`
+        of unequal size, local aggregation, whitened rounds, a family without a scale); otherwise :attr:`weights`
         throughout.
     located : tuple of float or None
         After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2), lambda_min)``, the located point's
