@@ -88,7 +88,7 @@ class FedIRLS(FederatedEstimator):
         an eigenvalue.
     weights : "optimal", "size" or array of shape (n_clients,), default "optimal"
         Server aggregation weights (w_i). "size": n_i / N. "optimal": size weights, and from the second refine
-        round on (sites of unequal size, local aggregation, whitened rounds, a family without dispersion) the
+        round on (sites of unequal size, local aggregation, whitened rounds, a family without a scale) the
         weights of least mean square error against the size-weighted root under each site's privacy noise and a
         site effect whose variance is estimated from the first refine round's released per-site gradients
         (:mod:`~privfedstat.algorithms.fedirls.site_weights`; the effect's shift is added to the privacy

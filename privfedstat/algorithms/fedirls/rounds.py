@@ -79,7 +79,7 @@ class ScheduledRun:
         self.dispersion = count_dispersion(self.session, self.newton.theta, self.schedule.mu_dispersion, "irls-dispersion")
 
     def insure(self) -> None:
-        tau2 = located_heterogeneity(self.schedule, self.newton.messages, self.session.sizes, self.newton.basis)
+        tau2 = located_heterogeneity(self.schedule, self.newton.messages, self.session.sizes, self.newton.basis, self.dispersion)
         self.found = self.schedule.insured_bounds(self.found, self.dispersion, tau2)
 
     def refine(self) -> None:
@@ -92,7 +92,7 @@ class ScheduledRun:
                       float(np.max(self.session.ledger.client_mu)), self.labels)
         phase = self.schedule.phase(1, self.final)
         if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
-            return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes)
+            return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes, self.dispersion)
         newton.run(phase)
 
 

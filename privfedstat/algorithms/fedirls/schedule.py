@@ -194,7 +194,7 @@ class IRLSSchedule:
         to rounding).
     reweigh : bool
         The refine rounds after the first re-weigh the sites by :mod:`.site_weights` (``weights="optimal"``, sites
-        of unequal size, local aggregation, whitened rounds, a family without dispersion); otherwise :attr:`weights`
+        of unequal size, local aggregation, whitened rounds, a family without a scale); otherwise :attr:`weights`
         throughout.
     located : tuple of float or None
         After the locate rounds (:meth:`located_at`): ``(T_a, tr(N^-1), tr(N^-2), lambda_min)``, the located point's
@@ -272,10 +272,10 @@ class IRLSSchedule:
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
         # weights="optimal": the refine rounds re-weigh sites of unequal size (site_weights), where the per-site
-        # messages are seen (local aggregation) and the whitened score's covariance is its Hessian (no dispersion)
+        # messages are seen (local aggregation) and the whitened score's covariance is its Hessian times a released
+        # dispersion (1, or a count's: stage disperse; a family with a scale releases none before the refine rounds)
         reweigh = (isinstance(estimator.weights, str) and estimator.weights == "optimal" and mode == "phased"
-                   and "whiten" in stages and secure is None and not family.has_dispersion
-                   and not family.overdispersion and bool(np.ptp(sizes) > 0))
+                   and "whiten" in stages and secure is None and not family.has_dispersion and bool(np.ptp(sizes) > 0))
         return cls(mode, stages, shares, research, mu_research, mu_dispersion, rules, bound_search(estimator), family,
                    sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
                    min_surviving=secure, reweigh=reweigh)
@@ -416,8 +416,8 @@ class IRLSSchedule:
         was chosen: the derived Hessian share (:meth:`refine_shares`) lowers the combined gradients' noise by moving
         budget from the Hessian, whose noise that sd does not count, so judged on it the raise would spend the gain on a
         larger bound (injury, mu = 2: privacy variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share
-        derived from the noise model"). A fit that re-weighs (:attr:`reweigh`), given the located ``tau2`` (from
-        :func:`.site_weights.located_heterogeneity`), judges the noise under its weights (:func:`.site_weights.weighed_sd`).
+        derived from the noise model"). A fit that re-weighs (:attr:`reweigh`) judges the noise under its weights at the
+        located ``tau2`` and ``dispersion`` (:func:`.site_weights.located_heterogeneity`, :func:`.site_weights.weighed_sd`).
         """
         if "gradient" not in found:
             return found
@@ -427,8 +427,8 @@ class IRLSSchedule:
         plain = replace(self, min_surviving=None, located=None)  # the table's split: the ceiling was chosen with it
         ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
         j, tau2 = 0, tau2 if self.reweigh else None
-        while (j < self.insurance_steps and i + j + 1 < grid.size
-               and weighed_sd(plain, replace(bounds, clip=found["gradient"] * grid[i + j + 1] / grid[i]), tau2) <= ceiling):
+        while (j < self.insurance_steps and i + j + 1 < grid.size and weighed_sd(
+                plain, replace(bounds, clip=found["gradient"] * grid[i + j + 1] / grid[i]), tau2, dispersion) <= ceiling):
             j += 1
         return dict(found, gradient=float(grid[i + j]))
 

@@ -14,10 +14,11 @@ which is least at ``w_i = (lambda + pi_i A_i) / (A_i + P_i)``, lambda setting th
 equal sizes give pi). tau^2 -> infinity gives pi; tau^2 = 0 gives ``w_i ~ n_i^2 / (sigma^2 n_i + n_i^2 P_i)``.
 The site effects' covariance T is estimated from the first refine round's released per-site gradients
 (post-processing; DerSimonian and Laird's moment, :func:`heterogeneity`), in the whitened coordinates where
-``sigma^2 = 1`` for a family whose score covariance is its Hessian; the weights take ``tau^2 = trace(T) / p`` (the
-mean square error summed over the whitened coordinates), the stated shift T itself. Before the refine rounds, the
-refine bound's insurance judges its raise on the noise under these weights, tau^2 from the last locate round's
-messages (:func:`located_heterogeneity`, :func:`weighed_sd`). The plan of a design reads the same rule
+``sigma^2 = 1`` for a family whose score covariance is its Hessian and ``sigma^2 = phi`` for counts of dispersion phi,
+the Pearson dispersion the fit released at the located point (:func:`sampling_var`); the weights take
+``tau^2 = trace(T) / p`` (the mean square error summed over the whitened coordinates), the stated shift T itself.
+Before the refine rounds, the refine bound's insurance judges its raise on the noise under these weights, tau^2 from
+the last locate round's messages (:func:`located_heterogeneity`, :func:`weighed_sd`). The plan of a design reads the same rule
 (:func:`planned_weighing`) at the tau^2 the fit estimates where the sites share one law (:func:`null_heterogeneity`).
 Derivation, limits and measurements: docs/algorithms/fedirls.md, "Site weights", "Insurance of the refine bound".
 """
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # the schedule imports the weights (its insurance judges the 
 NULL_DRAWS = 201
 
 __all__ = ["heterogeneity", "located_heterogeneity", "located_noise", "mse_weights", "null_heterogeneity",
-           "planned_tau2", "planned_weighing", "privacy_variances", "refine_noise",
+           "planned_tau2", "planned_weighing", "privacy_variances", "refine_noise", "sampling_var",
            "shift_covariance", "refine_weights", "reweighed_refine", "rounds_of", "rule_weights", "weighed_rounds",
            "weighed_sd"]
 
@@ -89,17 +90,18 @@ def heterogeneity(messages: np.ndarray, sizes: np.ndarray, noise_var: np.ndarray
 
 
 def located_heterogeneity(schedule: IRLSSchedule, messages: tuple[np.ndarray, np.ndarray] | None, sizes: np.ndarray,
-                          basis: np.ndarray) -> float | None:
+                          basis: np.ndarray, dispersion: tuple[float, float] | None = None) -> float | None:
     """tau^2 before the refine rounds, for the insurance (:meth:`.IRLSSchedule.insured_bounds`) of a fit that re-weighs
     (None otherwise): ``trace(T) / p`` of :func:`heterogeneity` on the last locate round's released per-site gradients
     ``messages`` (values in the fitting columns, and which sites answered), mapped to the refine rounds' whitened
-    coordinates (``theta = basis phi``: ``g_phi = basis^T g``, noise shape ``basis^T basis``; post-processing)."""
+    coordinates (``theta = basis phi``: ``g_phi = basis^T g``, noise shape ``basis^T basis``; post-processing), a row's
+    score of variance :func:`sampling_var` of the released ``dispersion``."""
     if not schedule.reweigh or messages is None:
         return None
     values, answered = messages
     noise, shape = located_noise(schedule, basis)
     T = heterogeneity(values[answered] @ np.asarray(basis, dtype=np.float64), sizes[answered], noise[answered],
-                      noise_shape=shape)
+                      sampling_var(dispersion), noise_shape=shape)
     return float(np.trace(T)) / T.shape[0]
 
 
@@ -140,14 +142,15 @@ def refine_noise(phase: Phase) -> np.ndarray:
     return calibrated_sigma(phase.gradient_sensitivity, phase.mu_gradient[0]) ** 2
 
 
-def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None) -> float:
+def weighed_sd(plain: IRLSSchedule, bounds, tau2: float | None, dispersion: tuple[float, float] | None = None) -> float:
     """The insurance's judged sd: the planned gradient noise sd of ``plain``'s estimate (its refine rounds with
     ``bounds``) under the weights :func:`mse_weights` chooses with ``tau2`` and :func:`privacy_variances`, with the
-    site effects' move ``sum_i (w_i - pi_i)^2 tau^2`` that the fit adds to its privacy covariance; None: the sd under
-    ``plain``'s weights (:meth:`.IRLSSchedule.combined_sd`)."""
+    site effects' move ``sum_i (w_i - pi_i)^2 tau^2`` that the fit adds to its privacy covariance (a row's score of
+    variance :func:`sampling_var` of the released ``dispersion``); None: the sd under ``plain``'s weights
+    (:meth:`.IRLSSchedule.combined_sd`)."""
     if tau2 is None:
         return plain.combined_sd(plain.phases(bounds))
-    w = rule_weights(plain, plain.phase(1, bounds), tau2)
+    w = rule_weights(plain, plain.phase(1, bounds), tau2, sampling_var(dispersion))
     weighed = replace(plain, weights=w)
     moved = float(np.sum((w - plain.sizes / np.sum(plain.sizes)) ** 2)) * tau2
     return float(np.sqrt(weighed.combined_sd(weighed.phases(bounds)) ** 2 + moved))
@@ -167,28 +170,30 @@ def mse_weights(sizes: np.ndarray, tau2: float, privacy_var: np.ndarray, sigma2:
     return w / w.sum()
 
 
-def shift_covariance(weights: np.ndarray, sizes: np.ndarray, T: np.ndarray, sampling: bool = False) -> np.ndarray:
+def shift_covariance(weights: np.ndarray, sizes: np.ndarray, T: np.ndarray, sigma2: float = 0.0) -> np.ndarray:
     """Covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the weighted aggregate from the size-weighted
-    one, per unit Jacobian (the sampling part of the shift is in the weighted sampling covariance); with
-    ``sampling``, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``, the whole move."""
+    one, per unit Jacobian (the sampling part of the shift is in the weighted sampling covariance); with a row's score
+    variance ``sigma2`` > 0, ``sum_i (w_i - pi_i)^2 (sigma2 I / n_i + T)``, the whole move."""
     n = np.asarray(sizes, dtype=np.float64)
     gap = (np.asarray(weights, dtype=np.float64) - n / n.sum()) ** 2
-    return float(gap.sum()) * T + (float(np.sum(gap / n)) * np.eye(T.shape[0]) if sampling else 0.0)
+    return float(gap.sum()) * T + sigma2 * float(np.sum(gap / n)) * np.eye(T.shape[0])
 
 
-def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, answered: np.ndarray, sizes: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, float]:
+def refine_weights(schedule: IRLSSchedule, phase: Phase, values: np.ndarray, answered: np.ndarray, sizes: np.ndarray,
+                   sigma2: float = 1.0) -> tuple[np.ndarray, np.ndarray, float]:
     """The weights of the refine rounds after the first, from that round's released per-site gradients ``values``
     (rows of the sites that ``answered``; whitened coordinates): T by :func:`heterogeneity`, each site's privacy
     variance in the estimate ``P_i = sum_r kappa_r^2 (2 B / (n_i mu_r))^2`` over the later rounds and the precision
-    weights kappa that combine their targets (:meth:`.IRLSSchedule.combination`).
+    weights kappa that combine their targets (:meth:`.IRLSSchedule.combination`), a row's score of variance ``sigma2``
+    per whitened coordinate (:func:`sampling_var`).
 
     Returns the weights, the covariance ``sum_i (w_i - pi_i)^2 T`` of the site effects' move of the aggregate
-    (:func:`shift_covariance`) and the largest eigenvalue of the whole move's, ``sum_i (w_i - pi_i)^2 (I / n_i + T)``.
+    (:func:`shift_covariance`) and the largest eigenvalue of the whole move's, ``sum_i (w_i - pi_i)^2 (sigma2 I / n_i +
+    T)``.
     """
-    T = heterogeneity(values[answered], sizes[answered], refine_noise(phase)[answered])
-    w = rule_weights(schedule, phase, float(np.trace(T)) / T.shape[0])
-    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sampling=True))[-1])
+    T = heterogeneity(values[answered], sizes[answered], refine_noise(phase)[answered], sigma2)
+    w = rule_weights(schedule, phase, float(np.trace(T)) / T.shape[0], sigma2)
+    return w, shift_covariance(w, sizes, T), float(np.linalg.eigvalsh(shift_covariance(w, sizes, T, sigma2))[-1])
 
 
 def privacy_variances(schedule: IRLSSchedule, phase: Phase) -> np.ndarray:
@@ -202,19 +207,30 @@ def privacy_variances(schedule: IRLSSchedule, phase: Phase) -> np.ndarray:
     return sum(float(k) ** 2 * calibrated_sigma(sens, mu) ** 2 for k, mu in zip(kappa, later.mu_gradient))
 
 
-def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes: np.ndarray) -> None:
+def reweighed_refine(newton, schedule: IRLSSchedule, phase: Phase, bounds, sizes: np.ndarray,
+                     dispersion: tuple[float, float] | None = None) -> None:
     """The refine ``phase`` with ``weights="optimal"``: its first round from the located point with size weights,
-    then the others with :func:`refine_weights` (``newton``: the fit's rounds, ``bounds`` the refine Setup)."""
+    then the others with :func:`refine_weights` (``newton``: the fit's rounds, ``bounds`` the refine Setup,
+    ``dispersion`` the released one, :func:`sampling_var`)."""
     newton.run(rounds_of(phase, 0, 1))
-    w, newton.shift, moved = refine_weights(schedule, phase, *newton.messages, sizes)
+    w, newton.shift, moved = refine_weights(schedule, phase, *newton.messages, sizes, sampling_var(dispersion))
     newton.reweigh(w, moved)
     newton.run(weighed_rounds(schedule, phase, bounds, w))
 
 
-def rule_weights(schedule: IRLSSchedule, phase: Phase, tau2: float) -> np.ndarray:
+def rule_weights(schedule: IRLSSchedule, phase: Phase, tau2: float, sigma2: float = 1.0) -> np.ndarray:
     """The weights of the refine ``phase``'s rounds after the first: :func:`mse_weights` at the site effects' variance
-    ``tau2`` and :func:`privacy_variances` (the rule that the fit, its insurance and the plan of a design read)."""
-    return mse_weights(schedule.sizes, tau2, privacy_variances(schedule, phase))
+    ``tau2``, a row's score variance ``sigma2`` and :func:`privacy_variances` (the rule that the fit, its insurance and
+    the plan of a design read; a plan's law is the model's, ``sigma2 = 1``)."""
+    return mse_weights(schedule.sizes, tau2, privacy_variances(schedule, phase), sigma2)
+
+
+def sampling_var(dispersion: tuple[float, float] | None) -> float:
+    """sigma^2, the variance of one row's score per whitened coordinate in the rule: 1 where the score's covariance is
+    the Hessian (``dispersion`` None), the Pearson dispersion ``(phi, sd)`` that a count model released at the located
+    point otherwise (the score's variance is phi times the information; post-processing), at least 1 (the model's own
+    variance: below it is the release's noise or an underdispersion the Poisson SEs do not use either)."""
+    return 1.0 if dispersion is None else max(1.0, float(dispersion[0]))
 
 
 def weighed_rounds(schedule: IRLSSchedule, phase: Phase, bounds, weights: np.ndarray) -> Phase:
