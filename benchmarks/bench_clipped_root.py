@@ -9,7 +9,8 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
 
 * ``clip``: the clipped root minus the MLE (what the bound costs), and the share of rows clipped there;
 * ``path``: the estimate minus the clipped root, and its chi-square on p df against the fit's own privacy covariance
-  (the noise model at the clipped root's Hessian): about p where the rounds reached the root up to their noise;
+  (the noise model at the clipped root's Hessian; and the covariance the fit reports, in full and by its marginal
+  z^2): about p where the rounds reached the root up to their noise;
 * the same clipped root at ``k B`` (``--factors``), what a larger bound would buy.
 
 Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club] [--mus 8 32 2] [--seeds 0 1 2 3]
@@ -117,7 +118,8 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
     return dict(fit=fit, warnings=sorted({w.category.__name__ for w in caught}), B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
                 path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se,
-                chi2_reported=float(moved @ np.linalg.solve(reported, moved)) if reported is not None else np.nan)
+                chi2_reported=float(moved @ np.linalg.solve(reported, moved)) if reported is not None else np.nan,
+                z2_reported=float(np.sum(moved**2 / np.diag(reported))) if reported is not None else np.nan)
 
 
 def main() -> None:
@@ -137,7 +139,8 @@ def main() -> None:
             clip = "  ".join(f"{k:g}B: {v[j]:+.2f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
             print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, {names[j]}: {clip}")
             print(f"    estimate - clipped root: {np.round(m['path'], 2)} (chi2 {m['chi2']:.1f} on {len(names)} df, "
-                  f"{m['chi2_reported']:.1f} against the reported privacy covariance; "
+                  f"{m['chi2_reported']:.1f} against the reported privacy covariance, sum of its marginal z^2 "
+                  f"{m['z2_reported']:.1f}; "
                   f"privacy sd {np.round(m['priv_sd'], 1)}); converged_ {m['fit'].converged_}; {m['warnings']}")
 
 
