@@ -106,6 +106,8 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     k = math.floor(reach_l2 / (2.0 * math.sqrt(d)))
     # Lambda = 2 k^2 d c^2 / mu^2 with c = D sqrt(2 Lambda) >= 1: this k reaches gap_lambda
     k = min(k, max(1, math.ceil(mu * math.sqrt(gap_lambda(mu, d) / (2.0 * d)))))
+    fits = _word_reach(k, sensitivity, bound, d, mu, m, int(min_surviving))
+    k = fits if fits >= MIN_REACH else min(k, MIN_REACH)
     while k >= 1:
         spec = _spec_at(k, sensitivity, bound, d, mu, m, int(min_surviving), int(rows))
         if spec is None:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
@@ -120,6 +122,25 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates (or the messages' bound "
                      f"too large for {MAX_BITS} bits): no per-row radius of at least sqrt(d) quanta fits; give the round "
                      "more budget.")
+
+
+def _word_reach(k_top: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int) -> int:
+    """The largest ``k <= k_top`` whose modulus fits the word (:func:`_word_bits`) with ``Lambda`` taken 3% above ``2 k^2
+    d / mu^2`` (the calibration's ``c^2`` and a steeper step, without a step check); 0 if none. The bits grow with ``k``
+    (the reach ``m bound / gamma`` and ``Lambda`` do): a bisection. :func:`row_spec` checks the spec it returns."""
+    word = _word_bits(m)
+
+    def fits(k: int) -> bool:
+        lam = 1.03 * 2.0 * k * k * d / (mu * mu)
+        return _modulus_bits(m * bound * 2.0 * k * math.sqrt(d) / sensitivity, d, m * lam / min_surviving) <= word
+
+    if fits(k_top):
+        return k_top
+    lo, hi = 0, k_top  # fits(lo) (or lo = 0), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def _word_bits(n_clients: int) -> int:

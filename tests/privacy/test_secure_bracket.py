@@ -8,9 +8,9 @@ import pytest
 from scipy import optimize, stats
 from scipy.special import logsumexp
 
+from privfedstat.privacy import secure_noise
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.ledger import PrivacyLedger, Release
-from privfedstat.privacy import secure_noise
 from privfedstat.privacy.secure_noise import IntegerNoise, count_spec, skellam_spec
 from privfedstat.privacy.secure_pld import achievable_epsilon, achievable_shifts
 from privfedstat.privacy.secure_rounding import BRACKET_GAP, gap_lambda, row_spec
