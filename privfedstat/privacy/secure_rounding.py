@@ -27,9 +27,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._linalg import row_norm_bounds
+from .gdp import epsilon_from_mu
 from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
 
-__all__ = ["row_spec", "radius_squares", "quantize_rows", "PASSES"]
+__all__ = ["row_spec", "radius_squares", "quantize_rows", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA"]
 
 #: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
 #: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
@@ -39,6 +40,28 @@ MIN_REACH = int(1 / SLACK)
 #: 1/2, so about ``n 2^-PASSES`` of n clipped rows are rounded toward zero instead: a bias below 1 quantum per 65 536
 #: clipped rows)
 PASSES = 16
+
+#: the largest gap, per release, between the GDP epsilon of a per-row release and the exact epsilon of its attained
+#: balanced pattern that :func:`row_spec` accepts: ``1e-7``, a tenth of the ``1e-6`` accounting target, for fits that
+#: compose 10-30 per-row releases (docs/guide/secure-aggregation.md, "Per-row quantization")
+BRACKET_GAP = 1e-7
+#: the delta at which :data:`BRACKET_GAP` is met (the ledger's default)
+GAP_DELTA = 1e-5
+
+
+def gap_lambda(mu: float, dim: int) -> float:
+    """The ``Lambda`` from which a per-row release of budget ``mu`` and ``d = dim`` coordinates keeps its bracket within
+    :data:`BRACKET_GAP` at :data:`GAP_DELTA`: ``(0.65 + 0.35 mu) mu eps'(mu) / (sqrt(d) BRACKET_GAP)``.
+
+    The gap falls like ``1 / Lambda``: the exact pattern behaves like GDP at ``mu (1 - a / Lambda)``, so the gap is
+    ``a mu eps'(mu) / Lambda``, ``eps'(mu) = phi(-eps / mu + mu / 2) / (e^eps Phi(-eps / mu - mu / 2))`` the slope of
+    the GDP conversion; ``a sqrt(d) <= 0.65 + 0.35 mu`` is the measured envelope (``d`` 2-12, ``mu`` 0.1-3, dp-accounting
+    at ``1e-5``; docs/guide/secure-aggregation.md, "Per-row quantization", and benchmarks/RESULTS.md)."""
+    from scipy.special import log_ndtr
+    eps = epsilon_from_mu(mu, GAP_DELTA)
+    a = -eps / mu + mu / 2.0
+    slope = math.exp(-0.5 * a * a - 0.5 * math.log(2.0 * math.pi) - eps - float(log_ndtr(-eps / mu - mu / 2.0)))
+    return (0.65 + 0.35 * mu) * mu * slope / (math.sqrt(dim) * BRACKET_GAP)
 
 
 def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int, min_surviving: int,
@@ -63,10 +86,11 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
 
     Notes
     -----
-    ``R = k sqrt(d)`` with ``k`` the largest integer whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` (with the
-    central step; 2% less while a steeper step needs more) and whose modulus fits the word of Flower's SecAgg+ (so that
-    in-process and deployed fits have the same arithmetic), unless that needs ``k`` below :data:`MIN_REACH`: then at
-    most :data:`MAX_BITS` bits;
+    ``R = k sqrt(d)`` with ``k`` the smallest integer whose ``Lambda`` is at least :func:`gap_lambda` (the bracket
+    within :data:`BRACKET_GAP`: ``Lambda >= 2 k^2 d / mu^2``), at most the largest whose ``Lambda`` is at most
+    :data:`MAX_CHECKED_LAM` (with the central step; 2% less while a steeper step needs more) and whose modulus fits the
+    word of Flower's SecAgg+ (so that in-process and deployed fits have the same arithmetic), unless that needs ``k``
+    below :data:`MIN_REACH`: then at most :data:`MAX_BITS` bits;
     ``gamma = sensitivity / (2 R)``, integer sensitivities ``Delta_2 = 2 R``
     and ``Delta_1 = 2 k d``. The modulus holds ``n_clients bound / gamma`` plus the noise tail.
     """
@@ -80,6 +104,10 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
         raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
     reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
     k = math.floor(reach_l2 / (2.0 * math.sqrt(d)))
+    # Lambda = 2 k^2 d c^2 / mu^2 with c = D sqrt(2 Lambda) >= 1: this k reaches gap_lambda
+    k = min(k, max(1, math.ceil(mu * math.sqrt(gap_lambda(mu, d) / (2.0 * d)))))
+    fits = _word_reach(k, sensitivity, bound, d, mu, m, int(min_surviving))
+    k = fits if fits >= MIN_REACH else min(k, MIN_REACH)
     while k >= 1:
         spec = _spec_at(k, sensitivity, bound, d, mu, m, int(min_surviving), int(rows))
         if spec is None:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
@@ -94,6 +122,25 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates (or the messages' bound "
                      f"too large for {MAX_BITS} bits): no per-row radius of at least sqrt(d) quanta fits; give the round "
                      "more budget.")
+
+
+def _word_reach(k_top: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int) -> int:
+    """The largest ``k <= k_top`` whose modulus fits the word (:func:`_word_bits`) with ``Lambda`` taken 3% above ``2 k^2
+    d / mu^2`` (the calibration's ``c^2`` and a steeper step, without a step check); 0 if none. The bits grow with ``k``
+    (the reach ``m bound / gamma`` and ``Lambda`` do): a bisection. :func:`row_spec` checks the spec it returns."""
+    word = _word_bits(m)
+
+    def fits(k: int) -> bool:
+        lam = 1.03 * 2.0 * k * k * d / (mu * mu)
+        return _modulus_bits(m * bound * 2.0 * k * math.sqrt(d) / sensitivity, d, m * lam / min_surviving) <= word
+
+    if fits(k_top):
+        return k_top
+    lo, hi = 0, k_top  # fits(lo) (or lo = 0), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def _word_bits(n_clients: int) -> int:

@@ -8,11 +8,12 @@ import pytest
 from scipy import optimize, stats
 from scipy.special import logsumexp
 
+from privfedstat.privacy import secure_noise
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.ledger import PrivacyLedger, Release
 from privfedstat.privacy.secure_noise import IntegerNoise, count_spec, skellam_spec
 from privfedstat.privacy.secure_pld import achievable_epsilon, achievable_shifts
-from privfedstat.privacy.secure_rounding import row_spec
+from privfedstat.privacy.secure_rounding import BRACKET_GAP, gap_lambda, row_spec
 
 
 def _losses(lam: float, shift: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,8 +109,8 @@ def test_the_ledger_brackets_its_epsilon_tight_for_counts_and_by_the_rounding_sl
 
 def test_the_bracket_of_a_vector_release_of_rows_rounded_into_a_ball_closes_to_1e_6():
     """Rows rounded into the ball of radius k sqrt(d) (no rounding slack): the balanced pattern (2k, ..., 2k) is the
-    stated integer sensitivity itself, and at the calibrated Lambda (near its checked maximum) the ledger's GDP epsilon
-    is within 1e-6 of the exact epsilon of that achievable pattern (site-level rounding: 5e-3 here)."""
+    stated integer sensitivity itself, and at the calibrated Lambda (the smallest that keeps the bracket) the ledger's GDP
+    epsilon is within 1e-6 of the exact epsilon of that achievable pattern (site-level rounding: 5e-3 here)."""
     spec = row_spec(0.3, 5.0, 4, 1.0, 4, 3, 4000)
     noise = spec.noise(3)
     k = spec.row_reach
@@ -120,3 +121,18 @@ def test_the_bracket_of_a_vector_release_of_rows_rounded_into_a_ball_closes_to_1
     assert upper == epsilon_from_mu(noise.gdp_mu, 1e-5)
     assert 0.0 <= upper - lower <= 1e-6
     assert upper == pytest.approx(epsilon_from_mu(1.0, 1e-5), abs=1e-9)  # the calibrated budget, mu = 1
+
+
+@pytest.mark.parametrize("mu, d", [(0.15, 2), (0.3, 7), (0.6, 12)])
+def test_the_smallest_row_radius_keeps_each_releases_bracket_within_1e_7(mu, d):
+    """row_spec takes the smallest k whose Lambda reaches gap_lambda: the GDP epsilon of the release is within
+    BRACKET_GAP (1e-7) of the exact epsilon of its attained balanced pattern (dp-accounting at 1e-5), and one k less
+    (a smaller Lambda, the gap growing like 1 / Lambda) would not be chosen: its Lambda is below gap_lambda."""
+    spec = row_spec(0.3, 5.0, d, mu, 4, 3, 4000)
+    noise, k = spec.noise(3), spec.row_reach
+    assert noise.lam >= gap_lambda(mu, d) and spec.noise(3).lam < secure_noise.MAX_CHECKED_LAM
+    assert 2.0 * (k - 1) ** 2 * d / mu**2 * (1 + 1e-6) < gap_lambda(mu, d)  # k - 1 falls short: k is the smallest
+    upper = epsilon_from_mu(noise.gdp_mu, 1e-5)
+    lower = achievable_epsilon([noise], 1e-5, value_discretization_interval=1e-5, patterns=["balanced"])
+    assert upper == pytest.approx(epsilon_from_mu(mu, 1e-5), abs=1e-9)
+    assert -1e-8 <= upper - lower <= BRACKET_GAP

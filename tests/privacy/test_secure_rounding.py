@@ -147,14 +147,27 @@ def test_a_steeper_step_than_the_central_one_takes_a_smaller_row_radius_within_t
         out[3] = 1.01 * out[0]
         return out
 
-    plain = row_spec(1.0, 1.0, 4, 1.0, 3, 3, 300)
+    plain = row_spec(1.0, 1.0, 4, 3.0, 3, 3, 300)  # a budget whose bracket needs Lambda at the checked maximum
+    assert plain.lam * 3 == pytest.approx(secure_noise.MAX_CHECKED_LAM, rel=0.05)
     secure_noise.skellam_gdp_step.cache_clear()
     monkeypatch.setattr(secure_noise, "skellam_steps", steep_steps)
     try:
-        steep = row_spec(1.0, 1.0, 4, 1.0, 3, 3, 300)
+        steep = row_spec(1.0, 1.0, 4, 3.0, 3, 3, 300)
         assert steep.row_reach < plain.row_reach and steep.lam * 3 <= secure_noise.MAX_CHECKED_LAM
         step = secure_noise.skellam_gdp_step(steep.lam * 3)
         assert step == pytest.approx(1.01 * secure_noise.skellam_gdp_mu(steep.lam * 3), rel=1e-12)
-        assert 1.0 - 1e-11 <= steep.l2 * step <= 1.0
+        assert 3.0 * (1.0 - 1e-11) <= steep.l2 * step <= 3.0
     finally:
         secure_noise.skellam_gdp_step.cache_clear()
+
+
+@pytest.mark.parametrize("bound", [0.5, 1.0, 2.0])
+def test_where_the_word_caps_the_radius_k_is_the_largest_whose_modulus_fits_it(bound):
+    """Messages whose reach fills Flower's 32-bit word below the bracket's k: the calibration takes the largest k whose
+    modulus fits the word (10 sites: 27 bits), not a power-of-two fraction of the first try."""
+    from privfedstat.privacy import secure_rounding as sr
+
+    spec = row_spec(1e-3, bound, 7, 1.8, 10, 10, 20000)
+    k, word = spec.row_reach, sr._word_bits(10)
+    assert sr.MIN_REACH < k < math.ceil(1.8 * math.sqrt(sr.gap_lambda(1.8, 7) / 14))  # the word binds
+    assert spec.bits <= word < sr._spec_at(k + 1, 1e-3, bound, 7, 1.8, 10, 10, 20000).bits
