@@ -136,7 +136,9 @@ def note(found: ClippingDisplacement) -> str:
                 f"B' = {found.outer:.3g}): the intervals include that displacement and its noise")
     return (f"no displacement by clipping was found, but at this budget the measurement (clipped excess up to B' = "
             f"{found.outer:.3g}) is coarse: its noise is {noise:.2g} standard errors, so one below about {3 * noise:.2g} "
-            f"would go unseen (the largest measured, {worst:.2g}, is within that noise)")
+            f"would go unseen (the largest measured, {worst:.2g}, is within that noise); such a bias comes from the "
+            "rows with the largest scores, so a log or a cap of a heavy-tailed covariate or count (an income in "
+            "dollars, a length of stay) shrinks it")
 
 
 def warn_displacement(estimator, found: ClippingDisplacement, names) -> None:

@@ -18,6 +18,8 @@ def test_an_unresolved_displacement_says_nothing_was_found_and_how_coarse_the_lo
     assert text.startswith("no displacement by clipping was found")
     assert "noise is 3.6 standard errors" in text and "below about 11 would go unseen" in text
     assert "B' = 14.4" in text and "2.1" in text
+    # where such a bias comes from and the remedy a user controls (stop 52's new users: dollar incomes, lengths of stay)
+    assert "a log or a cap of a heavy-tailed covariate or count" in text
 
 
 def test_a_resolved_displacement_says_the_intervals_include_it():
