@@ -13,7 +13,7 @@ import pytest
 
 import privfedstat.algorithms.fedirls.rounds as rounds_module
 from privfedstat import PrivacyBudget, UnsupportedModelError, glm
-from privfedstat.algorithms.fedirls.support import damping_threshold, weak_blocks
+from privfedstat.algorithms.fedirls.support import at_root, curvature_growth, damping_threshold, weak_blocks
 
 
 def chile_like(seed: int, n: int = 2231, m: int = 10) -> pd.DataFrame:
@@ -62,10 +62,23 @@ def rare_binary(seed: int, family: str = "logistic", n_each: int = 290, m: int =
     return pd.DataFrame({"y": y, "x": x, "b": b, "u": u, "site": site})
 
 
+def ticks_like(seed: int, n: int = 403, m: int = 63) -> pd.DataFrame:
+    """Counts on a 3-level year and an uncentred height that is fixed by the site, over 63 locations of 1 to ~15
+    rows (the shape of lme4's grouseticks: 4 coefficients, an intercept near 11.5, a slope near -0.02)."""
+    rng = np.random.default_rng(seed)
+    site = np.repeat(np.arange(m), rng.multinomial(n - m, np.full(m, 1 / m)) + 1)
+    height = rng.normal(460, 40, m)[site] + rng.normal(0, 5, site.size)
+    yr = rng.choice(["95", "96", "97"], site.size)
+    eta = 11.5 - 0.0215 * height + np.select([yr == "96", yr == "97"], [0.4, -1.7], 0.0)
+    return pd.DataFrame({"y": rng.poisson(np.exp(eta)).astype(float), "height": height,
+                         "yr": pd.Categorical(yr, categories=["95", "96", "97"]), "site": site})
+
+
 CASES = {"chile": ("vote ~ age + sex + income + statusquo + C(edu)", chile_like, "multinomial"),
          "villages": ("y ~ age + female + school + assets + hh + C(rel)", villages, "logistic"),
          "rare-logistic": ("y ~ x + b + u", rare_binary, "logistic"),
-         "rare-poisson": ("y ~ x + b + u", lambda seed: rare_binary(seed, "poisson"), "poisson")}
+         "rare-poisson": ("y ~ x + b + u", lambda seed: rare_binary(seed, "poisson"), "poisson"),
+         "ticks": ("y ~ C(yr) + height", ticks_like, "poisson")}
 
 
 def _fit(case: str, mu: float, seed: int, budget_mu: float | None = None):
@@ -166,3 +179,30 @@ def test_the_weak_block_statistics_against_simulated_noise():
     tolerance = 3 * float(np.std(smallest)) / math.sqrt(4000) + 0.2 * block.shift  # MC error, third-order terms
     assert float(np.mean(smallest)) + block.shift == pytest.approx(0.0, abs=tolerance)
     assert float(np.std(smallest)) == pytest.approx(s, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_poisson_fit_on_many_tiny_sites_is_refused_with_its_numbers(seed):
+    """Counts over 63 locations of ~6 rows at mu = 2 (a grouseticks stand-in): its refine rounds' Hessian noise is
+    hundreds of times the located curvature. Poisson fits were never checked (the curvature grows along the path),
+    so such a fit spent all of mu and returned a path's end thousands of SEs off, intervals withheld. Where the
+    gradient released with the located Hessian puts the located point at the root within its noise, the check
+    applies (with the growth that gradient allows) and refuses after about half of mu."""
+    with pytest.raises(UnsupportedModelError, match="cannot support this model") as err:
+        _fit("ticks", 2.0, seed, budget_mu=4.0)
+    e = err.value
+    assert "a log link's curvature" in str(e) and "times their sampling SE" in str(e)
+    assert np.all(np.isfinite(e.privacy_sd_ratio)) and e.mu_factor > 1
+    assert e.spent < 0.6 * 2.0
+
+
+def test_the_root_test_and_the_growth_of_a_log_links_curvature():
+    """``at_root``: ``||g||^2 / v`` against the chi-square quantile at DIAGNOSTIC_ALPHA (p = 4: 18.47).
+    ``curvature_growth`` on the one-slope log-link loss ``A e^t - B t`` at t = 0 (g = A - B, curvature A): the
+    curvature at the root, B (its closed form), is at most A plus the growth, with equality without noise."""
+    assert at_root(np.array([2.0, 2.0, 2.0, 2.0]), 1.0) and not at_root(np.array([2.2, 2.2, 2.2, 2.2]), 1.0)
+    A, B = 1.0, 3.5
+    growth = curvature_growth(np.array([A - B]), np.eye(1), 0.0)
+    assert A + growth == pytest.approx(B, rel=1e-12)
+    noisy = curvature_growth(np.array([A - B]), np.eye(1), 0.1)
+    assert noisy == pytest.approx(B - A + 0.1 * (1 + 3.090232306167813), rel=1e-9)

@@ -89,7 +89,7 @@ class ScheduledRun:
         newton, change = self.newton, self.newton.change
         self.schedule = newton.schedule = self.schedule.located_at(newton.H_floored, newton.H, newton.basis)
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
-                      float(np.max(self.session.ledger.client_mu)), self.labels)
+                      float(np.max(self.session.ledger.client_mu)), self.labels, newton.released[-1][1])
         phase = self.schedule.phase(1, self.final)
         if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
             return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes, self.dispersion)

@@ -23,11 +23,13 @@ The message gives the numbers: the planned privacy sd of each coefficient next t
 own noise model, :meth:`~.schedule.IRLSSchedule.planned_noise`, the machinery of
 :func:`~privfedstat.planning.power.plan_study`), and the least factor on mu (or the rows per site) at which the
 curvature's upper bound would clear the floors. Everything is post-processing of released values and public
-settings. The check runs for the families of bounded curvature whose decisions were checked against fits run to
-the end, :data:`CHECKED_FAMILIES` (logistic, multinomial; Gaussian and Huber fits, not measured, run to the end);
-with an unbounded one (Poisson) the curvature grows along the path from the located point, so the located Hessian
-does not predict the refine rounds' (countymurders at mu = 2: whitened to the identity at the located point, the
-last refine Hessian 2 to 24 there).
+settings. The check runs for the families whose decisions were checked against fits run to the end,
+:data:`CHECKED_FAMILIES` (logistic, multinomial, Poisson; Gaussian and Huber fits, not measured, run to the end).
+With a log link (Poisson) the curvature grows along the path, so the located Hessian predicts the refine rounds'
+only where the located point is at the root within the noise of the gradient released with that Hessian
+(:func:`at_root`; countymurders at mu = 2: 24-40 noise sds from it, whitened to the identity there, its last refine
+Hessian 1 to 23, converged); there each direction may still gain what the gradient left allows
+(:func:`curvature_growth`), and elsewhere the fit runs to the end.
 Derivation and measurements: docs/guide/convergence.md, "Refuse early".
 """
 
@@ -41,16 +43,16 @@ import numpy as np
 from ..._linalg import floor_eigenvalues
 from ...exceptions import UnsupportedModelError
 from ...federation.protocol import Setup
-from ...inference.config import critical_value
+from ...inference.config import DIAGNOSTIC_ALPHA, critical_value
 from .schedule import IRLSSchedule, curvature_class
 
-__all__ = ["CHECKED_FAMILIES", "Shortfall", "check_support", "damping_threshold", "weak_blocks"]
+__all__ = ["CHECKED_FAMILIES", "Shortfall", "at_root", "check_support", "curvature_growth", "damping_threshold", "weak_blocks"]
 
 #: the one-sided normal critical value at DIAGNOSTIC_ALPHA, 3.09: a block's trace noise and a coupling ``xi_ij`` are
 #: each one normal (docs/guide/constants.md)
 NOISE_SDS = critical_value(sides=1)
 #: the families whose refusals were checked against the same fits run to the end (docs/guide/convergence.md)
-CHECKED_FAMILIES = ("logistic", "multinomial")
+CHECKED_FAMILIES = ("logistic", "multinomial", "poisson")
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,30 @@ def damping_threshold(floors: np.ndarray, kept: float) -> float:
     return hi
 
 
-def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float, s_refine: float) -> list[Shortfall]:
+def at_root(gradient: np.ndarray, var: float) -> bool:
+    """Whether the released gradient is within its noise of zero: ``||g||^2 / v`` (v its noise variance per
+    coordinate; chi-square with p degrees of freedom at a root) at most the chi-square quantile at
+    ``DIAGNOSTIC_ALPHA``."""
+    from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
+
+    g = np.asarray(gradient, dtype=np.float64)
+    return float(g @ g) / var <= float(chi2.isf(DIAGNOSTIC_ALPHA, g.size))
+
+
+def curvature_growth(gradient: np.ndarray, basis: np.ndarray, s_gradient: float) -> float:
+    """The most a direction's curvature may grow between the located point and the optimum, for a log link: the upper
+    bound of ``||P^T g||``, the released gradient's norm in the refine coordinates (its noise's norm at most
+    ``s (||P||_F + NOISE_SDS ||P||_2)``: its mean, and a 1-Lipschitz function's normal tail).
+
+    Along a line where the loss is ``A e^t - B t`` (the log link's, one slope), the curvature at the root is
+    ``B = A - g``: it grows by the gradient left, ``-g`` (docs/guide/convergence.md, "Refuse early")."""
+    g = basis.T @ np.asarray(gradient, dtype=np.float64)
+    noise = s_gradient * (float(np.linalg.norm(basis)) + NOISE_SDS * float(np.linalg.norm(basis, 2)))
+    return float(np.linalg.norm(g)) + noise
+
+
+def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float, s_refine: float,
+                growth: float = 0.0) -> list[Shortfall]:
     """The blocks of the k = 1..p smallest released eigenvalues, each with its test.
 
     Parameters
@@ -104,6 +129,9 @@ def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float
         The sd of that Hessian's diagonal noise in theta (off-diagonal ``s / sqrt(2)``).
     r_star, s_refine : float
         :func:`damping_threshold` of the refine phase, and the sd of its last Hessian's noise (refine coordinates).
+    growth : float
+        The most each direction's curvature may grow before the refine rounds (:func:`curvature_growth`; 0 for a
+        loss of bounded curvature): a block of k may gain ``k growth``.
     """
     vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
     A = basis @ vecs  # the eigenvectors as theta-directions: the locate noise along them is s a_i^T Xi a_j
@@ -116,13 +144,13 @@ def weak_blocks(H: np.ndarray, basis: np.ndarray, s_locate: float, r_star: float
         resolved = gaps > NOISE_SDS * np.sqrt(v)
         shift = float(np.sum(np.where(resolved, v / np.where(resolved, gaps, 1.0), 0.0)))
         Ak = A[:, :k]
-        blocks.append(Shortfall(k, float(np.sum(vals[:k])), shift, s_locate * float(np.linalg.norm(Ak @ Ak.T)),
+        blocks.append(Shortfall(k, float(np.sum(vals[:k])) + k * growth, shift, s_locate * float(np.linalg.norm(Ak @ Ak.T)),
                                 k * (r_star + math.sqrt(2.0 * (k - 1)) * s_refine), vecs[:, :k]))
     return blocks
 
 
 def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | None, refine: Setup | None,
-                  design: np.ndarray | None, spent: float, labels: list[str]) -> None:
+                  design: np.ndarray | None, spent: float, labels: list[str], gradient: np.ndarray | None = None) -> None:
     """Raise :class:`~privfedstat.UnsupportedModelError` when the refine rounds would end damped beyond their noise.
 
     Parameters
@@ -143,8 +171,6 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
         The coefficients' names in flat fitting order (:func:`~privfedstat.results.labels.fitting_labels`), which the
         message names the weak directions by.
     """
-    if curvature_class(schedule.family) != "bounded":
-        return  # the curvature grows along the path (Poisson): the located Hessian does not bound the refine rounds'
     if schedule.family.name not in CHECKED_FAMILIES:
         return  # its refusals were not measured against fits run to the end: such fits run to the end
     locate, last = schedule.phase(0), schedule.phase(1, refine)
@@ -152,7 +178,13 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     P = np.eye(p) if basis is None else basis
     r_star = damping_threshold(last.floors, schedule.damped_kept)
     s_refine = math.sqrt(float(last.hessian_var[-1]))
-    blocks = weak_blocks(H, P, math.sqrt(float(locate.hessian_var[-1])), r_star, s_refine)
+    growth = 0.0
+    if curvature_class(schedule.family) != "bounded":  # the curvature may grow along the path (a log link)
+        var = float(locate.gradient_var[-1])
+        if gradient is None or not at_root(gradient, var):
+            return  # the path ahead is longer than the noise: the located Hessian does not predict the refine rounds'
+        growth = curvature_growth(gradient, P, math.sqrt(var))
+    blocks = weak_blocks(H, P, math.sqrt(float(locate.hessian_var[-1])), r_star, s_refine, growth)
     block = min(blocks, key=lambda b: b.margin)
     if not block.short:
         return
@@ -180,10 +212,12 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
                 f"SE with a mu about {guide:.3g} times larger ({guide * mu:.3g}) or {guide:.3g} times the rows per site "
                 f"(>= {math.ceil(guide * n)} on each of the {m} sites), or the same rows on about "
                 f"{max(1, math.floor(m / guide**2))} merged sites")
+    grown = (f", with the growth of up to {growth:.3g} per direction that the gradient left at the located point allows "
+             "a log link's curvature" if growth > 0 else "")
     raise UnsupportedModelError(
         f"the data cannot support this model at this mu: after the first rounds (mu = {spent:.3g} per client spent), "
         f"the released curvature of {block.k} direction(s) (mostly {', '.join(labels[j] for j in worst)}) "
-        f"sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released, in "
+        f"sums to at most {block.upper:.3g} ({NOISE_SDS:.3g} noise sds above what was released{grown}, in "
         f"the refine rounds' coordinates), below the {block.need:.3g} the remaining rounds' Hessians need (their "
         f"floors keep {schedule.damped_kept:.0%} of the error below {r_star:.3g} each; noise sd {s_refine:.3g}), so "
         "they would end short of the optimum with their intervals withheld. By the schedule's noise model the "
