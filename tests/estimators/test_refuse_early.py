@@ -138,6 +138,9 @@ def test_without_the_check_the_same_fits_spend_everything_and_withhold(case, mon
     est, _ = _fit(case, 2.0, 0)
     assert est.converged_ is False and np.all(np.isnan(est.bse_))
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-9)
+    # where the path stopped is not shown as an estimate (issue 42, item 1): the column says what it is
+    text = str(est.summary())
+    assert "stopped at" in text and "is where its path stopped, not an estimate" in text
 
 
 @pytest.mark.parametrize(("case", "mu", "seed"), [("villages", 8.0, 0), ("rare-logistic", 0.5, 2),
@@ -148,6 +151,7 @@ def test_supported_fits_are_not_refused(case, mu, seed):
     and the unwhitened floors, refused these three; the whitened refine rounds resolve them)."""
     est, _ = _fit(case, mu, seed)
     assert est.converged_ is True and np.all(np.isfinite(est.bse_[np.isfinite(est.bse_)]))
+    assert "stopped at" not in str(est.summary())
 
 
 def test_the_threshold_the_floors_set():

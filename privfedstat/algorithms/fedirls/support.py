@@ -204,7 +204,9 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     if math.isfinite(factor):
         need = (f"a mu at least {factor:.3g} times larger (the estimation rounds' {mu:.3g} -> {factor * mu:.3g}), or at "
                 f"least {factor:.3g} times the rows per site (>= {math.ceil(factor * n)} rows on each of the {m} sites), "
-                f"or the same rows on at most {max(1, math.floor(m / factor**2))} merged sites")
+                f"or the same rows on at most {max(1, math.floor(m / factor**2))} merged sites (with the refine rounds' bounds "
+                "as searched now: a search on small sites can return a far larger bound than one at a larger mu, and "
+                "then less suffices)")
     else:
         guide = max(float(np.max(ratio)), 1.0)
         need = (f"the curvature's upper bound is not above zero, so no factor can be read from it (collinear or empty "
