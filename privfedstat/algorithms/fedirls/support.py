@@ -170,6 +170,9 @@ def check_support(schedule: IRLSSchedule, H: np.ndarray, basis: np.ndarray | Non
     labels : list of str
         The coefficients' names in flat fitting order (:func:`~privfedstat.results.labels.fitting_labels`), which the
         message names the weak directions by.
+    gradient : ndarray of shape (p,) or None
+        The gradient released with ``H`` (the last locate round's, theta; None: a Poisson fit is not checked), which
+        tells whether the located point is a root (:func:`at_root`) and how much a log link's curvature may still grow.
     """
     if schedule.family.name not in CHECKED_FAMILIES:
         return  # its refusals were not measured against fits run to the end: such fits run to the end
