@@ -44,6 +44,15 @@ def param(help: str, default: Any = MISSING, *, flag: str | None = None, parse: 
     return field(default=default, metadata={"help": help, "flag": flag, "parse": parse, "choices": choices})
 
 
+def positive_int(text: str) -> int:
+    """A flag's positive integer: argparse names the flag in its error (``--reps 0``; the runner's own check named
+    ``n_reps``, a parameter the command line does not have)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def listof(cast: Callable[[str], Any]) -> Callable[[str], tuple]:
     """A parser of comma-separated values, each cast with ``cast``: ``listof(float)("1,3")`` is ``(1.0, 3.0)``."""
     return lambda text: tuple(cast(v) for v in text.split(","))
