@@ -121,8 +121,15 @@ class StudyResult:
         """The tables as text (titles and fixed-width columns), as the command line prints them."""
         with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 250,
                                "display.max_rows", 1000, "display.max_columns", 100):
-            return "\n\n".join(f"{t.title}:\n{t.frame.to_string(index=not isinstance(t.frame.index, pd.RangeIndex))}"
-                               for t in self.tables.values())
+            return "\n\n".join(f"{t.title}:\n{_table_text(t.frame)}" for t in self.tables.values())
+
+
+def _table_text(frame: pd.DataFrame) -> str:
+    """A table as fixed-width text; an empty one (a slope needs two cells: ``--m 25`` selects one) says so in words,
+    not as pandas' ``Empty DataFrame`` repr."""
+    if frame.empty:
+        return "(none: the cells run are too few for this table)"
+    return frame.to_string(index=not isinstance(frame.index, pd.RangeIndex))
 
 
 def _settings(config) -> list:

@@ -23,3 +23,14 @@ def test_a_selection_outside_the_grid_lists_the_grid(capsys, tmp_path):
     err = " ".join(capsys.readouterr().err.split())
     assert "no cell of fig5 matches --m 7: its --sizes are equal,uniform,lognormal, its --m 25,50,100,200,400." in err
     assert "None" not in err
+
+
+def test_an_empty_table_is_said_in_words():
+    """``privfedstat reproduce fig5 --m 25`` runs one cell per method: its slopes table is empty and printed as
+    pandas' "Empty DataFrame / Columns: [...] / Index: []"."""
+    import pandas as pd
+
+    from privfedstat.simulations.study import Table, _table_text
+
+    assert _table_text(pd.DataFrame(columns=["method", "slope_mc"])) == "(none: the cells run are too few for this table)"
+    assert "Empty DataFrame" not in _table_text(Table(pd.DataFrame(columns=["a"]), "t").frame)
