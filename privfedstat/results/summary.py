@@ -153,3 +153,12 @@ def clipped_row(share: float, sd: float) -> str:
         return f"{p:.1f}%" if abs(p) >= 0.1 or p == 0 else f"{p:.2g}%"
 
     return f"{percent(share)} of per-sample gradients (+- {percent(sd)}, private count)"
+
+
+def clip_row(clip: float, scaled: bool) -> str:
+    """The summary's "Clipping bound B" line: B and what it bounds; with a scaler, on the fitting scale (a Gaussian
+    fit of hours per week printed "13.89", read as hours)."""
+    if not np.isfinite(clip):
+        return f"{clip:.4g}"
+    where = ", on the fitting scale: the columns (and a Gaussian response) as scaling= set them, scaler_" if scaled else ""
+    return f"{clip:.4g} (each row's gradient norm{where})"
