@@ -88,7 +88,7 @@ def prediction_offset(est, X, n: int, offset, exposure) -> np.ndarray | None:
                              "offset= / exposure= for the new rows.")
         o = combine_offset(*(None if columns.get(k) is None else X[columns[k]].to_numpy()
                              for k in ("offset", "exposure")), n, est.family_)
-    if o is not None and est.family_.n_outputs > 1:
+    if o is not None and est.family_.response_levels:
         raise ValueError("the multinomial family takes no offset; predict without offset= / exposure=.")
     if o is None and getattr(est, "has_offset_", False):
         raise ValueError("this model was fitted with an offset (offset= or exposure=): give the new rows' offset= "

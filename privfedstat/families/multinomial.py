@@ -53,7 +53,8 @@ class Multinomial(Family):
         return self.n_classes - 1
 
     def _full(self, Z: np.ndarray) -> np.ndarray:
-        Z = np.atleast_2d(Z)
+        Z = np.asarray(Z, dtype=np.float64)
+        Z = Z.reshape(-1, self.n_outputs) if Z.ndim < 2 else Z  # K = 2: one predictor per row, a flat (n,) array
         return np.concatenate([np.zeros((Z.shape[0], 1)), Z], axis=1)
 
     def loss(self, y, Z):

@@ -474,7 +474,7 @@ class InProcessClients:
             mapped = np.nan_to_num(d.X @ P, nan=0.0, posinf=_MAX_MAPPED, neginf=-_MAX_MAPPED)  # huge finite rows
             y = d.y
             if reference:
-                if not (self.family.n_outputs > 1 and 0 < int(reference) <= self.family.n_outputs):
+                if not (self.family.response_levels and 0 < int(reference) <= self.family.n_outputs):
                     raise ValueError(f"reference {reference!r} must be a class of the multinomial model (1.."
                                      f"{self.family.n_outputs}); other families have none.")
                 y = np.where(d.y == 0, float(reference), np.where(d.y == reference, 0.0, d.y))

@@ -405,7 +405,7 @@ class MultinomialOracle(_ConcatenatedOracle):
 
 def check_offset_family(data: FederatedData, family: Family) -> None:
     """Refuse an offset with the multinomial family (a row's scalar offset would have to be given per class)."""
-    if data.offset is not None and family.n_outputs > 1:
+    if data.offset is not None and family.response_levels:
         raise ValueError("the multinomial family takes no offset (a row's offset would have to be given per class); "
                          "fit without offset= / exposure=, or with a scalar-response family.")
 
@@ -445,5 +445,6 @@ def _bound(value: float, name: str, n_max: int, square: bool = False) -> float:
 
 
 def make_oracle(data: FederatedData, family: Family) -> ClientOracle:
-    """The oracle for ``family``: multinomial or scalar-response linear predictor."""
-    return MultinomialOracle(data, family) if family.n_outputs > 1 else GLMOracle(data, family)
+    """The oracle for ``family``: multinomial (any K >= 2: with K = 2 its one linear predictor is still the
+    multinomial's, not a scalar family's) or scalar-response linear predictor."""
+    return MultinomialOracle(data, family) if family.response_levels else GLMOracle(data, family)

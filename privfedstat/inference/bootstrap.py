@@ -251,7 +251,7 @@ def simulate_response(family: Family, theta: np.ndarray, X: np.ndarray, dispersi
     variance ``dispersion``; multinomial: categorical over classes 0..K-1).
     """
     Z = X @ np.asarray(theta, dtype=np.float64).reshape(X.shape[1], family.n_outputs)
-    return family.simulate(Z[:, 0] if family.n_outputs == 1 else Z, rng,
+    return family.simulate(Z if family.response_levels else Z[:, 0], rng,
                            scale=None if dispersion is None else math.sqrt(dispersion))
 
 

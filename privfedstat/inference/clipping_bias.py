@@ -135,8 +135,9 @@ def note(found: ClippingDisplacement) -> str:
         return (f"clipping at B moves the estimate by up to {worst:.2g} standard errors (+- {noise:.2g}; measured up to "
                 f"B' = {found.outer:.3g}): the intervals include that displacement and its noise")
     return (f"no displacement by clipping was found, but at this budget the measurement (clipped excess up to B' = "
-            f"{found.outer:.3g}) is coarse: its noise is {noise:.2g} standard errors, so one below about {3 * noise:.2g} "
-            f"would go unseen (the largest measured, {worst:.2g}, is within that noise); such a bias comes from the "
+            f"{found.outer:.3g}) is coarse: its noise is {noise:.2g} standard errors, so a displacement below about "
+            f"{3 * noise:.2g} standard errors would go unseen (the largest measured, {worst:.2g} standard errors, is "
+            "within that noise); such a bias comes from the "
             "rows with the largest scores, so a log or a cap of a heavy-tailed covariate or count (an income in "
             "dollars, a length of stay) shrinks it")
 

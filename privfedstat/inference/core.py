@@ -116,10 +116,12 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
             f"the released Hessian has {int(np.sum(vals < UNIDENTIFIED_NOISE_SDS * s))} eigenvalue(s) within "
             f"{UNIDENTIFIED_NOISE_SDS:g} noise sds of 0 (smallest {vals[0]:.3g}, noise sd {s:.3g}): the data do not "
             "identify the coefficients along them -- collinear columns (e.g. a duplicated or constant column, or the "
-            "dummies of a factor whose first, reference level is rare: they sum to nearly the intercept) or too little "
-            "data for mu -- and their standard errors rest on the eigenvalue floor (withheld, NaN, for coefficients "
-            "that lie mostly along directions it raised). Drop or combine collinear columns (declare a common level "
-            "of a factor first, or pool its rare levels), or increase mu or the data.",
+            "dummies of a factor whose first, reference level is rare: they sum to nearly the intercept), a level or "
+            "range whose rows nearly all have one outcome (quasi-separation: fitted probabilities near 0 or 1 carry "
+            "no curvature; such a coefficient is large, e.g. |coef| > 5 on the logit scale) or too little data for mu "
+            "-- and their standard errors rest on the eigenvalue floor (withheld, NaN, for coefficients that lie mostly "
+            "along directions it raised). Drop or combine collinear columns (declare a common level of a factor first, "
+            "or pool its rare levels), drop or pool a separated level, or increase mu or the data.",
             IllConditionedWarning,
         )
     top = max(float(np.max(np.abs(vals))), 1e-300)

@@ -73,6 +73,10 @@ _RECENT = 8
 #: privacy units a release can protect: one row of a client, or a client's whole dataset
 UNITS = ("record", "client")
 
+#: the largest GDP of the rest for which the ledger builds the exact PLD (its grid grows in mu: 7 s, 0.5 GB at mu = 8,
+#: 46 s, 2.8 GB at 32; it lowers epsilon by <= 0.03 of 65 at 8, benchmarks/RESULTS.md "New users (n3)"); above: GDP's
+EXACT_PLD_MAX_MU = 16.0
+
 
 @dataclass(frozen=True)
 class Release:
@@ -336,7 +340,8 @@ class PrivacyLedger:
     def _exact_pld(self):
         """The PLD of the one-coordinate secure releases (:attr:`~privfedstat.privacy.secure_noise.IntegerNoise.
         exact_shift`; their exact PLDs, the same for every client) composed with a Gaussian of the worst client's GDP of
-        the rest (their ``mu^2`` taken off each client's); None without such releases (or with an infinite mu)."""
+        the rest (their ``mu^2`` taken off each client's); None without such releases, with an infinite mu or one above
+        :data:`EXACT_PLD_MAX_MU`."""
         if self._pld is not None and self._pld[0] == len(self._entries):
             return self._pld[1]
         exact = [e for e in self._entries if e.labels.integer is not None and e.labels.integer.exact_shift is not None]
@@ -345,7 +350,8 @@ class PrivacyLedger:
             rest = self._mu2.copy()
             for e in exact:
                 rest -= e.release().client_mu() ** 2
-            pld = secure_pld([e.labels.integer for e in exact], math.sqrt(max(float(rest.max()), 0.0)))
+            mu_rest = math.sqrt(max(float(rest.max()), 0.0))
+            pld = secure_pld([e.labels.integer for e in exact], mu_rest) if mu_rest <= EXACT_PLD_MAX_MU else None
         self._pld = (len(self._entries), pld)
         return pld
 

@@ -92,7 +92,7 @@ def log_likelihood(family: Family, y: np.ndarray, z: np.ndarray) -> float:
 def _null_predictor(family: Family, y: np.ndarray, offset: np.ndarray | None) -> np.ndarray | None:
     """Linear predictors of the intercept-only MLE, or None where it has no closed form."""
     o = np.zeros(y.shape[0]) if offset is None else offset
-    if family.n_outputs > 1:  # multinomial: log(n_k / n_0), the class shares
+    if family.response_levels:  # multinomial (K = 2 included): log(n_k / n_0), the class shares
         counts = np.bincount(y.astype(np.int64), minlength=family.n_outputs + 1).astype(np.float64)
         with np.errstate(divide="ignore"):
             return np.broadcast_to(np.log(counts[1:] / counts[0]), (y.shape[0], family.n_outputs))

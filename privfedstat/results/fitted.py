@@ -27,7 +27,7 @@ from . import scoring
 from .fit_statistics import FitStatistics, fit_statistics
 from .labels import classes_of, label
 from .plotting import coefficient_frame, plot_coefficients
-from .summary import Summary, privacy_rows, privacy_share_row, rounds_row
+from .summary import Summary, clip_row, clipped_row, privacy_rows, privacy_share_row, rounds_row
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -383,7 +383,7 @@ class FittedResults:
             "Df Residuals": str(self.n_samples_ - n_params),
             **rounds_row(comm),
             **privacy_rows(led, delta),
-            "Clipping bound B": f"{self.clip_:.4g}",
+            "Clipping bound B": clip_row(self.clip_, getattr(self, "scaler_", None) is not None),
             "Iterations": str(self.n_iter_),
         }
         header.update(self._goodness_of_fit(data))
@@ -401,8 +401,7 @@ class FittedResults:
         else:
             header["Inference"] = result.method
             if result.clipped_fraction is not None:
-                share, sd = result.clipped_fraction
-                header["Clipped at estimate"] = f"{100 * share:.1f}% of per-sample gradients (+- {100 * sd:.1f}%, private count)"
+                header["Clipped at estimate"] = clipped_row(*result.clipped_fraction)
             if result.dispersion is not None:
                 phi, sd = result.dispersion
                 if self.family_.has_dispersion:  # the residual variance, on the response's own scale (statsmodels' scale)

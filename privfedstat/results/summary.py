@@ -143,3 +143,22 @@ def privacy_share_row(realised, planned) -> str:
 
     fit = "n/a (no privacy part in the fit's covariance)" if realised is None else share(realised)
     return f"fit {fit}, planned {share(planned)}: mean (min-max) over the coefficients"
+
+
+def clipped_row(share: float, sd: float) -> str:
+    """The summary's "Clipped at estimate" line: the private count's share of clipped rows and its noise sd, in percent
+    with one decimal, or two significant digits below 0.1% (``+- 0.0%`` read as a count without noise)."""
+    def percent(x: float) -> str:
+        p = 100.0 * x
+        return f"{p:.1f}%" if abs(p) >= 0.1 or p == 0 else f"{p:.2g}%"
+
+    return f"{percent(share)} of per-sample gradients (+- {percent(sd)}, private count)"
+
+
+def clip_row(clip: float, scaled: bool) -> str:
+    """The summary's "Clipping bound B" line: B and what it bounds; with a scaler, on the fitting scale (a Gaussian
+    fit of hours per week printed "13.89", read as hours)."""
+    if not np.isfinite(clip):
+        return f"{clip:.4g}"
+    where = ", on the fitting scale: the columns (and a Gaussian response) as scaling= set them, scaler_" if scaled else ""
+    return f"{clip:.4g} (each row's gradient norm{where})"

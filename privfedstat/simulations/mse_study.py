@@ -254,12 +254,16 @@ class MSEConfig(MonteCarloConfig):
 
     def scenarios(self) -> list[Scenario]:
         clip = _clip_setting(self.clip)
-        scenarios = [s for s in self.grid.scenarios(family=self.family, mu=self.mu, clip=clip,
-                                                    newton_noise=self.newton_noise, hessian_floor=self.hessian_floor)
-                     if (self.sizes is None or s.labels["sizes"] in self.sizes)
+        every = self.grid.scenarios(family=self.family, mu=self.mu, clip=clip, newton_noise=self.newton_noise,
+                                    hessian_floor=self.hessian_floor)
+        scenarios = [s for s in every if (self.sizes is None or s.labels["sizes"] in self.sizes)
                      and (self.m is None or s.n_clients in self.m)]
-        if not scenarios:
-            raise ValueError(f"no cell of {self.grid.name} has sizes in {self.sizes} and m in {self.m}.")
+        if not scenarios:  # the flags' names and the grid's values (it printed "sizes in None and m in (0,)")
+            asked = [f"--{flag} {','.join(map(str, v))}" for flag, v in (("sizes", self.sizes), ("m", self.m)) if v]
+            sizes = ",".join(dict.fromkeys(str(s.labels["sizes"]) for s in every))
+            ms = ",".join(map(str, sorted({s.n_clients for s in every})))
+            raise ValueError(f"no cell of {self.grid.name} matches {' and '.join(asked)}: its --sizes are {sizes}, "
+                             f"its --m {ms}.")
         private = sorted({s.mu for s in scenarios if math.isfinite(s.mu)})
         if clip == math.inf and private:
             raise ValueError(f"clip='none' (no clipping) needs mu = inf: unclipped gradients have infinite "

@@ -37,7 +37,7 @@ from ..fitting.base import FederatedEstimator
 from ..privacy.clipping import AutoClip
 from .allocations import Allocation
 from .dgp import GLMDesign
-from .study import param
+from .study import param, positive_int
 
 __all__ = ["Scenario", "Fit", "Measure", "MSE", "MonteCarlo", "MonteCarloConfig", "run_replicate", "mse_rows",
            "METHODS", "make_estimator", "summarise", "source_digest"]
@@ -441,8 +441,8 @@ class MonteCarlo:
 class MonteCarloConfig:
     """The settings of a study that runs on :class:`MonteCarlo` (its replicates, seed and workers)."""
 
-    reps: int = param("replicates per cell", 100)
-    jobs: int = param("parallel workers (joblib processes or dask workers)", 1)
+    reps: int = param("replicates per cell", 100, parse=positive_int)
+    jobs: int = param("parallel workers (joblib processes or dask workers)", 1, parse=positive_int)
     seed: int = param("root seed: every row is reproducible from it alone", 0)
     backend: str = param("where parallel replicates run", "loky", choices=("loky", "dask"))
     scheduler: str | None = param("dask scheduler address (default: start a LocalCluster)", None, parse=str)

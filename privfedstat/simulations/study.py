@@ -44,6 +44,15 @@ def param(help: str, default: Any = MISSING, *, flag: str | None = None, parse: 
     return field(default=default, metadata={"help": help, "flag": flag, "parse": parse, "choices": choices})
 
 
+def positive_int(text: str) -> int:
+    """A flag's positive integer: argparse names the flag in its error (``--reps 0``; the runner's own check named
+    ``n_reps``, a parameter the command line does not have)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def listof(cast: Callable[[str], Any]) -> Callable[[str], tuple]:
     """A parser of comma-separated values, each cast with ``cast``: ``listof(float)("1,3")`` is ``(1.0, 3.0)``."""
     return lambda text: tuple(cast(v) for v in text.split(","))
@@ -112,8 +121,15 @@ class StudyResult:
         """The tables as text (titles and fixed-width columns), as the command line prints them."""
         with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 250,
                                "display.max_rows", 1000, "display.max_columns", 100):
-            return "\n\n".join(f"{t.title}:\n{t.frame.to_string(index=not isinstance(t.frame.index, pd.RangeIndex))}"
-                               for t in self.tables.values())
+            return "\n\n".join(f"{t.title}:\n{_table_text(t.frame)}" for t in self.tables.values())
+
+
+def _table_text(frame: pd.DataFrame) -> str:
+    """A table as fixed-width text; an empty one (a slope needs two cells: ``--m 25`` selects one) says so in words,
+    not as pandas' ``Empty DataFrame`` repr."""
+    if frame.empty:
+        return "(none: the cells run are too few for this table)"
+    return frame.to_string(index=not isinstance(frame.index, pd.RangeIndex))
 
 
 def _settings(config) -> list:

@@ -131,3 +131,20 @@ def test_multinomial_equations_carry_the_levels_as_in_statsmodels_mnlogit(df):
     with pytest.raises(ValueError, match=r"column 'party': 1 row\(s\) have a value outside"):
         est.score(bad)
     est.predict(bad)  # the response is not needed to predict
+
+
+def test_the_clipping_bound_says_its_scale():
+    """HI (Ecdat): a Gaussian fit of weekly hours printed "Clipping bound B 13.89", read as hours; B bounds each row's
+    gradient on the fitting scale that the private scaling sets."""
+    import numpy as np
+    import pandas as pd
+
+    from privfedstat import glm
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"x": rng.normal(40, 10, 800), "site": rng.integers(0, 4, 800)})
+    df["hours"] = 30 + 0.2 * df.x + rng.normal(0, 15, 800)
+    scaled = glm("hours ~ x", df, client="site", mu=4, random_state=0).summary().header["Clipping bound B"]
+    assert "each row's gradient norm, on the fitting scale" in scaled and "scaler_" in scaled
+    plain = glm("hours ~ x", df, client="site", mu=float("inf"), scaling=None).summary().header["Clipping bound B"]
+    assert plain == "inf"

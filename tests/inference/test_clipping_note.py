@@ -16,8 +16,10 @@ def test_an_unresolved_displacement_says_nothing_was_found_and_how_coarse_the_lo
     # errors", which reads as a measured bias of two standard errors)
     text = note(_found([0.5, -2.1, 1.0], [3.6, 3.0, 2.0], [False] * 3))
     assert text.startswith("no displacement by clipping was found")
-    assert "noise is 3.6 standard errors" in text and "below about 11 would go unseen" in text
-    assert "B' = 14.4" in text and "2.1" in text
+    assert "noise is 3.6 standard errors" in text and "below about 11 would go unseen" not in text
+    # every number with its unit (new users read "one below about 11" and "the largest measured, 2.1" as bare numbers)
+    assert "a displacement below about 11 standard errors would go unseen" in text
+    assert "B' = 14.4" in text and "the largest measured, 2.1 standard errors" in text
     # where such a bias comes from and the remedy a user controls (stop 52's new users: dollar incomes, lengths of stay)
     assert "a log or a cap of a heavy-tailed covariate or count" in text
 
@@ -94,3 +96,12 @@ def test_the_clipping_warning_offers_the_bootstrap_only_where_the_bootstrap_runs
     with pytest.raises(ValueError, match="cannot simulate data with an offset"):
         pfs.glm("y ~ x", df, client="site", family="poisson", mu=8, random_state=0, exposure="e",
                 inference="bootstrap")
+
+
+def test_the_clipped_share_shows_its_noise_below_a_tenth_of_a_percent():
+    """A secure fit's private count of clipped rows has a noise sd of a few hundredths of a percent: printed with one
+    decimal it read "0.0% (+- 0.0%)", a count without noise."""
+    from privfedstat.results.summary import clipped_row
+
+    assert clipped_row(0.0004, 0.00031) == "0.04% of per-sample gradients (+- 0.031%, private count)"
+    assert clipped_row(0.014, 0.005) == "1.4% of per-sample gradients (+- 0.5%, private count)"

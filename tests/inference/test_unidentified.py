@@ -38,3 +38,17 @@ def test_a_well_identified_matrix_withholds_nothing_whatever_its_released_noise_
     collapsed = U @ np.diag([0.0, *np.linspace(1.2, 3.6, p)[1:]]) @ U.T
     at_estimate = collapsed + vec_to_sym(0.1 * rng.standard_normal(p * (p + 1) // 2), p)
     assert unidentified_coefficients(at_estimate, floor_eigenvalues(at_estimate, 0.1), 0.1, U, protocol[0], s_p).size
+
+
+def test_the_unidentified_warning_names_quasi_separation():
+    """monica (DAAG: 1922 of the 1925 patients not hospitalised died): the hospital dummy's coefficient (-7.8) has
+    almost no curvature, and the warning named only collinearity and too little data, not the cause."""
+    import numpy as np
+    import pytest
+
+    from privfedstat import IllConditionedWarning
+    from privfedstat.inference.core import floored
+
+    with pytest.warns(IllConditionedWarning, match="quasi-separation") as caught:
+        floored(np.diag([1.0, 0.01]), 0.05, "Hessian", [])
+    assert "drop or pool a separated level" in str(caught[0].message)
