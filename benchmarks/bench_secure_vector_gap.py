@@ -31,30 +31,39 @@ import bench_secure as secure  # noqa: E402
 DELTA = 1e-5
 
 
-def _coupled(noise) -> tuple[int, ...]:
+def _coupled(noise) -> list[tuple[float, tuple[int, ...]]]:
     """The balanced pattern of the rounding's coupling: ``floor(R / sqrt(d)) + 1`` per coordinate (``||v||_2`` at most
-    ``Delta_2``)."""
+    ``Delta_2``), as ``(Lambda, shifts)`` groups; the attained pattern of an outer-product release
+    (:func:`privfedstat.privacy.secure_outer.outer_pattern`)."""
+    from privfedstat.privacy.secure_outer import outer_pattern
     from privfedstat.privacy.secure_pld import achievable_shifts
-    return tuple(k + 1 for k in achievable_shifts(noise, "balanced")) if noise.rounding else achievable_shifts(noise)
+    if noise.outer:
+        return outer_pattern(noise)
+    shifts = tuple(k + 1 for k in achievable_shifts(noise, "balanced")) if noise.rounding else achievable_shifts(noise)
+    return [(noise.lam, shifts)]
+
+
+def _pld(groups):
+    from privfedstat.privacy.secure_pld import skellam_pld
+    pld = None
+    for (lam, shifts), count in Counter(groups).items():
+        one = skellam_pld(lam, shifts).self_compose(count)
+        pld = one if pld is None else pld.compose(one)
+    return pld
 
 
 def _coupled_fit_epsilon(noises) -> float:
     """Every release at its coupled pattern (integer messages, counts, at their shift 1), composed."""
-    from privfedstat.privacy.secure_pld import skellam_pld
-    pld = None
-    for (lam, shifts), count in Counter((n.lam, _coupled(n)) for n in noises if n.lam > 0).items():
-        one = skellam_pld(lam, shifts).self_compose(count)
-        pld = one if pld is None else pld.compose(one)
-    return float(pld.get_epsilon_for_delta(DELTA))
+    return float(_pld([g for n in noises if n.lam > 0 for g in _coupled(n)]).get_epsilon_for_delta(DELTA))
 
 
 def _release_row(noise) -> dict:
     from privfedstat.privacy.gdp import epsilon_from_mu
-    from privfedstat.privacy.secure_pld import achievable_epsilon, secure_pld, skellam_pld
+    from privfedstat.privacy.secure_pld import achievable_epsilon, secure_pld
     upper = epsilon_from_mu(noise.gdp_mu, DELTA)
     if noise.exact_shift is not None:
         upper = min(upper, float(secure_pld([noise], 0.0).get_epsilon_for_delta(DELTA)))
-    coupled = float(skellam_pld(noise.lam, _coupled(noise)).get_epsilon_for_delta(DELTA))
+    coupled = float(_pld(_coupled(noise)).get_epsilon_for_delta(DELTA))
     return dict(upper=upper, coupled=coupled, lower=achievable_epsilon([noise], DELTA))
 
 
