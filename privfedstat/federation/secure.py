@@ -284,12 +284,15 @@ def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, 
     """The arithmetic of a secure round of ``verb``: rows rounded into a ball for :data:`ROW_VERBS`
     (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), rows' roots for
     :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`; not the Hessians of a model of
-    ``outputs > 1``, whose row terms are not outer products), the site message rounded as a whole otherwise
+    ``outputs > 1``, whose row terms are not outer products, nor where the 32-bit word of Flower's SecAgg+ cannot hold
+    the bracket's radius), the site message rounded as a whole otherwise
     (:func:`~privfedstat.privacy.secure_noise.skellam_spec`); arguments as theirs."""
     if verb in ROW_VERBS:
         return row_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
     if verb in OUTER_VERBS and not (verb == "secure_hessians" and outputs > 1):
-        return outer_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
+        spec = outer_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
+        if spec is not None:
+            return spec
     return skellam_spec(sensitivity, bound, dim, mu, n_clients, min_surviving)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, IntegerNoise, SkellamSpec, _calibrated_lam, _modulus_bits
+from .secure_noise import MAX_CHECKED_LAM, SLACK, IntegerNoise, SkellamSpec, _calibrated_lam, _modulus_bits
 from .secure_rounding import _word_bits, gap_lambda, round_into_ball
 
 __all__ = ["outer_spec", "outer_squares", "quantize_outer", "outer_pattern", "outer_size"]
@@ -50,7 +50,7 @@ def _factor(p: int) -> float:
 
 
 def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int, min_surviving: int,
-               rows: int) -> SkellamSpec:
+               rows: int) -> SkellamSpec | None:
     """The arithmetic of a secure round whose sites send their rows' integer outer products (module docstring).
 
     Parameters
@@ -70,8 +70,9 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     ``gamma = sensitivity / (sqrt(2) K)``, ``K = j^2 q``: the smallest ``j`` whose ``K`` is at least both the bracket's
     (``Lambda`` at least :func:`~privfedstat.privacy.secure_rounding.gap_lambda` of the attained pattern) and the rounding
     variance's (``rows`` rows' bound at most ``2 SLACK`` of the noise variance, the site-level rounding's price), at most
-    the largest whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` and whose modulus fits Flower's SecAgg+ word; the word
-    gives way only to the bracket's ``K`` (then up to :data:`MAX_BITS` bits, in process).
+    the largest whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` and whose modulus fits Flower's SecAgg+ word. None
+    where the word cannot hold the bracket's ``K`` (about ``2^(bits - 1) / (N K)``: many rows), or no ``K`` meets the
+    budget: the caller rounds the site message as a whole instead (its rounding slack in the sensitivity).
     """
     d, m, k = int(dim), int(n_clients), int(min_surviving)
     if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
@@ -96,14 +97,13 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
         spec = _spec_at(j * j * q, sensitivity, bound, d, mu, m, k, rows)
         if spec is None:
             j = math.floor(j * 0.99)
-        elif spec.bits <= word or (j <= j_gap and spec.bits <= MAX_BITS):
+        elif spec.bits <= word:
             return spec
         elif j > j_gap:  # the reach scales with K = j^2 q: a bit fewer per halving of K, down to the bracket's
             j = max(min(j - 1, math.floor(j * 2.0 ** ((word - spec.bits) / 2.0))), j_gap)
         else:
-            break
-    raise ValueError(f"the secure round's budget mu = {mu:g} is too small for a {p} x {p} outer-product release (or the "
-                     f"messages' bound too large for {MAX_BITS} bits); give the round more budget.")
+            return None
+    return None
 
 
 def _spec_at(radius: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int
