@@ -12,8 +12,8 @@ diagonal, ``Sk(2 lam)`` off it (:func:`~privfedstat.privacy.secure_noise.add_sha
 K^2`` whatever the rounding drew. The message is, in distribution, the full matrix ``S`` with ``Sk(lam)`` on each of its
 ``p^2`` entries with the entries ``(k, l)`` and ``(l, k)`` added (post-processing), whose integer shift has L2 norm
 ``||a a^T - b b^T||_F <= sqrt(2) K``: the ledger's ``Delta_2 = sqrt(2) K`` (``K`` for ``p = 1``, where ``|a^2 - b^2| <=
-K``). It is attained: ``K = j^2 q`` (``q`` the largest power of two ``<= p``), ``a`` and ``b`` ``j`` times two rows of a
-Sylvester-Hadamard matrix of order ``q`` (orthogonal lattice vectors of squared norm ``K``), :func:`outer_pattern`.
+K``). It is attained: ``K = j^2 q`` (``q`` the largest even number ``<= p``), ``a = j (1, ..., 1)`` and ``b = j (1, -1,
+1, -1, ...)`` on the first ``q`` coordinates (orthogonal lattice vectors of squared norm ``K``), :func:`outer_pattern`.
 Decoded, the release is ``sym_to_vec`` of the summed matrix with the same noise sd on every coordinate, as for a site
 message rounded as a whole (docs/guide/secure-aggregation.md, "Per-row outer products").
 """
@@ -40,8 +40,8 @@ def outer_size(dim: int) -> int:
 
 
 def _order(p: int) -> int:
-    """q: the largest power of two at most ``p``."""
-    return 1 << (int(p).bit_length() - 1)
+    """q: the largest even number at most ``p`` (1 for ``p = 1``)."""
+    return max(int(p) - int(p) % 2, 1)
 
 
 def _factor(p: int) -> float:
@@ -149,9 +149,9 @@ def quantize_outer(roots: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, 
 
 def outer_pattern(noise: IntegerNoise) -> list[tuple[float, tuple[int, ...]]]:
     """The shift pattern of an outer-product release that data within its stated sensitivity produce with certainty, as
-    ``(Lambda, shifts)`` groups of its coordinates: roots on the lattice (the rounding leaves them) ``a = j h_1``, ``b = j
-    h_2`` (rows of the Sylvester-Hadamard matrix of order ``q``, ``K = j^2 q``), whose ``a a^T - b b^T`` is ``+-2 j^2`` on
-    the ``(q / 2)^2`` pairs where ``h_2`` changes sign, ``4 j^2`` once folded, off the diagonal (``Sk(2 Lambda)``):
+    ``(Lambda, shifts)`` groups of its coordinates: roots on the lattice (the rounding leaves them) ``a = j (1, ..., 1)``,
+    ``b = j (1, -1, 1, -1, ...)`` on the first ``q`` coordinates (``K = j^2 q``), whose ``a a^T - b b^T`` is ``2 j^2`` on
+    the ``(q / 2)^2`` pairs where ``b`` has opposite signs, ``4 j^2`` once folded, off the diagonal (``Sk(2 Lambda)``):
     ``||.||_F = sqrt(2) K``, the ledger's ``Delta_2``; for ``p = 1``, ``a = sqrt(K)``, ``b = 0``: ``K`` on one
     ``Sk(Lambda)`` coordinate."""
     p = outer_size(noise.dim)

@@ -142,7 +142,7 @@ def test_neighbouring_rows_integer_outer_products_never_exceed_the_stated_sensit
 
 
 def test_the_stated_sensitivity_is_attained_by_lattice_roots():
-    """Roots on the lattice round to themselves: j h_1 against j h_2 (Sylvester-Hadamard rows) move the integer matrix
+    """Roots on the lattice round to themselves: j (1, 1, 1, 1, 0) against j (1, -1, 1, -1, 0) move the integer matrix
     by exactly sqrt(2) K, the ledger's Delta_2 (outer_pattern)."""
     from privfedstat.privacy.mechanisms import ClientNoise
     from privfedstat.privacy.secure_outer import outer_pattern, quantize_outer
@@ -151,7 +151,7 @@ def test_the_stated_sensitivity_is_attained_by_lattice_roots():
     q, K = 4, int(spec.outer)
     jj = math.isqrt(K // q)
     assert jj * jj * q == K
-    h1, h2 = np.r_[np.ones(q), np.zeros(p - q)], np.r_[1.0, 1.0, -1.0, -1.0, 0.0]
+    h1, h2 = np.r_[np.ones(q), np.zeros(p - q)], np.r_[1.0, -1.0, 1.0, -1.0, 0.0]
     unit = math.sqrt(spec.quantum)  # a root x quanta long is x sqrt(gamma) in message units
     rows = np.zeros((n, p))
     rngs = lambda: secure_mod.site_generators(ClientNoise(np.random.SeedSequence(3), m))  # noqa: E731
