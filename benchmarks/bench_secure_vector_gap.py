@@ -1,12 +1,13 @@
 """How far the GDP accounting of vector secure releases is from their exact epsilon: a bracket on real fits.
 
 Upper end: the epsilon the ledger reports (the GDP bound ``mu = Delta_2 D(Lambda)``; one-coordinate releases by their
-PLD at the shift ``floor(Delta_2)``). ``Delta_2 = Delta / gamma + sqrt(d)`` for site messages rounded as a whole (the
-PSD verbs: Hessians, score outer products, design moments), ``2 k sqrt(d)`` for rows rounded into a ball (gradients,
-clipped excess, the Pearson sum: :mod:`privfedstat.privacy.secure_rounding`, no slack). Lower end: the exact epsilon
-of shift patterns that messages within the stated sensitivity produce with certainty
+PLD at the shift ``floor(Delta_2)``). ``Delta_2 = Delta / gamma + sqrt(d)`` for site messages rounded as a whole (a PSD
+release whose rows Flower's word cannot carry), ``2 k sqrt(d)`` for rows rounded into a ball (gradients, clipped
+excess, the Pearson sum: :mod:`privfedstat.privacy.secure_rounding`, no slack), ``sqrt(2) K`` for the rows' integer
+outer products (Hessians, score outer products, design moments: :mod:`privfedstat.privacy.secure_outer`). Lower end:
+the exact epsilon of shift patterns that messages within the stated sensitivity produce with certainty
 (:func:`privfedstat.privacy.secure_pld.achievable_epsilon`; for per-row releases the balanced ``(2k, ..., 2k)`` is
-``Delta_2`` itself). Between them for comparison, the *coupled* balanced pattern ``floor(Delta / (gamma sqrt(d))) + 1``
+``Delta_2`` itself, for outer products :func:`~privfedstat.privacy.secure_outer.outer_pattern`). Between them for comparison, the *coupled* balanced pattern ``floor(Delta / (gamma sqrt(d))) + 1``
 per coordinate for site-level rounding (the worst pattern its coupling admits, with probability near 0), the
 achievable one for per-row releases, per release and for the whole fit. Per release type (one release) and per fit,
 delta = 1e-5, dp-accounting at 1e-4.
