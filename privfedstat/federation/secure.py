@@ -5,7 +5,9 @@ table): each site computes the message of ``gradients`` (its mean of per-sample 
 to B) or ``hessians`` (``sym_to_vec`` of its mean Hessian clipped to C_H), weights it by its
 public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
 sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
-to the quantum gamma, its Skellam share, a residue modulo ``2^bits``); the scalar verbs
+to the quantum gamma, its Skellam share, a residue modulo ``2^bits``; the gradient-type verbs round each row into a
+ball, :data:`ROW_VERBS`, and the PSD verbs each row's root, sending the integer outer products, :data:`OUTER_VERBS`);
+the scalar verbs
 ``secure_count_at_most``, ``secure_column_count``, ``secure_count_clipped`` (integer counts, sent as
 they are: :func:`~privfedstat.privacy.secure_noise.count_spec`) and ``secure_pearson_sum`` send a
 count or a sum with weight 1. The server side is :func:`secure_mean` (:func:`secure_total` for the

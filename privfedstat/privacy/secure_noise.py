@@ -37,7 +37,8 @@ which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy
 
 **Per-row rounding.** The row verbs round each row's contribution into a ball of radius ``k sqrt(d)`` quanta instead
 (:mod:`.secure_rounding`): no rounding slack, ``Delta_2 = 2 k sqrt(d)`` attained by rows on the lattice, one rounding
-error per row in the variance (``SkellamSpec.row_reach``, ``rows``).
+error per row in the variance (``SkellamSpec.row_reach``, ``rows``); the PSD verbs round each row's root and send the
+integer outer products (:mod:`.secure_outer`, ``SkellamSpec.outer``: ``Delta_2 = sqrt(2) K`` attained).
 
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
