@@ -135,7 +135,7 @@ def noise_table(mus) -> None:
             site = skellam_spec(sens, bound, d, mu, m, m)
             outer = outer_spec(sens, bound, d, mu, m, m, m * n)
             if outer is None:
-                print(f"| {label} | {p} | {mu:g} | word: site-level | | | {site.bits} | | {bracket(site, m):.1e} | |")
+                print(f"| {label} | {p} | {mu:g} | falls back: site-level | | | {site.bits} | | {bracket(site, m):.1e} | |")
                 continue
             noise = outer.noise(m)
             rounding = noise.variance / outer.quantum**2 - 2 * noise.lam

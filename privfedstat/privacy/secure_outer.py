@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import secure_noise as sn
 from .secure_noise import MAX_CHECKED_LAM, SLACK, IntegerNoise, SkellamSpec, _calibrated_lam, _modulus_bits
 from .secure_rounding import _word_bits, gap_lambda, round_into_ball
 
@@ -71,8 +72,9 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     (``Lambda`` at least :func:`~privfedstat.privacy.secure_rounding.gap_lambda` of the attained pattern) and the rounding
     variance's (``rows`` rows' bound at most ``2 SLACK`` of the noise variance, the site-level rounding's price), at most
     the largest whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` and whose modulus fits Flower's SecAgg+ word. None
-    where the word cannot hold the bracket's ``K`` (about ``2^(bits - 1) / (N K)``: many rows), or no ``K`` meets the
-    budget: the caller rounds the site message as a whole instead (its rounding slack in the sensitivity).
+    where the word cannot hold the bracket's ``K`` (``N K`` above about ``2^(bits - 1)``: many rows), where the rows'
+    rounding variance would exceed the noise variance (``N mu^2 / (2 p K) > 1``, likewise), or no ``K`` meets the budget:
+    the caller rounds the site message as a whole instead (its rounding slack in the sensitivity).
     """
     d, m, k = int(dim), int(n_clients), int(min_surviving)
     if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
@@ -97,8 +99,8 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
         spec = _spec_at(j * j * q, sensitivity, bound, d, mu, m, k, rows)
         if spec is None:
             j = math.floor(j * 0.99)
-        elif spec.bits <= word:
-            return spec
+        elif spec.bits <= word:  # rounding-dominated (large N): the site message rounded as a whole is less noisy
+            return spec if rows * sn.outer_row_variance(spec.outer, d) <= 2.0 * k * spec.lam else None
         elif j > j_gap:  # the reach scales with K = j^2 q: a bit fewer per halving of K, down to the bracket's
             j = max(min(j - 1, math.floor(j * 2.0 ** ((word - spec.bits) / 2.0))), j_gap)
         else:
