@@ -15,7 +15,8 @@ import numpy as np
 from .secure_noise import IntegerNoise, skellam_log_pmf
 from .secure_outer import outer_pattern
 
-__all__ = ["skellam_delta", "skellam_pld", "secure_pld", "achievable_shifts", "achievable_epsilon", "PATTERNS"]
+__all__ = ["skellam_delta", "skellam_pld", "secure_pld", "EXACT_PLD_MAX_MU", "achievable_shifts", "achievable_epsilon",
+           "PATTERNS"]
 
 #: the shift patterns of :func:`achievable_shifts`
 PATTERNS = ("balanced", "single", "max-and-ones")
@@ -65,6 +66,11 @@ def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval
             vdi, rounded.astype(np.int64), skellam_delta(lam, k, rounded * vdi))).self_compose(count)
         pld = one if pld is None else pld.compose(one)
     return pld
+
+
+#: the largest GDP of the rest for which the ledger builds the exact PLD (its grid grows in mu: 7 s, 0.5 GB at mu = 8,
+#: 46 s, 2.8 GB at 32; it lowers epsilon by <= 0.03 of 65 at 8, benchmarks/RESULTS.md "New users (n3)"); above: GDP's
+EXACT_PLD_MAX_MU = 16.0
 
 
 def secure_pld(noises: Sequence[IntegerNoise], mu: float, value_discretization_interval: float = 1e-4):
