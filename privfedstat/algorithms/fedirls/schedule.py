@@ -355,13 +355,12 @@ class IRLSSchedule:
 
     def _secure(self, phase: Phase) -> Phase:
         """``phase`` under secure aggregation: each round's specs, and the summed noise's variances and floors."""
-        w, m, k, p = self.weights, self.sizes.size, self.min_surviving, self.n_params
+        w, m, k, p, n = self.weights, self.sizes.size, self.min_surviving, self.n_params, int(np.sum(self.sizes))
         g_specs = tuple(verb_spec("secure_gradients", float(np.max(w * phase.gradient_sensitivity)), float(np.max(w))
-                                  * phase.clip, p, float(mu), m, k, int(np.sum(self.sizes))) for mu in phase.mu_gradient)
+                                  * phase.clip, p, float(mu), m, k, n) for mu in phase.mu_gradient)
         h_specs = tuple(verb_spec("secure_hessians", float(np.max(w * phase.hessian_sensitivity)), float(np.max(w))
-                                  * phase.hessian_clip, p * (p + 1) // 2, float(mu), m, k, int(np.sum(self.sizes)),
-                                  self.family.n_outputs) if share > 0 else None
-                        for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))
+                                  * phase.hessian_clip, p * (p + 1) // 2, float(mu), m, k, n, self.family.n_outputs)
+                        if share > 0 else None for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))
         floors, hessian_var = phase.floors.copy(), phase.hessian_var.copy()
         for r, spec in enumerate(h_specs):
             if spec is not None:
