@@ -59,7 +59,7 @@ from .._linalg import safe_norm
 from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
-from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
+from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp, skellam_steps
 from .secure_pld import achievable_epsilon, secure_pld
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
@@ -371,7 +371,7 @@ class PrivacyLedger:
         total = 0.0
         for e in self._entries:
             noise = e.labels.integer
-            mu = e.mu_max if noise is None else noise.colluding(t).gdp_mu
+            mu = e.mu_max if noise is None else _colluding_gdp(noise.colluding(t))
             total += mu * mu
         return math.sqrt(total)
 
@@ -482,6 +482,19 @@ class PrivacyLedger:
         if self.leaks:
             text += "\n  NOT fully private: " + "; ".join(self.leaks)
         return text
+
+
+def _colluding_gdp(noise: IntegerNoise) -> float:
+    """The GDP parameter of the noise a release keeps when sites collude: ``noise.gdp_mu``, inf only where no share is
+    left. A one-coordinate count calibrated to a budget above what its least noise gives (with mu = 1e6 its Lambda is
+    about 3e-17, GDP about 17 per unit of sensitivity) keeps, less a colluding site's share, a Lambda where ``P(Sk = 0)``
+    is 1 in floats and the central step :func:`~privfedstat.privacy.secure_noise.skellam_gdp_mu` inf (a secure fit at
+    mu = 1e6 reported "If one site colludes with it mu = inf"); there the steepest step of
+    :func:`~privfedstat.privacy.secure_noise.skellam_steps`, summed in log space (16.8 at ``Lambda = 2e-17``)."""
+    mu = noise.gdp_mu
+    if math.isinf(mu) and noise.lam > 0:
+        return noise.l2 * float(np.max(skellam_steps(noise.lam)))
+    return mu
 
 
 def _colluders(t) -> int:
