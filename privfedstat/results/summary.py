@@ -129,17 +129,17 @@ def _secure_rows(ledger: PrivacyLedger, delta: float, asked: float | None = None
     (``ledger.collusion_epsilon(t)`` for another t).
 
     Each secure release is charged the GDP of the integer noise it carries, ``Delta_2 D(Lambda)``, at most the share of
-    mu it was calibrated to: more so where more sites answered than ``min_surviving`` (their shares add noise) and where
-    a one-coordinate count needs less noise than the least the calibration resolves (``Lambda`` about 3e-17, where
-    ``P(Sk = 0)`` is 1 in floats: GDP about 17 per unit of sensitivity, below its share of a budget of hundreds). The
-    fit's mu is then below the one asked, and the line says why.
+    mu it was calibrated to: less where more sites answered than ``min_surviving`` (their shares add noise) and where
+    the share needs less noise than the least the calibration resolves (``Lambda`` about 3e-17, where ``P(Sk = 0)`` is
+    1 in floats: GDP about 17 per unit of integer sensitivity, below the share of a budget of hundreds or more, for
+    counts and vectors alike). The fit's mu is then below the one asked, and the line says why.
     """
     below = ""
     if asked is not None and math.isfinite(asked) and ledger.mu < asked * (1.0 - 1e-9):
         below = (f"; below the mu = {asked:.4g} asked: each secure release is charged the GDP of the integer noise it "
-                 "carries, and some carry more than their share of mu needs (a sum of more sites than min_surviving; a "
-                 "one-coordinate count, whose noise cannot be made smaller than one that gives about 17 per unit of "
-                 "sensitivity)")
+                 "carries, and some carry more than their share of mu needs: a sum of more sites than min_surviving, or "
+                 "a share so large that its noise would have to be below the least the calibration resolves "
+                 "(Lambda about 3e-17, which gives about 17 per unit of the release's integer sensitivity)")
     return {"Towards the server": f"mu = {ledger.mu:.4g} per client, eps = {ledger.epsilon(delta):.4g} at delta = "
                                   f"{delta:g} (the integer noise's GDP bound{below}); under secure aggregation it sees "
                                   "only the sites' sums",
