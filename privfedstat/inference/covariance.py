@@ -168,7 +168,9 @@ def precision_corrected(V_p: np.ndarray, V_a: np.ndarray, V_s: np.ndarray, G: np
     sampling part ``s_j`` of ``c H^-1`` (``c H^-1 Sigma H^-1``; ``c`` with the dispersion), FedIRLS's privacy part
     ``p_j`` (``V_p``, fitting scale, ``draws`` at ``H + E'``) and the path remainder ``a_j`` (``V_a``: the last step's
     error, fixed by the protocol's releases, the same at every H). The corrected precision is
-    ``pi_j = 2 / v_j(H) - mean 1 / v_j(H + E')``; the total becomes ``T_j = 1 / pi_j`` (``v_j(H)`` where ``pi_j <= 0``).
+    ``pi_j = 2 / v_j(H) - mean 1 / v_j(H + E')``; the total becomes ``T_j = 1 / pi_j`` (``v_j(H)`` where ``pi_j <= 0``),
+    at least the analytically corrected sampling variance ``V_s``'s (a total below one of its parts is a correction
+    beyond the expansion's reach: a Poisson fingerprint at mu = 2 had ``T`` a quarter of it).
     Each part's own bias-corrected variance is ``q(H)^2 / mean q(H + E')`` (equal to ``2 q(H) - mean q(H + E')`` up to
     fourth order in the noise, and never negative), so ``s*_j``, ``p*_j`` and ``a_j``; to second order
     ``T_j = s*_j + p*_j + a_j + mean(dv^2) / v_j``, and the last (Jensen's) term of the precision belongs to no part
@@ -189,7 +191,7 @@ def precision_corrected(V_p: np.ndarray, V_a: np.ndarray, V_s: np.ndarray, G: np
     s_H, s_E, p_H, p_E, a = sampling(H), sampling(releases), along(V_p), along(draws), along(V_a)
     at_release = s_H + p_H + a
     pi = 2.0 / at_release - np.mean(1.0 / (s_E + p_E + a), axis=0)
-    total = np.where(pi > 0, 1.0 / np.where(pi > 0, pi, 1.0), at_release)
+    total = np.maximum(np.where(pi > 0, 1.0 / np.where(pi > 0, pi, 1.0), at_release), np.diag(V_s))
     parts = np.array([corrected(s_H, s_E), corrected(p_H, p_E), a])
     shares = parts / parts.sum(axis=0)
 
