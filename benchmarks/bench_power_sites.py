@@ -1,12 +1,13 @@
 """plan_study on sites of unequal size: the planned SE next to the SEs of default private fits (FedIRLS's site weights).
 
-Logistic, covariates (1, N(0, 1), Bernoulli(0.4)), ``coef = (-0.5, 0.3, 0.4)``; the plan reads a public sample of
-20000 rows of that law, and ``reps`` default fits (``weights="optimal"`` unless asked otherwise) run on fresh data
-drawn from it. Per coefficient: the planned SE, the median SE the fits report and the RMS of their error about
-``coef``; the plan's refine bound B and the fits' median. Prints only (benchmarks/RESULTS.md, "plan_study under the
-site weights").
+Logistic (or ``--family poisson``), covariates (1, N(0, 1), Bernoulli(0.4)), ``coef = (-0.5, 0.3, 0.4)``; the plan
+reads a public sample of 20000 rows of that law, and ``reps`` default fits (``weights="optimal"`` unless asked
+otherwise) run on fresh data drawn from it. Per coefficient: the planned SE, the median SE the fits report and the RMS
+of their error about ``coef``; the plan's refine bound B and the fits' median. Prints only (benchmarks/RESULTS.md,
+"plan_study under the site weights").
 
-    python benchmarks/bench_power_sites.py --reps 20 [--weights size] [--designs "1x5000+100x10"] [--mus 8 2 1]
+    python benchmarks/bench_power_sites.py --reps 20 [--family poisson] [--weights size] [--designs "1x5000+100x10"]
+        [--mus 8 2 1]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def rows(n: int, rng: np.random.Generator) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--family", default="logistic", choices=["logistic", "poisson"])
     parser.add_argument("--weights", default="optimal")
     parser.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS))
     parser.add_argument("--mus", nargs="+", type=float, default=[8.0, 2.0, 1.0])
@@ -43,12 +45,12 @@ def main() -> None:
         sizes = DESIGNS[name]
         for mu in args.mus:
             start = time.time()
-            plan = pfs.plan_study(design, COEF, family="logistic", sizes=sizes, mu=mu, names=NAMES, weights=args.weights)
+            plan = pfs.plan_study(design, COEF, family=args.family, sizes=sizes, mu=mu, names=NAMES, weights=args.weights)
             rng, coefs, ses, clips = np.random.default_rng(7), [], [], []
-            est = FedIRLS(family="logistic", mu=mu, scaling=PrivateStandardize(intercept=0), weights=args.weights)
+            est = FedIRLS(family=args.family, mu=mu, scaling=PrivateStandardize(intercept=0), weights=args.weights)
             for r in range(args.reps):
                 X = rows(int(sizes.sum()), rng)
-                y = pfs.get_family("logistic").simulate(X @ np.asarray(COEF), rng, 1.0)
+                y = pfs.get_family(args.family).simulate(X @ np.asarray(COEF), rng, 1.0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     est.set_params(random_state=r).fit(FederatedData.from_pooled(

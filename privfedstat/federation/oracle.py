@@ -66,6 +66,14 @@ class ClientOracle(Protocol):
     def row_clipped_excess(self, theta: np.ndarray, clip: float, outer: float) -> np.ndarray:
         """Every row's term of :meth:`clipped_excess`, (n_samples, n_params)."""
 
+    def row_design_roots(self, row_clip: float) -> np.ndarray:
+        """Every row's root ``u_j`` of its term ``u_j u_j^T`` of :meth:`design_moments`, (n_samples, n_features)."""
+
+    def row_hessian_roots(self, theta: np.ndarray, hessian_clip: float, gradient_clip: float | None = None
+                          ) -> np.ndarray:
+        """Every row's root ``v_j`` of its term ``v_j v_j^T`` of :meth:`hessians` (scalar-response families, whose
+        per-sample Hessians have rank one), (n_samples, n_params)."""
+
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         """Per-client number of ``values`` (one per sample) that are <= ``threshold``."""
 
@@ -128,6 +136,18 @@ class _ConcatenatedOracle:
         if not outer > clip:
             raise ValueError(f"clipped_excess needs outer > clip, got outer={outer!r}, clip={clip!r}.")
         return self.row_gradients(theta, outer) - self.row_gradients(theta, clip)
+
+    def row_design_roots(self, row_clip: float) -> np.ndarray:
+        """Every row scaled as :meth:`design_moments` scales it, ``u_j = min(1, L_j) x_j`` with the kernel's ``L_j``
+        (:func:`~privfedstat.kernels.glm_nb.glm_client_design_moments`), (N, n_features): each client's mean of
+        ``u_j u_j^T`` is its design moments."""
+        bound = _bound(row_clip, "row_clip", self._n_max, square=True)
+        d = self.data
+        if math.isinf(bound):
+            return np.array(d.X, dtype=np.float64)
+        denorm = 5e-324
+        limit = np.maximum(bound * glm_nb.CLIP_SAFETY / np.maximum(d.row_norms, denorm) - denorm, 0.0)
+        return d.X * np.minimum(limit, 1.0)[:, None]
 
     def count_at_most(self, values: np.ndarray, threshold: float) -> np.ndarray:
         return np.add.reduceat((values <= threshold).astype(np.float64), self.data.offsets[:-1])
@@ -289,6 +309,19 @@ class GLMOracle(_ConcatenatedOracle):
         # one call signature (inf: every row), so numba compiles the kernel once rather than once per form
         glm_nb.glm_client_hessian(*args, math.inf if gradient_clip is None else _bound(gradient_clip, "gradient_clip",
                                                                                         self._n_max))
+        return out
+
+    def row_hessian_roots(self, theta: np.ndarray, hessian_clip: float, gradient_clip: float | None = None
+                          ) -> np.ndarray:
+        """Every row's root ``v_j = g_j x_j`` of its term of :meth:`hessians` (the kernel of
+        :meth:`hessians`' accumulation, one row at a time), (N, n_features): each client's mean of ``v_j v_j^T`` is its
+        :meth:`hessians`."""
+        d = self.data
+        out = np.empty((d.X.shape[0], self.n_features))
+        glm_nb.glm_row_hessian_roots(d.X, d.y, d.eta_offset, d.row_norms, self._row_theta(theta),
+                                     _bound(hessian_clip, "hessian_clip", self._n_max), self.family.code,
+                                     self.family.param, out, math.inf if gradient_clip is None
+                                     else _bound(gradient_clip, "gradient_clip", self._n_max))
         return out
 
     def _score_outer_kernel(self, theta: np.ndarray, clip: float, out: np.ndarray) -> None:

@@ -5,7 +5,9 @@ table): each site computes the message of ``gradients`` (its mean of per-sample 
 to B) or ``hessians`` (``sym_to_vec`` of its mean Hessian clipped to C_H), weights it by its
 public aggregation weight ``w_i`` (so the sum is the weighted mean's numerator), and
 sends ``encode(w_i g_i)`` (:func:`~privfedstat.privacy.secure_noise.encode`: stochastic rounding
-to the quantum gamma, its Skellam share, a residue modulo ``2^bits``); the scalar verbs
+to the quantum gamma, its Skellam share, a residue modulo ``2^bits``; the gradient-type verbs round each row into a
+ball, :data:`ROW_VERBS`, and the PSD verbs each row's root, sending the integer outer products, :data:`OUTER_VERBS`);
+the scalar verbs
 ``secure_count_at_most``, ``secure_column_count``, ``secure_count_clipped`` (integer counts, sent as
 they are: :func:`~privfedstat.privacy.secure_noise.count_spec`) and ``secure_pearson_sum`` send a
 count or a sum with weight 1. The server side is :func:`secure_mean` (:func:`secure_total` for the
@@ -33,19 +35,23 @@ import numpy as np
 from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
-from ..privacy.secure_noise import SkellamSpec, add_shares, decode, quantize, skellam_spec
+from ..privacy.secure_noise import SkellamSpec, add_shares, decode, outer_folds, quantize, skellam_spec
+from ..privacy.secure_outer import outer_spec, outer_squares, quantize_outer
 from ..privacy.secure_rounding import quantize_rows, radius_squares, row_spec
 from .clients import Reply
 from .verbs import Verb, design_moments, get, one_value, parameter_moments, parameters, register
 
 __all__ = ["secure_mean", "secure_total", "message_spec", "verb_spec", "mean_noise_sd", "secure_count",
            "privatize_integer", "share_release", "SecureAggregationRefused", "sums_securely", "secure_sites",
-           "site_generators", "AGGREGATIONS", "ROW_VERBS"]
+           "site_generators", "AGGREGATIONS", "ROW_VERBS", "OUTER_VERBS"]
 
 #: the secure verbs whose sites round each row's contribution into a ball (:mod:`~privfedstat.privacy.secure_rounding`:
-#: the integer sensitivity attained exactly); the PSD verbs (hessians, score_outer, design_moments) round the site's
-#: message as a whole, which keeps their sensitivity ``sqrt(2) C / n_i`` (a row's ball would state ``2 C / n_i``)
+#: the integer sensitivity attained exactly)
 ROW_VERBS = frozenset({"secure_gradients", "secure_clipped_excess", "secure_pearson_sum"})
+#: the PSD verbs, whose sites round each row's root into a ball and send the integer outer products
+#: (:mod:`~privfedstat.privacy.secure_outer`: the PSD sensitivity ``sqrt(2) C / n_i`` attained exactly); a Hessian
+#: of a multinomial model (per-row terms of rank K - 1) is rounded as a whole
+OUTER_VERBS = frozenset({"secure_hessians", "secure_score_outer", "secure_design_moments"})
 
 #: how a fit's server combines messages: each site adds its full Gaussian noise ("local"), or the sites' integer
 #: noise shares are summed under secure aggregation ("secure")
@@ -116,29 +122,63 @@ def _secure_row_release(clients, row_statistic, theta, weights, sensitivity, spe
     return clients._reply(residues, [rec], answered, failing)
 
 
+def _secure_outer_release(clients, root_statistic, theta, weights, sensitivity, spec: SkellamSpec, stage: str, active
+                          ) -> Reply:
+    """Each site's integer outer products of its rows' roots ``sqrt(w_i / n_i) v_j`` (``v_j v_j^T`` the rows' terms of
+    its mean; :func:`~privfedstat.privacy.secure_outer.quantize_outer`), with its noise share;
+    ``root_statistic(oracle, theta)`` gives every row's ``v_j`` (N, p)."""
+    answered, failing = clients._begin(active)
+    o = clients._oracle
+    roots, off = root_statistic(o, theta), o.data.offsets
+    scale = np.sqrt(np.asarray(weights, dtype=np.float64) / np.asarray(o.sizes, dtype=np.float64))
+    values = [scale[i] * roots[off[i]:off[i + 1]] for i in range(len(scale))]
+    residues, _, rec = privatize_integer(values, clients._noise, spec, sensitivity, stage)
+    return clients._reply(residues, [rec], answered, failing)
+
+
+def _psd_release(clients, statistic, root_statistic, theta, weights, sensitivity, spec: SkellamSpec, stage: str,
+                 active) -> Reply:
+    """A PSD verb's secure release: the rows' integer outer products for a spec with ``outer``
+    (:func:`_secure_outer_release`), else ``sym_to_vec`` of the site's mean rounded as a whole (:func:`_secure_release`)."""
+    if spec.outer:
+        return _secure_outer_release(clients, root_statistic, theta, weights, sensitivity, spec, stage, active)
+    return _secure_release(clients, lambda o, t: sym_to_vec(statistic(o, t)), theta, weights, sensitivity, spec, stage,
+                           active)
+
+
 def privatize_integer(values, noise, spec: SkellamSpec, sensitivity, stage: str) -> tuple[np.ndarray, np.ndarray, Release]:
     """The sites' integer mechanism: site i's weighted message (``values[i]``, of L2 sensitivity ``sensitivity[i]``)
     rounded to the quantum with its stream's uniforms, plus its Skellam share, modulo ``2^bits``; for a spec with
     ``row_reach``, ``values[i]`` are its rows' contributions (n_i, d), each rounded into its ball and summed
-    (:func:`~privfedstat.privacy.secure_rounding.quantize_rows`).
+    (:func:`~privfedstat.privacy.secure_rounding.quantize_rows`); for a spec with ``outer``, its rows' roots (n_i, p),
+    whose integer outer products it sends (:func:`~privfedstat.privacy.secure_outer.quantize_outer`; the rounded
+    message returned is their ``sym_to_vec``).
 
     Returns the residues (as float64, exact below 2^53), the rounded messages in message units (``gamma`` times the
     integers: what the stated sensitivity bounds) and the site's share record. Looked up on this module by the verbs,
     so that a test's tap sees every secure release.
     """
     rngs = site_generators(noise)
-    rounded = quantize_rows(values, spec, sensitivity, rngs) if spec.row_reach else quantize(values, spec, rngs)
+    if spec.outer:
+        rounded = quantize_outer(values, spec, sensitivity, rngs)
+        unit = spec.quantum * np.where(outer_folds(spec.dim) > 1.0, 1.0 / math.sqrt(2.0), 1.0)
+    else:
+        rounded = quantize_rows(values, spec, sensitivity, rngs) if spec.row_reach else quantize(values, spec, rngs)
+        unit = spec.quantum
     residues = add_shares(rounded, spec, rngs)
-    return residues.astype(np.float64), rounded * spec.quantum, share_release(spec, sensitivity, rounded.shape[1], stage)
+    return residues.astype(np.float64), rounded * unit, share_release(spec, sensitivity, rounded.shape[1], stage)
 
 
 def share_release(spec: SkellamSpec, sensitivity, dim: int, stage: str, answered: np.ndarray | None = None) -> Release:
     """The record of the sites' integer messages of ``dim`` coordinates: each site's sensitivity ``sensitivity[i]``
     plus the rounding slack ``gamma sqrt(d)`` (none for integer messages: counts), or, for rows rounded into a ball,
-    twice its rows' radius ``2 gamma sqrt(T_i)`` (:func:`~privfedstat.privacy.secure_rounding.radius_squares`); its
+    twice its rows' radius ``2 gamma sqrt(T_i)`` (:func:`~privfedstat.privacy.secure_rounding.radius_squares`), for
+    integer outer products ``sqrt(2) gamma T_i`` (:func:`~privfedstat.privacy.secure_outer.outer_squares`); its
     share's sd ``gamma sqrt(2 lam)`` (zeros for sites outside ``answered``). It follows from the public request: a
     Flower server builds it for the sites SecAgg+ summed."""
-    if spec.row_reach:
+    if spec.outer:  # Delta_2 = sqrt(2) T_i (T_i for p = 1)
+        sens = spec.quantum * (spec.l2 / spec.outer) * outer_squares(spec, sensitivity).astype(np.float64)
+    elif spec.row_reach:
         sens = 2.0 * spec.quantum * np.sqrt(radius_squares(spec, sensitivity).astype(np.float64))
     else:
         sens = np.asarray(sensitivity, dtype=np.float64) + (spec.quantum * np.sqrt(dim) if spec.rounding else 0.0)
@@ -158,26 +198,27 @@ def _secure_gradients(clients, theta, *, clip: float, weights, sensitivity, spec
 
 def _secure_hessians(clients, theta, *, hessian_clip: float, gradient_clip: float | None = None, weights, sensitivity,
                      spec: SkellamSpec, stage: str, active=None) -> Reply:
-    """``hessians`` under secure aggregation: ``sym_to_vec`` of each site's mean Hessian clipped to C_H (the clipped
-    score's Jacobian with ``gradient_clip``), times ``w_i``."""
-    return _secure_release(clients, lambda o, t: sym_to_vec(o.hessians(t, hessian_clip, gradient_clip)), theta, weights,
-                           sensitivity, spec, stage, active)
+    """``hessians`` under secure aggregation: each site's mean Hessian clipped to C_H (the clipped score's Jacobian with
+    ``gradient_clip``), times ``w_i``, as its rows' integer outer products (:func:`_psd_release`)."""
+    return _psd_release(clients, lambda o, t: o.hessians(t, hessian_clip, gradient_clip),
+                        lambda o, t: o.row_hessian_roots(t, hessian_clip, gradient_clip), theta, weights, sensitivity,
+                        spec, stage, active)
 
 
 def _secure_score_outer(clients, theta, *, clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
                         active=None) -> Reply:
-    """``score_outer`` under secure aggregation: ``sym_to_vec`` of each site's mean of ``g g^T`` (gradients clipped
-    to ``clip``), times ``w_i``."""
-    return _secure_release(clients, lambda o, t: sym_to_vec(o.score_outer(t, clip)), theta, weights, sensitivity, spec,
-                           stage, active)
+    """``score_outer`` under secure aggregation: each site's mean of ``g g^T`` (gradients clipped to ``clip``), times
+    ``w_i``, as its rows' integer outer products."""
+    return _psd_release(clients, lambda o, t: o.score_outer(t, clip), lambda o, t: o.row_gradients(t, clip), theta,
+                        weights, sensitivity, spec, stage, active)
 
 
 def _secure_design_moments(clients, *, row_clip: float, weights, sensitivity, spec: SkellamSpec, stage: str,
                            active=None) -> Reply:
-    """``design_moments`` under secure aggregation: ``sym_to_vec`` of each site's mean of ``x x^T`` (rows clipped to
-    ``row_clip``), times ``w_i``."""
-    return _secure_release(clients, lambda o, _: sym_to_vec(o.design_moments(row_clip)), None, weights, sensitivity,
-                           spec, stage, active)
+    """``design_moments`` under secure aggregation: each site's mean of ``x x^T`` (rows clipped to ``row_clip``), times
+    ``w_i``, as its rows' integer outer products."""
+    return _psd_release(clients, lambda o, _: o.design_moments(row_clip), lambda o, _: o.row_design_roots(row_clip),
+                        None, weights, sensitivity, spec, stage, active)
 
 
 def _secure_clipped_excess(clients, theta, *, clip: float, outer: float, weights, sensitivity, spec: SkellamSpec,
@@ -241,12 +282,19 @@ def summed_release(reply: Reply, spec: SkellamSpec) -> Release:
 
 
 def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, n_clients: int, min_surviving: int,
-              rows: int) -> SkellamSpec:
+              rows: int, outputs: int = 1) -> SkellamSpec:
     """The arithmetic of a secure round of ``verb``: rows rounded into a ball for :data:`ROW_VERBS`
-    (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), the site message rounded as a
-    whole otherwise (:func:`~privfedstat.privacy.secure_noise.skellam_spec`); arguments as theirs."""
+    (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), rows' roots for
+    :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`; not the Hessians of a model of
+    ``outputs > 1``, whose row terms are not outer products, nor where the 32-bit word of Flower's SecAgg+ cannot hold
+    the bracket's radius), the site message rounded as a whole otherwise
+    (:func:`~privfedstat.privacy.secure_noise.skellam_spec`); arguments as theirs."""
     if verb in ROW_VERBS:
         return row_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
+    if verb in OUTER_VERBS and not (verb == "secure_hessians" and outputs > 1):
+        spec = outer_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)
+        if spec is not None:
+            return spec
     return skellam_spec(sensitivity, bound, dim, mu, n_clients, min_surviving)
 
 
@@ -259,7 +307,8 @@ def message_spec(session, verb: str, weights: np.ndarray, sensitivity, bound: fl
     clients = session.clients
     dim = math.prod(get(verb).shape(clients.n_params, clients.n_features, request))
     return verb_spec(verb, float(np.max(w * np.asarray(sensitivity, dtype=np.float64))), float(np.max(w)) * bound, dim,
-                     mu, clients.n_clients, session.secure, int(np.sum(session.sizes)))
+                     mu, clients.n_clients, session.secure, int(np.sum(session.sizes)),
+                     clients.n_params // clients.n_features)
 
 
 def mean_noise_sd(spec: SkellamSpec, weights: np.ndarray, answered: np.ndarray) -> float:

@@ -74,8 +74,8 @@ from numba import njit, prange
 from ..families.glm import POISSON_MAX_ETA
 
 __all__ = ["glm_clipped_mean_grad", "glm_clipped_mean_grad_cols", "glm_client_loss", "glm_client_hessian",
-           "glm_client_score_outer", "glm_client_design_moments", "FASTMATH", "COLUMN_KERNEL_MAX_D", "CLIP_SAFETY",
-           "MIN_BOUND"]
+           "glm_row_hessian_roots", "glm_client_score_outer", "glm_client_design_moments", "FASTMATH",
+           "COLUMN_KERNEL_MAX_D", "CLIP_SAFETY", "MIN_BOUND"]
 
 # numba's cache does not notice changes to these helpers in the kernels of multinomial_nb that
 # inline them: after editing one, touch multinomial_nb.py (or clear __pycache__).
@@ -429,6 +429,26 @@ def glm_client_hessian(X, y, eta_off, row_norm, offsets, theta, hclip, code, par
             _scale_into(v, _clip_scalar(g, _limit(sqrt_bound, row_norm[j], cap), nan_fill), X[j])
             _add_outer(h, v)
         _mirror_mean(h, offsets[c + 1] - offsets[c])
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def glm_row_hessian_roots(X, y, eta_off, row_norm, theta, hclip, code, param, out, gclip=math.inf):
+    """Every row's root ``v_j`` of its term ``v_j v_j^T`` of :func:`glm_client_hessian` (the same clipping, selection
+    and non-finite rules, one row per output row): ``out[j] = g_j x_j``, ``g_j = min(sqrt(ell''), L_j)``, or 0 for a
+    row that ``gclip`` leaves out. ``theta`` has one row (shared) or one per row of ``X``."""
+    bound, cap, nan_fill = _clip_constants(hclip)
+    sqrt_bound = math.sqrt(bound)
+    gbound, gcap, _ = _clip_constants(gclip)
+    select = not math.isinf(gclip)
+    shared = theta.shape[0] == 1
+    for j in prange(X.shape[0]):
+        z = _predictor(X[j], theta[0] if shared else theta[j], eta_off, j)
+        v = out[j]
+        if select and not abs(_deriv(code, param, y[j], z)) <= _limit(gbound, row_norm[j], gcap):
+            v[:] = 0.0
+            continue
+        g = math.sqrt(_deriv2(code, param, y[j], z))
+        _scale_into(v, _clip_scalar(g, _limit(sqrt_bound, row_norm[j], cap), nan_fill), X[j])
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -88,9 +88,10 @@ def predict(estimator, design: Design, sizes: np.ndarray) -> dict:
     schedule.walk(stages)
     pop, G, roots, basis, cases, schedule = stages.pop, stages.G, stages.roots, stages.basis, stages.cases, stages.schedule
     results = []
+    reported = None if resolve_inference(estimator.inference) is None else task.cov_type
     for prob, refine in cases:
         try:
-            results.append((prob, *_case(schedule, pop, refine, mu, sizes, roots, basis)))
+            results.append((prob, *_case(schedule, pop, refine, mu, sizes, roots, basis, reported)))
         except Unplannable:
             if len(cases) == 1:
                 raise
@@ -169,24 +170,48 @@ class _PlannedStages:
 
 
 def _case(schedule, pop: Population, refine: Setup | None, mu: float, sizes: np.ndarray, roots: dict,
-          basis: np.ndarray | None = None) -> tuple[dict, Setup]:
+          basis: np.ndarray | None = None, cov_type: str | None = "model") -> tuple[dict, Setup]:
     """Sampling and privacy covariances (fitting scale, or the coordinates of the refine rounds' ``basis``, which
     ``pop`` then has), theta* and the clipped share of one choice of the refine bounds (None: the bounds of the
     schedule's first phase), and the final bounds (``mu``: the fit's, for the messages; ``roots``: :func:`_root`'s
-    cache)."""
+    cache; ``cov_type``: the covariance the fit reports, :func:`_reported`)."""
     final = schedule.setup if refine is None else refine
     target, mom, J_inv = _root(pop, final, mu, sizes, roots)
     tau2 = planned_tau2(schedule, refine)
     weights = planned_weighing(schedule, refine, tau2)[0]
     c = weighted_factor(weights, sizes)[0]
+    H, M = _reported(pop, target, final, mom, J_inv, cov_type, int(np.sum(sizes)))
     privacy = np.zeros_like(J_inv)
     if schedule.mode != "exact":
         newton = pop.clipped_hessian(target, final.hessian_clip)
-        privacy = schedule.planned_noise(newton, refine, basis, tau2).expected_covariance(mom["J"])
+        privacy = schedule.planned_noise(newton, refine, basis, tau2).expected_covariance(H)
     if tau2 is not None:  # the site effects' shift that a fit which re-weighs adds to its privacy covariance (T = tau2 I)
-        privacy = privacy + J_inv @ shift_covariance(weights, sizes, tau2 * np.eye(J_inv.shape[0])) @ J_inv
-    return {"sampling": c * J_inv @ mom["S"] @ J_inv, "privacy": privacy, "target": target,
+        H_inv = np.linalg.inv(H)
+        privacy = privacy + H_inv @ shift_covariance(weights, sizes, tau2 * np.eye(J_inv.shape[0])) @ H_inv
+    return {"sampling": c * M, "privacy": privacy, "target": target,
             "clipped": pop.clip_fraction(target, final.clip)}, final
+
+
+def _reported(pop: Population, target: np.ndarray, final: Setup, mom: dict, J_inv: np.ndarray, cov_type: str | None,
+              n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Jacobian H at which the fit's inference linearises its covariance, and M of its sampling part ``c M``.
+
+    ``cov_type`` "model" or "sandwich": H is the mean of the inference's release, the clipped score's Jacobian with
+    each row's Hessian clipped at the refine rounds' C_H (the oracle's ``hessians(theta, C_H, B)``: for Poisson rows
+    of large mean that clip lowers H below the Jacobian J of the clipped equation, and the reported SEs rise), and M
+    is ``phi H^-1`` (phi: a Gaussian's released Pearson dispersion, capped at ``B^2`` per row, over ``N - p``; 1 for
+    the others) or ``H^-1 S H^-1``; otherwise (the bootstrap, no inference) the estimate's own variability,
+    ``J^-1 S J^-1`` at J."""
+    if cov_type not in ("model", "sandwich"):
+        return mom["J"], J_inv @ mom["S"] @ J_inv
+    H = mom["J"] if math.isnan(final.hessian_clip) else pop.clipped_hessian(target, final.hessian_clip, final.clip)
+    H_inv = np.linalg.inv(H)
+    if cov_type == "sandwich":
+        return H, H_inv @ mom["S"] @ H_inv
+    if not pop.family.has_dispersion:
+        return H, H_inv
+    phi = pop.pearson_dispersion(target, final.clip**2) * n_rows / (n_rows - H.shape[0])
+    return H, phi * H_inv
 
 
 def _outcome_text(prob: np.ndarray, values: list, form: str = "{:.3g}") -> str:

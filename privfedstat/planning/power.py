@@ -28,13 +28,16 @@ runs, fed with the design instead of the clients):
 4. the privacy noise: the estimator's own noise model for these public settings (the schedule its
    ``plan_schedule`` builds, as the fit builds it, whose stages the plan walks:
    :meth:`~privfedstat.algorithms.fedirls.schedule.IRLSSchedule.planned_noise`), at the
-   design's clipped-score Jacobian J, averaged over the noise of the last released Hessian
+   H of step 5 (the Jacobian the fit reports with), averaged over the noise of the last released Hessian
    (:meth:`~privfedstat.theory.noise.IRLSNoise.expected_covariance`: the inverse of a noisy
    Hessian is larger on average than the inverse of the noise-free one, by 10-40% in sd where
    privacy noise dominates);
-5. the sampling variance ``c J^-1 S J^-1`` (``c = sum_i w_i^2 / n_i``, S the clipped score's
-   covariance) at the root theta* of the clipped population equation; both parts mapped to the
-   original scale with the scaler (:func:`~privfedstat.inference.covariance.original_scale_map`).
+5. the sampling variance the fit reports at the root theta* of the clipped population equation,
+   ``c H^-1`` (``c = sum_i w_i^2 / n_i``; ``c H^-1 S H^-1`` for the sandwich, S the clipped score's
+   covariance), H the mean of the inference's release of the clipped score's Jacobian, each row's
+   Hessian clipped at C_H (:func:`~privfedstat.planning.irls._reported`; the privacy part of step 4 is
+   linearised at the same H, as the fit's is); both parts mapped to the original scale with the scaler
+   (:func:`~privfedstat.inference.covariance.original_scale_map`).
    Where FedIRLS re-weighs unequal sites (``weights="optimal"``), w, the refine rounds' noise, the
    insurance and the site effects' shift are the fit's rule's
    (:func:`~privfedstat.algorithms.fedirls.site_weights.planned_weighing`) at the tau^2 the fit

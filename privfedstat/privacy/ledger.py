@@ -59,8 +59,8 @@ from .._linalg import safe_norm
 from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
-from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp, skellam_steps
-from .secure_pld import achievable_epsilon, secure_pld
+from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
+from .secure_pld import EXACT_PLD_MAX_MU, achievable_epsilon, secure_pld
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -72,10 +72,6 @@ _RECENT = 8
 
 #: privacy units a release can protect: one row of a client, or a client's whole dataset
 UNITS = ("record", "client")
-
-#: the largest GDP of the rest for which the ledger builds the exact PLD (its grid grows in mu: 7 s, 0.5 GB at mu = 8,
-#: 46 s, 2.8 GB at 32; it lowers epsilon by <= 0.03 of 65 at 8, benchmarks/RESULTS.md "New users (n3)"); above: GDP's
-EXACT_PLD_MAX_MU = 16.0
 
 
 @dataclass(frozen=True)
@@ -319,12 +315,11 @@ class PrivacyLedger:
         return bool(np.all(np.isfinite(self.client_mu))) and not self.leaks
 
     def epsilon(self, delta: float = 1e-5) -> float:
-        """Epsilon of the worst client towards the server at the given delta: the exact GDP-to-DP conversion of
-        :attr:`mu` (secure releases too: their integer noise is GDP,
-        :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`); with one-coordinate secure releases, the smaller of
-        that and their exact PLDs composed with the GDP of the rest (:meth:`_exact_pld`; both are upper bounds: the
-        PLD is below by about ``1 / Lambda`` relative, less dp-accounting's composition error, about ``4e-9`` per
-        release), and :attr:`mu` is then an upper bound."""
+        """Epsilon of the worst client towards the server at the given delta: the exact GDP-to-DP conversion of :attr:`mu`
+        (secure releases too: their integer noise is GDP, :func:`~privfedstat.privacy.secure_noise.skellam_gdp_step`);
+        with one-coordinate secure releases, the smaller of that and their exact PLDs composed with the GDP of the rest
+        (:meth:`_exact_pld`; both upper bounds: the PLD is below by about ``1 / Lambda`` relative, less dp-accounting's
+        composition error, about ``4e-9`` per release), and :attr:`mu` is then an upper bound."""
         gdp = epsilon_from_mu(self.mu, delta) if self.mu > 0 else 0.0
         pld = self._exact_pld()
         return gdp if pld is None else min(gdp, float(pld.get_epsilon_for_delta(delta)))
@@ -341,7 +336,7 @@ class PrivacyLedger:
         """The PLD of the one-coordinate secure releases (:attr:`~privfedstat.privacy.secure_noise.IntegerNoise.
         exact_shift`; their exact PLDs, the same for every client) composed with a Gaussian of the worst client's GDP of
         the rest (their ``mu^2`` taken off each client's); None without such releases, with an infinite mu or one above
-        :data:`EXACT_PLD_MAX_MU`."""
+        :data:`~privfedstat.privacy.secure_pld.EXACT_PLD_MAX_MU`."""
         if self._pld is not None and self._pld[0] == len(self._entries):
             return self._pld[1]
         exact = [e for e in self._entries if e.labels.integer is not None and e.labels.integer.exact_shift is not None]
@@ -350,8 +345,8 @@ class PrivacyLedger:
             rest = self._mu2.copy()
             for e in exact:
                 rest -= e.release().client_mu() ** 2
-            mu_rest = math.sqrt(max(float(rest.max()), 0.0))
-            pld = secure_pld([e.labels.integer for e in exact], mu_rest) if mu_rest <= EXACT_PLD_MAX_MU else None
+            if (mu_rest := math.sqrt(max(float(rest.max()), 0.0))) <= EXACT_PLD_MAX_MU:
+                pld = secure_pld([e.labels.integer for e in exact], mu_rest)
         self._pld = (len(self._entries), pld)
         return pld
 
@@ -371,7 +366,7 @@ class PrivacyLedger:
         total = 0.0
         for e in self._entries:
             noise = e.labels.integer
-            mu = e.mu_max if noise is None else _colluding_gdp(noise.colluding(t))
+            mu = e.mu_max if noise is None else noise.colluding(t).gdp_mu
             total += mu * mu
         return math.sqrt(total)
 
@@ -482,19 +477,6 @@ class PrivacyLedger:
         if self.leaks:
             text += "\n  NOT fully private: " + "; ".join(self.leaks)
         return text
-
-
-def _colluding_gdp(noise: IntegerNoise) -> float:
-    """The GDP parameter of the noise a release keeps when sites collude: ``noise.gdp_mu``, inf only where no share is
-    left. A one-coordinate count calibrated to a budget above what its least noise gives (with mu = 1e6 its Lambda is
-    about 3e-17, GDP about 17 per unit of sensitivity) keeps, less a colluding site's share, a Lambda where ``P(Sk = 0)``
-    is 1 in floats and the central step :func:`~privfedstat.privacy.secure_noise.skellam_gdp_mu` inf (a secure fit at
-    mu = 1e6 reported "If one site colludes with it mu = inf"); there the steepest step of
-    :func:`~privfedstat.privacy.secure_noise.skellam_steps`, summed in log space (16.8 at ``Lambda = 2e-17``)."""
-    mu = noise.gdp_mu
-    if math.isinf(mu) and noise.lam > 0:
-        return noise.l2 * float(np.max(skellam_steps(noise.lam)))
-    return mu
 
 
 def _colluders(t) -> int:

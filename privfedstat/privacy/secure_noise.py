@@ -37,7 +37,8 @@ which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy
 
 **Per-row rounding.** The row verbs round each row's contribution into a ball of radius ``k sqrt(d)`` quanta instead
 (:mod:`.secure_rounding`): no rounding slack, ``Delta_2 = 2 k sqrt(d)`` attained by rows on the lattice, one rounding
-error per row in the variance (``SkellamSpec.row_reach``, ``rows``).
+error per row in the variance (``SkellamSpec.row_reach``, ``rows``); the PSD verbs round each row's root and send the
+integer outer products (:mod:`.secure_outer`, ``SkellamSpec.outer``: ``Delta_2 = sqrt(2) K`` attained).
 
 **Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
 survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
@@ -60,7 +61,7 @@ import numpy as np
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "count_spec", "quantize", "add_shares", "encode", "decode",
            "skellam_rdp", "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf",
            "skellam_gdp_mu", "skellam_gdp_step", "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS",
-           "MAX_CHECKED_LAM", "TAIL", "STEP_RESOLUTION"]
+           "MAX_CHECKED_LAM", "TAIL", "STEP_RESOLUTION", "outer_row_variance", "outer_folds"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
 #: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
@@ -108,7 +109,11 @@ class SkellamSpec:
         k: each row is rounded into the ball of radius ``k sqrt(d)`` quanta
         (:func:`~privfedstat.privacy.secure_rounding.row_spec`); 0: the site's message is rounded as a whole.
     rows : int, default 0
-        With ``row_reach``: the rows of all sites, each with its rounding error (the variance bound).
+        With ``row_reach`` or ``outer``: the rows of all sites, each with its rounding error (the variance bound).
+    outer : int, default 0
+        K: each row's root is rounded into the ball ``||a||^2 <= K`` and the site sends its rows' integer outer products
+        ``sum_j a_j a_j^T``, off-diagonal entries doubled (:mod:`~privfedstat.privacy.secure_outer`); 0: not an outer
+        product release.
     """
 
     quantum: float
@@ -121,6 +126,7 @@ class SkellamSpec:
     dim: int = 0
     row_reach: int = 0
     rows: int = 0
+    outer: int = 0
 
     def __post_init__(self) -> None:
         if not (self.quantum > 0 and math.isfinite(self.quantum)):
@@ -135,7 +141,7 @@ class SkellamSpec:
     def noise(self, shares: int) -> IntegerNoise:
         """The integer noise of a sum over ``shares`` sites' messages."""
         return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim), self.rounding,
-                            int(self.rows))
+                            int(self.rows), int(self.outer))
 
     def variance(self, shares: int) -> float:
         """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
@@ -165,6 +171,8 @@ class IntegerNoise:
         (:attr:`SkellamSpec.rounding`; False for counts and for rows rounded into a ball).
     rows : int, default 0
         Rows rounded one by one into a ball (:attr:`SkellamSpec.rows`, all sites'): the rounding errors in the sum.
+    outer : int, default 0
+        K of an outer-product release (:attr:`SkellamSpec.outer`); 0 otherwise.
     """
 
     quantum: float
@@ -175,12 +183,16 @@ class IntegerNoise:
     dim: int = 0
     rounding: bool = True
     rows: int = 0
+    outer: int = 0
 
     @property
     def variance(self) -> float:
         """Upper bound on the per-coordinate variance of the sum in message units: ``gamma^2 (2 Lambda + e / 4)``,
         the summed Skellam noise and the ``e`` rounding errors (at most 1/4 each): ``e = shares`` for site messages
-        rounded as a whole, ``rows`` for rows rounded one by one, none for integer messages."""
+        rounded as a whole, ``rows`` for rows rounded one by one, none for integer messages; for an outer-product release
+        ``rows`` times a row's bound averaged over the coordinates (:func:`outer_row_variance`)."""
+        if self.outer:
+            return self.quantum**2 * (2.0 * self.lam + self.rows * outer_row_variance(self.outer, self.dim))
         errors = (self.shares if self.rounding else 0) + self.rows
         return self.quantum**2 * (2.0 * self.lam + 0.25 * errors)
 
@@ -198,7 +210,8 @@ class IntegerNoise:
     def gdp_mu(self) -> float:
         """``Delta_2 D(Lambda)``: the release is ``gdp_mu``-GDP (:func:`skellam_gdp_step`); ``D(Lambda) sqrt(2 Lambda)``
         exceeds 1 by about ``1 / (12 Lambda)``."""
-        return self.l2 * skellam_gdp_step(self.lam)
+        step = skellam_gdp_step(self.lam)  # inf below Lambda ~ 3e-17 (P(Sk = 0) = 1 in floats): the log-space steps
+        return self.l2 * (float(np.max(skellam_steps(self.lam))) if math.isinf(step) and self.lam > 0 else step)
 
     @property
     def gdp_factor(self) -> float:
@@ -210,7 +223,20 @@ class IntegerNoise:
         """The noise left when ``t`` sites share their noise with the server (they subtract it): ``shares - t`` shares."""
         left = self.shares - int(t)
         lam = self.lam * max(left, 0) / self.shares if self.shares else 0.0
-        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding, self.rows)
+        return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding, self.rows,
+                            self.outer)
+
+
+def outer_row_variance(radius: int, dim: int) -> float:
+    """Bound on one row's rounding variance of an outer-product release (:attr:`SkellamSpec.outer` ``K``), summed over
+    the ``d = dim = p (p + 1) / 2`` coordinates of ``sym_to_vec`` and divided by ``d``, in quanta^2: with ``a = x + e``
+    (``x`` the scaled root, ``||x||^2 <= K``, ``e`` its stochastic rounding error, variance ``<= 1/4`` per
+    coordinate), ``Var(a_k^2) <= (|x_k| + 1/2)^2`` and ``2 Var(a_k a_l) <= (x_k^2 + x_l^2) / 2 + 1/8``, whose sum is at
+    most ``(p + 1) K / 2 + sqrt(p K) + p / 4 + p (p - 1) / 16`` (docs/guide/secure-aggregation.md, "Per-row outer
+    products")."""
+    p = int(round((math.sqrt(8 * int(dim) + 1) - 1) / 2))
+    k = float(radius)
+    return ((p + 1) * k / 2.0 + math.sqrt(p * k) + p / 4.0 + p * (p - 1) / 16.0) / int(dim)
 
 
 def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int,
@@ -409,10 +435,19 @@ def add_shares(rounded: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.
     """``(rounded_i + Sk(lam)) mod 2^bits`` per site (int64): each site's Skellam share from its stream ``rngs[i]``."""
     out = np.empty(rounded.shape, dtype=np.int64)
     modulus = 1 << int(spec.bits)
+    lam = spec.lam * outer_folds(int(spec.dim)) if spec.outer else spec.lam  # an outer release: Sk(2 lam) off the diagonal
     for i, rng in enumerate(rngs):
         shape = rounded[i].shape
-        out[i] = np.mod(rounded[i] + (rng.poisson(spec.lam, shape) - rng.poisson(spec.lam, shape)), modulus)
+        out[i] = np.mod(rounded[i] + (rng.poisson(lam, shape) - rng.poisson(lam, shape)), modulus)
     return out
+
+
+def outer_folds(dim: int) -> np.ndarray:
+    """1 on the diagonal, 2 off it, in the order of ``sym_to_vec`` (upper triangles, row by row) of ``dim = p (p + 1) /
+    2`` coordinates: how many entries of a symmetric matrix each coordinate of an outer-product message sums."""
+    p = int(round((math.sqrt(8 * int(dim) + 1) - 1) / 2))
+    rows, cols = np.triu_indices(p)
+    return np.where(rows == cols, 1.0, 2.0)
 
 
 def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Generator]) -> np.ndarray:
@@ -423,11 +458,14 @@ def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Gener
 
 
 def decode(residues: np.ndarray, spec: SkellamSpec) -> np.ndarray:
-    """The modular sum of the rows of ``residues`` as signed integers, in message units (times gamma)."""
+    """The modular sum of the rows of ``residues`` as signed integers, in message units (times gamma); for an
+    outer-product release (``spec.outer``) ``sym_to_vec`` of the summed matrix (its folded entries over ``sqrt(2)``)."""
     modulus = 1 << int(spec.bits)
     total = np.mod(np.asarray(residues, dtype=np.int64).sum(axis=0), modulus)
-    signed = np.where(total >= modulus // 2, total - modulus, total)
-    return signed.astype(np.float64) * spec.quantum
+    signed = np.where(total >= modulus // 2, total - modulus, total).astype(np.float64) * spec.quantum
+    if spec.outer:  # folded entries 2 S_kl: sym_to_vec's sqrt(2) S_kl
+        signed = signed * np.where(outer_folds(int(spec.dim)) > 1.0, 1.0 / math.sqrt(2.0), 1.0)
+    return signed
 
 
 def skellam_rdp(orders: Sequence[int], noise: IntegerNoise) -> np.ndarray:

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .secure_noise import IntegerNoise, skellam_log_pmf
+from .secure_outer import outer_pattern
 
-__all__ = ["skellam_delta", "skellam_pld", "secure_pld", "achievable_shifts", "achievable_epsilon", "PATTERNS"]
+__all__ = ["skellam_delta", "skellam_pld", "secure_pld", "EXACT_PLD_MAX_MU", "achievable_shifts", "achievable_epsilon",
+           "PATTERNS"]
 
 #: the shift patterns of :func:`achievable_shifts`
 PATTERNS = ("balanced", "single", "max-and-ones")
@@ -66,6 +68,11 @@ def skellam_pld(lam: float, shifts: Sequence[int], value_discretization_interval
     return pld
 
 
+#: the largest GDP of the rest for which the ledger builds the exact PLD (its grid grows in mu: 7 s, 0.5 GB at mu = 8,
+#: 46 s, 2.8 GB at 32; it lowers epsilon by <= 0.03 of 65 at 8, benchmarks/RESULTS.md "New users (n3)"); above: GDP's
+EXACT_PLD_MAX_MU = 16.0
+
+
 def secure_pld(noises: Sequence[IntegerNoise], mu: float, value_discretization_interval: float = 1e-4):
     """dp-accounting's PLD of a ``mu``-GDP mechanism composed with the one-coordinate secure releases ``noises`` (each at
     its worst shift :attr:`IntegerNoise.exact_shift`, by its exact PLD :func:`skellam_pld`), the Gaussian by
@@ -112,7 +119,8 @@ def achievable_shifts(noise: IntegerNoise, pattern: str = "balanced") -> tuple[i
 def achievable_epsilon(noises: Sequence[IntegerNoise], delta: float, value_discretization_interval: float = 1e-4,
                        patterns: Sequence[str] = PATTERNS) -> float:
     """A lower bound on the exact epsilon (at ``delta``) of the secure releases ``noises`` composed: for each pattern,
-    every release at that achievable shift pattern (:func:`achievable_shifts`), their exact PLDs (:func:`skellam_pld`,
+    every release at that achievable shift pattern (:func:`achievable_shifts`; an outer-product release at its attained
+    pattern, :func:`~privfedstat.privacy.secure_outer.outer_pattern`), their exact PLDs (:func:`skellam_pld`,
     less dp-accounting's pessimism: about ``4e-9`` per composition and the grid's ``value_discretization_interval``
     per release at most) composed, the largest epsilon over ``patterns``; 0 without releases, inf with one without
     noise."""
@@ -121,7 +129,9 @@ def achievable_epsilon(noises: Sequence[IntegerNoise], delta: float, value_discr
     best = 0.0
     for pattern in patterns:
         pld = None
-        for (lam, shifts), count in Counter((n.lam, achievable_shifts(n, pattern)) for n in noises).items():
+        groups = Counter(group for n in noises for group in (outer_pattern(n) if n.outer else
+                                                             [(n.lam, achievable_shifts(n, pattern))]))
+        for (lam, shifts), count in groups.items():
             one = skellam_pld(lam, shifts, value_discretization_interval).self_compose(count)
             pld = one if pld is None else pld.compose(one)
         if pld is not None:

@@ -30,7 +30,7 @@ from .._linalg import row_norm_bounds
 from .gdp import epsilon_from_mu
 from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
 
-__all__ = ["row_spec", "radius_squares", "quantize_rows", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA"]
+__all__ = ["row_spec", "radius_squares", "quantize_rows", "round_into_ball", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA"]
 
 #: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
 #: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
@@ -183,23 +183,31 @@ def quantize_rows(rows: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, rn
     thresholds = radius_squares(spec, sensitivity)
     out = np.zeros((len(rngs), int(spec.dim)), dtype=np.int64)
     for i, rng in enumerate(rngs):
-        gen = np.random.Generator(np.random.PCG64(rng.integers(0, 2**63, size=4)))
         x = np.asarray(rows[i], dtype=np.float64).reshape(-1, int(spec.dim)) / spec.quantum
-        if x.shape[0] == 0:
-            continue
-        limit = math.sqrt(float(thresholds[i]))
-        norms = row_norm_bounds(x)  # >= the norm for every finite row: the scaled rows are within the radius
-        over = norms > limit
-        if np.any(over):
-            x[over] *= (limit / norms[over])[:, None]
-        a = np.floor(x + gen.random(x.shape)).astype(np.int64)
-        outside = np.einsum("ij,ij->i", a, a) > thresholds[i]
-        for _ in range(PASSES - 1):
-            if not np.any(outside):
-                break
-            u = gen.random(x.shape)  # every row's uniforms: a row's rounding depends on its own draws alone
-            a[outside] = np.floor(x[outside] + u[outside]).astype(np.int64)
-            outside[outside] = np.einsum("ij,ij->i", a[outside], a[outside]) > thresholds[i]
-        a[outside] = np.trunc(x[outside]).astype(np.int64)  # toward zero: |a_c| <= |x_c|, so ||a|| <= ||x|| <= radius
-        out[i] = a.sum(axis=0)
+        out[i] = round_into_ball(x, int(thresholds[i]), rng).sum(axis=0)
     return out
+
+
+def round_into_ball(x: np.ndarray, threshold: int, rng: np.random.Generator) -> np.ndarray:
+    """The rows of ``x`` (n, d; in quanta) rounded stochastically into the integer ball ``||a||^2 <= threshold``
+    (module docstring), int64 (n, d); one draw of ``rng`` seeds the rounding's generator (also for n = 0). A row above
+    the radius (float error of the clipping) is first scaled onto it."""
+    gen = np.random.Generator(np.random.PCG64(rng.integers(0, 2**63, size=4)))
+    x = np.array(x, dtype=np.float64)
+    if x.shape[0] == 0:
+        return np.zeros(x.shape, dtype=np.int64)
+    limit = math.sqrt(float(threshold))
+    norms = row_norm_bounds(x)  # >= the norm for every finite row: the scaled rows are within the radius
+    over = norms > limit
+    if np.any(over):
+        x[over] *= (limit / norms[over])[:, None]
+    a = np.floor(x + gen.random(x.shape)).astype(np.int64)
+    outside = np.einsum("ij,ij->i", a, a) > threshold
+    for _ in range(PASSES - 1):
+        if not np.any(outside):
+            break
+        u = gen.random(x.shape)  # every row's uniforms: a row's rounding depends on its own draws alone
+        a[outside] = np.floor(x[outside] + u[outside]).astype(np.int64)
+        outside[outside] = np.einsum("ij,ij->i", a[outside], a[outside]) > threshold
+    a[outside] = np.trunc(x[outside]).astype(np.int64)  # toward zero: |a_c| <= |x_c|, so ||a|| <= ||x|| <= radius
+    return a

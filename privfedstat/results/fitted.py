@@ -416,14 +416,14 @@ class FittedResults:
             coefs["std err"], coefs[stat], coefs[f"P>|{stat}|"] = result.bse, result.zvalues, result.pvalues
             coefs[f"[{a / 2:g}"], coefs[f"{1 - a / 2:g}]"] = ci[:, 0], ci[:, 1]
             notes += [_named_note(note, names) for note in result.notes]
-        if not np.all(getattr(self, "converged_", True)):  # where the path stopped is not an estimate (issue 42, item 1)
-            coefs = coefs.rename(columns={"coef": "stopped at"})
+        stopped = not np.all(getattr(self, "converged_", True))  # where the path stopped is not an estimate
+        if stopped:
             notes.insert(0, "the fit did not converge: the column 'stopped at' is where its path stopped, not an "
                             "estimate (it can lie any distance from the optimum); see its ConvergenceWarning")
         if plan is not None:
             header["Privacy share of variance"] = privacy_share_row(
                 None if result is None else result.privacy_share, plan.frame["privacy_share"].to_numpy())
-        return Summary(f"{self.method} results", header, coefs, notes)
+        return Summary(f"{self.method} results", header, coefs, notes, stopped=stopped)
 
     def _site_weights_row(self) -> dict[str, str]:
         """The summary's "Site weights" row where the estimate does not weigh the sites by size: the range of the

@@ -45,13 +45,22 @@ class Summary:
         One row per coefficient.
     notes : list of str
         Warnings printed below the table (e.g. privacy leaks).
+    stopped : bool
+        The fit did not converge: the text and HTML tables head the column ``coef`` "stopped at" (where the path
+        stopped, not an estimate); :meth:`to_frame` keeps the name ``coef``.
     """
 
-    def __init__(self, title: str, header: dict, coefficients: pd.DataFrame, notes: list[str]) -> None:
+    def __init__(self, title: str, header: dict, coefficients: pd.DataFrame, notes: list[str],
+                 stopped: bool = False) -> None:
         self.title = title
         self.header = dict(header)
         self.coefficients = coefficients
         self.notes = list(notes)
+        self.stopped = stopped
+
+    def _shown(self) -> pd.DataFrame:
+        """The table as printed: ``coef`` headed "stopped at" for a fit that did not converge."""
+        return self.coefficients.rename(columns={"coef": "stopped at"}) if self.stopped else self.coefficients
 
     def to_frame(self) -> pd.DataFrame:
         """The coefficient table."""
@@ -64,7 +73,7 @@ class Summary:
         for k, v in self.header.items():
             wrapped = textwrap.wrap(str(v), max(20, HEADER_WIDTH - keyw - 2)) or [""]
             header += [f"{k:<{keyw}}  {wrapped[0]}"] + [" " * (keyw + 2) + line for line in wrapped[1:]]
-        table = self.coefficients.to_string(float_format=_number)
+        table = self._shown().to_string(float_format=_number)
         width = max(60, max(len(line) for line in header + table.splitlines()))
         lines = [self.title.center(width), "=" * width, *header, "-" * width, table, "=" * width]
         lines += [f"Note: {n}" for n in self.notes]
@@ -81,7 +90,7 @@ class Summary:
                        for k, v in self.header.items())
         notes = "".join(f"<p><b>Note:</b> {html.escape(n)}</p>" for n in self.notes)
         return (f"<h4>{html.escape(self.title)}</h4><table>{rows}</table>"
-                f"{self.coefficients.to_html(float_format=_number)}{notes}")
+                f"{self._shown().to_html(float_format=_number)}{notes}")
 
 
 def rounds_row(comm: Communication) -> dict[str, str]:

@@ -214,13 +214,22 @@ class Population:
         z = self.X @ np.asarray(theta, dtype=np.float64)
         return self.family.deriv2(np.zeros_like(z), z) * self.xnorm**2
 
-    def clipped_hessian(self, theta, hessian_clip) -> np.ndarray:
-        """E[per-sample Hessian clipped to spectral norm <= hessian_clip] (FedNewton's H_i)."""
-        z = (self.X @ np.asarray(theta, dtype=np.float64))[:, None]
+    def clipped_hessian(self, theta, hessian_clip, clip=None) -> np.ndarray:
+        """E[per-sample Hessian clipped to spectral norm <= hessian_clip] (FedNewton's H_i); with ``clip`` (B) only
+        over the rows whose gradient is not clipped at B: the mean of the oracle's ``hessians(theta, C_H, B)``, the
+        Jacobian of the clipped score that an inference releases."""
+        z, _, active = self._pieces(theta, clip)
         h = self.family.deriv2(self.Y, z) * (self.xnorm**2)[:, None]
         scale = np.minimum(1.0, hessian_clip / np.maximum(h, 1e-300))
-        k = np.sum(self.W * self.family.deriv2(self.Y, z) * scale, axis=1)
+        k = np.sum(self.W * self.family.deriv2(self.Y, z) * scale * active, axis=1)
         return (self.X * k[:, None]).T @ self.X / self.n
+
+    def pearson_dispersion(self, theta, bound) -> float:
+        """E[min(ell'^2 / ell'', bound)]: the mean of the capped squared Pearson residual (the oracle's
+        ``row_pearson_terms``), the dispersion a fit releases at ``theta`` per row."""
+        z = (self.X @ np.asarray(theta, dtype=np.float64))[:, None]
+        ratio = self.family.deriv(self.Y, z) ** 2 / self.family.deriv2(self.Y, z)
+        return float(np.mean(np.sum(self.W * np.minimum(ratio, bound), axis=1)))
 
     def root(self, clip=None, *, start=None, tol: float = 1e-12, max_iter: int = 100) -> np.ndarray:
         """Root theta* of the clipped population estimating equation (beta when clipping is inactive)."""

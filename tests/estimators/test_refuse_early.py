@@ -139,8 +139,9 @@ def test_without_the_check_the_same_fits_spend_everything_and_withhold(case, mon
     assert est.converged_ is False and np.all(np.isnan(est.bse_))
     np.testing.assert_allclose(est.privacy_.client_mu, 2.0, rtol=1e-9)
     # where the path stopped is not shown as an estimate (issue 42, item 1): the column says what it is
-    text = str(est.summary())
-    assert "stopped at" in text and "is where its path stopped, not an estimate" in text
+    summary = est.summary()
+    assert "stopped at" in str(summary) and "is where its path stopped, not an estimate" in str(summary)
+    assert "stopped at" in summary._repr_html_() and "coef" in summary.to_frame()  # the data keep their column name
 
 
 @pytest.mark.parametrize(("case", "mu", "seed"), [("villages", 8.0, 0), ("rare-logistic", 0.5, 2),

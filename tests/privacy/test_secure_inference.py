@@ -24,7 +24,8 @@ from privfedstat.fitting.verdict import released_sd
 from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.ledger import PrivacyLedger
 from privfedstat.privacy.mechanisms import ClientNoise
-from privfedstat.privacy.secure_noise import add_shares, decode, quantize
+from privfedstat.privacy.secure_noise import add_shares, decode, outer_row_variance, quantize
+from privfedstat.privacy.secure_outer import quantize_outer
 from privfedstat.privacy.secure_rounding import quantize_rows
 
 #: the inference's vector and matrix releases of a default logistic fit (model-based) and of a sandwich fit
@@ -67,6 +68,13 @@ def test_a_secure_inference_release_decodes_to_the_in_process_sum_and_states_its
             o.row_clipped_excess(THETA, request["clip"], request["outer"])
         values = [w[i] / data.sizes[i] * rows[off[i]:off[i + 1]] for i in range(M)]
         rounded, errors = quantize_rows(values, spec, w * sens, rngs), int(data.sizes.sum())
+    elif spec.outer:  # rows' roots rounded into their balls, their integer outer products summed
+        o, off = session.clients._oracle, data.offsets
+        roots = o.row_hessian_roots(THETA, request["hessian_clip"], request["gradient_clip"]) if verb == "hessians" \
+            else o.row_gradients(THETA, request["clip"])
+        values = [math.sqrt(w[i] / data.sizes[i]) * roots[off[i]:off[i + 1]] for i in range(M)]
+        rounded = quantize_outer(values, spec, w * sens, rngs)
+        errors = 4 * int(data.sizes.sum()) * outer_row_variance(spec.outer, spec.dim)
     else:
         rounded, errors = quantize(w[:, None] * exact, spec, rngs), M
     residues = add_shares(rounded, spec, rngs)
@@ -99,7 +107,9 @@ def test_the_secure_hessian_sd_follows_the_survivors_and_their_weight():
     spec = secure_mod.message_spec(session, "secure_hessians", w, hessian_sensitivity(0.6, data.sizes), 0.6, 0.4,
                                    dict(theta=THETA, hessian_clip=0.6))
     alive = np.arange(M) != 2
-    expected = spec.quantum * math.sqrt((M - 1) * (2 * spec.lam + 0.25)) / w[alive].sum()
+    assert spec.outer  # the rows' integer outer products: N rows' rounding errors (all sites' rows stay in the bound)
+    errors = int(data.sizes.sum()) * outer_row_variance(spec.outer, spec.dim)
+    expected = spec.quantum * math.sqrt((M - 1) * 2 * spec.lam + errors) / w[alive].sum()
     assert s == pytest.approx(expected, rel=1e-9, abs=0)
     assert released_sd(session.ledger, "inference-hessian") == pytest.approx(expected, rel=1e-9, abs=0)
     assert session.ledger.releases[-1].integer.shares == M - 1 and np.allclose(H, H.T)

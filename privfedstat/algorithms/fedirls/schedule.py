@@ -23,7 +23,7 @@ from ...inference.config import critical_value
 from ...inference.core import DISPERSION_SHARE
 from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
 from ...privacy.clipping import AutoClip
-from ...privacy.secure_noise import SkellamSpec, skellam_spec
+from ...privacy.secure_noise import SkellamSpec
 from ...theory.noise import IRLSNoise
 from .refine_split import derived_refine_split
 from .site_weights import planned_weighing, weighed_sd
@@ -358,8 +358,9 @@ class IRLSSchedule:
         w, m, k, p = self.weights, self.sizes.size, self.min_surviving, self.n_params
         g_specs = tuple(verb_spec("secure_gradients", float(np.max(w * phase.gradient_sensitivity)), float(np.max(w))
                                   * phase.clip, p, float(mu), m, k, int(np.sum(self.sizes))) for mu in phase.mu_gradient)
-        h_specs = tuple(skellam_spec(float(np.max(w * phase.hessian_sensitivity)), float(np.max(w)) * phase.hessian_clip,
-                                     p * (p + 1) // 2, float(mu), m, k) if share > 0 else None
+        h_specs = tuple(verb_spec("secure_hessians", float(np.max(w * phase.hessian_sensitivity)), float(np.max(w))
+                                  * phase.hessian_clip, p * (p + 1) // 2, float(mu), m, k, int(np.sum(self.sizes)),
+                                  self.family.n_outputs) if share > 0 else None
                         for mu, share in zip(phase.mu_hessian, phase.shares[:, 1]))
         floors, hessian_var = phase.floors.copy(), phase.hessian_var.copy()
         for r, spec in enumerate(h_specs):
