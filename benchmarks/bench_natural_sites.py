@@ -17,8 +17,9 @@ Per (data set, mu), over seeds (a seed changes the privacy noise, and the split 
   default (model-based); ``med HC0`` the median in the MLE's sandwich (HC0) SEs (overdispersed counts);
 * ``withheld``: share of coefficients without an interval (NaN); ``fits w/h``: share of fits with one or more;
 * ``hold``: share of the other intervals (the fit's own 95%, sampling + privacy) that hold the MLE;
-* ``RMS z``: root mean square of ``(coef_j - MLE_j) / sqrt(cov_privacy_jj)``, the deviation in units of the privacy
-  noise the fit's own noise model predicts: 1 when the model is right and the fit unbiased;
+* ``RMS z``: root mean square of ``(coef_j - MLE_j) / sqrt(cov_protocol_jj)``, the deviation in units of the privacy
+  noise and path remainder the fit's own noise model predicts (``cov_privacy + cov_path``): 1 when the model is right
+  and the fit unbiased;
 * ``pred / got``: the predicted privacy sd in MLE SEs (median over coefficients and seeds) next to the RMS of the
   achieved ``|coef - MLE| / SE(MLE)``;
 * ``silent``: fits with a miss (more than 3 SE from the MLE, or an interval that does not hold the MLE) and no
@@ -119,8 +120,8 @@ def fit_one(name: str, mu: float, seed: int) -> dict:
     row["hold"] = float(np.mean(holds[shown])) if shown.any() else np.nan
     row["missed"] = bool(np.any(shown & ~holds))
     row["width"] = float(np.median((by_coef(np.sqrt(np.diag(inf.cov))) / se)[shown])) if shown.any() else np.nan
-    if np.isfinite(mu) and inf.cov_privacy is not None:
-        sd = by_coef(np.sqrt(np.diag(inf.cov_privacy)))
+    if np.isfinite(mu) and inf.cov_protocol is not None:
+        sd = by_coef(np.sqrt(np.diag(inf.cov_protocol)))
         row["sq_z"] = float(np.mean(((coef - mle) / sd) ** 2))
         row["pred"] = float(np.median(sd / se))
         # an interval covers the true coefficient, not the MLE: even with an exact noise model the shown interval j

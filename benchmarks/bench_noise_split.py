@@ -5,7 +5,8 @@ estimating equation of its last rounds, ``sum_i w_i mean_j clip_B(g_j(phi)) = 0`
 in the coordinates phi they ran in (the whitened rows of the refine rounds). Its root -- the point the fit would return
 without noise, with the same bounds, scaling and whitening -- is found here after the fit by Newton's method on exact
 aggregates of the same session (``mu = inf`` queries of the clients, a diagnostic nothing private could do), and the
-deviation from statsmodels' MLE is split in units of the fit's stated privacy sd ``sqrt(diag(cov_privacy))``:
+deviation from statsmodels' MLE is split in units of the fit's stated privacy sd ``sqrt(diag(cov_protocol))`` (privacy
+noise and path remainder):
 
 * ``z`` = (coef - MLE) / sd, the benchmark's RMS z;
 * ``z_noise`` = (coef - root) / sd: what the privacy covariance describes (RMS 1 when the noise model is right);
@@ -124,7 +125,7 @@ def split_one(name: str, mu: float, seed: int, aggregation: str = "local", facto
         return flat_f.reshape(q, d).T[order].ravel()
 
     c, root = ours(coef.ravel(order="F")), ours(root_f)
-    sd = ours(np.sqrt(np.diag(inf.cov_privacy)))
+    sd = ours(np.sqrt(np.diag(inf.cov_protocol)))
     bias_at = {}
     for f in factors:
         moved = clipped_root(session, out, setup, f)

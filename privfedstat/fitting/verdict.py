@@ -419,7 +419,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     if _vanished(est, score, H, hessian_sd, run):
         return False
     if oscillating is not None and not gradient_steps(run.noise_model):
-        cycle = along_last_update(score, H, to_original, inference.cov_privacy, run.path)
+        cycle = along_last_update(score, H, to_original, inference.cov_protocol, run.path)
         if cycle > critical_value(sides=1):
             warn(f"{est.method} did not converge: its last updates point back and forth (lag-1 correlation "
                  f"{oscillating:.2f}) and the gradient released at its estimate puts the root back along its "
@@ -427,7 +427,7 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                  f"at one end of a cycle, not at the optimum. {remedy(est, 'oscillating')}",
                  ConvergenceWarning)
             return False
-    verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
+    verdict = judge(score, H, to_original, inference.cov, inference.cov_protocol)
     if verdict.converged:
         return path_converged is not False
     if not _stable(est, run.noise_model, H, hessian_sd):

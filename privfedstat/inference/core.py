@@ -15,7 +15,7 @@ parts. Each step, its sensitivity, its share of ``mu_inf`` and why: docs/guide/i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -290,17 +290,19 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
         M = M * dispersion[0]
     notes += more
     V_s = _sampling_part(run, session.sizes, H, M, c, notes)
-    V_p, spread = _privacy_part(run, setup.mu, H, s_H, notes)
+    V_p, V_a, spread = _privacy_part(run, setup.mu, H, s_H, notes)
     signs = None
     if mu_signs:  # the residuals' symmetry, at the fit's own covariance (fitting scale)
-        signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p, dispersion, G,
+        signs = residual_signs.measure_signs(session, theta, B, w, mu_signs, H, V_s + V_p + V_a, dispersion, G,
                                              "inference-signs")
         notes.append(residual_signs.note(signs))
-    V_s, V_p, fitting_p = G @ V_s @ G.T, G @ V_p @ G.T, V_p
     if spread is not None:  # each coefficient's precision taken at the Jacobian, not at its release
-        V_p = precision_corrected(fitting_p, V_s, G, *spread, H, c * (dispersion[0] if scaled else 1.0),
-                                  Sigma)
-    df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p)) if finite else None
+        V_s, V_p, V_a = precision_corrected(V_p, V_a, G @ V_s @ G.T, G, *spread, H,
+                                            c * (dispersion[0] if scaled else 1.0), Sigma)
+    else:
+        V_s, V_p, V_a = G @ V_s @ G.T, G @ V_p @ G.T, G @ V_a @ G.T
+    path_note(V_a, V_s, notes)
+    df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p + V_a)) if finite else None
     if df is not None and np.any(np.isfinite(df)):
         smallest = float(np.min(df))  # written out (2330, not 2.33e+03)
         notes.append("intervals and p-values use Student's t with the degrees of freedom of the released noise in "
@@ -311,7 +313,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
     method = (f"{_LABELS[cov_type]} at the estimate (Hessian{' and score' if Sigma is not None else ''} "
               f"released{' privately' if finite else ''}, {spent}, {clip_text}{corrected})"
               + (" + the privacy noise of the protocol, propagated through its iterations" if math.isfinite(setup.mu) else ""))
-    cov = V_s + V_p
+    cov = V_s + V_p + V_a
     if mu_excess:  # the clipped root's displacement, measured at the estimate
         displacement = clipping_bias.measure(session, theta, B, H, G, w, mu_excess, cov, config.alpha,
                                              "inference-clip-excess")
@@ -328,7 +330,7 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                      "was below the floor (not identified)")
     return InferenceResult(params, cov, V_s, V_p, cov_type, config.alpha, mu, method, notes=notes,
                            clipped_fraction=clipped, df=df, dispersion=dispersion,
-                           clipping_displacement=displacement, sign_balance=signs), H
+                           clipping_displacement=displacement, sign_balance=signs, cov_path=V_a), H
 
 
 def count_dispersion(session: Session, theta: np.ndarray, mu: float, stage: str) -> tuple[float, float]:
@@ -392,30 +394,57 @@ def unidentified_coefficients(released: np.ndarray, H: np.ndarray, s: float, G: 
 
 
 def _privacy_part(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[str]
-                  ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros),
-    and, for FedIRLS, its draws at second releases of H with their Hessians (None for the others).
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Covariance of the protocol's privacy noise in theta (fitting scale), linearised at H (``mu`` = inf: zeros), that
+    of its path remainder, and, for FedIRLS, the privacy part's draws at second releases of H with their Hessians (None
+    for the others).
 
     H is the inference's release of the clipped score's Jacobian, diagonal noise sd ``s_H``: FedIRLS's last Newton
     map keeps only the overshoot beyond that noise, and the draws (:func:`~privfedstat.theory.noise_covariance.
     release_draws`) take the noise of H out of the coefficients' precisions (:func:`~privfedstat.inference.covariance.
     precision_corrected`).
 
+    The path remainder is FedIRLS's ``last_step`` (:class:`~privfedstat.theory.noise.IRLSNoise`): the error its last
+    Newton step leaves where the released gradients show the Newton matrix wrong, and the site effects' shift of a
+    re-weighed root. It is set by the path, not by the noise (it stays as mu grows; more rounds shrink it), so it is
+    reported apart from the privacy part (:attr:`~privfedstat.InferenceResult.cov_path`); zeros for the others.
+
     From the protocol's noise model (:func:`privfedstat.theory.protocol_noise_covariance`); a protocol
     that reports none (a user's subclass of the base estimator; every registered estimator reports
     one) gets ``diag(noise_sd^2)``, the lower bound of ``run.noise_sd``, and a note.
     """
     if math.isinf(mu):
-        return np.zeros_like(H), None
+        return np.zeros_like(H), np.zeros_like(H), None
     if run.noise_model is None:
         notes.append("the protocol reports no noise model: its privacy-noise variance is the lower bound "
                      "noise_sd^2 of its last release (intervals may be too narrow)")
         sd = np.broadcast_to(np.asarray(run.noise_sd, dtype=np.float64), (H.shape[0],))
-        return np.diag(sd * sd), None
-    C = protocol_noise_covariance(run.noise_model, H, hessian_sd=float(s_H))
-    if isinstance(run.noise_model, IRLSNoise) and s_H > 0 and not run.noise_model.is_zero:
-        return C, release_draws(run.noise_model, H, float(s_H))
-    return C, None
+        return np.diag(sd * sd), np.zeros_like(H), None
+    model, path = run.noise_model, np.zeros_like(H)
+    if isinstance(model, IRLSNoise) and model.last_step is not None:
+        whole = protocol_noise_covariance(model, H, hessian_sd=float(s_H))
+        model = replace(model, last_step=None)
+    C = protocol_noise_covariance(model, H, hessian_sd=float(s_H))
+    if model is not run.noise_model:
+        path = (whole - C + (whole - C).T) / 2
+    if isinstance(model, IRLSNoise) and s_H > 0 and not model.is_zero:
+        return C, path, release_draws(model, H, float(s_H))
+    return C, path, None
+
+
+def path_note(V_a: np.ndarray, V_s: np.ndarray, notes: list[str]) -> None:
+    """A note where the path remainder's sd exceeds the sampling standard error of some coefficient (original scale),
+    as :func:`~privfedstat.fitting.diagnostics.warn_privacy_share` judges the privacy part: more rounds shrink it, a
+    larger mu does not."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.sqrt(np.diag(V_a) / np.diag(V_s))
+    idx = np.flatnonzero(ratio > 1.0)
+    if idx.size:
+        notes.append(f"the path remainder (cov_path: the error FedIRLS's last Newton step leaves where its released "
+                     f"gradients show the Newton matrix wrong, and a re-weighed root's site-effect shift) dominates the "
+                     f"error of coefficient(s) {idx.tolist()} (original order): its sd is up to "
+                     f"{float(np.max(ratio[idx])):.3g} times the sampling standard error. It is in the intervals, but "
+                     "it is not privacy noise and a larger mu does not shrink it; more rounds (n_rounds) do")
 
 
 def score_bound(B: float, sizes: np.ndarray, notes: list[str]) -> tuple[float, float]:

@@ -155,34 +155,54 @@ def variance_df(G: np.ndarray, H: np.ndarray, Sigma: np.ndarray | None, s_H: flo
     return np.where(np.isnan(df), np.inf, df)
 
 
-def precision_corrected(V_p: np.ndarray, V_s: np.ndarray, G: np.ndarray, draws: np.ndarray, releases: np.ndarray,
-                        H: np.ndarray, c: float, Sigma: np.ndarray | None) -> np.ndarray:
-    """The privacy covariance ``G V_p G^T`` (``V_p`` on the fitting scale, the result on the original) rescaled so
-    that each coefficient's total precision is the bias-corrected one of
-    :func:`~privfedstat.theory.noise_covariance.release_draws`.
+def precision_corrected(V_p: np.ndarray, V_a: np.ndarray, V_s: np.ndarray, G: np.ndarray, draws: np.ndarray,
+                        releases: np.ndarray, H: np.ndarray, c: float, Sigma: np.ndarray | None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sampling, privacy and path-remainder covariances (original scale) rescaled so that each coefficient's total
+    precision is the bias-corrected one of :func:`~privfedstat.theory.noise_covariance.release_draws`, split between
+    the parts by their own bias-corrected variances.
 
     A coefficient's Wald statistic ``z = (theta_j - theta_j*) / sqrt(v_j)`` has ``E[z^2] = sd_j^2 E[1 / v_j]`` when its
     variance ``v_j`` is estimated independently of the error: the statistic is calibrated when the precision
-    ``1 / v_j`` is unbiased. ``v_j`` is a function of the released Jacobian ``H = J + E``: ``c H^-1`` (``c H^-1 Sigma
-    H^-1``; ``c`` with the dispersion) plus FedIRLS's privacy variance (``V_p``'s, fitting scale ``draws`` mapped by
-    ``G``), and its precision at H is biased at second order in E; with the draws at ``H + E'`` the corrected precision
-    is ``pi_j = 2 / v_j(H) - mean 1 / v_j(H + E')``. The total becomes ``1 / pi_j`` (``v_j(H)`` where ``pi_j <= 0``);
-    the privacy part, ``V_p`` scaled as ``D V_p D`` with D diagonal, takes the change (its correlations kept), at
-    least 0. ``V_s`` is the inference's own sampling part (original scale), whose noise correction this replaces."""
-    def totals(K: np.ndarray, privacy: np.ndarray) -> np.ndarray:
+    ``1 / v_j`` is unbiased. ``v_j = s_j + p_j + a_j`` is a function of the released Jacobian ``H = J + E``: the
+    sampling part ``s_j`` of ``c H^-1`` (``c H^-1 Sigma H^-1``; ``c`` with the dispersion), FedIRLS's privacy part
+    ``p_j`` (``V_p``, fitting scale, ``draws`` at ``H + E'``) and the path remainder ``a_j`` (``V_a``: the last step's
+    error, fixed by the protocol's releases, the same at every H). The corrected precision is
+    ``pi_j = 2 / v_j(H) - mean 1 / v_j(H + E')``; the total becomes ``T_j = 1 / pi_j`` (``v_j(H)`` where ``pi_j <= 0``),
+    at least the analytically corrected sampling variance ``V_s``'s (a total below one of its parts is a correction
+    beyond the expansion's reach: a Poisson fingerprint at mu = 2 had ``T`` a quarter of it).
+    Each part's own bias-corrected variance is ``q(H)^2 / mean q(H + E')`` (equal to ``2 q(H) - mean q(H + E')`` up to
+    fourth order in the noise, and never negative), so ``s*_j``, ``p*_j`` and ``a_j``; to second order
+    ``T_j = s*_j + p*_j + a_j + mean(dv^2) / v_j``, and the last (Jensen's) term of the precision belongs to no part
+    alone: ``T_j`` is split in the proportions ``s*_j : p*_j : a_j`` (docs/guide/inference.md, "How the correction
+    of the precision is split"). Each part is scaled as ``D V D`` with D diagonal (its correlations kept); ``V_s``
+    is the inference's own sampling part (original scale), whose diagonal this replaces."""
+    def along(P: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,...jk,ik->...i", G, P, G)
+
+    def sampling(K: np.ndarray) -> np.ndarray:
         inv = np.linalg.inv(K)
-        sampling = c * (inv if Sigma is None else inv @ Sigma @ inv)
-        return np.einsum("ij,...jk,ik->...i", G, sampling, G) + np.einsum("ij,...jk,ik->...i", G, privacy, G)
+        return along(c * (inv if Sigma is None else inv @ Sigma @ inv))
 
-    at_release = totals(H, V_p)
-    pi = 2.0 / at_release - np.mean(1.0 / totals(releases, draws), axis=0)
-    total = np.where(pi > 0, 1.0 / np.where(pi > 0, pi, 1.0), at_release)
-    out = G @ V_p @ G.T
-    d = np.diag(out)
-    scale = np.sqrt(np.where(d > 0, np.maximum(total - np.diag(V_s), 0.0) / np.where(d > 0, d, 1.0), 1.0))
-    out = scale[:, None] * out * scale[None, :]
-    return (out + out.T) / 2
+    def corrected(at: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+        mean = np.mean(drawn, axis=0)
+        return np.where(mean > 0, at * at / np.where(mean > 0, mean, 1.0), at)
 
+    s_H, s_E, p_H, p_E, a = sampling(H), sampling(releases), along(V_p), along(draws), along(V_a)
+    at_release = s_H + p_H + a
+    pi = 2.0 / at_release - np.mean(1.0 / (s_E + p_E + a), axis=0)
+    total = np.maximum(np.where(pi > 0, 1.0 / np.where(pi > 0, pi, 1.0), at_release), np.diag(V_s))
+    parts = np.array([corrected(s_H, s_E), corrected(p_H, p_E), a])
+    shares = parts / parts.sum(axis=0)
+
+    def rescaled(V: np.ndarray, target: np.ndarray) -> np.ndarray:
+        d = np.diag(V)
+        scale = np.sqrt(np.where(d > 0, target / np.where(d > 0, d, 1.0), 1.0))
+        out = scale[:, None] * V * scale[None, :]
+        return (out + out.T) / 2
+
+    return (rescaled(V_s, total * shares[0]), rescaled(G @ V_p @ G.T, total * shares[1]),
+            rescaled(G @ V_a @ G.T, total * shares[2]))
 
 
 def floored_scale(phi: float, sd: float, floor: float, notes: list[str]) -> tuple[float, float]:

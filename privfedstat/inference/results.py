@@ -52,13 +52,13 @@ class InferenceResult:
     params : ndarray of shape (p,)
         The estimate, ``coef_.ravel(order="F")``.
     cov : ndarray of shape (p, p)
-        Total covariance, ``cov_sampling + cov_privacy`` (bootstrap: of the draws).
+        Total covariance, ``cov_sampling + cov_privacy + cov_path`` (bootstrap: of the draws).
     cov_sampling : ndarray of shape (p, p) or None
         Sampling part: ``c H^-1`` or the sandwich ``c H^-1 Sigma H^-1`` (None for the bootstrap,
         whose draws do not separate the parts).
     cov_privacy : ndarray of shape (p, p) or None
         Covariance of the protocol's privacy noise in the estimate (linearised; zeros with
-        mu = inf; None for the bootstrap).
+        mu = inf; None for the bootstrap): the part a larger mu shrinks.
     cov_type : str
         ``"model"``, ``"sandwich"`` or ``"bootstrap"``.
     alpha : float
@@ -91,6 +91,11 @@ class InferenceResult:
         with them; infinite (or None) where nothing is noised, the normal ones.
     notes : list of str
         Anything the user should know (fallbacks, floors).
+    cov_path : ndarray of shape (p, p) or None
+        The path remainder: FedIRLS's error that its last Newton step leaves where the released gradients show the
+        Newton matrix wrong, with a re-weighed root's site-effect shift (:class:`~privfedstat.theory.noise.IRLSNoise`'s
+        ``last_step``). Not privacy noise: it does not shrink as mu grows, more rounds (``n_rounds``) shrink it.
+        None (read as zeros) for the other estimators and the bootstrap.
     """
 
     params: np.ndarray
@@ -109,6 +114,7 @@ class InferenceResult:
     dispersion: tuple[float, float] | None = None
     clipping_displacement: ClippingDisplacement | None = None
     sign_balance: SignBalance | None = None
+    cov_path: np.ndarray | None = None
 
     def withheld(self, reason: str) -> InferenceResult:
         """This result without standard errors or intervals (``cov`` NaN; both parts kept for diagnosis).
@@ -133,6 +139,24 @@ class InferenceResult:
             return None
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.diag(self.cov_privacy) / np.diag(self.cov)
+
+    @property
+    def path_share(self) -> np.ndarray | None:
+        """Share of each coefficient's variance that is the path remainder, ``diag(cov_path) / diag(cov)`` (zeros
+        without one; None for the bootstrap)."""
+        if self.cov_privacy is None:
+            return None
+        if self.cov_path is None:
+            return np.zeros(self.params.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.diag(self.cov_path) / np.diag(self.cov)
+
+    @property
+    def cov_protocol(self) -> np.ndarray | None:
+        """The protocol's whole error around the root, ``cov_privacy + cov_path`` (None for the bootstrap)."""
+        if self.cov_privacy is None or self.cov_path is None:
+            return self.cov_privacy
+        return self.cov_privacy + self.cov_path
 
     @property
     def zvalues(self) -> np.ndarray:

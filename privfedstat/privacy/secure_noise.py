@@ -210,7 +210,8 @@ class IntegerNoise:
     def gdp_mu(self) -> float:
         """``Delta_2 D(Lambda)``: the release is ``gdp_mu``-GDP (:func:`skellam_gdp_step`); ``D(Lambda) sqrt(2 Lambda)``
         exceeds 1 by about ``1 / (12 Lambda)``."""
-        return self.l2 * skellam_gdp_step(self.lam)
+        step = skellam_gdp_step(self.lam)  # inf below Lambda ~ 3e-17 (P(Sk = 0) = 1 in floats): the log-space steps
+        return self.l2 * (float(np.max(skellam_steps(self.lam))) if math.isinf(step) and self.lam > 0 else step)
 
     @property
     def gdp_factor(self) -> float:

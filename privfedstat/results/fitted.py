@@ -382,7 +382,7 @@ class FittedResults:
             "Df Model": str(df_model),
             "Df Residuals": str(self.n_samples_ - n_params),
             **rounds_row(comm),
-            **privacy_rows(led, delta),
+            **privacy_rows(led, delta, getattr(self, "mu_", None)),
             "Clipping bound B": clip_row(self.clip_, getattr(self, "scaler_", None) is not None),
             "Iterations": str(self.n_iter_),
         }

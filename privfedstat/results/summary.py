@@ -103,9 +103,10 @@ def rounds_row(comm: Communication) -> dict[str, str]:
                       "in all"}
 
 
-def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
+def privacy_rows(ledger: PrivacyLedger, delta: float, asked: float | None = None) -> dict[str, str]:
     """The summary's privacy lines, from what may be published (``ledger.public_view()``): the unit and the
-    guarantee towards each audience at ``delta``.
+    guarantee towards each audience at ``delta`` (``asked``: the fit's mu, which a secure fit's line compares its
+    integer noise's GDP with).
 
     The server sees who took part in each round, so its epsilon is unamplified (the declared
     budget: every client as if it sent each round). A third party sees the published model and
@@ -120,7 +121,7 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
             "Towards the server": f"mu = {public.mu:.4g} per client, eps = {public.server_epsilon(delta):.4g} at delta = "
                                   f"{delta:g} (it receives every message and knows who sent it)"}
     if ledger.has_integer_noise:
-        rows.update(_secure_rows(ledger, delta))
+        rows.update(_secure_rows(ledger, delta, asked))
     third = f"eps = {public.epsilon(delta):.4g} at delta = {delta:g}"
     if "client" in public.units:
         rates = sorted({b.sampling_rate for b in public.blocks if b.mechanism == SUBSAMPLED})
@@ -132,12 +133,25 @@ def privacy_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
     return rows
 
 
-def _secure_rows(ledger: PrivacyLedger, delta: float) -> dict[str, str]:
+def _secure_rows(ledger: PrivacyLedger, delta: float, asked: float | None = None) -> dict[str, str]:
     """The server's guarantee when some releases went through secure aggregation, and when one site colludes with it
-    (``ledger.collusion_epsilon(t)`` for another t)."""
+    (``ledger.collusion_epsilon(t)`` for another t).
+
+    Each secure release is charged the GDP of the integer noise it carries, ``Delta_2 D(Lambda)``, at most the share of
+    mu it was calibrated to: less where more sites answered than ``min_surviving`` (their shares add noise) and where
+    the share needs less noise than the least the calibration resolves (``Lambda`` about 3e-17, where ``P(Sk = 0)`` is
+    1 in floats: GDP about 17 per unit of integer sensitivity, below the share of a budget of hundreds or more, for
+    counts and vectors alike). The fit's mu is then below the one asked, and the line says why.
+    """
+    below = ""
+    if asked is not None and math.isfinite(asked) and ledger.mu < asked * (1.0 - 1e-9):
+        below = (f"; below the mu = {asked:.4g} asked: each secure release is charged the GDP of the integer noise it "
+                 "carries, and some carry more than their share of mu needs: a sum of more sites than min_surviving, or "
+                 "a share so large that its noise would have to be below the least the calibration resolves "
+                 "(Lambda about 3e-17, which gives about 17 per unit of the release's integer sensitivity)")
     return {"Towards the server": f"mu = {ledger.mu:.4g} per client, eps = {ledger.epsilon(delta):.4g} at delta = "
-                                  f"{delta:g} (the integer noise's GDP bound); under secure aggregation it sees only "
-                                  "the sites' sums",
+                                  f"{delta:g} (the integer noise's GDP bound{below}); under secure aggregation it sees "
+                                  "only the sites' sums",
             "If one site colludes with it": f"mu = {ledger.collusion_mu(1):.4g}, eps = "
                                             f"{ledger.collusion_epsilon(1, delta):.4g} (that site's noise share "
                                             "subtracted; privacy_.collusion_epsilon(t) for t sites)"}

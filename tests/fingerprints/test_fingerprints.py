@@ -99,8 +99,8 @@ def _fit(spec, family, mu, clip):
     out = {"coef": np.asarray(est.coef_, dtype=float).ravel().tolist(),
            "releases": [[r.stage, np.asarray(r.sigma, dtype=float).tolist()] for r in est.privacy_.releases]}
     res = est.inference_
-    if res is not None:  # the two covariance parts: a fit that did not converge withholds bse_ (NaN) but keeps them
-        cov = res.cov if res.cov_sampling is None else res.cov_sampling + res.cov_privacy
+    if res is not None:  # the covariance parts: a fit that did not converge withholds bse_ (NaN) but keeps them
+        cov = res.cov if res.cov_sampling is None else res.cov_sampling + res.cov_protocol
         sd = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(np.shape(est.coef_), order="F")
         out["bse"] = sd.ravel().tolist()
     return out

@@ -28,8 +28,8 @@ def test_release_draws_take_the_jacobians_noise_out_of_the_precisions():
         H = floored(J + e, s)
         V_p, V_s = protocol_noise_covariance(MODEL, H, hessian_sd=s), C * np.linalg.inv(H)
         at_release.append(1.0 / np.diag(V_s + V_p))
-        fixed = precision_corrected(V_p, V_s, np.eye(P), *release_draws(MODEL, H, s), H, C, None)
-        corrected.append(1.0 / np.diag(V_s + fixed))
+        parts = precision_corrected(V_p, np.zeros((P, P)), V_s, np.eye(P), *release_draws(MODEL, H, s), H, C, None)
+        corrected.append(1.0 / np.diag(sum(parts)))
     before = np.abs(np.mean(at_release, axis=0) / exact - 1.0)
     after = np.abs(np.mean(corrected, axis=0) / exact - 1.0)
     assert before[0] > 0.12 and before[2] > 0.12
