@@ -13,7 +13,7 @@ import pandas as pd
 
 from privfedstat import PrivacyNoiseWarning, glm
 from privfedstat._linalg import vec_to_sym
-from privfedstat.inference.core import _privacy_part
+from privfedstat.inference.protocol_part import protocol_parts
 from privfedstat.inference.covariance import precision_corrected, sampling_covariance
 from privfedstat.theory.noise import IRLSNoise
 from privfedstat.theory.noise_covariance import protocol_noise_covariance, release_draws
@@ -65,13 +65,13 @@ def test_path_remainder_is_reported_apart_from_the_privacy_noise():
     model = IRLSNoise(np.array([4e-3, 2e-4]), np.array([4e-3, 4e-3]), np.zeros(2), 1.0, np.diag([1.0, 1.0, 0.75]),
                       basis, 0, last_step=last)
     H, s = J + 0.01, 0.05
-    privacy, path, (draws, _) = _privacy_part(_run(model), 2.0, H, s, [])
+    privacy, path, (draws, _) = protocol_parts(_run(model), 2.0, H, s, [])
     np.testing.assert_allclose(privacy + path, protocol_noise_covariance(model, H, hessian_sd=s), rtol=1e-9,
                                atol=1e-15)
     np.testing.assert_allclose(path, basis @ last @ basis.T, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(draws, release_draws(replace(model, last_step=None), H, s)[0])
     quiet = replace(model, gradient_var=model.gradient_var * 1e-12, hessian_var=model.hessian_var * 1e-12)
-    privacy_q, path_q, _ = _privacy_part(_run(quiet), 1e6, H, s * 1e-6, [])
+    privacy_q, path_q, _ = protocol_parts(_run(quiet), 1e6, H, s * 1e-6, [])
     assert np.max(np.abs(privacy_q)) < 1e-9 * np.max(np.abs(path_q))
     np.testing.assert_allclose(path_q, path, rtol=1e-9, atol=1e-15)
 
