@@ -13,8 +13,8 @@ import pandas as pd
 
 from privfedstat import PrivacyNoiseWarning, glm
 from privfedstat._linalg import vec_to_sym
-from privfedstat.inference.protocol_part import protocol_parts
 from privfedstat.inference.covariance import precision_corrected, sampling_covariance
+from privfedstat.inference.protocol_part import protocol_parts
 from privfedstat.theory.noise import IRLSNoise
 from privfedstat.theory.noise_covariance import protocol_noise_covariance, release_draws
 from privfedstat.theory.noise_maps import floored
