@@ -34,7 +34,7 @@ from .stability import columns, gradient_steps, stable_step, start_unstable
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "along_last_update"]
+           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "uphill", "along_last_update"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -181,6 +181,14 @@ def away(path: list[np.ndarray], g: np.ndarray) -> bool:
     return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
 
 
+def uphill(path: list[np.ndarray], start: np.ndarray | None) -> float:
+    """``g(theta_0) . (theta_K - theta_0)``, ``g(theta_0)`` the exact gradient of a convex objective at the path's start
+    (``start``; 0 where None): by convexity ``f(theta_K) - f(theta_0)`` is at least that, so where it is positive
+    the estimate fits worse than the start, whatever the path did in between (a too large step throws it back and
+    forth between saturated regions, where its last updates need not alternate)."""
+    return 0.0 if start is None else float(np.ravel(start) @ np.ravel(path[-1] - path[0]))
+
+
 def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
     """Whether the curvature ``u^T H u`` along the estimate's direction ``u = theta / ||theta||`` is below
     ``SATURATED`` times the family's curvature at 0 (every row's fitted value saturated along it)."""
@@ -295,20 +303,29 @@ def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples:
 
 
 def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.ndarray], n_samples: int,
-                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None) -> bool:
+                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None,
+                       start: np.ndarray | None = None) -> bool:
     """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
     that names the cause and the remedy.
 
-    In order: curvature vanished along the estimate (:func:`saturated`) raises when the score is not zero there
+    In order: an estimate uphill of the path's start (:func:`uphill`) raises; curvature vanished along the estimate
+    (:func:`saturated`) raises when the score is not zero there
     and the path went up it (it ran away) and warns of separation when it is zero; otherwise converged when the
     Newton distance is at most ``TOL_SE`` model-based SEs (:func:`stationarity_gap`); if not, a gradient path
     going back and forth raises, gradient steps that expand errors at H say so (:func:`unstable`), and any other
     path is told to take more or longer steps. ``oscillating``: the path's lag-1 correlation where its last updates point back
-    and forth (else None); ``settled``: whether its last update was negligible.
+    and forth (else None); ``settled``: whether its last update was negligible; ``start``: the exact gradient at the
+    path's start of an unclipped, unpenalised gradient protocol (else None).
     """
     g, H = exact
     theta = np.ravel(path[-1])
     penalty = getattr(est, "penalty_", None)
+    rise = uphill(path, start)
+    if rise > 0.0 and stationarity_gap(g, H, theta, n_samples) > TOL_SE:
+        raise divergence(est, f"its estimate lies uphill of its start: the start's gradient times the path's travel, "
+                              f"a lower bound on how much the (convex) pooled objective rose, is {rise:.3g}, so the "
+                              "estimate fits worse than the start and the path moved away from the optimum, not "
+                              "towards it.")
     if penalty is None and saturated(theta, H, curvature_at_zero):
         z = nonprivate_score(g, n_samples, curvature_at_zero)
         if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling

@@ -335,3 +335,23 @@ def test_the_oscillation_remedy_does_not_ask_to_standardise_columns_already_scal
     assert "standardise them" in remedy(FedSGD(step_size="auto"), "oscillating")
     scaled = remedy(FedSGD(step_size="auto", scaling="private"), "oscillating")
     assert "standardise" not in scaled and "smaller numeric step_size" in scaled
+
+
+def test_a_gradient_path_thrown_uphill_by_raw_scale_columns_raises_at_mu_inf():
+    """Raw-scale columns (an hour of day, 5-23) make step_size='auto' 50x too large for the start's curvature: FedSGD's
+    path bounces between saturated regions and stops where the pooled log-loss is 16 above its start's (0.69 -> 16.5),
+    7e3 SE from the MLE, with its last updates not alternating; it used to warn 'still travelling, increase n_iter'
+    and return the coefficients. The start's exact gradient certifies the rise (convexity): DivergenceError naming
+    the step and scaling='private'."""
+    rng = np.random.default_rng(3)
+    N = 2000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    site = rng.integers(0, 8, N)
+    with pytest.raises(DivergenceError, match="uphill of its start") as err:
+        FedSGD(mu=INF, n_iter=300).fit(X, y, clients=site)
+    assert "scaling='private'" in str(err.value) and "n_iter" not in str(err.value)
+    good = FedSGD(mu=INF, n_iter=300, scaling="private").fit(X, y, clients=site)  # the remedy it names
+    mle = sm.Logit(y, X).fit(disp=0)
+    assert good.converged_ and np.max(np.abs(good.coef_ - mle.params) / mle.bse) < 0.05
