@@ -342,7 +342,7 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
     gap = stationarity_gap(g, H, theta, n_samples, penalty)
     if gap <= TOL_SE:
         return True
-    if oscillating is not None and gradient_steps(noise_model):
+    if oscillating is not None and not settled and gradient_steps(noise_model):  # settled: rounding errors alternate
         raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
                               f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
     if not _stable(est, noise_model, H):
@@ -352,12 +352,12 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
 
 def _not_converged(est, gap: float, oscillating: float | None, settled: bool | None) -> bool:
     """The ConvergenceWarning of a mu = inf fit ``gap`` model-based SEs from the optimum, worded by its path."""
-    if oscillating is not None:
-        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
-                       remedy(est, "oscillating"))
-    elif settled:
+    if settled:  # before the sign pattern: the last updates of a settled path are rounding errors
         why = "its last update was negligible: a fixed point that is not the pooled estimate, or steps too short to move"
         advice = est._advice()
+    elif oscillating is not None:
+        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
+                       remedy(est, "oscillating"))
     else:
         why, advice = "its path was still travelling towards it when it stopped", est._advice()
     warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
