@@ -11,7 +11,7 @@ import pytest
 import statsmodels.api as sm
 from conftest import simulate
 
-from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedSGD, glm
+from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedNewton, FedSGD, glm
 from privfedstat.fitting.verdict import TOL_SE, Score, judge, remedy
 
 INF = math.inf
@@ -400,3 +400,17 @@ def test_a_private_fedavg_thrown_out_by_raw_scale_columns_is_not_converged_when_
     said = " ".join(str(w.message) for w in caught if w.category is ConvergenceWarning)
     assert est.converged_ is False and np.all(np.isnan(est.bse_))
     assert "identifies none of its coefficients" in said and "scaling='private'" in said
+
+
+def test_fednewton_thrown_out_by_raw_scale_columns_names_the_step_and_scaling():
+    """FedNewton at mu = 2 on raw columns (hour of day 5-23) returns a slope of ~1600 (true 0.1) after its FedAvg stage
+    threw the path out; its warning advised only more rounds or local steps."""
+    rng = np.random.default_rng(0)
+    N = 4000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    with pytest.warns(ConvergenceWarning) as caught:
+        est = FedNewton(mu=2.0, random_state=0).fit(X, y, clients=rng.integers(0, 8, N))
+    assert est.converged_ is False and np.all(np.isnan(est.bse_))
+    assert "scaling='private'" in " ".join(str(w.message) for w in caught)
