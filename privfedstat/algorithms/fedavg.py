@@ -140,7 +140,10 @@ class FedAvg(FederatedEstimator):
         self.inference = inference
 
     def _advice(self) -> str:
-        return "Increase n_rounds (R), or use step_size='auto' if a larger step oscillated."
+        return ("Increase n_rounds (R), or lower n_local_steps (K) or step_size: where the sites' data differ, the K "
+                "local steps pull each site towards its own optimum and FedAvg settles at a point that is not the pooled "
+                "estimate, more so the larger eta K (n_local_steps=1 is FedSGD; Scaffold corrects the drift; FedIRLS, "
+                "glm()'s default, has none).")
 
     def _run(self, session: Session, setup: Setup) -> Run:
         R, stop_early = resolve_count(self.n_rounds, setup.mu, PAPER_N_ROUNDS, MAX_ROUNDS_NONPRIVATE)

@@ -22,6 +22,7 @@ from ..federation.verbs import Verb, parameters, register
 from ..fitting.base import FederatedEstimator
 from ..fitting.stages import bound_search, resolve_weights
 from ..fitting.steps import resolve_step_size
+from ..fitting.verdict import remedy
 from ..privacy.calibration import aggregate_sd, calibrated_sigma, hessian_sensitivity
 from ..privacy.clipping import AutoClip
 from ..privacy.newton_policy import NewtonPolicy
@@ -187,8 +188,11 @@ class FedNewton(FederatedEstimator):
         check_finite_bounds(self, ("hessian_clip", "newton_grad_clip"), mu, "the Newton step")
 
     def _advice(self) -> str:
-        return ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "
-                "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
+        advice = ("FedNewton takes one Newton step from FedAvg's output, which ended far from the optimum: increase "
+                  "n_rounds or n_local_steps, or use FedIRLS (several server-aggregated Newton rounds).")
+        if self.step_size == "auto" and self.scaling is None:  # raw columns: FedAvg's steps may have thrown it out
+            advice += " Or FedAvg's local steps threw the path out: " + remedy(self, "oscillating")
+        return advice
 
     def _check_data(self, X, y=None, clients=None, offset=None) -> tuple[FederatedData, Family]:
         """The data and family (:meth:`FederatedEstimator._check_data`), refused when the public sizes rule FedNewton

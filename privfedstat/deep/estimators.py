@@ -112,6 +112,9 @@ class _Network:
         "loss": [Options(tuple(LOSSES)), InstanceOf(Callable, "a callable loss(outputs, targets)")],
         "batch_size": [Interval(Integral, 1), None],
         "progress": BOOL,
+        # numbers only: the GLMs' "auto" and "paper" rules read a GLM's curvature and rows (_validate_params says so)
+        "step_size": Interval(Real, 0, None, closed="neither"),
+        "clip": [Interval(Real, 0, None, closed="neither", finite=False), InstanceOf(AutoClip, "an AutoClip")],
     }
 
     # ------------------------------------------------------------------ fitting

@@ -242,8 +242,11 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
     if score_pending and converged is False:
         converged = None  # the update sizes are superseded by the score released at the estimate
     if exact is not None:  # mu = inf: the exact score decides, the path says why
+        convex = gradient_steps(run.noise_model) and setup.clip == math.inf and getattr(est, "penalty_", None) is None
+        start = exact_score(session, setup.clip, np.ravel(path[0]))[0] if convex else None
         converged = nonprivate_verdict(est, path, exact, n_samples, float(family.curvature_at_zero), run.noise_model,
-                                       correlation if correlation < -OSCILLATION_CORRELATION else None, converged)
+                                       correlation if correlation < -OSCILLATION_CORRELATION else None, converged,
+                                       start)
     elif diverged:
         converged = False
         noise = f", far above their noise ({last_sd:.3g})" if finite else ""

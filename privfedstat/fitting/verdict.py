@@ -34,7 +34,7 @@ from .stability import columns, gradient_steps, stable_step, start_unstable
 
 __all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
            "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "along_last_update"]
+           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "uphill", "along_last_update"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -121,9 +121,16 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     V = M @ M.T * (score.sd / unit) ** 2 + (0.0 if cov_privacy is None else cov_privacy / unit / unit)
     se = np.sqrt(np.diag(cov)) / unit
     keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
-    if not np.any(keep):
-        return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
     from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
+
+    if not np.any(keep):  # every SE withheld: no distance in SEs, the chi-square test alone (coefficient -1)
+        keep = np.isfinite(np.diag(V))
+        if not np.any(keep):
+            return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
+        d, Vk = delta[keep], V[np.ix_(keep, keep)]
+        statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
+        p_value = float(chi2.sf(statistic, int(np.sum(keep))))
+        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, int(np.sum(keep)), p_value, math.nan, -1)
 
     d, Vk = delta[keep], V[np.ix_(keep, keep)]
     statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
@@ -179,6 +186,14 @@ def away(path: list[np.ndarray], g: np.ndarray) -> bool:
     the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
     update alone is no guide: a path bouncing between saturated regions moves either way.)"""
     return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
+
+
+def uphill(path: list[np.ndarray], start: np.ndarray | None) -> float:
+    """``g(theta_0) . (theta_K - theta_0)``, ``g(theta_0)`` the exact gradient of a convex objective at the path's start
+    (``start``; 0 where None): by convexity ``f(theta_K) - f(theta_0)`` is at least that, so where it is positive
+    the estimate fits worse than the start, whatever the path did in between (a too large step throws it back and
+    forth between saturated regions, where its last updates need not alternate)."""
+    return 0.0 if start is None else float(np.ravel(start) @ np.ravel(path[-1] - path[0]))
 
 
 def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
@@ -295,20 +310,29 @@ def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples:
 
 
 def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.ndarray], n_samples: int,
-                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None) -> bool:
+                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None,
+                       start: np.ndarray | None = None) -> bool:
     """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
     that names the cause and the remedy.
 
-    In order: curvature vanished along the estimate (:func:`saturated`) raises when the score is not zero there
+    In order: an estimate uphill of the path's start (:func:`uphill`) raises; curvature vanished along the estimate
+    (:func:`saturated`) raises when the score is not zero there
     and the path went up it (it ran away) and warns of separation when it is zero; otherwise converged when the
     Newton distance is at most ``TOL_SE`` model-based SEs (:func:`stationarity_gap`); if not, a gradient path
     going back and forth raises, gradient steps that expand errors at H say so (:func:`unstable`), and any other
     path is told to take more or longer steps. ``oscillating``: the path's lag-1 correlation where its last updates point back
-    and forth (else None); ``settled``: whether its last update was negligible.
+    and forth (else None); ``settled``: whether its last update was negligible; ``start``: the exact gradient at the
+    path's start of an unclipped, unpenalised gradient protocol (else None).
     """
     g, H = exact
     theta = np.ravel(path[-1])
     penalty = getattr(est, "penalty_", None)
+    rise = uphill(path, start)
+    if rise > 0.0 and stationarity_gap(g, H, theta, n_samples) > TOL_SE:
+        raise divergence(est, f"its estimate lies uphill of its start: the start's gradient times the path's travel, "
+                              f"a lower bound on how much the (convex) pooled objective rose, is {rise:.3g}, so the "
+                              "estimate fits worse than the start and the path moved away from the optimum, not "
+                              "towards it.")
     if penalty is None and saturated(theta, H, curvature_at_zero):
         z = nonprivate_score(g, n_samples, curvature_at_zero)
         if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling
@@ -325,7 +349,7 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
     gap = stationarity_gap(g, H, theta, n_samples, penalty)
     if gap <= TOL_SE:
         return True
-    if oscillating is not None and gradient_steps(noise_model):
+    if oscillating is not None and not settled and gradient_steps(noise_model):  # settled: rounding errors alternate
         raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
                               f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
     if not _stable(est, noise_model, H):
@@ -335,12 +359,12 @@ def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.
 
 def _not_converged(est, gap: float, oscillating: float | None, settled: bool | None) -> bool:
     """The ConvergenceWarning of a mu = inf fit ``gap`` model-based SEs from the optimum, worded by its path."""
-    if oscillating is not None:
-        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
-                       remedy(est, "oscillating"))
-    elif settled:
+    if settled:  # before the sign pattern: the last updates of a settled path are rounding errors
         why = "its last update was negligible: a fixed point that is not the pooled estimate, or steps too short to move"
         advice = est._advice()
+    elif oscillating is not None:
+        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
+                       remedy(est, "oscillating"))
     else:
         why, advice = "its path was still travelling towards it when it stopped", est._advice()
     warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
@@ -436,11 +460,17 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
                        remedy(est, "oscillating"))
+    elif verdict.coefficient < 0:
+        why = ("the Hessian released there identifies none of its coefficients (every standard error withheld): "
+               "the path ended where the fitted values saturate, where a step too large for the columns' scale throws it")
+        advice = remedy(est, "oscillating") if gradient_steps(run.noise_model) else est._advice()
     else:
         why, advice = "its path stopped short of it", est._advice()
+    where = ("beyond its noise" if verdict.coefficient < 0 else
+             f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(
         f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
-        f"equation {verdict.distance:.3g} standard errors away in {names[verdict.coefficient]} (score test against "
+        f"equation {where} (score test against "
         f"the noise of that release and the privacy noise of the estimate: chi-square {verdict.statistic:.3g} on "
         f"{verdict.dof} df, p = {verdict.p_value:.2g}): {why}. {advice}",
         ConvergenceWarning)

