@@ -349,10 +349,12 @@ def test_damped_directions_are_counted_from_the_released_curvature_and_the_floor
 
     kept_most = IRLSSchedule.damped_kept
     assert damped(H([5.0, 2.0, 1.5]), np.array([1.0, 1.0, 1.0]), kept_most) is None
-    count, kept = damped(H([5.0, 0.01, -0.3]), np.array([1.0, 1.0, 1.0]), kept_most)
+    count, kept, along = damped(H([5.0, 0.01, -0.3]), np.array([1.0, 1.0, 1.0]), kept_most)
     assert count == 2 and kept == pytest.approx(1.0)
-    count, kept = damped(H([5.0, 0.05, 2.0]), np.array([1.0, 0.5]), kept_most)
+    assert abs(float(along @ Q[:, 2])) == pytest.approx(1.0)  # the most damped: the smallest eigenvalue's vector
+    count, kept, along = damped(H([5.0, 0.05, 2.0]), np.array([1.0, 0.5]), kept_most)
     assert count == 1 and kept == pytest.approx((1 - 0.05) * (1 - 0.1))
+    assert abs(float(along @ Q[:, 1])) == pytest.approx(1.0)
     assert damped(H([5.0, 0.5, 2.0]), np.array([1.0, 1.0]), kept_most) is None  # keeps 0.25
 
 
@@ -368,9 +370,12 @@ def test_a_direction_the_noise_hides_withholds_the_intervals():
     X = np.column_stack([np.ones(3000), Z[:, :4], Z[:, 3] + 0.01 * Z[:, 4]])
     y = rng.poisson(np.exp(-1.2 + 0.3 * X[:, 1] - 0.2 * X[:, 2])).astype(float)
     data = FederatedData.from_pooled(X, y, sizes=[500] * 6)
-    with pytest.warns(ConvergenceWarning, match="did not reach the optimum along"):
+    with pytest.warns(ConvergenceWarning, match="did not reach the optimum along") as caught:
         fit = FedIRLS(family="poisson", mu=1.0, random_state=0).fit(data)
     assert fit.converged_ is False and np.all(np.isnan(fit.bse_))
+    # the warning names the two collinear columns, the ones to combine or reparametrise
+    damped_message = next(str(w.message) for w in caught if "did not reach the optimum along" in str(w.message))
+    assert any(f"most damped direction combines {pair}:" in damped_message for pair in ("x4, x5", "x5, x4"))
 
 
 @pytest.mark.parametrize("seed", [1, 9])
