@@ -79,16 +79,16 @@ class NewtonSteps:
         For a last server update cut short by the trust region: the norm of the update it computed and the
         radius it was cut to (fitting scale). Far above its noise, the path was still travelling when the rounds
         ran out.
-    damped : tuple of (int, float) or None
+    damped : tuple of (int, float, ndarray) or None
         For released curvature that stayed below the eigenvalue floor along some directions in every round of the
         last phase: how many directions kept most of their error (the floored steps remove only
-        ``lambda / floor`` of it per round; the protocol sets the threshold) and the largest fraction kept. The
-        estimate along them is where the path was, not an optimum.
+        ``lambda / floor`` of it per round; the protocol sets the threshold), the largest fraction kept and the unit
+        direction that kept it (fitting scale, flat). The estimate along them is where the path was, not an optimum.
     """
 
     hessian_sd: float = 0.0
     shortened: tuple[float, float] | None = None
-    damped: tuple[int, float] | None = None
+    damped: tuple[int, float, np.ndarray] | None = None
 
 
 @dataclass

@@ -282,14 +282,19 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
             ConvergenceWarning,
         )
     elif run.newton.damped is not None:
-        count, kept = run.newton.damped
+        count, kept, direction = run.newton.damped
         converged = False
+        # the coefficients the most damped direction loads on beyond an even spread (a squared loading >= 1 / p)
+        loads = np.flatnonzero(direction**2 >= 1.0 / direction.size)
+        loads = loads[np.argsort(-np.abs(direction[loads]))]
         warn(
             f"{est.method} did not reach the optimum along {count} direction(s): there the curvature of its released "
             "Hessians stayed below their eigenvalue floor (privacy noise) in every one of its last rounds, so the "
             f"damped Newton steps removed as little as {1 - kept:.0%} of the error the path had there, and the "
-            "estimate along them is where the path stopped, not an optimum. Increase mu or the rows per site, merge "
-            "small sites, or drop or combine weakly identified columns.",
+            "estimate along them is where the path stopped, not an optimum. The most damped direction combines "
+            f"{_names(loads, fitting_labels(est, direction.size))}: weakly identified (nearly collinear on the fitting "
+            "scale, e.g. a covariate and its square not centred first: centre it before squaring). Combine or "
+            "reparametrise those columns, increase mu or the rows per site, or merge small sites.",
             ConvergenceWarning,
         )
     privacy_open = finite and not diverged  # a diverged fit's noise grows with its step size: the step is at fault

@@ -269,8 +269,9 @@ class _Rounds:
                                                                                     update_noise_sds[-1] * shrink)
             path = [*path[:-1], self._in_theta(estimate)]
         hessian = self.H if self.basis is None else np.linalg.solve(self.basis.T, np.linalg.solve(self.basis.T, self.H).T)
-        steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened,
-                            damped(self.H, phases[-1].floors, self.schedule.damped_kept))
+        lost = damped(self.H, phases[-1].floors, self.schedule.damped_kept)  # its direction: on the fitting columns
+        lost = None if lost is None else (*lost[:2], self._in_theta(lost[2]) / np.linalg.norm(self._in_theta(lost[2])))
+        steps = NewtonSteps(float(scales[-1]) * math.sqrt(float(phases[-1].hessian_var[-1])), self.shortened, lost)
         return Run(self._in_theta(estimate), path, len(self.path) - 1, noise_sd=noise_sd,
                    update_noise_sd=update_noise_sd, update_noise_sds=update_noise_sds,
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
@@ -393,21 +394,20 @@ def newton_error(step: np.ndarray, newton: np.ndarray, evidence: tuple | None, n
     return cov
 
 
-def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float] | None:
+def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float, np.ndarray] | None:
     """Directions along which the floored Newton rounds of a phase kept more than ``threshold`` of their error.
 
-    Along an eigenvector of the released Hessian H with eigenvalue lambda below a round's floor,
-    the floored step removes ``lambda / floor`` of the error there (none where lambda <= 0);
-    over the phase's rounds the kept share is ``prod_r (1 - max(lambda, 0) / max(lambda, floor_r))``
-    (post-processing of H and the public floors). Returns their number and the largest kept
-    share, or None.
+    Along an eigenvector of the released Hessian H with eigenvalue lambda below a round's floor, the floored step
+    removes ``lambda / floor`` of the error there (none where lambda <= 0); over the phase's rounds the kept share is
+    ``prod_r (1 - max(lambda, 0) / max(lambda, floor_r))`` (post-processing of H and the public floors). Returns
+    their number, the largest kept share and the unit eigenvector that kept it (the smallest eigenvalue's), or None.
     """
-    vals = np.linalg.eigvalsh(0.5 * (H + H.T))
+    vals, vecs = np.linalg.eigh(0.5 * (H + H.T))
     positive = np.maximum(vals, 0.0)[:, None]
     kept = np.prod(1.0 - positive / np.maximum(positive, np.asarray(floors)[None, :]), axis=1)
     if not np.any(kept > threshold):
         return None
-    return int(np.sum(kept > threshold)), float(np.max(kept))
+    return int(np.sum(kept > threshold)), float(np.max(kept)), vecs[:, int(np.argmax(kept))]
 
 
 def _noise(step_size: float, H_floored: np.ndarray, gradient_sd: np.ndarray, basis: np.ndarray | None = None
