@@ -61,6 +61,8 @@ class DeepHiFedProx(_Network, HiFedProx):
 
     method = "HiFedProx (network)"
     clip = math.inf  # no per-sample clipping (the update is clipped)
+    #: one step size per client, as HiFedProx's (the networks' mixin allows a single number only)
+    _parameter_constraints = {"step_size": HiFedProx._parameter_constraints["step_size"]}
 
     def __init__(self, *, model: nn.Module, loss="cross_entropy", mu: float = 2.0, n_rounds: int = 100,
                  power: float = 5.0, prox_coef: float = 0.03, prox_radius: float = 1.0, n_local_steps=3,
