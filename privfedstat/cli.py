@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import sys
 import time
+from pathlib import Path
 
 from ._version import __version__
 from .simulations.study import Study, add_flags, run_study
@@ -200,6 +202,19 @@ def main(argv: list[str] | None = None) -> int:
 DEMO_M = (25, 100, 400)
 
 
+def _clear_stale_demo(out: Path) -> None:
+    """Remove the demo's replicates that another version of the code computed (a study's resume refuses to mix them
+    in; the demo's folder holds only the demo's own files, so it starts again instead of raising)."""
+    from .simulations.runner import source_digest
+
+    for record in out.glob("fig5-*.csv.run.json"):
+        held = json.loads(record.read_text()).get("source")
+        if held != source_digest():
+            print(f"({record.with_suffix('').with_suffix('')} holds an earlier version's replicates: computed again)")
+            record.with_suffix("").with_suffix("").unlink(missing_ok=True)
+            record.unlink()
+
+
 def _demo(args) -> int:
     """``privfedstat demo``: fig5 at reduced replicates, its theory column and two sentences that read it."""
     from .simulations.mse_study import demo_sentences, summary_long
@@ -211,6 +226,7 @@ def _demo(args) -> int:
           f"uniform and lognormal), {args.reps} replicates per cell of the paper's 100; the full study is\n"
           "`privfedstat reproduce fig5`.\n")
     t0 = time.perf_counter()
+    _clear_stale_demo(Path(args.out))
     result = run_study(find_study("fig5"), args.out, progress=not args.no_progress, family="logistic",
                        reps=args.reps, jobs=args.jobs, sizes=("equal",), m=DEMO_M)
     print(result.text())
