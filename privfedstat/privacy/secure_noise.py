@@ -40,13 +40,12 @@ which measures how far it is from the exact epsilon: :meth:`~privfedstat.privacy
 error per row in the variance (``SkellamSpec.row_reach``, ``rows``); the PSD verbs round each row's root and send the
 integer outer products (:mod:`.secure_outer`, ``SkellamSpec.outer``: ``Delta_2 = sqrt(2) K`` attained).
 
-**Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving``
-survivors the sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
+**Dropouts.** Every site's share is calibrated for ``min_surviving`` sites: with ``n >= min_surviving`` survivors the
+sum carries ``Sk(n lam)``, at least the declared noise; below it the round is refused.
 
-**Modular sum.** Messages are residues modulo ``2^bits``; the sum decodes to the signed integer in
-``[-2^(bits-1), 2^(bits-1))``. :func:`skellam_spec` chooses ``bits`` so that the true sum lies
-there except with probability at most :data:`WRAP_PROBABILITY` per round (Bernstein's bound on
-the Skellam tail, union over coordinates).
+**Modular sum.** Messages are residues modulo ``2^bits``; the sum decodes to the signed integer in ``[-2^(bits-1),
+2^(bits-1))``. :func:`skellam_spec` chooses ``bits`` so that the true sum lies there except with probability at most
+:data:`WRAP_PROBABILITY` per round (Bernstein's bound on the Skellam tail, union over coordinates).
 """
 
 from __future__ import annotations
@@ -59,9 +58,9 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "count_spec", "quantize", "add_shares", "encode", "decode",
-           "skellam_rdp", "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf",
-           "skellam_gdp_mu", "skellam_gdp_step", "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS",
-           "MAX_CHECKED_LAM", "TAIL", "STEP_RESOLUTION", "outer_row_variance", "outer_folds"]
+           "skellam_rdp", "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_gdp_mu", "skellam_gdp_step",
+           "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
+           "STEP_RESOLUTION", "outer_row_variance", "outer_folds", "check_round"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
 #: by at most 1 / 128 < 1% for it (each halving of SLACK costs one bit of modulus)
@@ -234,9 +233,19 @@ def outer_row_variance(radius: int, dim: int) -> float:
     coordinate), ``Var(a_k^2) <= (|x_k| + 1/2)^2`` and ``2 Var(a_k a_l) <= (x_k^2 + x_l^2) / 2 + 1/8``, whose sum is at
     most ``(p + 1) K / 2 + sqrt(p K) + p / 4 + p (p - 1) / 16`` (docs/guide/secure-aggregation.md, "Per-row outer
     products")."""
-    p = int(round((math.sqrt(8 * int(dim) + 1) - 1) / 2))
-    k = float(radius)
+    p, k = int(round((math.sqrt(8 * int(dim) + 1) - 1) / 2)), float(radius)
     return ((p + 1) * k / 2.0 + math.sqrt(p * k) + p / 4.0 + p * (p - 1) / 16.0) / int(dim)
+
+
+def check_round(sensitivity: float, bound: float, mu: float, n_clients: int, min_surviving: int) -> None:
+    """Refuse a secure round whose sensitivity, message bound, budget or fewest survivors no integer noise can serve."""
+    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
+        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a finite "
+                         "clipping bound).")
+    if not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
+    if not 1 <= int(min_surviving) <= int(n_clients):
+        raise ValueError(f"min_surviving must lie in [1, {n_clients}] (the number of sites), got {min_surviving!r}.")
 
 
 def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: int,
@@ -258,21 +267,15 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
 
     Notes
     -----
-    ``gamma = SLACK Delta / sqrt(d)`` makes the rounding slack ``sqrt(d)`` a fraction ``SLACK`` of
-    ``Delta / gamma``: ``Delta_2 = (1 + SLACK) Delta / gamma``; where that would need ``Lambda`` above
-    :data:`MAX_CHECKED_LAM`, ``gamma`` is the finest whose ``Lambda`` is at most it (``Delta_2 = mu sqrt(2
-    MAX_CHECKED_LAM)``, up to ``1e-6``), the slack a larger fraction (refused above 1/4). The modulus holds ``sum_i (||u_i||_inf /
-    gamma + 1)`` plus the noise tail ``t`` with ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <=
-    WRAP_PROBABILITY`` (Bernstein; ``Lambda_max = n_clients lam``, every site surviving).
+    ``gamma = SLACK Delta / sqrt(d)`` makes the rounding slack ``sqrt(d)`` a fraction ``SLACK`` of ``Delta / gamma``:
+    ``Delta_2 = (1 + SLACK) Delta / gamma``; where that would need ``Lambda`` above :data:`MAX_CHECKED_LAM`, ``gamma``
+    is the finest whose ``Lambda`` is at most it (``Delta_2 = mu sqrt(2 MAX_CHECKED_LAM)``, up to ``1e-6``), the slack
+    a larger fraction (refused above 1/4). The modulus holds ``sum_i (||u_i||_inf / gamma + 1)`` plus the noise tail
+    ``t`` with ``2 d exp(-t^2 / (2 (2 Lambda_max + t / 3))) <= WRAP_PROBABILITY`` (Bernstein; ``Lambda_max = n_clients
+    lam``, every site surviving).
     """
     d, m, k = int(dim), int(n_clients), int(min_surviving)
-    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
-        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a "
-                         "finite clipping bound).")
-    if not (mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
-    if not 1 <= k <= m:
-        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    check_round(sensitivity, bound, mu, m, k)
     quantum = SLACK * sensitivity / math.sqrt(d)
     reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
     if sensitivity / quantum + math.sqrt(d) > reach_l2:  # a coarser quantum keeps Lambda where its steps are checked

@@ -77,13 +77,7 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     the caller rounds the site message as a whole instead (its rounding slack in the sensitivity).
     """
     d, m, k = int(dim), int(n_clients), int(min_surviving)
-    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
-        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a "
-                         "finite clipping bound).")
-    if not (mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
-    if not 1 <= k <= m:
-        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    sn.check_round(sensitivity, bound, mu, m, min_surviving)
     p = outer_size(d)
     q, f = _order(p), _factor(p)
     # Lambda = (f K)^2 c^2 / (2 mu^2), c = D sqrt(2 Lambda) >= 1; the pattern's coordinates carry 2 Lambda (p >= 2)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._linalg import row_norm_bounds
 from .gdp import epsilon_from_mu
-from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits
+from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits, check_round
 
 __all__ = ["row_spec", "radius_squares", "quantize_rows", "round_into_ball", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA"]
 
@@ -95,13 +95,7 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
     and ``Delta_1 = 2 k d``. The modulus holds ``n_clients bound / gamma`` plus the noise tail.
     """
     d, m = int(dim), int(n_clients)
-    if not (sensitivity > 0 and math.isfinite(sensitivity) and bound >= 0 and math.isfinite(bound)):
-        raise ValueError("secure aggregation needs a positive, finite sensitivity and a finite message bound (set a "
-                         "finite clipping bound).")
-    if not (mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"secure aggregation needs a finite budget mu > 0, got {mu!r}.")
-    if not 1 <= int(min_surviving) <= m:
-        raise ValueError(f"min_surviving must lie in [1, {m}] (the number of sites), got {min_surviving!r}.")
+    check_round(sensitivity, bound, mu, m, min_surviving)
     reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
     k = math.floor(reach_l2 / (2.0 * math.sqrt(d)))
     # Lambda = 2 k^2 d c^2 / mu^2 with c = D sqrt(2 Lambda) >= 1: this k reaches gap_lambda

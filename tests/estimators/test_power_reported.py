@@ -7,19 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
+from _power_design import COEF, NAMES, UNEQUAL, rows
 
 import privfedstat as pfs
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize
 from privfedstat.theory._population import Population, make_spec
-
-NAMES = ["Intercept", "x1", "x2"]
-COEF = (-0.5, 0.3, 0.4)
-#: two large sites and forty small ones (tests/estimators/test_power_site_weights.py) with family poisson
-UNEQUAL = np.array([1000] * 2 + [25] * 40)
-
-
-def rows(n, rng):
-    return np.column_stack([np.ones(n), rng.standard_normal(n), (rng.random(n) < 0.4).astype(float)])
 
 
 @pytest.fixture(scope="module")

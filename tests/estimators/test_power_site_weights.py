@@ -6,20 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
+from _power_design import COEF, NAMES, UNEQUAL, rows
 from scipy.stats import wishart
 
 import privfedstat as pfs
 from privfedstat import FederatedData, FedIRLS, PrivateStandardize
 from privfedstat.algorithms.fedirls.site_weights import null_heterogeneity
-
-NAMES = ["Intercept", "x1", "x2"]
-COEF = (-0.5, 0.3, 0.4)
-#: two large sites and forty small ones: at mu = 1 the size-weighted plan's SE is 11-14% above the re-weighed one's
-UNEQUAL = np.array([1000] * 2 + [25] * 40)
-
-
-def rows(n, rng):
-    return np.column_stack([np.ones(n), rng.standard_normal(n), (rng.random(n) < 0.4).astype(float)])
 
 
 @pytest.fixture(scope="module")
