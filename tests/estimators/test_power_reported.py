@@ -3,14 +3,12 @@ row's Hessian clipped at the refine rounds' C_H (:func:`privfedstat.planning.irl
 large mean the C_H clip lowers that Jacobian, and the SEs the fits report rise above the clipped root's sandwich
 ``J^-1 S J^-1`` that the plan took before (x1: 14% low)."""
 
-import warnings
 
 import numpy as np
 import pytest
-from _power_design import COEF, NAMES, UNEQUAL, rows
+from _power_design import COEF, NAMES, UNEQUAL, rows, unequal_fits
 
 import privfedstat as pfs
-from privfedstat import FederatedData, FedIRLS, PrivateStandardize
 from privfedstat.theory._population import Population, make_spec
 
 
@@ -21,14 +19,8 @@ def design():
 
 def fits(reps, mu=1.0):
     """``reps`` default Poisson fits on data drawn from the design's law: the SEs they report, total and sampling."""
-    rng, total, sampling = np.random.default_rng(7), [], []
-    est = FedIRLS(family="poisson", mu=mu, scaling=PrivateStandardize(intercept=0))
-    for r in range(reps):
-        X = rows(int(UNEQUAL.sum()), rng)
-        y = pfs.get_family("poisson").simulate(X @ np.asarray(COEF), rng, 1.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            est.set_params(random_state=r).fit(FederatedData.from_pooled(X, y, clients=np.repeat(np.arange(42), UNEQUAL)))
+    total, sampling = [], []
+    for est in unequal_fits("poisson", reps, mu):
         total.append(np.ravel(est.bse_))
         sampling.append(np.sqrt(np.diag(est.inference_.cov_sampling)))
     return np.nanmedian(total, axis=0), np.median(sampling, axis=0)

@@ -2,15 +2,13 @@
 (:mod:`privfedstat.algorithms.fedirls.site_weights`) at the site-effect variance tau^2 the fit estimates where the
 sites share one law, and predicts the SEs the fits report on sites of unequal size."""
 
-import warnings
 
 import numpy as np
 import pytest
-from _power_design import COEF, NAMES, UNEQUAL, rows
+from _power_design import COEF, NAMES, UNEQUAL, rows, unequal_fits
 from scipy.stats import wishart
 
 import privfedstat as pfs
-from privfedstat import FederatedData, FedIRLS, PrivateStandardize
 from privfedstat.algorithms.fedirls.site_weights import null_heterogeneity
 
 
@@ -50,13 +48,5 @@ def test_unequal_sizes_plan_within_ten_percent_of_the_fits(design):
     """20 default fits on data drawn from the plan's population (2 x 1000 + 40 x 25 rows, mu = 1): the planned SE within
     10% of the median SE the fits report, per coefficient (the size-weighted plan is 8-12% above it; 1-2 s)."""
     plan = pfs.plan_study(design, COEF, family="logistic", sizes=UNEQUAL, mu=1.0, names=NAMES)
-    rng, ses = np.random.default_rng(7), []
-    est = FedIRLS(family="logistic", mu=1.0, scaling=PrivateStandardize(intercept=0))
-    for r in range(20):
-        X = rows(int(UNEQUAL.sum()), rng)
-        y = pfs.get_family("logistic").simulate(X @ np.asarray(COEF), rng, 1.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            est.set_params(random_state=r).fit(FederatedData.from_pooled(X, y, clients=np.repeat(np.arange(42), UNEQUAL)))
-        ses.append(np.ravel(est.bse_))
+    ses = [np.ravel(est.bse_) for est in unequal_fits("logistic", 20)]
     np.testing.assert_allclose(plan.frame["se"], np.nanmedian(ses, axis=0), rtol=0.1)
