@@ -207,9 +207,9 @@ def _clear_stale_demo(out: Path) -> None:
     in; the demo's folder holds only the demo's own files, so it starts again instead of raising)."""
     from .simulations.runner import source_digest
 
+    current = source_digest()
     for record in out.glob("fig5-*.csv.run.json"):
-        held = json.loads(record.read_text()).get("source")
-        if held != source_digest():
+        if json.loads(record.read_text()).get("source") != current:
             print(f"({record.with_suffix('').with_suffix('')} holds an earlier version's replicates: computed again)")
             record.with_suffix("").with_suffix("").unlink(missing_ok=True)
             record.unlink()

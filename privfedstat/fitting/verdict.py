@@ -123,19 +123,17 @@ def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
     keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
     from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
 
-    if not np.any(keep):  # every SE withheld: no distance in SEs, the chi-square test alone (coefficient -1)
+    withheld = not np.any(keep)  # every SE withheld: no distance in SEs, the chi-square test alone (coefficient -1)
+    if withheld:
         keep = np.isfinite(np.diag(V))
         if not np.any(keep):
             return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
-        d, Vk = delta[keep], V[np.ix_(keep, keep)]
-        statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
-        p_value = float(chi2.sf(statistic, int(np.sum(keep))))
-        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, int(np.sum(keep)), p_value, math.nan, -1)
-
     d, Vk = delta[keep], V[np.ix_(keep, keep)]
     statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
     dof = int(np.sum(keep))
     p_value = float(chi2.sf(statistic, dof))
+    if withheld:
+        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, dof, p_value, math.nan, -1)
     safe = np.where(keep, se, 1.0)
     z = np.where(keep, np.abs(delta) / safe, 0.0)
     # the distance less its noise at the Bonferroni level: what the released values show beyond doubt
