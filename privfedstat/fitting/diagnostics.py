@@ -25,9 +25,10 @@ from ..inference.config import DIAGNOSTIC_ALPHA, critical_value
 from ..inference.core import overdispersed
 from ..inference.results import InferenceResult
 from ..results.labels import fitting_labels
+from .exact_verdict import nonprivate_verdict
 from .stability import gradient_steps
 from .steps import settled
-from .verdict import divergence, nonprivate_verdict, remedy
+from .verdict import divergence, remedy
 
 __all__ = ["diagnose", "review_inference", "oscillation", "noise_dominated", "undersized_clients", "exact_score",
            "hessian_condition", "CONDITION_LIMIT", "OSCILLATION_CORRELATION", "oscillation_noise_sds"]

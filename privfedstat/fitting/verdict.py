@@ -9,12 +9,14 @@ inference on, the inference stage releases the clipped mean gradient at the esti
 release's own (``s^2 H^-2``) and the protocol's privacy noise in the estimate (the inference's ``cov_privacy``: a
 converged private estimate sits that far from the root), a chi-square statistic on p degrees of freedom, and
 against the intervals' standard errors (a distance below ``TOL_SE`` of them keeps a 95% interval's coverage at
-93% or more). Two path diagnostics come with it: whether a gradient protocol's steps still contract at the
-released curvature (a step with ``eta lambda_max > 2`` cannot settle: :func:`unstable`), and whether the curvature
-has vanished (mu = inf: along the estimate, :func:`saturated`, separation when the score is zero there and
-divergence when it is not; finite mu, gradient protocols: in every direction, divergence when the score is not, or
-when the step exceeds what the public curvature bound shows stable and could not be stable at the start
-(:mod:`~privfedstat.fitting.stability`); not converged where it only exceeds the former).
+93% or more; a coefficient whose standard error is withheld, not identified by the released Hessian, has no such
+distance, so a rejection stands). Two path diagnostics come with it: whether a gradient protocol's steps still
+contract at the released curvature (a step with ``eta lambda_max > 2`` cannot settle, whatever the score says:
+:func:`unstable`), and whether the curvature has vanished in every direction (:func:`_vanished`: divergence where the
+score released there points along the path's travel beyond its noise, any protocol, or where a gradient step exceeds
+what the public curvature bound shows stable and could not be stable at the start,
+:mod:`~privfedstat.fitting.stability`; not converged where it only exceeds the former). The mu = inf verdict is
+:mod:`~privfedstat.fitting.exact_verdict`'s.
 """
 
 from __future__ import annotations
@@ -32,9 +34,8 @@ from ..federation.session import Session
 from ..inference.config import DIAGNOSTIC_ALPHA, critical_value, tolerated_bias
 from .stability import columns, gradient_steps, stable_step, start_unstable
 
-__all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "saturated",
-           "remedy", "divergence", "nonprivate_score", "stationarity_gap", "nonprivate_verdict", "review_score",
-           "scored", "released_sd", "noise_eigenvalue", "score_spent", "away", "uphill", "along_last_update"]
+__all__ = ["SCORE_SHARE", "TOL_SE", "Score", "Verdict", "release_score", "judge", "unstable", "contracts", "remedy",
+           "divergence", "review_score", "scored", "released_sd", "noise_eigenvalue", "score_spent", "along_last_update"]
 
 #: share of the inference budget mu_inf^2 spent on the score at the estimate (the others: clipped count 5%,
 #: dispersion 5%, Hessian-bound search 10%); at n_i = 200, 10 sites, mu = 2 its noise sd is about twice the score's
@@ -44,9 +45,6 @@ SCORE_SHARE = 0.1
 #: that lowers a 95% normal interval's coverage to 93% (the lower end of the package's coverage target, 93-97%),
 #: Phi(1.96 - b) - Phi(-1.96 - b) = 0.93 (b = 0.416; :func:`~privfedstat.inference.config.tolerated_bias`)
 TOL_SE = tolerated_bias(0.05)
-#: curvature along the estimate below this fraction of the family's curvature at 0 counts as vanished (mu = inf):
-#: a Newton step along it is then not resolved in double precision (sqrt of machine epsilon)
-SATURATED = math.sqrt(np.finfo(np.float64).eps)
 
 
 def noise_eigenvalue(p: int, alpha: float = DIAGNOSTIC_ALPHA) -> float:
@@ -78,14 +76,18 @@ class Verdict:
     Attributes
     ----------
     converged : bool
-        ``p_value > DIAGNOSTIC_ALPHA``, or no coefficient's distance less its noise margin exceeds ``TOL_SE`` SEs.
+        ``p_value > DIAGNOSTIC_ALPHA``, or every coefficient has a standard error and none's distance less its noise
+        margin exceeds ``TOL_SE`` SEs.
     statistic, dof, p_value : float, int, float
         ``delta^T V^-1 delta`` with V the noise covariance of delta under convergence, its degrees of freedom
         and the chi-square tail.
     distance : float
         ``max_j |delta_j| / se_j`` (original scale, the intervals' standard errors).
     coefficient : int
-        The j of that maximum.
+        The j of that maximum (-1 where every standard error is withheld).
+    unidentified : tuple of int
+        The coefficients the chi-square tests whose standard error is withheld (not identified by the released
+        Hessian): no distance in SEs shows a drift along them immaterial.
     """
 
     converged: bool
@@ -94,6 +96,7 @@ class Verdict:
     p_value: float
     distance: float
     coefficient: int
+    unidentified: tuple[int, ...] = ()
 
 
 def release_score(session: Session, setup: Setup, run: Run, mu: float) -> Score:
@@ -108,39 +111,41 @@ def release_score(session: Session, setup: Setup, run: Run, mu: float) -> Score:
 
 def judge(score: Score, H: np.ndarray, to_original: np.ndarray, cov: np.ndarray,
           cov_privacy: np.ndarray | None) -> Verdict:
-    """The score test: ``delta = G H^-1 g`` (G = ``to_original``) against ``V = s^2 G H^-2 G^T + cov_privacy``,
-    and its size in the standard errors ``sqrt(diag(cov))``; coefficients whose variance is withheld (NaN) are
-    left out. Not converged when the chi-square test rejects at ``DIAGNOSTIC_ALPHA`` and some ``|delta_j|``, less
-    ``z_(1 - DIAGNOSTIC_ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``: a distance the released values show beyond
-    their noise, coefficient by coefficient (Bonferroni), and large enough to move an interval's coverage.
-    (The margin keeps a fit whose release noise alone puts the root several SEs away from being flagged for it.)"""
+    """The score test: ``delta = G H^-1 g`` (G = ``to_original``) against ``V = s^2 G H^-2 G^T + cov_privacy``, a
+    chi-square over every coefficient, and its size in the standard errors ``sqrt(diag(cov))``. Not converged when the
+    chi-square test rejects at ``DIAGNOSTIC_ALPHA`` and either some coefficient's standard error is withheld (NaN: not
+    identified by the released Hessian, so nothing measures its distance in SEs, and nothing can show a drift there
+    immaterial) or some ``|delta_j|``, less ``z_(1 - DIAGNOSTIC_ALPHA / 2p) sqrt(V_jj)``, still exceeds ``TOL_SE se_j``:
+    a distance the released values show beyond their noise, coefficient by coefficient (Bonferroni), and large enough
+    to move an interval's coverage. (The margin keeps a fit whose release noise alone puts the root several SEs away
+    from being flagged for it.)"""
     # in units of the score's noise sd: at a tiny clip its square (and the privacy covariance) underflow doubles
     unit = score.sd if score.sd > 0 else 1.0
     M = to_original @ np.linalg.inv(H)
     delta = M @ (score.gradient / unit)
     V = M @ M.T * (score.sd / unit) ** 2 + (0.0 if cov_privacy is None else cov_privacy / unit / unit)
     se = np.sqrt(np.diag(cov)) / unit
-    keep = np.isfinite(se) & np.isfinite(np.diag(V)) & (se > 0)
+    tested = np.isfinite(np.diag(V))
+    if not np.any(tested):
+        return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
     from scipy.stats import chi2  # at fit time: importing privfedstat loads no scipy.stats
 
-    withheld = not np.any(keep)  # every SE withheld: no distance in SEs, the chi-square test alone (coefficient -1)
-    if withheld:
-        keep = np.isfinite(np.diag(V))
-        if not np.any(keep):
-            return Verdict(True, math.nan, 0, math.nan, math.nan, -1)
-    d, Vk = delta[keep], V[np.ix_(keep, keep)]
+    d, Vk = delta[tested], V[np.ix_(tested, tested)]
     statistic = float(d @ np.linalg.pinv(Vk, hermitian=True) @ d)
-    dof = int(np.sum(keep))
+    dof = int(np.sum(tested))
     p_value = float(chi2.sf(statistic, dof))
-    if withheld:
-        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, dof, p_value, math.nan, -1)
+    keep = tested & np.isfinite(se) & (se > 0)
+    unidentified = tuple(int(k) for k in np.flatnonzero(tested & ~keep))
+    if not np.any(keep):  # every SE withheld: no distance in SEs (coefficient -1)
+        return Verdict(p_value > DIAGNOSTIC_ALPHA, statistic, dof, p_value, math.nan, -1, unidentified)
     safe = np.where(keep, se, 1.0)
     z = np.where(keep, np.abs(delta) / safe, 0.0)
     # the distance less its noise at the Bonferroni level: what the released values show beyond doubt
     margin = critical_value(dof) * np.sqrt(np.maximum(np.diag(V), 0.0))
     shown = np.where(keep, (np.abs(delta) - margin) / safe, -np.inf)
     j = int(np.argmax(z))
-    return Verdict(p_value > DIAGNOSTIC_ALPHA or float(np.max(shown)) <= TOL_SE, statistic, dof, p_value, float(z[j]), j)
+    immaterial = not unidentified and float(np.max(shown)) <= TOL_SE
+    return Verdict(p_value > DIAGNOSTIC_ALPHA or immaterial, statistic, dof, p_value, float(z[j]), j, unidentified)
 
 
 def along_last_update(score: Score, H: np.ndarray, to_original: np.ndarray, cov_privacy: np.ndarray | None,
@@ -177,37 +182,6 @@ def unstable(noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> float:
     lam = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1]) - noise_eigenvalue(H.shape[0]) * hessian_sd
     factor = abs(1.0 - float(eta) * lam)
     return factor if float(eta) * lam > 2.0 else 0.0
-
-
-def away(path: list[np.ndarray], g: np.ndarray) -> bool:
-    """Whether the path went up the score g from where it started (``(theta_K - theta_0) . g > 0``): the root of
-    the estimating equation lies back behind its start, where a path of descent steps travels down it. (Its last
-    update alone is no guide: a path bouncing between saturated regions moves either way.)"""
-    return float(np.ravel(path[-1] - path[0]) @ np.ravel(g)) > 0.0
-
-
-def uphill(path: list[np.ndarray], start: np.ndarray | None) -> float:
-    """``g(theta_0) . (theta_K - theta_0)``, ``g(theta_0)`` the exact gradient of a convex objective at the path's start
-    (``start``; 0 where None): by convexity ``f(theta_K) - f(theta_0)`` is at least that, so where it is positive
-    the estimate fits worse than the start, whatever the path did in between (a too large step throws it back and
-    forth between saturated regions, where its last updates need not alternate)."""
-    return 0.0 if start is None else float(np.ravel(start) @ np.ravel(path[-1] - path[0]))
-
-
-def saturated(theta: np.ndarray, H: np.ndarray, curvature_at_zero: float) -> bool:
-    """Whether the curvature ``u^T H u`` along the estimate's direction ``u = theta / ||theta||`` is below
-    ``SATURATED`` times the family's curvature at 0 (every row's fitted value saturated along it)."""
-    norm_theta = float(np.linalg.norm(theta))
-    if norm_theta == 0.0:
-        return False
-    u = theta / norm_theta
-    return float(u @ H @ u) <= SATURATED * curvature_at_zero
-
-
-def nonprivate_score(g: np.ndarray, n_samples: int, curvature_at_zero: float) -> float:
-    """The exact score's size in its sampling sds, ``max_j |g_j| sqrt(N / ell''(0))`` (the sd of a mean score on
-    unit-scale columns at theta = 0): above ``TOL_SE`` the score is not zero."""
-    return float(np.max(np.abs(g))) * math.sqrt(n_samples / curvature_at_zero)
 
 
 def _iteration_parameters(est) -> list[str]:
@@ -272,7 +246,7 @@ def released_sd(ledger, stage: str) -> float:
     return float(np.sqrt(np.sum((np.asarray(last.weights) * np.asarray(last.sigma)) ** 2)))
 
 
-def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
+def contracts(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
     """Whether the protocol's gradient steps contract at the curvature H; a ConvergenceWarning where they do not
     (the path cannot settle there: it has not diverged yet, and its last iterate is returned, not converged)."""
     rho = unstable(noise_model, H, hessian_sd)
@@ -287,99 +261,14 @@ def _stable(est, noise_model, H: np.ndarray, hessian_sd: float = 0.0) -> bool:
     return False
 
 
-def stationarity_gap(g: np.ndarray, H: np.ndarray, theta: np.ndarray, n_samples: int, penalty=None) -> float:
-    """Distance of ``theta`` from the pooled objective's optimum, in model-based standard errors.
-
-    Only for non-private fits (mu = inf), from the exact gradient g and Hessian H of the fit's own,
-    possibly clipped, objective: one Newton step ``s = H^-1 g`` measured against
-    ``sqrt(diag(H^-1) / N)``, maximised over coefficients. FedAvg's and SCAFFOLD's local steps can
-    settle at a fixed point that is not the pooled optimum without any iterate moving; this sees it. For
-    a penalised fit (``penalty``, an :class:`~privfedstat.penalty.ElasticNet`) the step is the proximal
-    Newton step of the penalised objective. 0 when H is singular.
-    """
-    try:
-        step = np.linalg.solve(H, g) if penalty is None else penalty.newton_step(theta, g, H)
-        var = np.diag(np.linalg.inv(H)) / n_samples
-    except np.linalg.LinAlgError:
-        return 0.0
-    if not (np.all(np.isfinite(step)) and np.all(var > 0)):
-        return 0.0
-    return float(np.max(np.abs(step) / np.sqrt(var)))
-
-
-def nonprivate_verdict(est, path: list[np.ndarray], exact: tuple[np.ndarray, np.ndarray], n_samples: int,
-                       curvature_at_zero: float, noise_model, oscillating: float | None, settled: bool | None,
-                       start: np.ndarray | None = None) -> bool:
-    """``converged_`` of a mu = inf fit from its exact score ``exact = (g, H)`` at ``theta``, with the warning
-    that names the cause and the remedy.
-
-    In order: an estimate uphill of the path's start (:func:`uphill`) raises; curvature vanished along the estimate
-    (:func:`saturated`) raises when the score is not zero there
-    and the path went up it (it ran away) and warns of separation when it is zero; otherwise converged when the
-    Newton distance is at most ``TOL_SE`` model-based SEs (:func:`stationarity_gap`); if not, a gradient path
-    going back and forth raises, gradient steps that expand errors at H say so (:func:`unstable`), and any other
-    path is told to take more or longer steps. ``oscillating``: the path's lag-1 correlation where its last updates point back
-    and forth (else None); ``settled``: whether its last update was negligible; ``start``: the exact gradient at the
-    path's start of an unclipped, unpenalised gradient protocol (else None).
-    """
-    g, H = exact
-    theta = np.ravel(path[-1])
-    penalty = getattr(est, "penalty_", None)
-    rise = uphill(path, start)
-    if rise > 0.0 and stationarity_gap(g, H, theta, n_samples) > TOL_SE:
-        raise divergence(est, f"its estimate lies uphill of its start: the start's gradient times the path's travel, "
-                              f"a lower bound on how much the (convex) pooled objective rose, is {rise:.3g}, so the "
-                              "estimate fits worse than the start and the path moved away from the optimum, not "
-                              "towards it.")
-    if penalty is None and saturated(theta, H, curvature_at_zero):
-        z = nonprivate_score(g, n_samples, curvature_at_zero)
-        if z > TOL_SE and not away(path, g):  # heavy clipping flattens the clipped equation: still travelling
-            return _not_converged(est, stationarity_gap(g, H, theta, n_samples) or z, oscillating, settled)
-        if z > TOL_SE:
-            raise divergence(est, f"the curvature along its estimate has vanished (every fitted value saturated) while "
-                                  f"the score there is {z:.3g} sampling sds from zero: the path ran away from the "
-                                  "optimum instead of towards it.")
-        warn(f"{est.method} did not converge: the curvature along its estimate has vanished (every fitted "
-             "value is saturated) while the score there is zero, the signature of (quasi-)complete separation; "
-             "more rounds only move the estimate further out. " + remedy(est, "separation"),
-             ConvergenceWarning)
-        return False
-    gap = stationarity_gap(g, H, theta, n_samples, penalty)
-    if gap <= TOL_SE:
-        return True
-    if oscillating is not None and not settled and gradient_steps(noise_model):  # settled: rounding errors alternate
-        raise divergence(est, f"it stopped {gap:.3g} standard errors (model-based) from the optimum with its last "
-                              f"updates pointing back and forth (lag-1 correlation {oscillating:.2f}).")
-    if not _stable(est, noise_model, H):
-        return False
-    return _not_converged(est, gap, oscillating, settled)
-
-
-def _not_converged(est, gap: float, oscillating: float | None, settled: bool | None) -> bool:
-    """The ConvergenceWarning of a mu = inf fit ``gap`` model-based SEs from the optimum, worded by its path."""
-    if settled:  # before the sign pattern: the last updates of a settled path are rounding errors
-        why = "its last update was negligible: a fixed point that is not the pooled estimate, or steps too short to move"
-        advice = est._advice()
-    elif oscillating is not None:
-        why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
-                       remedy(est, "oscillating"))
-    else:
-        why, advice = "its path was still travelling towards it when it stopped", est._advice()
-    warn(f"{est.method} {'settled' if settled else 'stopped'} about {gap:.3g} standard errors (model-based) "
-         f"away from the optimum of the pooled objective (with mu = inf this is checked on the pooled gradient "
-         f"and Hessian at the estimate; tolerance {TOL_SE:.2f} SE): {why}. {advice}",
-         ConvergenceWarning)
-    return False
-
-
 def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> bool:
-    """Whether a gradient protocol's released curvature is within noise of 0 in every direction and the fit, judged
-    there, did not converge: a ConvergenceWarning where its step exceeds ``stable_step`` (nothing released then
-    shows that the protocol's noise model, which assumes contracting steps, describes the path: the curvature at the
-    estimate says nothing of that about the root), after the ``DivergenceError`` of :func:`review_score` where the
-    path ran away or could not be stable at its start."""
+    """Whether the released curvature is within noise of 0 in every direction and the fit, judged there, did not
+    converge: the ``DivergenceError`` of :func:`review_score` where the path ran away (any protocol) or a gradient
+    step could not be stable at its start, and a ConvergenceWarning where a gradient step exceeds ``stable_step``
+    (nothing released then shows that the protocol's noise model, which assumes contracting steps, describes the path:
+    the curvature at the estimate says nothing of that about the root)."""
     edge = noise_eigenvalue(H.shape[0])
-    if not gradient_steps(run.noise_model) or float(np.linalg.eigvalsh(H)[-1]) > edge * hessian_sd:
+    if float(np.linalg.eigvalsh(H)[-1]) > edge * hessian_sd:
         return False
     vanished = f"the curvature released at its estimate is within {edge:.3g} noise sds of zero in every direction"
     # the protocol's noise model (linearised at a floored Hessian) does not describe the estimate, so the score is
@@ -391,6 +280,8 @@ def _vanished(est, score: Score, H: np.ndarray, hessian_sd: float, run: Run) -> 
         raise divergence(est, f"{vanished} (every fitted value saturated) while the score released there points along "
                               f"the path's travel, {along:.3g} noise sds (one-sided test at {DIAGNOSTIC_ALPHA:g}): the "
                               "path ran away from the optimum instead of towards it.")
+    if not gradient_steps(run.noise_model):
+        return False
     eta, bound = float(getattr(run.noise_model, "step_size", None) or 0.0), stable_step(est)
     if eta <= bound:
         return False
@@ -432,7 +323,8 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         (unit u), is positive beyond its noise: ``u . g / s > z_(1 - DIAGNOSTIC_ALPHA)`` (u is fixed before the
         release, so under a root ``u . g / s`` is one standard normal). The path then went up the score: it ran
         away (going down it, the path was still travelling, as under heavy clipping, and the score test says so).
-        Or where, with the curvature so vanished (the estimate not identified), the step exceeds ``2 / L``, the
+        Any protocol: FedNewton's one step on a floored Hessian from a FedAvg point thrown out by its step. Or, for a
+        gradient protocol, where, with the curvature so vanished (the estimate not identified), the step exceeds ``2 / L``, the
         largest the public bound shows stable (``stable_step``), and could not be stable at the start: ``eta``
         times the public lower bound on the curvature at theta = 0 (``start_curvature``: ``ell''(0)`` along an
         intercept, or along a column of the fitting scale's mean square) exceeds 2. A step above ``2 / L`` short of
@@ -449,11 +341,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                  f"at one end of a cycle, not at the optimum. {remedy(est, 'oscillating')}",
                  ConvergenceWarning)
             return False
+    if not contracts(est, run.noise_model, H, hessian_sd):  # the score test's null assumes contracting steps
+        return False
     verdict = judge(score, H, to_original, inference.cov, inference.cov_protocol)
     if verdict.converged:
         return path_converged is not False
-    if not _stable(est, run.noise_model, H, hessian_sd):
-        return False
     names = est._coef_labels()
     if oscillating is not None:
         why, advice = (f"its last updates point back and forth (lag-1 correlation {oscillating:.2f})",
@@ -462,9 +354,16 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         why = ("the Hessian released there identifies none of its coefficients (every standard error withheld): "
                "the path ended where the fitted values saturate, where a step too large for the columns' scale throws it")
         advice = remedy(est, "oscillating") if gradient_steps(run.noise_model) else est._advice()
+    elif verdict.unidentified:
+        unnamed = ", ".join(names[k] for k in verdict.unidentified)
+        why = (f"the Hessian released there does not identify {unnamed} (standard errors withheld), so nothing measures "
+               "the distance along them: the fitted values saturate there (where a step too large for the columns' "
+               "scale throws a path), or the data or mu do not resolve them")
+        advice = (remedy(est, "oscillating") + " Otherwise increase mu or the rows per site."
+                  if gradient_steps(run.noise_model) else est._advice())
     else:
         why, advice = "its path stopped short of it", est._advice()
-    where = ("beyond its noise" if verdict.coefficient < 0 else
+    where = ("beyond its noise" if verdict.coefficient < 0 or verdict.unidentified else
              f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(
         f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
