@@ -356,14 +356,14 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
         advice = remedy(est, "oscillating") if gradient_steps(run.noise_model) else est._advice()
     elif verdict.unidentified:
         unnamed = ", ".join(names[k] for k in verdict.unidentified)
-        why = (f"the Hessian released there does not identify {unnamed} (standard errors withheld), so nothing measures "
-               "the distance along them: the fitted values saturate there (where a step too large for the columns' "
-               "scale throws a path), or the data or mu do not resolve them")
+        why = (f"the Hessian released there does not identify {unnamed} (standard errors withheld), so nothing "
+               "measures the distance along them or shows it immaterial: the fitted values saturate there (where a step "
+               "too large for the columns' scale throws a path), or the data or mu do not resolve them")
         advice = (remedy(est, "oscillating") + " Otherwise increase mu or the rows per site."
                   if gradient_steps(run.noise_model) else est._advice())
     else:
         why, advice = "its path stopped short of it", est._advice()
-    where = ("beyond its noise" if verdict.coefficient < 0 or verdict.unidentified else
+    where = ("beyond its noise" if verdict.coefficient < 0 else
              f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(
         f"{est.method} did not converge: the gradient released at its estimate puts the root of its estimating "
