@@ -12,12 +12,14 @@ away from the MLE by a distance the search's counts cannot resolve. Two raises o
   ledger as ``irls-insure``); where it moves the root by more than its own noise in some coordinate (Bonferroni over
   the coordinates at ``DIAGNOSTIC_ALPHA``), the refine rounds clip at B' instead.
 
-A resolved raise lowers the error it is taken for: the test's window is at least B wide (:func:`outer_bound`), so its
-noise is at least ``sqrt(g / s) / 2`` times the refine gradients' noise at B' (g and s the refine gradients' and the
-test's shares of mu^2), and a displacement beyond ``z`` of the test's noise sds exceeds the whole noise the raise
-adds, ``z sqrt(g / s) / 2 > 1`` for any share the schedule gives the test. With mu large the window reaches past
-every row (the fit then clips nothing and lands on the MLE); at mu = 2-8 its noise hides displacements below about
-one sampling SE and the bound stays the blind raise's (docs/algorithms/fedirls.md, "Insurance of the refine bound").
+A resolved raise lowers the error it is taken for: the test's window is at least B wide
+(:func:`~privfedstat.inference.clipping_bias.outer_bound`), so its noise is at least ``sqrt(g / s) / 2`` times the
+refine gradients' noise at B' (g and s the refine gradients' and the test's shares of mu^2), and a displacement beyond
+``z`` of the test's noise sds exceeds the whole noise the raise adds, ``z sqrt(g / s) / 2 > 1`` for any share the
+schedule gives the test. The test runs, and its budget leaves the refine rounds, only where its narrowest window
+resolves the intervals' tolerated bias (:func:`runs_test`). With mu large the window reaches past every row (the fit
+then clips nothing and lands on the MLE); on the natural sites at mu = 2-8 the test does not run and the bound stays
+the blind raise's (docs/algorithms/fedirls.md, "Insurance of the refine bound").
 """
 
 from __future__ import annotations
