@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from .._linalg import floor_eigenvalues
+from ..algorithms.fedirls.insurance import runs_test
 from ..algorithms.fedirls.site_weights import located_noise, null_heterogeneity, planned_tau2, planned_weighing, shift_covariance
 from ..exceptions import PrivacyNoiseWarning
 from ..families import get_family
@@ -86,10 +87,10 @@ def predict(estimator, design: Design, sizes: np.ndarray) -> dict:
     schedule = estimator.plan_schedule(family, np.asarray(sizes, dtype=np.float64), setup, d)
     stages = _PlannedStages(schedule, pop, G, outcomes, mu, sizes)
     schedule.walk(stages)
-    pop, G, roots, basis, cases, schedule = stages.pop, stages.G, stages.roots, stages.basis, stages.cases, stages.schedule
+    pop, G, roots, basis, cases = stages.pop, stages.G, stages.roots, stages.basis, stages.cases
     results = []
     reported = None if resolve_inference(estimator.inference) is None else task.cov_type
-    for prob, refine in cases:
+    for prob, refine, schedule in cases:
         try:
             results.append((prob, *_case(schedule, pop, refine, mu, sizes, roots, basis, reported)))
         except Unplannable:
@@ -114,13 +115,14 @@ def predict(estimator, design: Design, sizes: np.ndarray) -> dict:
 
 class _PlannedStages:
     """The fit's schedule walked on the design's population (:meth:`IRLSSchedule.walk`): each stage the noise-free
-    counterpart of the fit's, ending in the cases of the refine bounds (``(probability, Setup or None)``).
+    counterpart of the fit's, ending in the cases of the refine bounds (``(probability, Setup or None, schedule)``).
 
     locate: the located point is the root of the clipped equation at the first bounds; whiten: the basis from its
     clipped Hessian floored at the last locate round's floor (the population, the located point, the map to the
     original scale and the roots' cache then in phi: one output); research: the distribution of the new search's
     result there; disperse: nothing (the design's law has unit dispersion); insure: each outcome's raised gradient
-    bound; refine: one case per outcome.
+    bound, and whether the tested raise runs (:func:`~privfedstat.algorithms.fedirls.insurance.runs_test`: its budget
+    then leaves the refine rounds; planned without a raise); refine: one case per outcome.
     """
 
     def __init__(self, schedule, pop: Population, G: np.ndarray, outcomes, mu: float, sizes: np.ndarray) -> None:
@@ -128,7 +130,8 @@ class _PlannedStages:
         self.roots: dict = {}  # B -> the root of the clipped equation, its moments and J^-1
         self.located = self.basis = self.parameters = self.hessian = self.released = None
         self.found: list = []
-        self.cases: list = [(1.0, None)]
+        self.tested: list = []  # per outcome of the search, the schedule with the tested raise's budget decided
+        self.cases: list = [(1.0, None, schedule)]
 
     def exact(self) -> None:
         pass
@@ -163,10 +166,14 @@ class _PlannedStages:
         if schedule.reweigh:
             tau2 = null_heterogeneity(self.sizes.astype(np.float64), *located_noise(schedule, self.parameters))
         self.found = [(prob, schedule.insured_bounds(found, tau2=tau2)) for prob, found in self.found]
+        newton = self.parameters.T @ self.hessian @ self.parameters  # the located Newton matrix in phi
+        self.tested = [schedule.tested(runs_test(schedule, found, newton)) for _, found in self.found]
 
     def refine(self) -> None:
+        self.cases = [(1.0, None, self.schedule)]
         if self.schedule.research:
-            self.cases = [(prob, self.schedule.refine_setup(found)) for prob, found in self.found]
+            self.cases = [(prob, tested.refine_setup(found), tested)
+                          for (prob, found), tested in zip(self.found, self.tested or [self.schedule] * len(self.found))]
 
 
 def _case(schedule, pop: Population, refine: Setup | None, mu: float, sizes: np.ndarray, roots: dict,

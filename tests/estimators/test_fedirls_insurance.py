@@ -1,5 +1,6 @@
 """FedIRLS's refine bound against high-leverage rows: the insurance that raises it while its noise stays below the
-ceiling, per site and under secure aggregation, and where its cap of grid steps stops a noise-free fit short."""
+ceiling, per site and under secure aggregation, and a noise-free fit that its cap of grid steps stopped short (the
+tested raise, tests/estimators/test_fedirls_tested_raise.py, takes it further)."""
 
 import dataclasses
 import math
@@ -7,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-import statsmodels.api as sm
+from _high_leverage import stand_in
 
 from privfedstat import FederatedData, FedIRLS
 from privfedstat.algorithms.fedirls import IRLSSchedule
@@ -77,8 +78,8 @@ def test_the_insured_bound_removes_a_clipping_bias_from_high_leverage_rows():
 
     of = IRLSSchedule.of
 
-    def uninsured(cls, *args):  # the fit's schedule with no raise of the refine bound
-        return dataclasses.replace(of(*args), insurance_steps=0)
+    def uninsured(cls, *args):  # the fit's schedule with no raise of the refine bound, blind or tested
+        return dataclasses.replace(of(*args), insurance_steps=0, mu_insurance=0.0)
 
     def mean_z(insured: bool) -> float:
         z = []
@@ -94,27 +95,15 @@ def test_the_insured_bound_removes_a_clipping_bias_from_high_leverage_rows():
     assert plain > 3.0 and insured < plain / 3, (plain, insured)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 item 2: the whitened refine bound's insurance stops at insurance_steps = 3 "
-                   "grid points, so a noise-free fit stays at its clipped root 0.51 SE from the MLE with no warning; "
-                   "uncapped it reaches the MLE but doubles the mu = 8 distance on the natural sites (benchmarks/RESULTS.md, "
-                   "'Issue 42 items 1-2')")
 def test_a_noise_free_fit_with_a_few_high_leverage_rows_reaches_the_mle_or_warns():
     """flchain's stand-in: a logistic covariate near 1 with 0.5% of rows near 6 (high leverage in the whitened refine
     coordinates, their events more likely), 6 unequal sites, mu = 1e6 (noise negligible). The clipped root at the
     refine bound (26.8) sits 0.51 SE from the MLE and neither the score test (the fit is at its root) nor the
-    clipping measurement says so: a fit at mu = 1e6 must land within TOL_SE of the MLE or warn."""
+    clipping measurement says so: a fit at mu = 1e6 must land within TOL_SE of the MLE or warn (the tested raise
+    releases the clipped excess beyond 26.8, finds the displacement and clips at its window: 0.07 SE)."""
     from privfedstat.fitting.verdict import TOL_SE
 
-    rng = np.random.default_rng(2)
-    N = 4000
-    c = rng.lognormal(0.0, 0.3, N)
-    out = rng.random(N) < 0.005
-    c[out] = 6.0 * rng.lognormal(0.0, 0.3, out.sum())
-    z = rng.standard_normal(N)
-    X = np.column_stack([np.ones(N), z, c])
-    y = (rng.random(N) < 1 / (1 + np.exp(-(-1.0 + 0.5 * z + 0.5 * (c - 1))))).astype(float)
-    mle = sm.GLM(y, X, family=sm.families.Binomial()).fit(tol=1e-12)
-    data = FederatedData.from_pooled(X, y, sizes=[1500, 1000, 800, 400, 200, 100])
+    data, mle = stand_in(2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = FedIRLS(family="binomial", mu=1e6, scaling="private", random_state=0).fit(data)

@@ -14,6 +14,7 @@ import statsmodels.formula.api as smf
 from scipy.stats import norm
 
 from privfedstat import ClippingBiasWarning, ConvergenceWarning, FederatedData, FedIRLS, glm
+from privfedstat.algorithms.fedirls import IRLSSchedule
 from privfedstat.inference.clipping_bias import COVERAGE_LOSS, outer_bound, tolerated_bias
 from privfedstat.inference.config import DIAGNOSTIC_ALPHA
 from privfedstat.privacy.clipping import AutoClip
@@ -114,10 +115,12 @@ def _holds_or_warns(kind, seed, **kw):
 
 
 @pytest.mark.parametrize("seed", [1, 3])
-def test_one_gross_value_is_measured_and_its_displacement_included(seed):
-    """N = 3000 over 10 sites, one y = 100, mu = 1000: the clipped root sits 1.5-2 SE from OLS; before the
-    measurement the intervals (half as wide as OLS's) missed it without a warning. Now the measured excess up to B'
-    (about ten times B at this budget, against twice B at mu = 2) names the displacement and the intervals include it."""
+def test_one_gross_value_is_measured_and_its_displacement_included(seed, monkeypatch):
+    """N = 3000 over 10 sites, one y = 100, mu = 1000, the refine bound not raised by a test (as before it): the clipped
+    root sits 1.5-2 SE from OLS; before the measurement the intervals (half as wide as OLS's) missed it without a
+    warning. Now the measured excess up to B' (about ten times B at this budget, against twice B at mu = 2) names the
+    displacement and the intervals include it."""
+    monkeypatch.setattr(IRLSSchedule, "insurance_share", 0.0)  # no tested raise of the refine bound
     est, warned = _holds_or_warns("gross", seed, mu=1000.0)
     found = est.inference_.clipping_displacement
     assert warned and found.beyond.size and found.outer > 5 * found.clip  # at mu = 2 the window is B wide
@@ -135,10 +138,23 @@ def test_the_stress_designs_at_the_default_bound_hold_or_warn(kind):
     _holds_or_warns(kind, 0, mu=1000.0)
 
 
-def test_the_displacement_is_the_distance_to_the_unclipped_root():
-    """mu = 1e6 (noise negligible): B' lies beyond every gradient, so the measured displacement of the clipped root
-    is its distance to OLS (one Newton step on the unclipped equation, exact for a Gaussian response up to the rows
-    that change sides)."""
+@pytest.mark.parametrize("mu", [1000.0, 1e6])
+def test_the_tested_raise_takes_a_gross_value_s_fit_to_ols(mu):
+    """The same design with the default schedule: at the located point the clipped excess beyond the refine bound
+    (9.0 here) moves the root by 0.7-1.3 SE at 0.12 SE of noise, the refine rounds clip at the test's window (about 200
+    at mu = 1000, 2e5 at mu = 1e6), and the fit lands within 0.1 SE of OLS (1.14 SE from it before, both mu)."""
+    df = _gaussian("gross", 1)
+    est, caught = _fit("y ~ x1 + x2", df, mu=mu, random_state=1)
+    ols = smf.ols("y ~ x1 + x2", df).fit()
+    assert np.max(np.abs((np.ravel(est.coef_) - ols.params.values) / ols.bse.values)) < 0.1
+    assert est.clip_ > 100.0 and not _misses(est, ols).size
+
+
+def test_the_displacement_is_the_distance_to_the_unclipped_root(monkeypatch):
+    """mu = 1e6 (noise negligible), the refine bound not raised by a test: B' lies beyond every gradient, so the
+    measured displacement of the clipped root is its distance to OLS (one Newton step on the unclipped equation, exact
+    for a Gaussian response up to the rows that change sides)."""
+    monkeypatch.setattr(IRLSSchedule, "insurance_share", 0.0)  # no tested raise of the refine bound
     df = _gaussian("gross", 1)
     est, caught = _fit("y ~ x1 + x2", df, mu=1e6, random_state=1)
     found = est.inference_.clipping_displacement

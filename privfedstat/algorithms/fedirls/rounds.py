@@ -18,8 +18,9 @@ from ...federation.session import Session
 from ...inference.core import count_dispersion
 from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
+from .insurance import insure
 from .schedule import IRLSSchedule, Phase
-from .site_weights import located_heterogeneity, reweighed_refine
+from .site_weights import reweighed_refine
 from .support import check_support
 
 __all__ = ["ScheduledRun"]
@@ -79,8 +80,7 @@ class ScheduledRun:
         self.dispersion = count_dispersion(self.session, self.newton.theta, self.schedule.mu_dispersion, "irls-dispersion")
 
     def insure(self) -> None:
-        tau2 = located_heterogeneity(self.schedule, self.newton.messages, self.session.sizes, self.newton.basis, self.dispersion)
-        self.found = self.schedule.insured_bounds(self.found, self.dispersion, tau2)
+        self.found, self.schedule = insure(self.schedule, self.session, self.newton, self.found, self.dispersion)
 
     def refine(self) -> None:
         """The refine rounds on the split derived at the located point, once :func:`.support.check_support` found that

@@ -25,8 +25,9 @@ from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calib
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec
 from ...theory.noise import IRLSNoise
+from .insurance import blind_raise
 from .refine_split import derived_refine_split
-from .site_weights import planned_weighing, weighed_sd
+from .site_weights import planned_weighing
 from .whitening import reference_class, whitening
 
 __all__ = ["IRLSSchedule", "CurvatureRules", "CURVATURE_RULES", "Phase", "curvature_class", "default_search"]
@@ -135,6 +136,10 @@ class IRLSSchedule:
         The budget of the Pearson dispersion released at the located point (stage ``disperse``: a family whose counts
         can be overdispersed, :attr:`~privfedstat.families.base.Family.overdispersion`, with the insurance), the
         inference's ``DISPERSION_SHARE`` of the new search's share of the estimation mu^2 (0 without it).
+    mu_insurance : float
+        The budget of the tested raise's clipped excess at the located point (stage ``insure``,
+        :func:`.insurance.tested_raise`), ``insurance_share`` of the estimation mu^2, taken from the refine phase's
+        shares where the test runs (:meth:`tested`); 0 without whitened rounds or where it does not run.
     curvature : CurvatureRules
         The family's row of :data:`CURVATURE_RULES`.
     search : AutoClip
@@ -185,7 +190,11 @@ class IRLSSchedule:
         secure aggregation too): insurance against a clipping bias the search's counts cannot resolve
         (:meth:`insured_bounds`; benchmarks/RESULTS.md, section "Response location and the refine bound's insurance").
     insurance_steps : int
-        At most this many grid points (same).
+        At most this many grid points (same) blindly; beyond them only where the tested raise's release resolves a
+        displacement (:func:`.insurance.tested_raise`).
+    insurance_share : float
+        The tested raise's share of the estimation mu^2 (chosen on the tuning half of ``bench_natural_sites.py`` and
+        confirmed on the validation half: benchmarks/RESULTS.md, "The refine bound raised by a released test").
     dispersion_sds : float
         The released dispersion counts in the insurance's unit at its lower confidence bound, this many noise sds
         below it (``z_(1 - DIAGNOSTIC_ALPHA)``; :meth:`score_sd`).
@@ -209,6 +218,7 @@ class IRLSSchedule:
     research: tuple[str, ...]
     mu_research: float
     mu_dispersion: float
+    mu_insurance: float
     curvature: CurvatureRules
     search: AutoClip
     family: object
@@ -230,6 +240,7 @@ class IRLSSchedule:
     coarse_lean: float = 0.5
     insurance_sd: float = 0.4
     insurance_steps: int = 3
+    insurance_share: float = 0.05
     dispersion_sds: float = critical_value(sides=1)
     max_halvings: int = 60
     min_surviving: int | None = None
@@ -243,7 +254,7 @@ class IRLSSchedule:
         rules = CURVATURE_RULES[curvature_class(family)]
         mu, split = setup.mu, estimator.budget_split
         explicit = None if isinstance(split, str) else estimator._explicit_split()
-        research, mu_research, mu_dispersion = (), 0.0, 0.0
+        research, mu_research, mu_dispersion, mu_insurance = (), 0.0, 0.0, 0.0
         if math.isinf(mu):  # every round fresh, or the user's split's Hessian shares (a cap: the rounds stop at tol)
             cap = int(estimator.n_rounds) if estimator.n_rounds != "auto" else cls.max_rounds_nonprivate
             mode, stages, shares = "exact", ("exact",), (np.ones((cap, 2)) if explicit is None else explicit,)
@@ -262,6 +273,7 @@ class IRLSSchedule:
             disperse = whiten and family.overdispersion  # the insurance's unit: a count's dispersion (score_sd)
             share_d = DISPERSION_SHARE * share if disperse else 0.0
             mu_dispersion = mu * math.sqrt(share_d)
+            mu_insurance = mu * math.sqrt(cls.insurance_share) if whiten else 0.0  # from the refine's where it runs
             locate = np.full((cls.locate_rounds, 2), cls.locate_share / (2 * cls.locate_rounds))
             left = 1.0 - cls.locate_share - (share if research else 0.0) - share_d
             shares = (locate, left * rules.refine_split)
@@ -276,8 +288,8 @@ class IRLSSchedule:
         # dispersion (1, or a count's: stage disperse; a family with a scale releases none before the refine rounds)
         reweigh = (isinstance(estimator.weights, str) and estimator.weights == "optimal" and mode == "phased"
                    and "whiten" in stages and secure is None and not family.has_dispersion and bool(np.ptp(sizes) > 0))
-        return cls(mode, stages, shares, research, mu_research, mu_dispersion, rules, bound_search(estimator), family,
-                   sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
+        return cls(mode, stages, shares, research, mu_research, mu_dispersion, mu_insurance, rules, bound_search(estimator),
+                   family, sizes, weights, setup, n_params, estimator.step_size, estimator.max_step, floor, estimator.tol,
                    min_surviving=secure, reweigh=reweigh)
 
     # ------------------------------------------------------------------ derived
@@ -397,40 +409,20 @@ class IRLSSchedule:
         phi, sd = dispersion
         return math.sqrt(max(1.0, phi - self.dispersion_sds * sd))
 
+    def tested(self, runs: bool) -> IRLSSchedule:
+        """This schedule once the tested raise is decided: where it ``runs``, :attr:`mu_insurance`^2 taken from the refine
+        phase's shares (their proportions kept); otherwise :attr:`mu_insurance` 0 (post-processing: public values)."""
+        if not runs:
+            return replace(self, mu_insurance=0.0)
+        left = float(np.sum(self.shares[-1]))  # the refine phase's share of the estimation mu^2
+        taken = (self.mu_insurance / self.setup.mu) ** 2
+        return replace(self, shares=(*self.shares[:-1], self.shares[-1] * (1.0 - taken / left)))
+
     def insured_bounds(self, found: dict[str, float], dispersion: tuple[float, float] | None = None,
                        tau2: float | None = None) -> dict[str, float]:
-        """The whitened refine rounds' bounds: ``found`` by the search at the located point, the gradient bound raised
-        by ``j <= insurance_steps`` points of the search's public grid (x1.245 each), the largest ``j`` at which
-        the estimate's planned gradient noise sd (:meth:`combined_sd`) with per-site noise stays at most ``insurance_sd
-        s / sqrt(N)``, s the :meth:`score_sd` of the released ``dispersion`` (None: 1) (post-processing of the released
-        bound and dispersion and public sizes and budgets).
-
-        Insurance against the bias of the clipped estimating equation where the clipped gradients' tail is
-        asymmetric: the search leans below its 99.9% target, and the root moves by a distance its counts cannot
-        resolve. In whitened coordinates the sampling sd of a coordinate is about ``s / sqrt(N)``, so the raise is
-        taken only while the privacy noise stays a small part of the error (docs/algorithms/fedirls.md, "Insurance of
-        the refine bound"). Under secure aggregation the search's counts, and so its lean in rows, are the per-site
-        fit's (:func:`~privfedstat.fitting.stages.count_precision`), and the raise is judged on the noise these releases
-        would carry with per-site noise: the per-site fit's raise, the secure sum's lower noise kept as precision. It is
-        judged on the curvature class's table split (:attr:`CurvatureRules.refine_split`), with which ``insurance_sd``
-        was chosen: the derived Hessian share (:meth:`refine_shares`) lowers the combined gradients' noise by moving
-        budget from the Hessian, whose noise that sd does not count, so judged on it the raise would spend the gain on a
-        larger bound (injury, mu = 2: privacy variance +26%, benchmarks/RESULTS.md, "FedIRLS: the refine Hessian's share
-        derived from the noise model"). A fit that re-weighs (:attr:`reweigh`) judges the noise under its weights at the
-        located ``tau2`` and ``dispersion`` (:func:`.site_weights.located_heterogeneity`, :func:`.site_weights.weighed_sd`).
-        """
-        if "gradient" not in found:
-            return found
-        grid = self.search.grid
-        i = int(np.argmin(np.abs(grid - found["gradient"])))
-        bounds = Setup(found["gradient"], found.get("hessian", self.setup.hessian_clip), self.setup.mu)
-        plain = replace(self, min_surviving=None, located=None)  # the table's split: the ceiling was chosen with it
-        ceiling = self.insurance_sd * self.score_sd(dispersion) / math.sqrt(float(np.sum(self.sizes)))
-        j, tau2 = 0, tau2 if self.reweigh else None
-        while (j < self.insurance_steps and i + j + 1 < grid.size and weighed_sd(
-                plain, replace(bounds, clip=found["gradient"] * grid[i + j + 1] / grid[i]), tau2, dispersion) <= ceiling):
-            j += 1
-        return dict(found, gradient=float(grid[i + j]))
+        """The whitened refine rounds' bounds before the test: ``found`` raised by the noise ceiling
+        (:func:`.insurance.blind_raise`; post-processing of the released bound and dispersion)."""
+        return blind_raise(self, found, dispersion, tau2)
 
     def combination(self, phases: list[Phase], apart: np.ndarray | None = None) -> np.ndarray | None:
         """Weights w_r of the rounds' Newton targets ``t_r = theta_r - eta N^-1 g_r`` in the estimate ``sum_r w_r t_r``
