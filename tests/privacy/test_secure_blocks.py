@@ -14,11 +14,11 @@ import pytest
 from _replay import check_neighbours, one_numba_thread, tap_channel  # noqa: F401 (fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_secure_outer import _spec
 from test_sensitivity_fuzz import SECURE, cases, estimator_factory
 
 from privfedstat.federation import secure as secure_mod
 from privfedstat.privacy import secure_outer
-from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.mechanisms import ClientNoise
 from privfedstat.privacy.secure_noise import _modulus_bits, decode, outer_row_variance
@@ -30,21 +30,12 @@ DELTA = 1e-5
 SMALL_WORD, FUZZ_WORD = 20, 16
 
 
-def _spec(p, mu, m, n, clip=1.0):
-    sizes = np.full(m, n)
-    w = sizes / sizes.sum()
-    sens = w * hessian_sensitivity(clip, sizes)
-    spec = secure_mod.verb_spec("secure_hessians", float(sens.max()), float(w.max()) * clip, p * (p + 1) // 2, mu, m,
-                                m, int(sizes.sum()))
-    return spec, sens
-
-
 def test_a_site_with_many_rows_sends_blocks_accounted_exactly():
     """countymurders' shape (10 sites of 3100 rows, p = 7) at a release budget of 1.5: ``N K`` at the bracket's lattice
     is about 2^27.5, above the 27-bit word of 10 sites: g blocks, the fewest whose sums fit, each block's modulus
     holding its rows; the release's GDP epsilon within 1e-6 of the exact epsilon of a pattern data produce."""
     m, n, p, mu = 10, 3100, 7, 1.5
-    spec, _ = _spec(p, mu, m, n)
+    spec, _ = _spec(p, mu, m, n, clip=1.0)
     g, K, word = int(spec.blocks), int(spec.outer), _word_bits(m)
     assert K > 0 and g > 1 and spec.bits <= word
     d = p * (p + 1) // 2
