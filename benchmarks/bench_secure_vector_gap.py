@@ -4,7 +4,8 @@ Upper end: the epsilon the ledger reports (the GDP bound ``mu = Delta_2 D(Lambda
 PLD at the shift ``floor(Delta_2)``). ``Delta_2 = Delta / gamma + sqrt(d)`` for site messages rounded as a whole (a PSD
 release whose rows Flower's word cannot carry), ``2 k sqrt(d)`` for rows rounded into a ball (gradients, clipped
 excess, the Pearson sum: :mod:`privfedstat.privacy.secure_rounding`, no slack), ``sqrt(2) K`` for the rows' integer
-outer products (Hessians, score outer products, design moments: :mod:`privfedstat.privacy.secure_outer`). Lower end:
+outer products (Hessians, score outer products, design moments: :mod:`privfedstat.privacy.secure_outer`; in ``g``
+blocks of rows where Flower's word cannot hold their sum, the same ``Delta_2`` and ``Lambda``). Lower end:
 the exact epsilon of shift patterns that messages within the stated sensitivity produce with certainty
 (:func:`privfedstat.privacy.secure_pld.achievable_epsilon`; for per-row releases the balanced ``(2k, ..., 2k)`` is
 ``Delta_2`` itself, for outer products :func:`~privfedstat.privacy.secure_outer.outer_pattern`). Between them for
@@ -110,8 +111,8 @@ NOISE_CASES = (("countymurders", 10, 3100, 7), ("happiness", 7, 1600, 12), ("arr
 
 def noise_table(mus) -> None:
     """One Hessian-type release at budget mu (``C = 1``, equal sites): the stated sd of the site-level rounding over the
-    per-row outer products', the outer spec's K, Lambda and bits (site-level bits), its rounding variance over the noise
-    variance, and both brackets (``achievable_epsilon``)."""
+    per-row outer products', the outer spec's K (its blocks g), Lambda and bits (site-level bits), its rounding variance
+    over the noise variance (one block's), and both brackets (``achievable_epsilon``)."""
     import numpy as np
 
     from privfedstat.privacy.calibration import hessian_sensitivity
@@ -124,7 +125,7 @@ def noise_table(mus) -> None:
         n = spec.noise(m)
         return epsilon_from_mu(n.gdp_mu, DELTA) - achievable_epsilon([n], DELTA)
 
-    print("| data | p | mu | site-level sd / outer sd | K | Lambda | bits (site-level) | rounding var / noise var | "
+    print("| data | p | mu | site-level sd / outer sd | K (g) | Lambda | bits (site-level) | rounding var / noise var | "
           "bracket site-level | bracket outer |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, m, n, p in NOISE_CASES:
@@ -138,8 +139,9 @@ def noise_table(mus) -> None:
                 print(f"| {label} | {p} | {mu:g} | falls back: site-level | | | {site.bits} | | {bracket(site, m):.1e} | |")
                 continue
             noise = outer.noise(m)
-            rounding = noise.variance / outer.quantum**2 - 2 * noise.lam
-            print(f"| {label} | {p} | {mu:g} | {math.sqrt(site.variance(m) / outer.variance(m)):.3f} | {outer.outer} | "
+            rounding = noise.variance / outer.quantum**2 - 2 * noise.lam * outer.blocks
+            print(f"| {label} | {p} | {mu:g} | {math.sqrt(site.variance(m) / outer.variance(m)):.3f} | {outer.outer} "
+                  f"({outer.blocks}) | "
                   f"{noise.lam:.2g} | {outer.bits} ({site.bits}) | {rounding / (2 * noise.lam):.3f} | "
                   f"{bracket(site, m):.1e} | {bracket(outer, m):.1e} |", flush=True)
 

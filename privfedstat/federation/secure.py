@@ -152,7 +152,7 @@ def privatize_integer(values, noise, spec: SkellamSpec, sensitivity, stage: str)
     ``row_reach``, ``values[i]`` are its rows' contributions (n_i, d), each rounded into its ball and summed
     (:func:`~privfedstat.privacy.secure_rounding.quantize_rows`); for a spec with ``outer``, its rows' roots (n_i, p),
     whose integer outer products it sends (:func:`~privfedstat.privacy.secure_outer.quantize_outer`; the rounded
-    message returned is their ``sym_to_vec``).
+    message returned is their ``sym_to_vec``, one per block).
 
     Returns the residues (as float64, exact below 2^53), the rounded messages in message units (``gamma`` times the
     integers: what the stated sensitivity bounds) and the site's share record. Looked up on this module by the verbs,
@@ -161,7 +161,7 @@ def privatize_integer(values, noise, spec: SkellamSpec, sensitivity, stage: str)
     rngs = site_generators(noise)
     if spec.outer:
         rounded = quantize_outer(values, spec, sensitivity, rngs)
-        unit = spec.quantum * np.where(outer_folds(spec.dim) > 1.0, 1.0 / math.sqrt(2.0), 1.0)
+        unit = spec.quantum * np.tile(np.where(outer_folds(spec.dim) > 1.0, 1.0 / math.sqrt(2.0), 1.0), spec.blocks)
     else:
         rounded = quantize_rows(values, spec, sensitivity, rngs) if spec.row_reach else quantize(values, spec, rngs)
         unit = spec.quantum
@@ -260,11 +260,20 @@ def _secure_pearson_sum(clients, theta, *, bound: float, weights, sensitivity, s
                                sensitivity, spec, stage, active, mean=False, center=bound / 2.0)
 
 
+def _blocked(shape):
+    """A PSD verb's reply shape: ``spec.blocks`` times ``shape``'s coordinates (the request's spec; one block without
+    it, as :func:`message_spec` asks)."""
+    def rule(n_params: int, n_features: int, request) -> tuple[int, ...]:
+        spec = request.get("spec")
+        return (math.prod(shape(n_params, n_features, request)) * (1 if spec is None else int(spec.blocks)),)
+    return rule
+
+
 _SECURE = dict(per_client=("weights", "sensitivity", "active"), records=(("spec", SkellamSpec),))
 register(Verb("secure_gradients", shape=parameters, **_SECURE), in_process=_secure_gradients)
-register(Verb("secure_hessians", shape=parameter_moments, **_SECURE), in_process=_secure_hessians)
-register(Verb("secure_score_outer", shape=parameter_moments, **_SECURE), in_process=_secure_score_outer)
-register(Verb("secure_design_moments", shape=design_moments, **_SECURE), in_process=_secure_design_moments)
+register(Verb("secure_hessians", shape=_blocked(parameter_moments), **_SECURE), in_process=_secure_hessians)
+register(Verb("secure_score_outer", shape=_blocked(parameter_moments), **_SECURE), in_process=_secure_score_outer)
+register(Verb("secure_design_moments", shape=_blocked(design_moments), **_SECURE), in_process=_secure_design_moments)
 register(Verb("secure_clipped_excess", shape=parameters, **_SECURE), in_process=_secure_clipped_excess)
 register(Verb("secure_count_at_most", shape=one_value, **_SECURE), in_process=_secure_count_at_most)
 register(Verb("secure_column_count", shape=one_value, **_SECURE), in_process=_secure_column_count)
@@ -285,9 +294,10 @@ def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, 
               rows: int, outputs: int = 1) -> SkellamSpec:
     """The arithmetic of a secure round of ``verb``: rows rounded into a ball for :data:`ROW_VERBS`
     (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), rows' roots for
-    :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`; not the Hessians of a model of
-    ``outputs > 1``, whose row terms are not outer products, nor where the 32-bit word of Flower's SecAgg+ cannot hold
-    the bracket's radius), the site message rounded as a whole otherwise
+    :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`, in blocks of rows where the 32-bit word
+    of Flower's SecAgg+ cannot hold the bracket's radius otherwise; not the Hessians of a model of ``outputs > 1``, whose
+    row terms are not outer products, nor where even blocks do not fit or the rows' rounding variance would exceed the
+    noise's), the site message rounded as a whole otherwise
     (:func:`~privfedstat.privacy.secure_noise.skellam_spec`); arguments as theirs."""
     if verb in ROW_VERBS:
         return row_spec(sensitivity, bound, dim, mu, n_clients, min_surviving, rows)

@@ -5,9 +5,10 @@ weighted statistic quantized to the quantum (row by row into a ball for the row 
 :mod:`~privfedstat.privacy.secure_rounding`), plus its Skellam share, modulo ``2^bits``
 (:func:`~privfedstat.federation.secure.privatize_integer`, seeded from the site's own noise
 stream: the node runs the same verb on its own rows as the in-process sites do, so both produce the
-same integers). On Flower that residue vector never travels in the clear: the server runs one
-:class:`flwr.server.workflow.SecAggPlusWorkflow` round per secure request (setup, key sharing,
-collection of masked vectors, unmasking; Flower's key agreement, Shamir shares and masks), driven by
+same integers; a blocked Hessian-type release, :attr:`~privfedstat.privacy.secure_noise.SkellamSpec.blocks`, is one
+vector of its ``g`` blocks, whose shape the verb table reads from the request's spec). On Flower that residue vector
+never travels in the clear: the server runs one :class:`flwr.server.workflow.SecAggPlusWorkflow` round per secure
+request (setup, key sharing, collection of masked vectors, unmasking; Flower's key agreement, Shamir shares and masks), driven by
 a strategy shim in a :class:`~flwr.server.compat.LegacyContext`, and each node answers through
 :func:`flwr.client.mod.secaggplus_mod` (the ClientApp's ``train`` handler, :func:`secure_train`).
 The server learns the modular sum of the survivors' residues and which sites are in it, nothing else;

@@ -6,17 +6,15 @@ A release is one Gaussian mechanism run by every client at once: client ``i`` ad
 
 * **per-client mu** (Definition 2.2 of the core paper, the guarantee towards the server, which
   sees every release): ``mu_i = sqrt(sum_releases (Delta_i / sigma_i)^2)`` by GDP composition.
-* **third-party mu** (Definition 2.1, an observer who sees only what the server publishes). For a
-  release the server aggregates linearly, ``sum_j w_j (s_j + sigma_j Z_j)``, a datum of client i
-  moves the aggregate by at most ``w_i Delta_i`` while its noise has standard deviation
-  ``sqrt(sum_j w_j^2 sigma_j^2)``; this is an exact Gaussian mechanism, so
-  ``mu_i = w_i Delta_i / sqrt(sum_j w_j^2 sigma_j^2)`` holds for any sizes and weights (for equal
-  sizes and weights it reduces to the paper's ``mu / sqrt(m)``). Noise added inside a client's
-  local iterations ("local" releases, as in FedAvg) reaches the published model only after
-  further non-linear local steps, where the propagated noise is no longer Gaussian; there the
-  ledger uses the post-processing bound ``Delta_i / sigma_i`` (no amplification by aggregation).
-  The paper's ``mu / sqrt(m)`` for FedAvg (Lemma 3.6) needs a contraction argument that treats the
-  propagated noise as Gaussian, which is not exact, so it is not used.
+* **third-party mu** (Definition 2.1, an observer who sees only what the server publishes). For a release the server
+  aggregates linearly, ``sum_j w_j (s_j + sigma_j Z_j)``, a datum of client i moves the aggregate by at most ``w_i
+  Delta_i`` while its noise has standard deviation ``sqrt(sum_j w_j^2 sigma_j^2)``; this is an exact Gaussian mechanism,
+  so ``mu_i = w_i Delta_i / sqrt(sum_j w_j^2 sigma_j^2)`` holds for any sizes and weights (for equal sizes and weights
+  it reduces to the paper's ``mu / sqrt(m)``). Noise added inside a client's local iterations ("local" releases, as in
+  FedAvg) reaches the published model only after further non-linear local steps, where the propagated noise is no longer
+  Gaussian; there the ledger uses the post-processing bound ``Delta_i / sigma_i`` (no amplification by aggregation). The
+  paper's ``mu / sqrt(m)`` for FedAvg (Lemma 3.6) needs a contraction argument that treats the propagated noise as
+  Gaussian, which is not exact, so it is not used.
 
   The reported third-party mu is the maximum over clients of the composed per-client values.
 * ``(epsilon, delta)`` through the exact GDP duality (:func:`~privfedstat.privacy.gdp.epsilon_from_mu`).
@@ -42,8 +40,8 @@ sat out have ``Delta_i = sigma_i = w_i = 0``) keeps only its non-zero entries. T
 composed as releases arrive (running sums of ``mu_i^2``); :attr:`PrivacyLedger.releases` and
 :meth:`PrivacyLedger.to_frame` rebuild the full per-client vectors and table on demand.
 
-Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*;
-a ledger with a leak, or with a non-private release, reports ``is_private == False``.
+Data-dependent choices that were not privatized (e.g. ``clip="paper"``) are recorded as *leaks*; a ledger with a leak,
+or with a non-private release, reports ``is_private == False``.
 """
 
 from __future__ import annotations
@@ -59,8 +57,9 @@ from .._linalg import safe_norm
 from ._columns import _Column, _column, _Entry
 from .gdp import delta_from_mu, epsilon_from_mu
 from .public import SUBSAMPLED, Block, PublicLedger
-from .secure_noise import RDP_ORDERS, IntegerNoise, gaussian_rdp, rdp_epsilon, skellam_rdp
+from .secure_noise import IntegerNoise
 from .secure_pld import EXACT_PLD_MAX_MU, achievable_epsilon, secure_pld
+from .secure_rdp import RDP_ORDERS, gaussian_rdp, rdp_epsilon, skellam_rdp
 
 if TYPE_CHECKING:  # pandas is imported where it is used: it is slow to import
     import pandas as pd
@@ -107,10 +106,10 @@ class Release:
     integer : IntegerNoise or None
         A release under secure aggregation (:mod:`~privfedstat.privacy.secure_noise`): the server saw only the sum of
         the sites' quantized messages with their Skellam noise shares. ``sensitivity`` and ``sigma`` are then the
-        worst site's sensitivity (rounding slack included) and the sum's noise sd, in message units, the same for
-        the server and a third party; ``client_mu`` is their ratio times the Skellam's factor
-        :attr:`~privfedstat.privacy.secure_noise.IntegerNoise.gdp_factor` (1 + about ``1 / (12 Lambda)``), the
-        release's GDP parameter.
+        worst site's sensitivity (rounding slack included) and the sum's noise sd (of each block's sum for a blocked
+        release, :attr:`~privfedstat.privacy.secure_noise.IntegerNoise.blocks`), in message units, the same for the
+        server and a third party; ``client_mu`` is their ratio times the Skellam's factor ``gdp_factor`` (1 + about
+        ``1 / (12 Lambda)``), the release's GDP parameter.
     """
 
     stage: str
@@ -378,7 +377,7 @@ class PrivacyLedger:
 
     def renyi_epsilon(self, delta: float = 1e-5, t: int = 0) -> float:
         """The analytical bound of :meth:`collusion_epsilon`: every release's Renyi DP (the Skellam bound of
-        :func:`~privfedstat.privacy.secure_noise.skellam_rdp`, the Gaussian's exact curve at its worst client),
+        :func:`~privfedstat.privacy.secure_rdp.skellam_rdp`, the Gaussian's exact curve at its worst client),
         composed and converted by dp-accounting; it needs no numerical constant and is about 9% larger."""
         total = np.zeros(len(RDP_ORDERS))
         for e in self._entries:

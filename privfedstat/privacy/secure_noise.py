@@ -26,7 +26,7 @@ docs/guide/secure-aggregation.md, "Accounting", says what is proven and what is 
 compose as GDP (Dong, Roth & Su 2022,
 Corollary 3.3: ``sqrt(sum_j (k_j D)^2) <= Delta_2 D``) and a mixture over the uniforms keeps it (joint
 convexity), so the ledger composes secure releases with the Gaussian ones in GDP and its epsilon is the
-exact GDP conversion. :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021, Theorem 3.5: ``eps(alpha) <=
+exact GDP conversion. :func:`~.secure_rdp.skellam_rdp` (Agarwal, Kairouz & Liu 2021, Theorem 3.5: ``eps(alpha) <=
 alpha Delta_2^2 / (4 Lambda) + min((2 alpha Delta_2^2 + 6 Delta_1) / (16 Lambda^2), 3 Delta_1 / (4 Lambda))``,
 with ``2 alpha`` for their ``2 alpha - 1``) is the purely analytical bound, about 9% looser in epsilon after the
 Renyi conversion (:meth:`~privfedstat.privacy.ledger.PrivacyLedger.renyi_epsilon`). A one-coordinate release's
@@ -58,8 +58,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["SkellamSpec", "IntegerNoise", "skellam_spec", "count_spec", "quantize", "add_shares", "encode", "decode",
-           "skellam_rdp", "gaussian_rdp", "rdp_epsilon", "skellam_log_pmf", "skellam_gdp_mu", "skellam_gdp_step",
-           "skellam_steps", "RDP_ORDERS", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
+           "skellam_log_pmf", "skellam_gdp_mu", "skellam_gdp_step",
+           "skellam_steps", "SLACK", "WRAP_PROBABILITY", "MAX_BITS", "MAX_CHECKED_LAM", "TAIL",
            "STEP_RESOLUTION", "outer_row_variance", "outer_folds", "check_round"]
 
 #: the rounding slack sqrt(d) is at most this fraction of the integer sensitivity Delta / gamma: the noise sd grows
@@ -69,8 +69,6 @@ SLACK = 2.0**-7
 WRAP_PROBABILITY = 2.0**-40
 #: the widest modulus: residues and their sums stay exact in float64 and int64
 MAX_BITS = 52
-#: integer Renyi orders of the accounting (the bound above holds for integer alpha > 1)
-RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 1024)
 #: the largest Lambda whose Gaussianised steps are computed (0.3-0.9 s; scipy's ive is nan at 2 Lambda = 2e9): a budget
 #: needing more gets a coarser quantum (:func:`skellam_spec`)
 MAX_CHECKED_LAM = 1e8
@@ -113,6 +111,10 @@ class SkellamSpec:
         K: each row's root is rounded into the ball ``||a||^2 <= K`` and the site sends its rows' integer outer products
         ``sum_j a_j a_j^T``, off-diagonal entries doubled (:mod:`~privfedstat.privacy.secure_outer`); 0: not an outer
         product release.
+    blocks : int, default 1
+        With ``outer``: g, each site sends ``g`` such matrices, of its rows ``j`` with ``j mod g = b``, each with its full
+        noise share, and the server adds the block sums (:func:`decode`): a word that cannot hold the sum of all rows
+        holds a block's.
     """
 
     quantum: float
@@ -126,6 +128,7 @@ class SkellamSpec:
     row_reach: int = 0
     rows: int = 0
     outer: int = 0
+    blocks: int = 1
 
     def __post_init__(self) -> None:
         if not (self.quantum > 0 and math.isfinite(self.quantum)):
@@ -136,11 +139,13 @@ class SkellamSpec:
             raise ValueError(f"bits must lie in [2, {MAX_BITS}], got {self.bits!r}.")
         if int(self.min_surviving) < 1:
             raise ValueError(f"min_surviving must be a positive integer, got {self.min_surviving!r}.")
+        if not (int(self.blocks) == 1 or int(self.blocks) > 1 and self.outer):
+            raise ValueError(f"blocks must be 1, or a larger integer for an outer-product release; got {self.blocks!r}.")
 
     def noise(self, shares: int) -> IntegerNoise:
         """The integer noise of a sum over ``shares`` sites' messages."""
         return IntegerNoise(self.quantum, self.lam * shares, self.l2, self.l1, int(shares), int(self.dim), self.rounding,
-                            int(self.rows), int(self.outer))
+                            int(self.rows), int(self.outer), int(self.blocks))
 
     def variance(self, shares: int) -> float:
         """Upper bound on the per-coordinate variance, in message units, of the sum over ``shares`` sites of the
@@ -172,6 +177,9 @@ class IntegerNoise:
         Rows rounded one by one into a ball (:attr:`SkellamSpec.rows`, all sites'): the rounding errors in the sum.
     outer : int, default 0
         K of an outer-product release (:attr:`SkellamSpec.outer`); 0 otherwise.
+    blocks : int, default 1
+        Blocks of an outer-product release (:attr:`SkellamSpec.blocks`): a neighbour moves one, so the release has the PLD
+        of one block (``Lambda``, ``l2``); the decoded sum of the blocks carries ``blocks`` times its noise variance.
     """
 
     quantum: float
@@ -183,15 +191,16 @@ class IntegerNoise:
     rounding: bool = True
     rows: int = 0
     outer: int = 0
+    blocks: int = 1
 
     @property
     def variance(self) -> float:
         """Upper bound on the per-coordinate variance of the sum in message units: ``gamma^2 (2 Lambda + e / 4)``,
         the summed Skellam noise and the ``e`` rounding errors (at most 1/4 each): ``e = shares`` for site messages
         rounded as a whole, ``rows`` for rows rounded one by one, none for integer messages; for an outer-product release
-        ``rows`` times a row's bound averaged over the coordinates (:func:`outer_row_variance`)."""
+        ``rows`` times a row's bound averaged over the coordinates (:func:`outer_row_variance`) and ``blocks`` noises."""
         if self.outer:
-            return self.quantum**2 * (2.0 * self.lam + self.rows * outer_row_variance(self.outer, self.dim))
+            return self.quantum**2 * (2.0 * self.lam * self.blocks + self.rows * outer_row_variance(self.outer, self.dim))
         errors = (self.shares if self.rounding else 0) + self.rows
         return self.quantum**2 * (2.0 * self.lam + 0.25 * errors)
 
@@ -223,7 +232,7 @@ class IntegerNoise:
         left = self.shares - int(t)
         lam = self.lam * max(left, 0) / self.shares if self.shares else 0.0
         return IntegerNoise(self.quantum, lam, self.l2, self.l1, max(left, 0), self.dim, self.rounding, self.rows,
-                            self.outer)
+                            self.outer, self.blocks)
 
 
 def outer_row_variance(radius: int, dim: int) -> float:
@@ -438,7 +447,8 @@ def add_shares(rounded: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.
     """``(rounded_i + Sk(lam)) mod 2^bits`` per site (int64): each site's Skellam share from its stream ``rngs[i]``."""
     out = np.empty(rounded.shape, dtype=np.int64)
     modulus = 1 << int(spec.bits)
-    lam = spec.lam * outer_folds(int(spec.dim)) if spec.outer else spec.lam  # an outer release: Sk(2 lam) off the diagonal
+    # an outer release: Sk(2 lam) off the diagonal, in each of its blocks
+    lam = spec.lam * np.tile(outer_folds(int(spec.dim)), int(spec.blocks)) if spec.outer else spec.lam
     for i, rng in enumerate(rngs):
         shape = rounded[i].shape
         out[i] = np.mod(rounded[i] + (rng.poisson(lam, shape) - rng.poisson(lam, shape)), modulus)
@@ -462,35 +472,17 @@ def encode(values: np.ndarray, spec: SkellamSpec, rngs: Sequence[np.random.Gener
 
 def decode(residues: np.ndarray, spec: SkellamSpec) -> np.ndarray:
     """The modular sum of the rows of ``residues`` as signed integers, in message units (times gamma); for an
-    outer-product release (``spec.outer``) ``sym_to_vec`` of the summed matrix (its folded entries over ``sqrt(2)``)."""
+    outer-product release (``spec.outer``) ``sym_to_vec`` of the summed matrix (its folded entries over ``sqrt(2)``), its
+    blocks' signed sums added."""
     modulus = 1 << int(spec.bits)
     total = np.mod(np.asarray(residues, dtype=np.int64).sum(axis=0), modulus)
-    signed = np.where(total >= modulus // 2, total - modulus, total).astype(np.float64) * spec.quantum
+    signed = np.where(total >= modulus // 2, total - modulus, total)
+    if spec.outer:  # each block's sum within the signed range: the integer sums of the blocks added
+        signed = signed.reshape(int(spec.blocks), -1).sum(axis=0)
+    signed = signed.astype(np.float64) * spec.quantum
     if spec.outer:  # folded entries 2 S_kl: sym_to_vec's sqrt(2) S_kl
         signed = signed * np.where(outer_folds(int(spec.dim)) > 1.0, 1.0 / math.sqrt(2.0), 1.0)
     return signed
-
-
-def skellam_rdp(orders: Sequence[int], noise: IntegerNoise) -> np.ndarray:
-    """Upper bound on the Renyi DP of the summed Skellam release at each integer order (Agarwal et al. 2021, Thm 3.5)."""
-    a = np.asarray(orders, dtype=np.float64)
-    lam, l2, l1 = noise.lam, noise.l2, noise.l1
-    if lam == 0:
-        return np.full(a.shape, np.inf)
-    extra = np.minimum((2.0 * a * l2 * l2 + 6.0 * l1) / (16.0 * lam * lam), 3.0 * l1 / (4.0 * lam))
-    return a * l2 * l2 / (4.0 * lam) + extra
-
-
-def gaussian_rdp(orders: Sequence[int], mu: float) -> np.ndarray:
-    """Exact Renyi DP ``alpha mu^2 / 2`` of a Gaussian mechanism with ``Delta / sigma = mu``."""
-    return np.asarray(orders, dtype=np.float64) * mu * mu / 2.0
-
-
-def rdp_epsilon(rdp: np.ndarray, delta: float, orders: Sequence[int] = RDP_ORDERS) -> float:
-    """Epsilon at ``delta`` of composed RDP values (dp-accounting's conversion)."""
-    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-    eps, _ = compute_epsilon(list(orders), list(np.asarray(rdp, dtype=np.float64)), float(delta))
-    return float(eps)
 
 
 def skellam_log_pmf(lam: float, support: np.ndarray) -> np.ndarray:

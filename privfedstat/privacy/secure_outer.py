@@ -16,6 +16,13 @@ K``). It is attained: ``K = j^2 q`` (``q`` the largest even number ``<= p``), ``
 1, -1, ...)`` on the first ``q`` coordinates (orthogonal lattice vectors of squared norm ``K``), :func:`outer_pattern`.
 Decoded, the release is ``sym_to_vec`` of the summed matrix with the same noise sd on every coordinate, as for a site
 message rounded as a whole (docs/guide/secure-aggregation.md, "Per-row outer products").
+
+**Blocks.** Where Flower's SecAgg+ word cannot hold the sum of all rows at the bracket's ``K``, a site sends ``g``
+matrices, of its rows ``j`` with ``j mod g = b`` (fixed by the row's index before any data is read), each with its
+full noise share; the server learns each block's sum over the sites and adds them (:func:`~.secure_noise.decode`). One
+row replaced moves one block by the same ``a a^T - b b^T`` and leaves the others' distribution unchanged (each row's
+rounding uses its own uniforms; the blocks' noises are independent): the vector of blocks has the PLD of one release
+(parallel composition), and the decoded sum ``g`` times its noise variance (docs, "Blocks").
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from . import secure_noise as sn
 from .secure_noise import MAX_CHECKED_LAM, SLACK, IntegerNoise, SkellamSpec, _calibrated_lam, _modulus_bits
 from .secure_rounding import _word_bits, gap_lambda, round_into_ball
 
-__all__ = ["outer_spec", "outer_squares", "quantize_outer", "outer_pattern", "outer_size"]
+__all__ = ["outer_spec", "outer_squares", "quantize_outer", "outer_pattern", "outer_size", "fewest_blocks", "block_rows"]
 
 
 def outer_size(dim: int) -> int:
@@ -71,10 +78,13 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     ``gamma = sensitivity / (sqrt(2) K)``, ``K = j^2 q``: the smallest ``j`` whose ``K`` is at least both the bracket's
     (``Lambda`` at least :func:`~privfedstat.privacy.secure_rounding.gap_lambda` of the attained pattern) and the rounding
     variance's (``rows`` rows' bound at most ``2 SLACK`` of the noise variance, the site-level rounding's price), at most
-    the largest whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` and whose modulus fits Flower's SecAgg+ word. None
-    where the word cannot hold the bracket's ``K`` (``N K`` above about ``2^(bits - 1)``: many rows), where the rows'
-    rounding variance would exceed the noise variance (``N mu^2 / (2 p K) > 1``, likewise), or no ``K`` meets the budget:
-    the caller rounds the site message as a whole instead (its rounding slack in the sensitivity).
+    the largest whose ``Lambda`` is at most :data:`MAX_CHECKED_LAM` and whose modulus fits Flower's SecAgg+ word. Where
+    the word cannot hold the bracket's ``K`` (``N K`` above about ``2^(bits - 1)``: many rows), the fewest blocks ``g``
+    whose block sums it holds (:func:`fewest_blocks`; each block of rows with the full noise, the decoded sum ``g``
+    times the noise variance), then the largest ``K`` again. None where even one row per site and block is too much for
+    the word, where the rows' rounding variance would exceed one block's noise variance (``N mu^2 / (2 p K) > 1``), or no
+    ``K`` meets the budget: the caller rounds the site message as a whole instead (its rounding slack in the
+    sensitivity).
     """
     d, m, k = int(dim), int(n_clients), int(min_surviving)
     sn.check_round(sensitivity, bound, mu, m, min_surviving)
@@ -88,13 +98,26 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     j_top = math.isqrt(int(k_top / q))
     j_gap = min(math.ceil(math.sqrt(k_gap / q)), j_top)
     j = min(max(j_gap, math.ceil(math.sqrt(k_var / q))), j_top)
-    word = _word_bits(m)
+    args = (sensitivity, bound, d, mu, m, k, rows)
+    spec = _largest(j, j_gap, 1, args)
+    if spec is None and j_gap >= 1:  # the word cannot hold the bracket's K: blocks of rows
+        gap = _spec_at(j_gap * j_gap * q, *args)
+        blocks = None if gap is None else fewest_blocks(gap.outer, gap.quantum, gap.lam, args)
+        spec = None if blocks is None else _largest(j, j_gap, blocks, args)
+    # rounding-dominated (large N): the site message rounded as a whole is less noisy
+    return spec if spec is not None and rows * sn.outer_row_variance(spec.outer, d) <= 2.0 * k * spec.lam else None
+
+
+def _largest(j: int, j_gap: int, blocks: int, args: tuple) -> SkellamSpec | None:
+    """The spec of the largest ``K = i^2 q``, ``j_gap <= i <= j``, whose modulus with ``blocks`` blocks fits the word; None
+    where ``j_gap``'s does not."""
+    q, word = _order(outer_size(args[2])), _word_bits(args[4])
     while j >= 1:
-        spec = _spec_at(j * j * q, sensitivity, bound, d, mu, m, k, rows)
+        spec = _spec_at(j * j * q, *args, blocks=blocks)
         if spec is None:
             j = math.floor(j * 0.99)
-        elif spec.bits <= word:  # rounding-dominated (large N): the site message rounded as a whole is less noisy
-            return spec if rows * sn.outer_row_variance(spec.outer, d) <= 2.0 * k * spec.lam else None
+        elif spec.bits <= word:
+            return spec
         elif j > j_gap:  # the reach scales with K = j^2 q: a bit fewer per halving of K, down to the bracket's
             j = max(min(j - 1, math.floor(j * 2.0 ** ((word - spec.bits) / 2.0))), j_gap)
         else:
@@ -102,9 +125,40 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
     return None
 
 
-def _spec_at(radius: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int
-             ) -> SkellamSpec | None:
-    """The spec of ``K = radius``; None where its ``Lambda`` is above the checked range."""
+def block_rows(rows: int, n_clients: int, blocks: int) -> int:
+    """The most rows of all sites in one block, ``sum_i ceil(n_i / g) <= m + (N - m) / g`` (row ``j`` of a site in block
+    ``j mod g``)."""
+    return int(n_clients) + (int(rows) - int(n_clients)) // int(blocks)
+
+
+def _block_bits(radius: int, quantum: float, lam: float, blocks: int, args: tuple) -> int:
+    """The modulus of a block's sum: every coordinate's reach is at most the site messages' ``m bound / gamma`` and the
+    block's rows' ``K`` each (``a_k^2 <= ||a||^2 <= K``, ``|2 a_k a_l| <= a_k^2 + a_l^2``), plus its noise's tail."""
+    sensitivity, bound, d, mu, m, k, rows = args
+    reach = min(m * bound / quantum, float(radius) * block_rows(rows, m, blocks))
+    return _modulus_bits(reach, d, 2.0 * m * lam)  # Sk(2 lam) off the diagonal
+
+
+def fewest_blocks(radius: int, quantum: float, lam: float, args: tuple) -> int | None:
+    """The fewest blocks ``g >= 2`` whose sums Flower's word holds at ``K = radius`` (a bisection: the bits fall with
+    ``g``); None where even ``g = N`` (one row per site and block) does not fit."""
+    rows, word = int(args[6]), _word_bits(args[4])
+
+    def fits(g: int) -> bool:
+        return _block_bits(radius, quantum, lam, g, args) <= word
+
+    if rows < 2 or not fits(rows):
+        return None
+    lo, hi = 1, rows  # not fits(lo) (g = 1 was tried), fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _spec_at(radius: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int,
+             blocks: int = 1) -> SkellamSpec | None:
+    """The spec of ``K = radius`` in ``blocks`` blocks; None where its ``Lambda`` is above the checked range."""
     p = outer_size(d)
     l2 = _factor(p) * radius
     quantum = sensitivity / (math.sqrt(2.0) * radius)
@@ -112,9 +166,9 @@ def _spec_at(radius: int, sensitivity: float, bound: float, d: int, mu: float, m
         lam = _calibrated_lam(l2, mu, min_surviving)
     except ValueError:
         return None
-    bits = _modulus_bits(m * bound / quantum, d, 2.0 * m * lam)  # the diagonal's reach; Sk(2 lam) off it
+    bits = _block_bits(radius, quantum, lam, blocks, (sensitivity, bound, d, mu, m, min_surviving, rows))
     return SkellamSpec(quantum, lam, bits, min_surviving, l2, min(2.0 * p * radius, l2 * l2), rounding=False, dim=d,
-                       rows=rows, outer=radius)
+                       rows=rows, outer=radius, blocks=blocks)
 
 
 def outer_squares(spec: SkellamSpec, sensitivity) -> np.ndarray:
@@ -127,7 +181,8 @@ def outer_squares(spec: SkellamSpec, sensitivity) -> np.ndarray:
 def quantize_outer(roots: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, rngs: Sequence[np.random.Generator]
                    ) -> np.ndarray:
     """Each site's integer matrix ``S = sum_j a_j a_j^T`` of its roots rounded into the ball ``||a||^2 <= T_i``, as the
-    ``sym_to_vec`` order's upper triangle with off-diagonal entries doubled, int64 (n_sites, p (p + 1) / 2).
+    ``sym_to_vec`` order's upper triangle with off-diagonal entries doubled, int64 (n_sites, g p (p + 1) / 2): the
+    ``g = spec.blocks`` matrices of its rows ``j mod g = b``, ``b = 0, ..., g - 1``, one after the other.
 
     ``roots[i]`` (n_i, p) are site i's scaled roots in message units (``v_j`` with ``v_j v_j^T`` its rows' terms of its
     weighted message), ``rngs[i]`` its stream."""
@@ -135,12 +190,14 @@ def quantize_outer(roots: Sequence[np.ndarray], spec: SkellamSpec, sensitivity, 
     rows, cols = np.triu_indices(p)
     fold = np.where(rows == cols, 1, 2)
     thresholds = outer_squares(spec, sensitivity)
-    out = np.zeros((len(rngs), rows.size), dtype=np.int64)
+    g = int(spec.blocks)
+    out = np.zeros((len(rngs), g, rows.size), dtype=np.int64)
     for i, rng in enumerate(rngs):
         x = np.asarray(roots[i], dtype=np.float64).reshape(-1, p) / math.sqrt(spec.quantum)
         a = round_into_ball(x, int(thresholds[i]), rng)
-        out[i] = (a.T @ a)[rows, cols] * fold
-    return out
+        for b in range(g):
+            out[i, b] = (a[b::g].T @ a[b::g])[rows, cols] * fold
+    return out.reshape(len(rngs), -1)
 
 
 def outer_pattern(noise: IntegerNoise) -> list[tuple[float, tuple[int, ...]]]:

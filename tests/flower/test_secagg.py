@@ -176,3 +176,23 @@ def test_a_node_refuses_a_secure_verb_asked_over_the_plain_message_path(monkeypa
     reply = app.client_app(message=msg, context=Context(7, 1, {}, RecordDict(), {}))
     answer = decode_reply(reply.content, "secure_gradients", (3,))
     assert answer.status == "error" and answer.error[0] == "SecureVerbInTheClear" and answer.values is None
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_blocked_hessians_on_secaggplus_equal_the_in_process_fit(monkeypatch):
+    """A SecAgg+ word (20 bits here) too small for the sum of a site's rows at the bracket's lattice: each site sends its
+    Hessian rows in blocks (privfedstat.privacy.secure_outer), SecAgg+ carries the longer vector, the fit and its ledger
+    equal the in-process fit's."""
+    from privfedstat.algorithms.fedirls import FedIRLS
+    from privfedstat.privacy import secure_outer
+
+    monkeypatch.setattr(secure_outer, "_word_bits", lambda n_clients: 20)
+    data = demo_dataset("synthetic-logistic", 3)
+    params = dict(mu=2.0, clip=1.0, hessian_clip=1.0, n_rounds=3, aggregation="secure", random_state=0,
+                  inference=None, scaling=None)
+    est = fit_on_grid(FedIRLS(**params), SecAggGrid(_nodes(data, seed=0)))
+    ref = FedIRLS(**params).fit(data)
+    assert any(r.integer is not None and r.integer.blocks > 1 for r in ref.privacy_.releases)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-12)
+    assert [r.integer for r in est.privacy_.releases] == [r.integer for r in ref.privacy_.releases]
+    np.testing.assert_allclose(est.privacy_.epsilon(1e-5), ref.privacy_.epsilon(1e-5), rtol=1e-12)

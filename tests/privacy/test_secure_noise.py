@@ -8,22 +8,19 @@ from scipy import optimize, stats
 
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.secure_noise import (
-    RDP_ORDERS,
     SLACK,
     WRAP_PROBABILITY,
     IntegerNoise,
     SkellamSpec,
     decode,
     encode,
-    gaussian_rdp,
-    rdp_epsilon,
     skellam_gdp_mu,
     skellam_gdp_step,
-    skellam_rdp,
     skellam_spec,
     skellam_steps,
 )
 from privfedstat.privacy.secure_pld import skellam_pld
+from privfedstat.privacy.secure_rdp import RDP_ORDERS, gaussian_rdp, rdp_epsilon, skellam_rdp
 
 
 def _hockey_stick_epsilon(lam: float, shift: int, delta: float) -> float:
