@@ -53,6 +53,8 @@ from privfedstat.algorithms.fedirls import rounds
 from privfedstat.federation.server import aggregate
 from privfedstat.inference.covariance import original_scale_map
 
+#: bench_natural_sites.py's data sets this script takes (``--data``), the intercept reported
+NATURAL = ("tv16", "nasscds", "covid", "nesarc", "chem97")
 _REGIONS = {"Northeast": "CT ME MA NH RI VT NJ NY PA", "Midwest": "IL IN MI OH WI IA KS MN MO NE ND SD",
             "South": "DE FL GA MD NC SC VA DC WV AL KY MS TN AR LA OK TX", "West": "AZ CO ID MT NV NM UT WY AK CA HI OR WA"}
 
@@ -90,8 +92,22 @@ def _hmda():
     return df, "deny ~ pirat + hirat + lvrat + black", "site", "logistic", 0
 
 
+def _natural(name: str):
+    """A data set of ``bench_natural_sites.py`` with its sites (a column of the data: the seed does not move them)."""
+
+    def data():
+        import bench_natural_sites
+        from natural_sites_data import DATASETS
+
+        ds = DATASETS[name]
+        return bench_natural_sites.with_sites(name, 0), ds.formula, "site", ds.family, 0
+
+    return data
+
+
 #: (frame, formula, client, family, reported column)
-DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda}
+DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda,
+        **{name: _natural(name) for name in NATURAL}}
 
 
 def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -129,6 +145,7 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
         se = np.sqrt(np.diag(self.basis @ np.linalg.inv(H_mle) @ self.basis.T) / float(np.sum(self.session.sizes)))
         roots = {k: _root(self, self.theta, k * phase.clip) for k in factors}
         seen.update(basis=self.basis.copy(), mle=mle, se=se, roots=roots, clip=phase.clip,
+                    weighed=_root(self, self.theta, np.inf)[0], H_mle=H_mle,
                     last=self.theta.copy())
         root = roots[min(roots, key=lambda k: abs(k - 1.0))][0]
         exact = [_exact(self, theta, phase.clip)[0] for theta, _, _ in self.released]
@@ -141,6 +158,11 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
         seen["estimate"] = np.linalg.solve(seen["basis"], out.theta)
         seen["noise_model"] = out.noise_model
         seen["newton"] = float(self.scales[-1][-1]) * self.H_floored / float(self.schedule.step_size)
+        N, n = seen["newton"], self.session.sizes
+        seen["shift"] = 0.0 if self.shift is None else np.linalg.solve(N, np.linalg.solve(N, self.shift).T)
+        # the sampling part of the weights' move from the pooled root, sum_i (w_i - pi_i)^2 / n_i H^-1 (a row's score
+        # covariance its Hessian; in the weighted sampling covariance c H^-1, c = sum w_i^2 / n_i, not in cov_path)
+        seen["move_sampling"] = float(np.sum((self.w - n / np.sum(n)) ** 2 / n)) * np.linalg.inv(seen["H_mle"])
         return out
 
     rounds._Rounds.run, rounds._Rounds.result = hooked_run, hooked_result
@@ -161,6 +183,8 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
     reported = fit.inference_.cov_privacy
     moved = G @ P @ d
     return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit,
+                protocol=fit.inference_.cov_protocol, bias=G @ P @ (root - seen["weighed"]),
+                weighing=G @ P @ (seen["weighed"] - seen["mle"]), move_sampling=G @ P @ seen["move_sampling"] @ P.T @ G.T, shift=G @ P @ (seen["shift"] + np.zeros_like(P)) @ P.T @ G.T,
                 warnings=sorted({w.category.__name__ for w in caught}),
                 B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
@@ -193,11 +217,12 @@ def split_check(mu: float, seeds: list[int], data: tuple) -> None:
     """Print each part's mean and t over ``seeds`` (module docstring, ``--split``), in the reported privacy sds."""
     fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None and m["split"]]
     sd = [np.sqrt(np.diag(m["reported"])) for m in fits]
-    print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) over the seeds in reported privacy sds")
+    print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) and RMS over the seeds in reported privacy sds")
     for name in ["matrix", "nonlinear", "noise", *sorted(k for k in fits[0]["split"] if k.startswith("d_")), "last iterate"]:
         z = np.array([m["split"][name] / s for m, s in zip(fits, sd)])
         t = z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z))
-        print(f"    {name:13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in zip(z.mean(axis=0), t)))
+        print(f"    {name:13s}" + "  ".join(f"{a:+.2f} ({b:+.1f}) {c:.2f}" for a, b, c in
+                                             zip(z.mean(axis=0), t, np.sqrt(np.mean(z**2, axis=0)))))
     z = np.array([m["remainder"] / s for m, s in zip(fits, sd)])
     print(f"    {'remainder':13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in
                                              zip(z.mean(axis=0), z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z)))))
@@ -218,6 +243,32 @@ def covariance_check(mu: float, seeds: list[int], data: tuple, aggregation: str 
     print(f"    whitened empirical second moment, eigenvalues: {np.round(np.linalg.eigvalsh(L_inv @ second @ L_inv.T), 2)}")
     print(f"    reported correlation's eigenvalues: {np.round(w, 4)}; empirical / reported variance along them: "
           f"{np.round(np.mean(((d / sd) @ V) ** 2, axis=0) / w, 2)} (+- {np.sqrt(2 / n):.2f} each)")
+    protocol_check(fits)
+
+
+def protocol_check(fits: list[dict]) -> None:
+    """The bench's RMS z (``coef - MLE`` in each fit's ``sqrt(diag(cov_protocol))``) split into the clipping bias
+    (clipped root - MLE) and the protocol's part (coef - clipped root), and the latter's Monte-Carlo whitened by the
+    mean ``cov_protocol`` (``cov_privacy + cov_path``)."""
+    sd = np.array([np.sqrt(np.diag(m["protocol"])) for m in fits])
+    d, b, s = (np.array([m[k] for m in fits]) for k in ("remainder", "bias", "weighing"))
+    rms = {name: np.sqrt(np.mean((v / sd) ** 2)) for name, v in (("all", d + b + s), ("bias", b), ("protocol", d),
+                                                                     ("weighing", s))}
+    print(f"    RMS z against cov_protocol: {rms['all']:.2f}; its parts: site weights' shift {rms['weighing']:.2f}, "
+          f"clipping bias {rms['bias']:.2f}, protocol {rms['protocol']:.2f}")
+    print(f"    per coefficient, protocol part: {np.round(np.sqrt(np.mean((d / sd) ** 2, axis=0)), 2)}; clipping bias "
+          f"(mean): {np.round(np.mean(b / sd, axis=0), 2)}; shift (mean): {np.round(np.mean(s / sd, axis=0), 2)}, its "
+          f"stated sd share: {np.round(np.sqrt(np.mean([np.diag(m['shift']) / np.diag(m['protocol']) for m in fits], axis=0)), 2)}")
+    whole = [m["shift"] + m["move_sampling"] for m in fits]
+    print(f"    the weights' move against its stated covariance (site effects): mean chi2 "
+          f"{np.mean([v @ np.linalg.pinv(m['shift']) @ v for v, m in zip(s, fits)]):.1f}, with its sampling part: "
+          f"{np.mean([v @ np.linalg.solve(W, v) for v, W in zip(s, whole)]):.1f} on {s.shape[1]}; sd of the sampling part "
+          f"in cov_protocol sds {np.round(np.sqrt(np.mean([np.diag(m['move_sampling']) for m in fits], axis=0)) / np.sqrt(np.mean(sd**2, axis=0)), 2)}")
+    for name, C in (("cov_protocol", [m["protocol"] for m in fits]),
+                    ("cov_protocol less the stated shift", [m["protocol"] - m["shift"] for m in fits])):
+        L_inv = np.linalg.inv(np.linalg.cholesky(np.mean(C, axis=0)))
+        print(f"    protocol part whitened by the mean {name}, eigenvalues: "
+              f"{np.round(np.linalg.eigvalsh(L_inv @ (d.T @ d / len(d)) @ L_inv.T), 2)}")
 
 
 def main() -> None:
