@@ -273,7 +273,7 @@ def protocol_check(fits: list[dict]) -> None:
     sampling = np.sqrt(np.mean([np.diag(m["move_sampling"]) for m in fits], axis=0) / np.mean(sd**2, axis=0))
     print(f"    the weights' move against its stated covariance (site effects): mean chi2 "
           f"{np.mean([v @ np.linalg.pinv(m['shift']) @ v for v, m in zip(s, fits)]):.1f}, with its sampling part: "
-          f"{np.mean([v @ np.linalg.solve(W, v) for v, W in zip(s, whole)]):.1f} on {s.shape[1]}; sd of the sampling part "
+          f"{np.mean([v @ np.linalg.pinv(W) @ v for v, W in zip(s, whole)]):.1f} on {s.shape[1]}; sd of the sampling part "
           f"in cov_protocol sds {np.round(sampling, 2)}")
     # cov_path without the move's sampling part (before weights_move): cov_sampling was N c times the pooled one
     before = [m["protocol"] - (m["nc"] - 1.0) * m["fit"].inference_.cov_sampling for m in fits]
