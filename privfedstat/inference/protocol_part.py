@@ -16,7 +16,7 @@ from ..federation.protocol import Run
 from ..theory.noise import IRLSNoise
 from ..theory.noise_covariance import protocol_noise_covariance, release_draws
 
-__all__ = ["protocol_parts", "path_note"]
+__all__ = ["protocol_parts", "path_note", "weights_move"]
 
 
 def protocol_parts(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[str]
@@ -58,6 +58,25 @@ def protocol_parts(run: Run, mu: float, H: np.ndarray, s_H: float, notes: list[s
     return C, path, None
 
 
+def weights_move(V_s: np.ndarray, V_a: np.ndarray, c: float, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sampling covariance ``V_s`` of an estimate aggregated with weights w, split into the pooled root's (the
+    MLE's, about the truth) and the weights' move from it, which joins the path remainder ``V_a``.
+
+    With site i's mean score ``gbar_i`` (n_i rows of score covariance Sigma), the weighted root is off the truth by
+    ``-J^-1 sum_i w_i gbar_i``, of covariance ``c J^-1 Sigma J^-1`` with ``c = sum_i w_i^2 / n_i``
+    (:func:`~privfedstat.inference.covariance.weighted_factor`: ``V_s``). With ``pi_i = n_i / N`` it is the pooled
+    root's error ``-J^-1 sum_i pi_i gbar_i`` (``c = 1 / N``) plus the move ``-J^-1 sum_i (w_i - pi_i) gbar_i``, and the
+    two are uncorrelated, ``sum_i pi_i (w_i - pi_i) / n_i = sum_i (w_i - pi_i) / N = 0``: the move's sampling
+    covariance is ``(c - 1 / N) / c`` of ``V_s``. It is the protocol's, not the data's (the weights trade it for the
+    sites' privacy noise; it is 0 with size weights and vanishes with them as mu grows), so the fit's deviation from
+    the MLE is ``cov_privacy + cov_path`` with it in ``cov_path`` (the site effects' part of the move is there already,
+    :mod:`privfedstat.algorithms.fedirls.site_weights`); the total is unchanged. Returns ``(V_s, V_a)`` so split.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    moved = max(1.0 - 1.0 / (float(np.sum(n)) * c), 0.0)
+    return (1.0 - moved) * V_s, V_a + moved * V_s
+
+
 def path_note(V_a: np.ndarray, V_s: np.ndarray, notes: list[str]) -> None:
     """A note where the path remainder's sd exceeds the sampling standard error of some coefficient (original scale),
     as :func:`~privfedstat.fitting.diagnostics.warn_privacy_share` judges the privacy part: more rounds shrink it, a
@@ -67,7 +86,7 @@ def path_note(V_a: np.ndarray, V_s: np.ndarray, notes: list[str]) -> None:
     idx = np.flatnonzero(ratio > 1.0)
     if idx.size:
         notes.append(f"the path remainder (cov_path: the error FedIRLS's last Newton step leaves where its released "
-                     f"gradients show the Newton matrix wrong, and a re-weighed root's site-effect shift) dominates the "
+                     f"gradients show the Newton matrix wrong, and a re-weighed root's move from the pooled one) dominates the "
                      f"error of coefficient(s) {idx.tolist()} (original order): its sd is up to "
                      f"{float(np.max(ratio[idx])):.3g} times the sampling standard error. It is in the intervals, but "
                      "it is not privacy noise and a larger mu does not shrink it; more rounds (n_rounds) do")

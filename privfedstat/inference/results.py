@@ -54,8 +54,10 @@ class InferenceResult:
     cov : ndarray of shape (p, p)
         Total covariance, ``cov_sampling + cov_privacy + cov_path`` (bootstrap: of the draws).
     cov_sampling : ndarray of shape (p, p) or None
-        Sampling part: ``c H^-1`` or the sandwich ``c H^-1 Sigma H^-1`` (None for the bootstrap,
-        whose draws do not separate the parts).
+        Sampling part: ``H^-1 / N`` or the sandwich ``H^-1 Sigma H^-1 / N``, the pooled root's (the MLE's) about
+        the truth (None for the bootstrap, whose draws do not separate the parts); a fit whose weights are not the
+        sites' sizes has the rest of its weighted ``c H^-1`` in ``cov_path``
+        (:func:`~privfedstat.inference.protocol_part.weights_move`).
     cov_privacy : ndarray of shape (p, p) or None
         Covariance of the protocol's privacy noise in the estimate (linearised; zeros with
         mu = inf; None for the bootstrap): the part a larger mu shrinks.
@@ -93,9 +95,11 @@ class InferenceResult:
         Anything the user should know (fallbacks, floors).
     cov_path : ndarray of shape (p, p) or None
         The path remainder: FedIRLS's error that its last Newton step leaves where the released gradients show the
-        Newton matrix wrong, with a re-weighed root's site-effect shift (:class:`~privfedstat.theory.noise.IRLSNoise`'s
-        ``last_step``). Not privacy noise: it does not shrink as mu grows, more rounds (``n_rounds``) shrink it.
-        None (read as zeros) for the other estimators and the bootstrap.
+        Newton matrix wrong (:class:`~privfedstat.theory.noise.IRLSNoise`'s ``last_step``), with a re-weighed root's
+        move from the pooled one: its site effects' shift and its sampling part
+        (:func:`~privfedstat.inference.protocol_part.weights_move`). Not privacy noise: the first does not shrink as
+        mu grows, more rounds (``n_rounds``) shrink it. ``cov_privacy + cov_path`` is the fit's deviation from the
+        MLE, but for the clipping bias. None (read as zeros) for the other estimators and the bootstrap.
     """
 
     params: np.ndarray
