@@ -14,15 +14,16 @@ a strategy shim in a :class:`~flwr.server.compat.LegacyContext`, and each node a
 The server learns the modular sum of the survivors' residues and which sites are in it, nothing else;
 a node refuses a secure verb asked over the plain ``query`` path (:func:`in_the_clear`).
 
-**Exactness.** SecAgg+ weights a vector by ``num_examples / max_weight``, clips it to
-``[-c, c]``, maps it affinely to ``[0, T]`` and rounds stochastically before masking modulo
-``2^32``; the server dequantizes the masked sum and divides by the total weight. With
-``num_examples = max_weight = 1``, ``c = 2^bits`` and ``T = 2c`` every step is exact on a residue in
-``[0, 2^bits)`` (the stochastic rounding of an integer-valued array is deterministic, so Flower's
-unseeded ``np.random`` draws nothing that matters), provided ``bits <= 30`` (Flower's int32 cast) and
-``n 2^(bits+1) < 2^32`` (the masked sum of the n quantized vectors does not wrap). The server
-then gets the survivors' mean residue, and ``n`` times it modulo ``2^bits`` is the modular sum that
-:func:`~privfedstat.privacy.secure_noise.decode` reads. :func:`flower_ranges` checks those bounds.
+**Exactness and what the server unmasks.** SecAgg+ weights a vector by ``num_examples / max_weight``, clips it to
+``[-c, c]``, maps it affinely to ``[0, T]`` and rounds stochastically before masking modulo ``modulus_range``; the
+server unmasks the sum modulo ``modulus_range``, dequantizes it and divides by the total weight. With ``num_examples
+= max_weight = 1``, ``T = 2^bits - 1``, ``c = T / 2`` and ``modulus_range = 2^bits``, a node that sends ``r_i - c``
+for its residue ``r_i`` in ``[0, 2^bits)`` has it quantized to ``r_i`` itself (the map is exact, and the stochastic
+rounding of an integer-valued array is deterministic, so Flower's unseeded ``np.random`` draws nothing that matters),
+and SecAgg+'s own modular sum is the ``sum_i r_i mod 2^bits`` that :func:`~privfedstat.privacy.secure_noise.decode`
+reads: the server never holds the integer sum of the residues, whose carries would count the sites whose message (with
+only their share of the noise) is negative. :func:`flower_ranges` gives the ranges; :func:`residue_sum` undoes
+Flower's dequantization (exact in float64 for ``bits <= 30``, Flower's int32 cast).
 
 **Dropouts.** Every site holds a Shamir share of every other site's secrets (``num_shares`` = all
 sites asked) and ``reconstruction_threshold = min_surviving``: a site that drops before sending its
@@ -54,29 +55,40 @@ from ..federation.secure import share_release
 from ..privacy.secure_noise import SkellamSpec
 from .wire import decode_reply, decode_request, encode_request, expected_shape
 
-__all__ = ["SECURE_VERBS", "MODULUS_RANGE", "SecureVerbInTheClear", "flower_ranges", "in_the_clear", "secure_exchange",
+__all__ = ["SECURE_VERBS", "SecureVerbInTheClear", "flower_ranges", "in_the_clear", "residue_sum", "secure_exchange",
            "secure_train", "request_bytes"]
 
 #: the verbs whose messages travel through SecAgg+ (their sum is all the server learns)
 SECURE_VERBS = frozenset({"secure_gradients", "secure_hessians", "secure_score_outer", "secure_design_moments",
                           "secure_clipped_excess", "secure_count_at_most", "secure_column_count",
                           "secure_count_clipped", "secure_pearson_sum"})
-#: SecAgg+'s mask modulus (its largest, 2^32)
-MODULUS_RANGE = 2**32
 #: key of the serialized privfedstat request in the FitIns config of a SecAgg+ round
 REQUEST_KEY = "privfedstat.request"
 #: SecAgg+ rounds of this process (their messages' group ids)
 _ROUNDS = itertools.count(1)
 
 
-def flower_ranges(spec: SkellamSpec, n_sites: int) -> tuple[float, int]:
-    """SecAgg+'s ``clipping_range`` ``2^bits`` and ``quantization_range`` ``2^(bits+1)`` under which ``n_sites``
-    residues modulo ``2^bits`` pass through it exactly (see the module docstring); ValueError where they cannot."""
+def flower_ranges(spec: SkellamSpec, n_sites: int) -> tuple[float, int, int]:
+    """SecAgg+'s ``clipping_range`` ``c = (2^bits - 1) / 2``, ``quantization_range`` ``T = 2^bits - 1`` and
+    ``modulus_range`` ``2^bits``, under which ``n_sites`` residues ``r_i - c`` sent by the nodes are summed by SecAgg+
+    modulo ``2^bits`` exactly (see the module docstring); ValueError where they cannot."""
     bits = int(spec.bits)
-    if bits > 30 or int(n_sites) * 2 ** (bits + 1) >= MODULUS_RANGE:
+    if bits > 30 or int(n_sites) >= 2**bits:
         raise ValueError(f"the secure sum needs a modulus of 2^{bits} for {n_sites} sites: SecAgg+ carries residues of at "
-                         f"most 30 bits with n 2^(bits+1) < 2^32; clip the messages more tightly or fit in process.")
-    return float(2**bits), 2 ** (bits + 1)
+                         f"most 30 bits (Flower's int32 cast) and fewer sites than 2^bits; clip the messages more tightly "
+                         f"or fit in process.")
+    target = 2**bits - 1
+    return target / 2.0, target, 2**bits
+
+
+def residue_sum(mean: np.ndarray, n_sites: int, spec: SkellamSpec) -> np.ndarray:
+    """The modular sum ``sum_i r_i mod 2^bits`` of ``n_sites`` residues from what SecAgg+'s workflow returns with
+    :func:`flower_ranges`: ``(S - n c) T / q``, ``S`` its unmasked sum modulo ``2^bits`` and ``q = n T mod 2^bits``
+    the summed weight factor."""
+    clip, target, modulus = flower_ranges(spec, n_sites)
+    weight = (n_sites * target) % modulus
+    total = np.rint(np.asarray(mean, dtype=np.float64) * (weight / target) + n_sites * clip)
+    return np.mod(total.astype(np.int64), modulus)
 
 
 def request_bytes(verb: str, session: str, target: int, kwargs: dict) -> bytes:
@@ -131,7 +143,8 @@ def secure_train(node, msg: Message) -> Message:
     if reply.status != "ok":
         raise RuntimeError(f"the node's secure message ({verb}) was not produced: status {reply.status!r}"
                            f"{'' if reply.error is None else ' (' + reply.error[0] + ')'}.")
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([reply.values]), 1, {})
+    clip = (2.0 ** int(kwargs["spec"].bits) - 1.0) / 2.0  # Flower's quantization maps r - c to r (flower_ranges)
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([reply.values - clip]), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)
 
 
@@ -201,13 +214,13 @@ def secure_exchange(link, verb: str, target: int, per_client: list[dict], spec: 
 
     m = len(per_client)
     live = [i for i in range(m) if not link.failed[i]]
-    clip, target_range = flower_ranges(spec, len(live))
+    clip, target_range, modulus = flower_ranges(spec, len(live))
     shim = _Shim(link.grid, {link.nodes[i]: request_bytes(verb, link.session, target, per_client[i]) for i in live})
     state = RecordDict({MAIN_CONFIGS_RECORD: ConfigRecord({WorkflowKey.CURRENT_ROUND: next(_ROUNDS)}),
                         MAIN_PARAMS_RECORD: ArrayRecord()})
     context = LegacyContext(Context(0, 0, {}, state, {}), strategy=shim)
     workflow = SecAggPlusWorkflow(1.0, min(1.0, spec.min_surviving / max(len(live), 1)), max_weight=1.0,
-                                  clipping_range=clip, quantization_range=target_range, modulus_range=MODULUS_RANGE,
+                                  clipping_range=clip, quantization_range=target_range, modulus_range=modulus,
                                   timeout=link.timeout)
     if len(live) >= max(2, spec.min_surviving):  # SecAgg+ needs two sites; fewer is refused by secure_mean
         workflow(_PolledGrid(link), context)
@@ -222,7 +235,7 @@ def secure_exchange(link, verb: str, target: int, per_client: list[dict], spec: 
     if answered.any():
         n = int(answered.sum())
         values[answered] = 0.0
-        total = np.mod(np.rint(np.asarray(shim.mean, dtype=np.float64) * n).astype(np.int64), 1 << int(spec.bits))
+        total = residue_sum(shim.mean, n, spec)
         values[int(np.flatnonzero(answered)[0])] = total.reshape(shape)
     d = int(math.prod(shape))
     sens = np.array([float(np.atleast_1d(kw["sensitivity"])[0]) if answered[i] else 0.0

@@ -75,15 +75,45 @@ def test_a_secure_fedsgd_through_secaggplus_equals_the_in_process_fit_and_the_se
     for k, (_, vec) in enumerate(grid.masked):
         weight, masked = vec[0], vec[1]
         own, spec = residues[k]
-        clip, _ = flower_ranges(spec, 4)
-        assert not np.array_equal(masked, own) and not np.array_equal(masked, own + clip)
-        assert not np.any(np.isin(masked, [own, own + clip]).all()) and weight[0] != 2 * clip  # weight masked too
-        assert masked.min() >= 0 and masked.max() < 2**32
-        # unmasked, the upload would be (2c, r_i + c) < 2^(bits+2) <= 2^26 here (rows rounded into balls of the largest
-        # radius the SecAgg+ word holds: bits <= 24); masked it is uniform on [0, 2^32): all four entries below 2^26 has
-        # probability 2^-24
-        top = 2 ** (spec.bits + 2)
-        assert spec.bits <= 24 and 2 * clip + own.max() < top and (np.concatenate([weight, masked]) >= top).any()
+        clip, target, modulus = flower_ranges(spec, 4)
+        assert not np.array_equal(masked, own) and not np.array_equal(masked, own - clip)
+        assert not np.any(np.isin(masked, [own]).all()) and weight[0] != target  # weight masked too
+        # masks are uniform modulo 2^bits, the residues' own modulus: masked, an entry equals the residue with
+        # probability 2^-bits
+        assert masked.min() >= 0 and masked.max() < modulus and np.mean(masked == own) < 0.5
+
+
+def test_secaggplus_unmasks_only_the_modular_sum_of_the_residues(monkeypatch):
+    """What the server unmasks is ``sum_i r_i mod 2^bits``, not the integer sum of the residues, whose carries would
+    count the sites whose message (with only their share of the noise) is negative: SecAgg+'s modulus is 2^bits."""
+    from flwr.server.workflow.secure_aggregation import secaggplus_workflow as workflow
+
+    data = demo_dataset("synthetic-logistic", 4)
+    residues, unmasked = [], []
+    inner_privatize, inner_extract = secure_mod.privatize_integer, workflow.factor_extract
+
+    def tap(*args, **kwargs):
+        out = inner_privatize(*args, **kwargs)
+        residues.append((out[0].copy(), args[2]))
+        return out
+
+    def extract(parameters):
+        unmasked.append([np.array(a, copy=True) for a in parameters])
+        return inner_extract(parameters)
+
+    monkeypatch.setattr(secure_mod, "privatize_integer", tap)
+    monkeypatch.setattr(workflow, "factor_extract", extract)
+    fit_on_grid(FedSGD(**dict(PARAMS, n_iter=2)), SecAggGrid(_nodes(data)))
+    assert len(unmasked) == 2 and len(residues) == 4 * 2  # a residue vector per site and round
+    carried = 0
+    for k, (weight, total) in enumerate(unmasked):
+        spec = residues[4 * k][1]
+        _, target, modulus = flower_ranges(spec, 4)
+        plain = sum(own.astype(np.int64).sum(axis=0) for own, _ in residues[4 * k:4 * k + 4])
+        carried += int((plain >= modulus).sum())
+        np.testing.assert_array_equal(total, plain % modulus)
+        assert weight[0] == (4 * target) % modulus
+    assert carried > 0  # the sums had carries to hide
 
 
 def test_a_site_dropping_mid_fit_is_left_out_of_the_secure_sums_and_its_survivors_are_accounted():
@@ -153,7 +183,7 @@ def test_a_secure_fit_s_counts_go_through_secaggplus_and_equal_the_in_process_fi
 
 def test_secaggplus_ranges_refuse_a_modulus_it_cannot_carry():
     spec = skellam_spec(1e-3, 0.2, 7, 0.3, 10, 10)
-    assert flower_ranges(spec, 10) == (2.0**spec.bits, 2 ** (spec.bits + 1))
+    assert flower_ranges(spec, 10) == ((2.0**spec.bits - 1) / 2, 2**spec.bits - 1, 2**spec.bits)
     with pytest.raises(ValueError, match="30 bits"):
         flower_ranges(skellam_spec(1e-9, 10.0, 7, 0.3, 10, 10), 10)
 

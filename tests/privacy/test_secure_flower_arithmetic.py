@@ -1,14 +1,15 @@
-"""The secure sums' residues pass through Flower SecAgg+'s own arithmetic unchanged.
+"""The secure sums' residues pass through Flower SecAgg+'s own arithmetic unchanged, summed modulo 2^bits.
 
 Flower's ``secaggplus_mod`` weights a client's vector by ``num_examples / max_weight``, quantizes it
 (``quantize``: clip to [-c, c], shift by c, scale by T / 2c, stochastic rounding) and adds masks modulo
-``modulus_range``; the workflow sums, extracts the weight factor, dequantizes and divides by the total weight.
-With ``num_examples = max_weight`` (weight 1), ``c = 2^bits`` and ``T = 2c`` every step is exact on the residues
-``r_i`` in [0, 2^bits) (the stochastic rounding of an integer-valued array is deterministic), so the workflow hands
-the server ``mean_i r_i``, from which ``n mean`` modulo ``2^bits`` is the modular sum that ``decode`` reads --
-provided ``r_i + c < 2^31`` (Flower's int32 cast: bits <= 30) and ``n 2^(bits+1) < modulus_range <= 2^32``. The
-masks are Flower's (``pseudo_rand_gen``: a private mask per site, pairwise masks that cancel), with fixed seeds in
-place of the key agreement and the Shamir shares that carry them in the protocol.
+``modulus_range``; the workflow sums modulo ``modulus_range``, extracts the weight factor, dequantizes and divides by
+the total weight. With ``num_examples = max_weight`` (weight 1), ``T = 2^bits - 1``, ``c = T / 2`` and
+``modulus_range = 2^bits`` (:func:`privfedstat.flower.secagg.flower_ranges`), a residue ``r_i`` in [0, 2^bits) sent
+as ``r_i - c`` is quantized to ``r_i`` exactly (the stochastic rounding of an integer-valued array is deterministic),
+the server unmasks ``sum_i r_i mod 2^bits`` and nothing more, and :func:`privfedstat.flower.secagg.residue_sum`
+undoes the dequantization -- provided ``bits <= 30`` (Flower's int32 cast). The masks are Flower's
+(``pseudo_rand_gen``: a private mask per site, pairwise masks that cancel), with fixed seeds in place of the key
+agreement and the Shamir shares that carry them in the protocol.
 """
 
 import numpy as np
@@ -28,16 +29,19 @@ from flwr.common.secure_aggregation.ndarrays_arithmetic import (  # noqa: E402
 from flwr.common.secure_aggregation.quantization import dequantize, quantize  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen  # noqa: E402
 
+from privfedstat.flower.secagg import flower_ranges, residue_sum  # noqa: E402
 
-def _flower_round(residues: np.ndarray, bits: int, modulus: int) -> np.ndarray:
-    """Flower 1.42's client steps (secaggplus_mod's fit stage, no masks) and server steps (the unmask stage)."""
-    c, T, max_weight = float(2**bits), 2 ** (bits + 1), 1000.0
+
+def _flower_round(residues: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray]:
+    """Flower 1.42's client steps (secaggplus_mod's fit stage) and server steps (the unmask stage) with the ranges of
+    :func:`flower_ranges`: what the workflow returns, and the unmasked sum it dequantized."""
+    c, T, modulus = flower_ranges(spec, len(residues))
     n = len(residues)
     uploads, private = [], []
     for i, r in enumerate(residues):
-        ratio = max_weight / max_weight  # num_examples = max_weight
+        ratio = 1.0  # num_examples = max_weight
         q_ratio = round(ratio * T)
-        params = parameters_multiply([r.astype(np.float64)], q_ratio / T)
+        params = parameters_multiply([r.astype(np.float64) - c], q_ratio / T)
         q = factor_combine(q_ratio, quantize(params, c, T))
         shapes = [a.shape for a in q]
         private.append(pseudo_rand_gen(bytes([i + 1] * 32), modulus, shapes))
@@ -48,7 +52,7 @@ def _flower_round(residues: np.ndarray, bits: int, modulus: int) -> np.ndarray:
                 q = parameters_addition(q, pair) if i < j else parameters_subtraction(q, pair)
         uploads.append(parameters_mod(q, modulus))
     # what the server holds of a site is masked: not its quantized residue
-    assert not np.array_equal(uploads[0][1], residues[0] + c)
+    assert not np.array_equal(uploads[0][1], residues[0])
     total = uploads[0]
     for u in uploads[1:]:
         total = parameters_addition(total, u)
@@ -59,7 +63,7 @@ def _flower_round(residues: np.ndarray, bits: int, modulus: int) -> np.ndarray:
     out = dequantize(recon, c, T)[0]
     out += -(len(residues) - 1) * c
     out *= T / q_total
-    return out
+    return out, recon[0]
 
 
 @pytest.mark.parametrize("n_sites", [3, 10])
@@ -67,11 +71,15 @@ def test_flower_secaggplus_arithmetic_returns_the_mean_residue_exactly(n_sites):
     rng = np.random.default_rng(0)
     d = 7
     spec = skellam_spec(1e-3, 0.2, d, 0.3, n_sites, n_sites)
-    assert spec.bits <= 30 and n_sites * 2 ** (spec.bits + 1) < 2**32
+    assert spec.bits <= 30
     u = rng.uniform(-0.2 / n_sites, 0.2 / n_sites, size=(n_sites, d))
     residues = encode(u, spec, [np.random.default_rng(i) for i in range(n_sites)])
-    mean = _flower_round(residues, spec.bits, 2**32)
-    summed = np.rint(mean * n_sites).astype(np.int64) % (1 << spec.bits)
+    out, unmasked = _flower_round(residues, spec)
+    # the server unmasks the modular sum only (no carries: they would count the negative messages)
+    plain = residues.astype(np.int64).sum(axis=0)
+    assert (plain >= 2**spec.bits).any()
+    np.testing.assert_array_equal(unmasked, plain % 2**spec.bits)
+    summed = residue_sum(out, n_sites, spec)
     np.testing.assert_array_equal(decode(summed[None, :], spec), decode(residues, spec))
 
 
@@ -80,11 +88,10 @@ def test_secure_counts_pass_through_flower_secaggplus_arithmetic_to_the_in_proce
     """A secure count's residues (integers sent as they are, :func:`count_spec`) through SecAgg+'s arithmetic decode to
     the in-process modular sum: the true total plus the summed Skellam shares."""
     spec = count_spec(0.05, n_sites, n_sites, 5000)
-    assert spec.bits <= 30 and n_sites * 2 ** (spec.bits + 1) < 2**32
+    assert spec.bits <= 30
     counts = np.random.default_rng(1).integers(0, 5001, size=(n_sites, 1)).astype(np.float64)
     residues = encode(counts, spec, [np.random.default_rng(i) for i in range(n_sites)])
-    mean = _flower_round(residues, spec.bits, 2**32)
-    summed = np.rint(mean * n_sites).astype(np.int64) % (1 << spec.bits)
+    summed = residue_sum(_flower_round(residues, spec)[0], n_sites, spec)
     in_process = decode(residues, spec)
     np.testing.assert_array_equal(decode(summed[None, :], spec), in_process)
     shares = [(lambda r: r.poisson(spec.lam) - r.poisson(spec.lam))(np.random.default_rng(i)) for i in range(n_sites)]
