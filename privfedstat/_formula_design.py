@@ -328,8 +328,8 @@ def _check_no_empty_class(codes: np.ndarray, classes: list, response: str) -> No
 # ---------------------------------------------------------------------- checks for finite mu
 def _check_no_stateful_transforms(mm) -> None:
     """Refuse transforms whose parameters (means, scales, knots, bases) were computed from the data."""
-    fitted = [name for spec in (mm.lhs.model_spec, mm.rhs.model_spec)
-              for name, state in spec.transform_state.items() if state]
+    fitted = list(dict.fromkeys(name for spec in (mm.lhs.model_spec, mm.rhs.model_spec)  # both sides list them
+                                for name, state in spec.transform_state.items() if state))
     if fitted:
         raise ValueError(
             f"the formula's stateful transform(s) {fitted} compute their parameters (means, scales, knots, bases) "
