@@ -266,7 +266,7 @@ class FederatedEstimator(FittedResults):
                            n_samples=data.n_samples, family=family)
         session, charge = self._open_session(data, family, mu, participation, budget)
         n_features, n_samples = data.n_features, data.n_samples
-        self.client_labels_ = data.labels
+        self.client_labels_ = getattr(data, "labels", None)  # the networks' TensorFederatedData has none
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
         session.channel.end_setup_stage("the column scaling")
