@@ -277,16 +277,11 @@ def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) 
         what, fix = (("the fitted model's levels", "the model has no coefficients for them") if fitted else
                      ("the declared levels", "or add the missing levels to the declaration"))
         raise ValueError(
-            f"column {col!r}: {outside} row(s) have a value outside {what} ({_listed(cats)}); "
+            f"column {col!r}: {outside} row(s) have a value outside {what} ({', '.join(map(repr, cats[:8]))}"
+            f"{' ...' if len(cats) > 8 else ''}); "
             f"recode or remove those rows ({fix}).{_type_mismatch(values, cats)}"
         )
     return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
-
-
-def _listed(cats: list, limit: int = 8) -> str:
-    """The declared (public) levels, the first ``limit`` of them."""
-    more = f" and {len(cats) - limit} more" if len(cats) > limit else ""
-    return ", ".join(map(repr, cats[:limit])) + more
 
 
 def _type_mismatch(values: pd.Series, cats: list) -> str:
