@@ -277,7 +277,8 @@ def _as_declared(values: pd.Series, cats: list, col: str, fitted: bool = False) 
         what, fix = (("the fitted model's levels", "the model has no coefficients for them") if fitted else
                      ("the declared levels", "or add the missing levels to the declaration"))
         raise ValueError(
-            f"column {col!r}: {outside} row(s) have a value outside {what} ({len(cats)} levels); "
+            f"column {col!r}: {outside} row(s) have a value outside {what} ({', '.join(map(repr, cats[:8]))}"
+            f"{' ...' if len(cats) > 8 else ''}); "
             f"recode or remove those rows ({fix}).{_type_mismatch(values, cats)}"
         )
     return pd.Series(pd.Categorical(values, categories=cats), index=values.index)
@@ -328,8 +329,8 @@ def _check_no_empty_class(codes: np.ndarray, classes: list, response: str) -> No
 # ---------------------------------------------------------------------- checks for finite mu
 def _check_no_stateful_transforms(mm) -> None:
     """Refuse transforms whose parameters (means, scales, knots, bases) were computed from the data."""
-    fitted = [name for spec in (mm.lhs.model_spec, mm.rhs.model_spec)
-              for name, state in spec.transform_state.items() if state]
+    fitted = list(dict.fromkeys(name for spec in (mm.lhs.model_spec, mm.rhs.model_spec)  # both sides list them
+                                for name, state in spec.transform_state.items() if state))
     if fitted:
         raise ValueError(
             f"the formula's stateful transform(s) {fitted} compute their parameters (means, scales, knots, bases) "

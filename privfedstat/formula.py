@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -185,6 +185,10 @@ def glm(
         raise ValueError(f"data has duplicated column name(s) {dups[:10]}: the formula and client= name columns, so "
                          "each needs its own name. Rename them, or drop the copies with "
                          "data.loc[:, ~data.columns.duplicated()].")
+    if not isinstance(client, Hashable) or isinstance(client, (pd.Series, pd.Index)):
+        raise TypeError(f"client must name the column of data that holds each row's client (client='site'), got "
+                        f"a {type(client).__name__}; to use one label per row, add it as a column: "
+                        "glm(formula, data.assign(site=labels), client='site').")
     if client not in data.columns:
         raise ValueError(f"client column {client!r} is not in the data; columns are {list(data.columns)}.")
     spec = get_method(method if method is not None else ("fedirls" if penalty is None else "fednmap"))

@@ -90,6 +90,7 @@ class FederatedData:
         self.y = np.ascontiguousarray(y)
         self.offsets = offsets
         self.offset = offset
+        self.labels: np.ndarray | None = None  # the clients' labels, sorted, where from_pooled was given them
         for a in (self.X, self.y, self.offsets, self.eta_offset):
             a.setflags(write=False)
 
@@ -174,12 +175,14 @@ class FederatedData:
             return cls(X, y, np.concatenate([[0], np.cumsum(sizes)]), offset)
         labels = client_labels(clients, X.shape[0])
         try:
-            _, codes = np.unique(labels, return_inverse=True)
+            names, codes = np.unique(labels, return_inverse=True)
         except TypeError as exc:
             raise TypeError(f"client labels must be sortable (all numbers or all strings): {exc}") from None
         order = np.argsort(codes, kind="stable")
         counts = np.bincount(codes)
-        return cls(X[order], y[order], np.concatenate([[0], np.cumsum(counts)]), None if offset is None else offset[order])
+        data = cls(X[order], y[order], np.concatenate([[0], np.cumsum(counts)]), None if offset is None else offset[order])
+        data.labels = names
+        return data
 
     # ------------------------------------------------------------------ properties
     @property

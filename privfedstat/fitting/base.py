@@ -136,6 +136,9 @@ class FederatedEstimator(FittedResults):
         Covariance (total, sampling and privacy parts), how it was computed and what it spent.
     client_sizes_ : ndarray of shape (n_clients,)
         Rows per site n_i (public in every protocol here: they set the noise scales).
+    client_labels_ : ndarray of shape (n_clients,) or None
+        The sites' labels in the order of ``client_sizes_`` and ``site_weights_`` (sorted; public, like the
+        sizes), when the fit was given one label per row (``clients=``, ``glm()``'s ``client=``); else None.
     site_weights_ : ndarray of shape (n_clients,)
         The server's weights w_i of the sites in the estimate (summing to 1): size weights n_i / N unless the
         estimator's ``weights`` chose others (FedIRLS's ``"optimal"`` re-weighs sites of unequal size).
@@ -263,6 +266,7 @@ class FederatedEstimator(FittedResults):
                            n_samples=data.n_samples, family=family)
         session, charge = self._open_session(data, family, mu, participation, budget)
         n_features, n_samples = data.n_features, data.n_samples
+        self.client_labels_ = getattr(data, "labels", None)  # the networks' TensorFederatedData has none
         del data  # from here on the server talks to the clients only through their verbs
         scaler = fit_scaler(self, session, plan)
         session.channel.end_setup_stage("the column scaling")

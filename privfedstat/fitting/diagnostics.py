@@ -170,6 +170,12 @@ def _names(idx, labels: list[str], limit: int = 8) -> str:
     return shown + (f" and {len(idx) - limit} more" if len(idx) > limit else "")
 
 
+def _site(est, i: int) -> str:
+    """Site ``i`` (counting from 0 in the clients' order) by its label where the fit was given labels."""
+    labels = getattr(est, "client_labels_", None)
+    return f"site #{i} counting from 0 in the clients' order" if labels is None else f"site {labels[i:i + 1].tolist()[0]!r}"
+
+
 def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
              score_pending: bool = False) -> tuple[bool | None, bool]:
     """Warn about non-convergence, noise-dominated coefficients, undersized sites, ill-conditioning.
@@ -319,7 +325,7 @@ def diagnose(est, session: Session, setup: Setup, run: Run, n_samples: int,
         if bad.size:
             warn(
                 f"{bad.size} site(s) are too small for the mu = {setup.mu:.3g} that {est.method}'s estimation rounds get "
-                f"(of mu = {getattr(est, 'mu', setup.mu):.3g}; e.g. site #{int(bad[0])} counting from 0 in sorted-label order, "
+                f"(of mu = {getattr(est, 'mu', setup.mu):.3g}; e.g. {_site(est, int(bad[0]))}, "
                 f"n = {int(session.sizes[bad[0]])}): their messages are noise-dominated. Sites need at least n = {n_min} rows "
                 "at these settings; merge small sites, increase mu, or use fewer rounds.",
                 PrivacyNoiseWarning,

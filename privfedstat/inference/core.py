@@ -129,8 +129,9 @@ def floored(A: np.ndarray, s: float, what: str, notes: list[str]) -> np.ndarray:
     if not low:
         return A
     if s > 0:
+        sds = "sd" if FLOOR_NOISE_SDS == 1 else "sds"
         notes.append(f"{low} of {vals.size} eigenvalues of the released {what} were below {FLOOR_NOISE_SDS:g} noise "
-                     f"sds ({floor:.3g}) and were raised to it (post-processing); along them the sampling variance "
+                     f"{sds} ({floor:.3g}) and were raised to it (post-processing); along them the sampling variance "
                      "is understated and the privacy noise dominates")
     else:
         notes.append(f"the {what} is singular ({low} eigenvalue(s) ~ 0: collinear columns?); they were set to "

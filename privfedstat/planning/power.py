@@ -67,7 +67,7 @@ import pandas as pd
 
 from .._validation import check_fraction, check_mu, check_positive_float
 from ..algorithms.registry import get_method
-from ..families import get_family
+from ..families import family_type, get_family
 from ..fitting.scaling import PrivateStandardize
 from ..theory._population import make_spec
 from ..theory.power import wald_half_width, wald_power
@@ -134,6 +134,13 @@ def plan_study(covariates, coef, *, sizes, family="gaussian", mu: float = 2.0, n
     if X.ndim != 2 or X.shape[0] < 2 or not np.all(np.isfinite(X)):
         raise ValueError(f"covariates must be a finite (n, d) array of design rows, got shape {X.shape}.")
     d = X.shape[1]
+    kind = family_type(family)
+    if kind.response_levels or not kind.likelihood:
+        raise ValueError(
+            f"plan_study plans the families with one scalar response law per row: 'gaussian', 'logistic' (or "
+            f"'binomial') and 'poisson'; got family={family!r}, which it cannot plan"
+            + (": for one equation of a multinomial model, plan that class against the reference class with "
+               "family='logistic' on the sizes of the rows in those two classes." if kind.response_levels else "."))
     beta = np.asarray(coef, dtype=np.float64).ravel()
     if beta.shape != (d,) or not np.all(np.isfinite(beta)):
         raise ValueError(f"coef must hold {d} finite numbers (one per column of covariates), got {coef!r}.")

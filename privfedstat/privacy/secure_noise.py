@@ -72,6 +72,7 @@ MAX_BITS = 52
 #: the largest Lambda whose Gaussianised steps are computed (0.3-0.9 s; scipy's ive is nan at 2 Lambda = 2e9): a budget
 #: needing more gets a coarser quantum (:func:`skellam_spec`)
 MAX_CHECKED_LAM = 1e8
+MORE_BUDGET = "a larger mu, fewer rounds (n_rounds, n_iter) or aggregation='local' give the round more budget."
 #: the steps are checked wherever the Skellam's tail probability is above this (36.4 sds and more): ``exp(-25)`` above
 #: the mass where scipy's ive flushes to 0, so that the grid's missing tail is negligible there
 TAIL = 1e-290
@@ -289,9 +290,8 @@ def skellam_spec(sensitivity: float, bound: float, dim: int, mu: float, n_client
     reach_l2 = mu * math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6)  # the largest l2 whose Lambda is checked
     if sensitivity / quantum + math.sqrt(d) > reach_l2:  # a coarser quantum keeps Lambda where its steps are checked
         if reach_l2 < 5.0 * math.sqrt(d):
-            raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates: its integer "
-                             f"noise would need Lambda above {MAX_CHECKED_LAM:g}, where its GDP constant is checked, "
-                             "or a rounding slack above 1/4 of the sensitivity: give the round more budget.")
+            raise ValueError(f"the secure round's budget mu = {mu:g} is too small for {d} coordinates (integer noise Lambda "
+                             f"above {MAX_CHECKED_LAM:g} or a rounding slack above 1/4 of the sensitivity): {MORE_BUDGET}")
         quantum = sensitivity / (reach_l2 - math.sqrt(d))
     l2 = sensitivity / quantum + math.sqrt(d)
     l1 = min(math.sqrt(d) * sensitivity / quantum + d, l2 * l2)
@@ -412,7 +412,7 @@ def _calibrated_lam(l2: float, mu: float, shares: int) -> float:
         lam, step = lam * (1.0 + step), 2.0 * step
     if lam > MAX_CHECKED_LAM:
         raise ValueError(f"the secure round's budget mu = {mu:g} needs integer noise Lambda = {lam:.3g} above "
-                         f"{MAX_CHECKED_LAM:g}, where its GDP constant is checked: give the round more budget.")
+                         f"{MAX_CHECKED_LAM:g} (its GDP constant's checked range): {MORE_BUDGET}")
     share, best = lam / shares, math.inf
     for _ in range(64):  # the central step is the steepest wherever it was checked: usually one pass (docs)
         excess = l2 * skellam_gdp_step(share * shares) / mu

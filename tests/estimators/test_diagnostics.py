@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import simulate
 
-from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FedNewton, FedSGD, PrivacyNoiseWarning
+from privfedstat import ConvergenceWarning, DivergenceError, FedAvg, FederatedData, FedNewton, FedSGD, PrivacyNoiseWarning
 from privfedstat.algorithms.registry import methods
 from privfedstat.fitting.diagnostics import hessian_condition, noise_dominated, undersized_clients
 
@@ -50,7 +50,12 @@ def test_tiny_sites_warn_with_the_minimum_size():
     with pytest.warns(PrivacyNoiseWarning, match="too small") as caught:  # names which site and whose mu it was
         FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(mixed)
     text = next(str(w.message) for w in caught if "too small" in str(w.message))
-    assert "site #1 counting from 0 in sorted-label order, n = 10" in text and "(of mu = 1;" in text
+    assert "site #1 counting from 0 in the clients' order, n = 10" in text and "(of mu = 1;" in text
+    labelled = FederatedData.from_pooled(mixed.X, mixed.y, clients=np.repeat(["lyon", "metz", "nice"], [200, 10, 200]))
+    with pytest.warns(PrivacyNoiseWarning, match="too small") as caught:  # by its label, not by its position
+        est = FedSGD(mu=1.0, n_iter=50, clip=1.0, random_state=0).fit(labelled)
+    assert "e.g. site 'metz', n = 10)" in next(str(w.message) for w in caught if "too small" in str(w.message))
+    assert list(est.client_labels_) == ["lyon", "metz", "nice"] and FedSGD(mu=1.0).fit(mixed).client_labels_ is None
     big = simulate("logistic", [15] * 30, [0.3, -0.8, 0.6], seed=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

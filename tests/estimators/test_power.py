@@ -176,6 +176,11 @@ def test_unplannable_and_refused_settings(design):
         pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, method="fedsgd")
     with pytest.raises(ValueError, match="coef must hold 3"):
         pfs.plan_study(design, (0.0, 0.1), family="logistic", sizes=[100] * 3)
+    for family in ("multinomial", pfs.get_family("multinomial", n_classes=3)):  # was: "needs n_classes" / "coef"
+        with pytest.raises(ValueError, match="cannot plan: for one equation of a multinomial .* family='logistic'"):
+            pfs.plan_study(design, np.zeros((2, 3)), family=family, sizes=[100] * 3)
+    with pytest.raises(ValueError, match="'poisson'; got family='huber', which it cannot plan"):
+        pfs.plan_study(design, (0.0, 0.1, 0.1), family="huber", sizes=[100] * 3)
     with pytest.raises(ValueError, match="not planned"):
         pfs.plan_study(design, (0.0, 0.1, 0.1), family="logistic", sizes=[100] * 3, clip="paper")
 

@@ -88,6 +88,9 @@ def test_formula_errors(df):
         glm("~ age", data=df, client="site", family="logistic")
     with pytest.raises(ValueError, match="client column"):
         glm("y ~ age", data=df, client="hospital", family="logistic")
+    for labels in (df["site"], df["site"].to_numpy(), list(df["site"])):  # an unhashable TypeError before
+        with pytest.raises(TypeError, match=r"client must name the column .* data.assign\(site=labels\)"):
+            glm("y ~ age", data=df, client=labels, family="logistic")
     bad = df.copy()
     bad.loc[5, "age"] = np.nan
     with pytest.raises(ValueError, match="missing"):

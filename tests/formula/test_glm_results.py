@@ -82,6 +82,7 @@ def test_new_rows_outside_the_declared_levels_raise_with_column_and_count(df):
     with pytest.raises(ValueError, match=r"column 'region': 2 row\(s\) have a value outside the fitted model's levels") as err:
         est.predict(bad)
     assert "east" not in str(err.value)  # counts, never values
+    assert f"levels ({', '.join(map(repr, REGIONS))}); recode" in str(err.value)  # the public levels (was: '3 levels')
     with pytest.raises(ValueError, match="column 'region': 2 row"):
         est.score(bad)
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from privfedstat._linalg import floor_eigenvalues, vec_to_sym
-from privfedstat.inference.core import UNIDENTIFIED_NOISE_SDS, unidentified_coefficients
+from privfedstat.inference.core import FLOOR_NOISE_SDS, UNIDENTIFIED_NOISE_SDS, floored, unidentified_coefficients
 
 
 def _draws(rng, H, s, n):
@@ -52,3 +52,12 @@ def test_the_unidentified_warning_names_quasi_separation():
     with pytest.warns(IllConditionedWarning, match="quasi-separation") as caught:
         floored(np.diag([1.0, 0.01]), 0.05, "Hessian", [])
     assert "drop or pool a separated level" in str(caught[0].message)
+
+
+def test_the_floor_note_counts_its_noise_sds_in_words():
+    """The summary's note read "were below 1 noise sds (0.0859)" (Dee04, mu = 2)."""
+    notes = []
+    floored(np.diag([1.0, 0.01]), 0.1 / FLOOR_NOISE_SDS, "middle matrix", notes)
+    unit = "sd" if FLOOR_NOISE_SDS == 1 else "sds"
+    expected = f"1 of 2 eigenvalues of the released middle matrix were below {FLOOR_NOISE_SDS:g} noise {unit} (0.1)"
+    assert notes and expected in notes[0]
