@@ -343,7 +343,9 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
             return False
     if not contracts(est, run.noise_model, H, hessian_sd):  # the score test's null assumes contracting steps
         return False
-    verdict = judge(score, H, to_original, inference.cov, inference.cov_protocol)
+    # the privacy noise alone: the path remainder (cov_path) is the error of a path that stopped short, which the test
+    # is there to detect, not noise around the root
+    verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
     names = est._coef_labels()
@@ -361,6 +363,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                "too large for the columns' scale throws a path), or the data or mu do not resolve them")
         advice = (remedy(est, "oscillating") + " Otherwise increase mu or the rows per site."
                   if gradient_steps(run.noise_model) else est._advice())
+    elif "hessian_clip" in est.get_params() and inference.cov_path is not None and np.any(np.diag(inference.cov_path) > 0):
+        why = ("its path stopped short of it: the released gradients along its last step show its Newton matrix "
+               "flatter than the score (a path remainder, cov_path), as where the per-row curvature bound clips the "
+               "rows that carry most of the curvature")
+        advice = "Give a larger hessian_clip (the per-row curvature bound), or increase mu."
     else:
         why, advice = "its path stopped short of it", est._advice()
     where = ("beyond its noise" if verdict.coefficient < 0 else
