@@ -363,13 +363,13 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                "too large for the columns' scale throws a path), or the data or mu do not resolve them")
         advice = (remedy(est, "oscillating") + " Otherwise increase mu or the rows per site."
                   if gradient_steps(run.noise_model) else est._advice())
-    elif "hessian_clip" in est.get_params() and inference.cov_path is not None and np.any(np.diag(inference.cov_path) > 0):
-        why = ("its path stopped short of it: the released gradients along its last step show its Newton matrix "
-               "flatter than the score (a path remainder, cov_path), as where the per-row curvature bound clips the "
-               "rows that carry most of the curvature")
-        advice = "Give a larger hessian_clip (the per-row curvature bound), or increase mu."
     else:
         why, advice = "its path stopped short of it", est._advice()
+        if "hessian_clip" in est.get_params() and inference.cov_path is not None and np.any(np.diag(inference.cov_path) > 0):
+            why += (", and the released gradients along its last step show its Newton matrix flatter than the score "
+                    "(a path remainder, cov_path), as where the per-row curvature bound clips the rows that carry most "
+                    "of the curvature")
+            advice += " Or give a larger hessian_clip (the per-row curvature bound)."
     where = ("beyond its noise" if verdict.coefficient < 0 else
              f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(
