@@ -343,7 +343,9 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
             return False
     if not contracts(est, run.noise_model, H, hessian_sd):  # the score test's null assumes contracting steps
         return False
-    verdict = judge(score, H, to_original, inference.cov, inference.cov_protocol)
+    # the privacy noise alone: the path remainder (cov_path) is the error of a path that stopped short, which the test
+    # is there to detect, not noise around the root
+    verdict = judge(score, H, to_original, inference.cov, inference.cov_privacy)
     if verdict.converged:
         return path_converged is not False
     names = est._coef_labels()
@@ -363,6 +365,11 @@ def review_score(est, score: Score, H: np.ndarray, hessian_sd: float, inference,
                   if gradient_steps(run.noise_model) else est._advice())
     else:
         why, advice = "its path stopped short of it", est._advice()
+        if "hessian_clip" in est.get_params() and inference.cov_path is not None and np.any(np.diag(inference.cov_path) > 0):
+            why += (", and the released gradients along its last step show its Newton matrix flatter than the score "
+                    "(a path remainder, cov_path), as where the per-row curvature bound clips the rows that carry most "
+                    "of the curvature")
+            advice += " Or give a larger hessian_clip (the per-row curvature bound)."
     where = ("beyond its noise" if verdict.coefficient < 0 else
              f"{verdict.distance:.3g} standard errors away in {names[verdict.coefficient]}")
     warn(

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from privfedstat import PrivacyNoiseWarning, glm
+from privfedstat import ConvergenceWarning, PrivacyNoiseWarning, glm
 from privfedstat._linalg import vec_to_sym
 from privfedstat.inference.covariance import precision_corrected, sampling_covariance
 from privfedstat.inference.protocol_part import protocol_parts
@@ -79,8 +79,10 @@ def test_path_remainder_is_reported_apart_from_the_privacy_noise():
 def test_a_path_remainder_at_a_huge_mu_is_not_blamed_on_privacy_noise():
     """An overdispersed Poisson fit at mu = 1e6 whose 8 rounds leave a path remainder of up to 35 sampling SEs: main
     reported it as privacy noise and warned "privacy noise dominates ... Increase mu"; now the privacy part is ~0, the
-    path part carries it (the total, and so the intervals, unchanged: the sum of the three parts), no
-    PrivacyNoiseWarning, and the summary's note names the path remainder and n_rounds."""
+    path part carries it, no PrivacyNoiseWarning, and the summary's note names the path remainder and n_rounds. The
+    estimate sits 31 model SEs from the MLE (3.4 sandwich SEs): the score test measures that distance against the
+    privacy noise, not the path remainder, so the fit does not pass as converged with wide intervals (issue 42): it
+    warns that its path stopped short and withholds its intervals."""
     rng = np.random.default_rng(2)
     n = 4000
     x1, x2 = rng.normal(size=n), rng.exponential(size=n) * 3
@@ -94,7 +96,8 @@ def test_a_path_remainder_at_a_huge_mu_is_not_blamed_on_privacy_noise():
     sampling = np.diag(inf.cov_sampling)
     assert np.all(np.diag(inf.cov_privacy) < 1e-6 * sampling)
     assert np.max(np.diag(inf.cov_path) / sampling) > 4.0
-    np.testing.assert_allclose(inf.cov, inf.cov_sampling + inf.cov_privacy + inf.cov_path, rtol=1e-12)
-    np.testing.assert_allclose(inf.privacy_share + inf.path_share + sampling / np.diag(inf.cov), 1.0, rtol=1e-12)
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning))
+    assert fit.converged_ is False and "stopped short" in said and "cov_path" in said and "hessian_clip" in said
+    assert np.all(np.isnan(inf.cov))  # withheld: they would describe noise around a point short of the optimum
     note = " ".join(fit.summary().notes)
     assert "path remainder" in note and "n_rounds" in note and "Intercept" in note
