@@ -35,7 +35,7 @@ import numpy as np
 from .._linalg import sym_to_vec
 from ..exceptions import ClientFailureError
 from ..privacy.ledger import Release
-from ..privacy.secure_noise import SkellamSpec, add_shares, decode, outer_folds, quantize, skellam_spec
+from ..privacy.secure_noise import MAX_CHECKED_LAM, SkellamSpec, add_shares, decode, outer_folds, quantize, skellam_spec
 from ..privacy.secure_outer import outer_spec, outer_squares, quantize_outer
 from ..privacy.secure_rounding import quantize_rows, radius_squares, row_spec
 from .clients import Reply
@@ -43,7 +43,7 @@ from .verbs import Verb, design_moments, get, one_value, parameter_moments, para
 
 __all__ = ["secure_mean", "secure_total", "message_spec", "verb_spec", "mean_noise_sd", "secure_count",
            "privatize_integer", "share_release", "SecureAggregationRefused", "sums_securely", "secure_sites",
-           "site_generators", "AGGREGATIONS", "ROW_VERBS", "OUTER_VERBS"]
+           "site_generators", "least_round_mu", "AGGREGATIONS", "ROW_VERBS", "OUTER_VERBS"]
 
 #: the secure verbs whose sites round each row's contribution into a ball (:mod:`~privfedstat.privacy.secure_rounding`:
 #: the integer sensitivity attained exactly)
@@ -306,6 +306,16 @@ def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, 
         if spec is not None:
             return spec
     return skellam_spec(sensitivity, bound, dim, mu, n_clients, min_surviving)
+
+
+def least_round_mu(verb: str, dim: int) -> float:
+    """The smallest budget of a secure round of ``verb`` with ``dim`` coordinates that :func:`verb_spec` serves whatever
+    the sensitivity and bound (public: ``d`` and the checked range of Lambda): the integer sensitivity is at most
+    ``mu sqrt(2 MAX_CHECKED_LAM)``, and it must reach ``2 sqrt(d)`` for rows rounded into a ball (:func:`row_spec`: a
+    radius of at least ``sqrt(d)`` quanta), ``5 sqrt(d)`` for a message rounded as a whole (:func:`skellam_spec`: a
+    rounding slack of at most 1/4; an outer-product release that cannot serve a budget falls back to it)."""
+    reach = (2.0 if verb in ROW_VERBS else 5.0) * math.sqrt(int(dim))
+    return reach / (math.sqrt(2.0 * MAX_CHECKED_LAM) * (1.0 - 1e-6))
 
 
 def message_spec(session, verb: str, weights: np.ndarray, sensitivity, bound: float, mu: float, request: dict

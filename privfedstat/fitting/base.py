@@ -264,6 +264,7 @@ class FederatedEstimator(FittedResults):
                               bound_search(self))
         plan = plan_budget(self, mu, task, n_features=data.n_features, n_clients=data.n_clients,
                            n_samples=data.n_samples, family=family)
+        self._refuse_before_release(plan.estimation, family, data.n_features)
         session, charge = self._open_session(data, family, mu, participation, budget)
         n_features, n_samples = data.n_features, data.n_samples
         self.client_labels_ = getattr(data, "labels", None)  # the networks' TensorFederatedData has none
@@ -417,6 +418,10 @@ class FederatedEstimator(FittedResults):
         """What to change when the fit did not converge (the ConvergenceWarning's last sentence): its own
         iteration counts and step size, by name (:func:`~privfedstat.fitting.verdict.remedy`)."""
         return remedy(self, "slow")
+
+    def _refuse_before_release(self, mu: float, family, n_features: int) -> None:
+        """Refuse a fit that its estimation budget ``mu`` cannot serve, from public values before any release (a
+        protocol with such a rule overrides it; none here)."""
 
     def _validate_params(self, mu: float) -> None:
         """Check every parameter against its rules (:meth:`_parameter_table`), then the rules that tie parameters

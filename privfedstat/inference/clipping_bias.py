@@ -184,7 +184,8 @@ def warn_clipping(estimator, inference) -> None:
     if inference.sign_balance is not None:
         from .residual_signs import warn_asymmetry
 
-        warn_asymmetry(estimator, inference.sign_balance, inference.clipping_displacement, names)
+        warn_asymmetry(estimator, inference.sign_balance, inference.clipping_displacement, names,
+                       inference.clipped_fraction)
     if inference.clipped_fraction is None or inference.clipped_fraction[0] <= CLIPPED_WARN:
         return
     share, sd = inference.clipped_fraction

@@ -128,10 +128,15 @@ def note(signs: SignBalance) -> str:
             f"{signs.z:.1f}): with symmetric errors clipping leaves the target of OLS; {target}")
 
 
-def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
+def warn_asymmetry(estimator, signs: SignBalance, found, names, clipped: tuple[float, float] | None = None) -> None:
     """ClippingBiasWarning where the residuals are asymmetric (:attr:`SignBalance.asymmetric`) and the clipped
     excess measured at the estimate (``found``, a :class:`~.clipping_bias.ClippingDisplacement`) cannot rule out a
-    displacement beyond the tolerated one; none where it resolves one (its own warning names it) or bounds it."""
+    displacement beyond the tolerated one; none where it resolves one (its own warning names it) or bounds it.
+
+    The asymmetry is the cause, not a size: the displacement is what the rows beyond B pull, which neither the sign
+    score nor, at this budget, the excess measures. So the warning states what is not ruled out, with the released
+    share of rows beyond B (``clipped``, ``(share, sd)``): where it resolves none (below the one-sided critical value),
+    it says so, with the most rows the count cannot resolve (docs/guide/clipping-bias.md, "The rule")."""
     idx = signs.asymmetric
     if not idx.size or found is None or found.beyond.size:
         return
@@ -140,17 +145,21 @@ def warn_asymmetry(estimator, signs: SignBalance, found, names) -> None:
         return
     j = int(idx[np.argmax(np.abs(signs.in_sds[idx]))])
     shown = ", ".join(str(names[k]) for k in idx[:8]) + (f" and {idx.size - 8} more" if idx.size > 8 else "")
-    response = str(getattr(estimator, "response_name_", "")).replace(" ", "")  # a formula's, e.g. "np.log(wage)"
-    logged = response.startswith(("np.log(", "numpy.log(", "log("))
+    beyond = ""
+    if clipped is not None:
+        share = f"{100 * clipped[0]:.2g}% (+- {100 * clipped[1]:.2g}%) of the rows lie beyond B at the estimate"
+        reach = critical_value(sides=1) * clipped[1]  # what the count cannot resolve, one-sided
+        beyond = (f"{share}, none resolved: a displacement would come from rows the count cannot see (up to "
+                  f"{100 * (clipped[0] + reach):.2g}% of them); " if not clipped[0] > reach else f"{share}; ")
     warn(
         f"the {estimator.method} residuals are asymmetric (sign score of {shown} {abs(signs.in_sds[j]):.1f} null sds "
         "from 0: more rows on one side of the fit than symmetric errors allow): a skewed response, a point mass or a "
-        "contaminated share. Clipping then moves the estimate away from the OLS / MLE target, towards a robust "
-        "(Huber-type) location, by what the rows beyond the bound pull, and this budget cannot measure that pull: "
-        f"the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
+        "contaminated share. With asymmetric errors the rows beyond the bound B pull the clipped root (the intervals' "
+        "target, a robust Huber-type location) away from the OLS / MLE target, and this budget cannot measure how "
+        f"far: {beyond}the clipped excess up to B' = {found.outer:.3g} (B = {found.clip:.3g}) has noise "
         f"{float(np.max(found.noise_in_se)):.2g} standard errors, so displacements up to {float(np.max(upper)):.2g} "
-        "standard errors are consistent with it, and the intervals (for the clipped root) may miss the OLS / MLE value. For that "
-        f"target transform the response{'' if logged else ' (e.g. its log)'} or raise mu; to make the robust target explicit use "
-        "family='huber'.",
+        "standard errors are not ruled out, and the intervals may miss the OLS / MLE value. For that target raise mu "
+        "(the excess's noise falls as 1 / mu) or transform the response towards symmetric errors; to make the robust "
+        "target explicit use family='huber'.",
         ClippingBiasWarning,
     )

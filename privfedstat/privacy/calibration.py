@@ -17,7 +17,8 @@ from .._linalg import safe_norm
 __all__ = [
     "calibrated_sigma", "gradient_calibration", "local_step_calibration", "stage_budget", "aggregate_sd",
     "aggregated_noise_sd", "hessian_sensitivity",
-    "paper_newton_sensitivity", "auto_budget_split", "BACKWARD_RATIO", "MAX_DERIVED_ROUNDS", "client_update_calibration",
+    "paper_newton_sensitivity", "auto_budget_split", "largest_split_shares", "pooled_hessians", "BACKWARD_RATIO",
+    "MAX_DERIVED_ROUNDS", "client_update_calibration",
     "head_newton_sensitivity", "normec_noise_multiplier", "noise_floor", "shared_newton_sensitivity",
     "HESSIAN_SHARE", "RESEARCH_SHARE", "FLOOR_TAIL", "newton_budgets",
 ]
@@ -197,6 +198,43 @@ def auto_budget_split(n_rounds: int, beta: float, ratio: float = BACKWARD_RATIO)
         shares[R - 1 - k, 1] = shares[R - 2 - k, 0] = x * decay[k]
     shares[0, 1] = x * ratio ** (R - 1)
     return shares / shares.sum()
+
+
+def largest_split_shares(n_rounds: int, ratio: float = BACKWARD_RATIO) -> tuple[np.ndarray, float]:
+    """The largest share of mu^2 each release of :func:`auto_budget_split` gets over every ``beta >= 0`` (public: the
+    split's form): the gradients of rounds 1 to R - 1, ``ratio^(R - 1 - r) / W``, as ``beta -> inf`` (the last
+    gradient's share ``f -> 0``, the others' ``x -> 1 / W``), the last gradient's 1 (``beta -> 0``), and the Hessians'
+    total ``(W - sum_k ratio^k) / W`` (beta -> inf), where ``W = 2 sum_(k < R - 1) ratio^k + ratio^(R - 1)``.
+
+    Returns
+    -------
+    gradients : ndarray of shape (n_rounds,)
+    hessians : float
+        All Hessian shares together (what :func:`pooled_hessians` can give one release).
+    """
+    R = int(n_rounds)
+    decay = ratio ** np.arange(R - 1)
+    weight = 2.0 * decay.sum() + ratio ** (R - 1)
+    gradients = np.append(decay[::-1] / weight, 1.0)
+    return gradients, float((weight - decay.sum()) / weight)
+
+
+def pooled_hessians(shares: np.ndarray, least: float) -> np.ndarray:
+    """``shares`` (R, 2) with every run of consecutive fresh Hessian shares below ``least`` pooled into its first round,
+    until the pool reaches ``least`` (the rounds after it in the run reuse its Hessian, share 0); a last run short of
+    ``least`` joins the release before it. The shares' sum, the gradients' and every Hessian share of at least
+    ``least`` are unchanged; ``least = 0`` returns them as they are (public: post-processing of a public split)."""
+    out = np.array(shares, dtype=np.float64)
+    hessian, start, pool = out[:, 1], None, 0.0
+    for r in np.flatnonzero(hessian > 0):
+        start, pool = (r, 0.0) if start is None else (start, pool)
+        pool, hessian[r] = pool + hessian[r], 0.0
+        if pool >= least:
+            hessian[start], start = pool, None
+    if start is not None:
+        before = np.flatnonzero(hessian[:start] > 0)
+        hessian[before[-1] if before.size else start] += pool
+    return out
 
 
 def client_update_calibration(update_clip: float, n_clients: int, n_rounds: int, mu: float) -> tuple[np.ndarray, float]:

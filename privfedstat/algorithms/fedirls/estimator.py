@@ -11,11 +11,11 @@ from ..._linalg import MAX_HESSIAN_GB
 from ..._validation import ITERATIONS, Free, Interval, check_finite_bounds
 from ...families import get_family
 from ...federation.protocol import Run, Setup
-from ...federation.secure import AGGREGATIONS
+from ...federation.secure import AGGREGATIONS, least_round_mu
 from ...federation.session import Session
 from ...fitting.base import FederatedEstimator
 from ...fitting.stages import weights_for
-from ...privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS
+from ...privacy.calibration import BACKWARD_RATIO, MAX_DERIVED_ROUNDS, largest_split_shares
 from ...privacy.clipping import AutoClip
 from ...results.labels import fitting_labels
 from .rounds import ScheduledRun
@@ -203,6 +203,35 @@ class FedIRLS(FederatedEstimator):
                              "budget_split, or mu=float('inf').")
         if not (isinstance(self.budget_split, str) and self.budget_split == "auto"):
             self._explicit_split()
+
+    def _refuse_before_release(self, mu: float, family, n_features: int) -> None:
+        """Under secure aggregation, refuse before any release a schedule one of whose estimation releases no integer
+        noise can serve (:func:`~privfedstat.federation.secure.least_round_mu`) at the largest share of the estimation
+        ``mu``^2 it can get whatever the bounds the search finds: the user's ``budget_split``; the derived split's
+        gradients and its Hessians pooled (:func:`~privfedstat.privacy.calibration.largest_split_shares`); the locate
+        rounds' equal shares (public: mu, the shares, d, the number of features and the family's outputs)."""
+        if self.aggregation == "local" or not math.isfinite(mu):
+            return
+        n_params = n_features * family.n_outputs
+        fewer = f"fewer rounds than n_rounds={self.n_rounds} (or n_rounds='auto'), "
+        if not isinstance(self.budget_split, str):
+            shares = self._explicit_split()
+            gradients, hessian = shares[:, 0], float(np.min(shares[shares[:, 1] > 0, 1]))
+            fewer = "a budget_split with fewer rounds or larger shares, "
+        elif self.n_rounds != "auto":
+            gradients, hessian = largest_split_shares(int(self.n_rounds))
+        else:  # the refine shares are set from the located point; the locate rounds' are fixed
+            each = IRLSSchedule.locate_share / (2 * IRLSSchedule.locate_rounds)
+            gradients, hessian, fewer = np.array([each]), each, ""
+        for verb, share, dim, what in (("secure_gradients", float(np.min(gradients)), n_params, "a gradient"),
+                                       ("secure_hessians", hessian, n_params * (n_params + 1) // 2, "a Hessian")):
+            need, got = least_round_mu(verb, dim), mu * math.sqrt(share)
+            if got < need:
+                raise ValueError(
+                    f"aggregation='secure' cannot serve this schedule: {what} release gets at most mu = {got:.3g} (a "
+                    f"share {share:.3g} of the estimation's mu^2, mu = {mu:.3g}), below the {need:.3g} that the integer "
+                    f"noise of a secure sum of {dim} coordinates needs whatever the data; refused before any release. "
+                    f"A larger mu, {fewer}or aggregation='local'.")
 
     def _explicit_split(self) -> np.ndarray:
         """The user's ``budget_split``, checked."""

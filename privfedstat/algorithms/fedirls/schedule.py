@@ -16,12 +16,12 @@ import numpy as np
 
 from ..._linalg import floor_eigenvalues
 from ...federation.protocol import ChangeOfBasis, Setup, parameter_basis
-from ...federation.secure import secure_count, verb_spec
+from ...federation.secure import least_round_mu, secure_count, verb_spec
 from ...federation.server import resolve_participation
 from ...fitting.stages import bound_search, count_precision, pending_bounds
 from ...inference.config import critical_value
 from ...inference.core import DISPERSION_SHARE
-from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity
+from ...privacy.calibration import aggregated_noise_sd, auto_budget_split, calibrated_sigma, hessian_sensitivity, pooled_hessians
 from ...privacy.clipping import AutoClip
 from ...privacy.secure_noise import SkellamSpec
 from ...theory.noise import IRLSNoise
@@ -283,6 +283,9 @@ class IRLSSchedule:
         secure = None if getattr(estimator, "aggregation", "local") == "local" or math.isinf(mu) else \
             secure_count(estimator.min_surviving, len(sizes), mu,
                          resolve_participation(getattr(estimator, "participation", None), len(sizes)))
+        if secure is not None and mode == "derived":  # a share a secure sum cannot serve joins the next (docs: Schedule)
+            least = least_round_mu("secure_hessians", n_params * (n_params + 1) // 2) / mu
+            shares = (pooled_hessians(shares[0], least * least),)
         # weights="optimal": the refine rounds re-weigh sites of unequal size (site_weights), where the per-site
         # messages are seen (local aggregation) and the whitened score's covariance is its Hessian times a released
         # dispersion (1, or a count's: stage disperse; a family with a scale releases none before the refine rounds)
