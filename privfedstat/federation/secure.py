@@ -294,7 +294,7 @@ def verb_spec(verb: str, sensitivity: float, bound: float, dim: int, mu: float, 
               rows: int, outputs: int = 1) -> SkellamSpec:
     """The arithmetic of a secure round of ``verb``: rows rounded into a ball for :data:`ROW_VERBS`
     (:func:`~privfedstat.privacy.secure_rounding.row_spec`, ``rows`` all sites' rows), rows' roots for
-    :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`, in blocks of rows where the 32-bit word
+    :data:`OUTER_VERBS` (:func:`~privfedstat.privacy.secure_outer.outer_spec`, in blocks of rows where the 30-bit word
     of Flower's SecAgg+ cannot hold the bracket's radius otherwise; not the Hessians of a model of ``outputs > 1``, whose
     row terms are not outer products, nor where even blocks do not fit or the rows' rounding variance would exceed the
     noise's), the site message rounded as a whole otherwise

@@ -53,6 +53,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from ..federation.clients import Reply
 from ..federation.secure import share_release
 from ..privacy.secure_noise import SkellamSpec
+from ..privacy.secure_rounding import WORD_BITS
 from .wire import decode_reply, decode_request, encode_request, expected_shape
 
 __all__ = ["SECURE_VERBS", "SecureVerbInTheClear", "flower_ranges", "in_the_clear", "residue_sum", "secure_exchange",
@@ -73,10 +74,10 @@ def flower_ranges(spec: SkellamSpec, n_sites: int) -> tuple[float, int, int]:
     ``modulus_range`` ``2^bits``, under which ``n_sites`` residues ``r_i - c`` sent by the nodes are summed by SecAgg+
     modulo ``2^bits`` exactly (see the module docstring); ValueError where they cannot."""
     bits = int(spec.bits)
-    if bits > 30 or int(n_sites) >= 2**bits:
+    if bits > WORD_BITS or int(n_sites) >= 2**bits:
         raise ValueError(f"the secure sum needs a modulus of 2^{bits} for {n_sites} sites: SecAgg+ carries residues of at "
-                         f"most 30 bits (Flower's int32 cast) and fewer sites than 2^bits; clip the messages more tightly "
-                         f"or fit in process.")
+                         f"most {WORD_BITS} bits (Flower's int32 cast) and fewer sites than 2^bits; clip the messages "
+                         f"more tightly or fit in process.")
     target = 2**bits - 1
     return target / 2.0, target, 2**bits
 

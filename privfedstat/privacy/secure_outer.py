@@ -34,7 +34,7 @@ import numpy as np
 
 from . import secure_noise as sn
 from .secure_noise import MAX_CHECKED_LAM, SLACK, IntegerNoise, SkellamSpec, _calibrated_lam, _modulus_bits
-from .secure_rounding import _word_bits, gap_lambda, round_into_ball
+from .secure_rounding import WORD_BITS, gap_lambda, round_into_ball
 
 __all__ = ["outer_spec", "outer_squares", "quantize_outer", "outer_pattern", "outer_size", "fewest_blocks", "block_rows"]
 
@@ -111,15 +111,15 @@ def outer_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients:
 def _largest(j: int, j_gap: int, blocks: int, args: tuple) -> SkellamSpec | None:
     """The spec of the largest ``K = i^2 q``, ``j_gap <= i <= j``, whose modulus with ``blocks`` blocks fits the word; None
     where ``j_gap``'s does not."""
-    q, word = _order(outer_size(args[2])), _word_bits(args[4])
+    q = _order(outer_size(args[2]))
     while j >= 1:
         spec = _spec_at(j * j * q, *args, blocks=blocks)
         if spec is None:
             j = math.floor(j * 0.99)
-        elif spec.bits <= word:
+        elif spec.bits <= WORD_BITS:
             return spec
         elif j > j_gap:  # the reach scales with K = j^2 q: a bit fewer per halving of K, down to the bracket's
-            j = max(min(j - 1, math.floor(j * 2.0 ** ((word - spec.bits) / 2.0))), j_gap)
+            j = max(min(j - 1, math.floor(j * 2.0 ** ((WORD_BITS - spec.bits) / 2.0))), j_gap)
         else:
             return None
     return None
@@ -142,10 +142,10 @@ def _block_bits(radius: int, quantum: float, lam: float, blocks: int, args: tupl
 def fewest_blocks(radius: int, quantum: float, lam: float, args: tuple) -> int | None:
     """The fewest blocks ``g >= 2`` whose sums Flower's word holds at ``K = radius`` (a bisection: the bits fall with
     ``g``); None where even ``g = N`` (one row per site and block) does not fit."""
-    rows, word = int(args[6]), _word_bits(args[4])
+    rows = int(args[6])
 
     def fits(g: int) -> bool:
-        return _block_bits(radius, quantum, lam, g, args) <= word
+        return _block_bits(radius, quantum, lam, g, args) <= WORD_BITS
 
     if rows < 2 or not fits(rows):
         return None

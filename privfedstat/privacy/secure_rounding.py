@@ -30,7 +30,12 @@ from .._linalg import row_norm_bounds
 from .gdp import epsilon_from_mu
 from .secure_noise import MAX_BITS, MAX_CHECKED_LAM, SLACK, SkellamSpec, _calibrated_lam, _modulus_bits, check_round
 
-__all__ = ["row_spec", "radius_squares", "quantize_rows", "round_into_ball", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA"]
+__all__ = ["row_spec", "radius_squares", "quantize_rows", "round_into_ball", "gap_lambda", "PASSES", "BRACKET_GAP", "GAP_DELTA",
+           "WORD_BITS"]
+
+#: the widest modulus (bits) of Flower's SecAgg+ word: it sums the residues modulo ``2^bits`` itself, up to 30 bits
+#: (its int32 cast), whatever the number of sites (:func:`privfedstat.flower.secagg.flower_ranges`)
+WORD_BITS = 30
 
 #: the smallest row radius (in ``sqrt(d)`` quanta) taken to fit Flower's SecAgg+ word: the resolution of a site message
 #: rounded as a whole (``1 / SLACK``); below it the modulus grows instead (up to :data:`MAX_BITS`, in process)
@@ -107,7 +112,7 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
         if spec is None:  # a step steeper than the central one needs a Lambda above the checked range: a smaller k
             k = math.floor(k * 0.98)
         else:
-            target = _word_bits(m) if k > MIN_REACH else MAX_BITS
+            target = WORD_BITS if k > MIN_REACH else MAX_BITS
             if spec.bits <= target:
                 return spec
             # the data's reach scales with k: a bit fewer per halving, down to the word where k stays above MIN_REACH
@@ -119,14 +124,12 @@ def row_spec(sensitivity: float, bound: float, dim: int, mu: float, n_clients: i
 
 
 def _word_reach(k_top: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int) -> int:
-    """The largest ``k <= k_top`` whose modulus fits the word (:func:`_word_bits`) with ``Lambda`` taken 3% above ``2 k^2
+    """The largest ``k <= k_top`` whose modulus fits the word (:data:`WORD_BITS`) with ``Lambda`` taken 3% above ``2 k^2
     d / mu^2`` (the calibration's ``c^2`` and a steeper step, without a step check); 0 if none. The bits grow with ``k``
     (the reach ``m bound / gamma`` and ``Lambda`` do): a bisection. :func:`row_spec` checks the spec it returns."""
-    word = _word_bits(m)
-
     def fits(k: int) -> bool:
         lam = 1.03 * 2.0 * k * k * d / (mu * mu)
-        return _modulus_bits(m * bound * 2.0 * k * math.sqrt(d) / sensitivity, d, m * lam / min_surviving) <= word
+        return _modulus_bits(m * bound * 2.0 * k * math.sqrt(d) / sensitivity, d, m * lam / min_surviving) <= WORD_BITS
 
     if fits(k_top):
         return k_top
@@ -135,12 +138,6 @@ def _word_reach(k_top: int, sensitivity: float, bound: float, d: int, mu: float,
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
-
-
-def _word_bits(n_clients: int) -> int:
-    """The widest modulus whose ``n_clients`` residues Flower's SecAgg+ sums exactly: ``bits <= 30`` and ``n 2^(bits+1)
-    < 2^32`` (:func:`privfedstat.flower.secagg.flower_ranges`)."""
-    return min(30, 31 - math.ceil(math.log2(n_clients)) - (1 if n_clients & (n_clients - 1) == 0 else 0))
 
 
 def _spec_at(k: int, sensitivity: float, bound: float, d: int, mu: float, m: int, min_surviving: int, rows: int

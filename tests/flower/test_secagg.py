@@ -216,7 +216,7 @@ def test_blocked_hessians_on_secaggplus_equal_the_in_process_fit(monkeypatch):
     from privfedstat.algorithms.fedirls import FedIRLS
     from privfedstat.privacy import secure_outer
 
-    monkeypatch.setattr(secure_outer, "_word_bits", lambda n_clients: 20)
+    monkeypatch.setattr(secure_outer, "WORD_BITS", 20)
     data = demo_dataset("synthetic-logistic", 3)
     params = dict(mu=2.0, clip=1.0, hessian_clip=1.0, n_rounds=3, aggregation="secure", random_state=0,
                   inference=None, scaling=None)

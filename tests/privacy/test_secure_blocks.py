@@ -23,7 +23,7 @@ from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.mechanisms import ClientNoise
 from privfedstat.privacy.secure_noise import _modulus_bits, decode, outer_row_variance
 from privfedstat.privacy.secure_pld import achievable_epsilon
-from privfedstat.privacy.secure_rounding import _word_bits
+from privfedstat.privacy.secure_rounding import WORD_BITS
 
 DELTA = 1e-5
 #: SecAgg+ words small enough that 2 sites of 200 rows, and the fuzzer's 3 sites of 20, need blocks
@@ -31,12 +31,13 @@ SMALL_WORD, FUZZ_WORD = 20, 16
 
 
 def test_a_site_with_many_rows_sends_blocks_accounted_exactly():
-    """countymurders' shape (10 sites of 3100 rows, p = 7) at a release budget of 1.5: ``N K`` at the bracket's lattice
-    is about 2^27.5, above the 27-bit word of 10 sites: g blocks, the fewest whose sums fit, each block's modulus
-    holding its rows; the release's GDP epsilon within 1e-6 of the exact epsilon of a pattern data produce."""
-    m, n, p, mu = 10, 3100, 7, 1.5
+    """countymurders' shape (10 sites of 3100 rows, p = 7) at a release budget of 3: ``N K`` at the bracket's lattice
+    is about 2^29.5, whose modulus (the noise's tail and sign added) is above SecAgg+'s 30-bit word: g blocks, the
+    fewest whose sums fit, each block's modulus holding its rows; the release's GDP epsilon within 1e-6 of the exact
+    epsilon of a pattern data produce."""
+    m, n, p, mu = 10, 3100, 7, 3.0
     spec, _ = _spec(p, mu, m, n, clip=1.0)
-    g, K, word = int(spec.blocks), int(spec.outer), _word_bits(m)
+    g, K, word = int(spec.blocks), int(spec.outer), WORD_BITS
     assert K > 0 and g > 1 and spec.bits <= word
     d = p * (p + 1) // 2
     # every coordinate of a block's sum: at most K per row of the block (at most m + (N - m) / g rows) plus the tail
@@ -56,7 +57,7 @@ def test_a_site_with_many_rows_sends_blocks_accounted_exactly():
 
 def _small_word_spec(p, mu, m, n, clip):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(secure_outer, "_word_bits", lambda n_clients: SMALL_WORD)
+        mp.setattr(secure_outer, "WORD_BITS", SMALL_WORD)
         return _spec(p, mu, m, n, clip)
 
 
@@ -118,7 +119,7 @@ def test_every_blocked_secure_release_moves_at_most_its_stated_sensitivity(spec,
     data, neighbour = case.datasets()
     base = estimator_factory(spec, case, data.n_features)
     with pytest.MonkeyPatch.context() as mp, tap_channel():
-        mp.setattr(secure_outer, "_word_bits", lambda n_clients: FUZZ_WORD)
+        mp.setattr(secure_outer, "WORD_BITS", FUZZ_WORD)
         transcript = check_neighbours(lambda: base().set_params(aggregation="secure"), data, neighbour)
     if transcript.error is None:
         assert any(r.integer is not None and r.integer.blocks > 1 for r in transcript.estimator.privacy_.releases)

@@ -96,3 +96,20 @@ def test_secure_counts_pass_through_flower_secaggplus_arithmetic_to_the_in_proce
     np.testing.assert_array_equal(decode(summed[None, :], spec), in_process)
     shares = [(lambda r: r.poisson(spec.lam) - r.poisson(spec.lam))(np.random.default_rng(i)) for i in range(n_sites)]
     assert in_process[0] == counts.sum() + sum(shares)
+
+
+def test_ten_sites_sum_residues_of_the_full_word_exactly():
+    """The calibration's word is 30 bits whatever the number of sites (SecAgg+ sums modulo ``2^bits`` itself): a row
+    round of 10 sites whose reach fills it gets a 30-bit modulus (27 when the word was ``n 2^(bits+1) < 2^32``), and
+    residues anywhere in [0, 2^30) come back as their modular sum, exactly."""
+    from privfedstat.privacy.secure_rounding import WORD_BITS, row_spec
+
+    n_sites = 10
+    spec = row_spec(1e-3, 4.0, 7, 1.8, n_sites, n_sites, 20000)
+    assert spec.bits == WORD_BITS == 30
+    residues = np.random.default_rng(2).integers(0, 2**30, size=(n_sites, 7))
+    residues[0, 0], residues[1:, 1] = 2**30 - 1, 0  # the extremes
+    out, unmasked = _flower_round(residues, spec)
+    plain = residues.sum(axis=0) % 2**30
+    np.testing.assert_array_equal(unmasked, plain)
+    np.testing.assert_array_equal(residue_sum(out, n_sites, spec), plain)

@@ -19,6 +19,7 @@ from privfedstat.federation.oracle import make_oracle
 from privfedstat.privacy.calibration import hessian_sensitivity
 from privfedstat.privacy.gdp import epsilon_from_mu
 from privfedstat.privacy.secure_pld import achievable_epsilon
+from privfedstat.privacy.secure_rounding import WORD_BITS
 
 DELTA = 1e-5
 
@@ -81,7 +82,7 @@ def test_a_hessian_type_release_brackets_its_exact_epsilon_within_1e_6(p, mu, n)
     """The ledger's GDP epsilon of one Hessian-type release against the exact epsilon of a pattern that data within its
     stated sensitivity produce with certainty: within 1e-6 (site-level rounding: 1e-3 to 1e-1, its slack)."""
     spec, _ = _spec(p, mu, n=n)
-    assert spec.outer and spec.bits <= 28  # Flower's SecAgg+ word for 4 sites
+    assert spec.outer and spec.bits <= WORD_BITS  # Flower's SecAgg+ word
     noise = spec.noise(4)
     upper = epsilon_from_mu(noise.gdp_mu, DELTA)
     assert noise.gdp_mu == pytest.approx(mu, rel=1e-9)
@@ -192,12 +193,13 @@ def test_a_multinomial_hessian_is_rounded_as_a_whole_and_the_other_psd_verbs_per
     assert secure_mod.verb_spec("secure_hessians", *args, outputs=2).outer == 0
     assert secure_mod.verb_spec("secure_score_outer", *args, outputs=2).outer > 0
     assert secure_mod.verb_spec("secure_hessians", *args).outer > 0
-    # so many rows that Flower's word cannot hold the bracket's radius: the site message rounded as a whole
-    n = 50000  # per site: N K_gap above the word's 2^27, N 128 sqrt(d) / sqrt(2) below it
+    # so many rows that Flower's word cannot hold the bracket's radius, and 2 blocks that would carry the rows' rounding
+    # variance 5 times the noise's: the site message rounded as a whole
+    n = 50000  # per site: N K_gap about 2^29.1, a modulus of 31 bits
     many = secure_mod.verb_spec("secure_hessians", 0.25 * math.sqrt(2) * 0.6 / n, 0.25 * 0.6, 21, 1.0, 4, 4, 4 * n)
     assert many.outer == 0 and many.rounding and many.bits <= 28
-    # 10 sites of 10 000 rows at mu 0.3: the word holds K = 384, whose rounding variance would exceed the noise's
-    n, m = 10_000, 10
+    # 10 sites of 30 000 rows at mu 0.3: the word holds K = 1734, whose rounding variance would exceed the noise's
+    n, m = 30_000, 10
     args = (0.1 * math.sqrt(2) / n, 0.1, 28, 0.3, m, m, m * n)
     assert secure_mod.verb_spec("secure_hessians", *args).outer == 0
-    assert secure_mod.verb_spec("secure_hessians", *args[:-1], 3 * n).outer > 0  # a tenth of the rows (as sizes)
+    assert secure_mod.verb_spec("secure_hessians", *args[:-1], n).outer > 0  # a tenth of the rows (as sizes)

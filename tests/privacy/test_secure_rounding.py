@@ -161,13 +161,14 @@ def test_a_steeper_step_than_the_central_one_takes_a_smaller_row_radius_within_t
         secure_noise.skellam_gdp_step.cache_clear()
 
 
-@pytest.mark.parametrize("bound", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("bound", [4.0, 8.0, 16.0])
 def test_where_the_word_caps_the_radius_k_is_the_largest_whose_modulus_fits_it(bound):
-    """Messages whose reach fills Flower's 32-bit word below the bracket's k: the calibration takes the largest k whose
-    modulus fits the word (10 sites: 27 bits), not a power-of-two fraction of the first try."""
+    """Messages whose reach fills Flower's SecAgg+ word below the bracket's k: the calibration takes the largest k whose
+    modulus fits the word (30 bits, whatever the number of sites: 10 here), not a power-of-two fraction of the first
+    try."""
     from privfedstat.privacy import secure_rounding as sr
 
     spec = row_spec(1e-3, bound, 7, 1.8, 10, 10, 20000)
-    k, word = spec.row_reach, sr._word_bits(10)
+    k, word = spec.row_reach, sr.WORD_BITS
     assert sr.MIN_REACH < k < math.ceil(1.8 * math.sqrt(sr.gap_lambda(1.8, 7) / 14))  # the word binds
     assert spec.bits <= word < sr._spec_at(k + 1, 1e-3, bound, 7, 1.8, 10, 10, 20000).bits
