@@ -338,7 +338,7 @@ class IRLSNoise:
     last_step : ndarray of shape (p, p) or None, default None
         Covariance of the error ``J^-1 (J - N) s_R`` the last step s_R leaves where the released gradients show its
         Newton matrix N wrong (coordinates of the last round; the fit's rounds compute it from released values:
-        :func:`privfedstat.algorithms.fedirls.rounds.newton_error`), and where the refine rounds re-weighed the sites
+        :func:`privfedstat.algorithms.fedirls.secant.newton_error`), and where the refine rounds re-weighed the sites
         the site effects' shift of the weighted root (:mod:`privfedstat.algorithms.fedirls.site_weights`); added to
         the recursion's result. None: 0.
     combination : ndarray of shape (R,) or None, default None

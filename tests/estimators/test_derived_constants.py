@@ -6,8 +6,9 @@ import pytest
 from scipy.stats import norm
 
 from privfedstat import FedIRLS
-from privfedstat.algorithms.fedirls.rounds import _noise, secant_scale
+from privfedstat.algorithms.fedirls.rounds import _noise
 from privfedstat.algorithms.fedirls.schedule import CURVATURE_RULES
+from privfedstat.algorithms.fedirls.secant import secant_scale
 from privfedstat.families import get_family
 from privfedstat.federation.protocol import Run, Setup
 from privfedstat.fitting.diagnostics import last_period, oscillation, oscillation_noise_sds

@@ -1,6 +1,6 @@
 """FedIRLS's refine steps bounded by the chord of the released gradients (issue 42: a rare binary column, whose
 logistic curvature rises towards the root, where a Newton step from the located point overshoots and the next ones
-2-cycle; :func:`~privfedstat.algorithms.fedirls.rounds.chord_scale`)."""
+2-cycle; :func:`~privfedstat.algorithms.fedirls.secant.chord_scale`)."""
 
 import warnings
 
@@ -10,7 +10,7 @@ import pytest
 import statsmodels.api as sm
 
 from privfedstat import glm
-from privfedstat.algorithms.fedirls.rounds import chord_scale
+from privfedstat.algorithms.fedirls.secant import chord_scale
 
 
 def _slope(t: float) -> float:

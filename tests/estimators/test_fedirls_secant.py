@@ -1,12 +1,12 @@
 """FedIRLS's Newton matrix against the slope the released gradients show: the secant's raise of a too flat matrix
-(:func:`~privfedstat.algorithms.fedirls.rounds.secant_scale`) and the error the last step's matrix leaves in the
-estimate (:func:`~privfedstat.algorithms.fedirls.rounds.newton_error`)."""
+(:func:`~privfedstat.algorithms.fedirls.secant.secant_scale`) and the error the last step's matrix leaves in the
+estimate (:func:`~privfedstat.algorithms.fedirls.secant.newton_error`)."""
 
 import numpy as np
 import pytest
 
 from privfedstat import FedIRLS
-from privfedstat.algorithms.fedirls.rounds import newton_error, secant_scale
+from privfedstat.algorithms.fedirls.secant import newton_error, secant_scale, secant_update
 from privfedstat.families import get_family
 from privfedstat.federation.protocol import Setup
 
@@ -27,6 +27,27 @@ def test_the_secant_raises_a_too_flat_newton_matrix_by_the_measured_slope():
     assert secant_scale(s, A @ s, 0.0, A / 3, z, behind=2 * A) == 1.0
     assert secant_scale(s, A @ s, 0.0, A / 3, z, behind=A / 2) == pytest.approx(3.0)
 
+
+
+def test_the_secant_corrects_the_matrix_along_the_measured_step_alone_where_the_clipped_rows_are_few():
+    """J differs from N along one direction only (the clipped rows'): the BFGS correction from ``y = J s`` gives
+    ``N' s = y``, keeps ``N' v = N v`` for v orthogonal to N s and y, and stays positive definite; without that knowledge the
+    whole matrix is raised by c, and c = 1 keeps N (the step is never lengthened)."""
+    rng = np.random.default_rng(0)
+    N = np.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.2], [0.0, 0.2, 1.5]])
+    u = np.array([1.0, 0.5, 0.0])
+    J = N + 4.0 * np.outer(u, u)  # the score steeper along u alone
+    s = rng.normal(size=3)
+    y = J @ s
+    c = secant_scale(s, y, 0.0, N, 3.09)
+    assert c > 1.0
+    corrected = secant_update(N, s, y, c, confined=True)
+    np.testing.assert_allclose(corrected @ s, y, rtol=1e-12)
+    v = np.cross(N @ s, y)  # orthogonal to both
+    np.testing.assert_allclose(corrected @ v, N @ v, rtol=1e-10, atol=1e-12)
+    assert np.all(np.linalg.eigvalsh(corrected) > 0)
+    np.testing.assert_allclose(secant_update(N, s, y, c, confined=False), c * N)
+    assert secant_update(N, s, y, 1.0, confined=True) is N
 
 def test_the_noise_a_step_shares_with_the_next_gradient_change_is_its_mean_product():
     """At the root (J = N, every step pure noise) the step s = -N^-1 xi and the gradients' change N s + xi' - xi

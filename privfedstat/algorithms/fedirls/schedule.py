@@ -179,8 +179,8 @@ class IRLSSchedule:
     secant_noise_sds : float
         The gradients' change along the last step counts as curvature beyond this many sds of its noise: the one-sided
         critical value ``z_(1 - DIAGNOSTIC_ALPHA)`` = 3.09 (the slope's noise is one normal; a false raise, 0.1% a round
-        under the noise model, only shortens one step; :func:`.rounds.secant_scale`, docs/guide/constants.md); the same
-        margin decides where the slope it measures shows an error of the last Newton matrix (:func:`.rounds.newton_error`).
+        under the noise model, only shortens one step; :func:`.secant.secant_scale`, docs/guide/constants.md); the same
+        margin decides where the slope it measures shows an error of the last Newton matrix (:func:`.secant.newton_error`).
     coarse_lean : float
         ``AutoClip.coarse_lean`` of ``clip="auto"``: a wrong upward decision of the coarse queries sends the whitened
         bound far too high (benchmarks/RESULTS.md, section "FedIRLS whitened refine rounds").
